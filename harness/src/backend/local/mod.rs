@@ -1,0 +1,866 @@
+//! The `local` backend: a Docker engine (bollard) runs a composed Pod with Pod semantics.
+//! See [`plan`] for the mapping; this module talks to the engine and the host cgroup tree.
+
+pub mod plan;
+
+use super::{
+    Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
+};
+use crate::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::node::{CgroupFs, CgroupLimits};
+use anyhow::anyhow;
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::VolumeCreateRequest;
+use bollard::query_parameters::{
+    InspectContainerOptions, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
+    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
+    StartContainerOptions,
+};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use plan::{
+    LABEL_CONTAINER, LABEL_POD, LABEL_POD_UID, LABEL_ROLE, PlanContext, PodPlan, VolumeKind,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+
+/// Namespace name the local backend reports (it has no namespaces).
+pub const LOCAL_NAMESPACE: &str = "local";
+const MAX_LOG_BYTES: usize = 1 << 20;
+
+pub struct LocalBackend {
+    docker: Docker,
+    cgroups: Option<CgroupFs>,
+    infra_image: String,
+    /// argv prefix of the exec bridge inside the main container.
+    bridge: Vec<String>,
+    pod_pids_limit: i64,
+}
+
+/// Is this a 404 from the engine?
+pub fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// Connects to the engine named by `DOCKER_HOST` (or the default socket) and negotiates the
+/// API version: Debian's engine speaks 1.41 and refuses newer clients.
+pub async fn connect_engine() -> Result<Docker> {
+    let endpoint =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    let unreachable = |source| BackendError::EngineUnreachable {
+        endpoint: endpoint.clone(),
+        source,
+    };
+    let docker = Docker::connect_with_defaults().map_err(unreachable)?;
+    let docker = tokio::time::timeout(Duration::from_secs(10), docker.negotiate_version())
+        .await
+        .map_err(|_| BackendError::WaitTimedOut {
+            what: format!("the engine at {endpoint} to answer"),
+            waited: Duration::from_secs(10),
+        })?
+        .map_err(unreachable)?;
+    docker.ping().await.map_err(unreachable)?;
+    Ok(docker)
+}
+
+fn other(operation: impl Into<String>, source: impl Into<anyhow::Error>) -> BackendError {
+    BackendError::Other {
+        operation: operation.into(),
+        source: source.into(),
+    }
+}
+
+fn label_filter(pairs: &[(&str, &str)]) -> HashMap<String, Vec<String>> {
+    HashMap::from([(
+        "label".to_owned(),
+        pairs.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+    )])
+}
+
+impl LocalBackend {
+    /// `infra_image` runs `infra_command` (`pause`) and applies fsGroup (`fsgroup`).
+    pub fn new(
+        docker: Docker,
+        infra_image: String,
+        bridge: Vec<String>,
+        pod_pids_limit: i64,
+    ) -> Self {
+        let cgroups = CgroupFs::host().ok();
+        Self {
+            docker,
+            cgroups,
+            infra_image,
+            bridge,
+            pod_pids_limit,
+        }
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    pub fn cgroups(&self) -> Option<&CgroupFs> {
+        self.cgroups.as_ref()
+    }
+
+    /// Relative path of a Pod's cgroup in every hierarchy.
+    pub fn pod_cgroup(uid: &str) -> String {
+        format!("{}/pod{uid}", plan::CGROUP_ROOT)
+    }
+
+    fn engine_name(pod: &PodRef, container: &str) -> String {
+        format!("{}-{container}", pod.name)
+    }
+
+    async fn containers_with(
+        &self,
+        pairs: &[(&str, &str)],
+    ) -> Result<Vec<bollard::models::ContainerSummary>> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&label_filter(pairs))
+            .build();
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| other("list containers", e))
+    }
+
+    async fn volumes_with(&self, pairs: &[(&str, &str)]) -> Result<Vec<bollard::models::Volume>> {
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&label_filter(pairs))
+            .build();
+        let list = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(|e| other("list volumes", e))?;
+        Ok(list.volumes.unwrap_or_default())
+    }
+
+    async fn remove_container(&self, name: &str) -> Result<()> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(false)
+            .build();
+        match self.docker.remove_container(name, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(BackendError::Delete {
+                what: "container",
+                name: name.into(),
+                source: e.into(),
+            }),
+        }
+    }
+
+    async fn remove_volume(&self, name: &str) -> Result<()> {
+        let options = RemoveVolumeOptionsBuilder::default().force(false).build();
+        // A volume is briefly busy while the engine finishes removing its last container.
+        let started = Instant::now();
+        loop {
+            match self.docker.remove_volume(name, Some(options.clone())).await {
+                Ok(()) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                    tracing::debug!(volume = name, error = %e, "volume busy; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => {
+                    return Err(BackendError::Delete {
+                        what: "volume",
+                        name: name.into(),
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+    }
+
+    async fn check_image(
+        &self,
+        image: &str,
+        require_non_root: bool,
+        container: &str,
+    ) -> Result<()> {
+        let inspect = match self.docker.inspect_image(image).await {
+            Ok(i) => i,
+            Err(e) if is_not_found(&e) => {
+                return Err(BackendError::ImageMissing {
+                    image: image.into(),
+                });
+            }
+            Err(e) => return Err(other(format!("inspect image {image}"), e)),
+        };
+        if require_non_root {
+            let user = inspect.config.and_then(|c| c.user).unwrap_or_default();
+            let uid = user.split(':').next().unwrap_or("");
+            if uid.is_empty() || uid == "0" || uid == "root" {
+                return Err(BackendError::UnsupportedField {
+                    field: format!("container {container} securityContext.runAsNonRoot"),
+                    reason: format!(
+                        "image {image} runs as root ({user:?}) and no runAsUser is set; the kubelet refuses to start it"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_and_start(&self, container: &plan::ContainerPlan) -> Result<()> {
+        let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+            .name(&container.engine_name)
+            .build();
+        self.docker
+            .create_container(Some(options), container.body.clone())
+            .await
+            .map_err(|e| BackendError::Create {
+                what: "container",
+                name: container.engine_name.clone(),
+                source: e.into(),
+            })?;
+        self.docker
+            .start_container(&container.engine_name, None::<StartContainerOptions>)
+            .await
+            .map_err(|e| BackendError::Create {
+                what: "container (start)",
+                name: container.engine_name.clone(),
+                source: e.into(),
+            })
+    }
+
+    async fn exec_in(
+        &self,
+        engine_name: &str,
+        argv: Vec<String>,
+        stdin: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> anyhow::Result<ExecOutput> {
+        let started = Instant::now();
+        let created = self
+            .docker
+            .create_exec(
+                engine_name,
+                CreateExecOptions {
+                    cmd: Some(argv),
+                    attach_stdin: Some(stdin.is_some()),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let run = async {
+            let mut out = ExecOutput::default();
+            let options = StartExecOptions {
+                detach: false,
+                tty: false,
+                output_capacity: Some(1 << 20),
+            };
+            if let StartExecResults::Attached {
+                mut output,
+                mut input,
+            } = self.docker.start_exec(&created.id, Some(options)).await?
+            {
+                if let Some(bytes) = stdin {
+                    input.write_all(&bytes).await?;
+                    input.flush().await?;
+                    input.shutdown().await?;
+                }
+                while let Some(chunk) = output.next().await {
+                    match chunk? {
+                        LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                            out.stdout.extend_from_slice(&message)
+                        }
+                        LogOutput::StdErr { message } => out.stderr.extend_from_slice(&message),
+                        LogOutput::StdIn { .. } => {}
+                    }
+                }
+            }
+            anyhow::Ok(out)
+        };
+        let mut out = tokio::time::timeout(timeout, run)
+            .await
+            .map_err(|_| anyhow!("no exit within {timeout:?}"))??;
+        // The stream can end a moment before the engine records the exit code.
+        for _ in 0..50 {
+            let inspect = self.docker.inspect_exec(&created.id).await?;
+            if inspect.running != Some(true) {
+                out.exit_code = inspect.exit_code;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        out.duration = started.elapsed();
+        Ok(out)
+    }
+
+    /// Verifies that `container` of `pod` carries the Pod's UID (never act on a look-alike).
+    async fn verified_name(&self, pod: &PodRef, container: &str) -> Result<String> {
+        let name = Self::engine_name(pod, container);
+        let inspect = self
+            .docker
+            .inspect_container(&name, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| {
+                if is_not_found(&e) {
+                    other(
+                        format!("find container {container} of Pod {}", pod.name),
+                        anyhow!("no such container"),
+                    )
+                } else {
+                    other(format!("inspect {name}"), e)
+                }
+            })?;
+        let uid = inspect
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get(LABEL_POD_UID).cloned())
+            .unwrap_or_default();
+        if uid != pod.uid {
+            return Err(BackendError::UidMismatch {
+                what: "pod",
+                name: pod.name.clone(),
+                expected: pod.uid.clone(),
+                found: uid,
+            });
+        }
+        Ok(name)
+    }
+
+    async fn materialize(&self, plan: &PodPlan) -> Result<()> {
+        let cgroups = self.cgroups.as_ref().ok_or_else(|| BackendError::UnsupportedField {
+            field: "the Pod-level cgroup".into(),
+            reason: "no cgroup filesystem at /sys/fs/cgroup; run the local backend as root on the engine's host".into(),
+        })?;
+        cgroups
+            .create_pod(
+                &plan.cgroup.relative_path,
+                &CgroupLimits {
+                    memory_bytes: plan.cgroup.memory_bytes,
+                    cpu_millis: plan.cgroup.cpu_millis,
+                    pids: plan.cgroup.pids,
+                },
+            )
+            .map_err(|e| BackendError::Create {
+                what: "pod cgroup",
+                name: plan.cgroup.relative_path.clone(),
+                source: e.into(),
+            })?;
+
+        for volume in &plan.volumes {
+            match &volume.kind {
+                VolumeKind::EmptyDir { memory, size_limit } => {
+                    let mut labels = plan.labels.clone();
+                    labels.insert(LABEL_ROLE.into(), "empty-dir".into());
+                    let driver_opts = memory.then(|| {
+                        let mut o = HashMap::from([
+                            ("type".to_owned(), "tmpfs".to_owned()),
+                            ("device".to_owned(), "tmpfs".to_owned()),
+                        ]);
+                        if let Some(size) = size_limit {
+                            o.insert("o".into(), format!("size={size}"));
+                        }
+                        o
+                    });
+                    let request = VolumeCreateRequest {
+                        name: Some(volume.source.clone()),
+                        driver: Some("local".into()),
+                        driver_opts,
+                        labels: Some(labels),
+                        ..Default::default()
+                    };
+                    self.docker
+                        .create_volume(request)
+                        .await
+                        .map_err(|e| BackendError::Create {
+                            what: "emptyDir volume",
+                            name: volume.source.clone(),
+                            source: e.into(),
+                        })?;
+                }
+                VolumeKind::Claim { .. } => {
+                    if let Err(e) = self.docker.inspect_volume(&volume.source).await {
+                        return Err(BackendError::Create {
+                            what: "pod (claim lookup)",
+                            name: volume.source.clone(),
+                            source: anyhow!(
+                                "persistentVolumeClaim {} does not exist: {e}",
+                                volume.source
+                            ),
+                        });
+                    }
+                }
+                VolumeKind::HostPath { .. } => {}
+            }
+        }
+
+        self.create_and_start(&plan.infra).await?;
+        if let Some(gid) = plan.fs_group {
+            let mut argv = vec![
+                "/kandev-mock-agent".to_owned(),
+                "fsgroup".to_owned(),
+                gid.to_string(),
+            ];
+            argv.extend(
+                plan.volumes
+                    .iter()
+                    .filter(|v| !matches!(v.kind, VolumeKind::HostPath { .. }))
+                    .map(|v| format!("{}/{}", plan::INFRA_VOLUME_ROOT, v.name)),
+            );
+            let out = self
+                .exec_in(
+                    &plan.infra.engine_name,
+                    argv,
+                    None,
+                    Duration::from_secs(120),
+                )
+                .await
+                .map_err(|e| other("apply fsGroup", e))?;
+            if !out.success() {
+                return Err(other("apply fsGroup", anyhow!("{}", out.stderr_text())));
+            }
+        }
+        for init in &plan.init_containers {
+            self.create_and_start(init).await?;
+            let code = self
+                .wait_exit(&init.engine_name, Duration::from_secs(600))
+                .await?;
+            if code != 0 {
+                return Err(other(
+                    format!("init container {}", init.name),
+                    anyhow!("exited with {code}"),
+                ));
+            }
+        }
+        for container in &plan.containers {
+            self.create_and_start(container).await?;
+        }
+        Ok(())
+    }
+
+    async fn wait_exit(&self, name: &str, timeout: Duration) -> Result<i64> {
+        let started = Instant::now();
+        loop {
+            let inspect = self
+                .docker
+                .inspect_container(name, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| other(format!("inspect {name}"), e))?;
+            let state = inspect.state.unwrap_or_default();
+            if state.running != Some(true) {
+                return Ok(state.exit_code.unwrap_or(-1));
+            }
+            if started.elapsed() > timeout {
+                return Err(BackendError::WaitTimedOut {
+                    what: format!("{name} to exit"),
+                    waited: timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Removes every container and emptyDir of the Pod with this UID, then its cgroup.
+    async fn remove_pod_objects(&self, uid: &str) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        let containers = self.containers_with(&[(LABEL_POD_UID, uid)]).await?;
+        // Workloads first, the infra container (which holds the volumes) last.
+        let (infra, workloads): (Vec<_>, Vec<_>) = containers.into_iter().partition(|c| {
+            c.labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_ROLE))
+                .map(String::as_str)
+                == Some("infra")
+        });
+        let remove_all = |list: Vec<bollard::models::ContainerSummary>| async move {
+            let names: Vec<String> = list
+                .iter()
+                .filter_map(|c| {
+                    c.names
+                        .as_ref()?
+                        .first()
+                        .map(|n| n.trim_start_matches('/').to_owned())
+                })
+                .collect();
+            let results =
+                futures_util::future::join_all(names.iter().map(|n| self.remove_container(n)))
+                    .await;
+            results.into_iter().collect::<Result<Vec<()>>>()?;
+            Ok::<_, BackendError>(names)
+        };
+        removed.extend(
+            remove_all(workloads)
+                .await?
+                .into_iter()
+                .map(|n| format!("container/{n}")),
+        );
+        removed.extend(
+            remove_all(infra)
+                .await?
+                .into_iter()
+                .map(|n| format!("container/{n}")),
+        );
+        for volume in self.volumes_with(&[(LABEL_POD_UID, uid)]).await? {
+            self.remove_volume(&volume.name).await?;
+            removed.push(format!("volume/{}", volume.name));
+        }
+        if let Some(cgroups) = &self.cgroups {
+            let relative = Self::pod_cgroup(uid);
+            if cgroups.exists(&relative) {
+                // Processes of a killed container leave their cgroup a moment after removal.
+                let started = Instant::now();
+                loop {
+                    match cgroups.remove(&relative) {
+                        Ok(()) => break,
+                        Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                            tokio::time::sleep(Duration::from_millis(200)).await
+                        }
+                        Err(e) => {
+                            return Err(BackendError::Delete {
+                                what: "pod cgroup",
+                                name: relative,
+                                source: e.into(),
+                            });
+                        }
+                    }
+                }
+                removed.push(format!("cgroup/{relative}"));
+            }
+        }
+        Ok(removed)
+    }
+}
+
+#[async_trait]
+impl Backend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn create_workspace(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<WorkspaceRef> {
+        let uid = uuid::Uuid::new_v4().to_string();
+        let mut all = plan::engine_labels(labels);
+        all.extend(plan::engine_labels(annotations));
+        all.insert("acceptance.kandev.ai/workspace-uid".into(), uid.clone());
+        all.insert(LABEL_ROLE.into(), "workspace".into());
+        let request = VolumeCreateRequest {
+            name: Some(name.into()),
+            driver: Some("local".into()),
+            labels: Some(all),
+            ..Default::default()
+        };
+        if self.docker.inspect_volume(name).await.is_ok() {
+            return Err(BackendError::Create {
+                what: "workspace volume",
+                name: name.into(),
+                source: anyhow!("a volume of that name already exists"),
+            });
+        }
+        self.docker
+            .create_volume(request)
+            .await
+            .map_err(|e| BackendError::Create {
+                what: "workspace volume",
+                name: name.into(),
+                source: e.into(),
+            })?;
+        Ok(WorkspaceRef {
+            name: name.into(),
+            uid,
+            created_by_run: true,
+        })
+    }
+
+    async fn delete_workspace(&self, workspace: &WorkspaceRef) -> Result<()> {
+        if !workspace.created_by_run {
+            return Ok(());
+        }
+        let found = match self.docker.inspect_volume(&workspace.name).await {
+            Ok(v) => v,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(other(format!("inspect volume {}", workspace.name), e)),
+        };
+        let uid = found
+            .labels
+            .get("acceptance.kandev.ai/workspace-uid")
+            .cloned()
+            .unwrap_or_default();
+        if uid != workspace.uid {
+            return Err(BackendError::UidMismatch {
+                what: "workspace",
+                name: workspace.name.clone(),
+                expected: workspace.uid.clone(),
+                found: uid,
+            });
+        }
+        self.remove_volume(&workspace.name).await
+    }
+
+    async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
+        let uid = uuid::Uuid::new_v4().to_string();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if self.pod_uid(LOCAL_NAMESPACE, &name).await?.is_some() {
+            return Err(BackendError::Create {
+                what: "pod",
+                name,
+                source: anyhow!("a Pod of that name already exists"),
+            });
+        }
+        let ctx = PlanContext {
+            uid: uid.clone(),
+            infra_image: self.infra_image.clone(),
+            infra_command: vec!["/kandev-mock-agent".into(), "pause".into()],
+            pod_pids_limit: self.pod_pids_limit,
+        };
+        let plan = plan::plan(pod, &ctx).map_err(|problems| {
+            let fields: Vec<String> = problems
+                .iter()
+                .map(|p| format!("{} ({})", p.field, p.reason))
+                .collect();
+            BackendError::UnsupportedField {
+                field: fields.join("; "),
+                reason: "remove or change these fields for the local backend".into(),
+            }
+        })?;
+        for c in plan
+            .init_containers
+            .iter()
+            .chain(&plan.containers)
+            .chain(std::iter::once(&plan.infra))
+        {
+            self.check_image(&c.image, c.require_non_root_image_user, &c.name)
+                .await?;
+        }
+        let pod_ref = PodRef {
+            namespace: LOCAL_NAMESPACE.into(),
+            name,
+            uid: uid.clone(),
+        };
+        if let Err(e) = self.materialize(&plan).await {
+            // Roll back exactly what this attempt created (by UID), then report the cause.
+            if let Err(rollback) = self.remove_pod_objects(&uid).await {
+                tracing::warn!(error = %rollback, "rollback of a failed Pod create");
+            }
+            return Err(e);
+        }
+        Ok(pod_ref)
+    }
+
+    async fn wait_running(&self, pod: &PodRef, container: &str, timeout: Duration) -> Result<()> {
+        let name = self.verified_name(pod, container).await?;
+        let started = Instant::now();
+        loop {
+            let inspect = self
+                .docker
+                .inspect_container(&name, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| other(format!("inspect {name}"), e))?;
+            if inspect.state.as_ref().and_then(|s| s.running) == Some(true) {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                return Err(BackendError::WaitTimedOut {
+                    what: format!("container {container} of {} to run", pod.name),
+                    waited: timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn container_states(&self, pod: &PodRef) -> Result<Vec<ContainerState>> {
+        let mut states = Vec::new();
+        for c in self.containers_with(&[(LABEL_POD_UID, &pod.uid)]).await? {
+            let labels = c.labels.clone().unwrap_or_default();
+            if labels.get(LABEL_ROLE).map(String::as_str) != Some("container") {
+                continue;
+            }
+            let Some(id) = c.id.as_deref() else { continue };
+            let inspect = self
+                .docker
+                .inspect_container(id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| other("inspect container", e))?;
+            let state = inspect.state.unwrap_or_default();
+            states.push(ContainerState {
+                name: labels.get(LABEL_CONTAINER).cloned().unwrap_or_default(),
+                running: state.running == Some(true),
+                restarts: inspect
+                    .restart_count
+                    .and_then(|r| u32::try_from(r).ok())
+                    .unwrap_or(0),
+                exit_code: state.exit_code,
+            });
+        }
+        Ok(states)
+    }
+
+    async fn exec(&self, pod: &PodRef, request: ExecRequest) -> Result<ExecOutput> {
+        let name = self.verified_name(pod, &request.container).await?;
+        let timeout = request.timeout.unwrap_or(Duration::from_secs(120));
+        self.exec_in(&name, request.argv.clone(), request.stdin, timeout)
+            .await
+            .map_err(|source| BackendError::Exec {
+                pod: pod.name.clone(),
+                container: request.container,
+                argv: request.argv,
+                source,
+            })
+    }
+
+    async fn port_exchange(
+        &self,
+        pod: &PodRef,
+        container: &str,
+        port: u16,
+        request: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        let mut argv = self.bridge.clone();
+        argv.push(format!("127.0.0.1:{port}"));
+        let out = self
+            .exec(
+                pod,
+                ExecRequest {
+                    container: container.into(),
+                    argv: argv.clone(),
+                    stdin: Some(request.to_vec()),
+                    timeout: Some(timeout),
+                },
+            )
+            .await?;
+        if !out.success() {
+            return Err(BackendError::Exec {
+                pod: pod.name.clone(),
+                container: container.into(),
+                argv,
+                source: anyhow!("bridge to port {port} failed: {}", out.stderr_text().trim()),
+            });
+        }
+        Ok(out.stdout)
+    }
+
+    async fn logs(&self, pod: &PodRef, container: &str) -> Result<String> {
+        let name = self.verified_name(pod, container).await?;
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .tail("2000")
+            .build();
+        let mut stream = self.docker.logs(&name, Some(options));
+        let mut text = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| other(format!("logs of {name}"), e))?;
+            text.extend_from_slice(&chunk.into_bytes());
+            if text.len() > MAX_LOG_BYTES {
+                break;
+            }
+        }
+        Ok(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
+        self.remove_pod_objects(&pod.uid).await.map(|_| ())
+    }
+
+    async fn pod_uid(&self, _namespace: &str, name: &str) -> Result<Option<String>> {
+        let infra = self
+            .containers_with(&[(LABEL_POD, name), (LABEL_ROLE, "infra")])
+            .await?;
+        Ok(infra
+            .first()
+            .and_then(|c| c.labels.as_ref()?.get(LABEL_POD_UID).cloned()))
+    }
+
+    async fn list_run_objects(&self, run_id: &str) -> Result<Vec<String>> {
+        let mut objects = Vec::new();
+        for c in self.containers_with(&[(LABEL_RUN, run_id)]).await? {
+            let name = c.names.and_then(|n| n.first().cloned()).unwrap_or_default();
+            objects.push(format!("container/{}", name.trim_start_matches('/')));
+            if let Some(uid) = c.labels.and_then(|l| l.get(LABEL_POD_UID).cloned())
+                && let Some(cg) = &self.cgroups
+                && cg.exists(&Self::pod_cgroup(&uid))
+            {
+                objects.push(format!("cgroup/{}", Self::pod_cgroup(&uid)));
+            }
+        }
+        for v in self.volumes_with(&[(LABEL_RUN, run_id)]).await? {
+            objects.push(format!("volume/{}", v.name));
+        }
+        objects.sort();
+        objects.dedup();
+        Ok(objects)
+    }
+
+    async fn remove_labelled(
+        &self,
+        label: &str,
+        value: Option<&str>,
+        dry_run: bool,
+    ) -> Result<Vec<String>> {
+        let filter = match value {
+            Some(v) => format!("{label}={v}"),
+            None => label.to_owned(),
+        };
+        let filters = HashMap::from([(
+            "label".to_owned(),
+            vec![filter, format!("{LABEL_MANAGED}=true")],
+        )]);
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| other("list containers", e))?;
+        let mut uids: Vec<String> = containers
+            .iter()
+            .filter_map(|c| c.labels.as_ref()?.get(LABEL_POD_UID).cloned())
+            .collect();
+        uids.sort();
+        uids.dedup();
+        let mut removed = Vec::new();
+        for uid in &uids {
+            if dry_run {
+                removed.push(format!("pod-uid/{uid}"));
+            } else {
+                removed.extend(self.remove_pod_objects(uid).await?);
+            }
+        }
+        let volumes = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| other("list volumes", e))?;
+        for v in volumes.volumes.unwrap_or_default() {
+            if !dry_run {
+                self.remove_volume(&v.name).await?;
+            }
+            removed.push(format!("volume/{}", v.name));
+        }
+        Ok(removed)
+    }
+}

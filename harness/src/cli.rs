@@ -1,0 +1,541 @@
+//! The `kandev-acceptance` command line.
+//!
+//! `main` builds the tokio runtime by hand (not `#[tokio::main]`): with one test thread,
+//! libtest-mimic runs trials on the main thread, and `block_on` inside a runtime would panic.
+//! It returns the mapped exit code instead of exiting past the report writer.
+
+use crate::backend::Backend;
+use crate::backend::local::{LocalBackend, connect_engine};
+use crate::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::report::{Configuration, Outcome, Report, SCHEMA_VERSION, Summary};
+use crate::runner::{Keep, Run, RunConfig, Scenario};
+use crate::template::{self, RuleOptions, Severity, WorkspaceMode};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use libtest_mimic::Trial;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Exit codes, for CI and release gates.
+pub mod exit {
+    /// Every selected scenario passed (or was skipped/incompatible with a reason).
+    pub const SUCCESS: u8 = 0;
+    /// At least one scenario failed or timed out: a promise broke.
+    pub const SCENARIO_FAILED: u8 = 1;
+    /// Bad command line or invalid template; nothing was created.
+    pub const USAGE: u8 = 2;
+    /// The environment could not be prepared or a scenario errored (engine, images, infra).
+    pub const ENVIRONMENT: u8 = 3;
+    /// Something the run created is still there after teardown.
+    pub const LEAKED: u8 = 4;
+    /// The filter selected no scenario.
+    pub const NOTHING_SELECTED: u8 = 5;
+    /// The run was interrupted (Ctrl-C, SIGTERM); the report is marked so.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kandev-acceptance",
+    version,
+    about = "End-to-end acceptance of Kandev's Docker-workloads task Pods"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the acceptance scenarios (libtest-style filters, --list, --exact, --skip, --test-threads).
+    Run(Box<RunArgs>),
+    /// Check a Pod template with Kandev's rules; creates nothing.
+    Validate(ValidateArgs),
+    /// Remove what a killed run left behind, by label.
+    Gc(GcArgs),
+    /// Work with reports.
+    Report {
+        #[command(subcommand)]
+        command: ReportCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ReportCommand {
+    /// Print a report's summary.
+    Show { file: PathBuf },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BackendKind {
+    /// The embedded default: a Docker engine on this host.
+    Local,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[arg(long, value_enum, default_value = "local")]
+    backend: BackendKind,
+    /// The Pod template (a v1/PodTemplate document); default: Kandev's full-worker fixture.
+    #[arg(long, value_name = "FILE")]
+    template: Option<PathBuf>,
+    /// The profile's prepare script; default: the full-worker prepare script.
+    #[arg(long, value_name = "FILE")]
+    prepare_script: Option<PathBuf>,
+    /// Use this worker image (present in the engine) instead of building the fixture one.
+    #[arg(long, value_name = "REF")]
+    worker_image: Option<String>,
+    /// Use this docker-engine image (present in the engine) instead of building the fixture one.
+    #[arg(long, value_name = "REF")]
+    daemon_image: Option<String>,
+    /// Debian base for the fixture images if present in the engine; otherwise debootstrapped.
+    #[arg(long, value_name = "REF", default_value = "debian:bookworm")]
+    base_image: String,
+    #[arg(long, default_value = "kandev-agent")]
+    main_container: String,
+    #[arg(long, default_value = "docker-engine")]
+    daemon_container: String,
+    #[arg(long, value_enum, default_value = "managed-pvc")]
+    workspace_mode: WorkspaceMode,
+    /// Folder for reports (`<DIR>/<run-id>/report.json`).
+    #[arg(long = "report", value_name = "DIR")]
+    report_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "never")]
+    keep: Keep,
+    /// The prepare script's bound on waiting for `docker info` (1..=120).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=120))]
+    docker_ready_timeout: u32,
+    /// The Pod-level pids limit (the kubelet's podPidsLimit).
+    #[arg(long, default_value_t = 4096)]
+    pod_pids_limit: i64,
+    /// Override every scenario's deadline, in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    scenario_timeout: Option<u64>,
+    #[command(flatten)]
+    libtest: libtest_mimic::Arguments,
+}
+
+#[derive(Args, Debug)]
+struct ValidateArgs {
+    #[arg(long, value_name = "FILE")]
+    template: PathBuf,
+    #[arg(long, default_value = "kandev-agent")]
+    main_container: String,
+    #[arg(long, value_enum, default_value = "managed-pvc")]
+    workspace_mode: WorkspaceMode,
+    #[arg(long, value_enum, default_value = "text")]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug)]
+struct GcArgs {
+    /// Only what this run created; default: everything the harness labelled.
+    #[arg(long, value_name = "ID")]
+    run: Option<String>,
+    /// List what would be removed; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Entry point of the `kandev-acceptance` binary.
+pub fn main(registry: Vec<Scenario>) -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::SUCCESS
+            });
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KANDEV_ACCEPTANCE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: start the async runtime: {e}");
+            return ExitCode::from(exit::ENVIRONMENT);
+        }
+    };
+    let code = match cli.command {
+        Command::Run(args) => run(*args, registry, &runtime),
+        Command::Validate(args) => validate(&args),
+        Command::Gc(args) => runtime.block_on(gc(&args)),
+        Command::Report {
+            command: ReportCommand::Show { file },
+        } => match crate::report::read(&file) {
+            Ok(report) => {
+                print!("{}", crate::report::human_summary(&report, &file));
+                exit::SUCCESS
+            }
+            Err(e) => {
+                eprintln!(
+                    "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
+                    file.display()
+                );
+                exit::USAGE
+            }
+        },
+    };
+    ExitCode::from(code)
+}
+
+fn read_input(path: &PathBuf, what: &str) -> Result<String, u8> {
+    std::fs::read_to_string(path).map_err(|e| {
+        eprintln!(
+            "error: read the {what} {}: {e}\n  fix: pass an existing, readable file",
+            path.display()
+        );
+        exit::USAGE
+    })
+}
+
+fn validate(args: &ValidateArgs) -> u8 {
+    let text = match read_input(&args.template, "template") {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let findings = check_template(&text, &args.main_container, args.workspace_mode);
+    let errors = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    match args.format {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::json!({"valid": errors == 0, "findings": findings})
+        ),
+        OutputFormat::Text => {
+            for finding in &findings {
+                println!("{finding}");
+            }
+            println!(
+                "{}: {errors} errors, {} warnings",
+                args.template.display(),
+                findings.len() - errors
+            );
+        }
+    }
+    if errors == 0 {
+        exit::SUCCESS
+    } else {
+        exit::USAGE
+    }
+}
+
+/// Parses and checks a template; fixture placeholders count as images.
+fn check_template(
+    text: &str,
+    main_container: &str,
+    mode: WorkspaceMode,
+) -> Vec<template::TemplateFinding> {
+    let rendered = template::render(text, "kandev-acceptance/worker", "kandev-acceptance/daemon");
+    match template::parse(&rendered.text) {
+        Ok(parsed) => template::validate(
+            &parsed,
+            &RuleOptions {
+                main_container: main_container.into(),
+                workspace_mode: mode,
+                workspace_claim: None,
+            },
+        ),
+        Err(findings) => findings,
+    }
+}
+
+fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime) -> u8 {
+    let BackendKind::Local = args.backend;
+    let registry = Arc::new(registry);
+    if args.libtest.list {
+        // Listing touches nothing: no engine, no template.
+        let trials = registry
+            .iter()
+            .map(|s| Trial::test(s.name, || Ok(())))
+            .collect();
+        let _ = libtest_mimic::run(&args.libtest, trials);
+        return exit::SUCCESS;
+    }
+    let config = RunConfig {
+        template: args
+            .template
+            .clone()
+            .unwrap_or_else(crate::paths::default_template),
+        prepare_script: args
+            .prepare_script
+            .clone()
+            .unwrap_or_else(crate::paths::default_prepare_script),
+        main_container: args.main_container.clone(),
+        daemon_container: args.daemon_container.clone(),
+        workspace_mode: args.workspace_mode,
+        base_image: args.base_image.clone(),
+        worker_image: args.worker_image.clone(),
+        daemon_image: args.daemon_image.clone(),
+        report_dir: args
+            .report_dir
+            .clone()
+            .unwrap_or_else(crate::paths::reports),
+        keep: args.keep,
+        docker_ready_timeout_seconds: args.docker_ready_timeout,
+        pod_pids_limit: args.pod_pids_limit,
+        scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
+    };
+    let template_text = match read_input(&config.template, "template") {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let prepare_text = match read_input(&config.prepare_script, "prepare script") {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    // Kandev's rules first: an invalid template creates nothing, and every problem is named.
+    let findings = check_template(
+        &template_text,
+        &config.main_container,
+        config.workspace_mode,
+    );
+    if findings.iter().any(|f| f.severity == Severity::Error) {
+        eprintln!(
+            "error: the template {} breaks Kandev's rules; nothing was created:",
+            config.template.display()
+        );
+        for finding in &findings {
+            eprintln!("  {finding}");
+        }
+        return exit::USAGE;
+    }
+    for image in [&config.worker_image, &config.daemon_image]
+        .into_iter()
+        .flatten()
+    {
+        if !valid_reference(image) {
+            eprintln!(
+                "error: {image:?} is not a valid image reference\n  fix: pass name[:tag][@sha256:<64 hex>] of an image present in the engine"
+            );
+            return exit::USAGE;
+        }
+    }
+    if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
+        eprintln!(
+            "error: create the report folder {}: {e}\n  fix: pass a writable --report DIR",
+            config.report_dir.display()
+        );
+        return exit::USAGE;
+    }
+
+    let run = Arc::new(Run::new(
+        crate::identity::new_run_id(),
+        config,
+        template_text,
+        prepare_text,
+    ));
+    let handle = runtime.handle().clone();
+    handle.spawn(watch_signals(run.clone()));
+    let trials: Vec<Trial> = (0..registry.len())
+        .map(|index| {
+            let (run, registry, handle) = (run.clone(), registry.clone(), handle.clone());
+            let name = registry.get(index).map(|s| s.name).unwrap_or_default();
+            Trial::test(name, move || {
+                let Some(scenario) = registry.get(index) else {
+                    return Err("no such scenario".into());
+                };
+                let report = handle.block_on(run.run_scenario(scenario));
+                match report.outcome {
+                    Outcome::Passed => Ok(()),
+                    Outcome::Skipped | Outcome::Incompatible => {
+                        eprintln!(
+                            "{}: {} ({})",
+                            scenario.name,
+                            report.outcome.as_str(),
+                            report.diagnosis.unwrap_or_default()
+                        );
+                        Ok(())
+                    }
+                    other => Err(format!(
+                        "{}: {}",
+                        other.as_str(),
+                        report.diagnosis.unwrap_or_default()
+                    )
+                    .into()),
+                }
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args.libtest, trials);
+    if conclusion.num_passed + conclusion.num_failed == 0 {
+        eprintln!("no scenario matched the filter; see `kandev-acceptance run --list`");
+        return exit::NOTHING_SELECTED;
+    }
+    runtime.block_on(finish_run(&run, &registry))
+}
+
+fn valid_reference(reference: &str) -> bool {
+    !reference.is_empty()
+        && reference.len() <= 255
+        && reference
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/:@".contains(c))
+        && !reference.starts_with(['.', '-', '/', ':', '@'])
+}
+
+async fn watch_signals(run: Arc<Run>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut seen = 0;
+    loop {
+        let term_signal = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            () = term_signal => {},
+        }
+        seen += 1;
+        if seen == 1 {
+            eprintln!(
+                "\ncancelling: tearing down what the run created (interrupt again to abort now; `kandev-acceptance gc --run {}` removes leftovers)",
+                run.id
+            );
+            run.cancel();
+        } else {
+            eprintln!(
+                "aborting without teardown; remove leftovers with: kandev-acceptance gc --run {}",
+                run.id
+            );
+            std::process::exit(i32::from(exit::INTERRUPTED));
+        }
+    }
+}
+
+async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
+    let mut scenarios = run.results();
+    let order = |name: &str| {
+        registry
+            .iter()
+            .position(|s| s.name == name)
+            .unwrap_or(usize::MAX)
+    };
+    scenarios.sort_by_key(|s| order(&s.name));
+    let env = run.prepared_env();
+    let leftovers = match &env {
+        Some(env) => env
+            .backend
+            .list_run_objects(&run.id)
+            .await
+            .unwrap_or_else(|e| vec![format!("(inventory failed: {e})")]),
+        None => Vec::new(),
+    };
+    let settings = serde_json::to_value(&run.config).unwrap_or_default();
+    let sha = hex::encode(Sha256::digest(settings.to_string().as_bytes()));
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        run_id: run.id.clone(),
+        harness_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: crate::report::rfc3339(run.started_at),
+        finished_at: crate::report::rfc3339(std::time::SystemTime::now()),
+        duration_ms: run.started.elapsed().as_millis() as u64,
+        interrupted: run.is_cancelled(),
+        backend: env
+            .as_ref()
+            .map(|e| e.backend.name())
+            .unwrap_or("local")
+            .into(),
+        environment: env
+            .as_ref()
+            .map(|e| e.environment.clone())
+            .unwrap_or_default(),
+        configuration: Configuration {
+            sha256: format!("sha256:{sha}"),
+            settings,
+        },
+        summary: Summary::of(&scenarios),
+        setup: run.setup_steps(),
+        scenarios,
+        leftovers,
+    };
+    let path = run.report_folder().join("report.json");
+    if let Err(e) = crate::report::write(&report, &path) {
+        eprintln!("error: write the report {}: {e}", path.display());
+        return exit::ENVIRONMENT;
+    }
+    eprint!("{}", crate::report::human_summary(&report, &path));
+    exit_code(&report)
+}
+
+/// The exit code a report maps to (most severe class first).
+pub fn exit_code(report: &Report) -> u8 {
+    let s = &report.summary;
+    if report.interrupted {
+        exit::INTERRUPTED
+    } else if s.failed + s.timed_out > 0 {
+        exit::SCENARIO_FAILED
+    } else if s.errored + s.cancelled > 0 {
+        exit::ENVIRONMENT
+    } else if !report.leftovers.is_empty() {
+        exit::LEAKED
+    } else {
+        exit::SUCCESS
+    }
+}
+
+async fn gc(args: &GcArgs) -> u8 {
+    let docker = match connect_engine().await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {}", crate::error_chain(&e));
+            return exit::ENVIRONMENT;
+        }
+    };
+    let backend = LocalBackend::new(docker, String::new(), Vec::new(), 0);
+    let result = match &args.run {
+        Some(id) => {
+            backend
+                .remove_labelled(LABEL_RUN, Some(id), args.dry_run)
+                .await
+        }
+        None => {
+            backend
+                .remove_labelled(LABEL_MANAGED, Some("true"), args.dry_run)
+                .await
+        }
+    };
+    match result {
+        Ok(removed) => {
+            let verb = if args.dry_run {
+                "would remove"
+            } else {
+                "removed"
+            };
+            for object in &removed {
+                println!("{verb} {object}");
+            }
+            println!("{verb} {} objects", removed.len());
+            exit::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {}", crate::error_chain(&e));
+            exit::ENVIRONMENT
+        }
+    }
+}

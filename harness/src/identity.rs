@@ -1,0 +1,215 @@
+//! Kandev-shaped identity of a run and of its sessions: names, ownership labels and nonces.
+//!
+//! Names and labels follow Kandev's `OwnershipLabels` and resource naming (kandev-contract.md
+//! §4): Pod `kandev-<16 hex>` from the first 8 bytes of SHA-256 of the instance (task
+//! environment) ID, managed PVC `<pod>-workspace`, a 64-hex `kandev.ai/create-nonce`. Every
+//! object also carries the harness's own labels so that teardown and `gc` are exact.
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Label on every object a run creates: the run id.
+pub const LABEL_RUN: &str = "acceptance.kandev.ai/run";
+/// Label naming the scenario that created an object.
+pub const LABEL_SCENARIO: &str = "acceptance.kandev.ai/scenario";
+/// Label present on everything the harness manages; `gc` never touches objects without it.
+pub const LABEL_MANAGED: &str = "acceptance.kandev.ai/managed";
+/// Annotation Kandev stamps immediately before create.
+pub const ANNOTATION_CREATE_NONCE: &str = "kandev.ai/create-nonce";
+
+/// A sortable, unique run id: UTC timestamp plus random suffix (`20261129t211500-3fa9c1`).
+pub fn new_run_id() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (date, time) = civil_from_unix(secs);
+    format!("{date}t{time}-{}", &random_hex(3))
+}
+
+/// Formats seconds since the epoch as `YYYYMMDD` and `HHMMSS` (UTC), without a time crate.
+fn civil_from_unix(secs: u64) -> (String, String) {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        format!("{year:04}{month:02}{day:02}"),
+        format!("{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
+    )
+}
+
+/// Random lowercase hex from the OS generator (uuid v4 draws from getrandom).
+pub fn random_hex(bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes * 2);
+    while out.len() < bytes * 2 {
+        out.push_str(&uuid::Uuid::new_v4().simple().to_string());
+    }
+    out.truncate(bytes * 2);
+    out
+}
+
+/// The Kandev identity of one task session, plus the harness's run and scenario.
+#[derive(Debug, Clone)]
+pub struct SessionIdentity {
+    pub run_id: String,
+    pub scenario: String,
+    pub executor_id: String,
+    pub profile_id: String,
+    pub task_id: String,
+    pub session_id: String,
+    /// The task environment: in the task-owned model also the instance id.
+    pub environment_id: String,
+}
+
+impl SessionIdentity {
+    /// A fresh identity for a session of `scenario` in `run_id`; `ordinal` tells sessions of
+    /// one scenario apart.
+    pub fn new(run_id: &str, scenario: &str, ordinal: usize) -> Self {
+        let suffix = random_hex(4);
+        let slug = scenario.replace("::", "-").replace('_', "-");
+        Self {
+            run_id: run_id.to_owned(),
+            scenario: scenario.to_owned(),
+            executor_id: "kandev-acceptance".into(),
+            profile_id: "full-worker".into(),
+            task_id: format!("task-{slug}-{ordinal}-{suffix}"),
+            session_id: format!("session-{slug}-{ordinal}-{suffix}"),
+            environment_id: format!("env-{run_id}-{slug}-{ordinal}-{suffix}"),
+        }
+    }
+
+    /// `kandev-<16 hex>`: the first 8 bytes of SHA-256 of the instance id.
+    pub fn pod_name(&self) -> String {
+        let digest = Sha256::digest(self.environment_id.as_bytes());
+        format!(
+            "kandev-{}",
+            hex::encode(digest.get(..8).unwrap_or_default())
+        )
+    }
+
+    /// Name of a managed workspace claim (and of the local backend's workspace volume).
+    pub fn workspace_claim_name(&self) -> String {
+        format!("{}-workspace", self.pod_name())
+    }
+
+    /// Kandev's task-owned ownership labels (`OwnershipLabels`).
+    pub fn kandev_labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("app.kubernetes.io/name".into(), "kandev-agent".into()),
+            ("app.kubernetes.io/managed-by".into(), "kandev".into()),
+            (
+                "app.kubernetes.io/instance".into(),
+                self.environment_id.clone(),
+            ),
+            (
+                "app.kubernetes.io/component".into(),
+                "task-environment".into(),
+            ),
+            ("kandev.ai/ownership-version".into(), "task-v1".into()),
+            ("kandev.ai/executor-id".into(), self.executor_id.clone()),
+            ("kandev.ai/profile-id".into(), self.profile_id.clone()),
+            ("kandev.ai/instance-id".into(), self.environment_id.clone()),
+            ("kandev.ai/task-id".into(), self.task_id.clone()),
+            ("kandev.ai/session-id".into(), self.session_id.clone()),
+            (
+                "kandev.ai/environment-id".into(),
+                self.environment_id.clone(),
+            ),
+        ])
+    }
+
+    /// The harness's own labels: run, scenario, managed marker.
+    pub fn harness_labels(&self) -> BTreeMap<String, String> {
+        harness_labels(&self.run_id, &self.scenario)
+    }
+
+    /// Kandev's labels and the harness's, as stamped on every session object.
+    pub fn all_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = self.kandev_labels();
+        labels.extend(self.harness_labels());
+        labels
+    }
+}
+
+/// The harness labels for an object of `scenario` in `run_id`.
+pub fn harness_labels(run_id: &str, scenario: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED.into(), "true".into()),
+        (LABEL_RUN.into(), run_id.to_owned()),
+        (LABEL_SCENARIO.into(), scenario.replace("::", ".")),
+    ])
+}
+
+/// A fresh `kandev.ai/create-nonce` value: 32 random bytes, lowercase hex.
+pub fn create_nonce() -> String {
+    random_hex(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_name_is_kandev_shaped_and_stable() {
+        let id = SessionIdentity::new("run", "image::build_run", 0);
+        let name = id.pod_name();
+        assert_eq!(name.len(), "kandev-".len() + 16);
+        assert!(name.starts_with("kandev-"));
+        assert!(
+            name["kandev-".len()..]
+                .chars()
+                .all(|c| c.is_ascii_hexdigit())
+        );
+        assert_eq!(name, id.pod_name());
+        assert_ne!(
+            name,
+            SessionIdentity::new("run", "image::build_run", 0).pod_name()
+        );
+    }
+
+    #[test]
+    fn nonce_is_64_lowercase_hex() {
+        let nonce = create_nonce();
+        assert_eq!(nonce.len(), 64);
+        assert!(
+            nonce
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        );
+    }
+
+    #[test]
+    fn run_ids_sort_by_time() {
+        assert_eq!(civil_from_unix(0), ("19700101".into(), "000000".into()));
+        assert_eq!(civil_from_unix(1_796_000_000).0, "20261130");
+        let id = new_run_id();
+        assert_eq!(id.len(), "20261129t211500-3fa9c1".len());
+    }
+
+    #[test]
+    fn labels_are_valid_label_values() {
+        let id = SessionIdentity::new("20261129t211500-3fa9c1", "lifecycle::teardown_exact", 3);
+        for (key, value) in id.all_labels() {
+            assert!(
+                value.len() <= 63,
+                "{key}={value} is too long for a label value"
+            );
+            assert!(
+                value
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+                "{key}={value}"
+            );
+        }
+    }
+}

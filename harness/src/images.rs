@@ -1,0 +1,442 @@
+//! Images, built locally and reused by content.
+//!
+//! No registry is reachable on the machines this runs on, so every image is built here:
+//! a Debian base (a configured local image, else `debootstrap` + import), the `docker-engine`
+//! companion and the worker from `fixtures/images/`, and a `FROM scratch` image holding the
+//! static mock agent (the infra container and the fsGroup helper). Each tag carries a hash
+//! of everything that goes into the image, so a second run builds nothing.
+
+use crate::backend::local::is_not_found;
+use crate::report::ImageRecord;
+use anyhow::{Context, anyhow, bail};
+use bollard::Docker;
+use bollard::query_parameters::{BuildImageOptionsBuilder, CreateImageOptionsBuilder};
+use futures_util::StreamExt;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEBIAN_SUITE: &str = "bookworm";
+pub const DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
+
+/// Where the images come from.
+#[derive(Debug, Clone)]
+pub struct ImageConfig {
+    /// Used as the base when present in the engine; otherwise a base is bootstrapped.
+    pub base_image: String,
+    /// An operator's own worker image (skips building the fixture worker).
+    pub worker_image: Option<String>,
+    /// An operator's own docker-engine image (skips building the fixture daemon).
+    pub daemon_image: Option<String>,
+    pub images_dir: PathBuf,
+    pub mock_agent_binary: PathBuf,
+}
+
+/// The images of a run.
+#[derive(Debug, Clone)]
+pub struct ImageSet {
+    pub worker: String,
+    pub daemon: String,
+    pub mock_agent: String,
+    pub records: Vec<ImageRecord>,
+}
+
+fn short_hash(parts: &[&[u8]]) -> String {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hex::encode(hasher.finalize()).chars().take(16).collect()
+}
+
+async fn image_id(docker: &Docker, reference: &str) -> anyhow::Result<Option<String>> {
+    match docker.inspect_image(reference).await {
+        Ok(image) => Ok(image.id),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("inspect image {reference}")),
+    }
+}
+
+fn spinner(progress: &MultiProgress, what: &str) -> ProgressBar {
+    let bar = progress.add(ProgressBar::new_spinner());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix:.bold} {elapsed:>4} {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(what.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// Builds (or reuses) every image of the run.
+pub async fn ensure_images(
+    docker: &Docker,
+    config: &ImageConfig,
+    progress: &MultiProgress,
+) -> anyhow::Result<ImageSet> {
+    let mut records = Vec::new();
+    let binary = std::fs::read(&config.mock_agent_binary).with_context(|| {
+        format!(
+            "read the mock agent binary {}",
+            config.mock_agent_binary.display()
+        )
+    })?;
+    let agent_tag = format!("kandev-acceptance/mock-agent:{}", short_hash(&[&binary]));
+    let built = build_if_missing(docker, &agent_tag, progress, "mock-agent image", || {
+        context_tar(&[("Dockerfile", b"FROM scratch\nCOPY kandev-mock-agent /kandev-mock-agent\nENTRYPOINT [\"/kandev-mock-agent\"]\n".to_vec()), ("kandev-mock-agent", binary.clone())])
+    }, HashMap::new())
+    .await?;
+    records.push(ImageRecord {
+        role: "mock-agent".into(),
+        reference: agent_tag.clone(),
+        id: image_id(docker, &agent_tag).await?,
+        built,
+    });
+
+    let need_base = config.worker_image.is_none() || config.daemon_image.is_none();
+    let base = if need_base {
+        Some(ensure_base(docker, config, progress, &mut records).await?)
+    } else {
+        None
+    };
+
+    let daemon = match (&config.daemon_image, &base) {
+        (Some(reference), _) => {
+            let id = image_id(docker, reference).await?.ok_or_else(|| anyhow!("daemon image {reference} is not in the engine\n  fix: build or load it first (no registry pulls)"))?;
+            records.push(ImageRecord {
+                role: "daemon".into(),
+                reference: reference.clone(),
+                id: Some(id),
+                built: false,
+            });
+            reference.clone()
+        }
+        (None, Some((_, base_id))) => {
+            build_fixture(
+                docker,
+                config,
+                progress,
+                "daemon",
+                &[("BASE_IMAGE", base_id.as_str())],
+                &mut records,
+            )
+            .await?
+        }
+        (None, None) => bail!("no base image for the daemon build"),
+    };
+    let worker = match (&config.worker_image, &base) {
+        (Some(reference), _) => {
+            let id = image_id(docker, reference).await?.ok_or_else(|| anyhow!("worker image {reference} is not in the engine\n  fix: build or load it first (no registry pulls)"))?;
+            records.push(ImageRecord {
+                role: "worker".into(),
+                reference: reference.clone(),
+                id: Some(id),
+                built: false,
+            });
+            reference.clone()
+        }
+        (None, Some((_, base_id))) => {
+            let daemon_id = image_id(docker, &daemon).await?.unwrap_or_default();
+            build_fixture(
+                docker,
+                config,
+                progress,
+                "worker",
+                &[
+                    ("BASE_IMAGE", base_id.as_str()),
+                    ("DAEMON_IMAGE", daemon_id.as_str()),
+                ],
+                &mut records,
+            )
+            .await?
+        }
+        (None, None) => bail!("no base image for the worker build"),
+    };
+    Ok(ImageSet {
+        worker,
+        daemon,
+        mock_agent: agent_tag,
+        records,
+    })
+}
+
+/// The configured base if the engine has it, else a debootstrapped Debian (built once).
+async fn ensure_base(
+    docker: &Docker,
+    config: &ImageConfig,
+    progress: &MultiProgress,
+    records: &mut Vec<ImageRecord>,
+) -> anyhow::Result<(String, String)> {
+    if let Some(id) = image_id(docker, &config.base_image).await? {
+        records.push(ImageRecord {
+            role: "base".into(),
+            reference: config.base_image.clone(),
+            id: Some(id.clone()),
+            built: false,
+        });
+        return Ok((config.base_image.clone(), id));
+    }
+    let tag = format!(
+        "kandev-acceptance/base:{DEBIAN_SUITE}-{}",
+        short_hash(&[
+            DEBIAN_SUITE.as_bytes(),
+            DEBIAN_MIRROR.as_bytes(),
+            b"minbase"
+        ])
+    );
+    if let Some(id) = image_id(docker, &tag).await? {
+        records.push(ImageRecord {
+            role: "base".into(),
+            reference: tag.clone(),
+            id: Some(id.clone()),
+            built: false,
+        });
+        return Ok((tag, id));
+    }
+    let bar = spinner(progress, "base image");
+    bar.set_message(format!(
+        "{} is not in the engine: debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR}",
+        config.base_image
+    ));
+    let rootfs = tempfile::Builder::new()
+        .prefix("kandev-acceptance-rootfs-")
+        .tempdir()
+        .context("create a folder for debootstrap")?;
+    let output = tokio::process::Command::new("debootstrap")
+        .args(["--variant=minbase", DEBIAN_SUITE])
+        .arg(rootfs.path())
+        .arg(DEBIAN_MIRROR)
+        .output()
+        .await
+        .map_err(|e| anyhow!("run debootstrap: {e}\n  fix: install it (apt-get install debootstrap, as bash harness/scripts/ensure-engine.sh does) or pass --base-image with a Debian image present in the engine"))?;
+    if !output.status.success() {
+        let log = String::from_utf8_lossy(&output.stdout);
+        let tail: Vec<&str> = log.lines().rev().take(10).collect();
+        bail!(
+            "debootstrap {DEBIAN_SUITE} failed ({}):\n{}\n  fix: check that {DEBIAN_MIRROR} is reachable and that this runs as root, or pass --base-image",
+            output.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    bar.set_message("importing the root filesystem");
+    let tar = tokio::process::Command::new("tar")
+        .arg("-C")
+        .arg(rootfs.path())
+        .args(["--numeric-owner", "-cf", "-", "."])
+        .output()
+        .await
+        .context("archive the root filesystem")?;
+    if !tar.status.success() {
+        bail!(
+            "tar of the debootstrapped root filesystem failed: {}",
+            String::from_utf8_lossy(&tar.stderr)
+        );
+    }
+    let (repo, tag_part) = tag.split_once(':').unwrap_or((tag.as_str(), "latest"));
+    let options = CreateImageOptionsBuilder::default()
+        .from_src("-")
+        .repo(repo)
+        .tag(tag_part)
+        .build();
+    let mut stream = docker.create_image(
+        Some(options),
+        Some(bollard::body_full(tar.stdout.into())),
+        None,
+    );
+    while let Some(item) = stream.next().await {
+        let info = item.context("import the base root filesystem")?;
+        if let Some(error) = info.error_detail.and_then(|d| d.message) {
+            bail!("import the base root filesystem: {error}");
+        }
+    }
+    let id = image_id(docker, &tag)
+        .await?
+        .ok_or_else(|| anyhow!("the imported base {tag} is missing"))?;
+    bar.finish_with_message(format!("built {tag}"));
+    records.push(ImageRecord {
+        role: "base".into(),
+        reference: tag.clone(),
+        id: Some(id.clone()),
+        built: true,
+    });
+    Ok((tag, id))
+}
+
+/// Builds `fixtures/images/<name>` (tagged by Dockerfile, context and build arguments).
+async fn build_fixture(
+    docker: &Docker,
+    config: &ImageConfig,
+    progress: &MultiProgress,
+    name: &str,
+    args: &[(&str, &str)],
+    records: &mut Vec<ImageRecord>,
+) -> anyhow::Result<String> {
+    let dir = config.images_dir.join(name);
+    let files = read_context(&dir)?;
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for (path, bytes) in &files {
+        parts.push(path.as_bytes());
+        parts.push(bytes);
+    }
+    for (k, v) in args {
+        parts.push(k.as_bytes());
+        parts.push(v.as_bytes());
+    }
+    let tag = format!("kandev-acceptance/{name}:{}", short_hash(&parts));
+    let buildargs: HashMap<String, String> = args
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let borrowed: Vec<(&str, Vec<u8>)> =
+        files.iter().map(|(p, b)| (p.as_str(), b.clone())).collect();
+    let built = build_if_missing(
+        docker,
+        &tag,
+        progress,
+        &format!("{name} image"),
+        || context_tar(&borrowed),
+        buildargs,
+    )
+    .await?;
+    records.push(ImageRecord {
+        role: name.into(),
+        reference: tag.clone(),
+        id: image_id(docker, &tag).await?,
+        built,
+    });
+    Ok(tag)
+}
+
+fn read_context(dir: &Path) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current)
+            .with_context(|| format!("read build context {}", current.display()))?
+        {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_type()?.is_dir() {
+                stack.push(path);
+            } else {
+                let relative = path
+                    .strip_prefix(dir)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .into_owned();
+                files.push((relative, std::fs::read(&path)?));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn context_tar(files: &[(&str, Vec<u8>)]) -> anyhow::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o755);
+        header.set_cksum();
+        builder.append_data(&mut header, path, bytes.as_slice())?;
+    }
+    Ok(builder.into_inner()?)
+}
+
+/// Builds `tag` from a context unless the engine already has it; returns whether it built.
+async fn build_if_missing(
+    docker: &Docker,
+    tag: &str,
+    progress: &MultiProgress,
+    what: &str,
+    context: impl FnOnce() -> anyhow::Result<Vec<u8>>,
+    buildargs: HashMap<String, String>,
+) -> anyhow::Result<bool> {
+    if image_id(docker, tag).await?.is_some() {
+        tracing::info!(image = tag, "reusing image built from the same content");
+        return Ok(false);
+    }
+    let bar = spinner(progress, what);
+    let labels = HashMap::from([(crate::identity::LABEL_MANAGED.to_owned(), "true".to_owned())]);
+    let options = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .networkmode("host")
+        .buildargs(&buildargs)
+        .labels(&labels)
+        .build();
+    let mut stream = docker.build_image(options, None, Some(bollard::body_full(context()?.into())));
+    let mut log = Vec::<String>::new();
+    while let Some(item) = stream.next().await {
+        let info = item.with_context(|| format!("build {tag}"))?;
+        if let Some(line) = info
+            .stream
+            .as_deref()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+        {
+            bar.set_message(line.chars().take(100).collect::<String>());
+            log.push(line.to_owned());
+        }
+        if let Some(error) = info.error_detail.and_then(|d| d.message) {
+            let tail = log
+                .iter()
+                .rev()
+                .take(15)
+                .rev()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n");
+            bar.abandon_with_message("failed");
+            bail!(
+                "build {tag} failed: {error}\n{tail}\n  fix: the Dockerfile is under fixtures/images/; apt needs a reachable Debian mirror"
+            );
+        }
+    }
+    bar.finish_with_message(format!("built {tag}"));
+    Ok(true)
+}
+
+/// The host's Rust target triple (the mock agent is built for it, statically).
+pub fn host_triple() -> &'static str {
+    if cfg!(target_arch = "aarch64") {
+        "aarch64-unknown-linux-gnu"
+    } else {
+        "x86_64-unknown-linux-gnu"
+    }
+}
+
+/// Finds the static mock agent: `KANDEV_MOCK_AGENT_BIN`, else builds it from this workspace
+/// with `+crt-static` in its own target folder (a no-op when it is up to date).
+pub async fn mock_agent_binary(root: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("KANDEV_MOCK_AGENT_BIN") {
+        let path = PathBuf::from(path);
+        if !path.is_file() {
+            bail!("KANDEV_MOCK_AGENT_BIN={} is not a file", path.display());
+        }
+        return Ok(path);
+    }
+    let target_dir = root.join("target/mock-agent");
+    let triple = host_triple();
+    let output = tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--quiet", "--release", "--locked", "-p", "kandev-mock-agent", "--target", triple, "--target-dir"])
+        .arg(&target_dir)
+        .current_dir(root)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .output()
+        .await
+        .map_err(|e| anyhow!("run cargo to build the mock agent: {e}\n  fix: put cargo on PATH, or set KANDEV_MOCK_AGENT_BIN to a static kandev-mock-agent"))?;
+    if !output.status.success() {
+        bail!(
+            "building the static mock agent failed:\n{}\n  fix: rustup target add {triple}, or set KANDEV_MOCK_AGENT_BIN",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(target_dir.join(triple).join("release/kandev-mock-agent"))
+}

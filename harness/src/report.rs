@@ -1,0 +1,366 @@
+//! The run report: typed, versioned JSON whose JSON Schema is checked in under `reports/`.
+//!
+//! CI, operators and release gating read this file; `schema_version` changes whenever a
+//! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::Path;
+
+/// Bumped on every incompatible change of the report's shape.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub schema_version: u32,
+    pub run_id: String,
+    pub harness_version: String,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub finished_at: String,
+    pub duration_ms: u64,
+    /// True when the run was cancelled (Ctrl-C, SIGTERM) before every scenario finished.
+    pub interrupted: bool,
+    pub backend: String,
+    pub environment: Environment,
+    pub configuration: Configuration,
+    pub summary: Summary,
+    /// Run-level steps (engine checks, image builds) with their timings.
+    pub setup: Vec<StepReport>,
+    pub scenarios: Vec<ScenarioReport>,
+    /// What carried this run's labels after teardown (empty when nothing leaked).
+    pub leftovers: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Environment {
+    pub engine_version: Option<String>,
+    pub engine_api_version: Option<String>,
+    pub kubernetes_version: Option<String>,
+    pub kernel: Option<String>,
+    pub operating_system: Option<String>,
+    pub architecture: Option<String>,
+    /// `1` (legacy or hybrid) or `2` (unified).
+    pub cgroup_version: Option<u8>,
+    pub cgroup_driver: Option<String>,
+    /// MTU of the Pod network's interface as the engine configures it.
+    pub node_mtu: Option<u32>,
+    pub images: Vec<ImageRecord>,
+    pub template: Option<TemplateRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImageRecord {
+    /// `base`, `daemon`, `worker`, `mock-agent`.
+    pub role: String,
+    pub reference: String,
+    /// Engine image id (`sha256:...`).
+    pub id: Option<String>,
+    /// True when this run built it; false when an image with the same content tag was reused.
+    pub built: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateRecord {
+    pub path: String,
+    /// SHA-256 of the rendered template text.
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Configuration {
+    /// SHA-256 over the canonical JSON of the settings below.
+    pub sha256: String,
+    pub settings: Value,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    pub total: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub errored: usize,
+    pub timed_out: usize,
+    pub cancelled: usize,
+    pub skipped: usize,
+    pub incompatible: usize,
+}
+
+impl Summary {
+    pub fn of(scenarios: &[ScenarioReport]) -> Self {
+        let mut s = Summary {
+            total: scenarios.len(),
+            ..Default::default()
+        };
+        for scenario in scenarios {
+            match scenario.outcome {
+                Outcome::Passed => s.passed += 1,
+                Outcome::Failed => s.failed += 1,
+                Outcome::Errored => s.errored += 1,
+                Outcome::TimedOut => s.timed_out += 1,
+                Outcome::Cancelled => s.cancelled += 1,
+                Outcome::Skipped => s.skipped += 1,
+                Outcome::Incompatible => s.incompatible += 1,
+            }
+        }
+        s
+    }
+}
+
+/// How a scenario ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every promise held.
+    Passed,
+    /// A promise broke: `diagnosis` names it and the evidence shows it.
+    Failed,
+    /// The harness or the infrastructure failed before the promise could be judged.
+    Errored,
+    TimedOut,
+    Cancelled,
+    /// Not run, with the reason.
+    Skipped,
+    /// The environment cannot support what the scenario checks, with the reason.
+    Incompatible,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Failed => "failed",
+            Outcome::Errored => "errored",
+            Outcome::TimedOut => "timed out",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Skipped => "skipped",
+            Outcome::Incompatible => "incompatible",
+        }
+    }
+
+    /// Whether the outcome lets a release gate pass.
+    pub fn is_acceptable(self) -> bool {
+        matches!(
+            self,
+            Outcome::Passed | Outcome::Skipped | Outcome::Incompatible
+        )
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioReport {
+    /// `area::name`.
+    pub name: String,
+    /// The promise of the design this scenario checks.
+    pub promise: String,
+    pub outcome: Outcome,
+    /// For anything but `passed`: which promise broke (or why it was not judged), with the
+    /// evidence that shows it.
+    pub diagnosis: Option<String>,
+    pub started_at: String,
+    pub duration_ms: u64,
+    pub steps: Vec<StepReport>,
+    pub findings: Vec<Finding>,
+    pub sessions: Vec<SessionRecord>,
+    pub cleanup: Vec<CleanupRecord>,
+    /// Files collected for this scenario, relative to the report's folder.
+    pub artifacts: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StepOutcome {
+    Passed,
+    Failed,
+    Errored,
+    Incompatible,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepReport {
+    pub name: String,
+    pub outcome: StepOutcome,
+    /// Milliseconds from the scenario's (or run's) start to this step's start.
+    pub offset_ms: u64,
+    pub duration_ms: u64,
+    /// What the step observed: digests, exit codes, outputs, paths.
+    pub evidence: Value,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingLevel {
+    Info,
+    Warning,
+    Incompatible,
+}
+
+/// Something worth knowing that does not break a promise (root-owned files in the workspace,
+/// a bind source the daemon cannot see, a browser flag that was needed).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Finding {
+    pub level: FindingLevel,
+    /// Stable machine-readable key, e.g. `workspace.root_owned_files`.
+    pub code: String,
+    pub message: String,
+    pub evidence: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRecord {
+    pub pod_name: String,
+    pub pod_uid: String,
+    pub namespace: String,
+    pub task_id: String,
+    pub session_id: String,
+    pub workspace: String,
+    /// Milliseconds per launch stage (`storage`, `pod_ready`, `bootstrap`, `agentctl_connect`).
+    pub launch_stages_ms: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CleanupOutcome {
+    Removed,
+    AlreadyGone,
+    Kept,
+    Failed,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CleanupRecord {
+    /// `kind/name`, e.g. `pod/kandev-0123456789abcdef`.
+    pub object: String,
+    pub outcome: CleanupOutcome,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The JSON Schema of [`Report`], as checked in at `reports/report.schema.json`.
+pub fn json_schema() -> Value {
+    serde_json::to_value(schemars::schema_for!(Report)).unwrap_or(Value::Null)
+}
+
+/// Writes the report atomically (temp file + rename) so readers never see half a file.
+pub fn write(report: &Report, path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, path)
+}
+
+pub fn read(path: &Path) -> anyhow::Result<Report> {
+    let text = std::fs::read(path)?;
+    Ok(serde_json::from_slice(&text)?)
+}
+
+/// RFC 3339 (UTC, seconds) for a `SystemTime`.
+pub fn rfc3339(time: std::time::SystemTime) -> String {
+    let d = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs();
+    let days = (secs / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let rem = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// The short human summary printed after a run.
+pub fn human_summary(report: &Report, path: &Path) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "\nkandev-acceptance run {} on {}\n",
+        report.run_id, report.backend
+    ));
+    for s in &report.scenarios {
+        out.push_str(&format!(
+            "  {:<12} {:<28} {:>7.1}s",
+            s.outcome.as_str(),
+            s.name,
+            s.duration_ms as f64 / 1000.0
+        ));
+        if let Some(d) = &s.diagnosis {
+            let first = d.lines().next().unwrap_or_default();
+            out.push_str(&format!("  {first}"));
+        }
+        out.push('\n');
+        for f in s.findings.iter().filter(|f| f.level != FindingLevel::Info) {
+            out.push_str(&format!(
+                "               finding {}: {}\n",
+                f.code, f.message
+            ));
+        }
+    }
+    let s = &report.summary;
+    out.push_str(&format!(
+        "  {} scenarios: {} passed, {} failed, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1}s)\n",
+        s.total, s.passed, s.failed, s.errored, s.timed_out, s.cancelled, s.skipped, s.incompatible,
+        report.duration_ms as f64 / 1000.0
+    ));
+    if !report.leftovers.is_empty() {
+        out.push_str(&format!("  LEFT BEHIND: {}\n", report.leftovers.join(", ")));
+    }
+    out.push_str(&format!("  report: {}\n", path.display()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_in_schema_matches_the_types() {
+        let path = crate::paths::reports().join("report.schema.json");
+        let generated = json_schema();
+        if std::env::var_os("KANDEV_ACCEPTANCE_BLESS").is_some() {
+            let text = serde_json::to_string_pretty(&generated).unwrap_or_default() + "\n";
+            std::fs::write(&path, text).unwrap_or_default();
+        }
+        let checked_in: Value = std::fs::read(&path)
+            .ok()
+            .and_then(|t| serde_json::from_slice(&t).ok())
+            .unwrap_or(Value::Null);
+        assert!(
+            checked_in == generated,
+            "reports/report.schema.json drifted from the report types; regenerate it with \
+             KANDEV_ACCEPTANCE_BLESS=1 cargo test -p kandev-harness checked_in_schema"
+        );
+    }
+
+    #[test]
+    fn rfc3339_formats_utc() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_796_000_000_123);
+        assert_eq!(rfc3339(t), "2026-11-30T00:53:20.123Z");
+    }
+}

@@ -1,0 +1,692 @@
+//! The runner: scenarios as libtest-mimic trials, bridged to one tokio runtime on purpose.
+//!
+//! Each trial runs its scenario body under the scenario's deadline and the run's cancellation,
+//! classifies the result (passed, failed = a promise broke, errored = infrastructure, timed
+//! out, cancelled, skipped, incompatible), collects evidence on failure, and always tears its
+//! cleanup stack down afterwards. The engine and images are prepared once, lazily, by the
+//! first trial that needs them, so `--list` and filtered-out runs touch nothing.
+
+use crate::backend::Backend;
+use crate::backend::local::{LocalBackend, connect_engine};
+use crate::cleanup::CleanupStack;
+use crate::identity::SessionIdentity;
+use crate::images::{ImageConfig, ImageSet};
+use crate::report::{
+    Environment, Finding, FindingLevel, Outcome, ScenarioReport, SessionRecord, StepOutcome,
+    StepReport, TemplateRecord,
+};
+use crate::session::{LaunchSettings, Session, SessionOptions};
+use crate::template::{self, RenderedTemplate, WorkspaceMode};
+use anyhow::{Context, anyhow};
+use futures_util::FutureExt;
+use indicatif::MultiProgress;
+use k8s_openapi::api::core::v1::PodTemplate;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<Verdict>> + Send + 'a>>;
+
+/// A named check of one promise. The registry in `scenarios/` lists them all.
+pub struct Scenario {
+    /// `area::name`, mirroring `scenarios/src/<area>/<name>.rs`.
+    pub name: &'static str,
+    /// The promise of the design it checks, as the report states it.
+    pub promise: &'static str,
+    pub timeout: Duration,
+    pub run: for<'a> fn(&'a mut Ctx) -> ScenarioFuture<'a>,
+}
+
+/// How a scenario body ends when it does not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Passed,
+    Skipped(String),
+    Incompatible(String),
+}
+
+/// A broken promise: the scenario ran and the design's promise did not hold.
+#[derive(Debug, thiserror::Error)]
+#[error("{promise}: {evidence}")]
+pub struct Broken {
+    pub promise: String,
+    pub evidence: String,
+}
+
+/// Fails the scenario: `promise` broke, `evidence` shows how.
+pub fn broken(promise: impl Into<String>, evidence: impl Into<String>) -> anyhow::Error {
+    Broken {
+        promise: promise.into(),
+        evidence: evidence.into(),
+    }
+    .into()
+}
+
+/// `Ok(())` when `holds`, else a [`Broken`] with the evidence.
+pub fn promise(
+    holds: bool,
+    promise: &str,
+    evidence: impl FnOnce() -> String,
+) -> anyhow::Result<()> {
+    if holds {
+        Ok(())
+    } else {
+        Err(broken(promise, evidence()))
+    }
+}
+
+/// When to leave a scenario's Pods running for debugging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Keep {
+    Never,
+    OnFailure,
+    Always,
+}
+
+/// Settings of a run (from the command line).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunConfig {
+    pub template: PathBuf,
+    pub prepare_script: PathBuf,
+    pub main_container: String,
+    pub daemon_container: String,
+    pub workspace_mode: WorkspaceMode,
+    pub base_image: String,
+    pub worker_image: Option<String>,
+    pub daemon_image: Option<String>,
+    pub report_dir: PathBuf,
+    pub keep: Keep,
+    pub docker_ready_timeout_seconds: u32,
+    pub pod_pids_limit: i64,
+    pub scenario_timeout: Option<Duration>,
+}
+
+/// Prepared once per run, by the first scenario that needs it.
+pub struct RunEnv {
+    pub backend: Arc<dyn Backend>,
+    pub local: Arc<LocalBackend>,
+    pub images: ImageSet,
+    pub launch: LaunchSettings,
+    pub rendered: RenderedTemplate,
+    pub environment: Environment,
+}
+
+/// State shared by every trial of a run.
+pub struct Run {
+    pub id: String,
+    pub config: RunConfig,
+    pub template_text: String,
+    pub prepare_text: String,
+    pub progress: MultiProgress,
+    pub started: Instant,
+    pub started_at: SystemTime,
+    env: tokio::sync::OnceCell<Result<Arc<RunEnv>, String>>,
+    results: Mutex<Vec<ScenarioReport>>,
+    setup: Mutex<Vec<StepReport>>,
+    cancelled: AtomicBool,
+    cancel: tokio::sync::Notify,
+}
+
+impl Run {
+    pub fn new(id: String, config: RunConfig, template_text: String, prepare_text: String) -> Self {
+        Self {
+            id,
+            config,
+            template_text,
+            prepare_text,
+            progress: MultiProgress::new(),
+            started: Instant::now(),
+            started_at: SystemTime::now(),
+            env: tokio::sync::OnceCell::new(),
+            results: Mutex::new(Vec::new()),
+            setup: Mutex::new(Vec::new()),
+            cancelled: AtomicBool::new(false),
+            cancel: tokio::sync::Notify::new(),
+        }
+    }
+
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.cancel.notify_waiters();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    async fn cancelled(&self) {
+        let notified = self.cancel.notified();
+        if self.is_cancelled() {
+            return;
+        }
+        notified.await;
+    }
+
+    pub fn results(&self) -> Vec<ScenarioReport> {
+        self.results.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    pub fn setup_steps(&self) -> Vec<StepReport> {
+        self.setup.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The run's environment if it was prepared (successfully).
+    pub fn prepared_env(&self) -> Option<Arc<RunEnv>> {
+        self.env.get().and_then(|r| r.as_ref().ok()).cloned()
+    }
+
+    pub fn report_folder(&self) -> PathBuf {
+        self.config.report_dir.join(&self.id)
+    }
+
+    fn record_setup(&self, name: &str, started: Instant, result: &anyhow::Result<Value>) {
+        let step = StepReport {
+            name: name.to_owned(),
+            outcome: if result.is_ok() {
+                StepOutcome::Passed
+            } else {
+                StepOutcome::Errored
+            },
+            offset_ms: started.duration_since(self.started).as_millis() as u64,
+            duration_ms: started.elapsed().as_millis() as u64,
+            evidence: result.as_ref().ok().cloned().unwrap_or(Value::Null),
+            error: result.as_ref().err().map(crate::error_chain_anyhow),
+        };
+        if let Ok(mut setup) = self.setup.lock() {
+            setup.push(step);
+        }
+    }
+
+    /// Connects to the engine, builds or reuses the images, renders the template.
+    pub async fn env(&self) -> Result<Arc<RunEnv>, String> {
+        self.env
+            .get_or_init(|| async {
+                self.prepare_env()
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| crate::error_chain_anyhow(&e))
+            })
+            .await
+            .clone()
+    }
+
+    async fn prepare_env(&self) -> anyhow::Result<RunEnv> {
+        let started = Instant::now();
+        let engine = async {
+            let docker = connect_engine().await?;
+            let version = docker.version().await.context("engine version")?;
+            let info = docker.info().await.context("engine info")?;
+            anyhow::Ok((docker, version, info))
+        }
+        .await;
+        self.record_setup(
+            "engine",
+            started,
+            &engine
+                .as_ref()
+                .map(|(_, v, _)| json!({"version": v.version, "api_version": v.api_version}))
+                .map_err(|e| anyhow!("{e:#}")),
+        );
+        let (docker, version, info) = engine?;
+
+        let started = Instant::now();
+        let binary = crate::images::mock_agent_binary(&crate::paths::workspace_root()).await;
+        self.record_setup(
+            "mock_agent_binary",
+            started,
+            &binary
+                .as_ref()
+                .map(|p| json!({"path": p}))
+                .map_err(|e| anyhow!("{e:#}")),
+        );
+        let binary = binary?;
+
+        let started = Instant::now();
+        let image_config = ImageConfig {
+            base_image: self.config.base_image.clone(),
+            worker_image: self.config.worker_image.clone(),
+            daemon_image: self.config.daemon_image.clone(),
+            images_dir: crate::paths::fixtures().join("images"),
+            mock_agent_binary: binary.clone(),
+        };
+        let images = crate::images::ensure_images(&docker, &image_config, &self.progress).await;
+        self.record_setup(
+            "images",
+            started,
+            &images
+                .as_ref()
+                .map(|i| json!(i.records))
+                .map_err(|e| anyhow!("{e:#}")),
+        );
+        let images = images?;
+
+        let rendered = template::render(&self.template_text, &images.worker, &images.daemon);
+        let parsed: PodTemplate = template::parse(&rendered.text)
+            .map_err(|f| anyhow!("template: {}", join_findings(&f)))?;
+        let local = Arc::new(LocalBackend::new(
+            docker.clone(),
+            images.mock_agent.clone(),
+            vec!["/opt/kandev/agentctl".into(), "bridge".into()],
+            self.config.pod_pids_limit,
+        ));
+        let backend: Arc<dyn Backend> = local.clone();
+        let agent_binary =
+            Arc::new(std::fs::read(&binary).with_context(|| format!("read {}", binary.display()))?);
+        let launch = LaunchSettings {
+            backend: backend.clone(),
+            namespace: crate::backend::local::LOCAL_NAMESPACE.into(),
+            template: parsed,
+            main_container: self.config.main_container.clone(),
+            daemon_container: self.config.daemon_container.clone(),
+            prepare_script: self.prepare_text.clone(),
+            agent_binary,
+            pod_ready_timeout: Duration::from_secs(60),
+            prepare_timeout: Duration::from_secs(
+                u64::from(self.config.docker_ready_timeout_seconds) + 120,
+            ),
+            connect_timeout: Duration::from_secs(30),
+            profile_env: BTreeMap::from([(
+                "DOCKER_READY_TIMEOUT_SECONDS".to_owned(),
+                self.config.docker_ready_timeout_seconds.to_string(),
+            )]),
+        };
+        let environment = Environment {
+            engine_version: version.version.clone(),
+            engine_api_version: version.api_version.clone(),
+            kubernetes_version: None,
+            kernel: info.kernel_version.clone(),
+            operating_system: info.operating_system.clone(),
+            architecture: info.architecture.clone(),
+            cgroup_version: info
+                .cgroup_version
+                .as_ref()
+                .map(|v| if format!("{v:?}").contains('2') { 2 } else { 1 }),
+            cgroup_driver: info
+                .cgroup_driver
+                .as_ref()
+                .map(|d| format!("{d:?}").to_lowercase()),
+            node_mtu: std::fs::read_to_string("/sys/class/net/docker0/mtu")
+                .ok()
+                .and_then(|m| m.trim().parse().ok()),
+            images: images.records.clone(),
+            template: Some(TemplateRecord {
+                path: self.config.template.display().to_string(),
+                sha256: rendered.sha256.clone(),
+            }),
+        };
+        Ok(RunEnv {
+            backend,
+            local,
+            images,
+            launch,
+            rendered,
+            environment,
+        })
+    }
+
+    /// Runs one scenario to its report, teardown included.
+    pub async fn run_scenario(self: &Arc<Self>, scenario: &Scenario) -> ScenarioReport {
+        let started = Instant::now();
+        let started_at = crate::report::rfc3339(SystemTime::now());
+        let mut report = ScenarioReport {
+            name: scenario.name.into(),
+            promise: scenario.promise.into(),
+            outcome: Outcome::Errored,
+            diagnosis: None,
+            started_at,
+            duration_ms: 0,
+            steps: Vec::new(),
+            findings: Vec::new(),
+            sessions: Vec::new(),
+            cleanup: Vec::new(),
+            artifacts: Vec::new(),
+        };
+        if self.is_cancelled() {
+            report.outcome = Outcome::Cancelled;
+            report.diagnosis = Some("the run was cancelled before this scenario started".into());
+            return self.finish(report, started);
+        }
+        let env = match self.env().await {
+            Ok(env) => env,
+            Err(e) => {
+                report.diagnosis = Some(format!("environment: {e}"));
+                return self.finish(report, started);
+            }
+        };
+        let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name);
+        let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
+        let outcome = {
+            let body = AssertUnwindSafe((scenario.run)(&mut ctx)).catch_unwind();
+            tokio::select! {
+                result = tokio::time::timeout(timeout, body) => match result {
+                    Ok(Ok(Ok(verdict))) => Ok(verdict),
+                    Ok(Ok(Err(error))) => Err(classify(&error)),
+                    Ok(Err(panic)) => Err((Outcome::Errored, format!("the scenario panicked: {}", panic_message(&panic)))),
+                    Err(_) => Err((Outcome::TimedOut, format!("no result within {timeout:?}"))),
+                },
+                () = self.cancelled() => Err((Outcome::Cancelled, "cancelled (Ctrl-C or SIGTERM); teardown ran".to_owned())),
+            }
+        };
+        match outcome {
+            Ok(Verdict::Passed) => {
+                ctx.close_step(StepOutcome::Passed, None);
+                report.outcome = Outcome::Passed;
+            }
+            Ok(Verdict::Skipped(reason)) => {
+                ctx.close_step(StepOutcome::Passed, None);
+                report.outcome = Outcome::Skipped;
+                report.diagnosis = Some(reason);
+            }
+            Ok(Verdict::Incompatible(reason)) => {
+                ctx.close_step(StepOutcome::Incompatible, Some(reason.clone()));
+                report.outcome = Outcome::Incompatible;
+                report.diagnosis = Some(reason);
+            }
+            Err((outcome, diagnosis)) => {
+                let step = if outcome == Outcome::Failed {
+                    StepOutcome::Failed
+                } else {
+                    StepOutcome::Errored
+                };
+                ctx.close_step(step, Some(diagnosis.clone()));
+                report.outcome = outcome;
+                report.diagnosis = Some(diagnosis);
+            }
+        }
+        if report.outcome != Outcome::Passed {
+            report.artifacts = ctx.collect_evidence().await;
+        }
+        let keep = match self.config.keep {
+            Keep::Always => true,
+            Keep::OnFailure => !report.outcome.is_acceptable(),
+            Keep::Never => false,
+        };
+        report.cleanup = ctx
+            .cleanup
+            .teardown(env.backend.as_ref(), Duration::from_secs(120), keep)
+            .await;
+        if keep {
+            for pod in ctx.cleanup_pods_kept() {
+                eprintln!(
+                    "kept {}: docker exec -it {}-{} sh   (remove later: kandev-acceptance gc --run {})",
+                    pod, pod, self.config.main_container, self.id
+                );
+            }
+        }
+        report.steps = std::mem::take(&mut ctx.steps);
+        report.findings = std::mem::take(&mut ctx.findings);
+        report.sessions = std::mem::take(&mut ctx.sessions);
+        self.finish(report, started)
+    }
+
+    fn finish(&self, mut report: ScenarioReport, started: Instant) -> ScenarioReport {
+        report.duration_ms = started.elapsed().as_millis() as u64;
+        if let Ok(mut results) = self.results.lock() {
+            results.push(report.clone());
+        }
+        report
+    }
+}
+
+fn join_findings(findings: &[template::TemplateFinding]) -> String {
+    findings
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// A broken promise anywhere in the chain fails the scenario; anything else is an error of
+/// the infrastructure (the promise could not be judged).
+fn classify(error: &anyhow::Error) -> (Outcome, String) {
+    let text = crate::error_chain_anyhow(error);
+    if error.chain().any(|e| e.downcast_ref::<Broken>().is_some()) {
+        (Outcome::Failed, text)
+    } else {
+        (Outcome::Errored, text)
+    }
+}
+
+struct OpenStep {
+    name: String,
+    started: Instant,
+    evidence: serde_json::Map<String, Value>,
+    outcome: Option<StepOutcome>,
+}
+
+/// What a scenario body works with: the run's environment, its steps and evidence, and its
+/// cleanup stack.
+pub struct Ctx {
+    pub run: Arc<Run>,
+    pub env: Arc<RunEnv>,
+    pub scenario: &'static str,
+    pub cleanup: Arc<CleanupStack>,
+    started: Instant,
+    steps: Vec<StepReport>,
+    open: Option<OpenStep>,
+    findings: Vec<Finding>,
+    sessions: Vec<SessionRecord>,
+    ordinal: usize,
+}
+
+impl Ctx {
+    fn new(run: Arc<Run>, env: Arc<RunEnv>, scenario: &'static str) -> Self {
+        Self {
+            run,
+            env,
+            scenario,
+            cleanup: Arc::new(CleanupStack::default()),
+            started: Instant::now(),
+            steps: Vec::new(),
+            open: None,
+            findings: Vec::new(),
+            sessions: Vec::new(),
+            ordinal: 0,
+        }
+    }
+
+    fn close_step(&mut self, default: StepOutcome, error: Option<String>) {
+        if let Some(open) = self.open.take() {
+            let outcome = open.outcome.unwrap_or(default);
+            self.steps.push(StepReport {
+                name: open.name,
+                outcome,
+                offset_ms: open.started.duration_since(self.started).as_millis() as u64,
+                duration_ms: open.started.elapsed().as_millis() as u64,
+                evidence: Value::Object(open.evidence),
+                error: if outcome == StepOutcome::Passed {
+                    None
+                } else {
+                    error
+                },
+            });
+        }
+    }
+
+    /// Starts a step (the previous one ends as passed).
+    pub fn step(&mut self, name: &str) {
+        self.close_step(StepOutcome::Passed, None);
+        tracing::info!(scenario = self.scenario, step = name, "step");
+        self.open = Some(OpenStep {
+            name: name.to_owned(),
+            started: Instant::now(),
+            evidence: serde_json::Map::new(),
+            outcome: None,
+        });
+    }
+
+    /// Attaches evidence to the current step.
+    pub fn evidence(&mut self, key: &str, value: impl Serialize) {
+        if self.open.is_none() {
+            self.step("evidence");
+        }
+        if let Some(open) = self.open.as_mut() {
+            open.evidence.insert(
+                key.to_owned(),
+                serde_json::to_value(value).unwrap_or(Value::Null),
+            );
+        }
+    }
+
+    /// Marks the current step incompatible (the scenario may still pass).
+    pub fn step_incompatible(&mut self) {
+        if let Some(open) = self.open.as_mut() {
+            open.outcome = Some(StepOutcome::Incompatible);
+        }
+    }
+
+    pub fn finding(
+        &mut self,
+        level: FindingLevel,
+        code: &str,
+        message: impl Into<String>,
+        evidence: Value,
+    ) {
+        self.findings.push(Finding {
+            level,
+            code: code.to_owned(),
+            message: message.into(),
+            evidence,
+        });
+    }
+
+    /// A fresh Kandev identity for the next session of this scenario.
+    pub fn identity(&mut self) -> SessionIdentity {
+        self.ordinal += 1;
+        SessionIdentity::new(&self.run.id, self.scenario, self.ordinal)
+    }
+
+    pub fn template(&self) -> &PodTemplate {
+        &self.env.launch.template
+    }
+
+    /// Launches a session through all of Kandev's stages.
+    pub async fn launch(&mut self, options: SessionOptions) -> anyhow::Result<Session> {
+        let identity = match &options.identity {
+            Some(identity) => identity.clone(),
+            None => self.identity(),
+        };
+        let mut options = options;
+        options.workspace_mode = options
+            .workspace_mode
+            .or(Some(self.run.config.workspace_mode));
+        let session = Session::launch(&self.env.launch, &self.cleanup, identity, &options).await?;
+        self.sessions.push(session.record());
+        self.evidence("launch_stages_ms", &session.stages);
+        Ok(session)
+    }
+
+    /// Launches several sessions at once (each through all stages); all or an error.
+    pub async fn launch_many(
+        &mut self,
+        options: Vec<SessionOptions>,
+    ) -> anyhow::Result<Vec<Session>> {
+        let mut prepared = Vec::new();
+        for mut o in options {
+            let identity = match &o.identity {
+                Some(identity) => identity.clone(),
+                None => self.identity(),
+            };
+            o.workspace_mode = o.workspace_mode.or(Some(self.run.config.workspace_mode));
+            prepared.push((identity, o));
+        }
+        let launches = prepared.iter().map(|(identity, o)| {
+            Session::launch(&self.env.launch, &self.cleanup, identity.clone(), o)
+        });
+        let results = futures_util::future::join_all(launches).await;
+        let mut sessions = Vec::new();
+        for result in results {
+            let session = result?;
+            self.sessions.push(session.record());
+            sessions.push(session);
+        }
+        let stages: Vec<_> = sessions
+            .iter()
+            .map(|s| json!({"pod": s.pod.name, "stages_ms": s.stages}))
+            .collect();
+        self.evidence("launch_stages_ms", stages);
+        Ok(sessions)
+    }
+
+    /// Creates a session's storage and Pod only (the scenario drives the bootstrap).
+    pub async fn create_session(&mut self, options: SessionOptions) -> anyhow::Result<Session> {
+        let identity = match &options.identity {
+            Some(identity) => identity.clone(),
+            None => self.identity(),
+        };
+        let mut options = options;
+        options.workspace_mode = options
+            .workspace_mode
+            .or(Some(self.run.config.workspace_mode));
+        let session = Session::create(&self.env.launch, &self.cleanup, identity, &options).await?;
+        self.sessions.push(session.record());
+        Ok(session)
+    }
+
+    fn cleanup_pods_kept(&self) -> Vec<String> {
+        self.sessions.iter().map(|s| s.pod_name.clone()).collect()
+    }
+
+    /// Before teardown of a scenario that did not pass: container logs and the nested
+    /// daemon's state, under `reports/<run>/<scenario>/`, size-capped.
+    async fn collect_evidence(&self) -> Vec<String> {
+        let folder = self.run.report_folder();
+        let scenario_dir = self.scenario.replace("::", "-");
+        let dir = folder.join(&scenario_dir);
+        if std::fs::create_dir_all(&dir).is_err() {
+            return Vec::new();
+        }
+        let mut written = Vec::new();
+        let backend = &self.env.backend;
+        let mut save = |name: String, text: String| {
+            let text: String = text.chars().take(1 << 20).collect();
+            if std::fs::write(dir.join(&name), text).is_ok() {
+                written.push(format!("{scenario_dir}/{name}"));
+            }
+        };
+        for pod in self.cleanup.pods() {
+            let states = backend.container_states(&pod).await.unwrap_or_default();
+            save(format!("{}.containers.json", pod.name), serde_json::to_string_pretty(&states.iter().map(|s| json!({"name": s.name, "running": s.running, "restarts": s.restarts, "exit_code": s.exit_code})).collect::<Vec<_>>()).unwrap_or_default());
+            for state in &states {
+                if let Ok(logs) = backend.logs(&pod, &state.name).await {
+                    save(format!("{}.{}.log", pod.name, state.name), logs);
+                }
+            }
+            let daemon = crate::backend::ExecRequest::new(
+                &self.run.config.daemon_container,
+                &["sh", "-c", "DOCKER_HOST=unix:///run/docker/docker.sock; export DOCKER_HOST; docker info 2>&1; echo; docker ps -a 2>&1; echo; docker volume ls 2>&1; docker network ls 2>&1"],
+            )
+            .timeout(Duration::from_secs(20));
+            if let Ok(out) = backend.exec(&pod, daemon).await {
+                save(
+                    format!("{}.daemon-state.txt", pod.name),
+                    format!("{}{}", out.stdout_text(), out.stderr_text()),
+                );
+            }
+            if let Some(cgroups) = self.env.local.cgroups() {
+                let reading = cgroups.read_pod(&LocalBackend::pod_cgroup(&pod.uid));
+                save(
+                    format!("{}.cgroup.json", pod.name),
+                    serde_json::to_string_pretty(&reading).unwrap_or_default(),
+                );
+            }
+        }
+        written
+    }
+}

@@ -1,0 +1,402 @@
+//! One Kandev task session: workspace + Pod, launched through Kandev's stages.
+//!
+//! 1. `storage`: the managed workspace claim (nonce-stamped), unless the mode is `empty_dir`
+//!    or a workspace is reused (replacement Pod).
+//! 2. `pod_ready`: compose, create (nonce-stamped), wait for the main container.
+//! 3. `bootstrap` over exec into the main container: upload the agent binary to
+//!    `/opt/kandev/agentctl`, write `runtime.env`, `prepare.sh` and `auth.env` (umask 077,
+//!    temp + rename, symlinks refused with exit 73), run the prepare script, then write the
+//!    `prepared` and `start` markers.
+//! 4. `agentctl_connect`: poll `/health`, then the one-shot nonce handshake.
+
+use crate::agent::{AgentClient, AgentExec, AgentExecResult};
+use crate::backend::{Backend, ExecOutput, ExecRequest, PodRef, WorkspaceRef};
+use crate::cleanup::{CleanupStack, CleanupTarget};
+use crate::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use crate::identity::{ANNOTATION_CREATE_NONCE, SessionIdentity, create_nonce};
+use crate::report::SessionRecord;
+use crate::template::WorkspaceMode;
+use anyhow::{Context, anyhow, bail};
+use k8s_openapi::api::core::v1::{Pod, PodTemplate};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bound on the prepare script's captured output (as Kandev: 256 KiB).
+const MAX_PREPARE_OUTPUT: usize = 256 * 1024;
+
+/// What every session of a run shares.
+#[derive(Clone)]
+pub struct LaunchSettings {
+    pub backend: Arc<dyn Backend>,
+    pub namespace: String,
+    pub template: PodTemplate,
+    pub main_container: String,
+    pub daemon_container: String,
+    pub prepare_script: String,
+    pub agent_binary: Arc<Vec<u8>>,
+    pub pod_ready_timeout: Duration,
+    pub prepare_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Profile environment written to `auth.env` (e.g. `DOCKER_READY_TIMEOUT_SECONDS`).
+    pub profile_env: BTreeMap<String, String>,
+}
+
+/// Per-session choices.
+#[derive(Clone, Default)]
+pub struct SessionOptions {
+    pub workspace_mode: Option<WorkspaceMode>,
+    /// Mount this workspace instead of creating one (a replacement Pod).
+    pub reuse_workspace: Option<WorkspaceRef>,
+    /// A variant of the run's template for this session only.
+    pub template: Option<PodTemplate>,
+    /// Extra profile environment for this session.
+    pub profile_env: BTreeMap<String, String>,
+    /// Keep this identity (a replacement Pod keeps the task's identity).
+    pub identity: Option<SessionIdentity>,
+}
+
+/// A launch that failed in the prepare script: the agent was never started.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "kubernetes lifecycle: prepare script failed (exit {exit_code:?} after {elapsed:?}): {output}"
+)]
+pub struct PrepareFailed {
+    pub exit_code: Option<i64>,
+    pub elapsed: Duration,
+    pub output: String,
+}
+
+pub struct Session {
+    pub identity: SessionIdentity,
+    pub pod: PodRef,
+    pub pod_spec: Pod,
+    pub workspace: Option<WorkspaceRef>,
+    pub bootstrap_nonce: String,
+    pub stages: Vec<(String, u64)>,
+    agent: Option<AgentClient>,
+    settings: LaunchSettings,
+    session_env: BTreeMap<String, String>,
+}
+
+fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "'\\''"))
+}
+
+fn env_file(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}\n", shell_quote(v)))
+        .collect()
+}
+
+impl Session {
+    /// Stages `storage` and `pod_ready`. Every object is on `cleanup` before this returns.
+    pub async fn create(
+        settings: &LaunchSettings,
+        cleanup: &CleanupStack,
+        identity: SessionIdentity,
+        options: &SessionOptions,
+    ) -> anyhow::Result<Self> {
+        let backend = &settings.backend;
+        let mut stages = Vec::new();
+        let mode = options.workspace_mode.unwrap_or(WorkspaceMode::ManagedPvc);
+
+        let started = Instant::now();
+        let workspace = match (&options.reuse_workspace, mode) {
+            (Some(ws), _) => Some(ws.clone()),
+            (None, WorkspaceMode::EmptyDir) => None,
+            (None, WorkspaceMode::ManagedPvc) => {
+                let annotations =
+                    BTreeMap::from([(ANNOTATION_CREATE_NONCE.to_owned(), create_nonce())]);
+                let ws = backend
+                    .create_workspace(
+                        &identity.workspace_claim_name(),
+                        &identity.all_labels(),
+                        &annotations,
+                    )
+                    .await
+                    .context("storage: create the managed workspace")?;
+                cleanup.push(CleanupTarget::Workspace(ws.clone()));
+                Some(ws)
+            }
+            (None, WorkspaceMode::ExistingClaim) => bail!(
+                "existing_claim mode needs the claim to reuse (SessionOptions::reuse_workspace)"
+            ),
+        };
+        stages.push(("storage".to_owned(), started.elapsed().as_millis() as u64));
+
+        let started = Instant::now();
+        let template = options.template.as_ref().unwrap_or(&settings.template);
+        let nonce = create_nonce();
+        let pod_spec = compose_pod(&ComposeInput {
+            template,
+            identity: &identity,
+            namespace: &settings.namespace,
+            main_container: &settings.main_container,
+            arch: Arch::of_this_machine(),
+            workspace: match &workspace {
+                Some(ws) => WorkspaceSource::Claim(ws.name.clone()),
+                None => WorkspaceSource::EmptyDir,
+            },
+            create_nonce: &nonce,
+        })?;
+        let pod = backend
+            .create_pod(&pod_spec)
+            .await
+            .context("pod_ready: create the Pod")?;
+        cleanup.push(CleanupTarget::Pod(pod.clone()));
+        backend
+            .wait_running(&pod, &settings.main_container, settings.pod_ready_timeout)
+            .await
+            .context("pod_ready: wait for the main container")?;
+        stages.push(("pod_ready".to_owned(), started.elapsed().as_millis() as u64));
+
+        let mut session_env = settings.profile_env.clone();
+        session_env.extend(options.profile_env.clone());
+        Ok(Self {
+            identity,
+            pod,
+            pod_spec,
+            workspace,
+            bootstrap_nonce: create_nonce(),
+            stages,
+            agent: None,
+            settings: settings.clone(),
+            session_env,
+        })
+    }
+
+    /// All four stages; a failing prepare script is a [`PrepareFailed`] error.
+    pub async fn launch(
+        settings: &LaunchSettings,
+        cleanup: &CleanupStack,
+        identity: SessionIdentity,
+        options: &SessionOptions,
+    ) -> anyhow::Result<Self> {
+        let mut session = Self::create(settings, cleanup, identity, options).await?;
+        let started = Instant::now();
+        session.write_bootstrap_files().await?;
+        let output = session.run_prepare().await?;
+        if output.exit_code != Some(0) {
+            return Err(PrepareFailed {
+                exit_code: output.exit_code,
+                elapsed: output.duration,
+                output: format!("{}{}", output.stdout_text(), output.stderr_text())
+                    .trim()
+                    .to_owned(),
+            }
+            .into());
+        }
+        session.mark_prepared_and_start().await?;
+        session
+            .stages
+            .push(("bootstrap".to_owned(), started.elapsed().as_millis() as u64));
+        let started = Instant::now();
+        session.connect().await?;
+        session.stages.push((
+            "agentctl_connect".to_owned(),
+            started.elapsed().as_millis() as u64,
+        ));
+        Ok(session)
+    }
+
+    async fn main_exec(
+        &self,
+        argv: &[&str],
+        stdin: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> anyhow::Result<ExecOutput> {
+        let mut request = ExecRequest::new(&self.settings.main_container, argv).timeout(timeout);
+        request.stdin = stdin;
+        Ok(self.settings.backend.exec(&self.pod, request).await?)
+    }
+
+    /// Writes a file in the main container as Kandev does: umask 077, refuse a symlink
+    /// (exit 73), write a temporary file, set the mode, rename.
+    pub async fn write_file(&self, path: &str, bytes: &[u8], mode: &str) -> anyhow::Result<()> {
+        let script = r#"umask 077; p="$1"; if [ -L "$p" ]; then exit 73; fi; head -c "$3" > "$p.tmp" && chmod "$2" "$p.tmp" && mv -f "$p.tmp" "$p""#;
+        let size = bytes.len().to_string();
+        let out = self
+            .main_exec(
+                &["sh", "-c", script, "sh", path, mode, &size],
+                Some(bytes.to_vec()),
+                Duration::from_secs(60),
+            )
+            .await?;
+        if !out.success() {
+            bail!(
+                "bootstrap: write {path}: exit {:?}: {}",
+                out.exit_code,
+                out.stderr_text().trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Uploads the agent and writes `runtime.env`, `prepare.sh`, the home and `auth.env`.
+    pub async fn write_bootstrap_files(&self) -> anyhow::Result<()> {
+        let id = &self.identity;
+        self.write_file("/opt/kandev/agentctl", &self.settings.agent_binary, "0755")
+            .await?;
+        let runtime = env_file(&[
+            ("AGENTCTL_LISTEN_HOST", "127.0.0.1"),
+            ("AGENTCTL_PORT", "8765"),
+            ("AGENTCTL_INSTANCE_PORT_BASE", "41001"),
+            ("AGENTCTL_INSTANCE_PORT_MAX", "41100"),
+            ("KANDEV_INSTANCE_ID", &id.environment_id),
+            ("KANDEV_TASK_ID", &id.task_id),
+            ("KANDEV_TASK_ENVIRONMENT_ID", &id.environment_id),
+        ]);
+        self.write_file("/opt/kandev/runtime.env", runtime.as_bytes(), "0600")
+            .await?;
+        self.write_file(
+            "/opt/kandev/prepare.sh",
+            self.settings.prepare_script.as_bytes(),
+            "0600",
+        )
+        .await?;
+        let out = self
+            .main_exec(
+                &[
+                    "sh",
+                    "-c",
+                    "umask 077; mkdir -p /run/kandev/home && chmod 0700 /run/kandev/home",
+                ],
+                None,
+                Duration::from_secs(30),
+            )
+            .await?;
+        if !out.success() {
+            bail!(
+                "bootstrap: create /run/kandev/home: {}",
+                out.stderr_text().trim()
+            );
+        }
+        let mut auth: Vec<(&str, &str)> = self
+            .session_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        auth.push(("AGENTCTL_BOOTSTRAP_NONCE", &self.bootstrap_nonce));
+        auth.push(("HOME", "/run/kandev/home"));
+        self.write_file("/run/kandev/auth.env", env_file(&auth).as_bytes(), "0600")
+            .await
+    }
+
+    /// Runs `/opt/kandev/prepare.sh` with the runtime and auth environment; returns its output
+    /// (bounded) whatever its exit code.
+    pub async fn run_prepare(&self) -> anyhow::Result<ExecOutput> {
+        let script = "set -a; . /opt/kandev/runtime.env; . /run/kandev/auth.env; set +a; exec sh /opt/kandev/prepare.sh";
+        let mut out = self
+            .main_exec(&["sh", "-c", script], None, self.settings.prepare_timeout)
+            .await?;
+        out.stdout.truncate(MAX_PREPARE_OUTPUT);
+        out.stderr.truncate(MAX_PREPARE_OUTPUT);
+        Ok(out)
+    }
+
+    pub async fn mark_prepared_and_start(&self) -> anyhow::Result<()> {
+        let out = self
+            .main_exec(
+                &[
+                    "sh",
+                    "-c",
+                    "umask 077; : > /opt/kandev/prepared && : > /opt/kandev/start",
+                ],
+                None,
+                Duration::from_secs(30),
+            )
+            .await?;
+        if !out.success() {
+            bail!(
+                "bootstrap: write the start markers: {}",
+                out.stderr_text().trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Polls `/health` until the agent answers, then hands over the nonce.
+    pub async fn connect(&mut self) -> anyhow::Result<()> {
+        let mut client = AgentClient::new(
+            self.settings.backend.clone(),
+            self.pod.clone(),
+            &self.settings.main_container,
+        );
+        let started = Instant::now();
+        let mut last = anyhow!("not tried");
+        while started.elapsed() < self.settings.connect_timeout {
+            match client.health().await {
+                Ok(_) => {
+                    client
+                        .handshake(&self.bootstrap_nonce)
+                        .await
+                        .context("agentctl_connect: handshake")?;
+                    self.agent = Some(client);
+                    return Ok(());
+                }
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(last.context(format!(
+            "agentctl_connect: /health did not answer within {:?}",
+            self.settings.connect_timeout
+        )))
+    }
+
+    pub fn agent(&self) -> anyhow::Result<&AgentClient> {
+        self.agent
+            .as_ref()
+            .ok_or_else(|| anyhow!("the agent of {} is not connected", self.pod.name))
+    }
+
+    /// `sh -c script` as the agent user in `/workspace`.
+    pub async fn agent_sh(
+        &self,
+        script: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<AgentExecResult> {
+        self.agent()?.exec(&AgentExec::sh(script, timeout)).await
+    }
+
+    /// A command in the `docker-engine` companion (as its user, root).
+    pub async fn in_daemon(&self, argv: &[&str], timeout: Duration) -> anyhow::Result<ExecOutput> {
+        let request = ExecRequest::new(&self.settings.daemon_container, argv).timeout(timeout);
+        Ok(self.settings.backend.exec(&self.pod, request).await?)
+    }
+
+    /// A command in the main container, outside the agent (bootstrap-like access).
+    pub async fn in_main(&self, argv: &[&str], timeout: Duration) -> anyhow::Result<ExecOutput> {
+        self.main_exec(argv, None, timeout).await
+    }
+
+    pub fn daemon_container(&self) -> &str {
+        &self.settings.daemon_container
+    }
+
+    pub fn main_container(&self) -> &str {
+        &self.settings.main_container
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.settings.backend
+    }
+
+    pub fn record(&self) -> SessionRecord {
+        SessionRecord {
+            pod_name: self.pod.name.clone(),
+            pod_uid: self.pod.uid.clone(),
+            namespace: self.pod.namespace.clone(),
+            task_id: self.identity.task_id.clone(),
+            session_id: self.identity.session_id.clone(),
+            workspace: self
+                .workspace
+                .as_ref()
+                .map(|w| w.name.clone())
+                .unwrap_or_else(|| "emptyDir".into()),
+            launch_stages_ms: self.stages.clone(),
+        }
+    }
+}

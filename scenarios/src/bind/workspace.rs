@@ -1,0 +1,163 @@
+//! `bind::workspace` — a nested container's bind mount of a `/workspace` path reads and
+//! writes the same bytes the agent sees (digests both ways); the ownership of files nested
+//! containers create is reported; a bind source outside `/workspace` (the agent's private
+//! HOME) is reported incompatible.
+//!
+//! Can fail when the daemon does not see the agent's workspace (its own mount namespace, a
+//! different volume), when bytes differ, or when the agent's private HOME is visible to the
+//! daemon (runtime/auth mounts must not be shared with the companion).
+
+use crate::support::{build_workload, probe_tag, require_success, workload_digest};
+use kandev_harness::agent::AgentExec;
+use kandev_harness::report::FindingLevel;
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::json;
+use std::time::Duration;
+
+const READS: &str = "a nested bind of /workspace reads the bytes the agent wrote";
+const WRITES: &str = "the agent sees the bytes a nested container wrote through a /workspace bind";
+const PRIVATE_HOME: &str = "the agent's private HOME is not visible to the Pod's daemon";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "bind::workspace",
+        promise: "a nested container's bind mount of a `/workspace` path reads and writes the same bytes the agent sees; ownership of nested writes is reported; a bind source outside `/workspace` is reported incompatible",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch and build the workload image");
+        let session = ctx.launch(SessionOptions::default()).await?;
+        let tag = probe_tag(ctx, "bind");
+        let build = build_workload(&session, &tag).await?;
+        require_success(
+            &build,
+            "the agent builds the nested workload image",
+            "docker build",
+        )?;
+
+        ctx.step("nested container reads the agent's bytes");
+        let dir = "/workspace/bind-probe";
+        let wrote = session
+            .agent_sh(
+                &format!("mkdir -p {dir} && /opt/kandev/agentctl write {dir}/in.bin 2097152 7"),
+                Duration::from_secs(60),
+            )
+            .await?;
+        require_success(&wrote, READS, "the agent writes the probe file")?;
+        let agent_in = workload_digest(&wrote.stdout)?;
+        let nested = session
+            .agent_sh(
+                &format!("docker run --rm --network none -v {dir}:/data {tag} digest /data/in.bin"),
+                Duration::from_secs(120),
+            )
+            .await?;
+        ctx.evidence("agent", &agent_in);
+        ctx.evidence("nested", &nested);
+        require_success(&nested, READS, "the nested container reads /data/in.bin")?;
+        let nested_in = workload_digest(&nested.stdout)?;
+        promise(
+            nested_in.sha256 == agent_in.sha256 && nested_in.size == agent_in.size,
+            READS,
+            || {
+                format!(
+                    "agent sha256 {:?}, nested sha256 {:?}",
+                    agent_in.sha256, nested_in.sha256
+                )
+            },
+        )?;
+
+        ctx.step("agent reads the nested container's bytes");
+        let out = session.agent_sh(&format!("docker run --rm --network none -v {dir}:/data {tag} write /data/out.bin 1048576 99"), Duration::from_secs(120)).await?;
+        require_success(&out, WRITES, "the nested container writes /data/out.bin")?;
+        let nested_out = workload_digest(&out.stdout)?;
+        let seen = session
+            .agent()?
+            .exec(
+                &AgentExec::sh("true", Duration::from_secs(10))
+                    .digests(&["/workspace/bind-probe/out.bin"]),
+            )
+            .await?;
+        let agent_out = seen.digest("/workspace/bind-probe/out.bin").cloned();
+        ctx.evidence("nested", &nested_out);
+        ctx.evidence("agent", &agent_out);
+        promise(
+            agent_out.as_ref().and_then(|d| d.sha256.clone()) == nested_out.sha256,
+            WRITES,
+            || {
+                format!(
+                    "nested sha256 {:?}, the agent saw {agent_out:?}",
+                    nested_out.sha256
+                )
+            },
+        )?;
+        if let Some(file) = &agent_out
+            && file.uid != Some(1000)
+        {
+            let deletable = session
+                .agent_sh("rm /workspace/bind-probe/out.bin", Duration::from_secs(10))
+                .await?
+                .success();
+            ctx.finding(
+                FindingLevel::Warning,
+                "workspace.nested_files_not_agent_owned",
+                format!(
+                    "files nested containers write into /workspace are owned by uid {:?} gid {:?} (mode {:?}), not the agent (uid 1000); the agent {} delete them",
+                    file.uid, file.gid, file.mode, if deletable { "can" } else { "cannot" }
+                ),
+                json!({"file": file, "agent_can_delete": deletable}),
+            );
+        }
+
+        ctx.step("bind source outside /workspace (the agent's private HOME)");
+        let home = session
+            .agent_sh("mkdir -p \"$HOME/bind-probe\" && /opt/kandev/agentctl write \"$HOME/bind-probe/private.bin\" 4096 3 && echo \"$HOME\"", Duration::from_secs(30))
+            .await?;
+        require_success(
+            &home,
+            "the agent writes in its HOME",
+            "write $HOME/bind-probe/private.bin",
+        )?;
+        let home_dir = home
+            .stdout
+            .lines()
+            .last()
+            .unwrap_or("/run/kandev/home")
+            .trim()
+            .to_owned();
+        let private = workload_digest(&home.stdout)?;
+        let outside = session
+            .agent_sh(&format!("docker run --rm --network none -v {home_dir}/bind-probe:/data {tag} digest /data/private.bin"), Duration::from_secs(120))
+            .await?;
+        ctx.evidence("outside_bind", &outside);
+        let nested_view = if outside.success() {
+            workload_digest(&outside.stdout).ok()
+        } else {
+            None
+        };
+        promise(
+            nested_view.as_ref().and_then(|d| d.sha256.clone()) != private.sha256,
+            PRIVATE_HOME,
+            || {
+                format!(
+                    "a nested container read {home_dir}/bind-probe/private.bin with the agent's bytes"
+                )
+            },
+        )?;
+        ctx.step_incompatible();
+        ctx.finding(
+            FindingLevel::Incompatible,
+            "bind.source_outside_workspace",
+            format!(
+                "a bind source outside /workspace ({home_dir}/bind-probe) does not exist in the daemon's mount namespace: the nested container saw {}; put bind sources under /workspace",
+                if outside.success() { "an empty folder the daemon created" } else { "no such file" }
+            ),
+            json!({"source": format!("{home_dir}/bind-probe"), "nested": outside.summary()}),
+        );
+        Ok(Verdict::Passed)
+    })
+}

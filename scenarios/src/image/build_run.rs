@@ -1,0 +1,94 @@
+//! `image::build_run` — `docker build` from a context in `/workspace`, then `docker run`; the
+//! output matches, and the image exists only in this session's daemon (not in the engine
+//! that runs the Pod).
+//!
+//! Can fail when the daemon cannot build or run containers (a broken runtime, a socket the
+//! agent cannot use), when the output differs, or when the image lands in the host engine
+//! (a shared host socket instead of a Pod-local daemon).
+
+use crate::support::{build_workload, probe_tag, require_success};
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::session::SessionOptions;
+use std::time::Duration;
+
+const BUILDS: &str = "the agent builds an image from a context in /workspace with the Pod's daemon";
+const RUNS: &str = "the agent runs the built image and its output matches";
+const LOCAL: &str = "the built image exists only in this session's daemon";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "image::build_run",
+        promise: "`docker build` from a context in `/workspace`, then `docker run`; output matches; the image exists only in this session's daemon",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch");
+        let session = ctx.launch(SessionOptions::default()).await?;
+
+        ctx.step("build");
+        let tag = probe_tag(ctx, "build-run");
+        let build = build_workload(&session, &tag).await?;
+        ctx.evidence("tag", &tag);
+        ctx.evidence("build", &build);
+        require_success(&build, BUILDS, "docker build --network none")?;
+        let image_id = build
+            .stdout
+            .trim()
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_owned();
+
+        ctx.step("run");
+        let nonce = kandev_harness::identity::random_hex(8);
+        let run = session
+            .agent_sh(
+                &format!("docker run --rm --network none {tag} echo {nonce}"),
+                Duration::from_secs(120),
+            )
+            .await?;
+        ctx.evidence("run", &run);
+        require_success(&run, RUNS, "docker run")?;
+        promise(run.stdout.trim() == nonce, RUNS, || {
+            format!("expected {nonce:?}, got {:?}", run.stdout.trim())
+        })?;
+
+        ctx.step("the image is only in the session's daemon");
+        let nested = session
+            .agent_sh(
+                &format!("docker image inspect --format '{{{{.Id}}}}' {tag}"),
+                Duration::from_secs(30),
+            )
+            .await?;
+        ctx.evidence("nested_image_id", nested.stdout.trim());
+        promise(
+            nested.success() && nested.stdout.trim() == image_id,
+            LOCAL,
+            || {
+                format!(
+                    "the session's daemon does not list {tag}: {}",
+                    nested.summary()
+                )
+            },
+        )?;
+        let docker = ctx.env.local.docker();
+        let by_tag = docker.inspect_image(&tag).await.ok().and_then(|i| i.id);
+        let by_id = docker
+            .inspect_image(&image_id)
+            .await
+            .ok()
+            .and_then(|i| i.id);
+        ctx.evidence("host_engine_by_tag", &by_tag);
+        ctx.evidence("host_engine_by_id", &by_id);
+        promise(by_tag.is_none() && by_id.is_none(), LOCAL, || {
+            format!(
+                "the engine that runs the Pod also has {tag} ({by_tag:?} / {by_id:?}): the daemon is not Pod-local"
+            )
+        })?;
+        Ok(Verdict::Passed)
+    })
+}

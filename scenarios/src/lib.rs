@@ -1,0 +1,48 @@
+//! The scenario catalogue: one file per scenario, `src/<area>/<name>.rs` is `<area>::<name>`.
+//! Each checks one promise of Kandev's Docker-workloads design and can fail: every scenario
+//! has a broken fixture under `fixtures/` that the harness's own tests run against it.
+
+pub mod support;
+
+pub mod bind {
+    pub mod workspace;
+}
+pub mod image {
+    pub mod build_run;
+}
+pub mod prepare {
+    pub mod docker_gate;
+}
+pub mod workspace {
+    pub mod shared;
+}
+
+use kandev_harness::runner::Scenario;
+
+/// Every scenario, in the order the report lists them.
+pub fn registry() -> Vec<Scenario> {
+    vec![
+        prepare::docker_gate::scenario(),
+        workspace::shared::scenario(),
+        image::build_run::scenario(),
+        bind::workspace::scenario(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_mirror_paths_and_are_unique() {
+        let registry = super::registry();
+        let mut names: Vec<&str> = registry.iter().map(|s| s.name).collect();
+        for name in &names {
+            let (area, file) = name.split_once("::").unwrap_or_default();
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("src/{area}/{file}.rs"));
+            assert!(path.is_file(), "{name} has no file {}", path.display());
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), registry.len());
+    }
+}

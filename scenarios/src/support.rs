@@ -1,0 +1,73 @@
+//! Helpers shared by scenarios: template variants, the nested workload image, checks.
+
+use anyhow::{Context, anyhow};
+use k8s_openapi::api::core::v1::{Container, PodTemplate};
+use kandev_harness::agent::{AgentExecResult, FileDigest};
+use kandev_harness::runner::{Ctx, broken};
+use kandev_harness::session::Session;
+use std::time::Duration;
+
+/// The named container of a template (mutable, for variants).
+pub fn container_mut<'a>(
+    template: &'a mut PodTemplate,
+    name: &str,
+) -> anyhow::Result<&'a mut Container> {
+    template
+        .template
+        .as_mut()
+        .and_then(|t| t.spec.as_mut())
+        .and_then(|s| s.containers.iter_mut().find(|c| c.name == name))
+        .ok_or_else(|| anyhow!("the template has no container {name}"))
+}
+
+/// The run's template with the daemon container's command replaced (the upstream fixture's
+/// "unavailable daemon" variant replaces `exec dockerd ...` the same way).
+pub fn with_daemon_command(ctx: &Ctx, argv: &[&str]) -> anyhow::Result<PodTemplate> {
+    let mut template = ctx.template().clone();
+    let daemon = container_mut(&mut template, &ctx.run.config.daemon_container)?;
+    daemon.command = Some(argv.iter().map(|s| (*s).to_owned()).collect());
+    daemon.args = None;
+    Ok(template)
+}
+
+/// Fails with `promise` when an agent command did not succeed.
+pub fn require_success(result: &AgentExecResult, promise: &str, what: &str) -> anyhow::Result<()> {
+    if result.success() {
+        Ok(())
+    } else {
+        Err(broken(promise, format!("{what}: {}", result.summary())))
+    }
+}
+
+/// Parses the digest line the workload (`kandev-mock-agent digest|write`) prints.
+pub fn workload_digest(stdout: &str) -> anyhow::Result<FileDigest> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or_else(|| anyhow!("no digest in output {stdout:?}"))?;
+    serde_json::from_str(line).context("decode the workload's digest")
+}
+
+/// Folder (in the workspace) for the nested workload's build context.
+pub const WORKLOAD_CONTEXT: &str = "/workspace/.kandev-acceptance/workload";
+
+/// Builds the nested workload image (`FROM scratch` + the static mock agent) inside the
+/// session's daemon, with `--network none`: no registry and no base image needed.
+/// Returns the agent's build result (the image id on stdout when it worked).
+pub async fn build_workload(session: &Session, tag: &str) -> anyhow::Result<AgentExecResult> {
+    let script = format!(
+        r#"set -eu
+d={WORKLOAD_CONTEXT}
+mkdir -p "$d"
+cp /opt/kandev/agentctl "$d/workload"
+printf 'FROM scratch\nCOPY workload /workload\nENTRYPOINT ["/workload"]\n' > "$d/Dockerfile"
+docker build -q --network none -t {tag} "$d""#
+    );
+    session.agent_sh(&script, Duration::from_secs(180)).await
+}
+
+/// A tag unique to this scenario run.
+pub fn probe_tag(ctx: &Ctx, what: &str) -> String {
+    format!("kandev-acceptance-{what}:{}", ctx.run.id.replace('t', "-"))
+}

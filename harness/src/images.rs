@@ -71,8 +71,33 @@ fn spinner(progress: &MultiProgress, what: &str) -> ProgressBar {
     bar
 }
 
-/// Builds (or reuses) every image of the run.
+/// Builds (or reuses) every image of the run. Concurrent runs on one machine take turns
+/// (a lock file), so a cold engine builds each image once, not once per run.
 pub async fn ensure_images(
+    docker: &Docker,
+    config: &ImageConfig,
+    progress: &MultiProgress,
+) -> anyhow::Result<ImageSet> {
+    let lock_path = std::env::temp_dir().join("kandev-acceptance-images.lock");
+    let lock = tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("open the image lock {}", lock_path.display()))?;
+        file.lock()
+            .with_context(|| format!("lock {}", lock_path.display()))?;
+        Ok(file)
+    })
+    .await
+    .context("wait for the image lock")??;
+    let result = ensure_images_locked(docker, config, progress).await;
+    drop(lock);
+    result
+}
+
+async fn ensure_images_locked(
     docker: &Docker,
     config: &ImageConfig,
     progress: &MultiProgress,

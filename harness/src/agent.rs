@@ -117,6 +117,26 @@ impl AgentClient {
         }
     }
 
+    /// The bearer token from the handshake (Kandev records it to reattach after a Stop).
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// A client that reattaches with a recorded token.
+    pub fn with_token(
+        backend: Arc<dyn Backend>,
+        pod: PodRef,
+        container: &str,
+        token: String,
+    ) -> Self {
+        Self {
+            backend,
+            pod,
+            container: container.to_owned(),
+            token: Some(token),
+        }
+    }
+
     async fn request(
         &self,
         method: &str,

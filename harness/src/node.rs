@@ -359,3 +359,64 @@ mod tests {
         assert!(!fs.exists("kandev-acceptance/podx"));
     }
 }
+
+/// A process on the node, with the cgroup path of each hierarchy it belongs to.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NodeProcess {
+    pub pid: u32,
+    pub cmdline: String,
+    /// `controller list -> path` from `/proc/<pid>/cgroup` (v2: the key is empty).
+    pub cgroups: std::collections::BTreeMap<String, String>,
+}
+
+impl NodeProcess {
+    /// The path of the hierarchy holding `controller` (v2: the unified path).
+    pub fn cgroup_of(&self, controller: &str) -> Option<&str> {
+        self.cgroups
+            .iter()
+            .find(|(k, _)| k.split(',').any(|c| c == controller))
+            .or_else(|| self.cgroups.get_key_value(""))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Every process of the node (from `proc_root`, normally `/proc`) whose command line contains
+/// `needle`.
+pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&raw)
+            .replace('\0', " ")
+            .trim()
+            .to_owned();
+        if !cmdline.contains(needle) {
+            continue;
+        }
+        let cgroups = std::fs::read_to_string(entry.path().join("cgroup"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let _id = parts.next()?;
+                Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+            })
+            .collect();
+        found.push(NodeProcess {
+            pid,
+            cmdline,
+            cgroups,
+        });
+    }
+    found.sort_by_key(|p| p.pid);
+    found
+}

@@ -361,6 +361,9 @@ impl Run {
                 return self.finish(report, started);
             }
         };
+        // The scenario's own time starts once the shared environment is ready.
+        let started = Instant::now();
+        report.started_at = crate::report::rfc3339(SystemTime::now());
         let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name);
         let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
         let outcome = {

@@ -346,6 +346,28 @@ impl Session {
         )))
     }
 
+    /// Kandev's ordinary Stop: close the connection to the agent; the Pod, its daemon and the
+    /// nested containers stay. Returns the recorded token for [`Session::resume`].
+    pub fn stop(&mut self) -> Option<String> {
+        self.agent.take().and_then(|a| a.token().map(str::to_owned))
+    }
+
+    /// Reattaches to the same agent process with the recorded token.
+    pub async fn resume(&mut self, token: String) -> anyhow::Result<()> {
+        let client = AgentClient::with_token(
+            self.settings.backend.clone(),
+            self.pod.clone(),
+            &self.settings.main_container,
+            token,
+        );
+        client
+            .identity()
+            .await
+            .context("resume: reattach with the recorded token")?;
+        self.agent = Some(client);
+        Ok(())
+    }
+
     pub fn agent(&self) -> anyhow::Result<&AgentClient> {
         self.agent
             .as_ref()

@@ -7,11 +7,23 @@ pub mod support;
 pub mod bind {
     pub mod workspace;
 }
+pub mod daemon {
+    pub mod socket_only;
+}
 pub mod image {
     pub mod build_run;
 }
+pub mod isolation {
+    pub mod cross_session;
+}
+pub mod lifecycle {
+    pub mod stop_retains;
+}
 pub mod prepare {
     pub mod docker_gate;
+}
+pub mod template {
+    pub mod grant_rules;
 }
 pub mod workspace {
     pub mod shared;
@@ -22,10 +34,14 @@ use kandev_harness::runner::Scenario;
 /// Every scenario, in the order the report lists them.
 pub fn registry() -> Vec<Scenario> {
     vec![
+        template::grant_rules::scenario(),
         prepare::docker_gate::scenario(),
+        daemon::socket_only::scenario(),
         workspace::shared::scenario(),
         image::build_run::scenario(),
         bind::workspace::scenario(),
+        isolation::cross_session::scenario(),
+        lifecycle::stop_retains::scenario(),
     ]
 }
 

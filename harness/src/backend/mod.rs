@@ -176,6 +176,14 @@ pub trait Backend: Send + Sync {
     async fn delete_pod(&self, pod: &PodRef) -> Result<()>;
     /// Whether a Pod of that name exists, and its UID.
     async fn pod_uid(&self, namespace: &str, name: &str) -> Result<Option<String>>;
+    /// The labels of the Pod of that name (None when absent), for fail-closed checks.
+    async fn pod_labels(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>>;
+    /// The Pod's IP address on the node network.
+    async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>>;
     /// Every object carrying the run's label, as `kind/name`.
     async fn list_run_objects(&self, run_id: &str) -> Result<Vec<String>>;
     /// Removes every object carrying `label=value` (or, with `value` None, any value);

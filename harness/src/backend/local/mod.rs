@@ -788,6 +788,42 @@ impl Backend for LocalBackend {
             .and_then(|c| c.labels.as_ref()?.get(LABEL_POD_UID).cloned()))
     }
 
+    async fn pod_labels(
+        &self,
+        _namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        let infra = self
+            .containers_with(&[(LABEL_POD, name), (LABEL_ROLE, "infra")])
+            .await?;
+        Ok(infra.first().and_then(|c| c.labels.clone()).map(|labels| {
+            // The Pod's labels are the infra container's, minus the backend's bookkeeping.
+            labels
+                .into_iter()
+                .filter(|(k, _)| {
+                    ![LABEL_POD, LABEL_POD_UID, LABEL_ROLE, LABEL_CONTAINER].contains(&k.as_str())
+                })
+                .collect()
+        }))
+    }
+
+    async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>> {
+        let name = self.verified_name(pod, "infra").await?;
+        let inspect = self
+            .docker
+            .inspect_container(&name, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| other(format!("inspect {name}"), e))?;
+        let networks = inspect
+            .network_settings
+            .and_then(|n| n.networks)
+            .unwrap_or_default();
+        Ok(networks
+            .into_values()
+            .filter_map(|n| n.ip_address)
+            .find(|ip| !ip.is_empty()))
+    }
+
     async fn list_run_objects(&self, run_id: &str) -> Result<Vec<String>> {
         let mut objects = Vec::new();
         for c in self.containers_with(&[(LABEL_RUN, run_id)]).await? {

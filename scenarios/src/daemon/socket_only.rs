@@ -1,0 +1,194 @@
+//! `daemon::socket_only` — the Pod's daemon answers only on `/run/docker/docker.sock`
+//! (group 1000, not world-accessible); nothing listens on TCP in the Pod's network namespace
+//! but the loopback control port; no daemon process is configured with a `tcp://` host; the
+//! agent stays UID 1000 with no capabilities; no host socket, host path or host namespace
+//! is involved, and the daemon the agent reaches is not the engine that runs the Pod.
+//!
+//! Can fail when the daemon also listens on TCP (the DinD image's default entrypoint does),
+//! when the socket is world-accessible or owned by another group, when the agent gains
+//! capabilities, or when the Pod reaches a host daemon.
+
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const SOCKET: &str =
+    "the daemon socket is /run/docker/docker.sock, group 1000, not world-accessible";
+const NO_TCP: &str = "no TCP listener in the Pod besides the loopback control port";
+const NO_TCP_CONFIG: &str = "no daemon process is configured with a tcp:// host";
+const AGENT: &str = "the agent stays UID 1000 with no capabilities and no privilege escalation";
+const NO_HOST: &str =
+    "no host socket, host path or host namespace; the agent's daemon is the Pod's own";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "daemon::socket_only",
+        promise: "the daemon is reachable only through `/run/docker/docker.sock` (group 1000); no TCP listener in the Pod; agent stays UID 1000 without capabilities",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+/// Listening TCP sockets from `/proc/net/tcp{,6}` text (state 0A), as `addr:port`.
+pub fn tcp_listeners(proc_net: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in proc_net.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else {
+            continue;
+        };
+        if *state != "0A" {
+            continue;
+        }
+        let Some((addr, port)) = local.split_once(':') else {
+            continue;
+        };
+        let Ok(port) = u16::from_str_radix(port, 16) else {
+            continue;
+        };
+        let addr = match addr.len() {
+            8 => u32::from_str_radix(addr, 16)
+                .map(|a| std::net::Ipv4Addr::from(a.swap_bytes()).to_string())
+                .unwrap_or_default(),
+            _ => format!("[{addr}]"),
+        };
+        out.push(format!("{addr}:{port}"));
+    }
+    out
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch");
+        let session = ctx.launch(SessionOptions::default()).await?;
+
+        ctx.step("the socket");
+        let stat = session
+            .agent_sh(
+                "stat -c '%F|%u|%g|%a' /run/docker/docker.sock; echo \"$DOCKER_HOST\"",
+                Duration::from_secs(20),
+            )
+            .await?;
+        ctx.evidence("stat", stat.stdout.trim());
+        let mut lines = stat.stdout.lines();
+        let fields: Vec<&str> = lines.next().unwrap_or_default().split('|').collect();
+        let docker_host = lines.next().unwrap_or_default().trim().to_owned();
+        let mode = fields
+            .get(3)
+            .and_then(|m| u32::from_str_radix(m, 8).ok())
+            .unwrap_or(0o777);
+        promise(
+            fields.first() == Some(&"socket")
+                && fields.get(2) == Some(&"1000")
+                && mode & 0o007 == 0
+                && docker_host == "unix:///run/docker/docker.sock",
+            SOCKET,
+            || format!("stat {:?}, DOCKER_HOST={docker_host:?}", stat.stdout.trim()),
+        )?;
+
+        ctx.step("TCP listeners in the Pod's network namespace");
+        let net = session
+            .agent_sh(
+                "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null",
+                Duration::from_secs(20),
+            )
+            .await?;
+        let listeners = tcp_listeners(&net.stdout);
+        ctx.evidence("listeners", &listeners);
+        let unexpected: Vec<&String> = listeners
+            .iter()
+            .filter(|l| l.as_str() != "127.0.0.1:8765")
+            .collect();
+        promise(unexpected.is_empty(), NO_TCP, || {
+            format!("listening: {unexpected:?}")
+        })?;
+
+        ctx.step("daemon configuration names no tcp:// host");
+        let cmdlines = session
+            .in_daemon(&["sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done; cat /etc/docker/daemon.json 2>/dev/null || true"], Duration::from_secs(20))
+            .await?;
+        let text = cmdlines.stdout_text();
+        let dockerd: Vec<&str> = text.lines().filter(|l| l.contains("dockerd")).collect();
+        ctx.evidence("dockerd_cmdlines", &dockerd);
+        promise(!text.contains("tcp://"), NO_TCP_CONFIG, || {
+            format!("the companion's processes or daemon.json name tcp://: {dockerd:?}")
+        })?;
+
+        ctx.step("the agent's identity");
+        let identity = session.agent()?.identity().await?;
+        ctx.evidence("identity", &identity);
+        let field = |k: &str| {
+            identity
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let uid_all_1000 = field("uid").split_whitespace().all(|u| u == "1000");
+        let no_caps = field("capeff").trim_start_matches('0').is_empty()
+            && field("capprm").trim_start_matches('0').is_empty();
+        promise(
+            uid_all_1000 && no_caps && field("nonewprivs") == "1",
+            AGENT,
+            || format!("{identity}"),
+        )?;
+
+        ctx.step("no host socket, path or namespace");
+        let spec = session.pod_spec.spec.clone().unwrap_or_default();
+        let host_paths: Vec<String> = spec
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.host_path.is_some())
+            .map(|v| v.name.clone())
+            .collect();
+        let host_ns = [
+            ("hostNetwork", spec.host_network),
+            ("hostPID", spec.host_pid),
+            ("hostIPC", spec.host_ipc),
+        ]
+        .into_iter()
+        .filter(|(_, v)| *v == Some(true))
+        .map(|(k, _)| k)
+        .collect::<Vec<_>>();
+        let nested = session
+            .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
+            .await?;
+        let host = ctx.env.local.docker().info().await.ok().and_then(|i| i.id);
+        ctx.evidence(
+            "pod",
+            json!({"host_path_volumes": host_paths, "host_namespaces": host_ns}),
+        );
+        ctx.evidence(
+            "daemon_ids",
+            json!({"pod": nested.stdout.trim(), "engine_running_the_pod": host}),
+        );
+        promise(host_paths.is_empty() && host_ns.is_empty(), NO_HOST, || {
+            format!("hostPath volumes {host_paths:?}, host namespaces {host_ns:?}")
+        })?;
+        promise(
+            nested.success() && Some(nested.stdout.trim().to_owned()) != host,
+            NO_HOST,
+            || {
+                format!(
+                    "the agent's daemon {:?} is the engine that runs the Pod ({host:?})",
+                    nested.stdout.trim()
+                )
+            },
+        )?;
+        Ok(Verdict::Passed)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_proc_net_tcp() {
+        let text = "  sl  local_address rem_address   st\n   0: 0100007F:223D 00000000:0000 0A 0\n   1: 00000000:0947 00000000:0000 0A 0\n   2: 0100007F:223D 0100007F:9C40 01 0\n";
+        assert_eq!(
+            super::tcp_listeners(text),
+            vec!["127.0.0.1:8765".to_string(), "0.0.0.0:2375".to_string()]
+        );
+    }
+}

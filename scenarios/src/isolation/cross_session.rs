@@ -1,0 +1,138 @@
+//! `isolation::cross_session` — two concurrent sessions have distinct daemons: different
+//! daemon IDs; a container, image, volume and network created in one are invisible to the
+//! other; neither daemon is reachable from the other Pod; the workspaces are separate.
+//!
+//! Can fail when two Pods share one daemon (a shared host socket folder, a shared data root),
+//! when one session's objects show up in the other, or when a daemon answers over the network.
+
+use crate::support::{build_workload, probe_tag, require_success};
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::session::{Session, SessionOptions};
+use serde_json::json;
+use std::time::Duration;
+
+const DISTINCT: &str = "two sessions have distinct daemon IDs";
+const INVISIBLE: &str =
+    "containers, images, volumes and networks of one session are invisible to the other";
+const UNREACHABLE: &str = "neither session can reach the other's daemon";
+const WORKSPACES: &str = "the two sessions' workspaces are separate";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "isolation::cross_session",
+        promise: "two concurrent sessions have distinct daemon IDs; containers, images and volumes of one are invisible to the other; neither can reach the other's daemon; workspaces are separate",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+async fn daemon_id(session: &Session) -> anyhow::Result<String> {
+    let info = session
+        .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
+        .await?;
+    require_success(&info, DISTINCT, "docker info")?;
+    Ok(info.stdout.trim().to_owned())
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch two sessions at once");
+        let mut sessions = ctx
+            .launch_many(vec![SessionOptions::default(), SessionOptions::default()])
+            .await?;
+        let (Some(b), Some(a)) = (sessions.pop(), sessions.pop()) else {
+            anyhow::bail!("two sessions were launched")
+        };
+
+        ctx.step("daemon IDs");
+        let (id_a, id_b) = (daemon_id(&a).await?, daemon_id(&b).await?);
+        ctx.evidence("daemon_ids", json!({"a": id_a, "b": id_b}));
+        promise(id_a != id_b, DISTINCT, || {
+            format!("both sessions report daemon {id_a}")
+        })?;
+
+        ctx.step("objects of one session are invisible to the other");
+        let tag = probe_tag(ctx, "isolation");
+        require_success(
+            &build_workload(&a, &tag).await?,
+            INVISIBLE,
+            "build in session A",
+        )?;
+        let suffix = kandev_harness::identity::random_hex(4);
+        let create = format!(
+            "set -e; docker volume create iso-vol-{suffix} >/dev/null; docker network create iso-net-{suffix} >/dev/null; docker create --name iso-ctr-{suffix} --network none {tag} sleep 60 >/dev/null; echo created"
+        );
+        let created = a.agent_sh(&create, Duration::from_secs(60)).await?;
+        require_success(&created, INVISIBLE, "create objects in session A")?;
+        let probe = format!(
+            "for o in 'container inspect iso-ctr-{suffix}' 'image inspect {tag}' 'volume inspect iso-vol-{suffix}' 'network inspect iso-net-{suffix}'; do if docker $o >/dev/null 2>&1; then echo \"visible: $o\"; else echo \"absent: $o\"; fi; done"
+        );
+        let in_a = a.agent_sh(&probe, Duration::from_secs(60)).await?;
+        let in_b = b.agent_sh(&probe, Duration::from_secs(60)).await?;
+        ctx.evidence("seen_from_a", in_a.stdout.lines().collect::<Vec<_>>());
+        ctx.evidence("seen_from_b", in_b.stdout.lines().collect::<Vec<_>>());
+        promise(
+            in_a.stdout.matches("visible:").count() == 4,
+            INVISIBLE,
+            || {
+                format!(
+                    "session A does not see its own objects: {}",
+                    in_a.stdout.trim()
+                )
+            },
+        )?;
+        let leaked: Vec<&str> = in_b
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("visible:"))
+            .collect();
+        promise(leaked.is_empty(), INVISIBLE, || {
+            format!("session B sees session A's {leaked:?}")
+        })?;
+
+        ctx.step("neither daemon is reachable from the other Pod");
+        let backend = ctx.env.backend.clone();
+        let ip_a = backend.pod_ip(&a.pod).await?.unwrap_or_default();
+        let ip_b = backend.pod_ip(&b.pod).await?.unwrap_or_default();
+        let mut reached = Vec::new();
+        for (from, to_ip) in [(&b, &ip_a), (&a, &ip_b)] {
+            for port in [2375, 2376] {
+                let attempt = from
+                    .agent_sh(&format!("DOCKER_HOST=tcp://{to_ip}:{port} timeout 5 docker info --format '{{{{.ID}}}}'"), Duration::from_secs(20))
+                    .await?;
+                if attempt.success() {
+                    reached.push(format!(
+                        "{} reached tcp://{to_ip}:{port} ({})",
+                        from.pod.name,
+                        attempt.stdout.trim()
+                    ));
+                }
+            }
+            let sockets = from
+                .agent_sh("ls -A /run/docker", Duration::from_secs(10))
+                .await?;
+            ctx.evidence(
+                &format!("socket_folder_{}", from.pod.name),
+                sockets.stdout.split_whitespace().collect::<Vec<_>>(),
+            );
+        }
+        ctx.evidence("pod_ips", json!({"a": ip_a, "b": ip_b}));
+        promise(reached.is_empty(), UNREACHABLE, || reached.join("; "))?;
+
+        ctx.step("workspaces are separate");
+        let marker = format!("/workspace/isolation-marker-{suffix}");
+        a.agent_sh(&format!("echo a > {marker}"), Duration::from_secs(10))
+            .await?;
+        let seen = b
+            .agent_sh(
+                &format!("test -e {marker} && echo present || echo absent"),
+                Duration::from_secs(10),
+            )
+            .await?;
+        ctx.evidence("marker_in_b", seen.stdout.trim());
+        promise(seen.stdout.trim() == "absent", WORKSPACES, || {
+            format!("session B sees {marker}")
+        })?;
+        Ok(Verdict::Passed)
+    })
+}

@@ -1,0 +1,157 @@
+//! `lifecycle::stop_retains` — an ordinary Stop keeps the Pod (same UID), its daemon (same
+//! ID) and the nested containers, and the agent is reattached with the recorded token; a
+//! replacement Pod (the old one deleted by UID, the recorded template recomposed with the
+//! same workspace claim) keeps the workspace files, gets a new daemon ID, and the old nested
+//! containers and volumes are gone.
+//!
+//! Can fail when Stop disturbs the Pod or daemon, when the workspace is lost on replacement,
+//! or when Docker state is retained across Pods (a daemon data root that outlives the Pod).
+
+use crate::support::{build_workload, probe_tag, require_success};
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::session::{Session, SessionOptions};
+use serde_json::json;
+use std::time::Duration;
+
+const STOP_KEEPS: &str = "an ordinary stop keeps the Pod, its daemon ID and nested containers";
+const WORKSPACE_KEPT: &str = "a replacement Pod keeps the workspace";
+const NEW_DAEMON: &str =
+    "a replacement Pod gets a new daemon and the old nested containers and volumes are gone";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "lifecycle::stop_retains",
+        promise: "ordinary stop keeps the Pod, its daemon ID and nested containers; a replacement Pod keeps the workspace and gets a new daemon",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+async fn daemon_id(session: &Session, promise_text: &str) -> anyhow::Result<String> {
+    let info = session
+        .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
+        .await?;
+    require_success(&info, promise_text, "docker info")?;
+    Ok(info.stdout.trim().to_owned())
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch and leave state behind");
+        let mut session = ctx.launch(SessionOptions::default()).await?;
+        let tag = probe_tag(ctx, "stop");
+        require_success(
+            &build_workload(&session, &tag).await?,
+            STOP_KEEPS,
+            "docker build",
+        )?;
+        let s = kandev_harness::identity::random_hex(4);
+        let setup = format!(
+            "set -e; docker run -d --name keeper-{s} --network none {tag} sleep 600 >/dev/null; docker volume create keep-{s} >/dev/null; echo uncommitted > /workspace/retained-{s}.txt; echo ok"
+        );
+        require_success(
+            &session.agent_sh(&setup, Duration::from_secs(60)).await?,
+            STOP_KEEPS,
+            "start a nested container, a volume and a file",
+        )?;
+        let before = daemon_id(&session, STOP_KEEPS).await?;
+        let pod_before = session.pod.clone();
+        ctx.evidence(
+            "before",
+            json!({"pod_uid": pod_before.uid, "daemon_id": before}),
+        );
+
+        ctx.step("ordinary stop, then resume");
+        let token = session
+            .stop()
+            .ok_or_else(|| anyhow::anyhow!("the session had no agent token"))?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let uid = ctx
+            .env
+            .backend
+            .pod_uid(&pod_before.namespace, &pod_before.name)
+            .await?;
+        promise(
+            uid.as_deref() == Some(pod_before.uid.as_str()),
+            STOP_KEEPS,
+            || {
+                format!(
+                    "after stop the Pod's UID is {uid:?}, was {}",
+                    pod_before.uid
+                )
+            },
+        )?;
+        session.resume(token).await?;
+        let after = daemon_id(&session, STOP_KEEPS).await?;
+        let state = session
+            .agent_sh(&format!("docker inspect -f '{{{{.State.Running}}}}' keeper-{s}; docker volume inspect -f '{{{{.Name}}}}' keep-{s}; cat /workspace/retained-{s}.txt"), Duration::from_secs(30))
+            .await?;
+        ctx.evidence("after_stop", json!({"pod_uid": uid, "daemon_id": after, "state": state.stdout.lines().collect::<Vec<_>>()}));
+        promise(after == before, STOP_KEEPS, || {
+            format!("the daemon ID changed from {before} to {after}")
+        })?;
+        promise(
+            state.stdout.lines().collect::<Vec<_>>()
+                == ["true", &format!("keep-{s}"), "uncommitted"],
+            STOP_KEEPS,
+            || format!("after stop: {}", state.summary()),
+        )?;
+
+        ctx.step("replacement Pod on the same workspace");
+        ctx.env.backend.delete_pod(&session.pod).await?;
+        let gone = ctx
+            .env
+            .backend
+            .pod_uid(&pod_before.namespace, &pod_before.name)
+            .await?;
+        promise(gone.is_none(), WORKSPACE_KEPT, || {
+            format!("the deleted Pod is still there ({gone:?})")
+        })?;
+        let replacement = ctx
+            .launch(SessionOptions {
+                identity: Some(session.identity.clone()),
+                reuse_workspace: session.workspace.clone(),
+                ..Default::default()
+            })
+            .await?;
+        let file = replacement
+            .agent_sh(
+                &format!("cat /workspace/retained-{s}.txt"),
+                Duration::from_secs(10),
+            )
+            .await?;
+        ctx.evidence("replacement_pod_uid", &replacement.pod.uid);
+        ctx.evidence("retained_file", file.stdout.trim());
+        promise(
+            replacement.pod.uid != pod_before.uid,
+            WORKSPACE_KEPT,
+            || "the replacement has the old UID".into(),
+        )?;
+        promise(
+            file.success() && file.stdout.trim() == "uncommitted",
+            WORKSPACE_KEPT,
+            || format!("retained-{s}.txt: {}", file.summary()),
+        )?;
+
+        ctx.step("the replacement has a new daemon and none of the old Docker state");
+        let new_id = daemon_id(&replacement, NEW_DAEMON).await?;
+        let old_state = replacement
+            .agent_sh(&format!("docker container inspect keeper-{s} >/dev/null 2>&1 && echo container; docker volume inspect keep-{s} >/dev/null 2>&1 && echo volume; true"), Duration::from_secs(30))
+            .await?;
+        ctx.evidence("daemon_ids", json!({"old": before, "replacement": new_id}));
+        ctx.evidence(
+            "old_state_in_replacement",
+            old_state.stdout.lines().collect::<Vec<_>>(),
+        );
+        promise(new_id != before, NEW_DAEMON, || {
+            format!("the replacement reports the old daemon ID {before}")
+        })?;
+        promise(old_state.stdout.trim().is_empty(), NEW_DAEMON, || {
+            format!(
+                "the replacement's daemon still has the old {}",
+                old_state.stdout.trim().replace('\n', " and ")
+            )
+        })?;
+        Ok(Verdict::Passed)
+    })
+}

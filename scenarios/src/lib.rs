@@ -7,6 +7,12 @@ pub mod support;
 pub mod bind {
     pub mod workspace;
 }
+pub mod browser {
+    pub mod launch;
+}
+pub mod compose {
+    pub mod cleanup;
+}
 pub mod daemon {
     pub mod socket_only;
 }
@@ -18,6 +24,9 @@ pub mod isolation {
 }
 pub mod lifecycle {
     pub mod stop_retains;
+}
+pub mod network {
+    pub mod mtu;
 }
 pub mod prepare {
     pub mod docker_gate;
@@ -40,6 +49,9 @@ pub fn registry() -> Vec<Scenario> {
         workspace::shared::scenario(),
         image::build_run::scenario(),
         bind::workspace::scenario(),
+        compose::cleanup::scenario(),
+        browser::launch::scenario(),
+        network::mtu::scenario(),
         isolation::cross_session::scenario(),
         lifecycle::stop_retains::scenario(),
     ]

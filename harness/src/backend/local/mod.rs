@@ -401,7 +401,22 @@ impl LocalBackend {
                         });
                     }
                 }
-                VolumeKind::HostPath { .. } => {}
+                VolumeKind::HostPath { path, create } => {
+                    // As the kubelet: create what the type asks for, on the engine's host.
+                    let path = std::path::Path::new(path);
+                    let created = match create {
+                        Some(plan::HostPathCreate::Directory) => std::fs::create_dir_all(path),
+                        Some(plan::HostPathCreate::File) if !path.exists() => {
+                            std::fs::write(path, b"")
+                        }
+                        _ => Ok(()),
+                    };
+                    created.map_err(|e| BackendError::Create {
+                        what: "hostPath",
+                        name: path.display().to_string(),
+                        source: e.into(),
+                    })?;
+                }
             }
         }
 

@@ -44,12 +44,18 @@ pub enum VolumeKind {
         size_limit: Option<i64>,
     },
     /// A claim: an engine volume that outlives the Pod, named by the claim.
-    Claim {
-        read_only: bool,
-    },
+    Claim { read_only: bool },
+    /// `create` is the kubelet's `DirectoryOrCreate` / `FileOrCreate` (None: no creation).
     HostPath {
         path: String,
+        create: Option<HostPathCreate>,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostPathCreate {
+    Directory,
+    File,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -391,8 +397,21 @@ pub fn plan(pod: &Pod, ctx: &PlanContext) -> Result<PodPlan, Vec<Unsupported>> {
                 read_only: c.read_only.unwrap_or(false),
             }
         } else if let Some(h) = &v.host_path {
+            let create = match h.type_.as_deref() {
+                Some("DirectoryOrCreate") => Some(HostPathCreate::Directory),
+                Some("FileOrCreate") => Some(HostPathCreate::File),
+                None | Some("" | "Directory" | "File") => None,
+                Some(other) => {
+                    problems.push(Unsupported {
+                        field: format!("spec.volumes[{}].hostPath.type", v.name),
+                        reason: format!("type {other} is not checked by the local backend"),
+                    });
+                    None
+                }
+            };
             VolumeKind::HostPath {
                 path: h.path.clone(),
+                create,
             }
         } else {
             continue; // reported by unsupported_fields

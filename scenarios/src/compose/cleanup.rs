@@ -1,0 +1,218 @@
+//! `compose::cleanup` — a Compose project (three services, two networks, a named volume, a
+//! read-write bind and a read-only input bind under `/workspace`) comes up and produces its
+//! output; the read-only bind refuses writes; `down -v` leaves no container, network or
+//! volume with the project's label; the output in the workspace stays. Works with Compose v2
+//! (`docker compose`) or v1 (`docker-compose`), whichever the worker has, and reports which.
+//!
+//! Can fail when the daemon cannot create the project's networks or volumes, when binds do
+//! not reach the workspace, when a read-only bind is writable, or when `down -v` leaves
+//! objects behind.
+
+use crate::support::{build_workload, probe_tag, require_success, workload_digest};
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::json;
+use std::time::Duration;
+
+const UP: &str = "the Compose project comes up and produces its output in /workspace";
+const READ_ONLY: &str = "a read-only input bind refuses writes";
+const DOWN: &str = "`down -v` leaves no container, network or volume of the project";
+const RETAINED: &str = "the project's output stays in the workspace after `down -v`";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "compose::cleanup",
+        promise: "a Compose project (services, network, named volume, binds under `/workspace`, a read-only input bind that must refuse writes) comes up, produces its output, and `down -v` leaves no container, network or volume of that project; workspace output retained",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+fn compose_file(tag: &str) -> String {
+    format!(
+        r#"version: "2.4"
+services:
+  writer:
+    image: {tag}
+    command: ["write", "/out/result.bin", "524288", "11"]
+    volumes: ["./out:/out", "./input:/input:ro", "cache:/cache"]
+    networks: [probe]
+  reader:
+    image: {tag}
+    command: ["digest", "/input/input.txt"]
+    volumes: ["./input:/input:ro"]
+    networks: [probe]
+  readonly-check:
+    image: {tag}
+    command: ["write", "/input/must-not-exist.bin", "16", "1"]
+    volumes: ["./input:/input:ro"]
+networks:
+  probe: {{}}
+volumes:
+  cache: {{}}
+"#
+    )
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch and find Compose");
+        let session = ctx.launch(SessionOptions::default()).await?;
+        let which = session
+            .agent_sh("if docker compose version >/dev/null 2>&1; then echo 'docker compose'; docker compose version; elif command -v docker-compose >/dev/null; then echo docker-compose; docker-compose version --short; fi", Duration::from_secs(30))
+            .await?;
+        let mut lines = which.stdout.lines();
+        let compose = lines.next().unwrap_or_default().trim().to_owned();
+        ctx.evidence(
+            "compose",
+            json!({"command": compose, "version": lines.next().unwrap_or_default().trim()}),
+        );
+        if compose.is_empty() {
+            return Ok(Verdict::Incompatible("the worker image has no Docker Compose (neither the v2 plugin `docker compose` nor v1 `docker-compose`)".into()));
+        }
+
+        ctx.step("up");
+        let tag = probe_tag(ctx, "compose");
+        require_success(
+            &build_workload(&session, &tag).await?,
+            UP,
+            "build the service image",
+        )?;
+        let project = format!("kaccept{}", kandev_harness::identity::random_hex(4));
+        let marker = kandev_harness::identity::random_hex(8);
+        let dir = "/workspace/compose-probe";
+        let setup = format!(
+            "set -e; mkdir -p {dir}/input {dir}/out; echo input-{marker} > {dir}/input/input.txt; cat > {dir}/docker-compose.yml <<'EOF'\n{}EOF\n/opt/kandev/agentctl write /tmp/expected-result.bin 524288 11",
+            compose_file(&tag)
+        );
+        let prepared = session.agent_sh(&setup, Duration::from_secs(30)).await?;
+        require_success(&prepared, UP, "write the project")?;
+        let expected = workload_digest(&prepared.stdout)?;
+        let up = session
+            .agent_sh(
+                &format!("cd {dir} && {compose} -p {project} up --no-color --no-build"),
+                Duration::from_secs(180),
+            )
+            .await?;
+        ctx.evidence("up", &up);
+        let label = format!("label=com.docker.compose.project={project}");
+        let states = session
+            .agent_sh(&format!("for s in writer reader readonly-check; do id=$(docker ps -aq --filter {label} --filter label=com.docker.compose.service=$s | head -n1); echo \"$s ${{id:-none}} $(docker inspect -f '{{{{.State.ExitCode}}}}' $id 2>/dev/null)\"; done"), Duration::from_secs(60))
+            .await?;
+        ctx.evidence(
+            "service_exit_codes",
+            states.stdout.lines().collect::<Vec<_>>(),
+        );
+        let exit_of = |service: &str| -> Option<i64> {
+            states
+                .stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("{service} ")))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|c| c.parse().ok())
+        };
+        promise(
+            exit_of("writer") == Some(0) && exit_of("reader") == Some(0),
+            UP,
+            || format!("services: {}; up: {}", states.stdout.trim(), up.summary()),
+        )?;
+        let result = session
+            .agent()?
+            .exec(
+                &kandev_harness::agent::AgentExec::sh("true", Duration::from_secs(10))
+                    .digests(&["/workspace/compose-probe/out/result.bin"]),
+            )
+            .await?;
+        let produced = result.digests.first().cloned();
+        ctx.evidence("output", &produced);
+        promise(
+            produced.as_ref().and_then(|d| d.sha256.clone()) == expected.sha256,
+            UP,
+            || {
+                format!(
+                    "out/result.bin is {produced:?}, expected sha256 {:?}",
+                    expected.sha256
+                )
+            },
+        )?;
+        let reader_id = states
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("reader "))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or("none")
+            .to_owned();
+        let read = session
+            .agent_sh(&format!("docker logs {reader_id}"), Duration::from_secs(30))
+            .await?;
+        let read_digest = workload_digest(&read.stdout).ok();
+        let input = session
+            .agent_sh(
+                &format!("/opt/kandev/agentctl digest {dir}/input/input.txt"),
+                Duration::from_secs(10),
+            )
+            .await?;
+        promise(
+            read_digest.is_some()
+                && read_digest.as_ref().map(|d| &d.sha256)
+                    == workload_digest(&input.stdout)
+                        .ok()
+                        .as_ref()
+                        .map(|d| &d.sha256),
+            UP,
+            || format!("the reader saw {read_digest:?} of the input bind"),
+        )?;
+
+        ctx.step("the read-only input bind refuses writes");
+        let leaked = session
+            .agent_sh(
+                &format!("test -e {dir}/input/must-not-exist.bin && echo written || echo absent"),
+                Duration::from_secs(10),
+            )
+            .await?;
+        ctx.evidence("readonly_check_exit", exit_of("readonly-check"));
+        ctx.evidence("file", leaked.stdout.trim());
+        promise(
+            exit_of("readonly-check").is_some_and(|c| c != 0) && leaked.stdout.trim() == "absent",
+            READ_ONLY,
+            || {
+                format!(
+                    "the write through the read-only bind exited {:?} and the file is {}",
+                    exit_of("readonly-check"),
+                    leaked.stdout.trim()
+                )
+            },
+        )?;
+
+        ctx.step("down -v");
+        let down = session
+            .agent_sh(
+                &format!("cd {dir} && {compose} -p {project} down -v"),
+                Duration::from_secs(120),
+            )
+            .await?;
+        ctx.evidence("down", &down);
+        let left = session
+            .agent_sh(&format!("echo containers $(docker ps -aq --filter {label}); echo networks $(docker network ls -q --filter {label}); echo volumes $(docker volume ls -q --filter {label})"), Duration::from_secs(30))
+            .await?;
+        ctx.evidence("left_after_down", left.stdout.lines().collect::<Vec<_>>());
+        let leftovers: Vec<&str> = left
+            .stdout
+            .lines()
+            .filter(|l| l.split_whitespace().count() > 1)
+            .collect();
+        promise(down.success() && leftovers.is_empty(), DOWN, || {
+            format!("after down -v: {leftovers:?}; down: {}", down.summary())
+        })?;
+        let kept = session
+            .agent_sh(
+                &format!("test -s {dir}/out/result.bin && echo kept"),
+                Duration::from_secs(10),
+            )
+            .await?;
+        promise(kept.stdout.trim() == "kept", RETAINED, || {
+            "out/result.bin is gone after down -v".into()
+        })?;
+        Ok(Verdict::Passed)
+    })
+}

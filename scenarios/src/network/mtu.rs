@@ -1,0 +1,230 @@
+//! `network::mtu` — nested bridges (the default bridge and a user-defined network) have an
+//! MTU no higher than the Pod's interface, and a large transfer (64 MiB over HTTPS) from a
+//! nested container to a peer outside the Pod completes within a bound with a matching
+//! digest.
+//!
+//! Can fail when the daemon's bridge MTU exceeds the Pod's (large packets are then dropped on
+//! overlay networks), or when the transfer fails, stalls or corrupts data.
+
+use crate::support::require_success;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kandev_harness::backend::ExecRequest;
+use kandev_harness::cleanup::CleanupTarget;
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const MTU: &str = "nested bridge MTU is no higher than the Pod interface MTU";
+const TRANSFER: &str = "a 64 MiB HTTPS transfer from a nested container to a peer outside the Pod completes with a matching digest";
+const TRANSFER_BYTES: u64 = 64 << 20;
+const TRANSFER_BOUND: Duration = Duration::from_secs(120);
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "network::mtu",
+        promise: "nested bridge MTU is no higher than the Pod interface MTU; a large transfer (tens of MiB, HTTPS) from a nested container completes with a matching digest",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+/// The HTTPS peer: a Pod outside the session, serving a random file with `openssl s_server`.
+fn peer_pod(ctx: &Ctx) -> Pod {
+    let script = format!(
+        "set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c {TRANSFER_BYTES} /dev/urandom > big.bin && sha256sum big.bin > big.sha && exec openssl s_server -quiet -WWW -accept 8443 -cert c.pem -key k.pem"
+    );
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!(
+                "kandev-acceptance-peer-{}",
+                kandev_harness::identity::random_hex(4)
+            )),
+            labels: Some(kandev_harness::identity::harness_labels(
+                &ctx.run.id,
+                ctx.scenario,
+            )),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "peer".into(),
+                image: Some(ctx.env.images.daemon.clone()),
+                command: Some(vec!["/bin/sh".into(), "-c".into(), script]),
+                ..Default::default()
+            }],
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn mtu_of(netinfo: &str, interface: &str) -> Option<u64> {
+    let value: Value =
+        serde_json::from_str(netinfo.lines().rev().find(|l| l.starts_with('{'))?).ok()?;
+    value
+        .pointer(&format!("/interfaces/{interface}"))
+        .and_then(Value::as_u64)
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch the session and the peer outside it");
+        let backend = ctx.env.backend.clone();
+        let peer = backend.create_pod(&peer_pod(ctx)).await?;
+        ctx.cleanup.push(CleanupTarget::Pod(peer.clone()));
+        let session = ctx.launch(SessionOptions::default()).await?;
+
+        ctx.step("MTUs");
+        let pod_mtu = session
+            .agent_sh("i=$(awk '$2 == \"00000000\" {print $1; exit}' /proc/net/route); echo $i; cat /sys/class/net/$i/mtu", Duration::from_secs(10))
+            .await?;
+        let mut lines = pod_mtu.stdout.lines();
+        let (iface, pod) = (
+            lines.next().unwrap_or_default().to_owned(),
+            lines.next().and_then(|m| m.trim().parse::<u64>().ok()),
+        );
+        let Some(pod) = pod else {
+            return Err(broken(
+                MTU,
+                format!(
+                    "no MTU for the Pod's default-route interface: {}",
+                    pod_mtu.summary()
+                ),
+            ));
+        };
+        let bridge = session
+            .in_daemon(
+                &["cat", "/sys/class/net/docker0/mtu"],
+                Duration::from_secs(10),
+            )
+            .await?;
+        let bridge = bridge.stdout_text().trim().parse::<u64>().ok();
+
+        let client = format!(
+            "kandev-acceptance-tls-client:{}",
+            ctx.run.id.replace('t', "-")
+        );
+        let net = format!("mtu-probe-{}", kandev_harness::identity::random_hex(3));
+        let build = format!(
+            r#"set -eu
+d=/workspace/.kandev-acceptance/tls-client; rm -rf "$d"; mkdir -p "$d/root"
+for f in /bin/sh "$(command -v openssl)"; do
+  cp --parents -L "$f" "$d/root/"
+  for lib in $(ldd "$f" | awk '/=>/ {{print $3}} /ld-linux/ {{print $1}}'); do cp --parents -L "$lib" "$d/root/"; done
+done
+cp /opt/kandev/agentctl "$d/root/workload"
+printf 'FROM scratch\nCOPY root/ /\n' > "$d/Dockerfile"
+docker build -q --network none -t {client} "$d" >/dev/null
+docker network create {net} >/dev/null
+docker run --rm {client} /workload netinfo
+docker run --rm --network {net} {client} /workload netinfo"#
+        );
+        let nested = session.agent_sh(&build, Duration::from_secs(180)).await?;
+        require_success(
+            &nested,
+            TRANSFER,
+            "build the TLS client image and read nested MTUs",
+        )?;
+        let mut infos = nested.stdout.lines().filter(|l| l.starts_with('{'));
+        let default_net = infos.next().and_then(|l| mtu_of(l, "eth0"));
+        let user_net = infos.next().and_then(|l| mtu_of(l, "eth0"));
+        let mtus = json!({"pod_interface": iface, "pod": pod, "docker0": bridge, "nested_default_bridge": default_net, "nested_user_network": user_net});
+        ctx.evidence("mtu", &mtus);
+        let over: Vec<(&str, u64)> = [
+            ("docker0", bridge),
+            ("nested container on the default bridge", default_net),
+            ("nested container on a user-defined network", user_net),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.filter(|v| *v > pod).map(|v| (k, v)))
+        .collect();
+        promise(
+            bridge.is_some() && default_net.is_some() && user_net.is_some(),
+            MTU,
+            || format!("could not read every nested MTU: {mtus}"),
+        )?;
+        promise(over.is_empty(), MTU, || {
+            format!("above the Pod's {pod}: {over:?}")
+        })?;
+
+        ctx.step("64 MiB over HTTPS from a nested container");
+        let peer_ip = backend
+            .pod_ip(&peer)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the peer has no IP"))?;
+        let started = Instant::now();
+        let expected = loop {
+            let sha = backend
+                .exec(
+                    &peer,
+                    ExecRequest::new("peer", &["cat", "/srv/big.sha"])
+                        .timeout(Duration::from_secs(10)),
+                )
+                .await?;
+            if sha.success() {
+                break sha
+                    .stdout_text()
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                anyhow::bail!(
+                    "the HTTPS peer did not get ready within 60 s: {}",
+                    sha.stderr_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        let fetch = format!(
+            "docker run --rm --network {net} {client} /bin/sh -c 'printf \"GET /big.bin HTTP/1.0\\r\\n\\r\\n\" | openssl s_client -quiet -connect {peer_ip}:8443 2>/dev/null | /workload http-body-digest'"
+        );
+        let started = Instant::now();
+        let transfer = session
+            .agent_sh(&fetch, TRANSFER_BOUND + Duration::from_secs(30))
+            .await?;
+        let elapsed = started.elapsed();
+        ctx.evidence("peer", json!({"ip": peer_ip, "sha256": expected}));
+        ctx.evidence("transfer", &transfer);
+        ctx.evidence("elapsed_ms", elapsed.as_millis() as u64);
+        require_success(&transfer, TRANSFER, "the nested HTTPS fetch")?;
+        let got: Value = transfer
+            .stdout
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or(Value::Null);
+        let (size, sha) = (
+            got.get("size").and_then(Value::as_u64),
+            got.get("sha256").and_then(Value::as_str),
+        );
+        let status = got
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("no HTTP status")
+            .to_owned();
+        ctx.evidence(
+            "mib_per_s",
+            (TRANSFER_BYTES as f64 / (1 << 20) as f64) / elapsed.as_secs_f64(),
+        );
+        promise(
+            size == Some(TRANSFER_BYTES) && sha == Some(expected.as_str()),
+            TRANSFER,
+            || {
+                format!(
+                    "received {size:?} bytes with sha256 {sha:?} ({status}), the peer served {TRANSFER_BYTES} bytes with {expected}"
+                )
+            },
+        )?;
+        promise(elapsed <= TRANSFER_BOUND, TRANSFER, || {
+            format!("took {elapsed:?}, bound {TRANSFER_BOUND:?}")
+        })?;
+        Ok(Verdict::Passed)
+    })
+}

@@ -28,7 +28,12 @@ pub struct PodCgroupReading {
     pub memory_limit_bytes: Option<u64>,
     pub memory_usage_bytes: Option<u64>,
     pub memory_peak_bytes: Option<u64>,
+    /// OOM kills in the Pod cgroup and everything below it (v1 counts a kill in the victim's
+    /// own cgroup, which vanishes when its container exits).
     pub oom_kills: Option<u64>,
+    /// How often a memory limit in the Pod's subtree was hit (v1: `memory.failcnt` summed
+    /// over the subtree; v2: `max` events, hierarchical).
+    pub memory_limit_hits: Option<u64>,
     pub cpu_quota_micros: Option<u64>,
     pub cpu_period_micros: Option<u64>,
     pub pids_limit: Option<u64>,
@@ -183,6 +188,7 @@ impl CgroupFs {
                 r.memory_usage_bytes = num(d.join("memory.current"));
                 r.memory_peak_bytes = num(d.join("memory.peak"));
                 r.oom_kills = keyed(&d.join("memory.events"), "oom_kill");
+                r.memory_limit_hits = keyed(&d.join("memory.events"), "max");
                 if let Ok(text) = std::fs::read_to_string(d.join("cpu.max")) {
                     let mut parts = text.split_whitespace();
                     r.cpu_quota_micros = parts.next().and_then(|q| q.parse().ok());
@@ -218,6 +224,17 @@ impl CgroupFs {
         while let Some(dir) = stack.pop() {
             if let Ok(rel) = dir.strip_prefix(&tree_root) {
                 r.cgroups.push(format!("/{}", rel.display()));
+            }
+            // v1 counts kills and limit hits in the memcg concerned: sum the subtree.
+            if self.version == CgroupVersion::V1 {
+                if dir != tree_root.join(relative)
+                    && let Some(kills) = keyed(&dir.join("memory.oom_control"), "oom_kill")
+                {
+                    r.oom_kills = Some(r.oom_kills.unwrap_or(0) + kills);
+                }
+                if let Some(hits) = read_u64(&dir.join("memory.failcnt")) {
+                    r.memory_limit_hits = Some(r.memory_limit_hits.unwrap_or(0) + hits);
+                }
             }
             if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
                 r.pids
@@ -349,11 +366,16 @@ mod tests {
             &root.join("memory/kandev-acceptance/podx/memory.oom_control"),
             "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
         );
+        write(
+            &root.join("memory/kandev-acceptance/podx/companion/memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+        );
         let r = fs.read_pod("kandev-acceptance/podx");
         assert_eq!(r.memory_limit_bytes, Some(1 << 30));
         assert_eq!(r.cpu_quota_micros, Some(50_000));
         assert_eq!(r.pids_limit, Some(64));
-        assert_eq!(r.oom_kills, Some(2));
+        // The Pod's own count plus its subtree's (the companion hit its limit 3 times).
+        assert_eq!(r.oom_kills, Some(5));
         let _ = std::fs::create_dir_all(root.join("freezer/kandev-acceptance/podx/child"));
         assert!(fs.remove("kandev-acceptance/podx").is_ok());
         assert!(!fs.exists("kandev-acceptance/podx"));
@@ -419,4 +441,28 @@ pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
     }
     found.sort_by_key(|p| p.pid);
     found
+}
+
+/// Memory-cgroup OOM kills the kernel logged whose constraining cgroup (`oom_memcg=`) lies at
+/// or below `cgroup_path`: the node's own record of where a limit killed a process. None
+/// when the kernel log cannot be read (`dmesg` missing or not permitted).
+pub fn kernel_memcg_ooms(cgroup_path: &str) -> Option<Vec<String>> {
+    let output = std::process::Command::new("dmesg").output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    Some(
+        text.lines()
+            .filter(|l| l.contains("oom-kill:constraint=CONSTRAINT_MEMCG"))
+            .filter(|l| {
+                l.split(',')
+                    .find_map(|field| field.trim().strip_prefix("oom_memcg="))
+                    .is_some_and(|memcg| {
+                        memcg == cgroup_path || memcg.starts_with(&format!("{cgroup_path}/"))
+                    })
+            })
+            .map(|l| l.trim().to_owned())
+            .collect(),
+    )
 }

@@ -10,6 +10,9 @@ pub mod bind {
 pub mod browser {
     pub mod launch;
 }
+pub mod cgroup {
+    pub mod accounting;
+}
 pub mod compose {
     pub mod cleanup;
 }
@@ -52,6 +55,7 @@ pub fn registry() -> Vec<Scenario> {
         compose::cleanup::scenario(),
         browser::launch::scenario(),
         network::mtu::scenario(),
+        cgroup::accounting::scenario(),
         isolation::cross_session::scenario(),
         lifecycle::stop_retains::scenario(),
     ]

@@ -110,6 +110,16 @@ struct RunArgs {
     /// The Pod-level pids limit (the kubelet's podPidsLimit).
     #[arg(long, default_value_t = 4096)]
     pod_pids_limit: i64,
+    /// Tools the worker image must carry (`worker::toolchain`; comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "git,python-venv,c,node,docker,compose"
+    )]
+    required_tools: Vec<String>,
+    /// Tools checked when present (a missing one is a finding).
+    #[arg(long, value_delimiter = ',', default_value = "buildx,go,rust,pnpm")]
+    optional_tools: Vec<String>,
     /// Override every scenario's deadline, in seconds.
     #[arg(long, value_name = "SECONDS")]
     scenario_timeout: Option<u64>,
@@ -296,6 +306,8 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         docker_ready_timeout_seconds: args.docker_ready_timeout,
         pod_pids_limit: args.pod_pids_limit,
         scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
+        required_tools: args.required_tools.clone(),
+        optional_tools: args.optional_tools.clone(),
     };
     let template_text = match read_input(&config.template, "template") {
         Ok(t) => t,

@@ -166,6 +166,26 @@ impl CgroupFs {
         Ok(())
     }
 
+    /// The names of the folders directly below `relative` in any hierarchy (e.g. every
+    /// `pod<uid>` under the harness's cgroup root).
+    pub fn children(&self, relative: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .hierarchies()
+            .iter()
+            .flat_map(|h| {
+                std::fs::read_dir(h.join(relative))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Whether `relative` exists in any hierarchy.
     pub fn exists(&self, relative: &str) -> bool {
         self.hierarchies().iter().any(|h| h.join(relative).is_dir())

@@ -107,6 +107,10 @@ pub struct RunConfig {
     pub docker_ready_timeout_seconds: u32,
     pub pod_pids_limit: i64,
     pub scenario_timeout: Option<Duration>,
+    /// Tools `worker::toolchain` requires of the worker image (a missing one fails it).
+    pub required_tools: Vec<String>,
+    /// Tools it checks when present (a missing one is a finding).
+    pub optional_tools: Vec<String>,
 }
 
 /// Prepared once per run, by the first scenario that needs it.

@@ -54,6 +54,101 @@ pub struct SessionOptions {
     pub profile_env: BTreeMap<String, String>,
     /// Keep this identity (a replacement Pod keeps the task's identity).
     pub identity: Option<SessionIdentity>,
+    /// Labels stamped on the Pod besides Kandev's (as a foreign actor or policy might add).
+    pub extra_labels: BTreeMap<String, String>,
+}
+
+/// What Kandev records of a session to tear it down later: the exact Pod (UID), its owned
+/// labels, and the workspace.
+#[derive(Debug, Clone)]
+pub struct RecordedSession {
+    pub pod: PodRef,
+    pub owned_labels: BTreeMap<String, String>,
+    pub workspace: Option<WorkspaceRef>,
+}
+
+/// Kandev's owned label keys: the four reserved `app.kubernetes.io/*` and every `kandev.ai/*`.
+pub fn owned_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("kandev.ai/")
+                || [
+                    "app.kubernetes.io/name",
+                    "app.kubernetes.io/managed-by",
+                    "app.kubernetes.io/instance",
+                    "app.kubernetes.io/component",
+                ]
+                .contains(&k.as_str())
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// Why a terminal cleanup deleted nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CleanupRefused {
+    #[error(
+        "Pod {name} is not the recorded one (recorded uid {recorded}, found {found}); nothing was deleted"
+    )]
+    UidMismatch {
+        name: String,
+        recorded: String,
+        found: String,
+    },
+    #[error(
+        "Pod {name}'s owned labels differ from the recorded ones ({difference}); nothing was deleted"
+    )]
+    LabelsDiffer { name: String, difference: String },
+}
+
+/// Kandev's terminal cleanup: verify the recorded Pod (UID and the exact owned label set,
+/// no extra `kandev.ai/*` label), then delete it by UID and the workspace the run created.
+/// A missing Pod is success; any mismatch fails closed.
+pub async fn terminal_cleanup(
+    backend: &dyn Backend,
+    recorded: &RecordedSession,
+) -> anyhow::Result<()> {
+    let pod = &recorded.pod;
+    if let Some(labels) = backend.pod_labels(&pod.namespace, &pod.name).await? {
+        let found = backend
+            .pod_uid(&pod.namespace, &pod.name)
+            .await?
+            .unwrap_or_default();
+        if found != pod.uid {
+            return Err(CleanupRefused::UidMismatch {
+                name: pod.name.clone(),
+                recorded: pod.uid.clone(),
+                found,
+            }
+            .into());
+        }
+        let owned = owned_labels(&labels);
+        if owned != recorded.owned_labels {
+            let mut difference: Vec<String> = owned
+                .iter()
+                .filter(|(k, v)| recorded.owned_labels.get(*k) != Some(*v))
+                .map(|(k, v)| format!("found {k}={v}"))
+                .collect();
+            difference.extend(
+                recorded
+                    .owned_labels
+                    .iter()
+                    .filter(|(k, _)| !owned.contains_key(*k))
+                    .map(|(k, _)| format!("missing {k}")),
+            );
+            return Err(CleanupRefused::LabelsDiffer {
+                name: pod.name.clone(),
+                difference: difference.join(", "),
+            }
+            .into());
+        }
+        backend.delete_pod(pod).await?;
+    }
+    if let Some(workspace) = &recorded.workspace {
+        backend.delete_workspace(workspace).await?;
+    }
+    Ok(())
 }
 
 /// A launch that failed in the prepare script: the agent was never started.
@@ -141,6 +236,14 @@ impl Session {
             },
             create_nonce: &nonce,
         })?;
+        let mut pod_spec = pod_spec;
+        if !options.extra_labels.is_empty() {
+            pod_spec
+                .metadata
+                .labels
+                .get_or_insert_default()
+                .extend(options.extra_labels.clone());
+        }
         let pod = backend
             .create_pod(&pod_spec)
             .await
@@ -404,6 +507,15 @@ impl Session {
 
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.settings.backend
+    }
+
+    /// What Kandev records for the terminal cleanup: the Pod's UID and Kandev's own labels.
+    pub fn recorded(&self) -> RecordedSession {
+        RecordedSession {
+            pod: self.pod.clone(),
+            owned_labels: owned_labels(&self.identity.kandev_labels()),
+            workspace: self.workspace.clone(),
+        }
     }
 
     pub fn record(&self) -> SessionRecord {

@@ -27,6 +27,7 @@ pub mod isolation {
 }
 pub mod lifecycle {
     pub mod stop_retains;
+    pub mod teardown_exact;
 }
 pub mod network {
     pub mod mtu;
@@ -36,6 +37,9 @@ pub mod prepare {
 }
 pub mod template {
     pub mod grant_rules;
+}
+pub mod worker {
+    pub mod toolchain;
 }
 pub mod workspace {
     pub mod shared;
@@ -56,8 +60,10 @@ pub fn registry() -> Vec<Scenario> {
         browser::launch::scenario(),
         network::mtu::scenario(),
         cgroup::accounting::scenario(),
+        worker::toolchain::scenario(),
         isolation::cross_session::scenario(),
         lifecycle::stop_retains::scenario(),
+        lifecycle::teardown_exact::scenario(),
     ]
 }
 

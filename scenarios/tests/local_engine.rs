@@ -366,3 +366,211 @@ fn an_unreachable_engine_is_a_clear_environment_error() {
     );
     assert!(text.contains("fix: start one"), "{text}");
 }
+
+#[test]
+fn a_daemon_with_a_tcp_listener_fails_socket_only() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/daemon-tcp-listener.yaml"),
+        "--exact",
+        "daemon::socket_only",
+    ]);
+    assert_fails(
+        &run,
+        "daemon::socket_only",
+        "no TCP listener in the Pod besides the loopback control port",
+    );
+}
+
+#[test]
+fn a_shared_host_socket_fails_cross_session_isolation() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/shared-host-socket.yaml"),
+        "--exact",
+        "isolation::cross_session",
+    ]);
+    let _ = std::fs::remove_dir_all("/tmp/kandev-acceptance-shared-docker-socket");
+    assert_fails(
+        &run,
+        "isolation::cross_session",
+        "two sessions have distinct daemon IDs",
+    );
+}
+
+#[test]
+fn a_retained_daemon_data_root_fails_stop_retains() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/daemon-data-retained.yaml"),
+        "--exact",
+        "lifecycle::stop_retains",
+    ]);
+    let _ = std::fs::remove_dir_all("/var/lib/kandev-acceptance-retained-docker");
+    assert_fails(
+        &run,
+        "lifecycle::stop_retains",
+        "a replacement Pod gets a new daemon",
+    );
+}
+
+#[test]
+fn an_exhausted_address_pool_fails_compose_cleanup() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/daemon-address-pool-exhausted.yaml"),
+        "--exact",
+        "compose::cleanup",
+    ]);
+    assert_fails(
+        &run,
+        "compose::cleanup",
+        "the Compose project comes up and produces its output",
+    );
+}
+
+#[test]
+fn a_read_only_agent_root_fails_browser_launch() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/agent-readonly-rootfs.yaml"),
+        "--exact",
+        "browser::launch",
+    ]);
+    assert_fails(
+        &run,
+        "browser::launch",
+        "a headless browser renders a page from /workspace and runs its script",
+    );
+}
+
+#[test]
+fn a_bridge_mtu_above_the_pod_fails_network_mtu() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/daemon-mtu-above-pod.yaml"),
+        "--exact",
+        "network::mtu",
+    ]);
+    assert_fails(
+        &run,
+        "network::mtu",
+        "nested bridge MTU is no higher than the Pod interface MTU",
+    );
+}
+
+/// Removes what the escape fixtures leave on the node by design: processes that outlived
+/// their Pod and the cgroups they were moved into, then the orphaned Pod cgroups (`gc`).
+/// Only this run's processes are killed: their exact marker is in the report's evidence.
+fn clean_escaped(run: &Run, prefix: &str) {
+    let text = std::fs::read_to_string(&run.report_path).unwrap();
+    let mut markers: Vec<String> = text
+        .match_indices(prefix)
+        .map(|(i, _)| {
+            text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect()
+        })
+        .collect();
+    markers.sort();
+    markers.dedup();
+    for marker in markers.iter().filter(|m| m.len() > prefix.len()) {
+        let _ = Command::new("pkill").args(["-9", "-f", marker]).status();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+        let _ = std::fs::remove_dir(hierarchy.path().join("kandev-acceptance-escaped"));
+    }
+    let gc = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--run", "none"])
+        .output()
+        .unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+}
+
+#[test]
+fn a_daemon_escaping_the_pod_cgroup_fails_cgroup_accounting() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/daemon-escapes-pod-cgroup.yaml"),
+        "--exact",
+        "cgroup::accounting",
+    ]);
+    clean_escaped(&run, "kandev-accounting-");
+    assert_fails(
+        &run,
+        "cgroup::accounting",
+        "every nested process's cgroup lies under the Pod's cgroup",
+    );
+}
+
+#[test]
+fn a_daemon_whose_processes_outlive_the_pod_fails_teardown_exact() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/daemon-escapes-pod.yaml"),
+        "--exact",
+        "lifecycle::teardown_exact",
+    ]);
+    clean_escaped(
+        &run,
+        kandev_scenarios::lifecycle::teardown_exact::MARKER_PREFIX,
+    );
+    assert_fails(
+        &run,
+        "lifecycle::teardown_exact",
+        "nested processes and their cgroups vanish from the node",
+    );
+}
+
+#[test]
+fn a_worker_without_node_fails_worker_toolchain() {
+    // Build the broken worker FROM the fixture worker this machine has built.
+    let base = run(&["--exact", "template::grant_rules"]);
+    let worker = base
+        .report
+        .environment
+        .images
+        .iter()
+        .find(|i| i.role == "worker")
+        .map(|i| i.reference.clone())
+        .unwrap();
+    let tag = "kandev-acceptance/broken-worker-without-node:test";
+    let build = Command::new("docker")
+        .args([
+            "build",
+            "-q",
+            "--build-arg",
+            &format!("WORKER_IMAGE={worker}"),
+            "-t",
+            tag,
+        ])
+        .arg(root().join("fixtures/images/broken/worker-without-node"))
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let run = run(&["--worker-image", tag, "--exact", "worker::toolchain"]);
+    let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
+    assert_fails(
+        &run,
+        "worker::toolchain",
+        "each required tool of the worker image runs a real job as the agent user",
+    );
+    let diagnosis = run.report.scenarios[0]
+        .diagnosis
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        diagnosis.contains("node: not in the worker image"),
+        "{diagnosis}"
+    );
+}

@@ -557,6 +557,49 @@ impl LocalBackend {
     }
 }
 
+impl LocalBackend {
+    /// Pod cgroups whose Pod has no container left in the engine and no process left in the
+    /// tree (what a killed run leaves): a Pod cgroup carries no labels, so this is how `gc`
+    /// finds them. A cgroup with processes is never touched.
+    async fn sweep_orphan_cgroups(&self, dry_run: bool) -> Result<Vec<String>> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(Vec::new());
+        };
+        let mut removed = Vec::new();
+        for name in cgroups.children(plan::CGROUP_ROOT) {
+            let Some(uid) = name.strip_prefix("pod") else {
+                continue;
+            };
+            if !self
+                .containers_with(&[(LABEL_POD_UID, uid)])
+                .await?
+                .is_empty()
+            {
+                continue;
+            }
+            let relative = Self::pod_cgroup(uid);
+            if !cgroups.read_pod(&relative).pids.is_empty() {
+                tracing::warn!(
+                    cgroup = relative,
+                    "orphaned Pod cgroup still has processes; left alone"
+                );
+                continue;
+            }
+            if !dry_run {
+                cgroups
+                    .remove(&relative)
+                    .map_err(|e| BackendError::Delete {
+                        what: "pod cgroup",
+                        name: relative.clone(),
+                        source: e.into(),
+                    })?;
+            }
+            removed.push(format!("cgroup/{relative}"));
+        }
+        Ok(removed)
+    }
+}
+
 #[async_trait]
 impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
@@ -912,6 +955,7 @@ impl Backend for LocalBackend {
             }
             removed.push(format!("volume/{}", v.name));
         }
+        removed.extend(self.sweep_orphan_cgroups(dry_run).await?);
         Ok(removed)
     }
 }

@@ -1,0 +1,232 @@
+//! `lifecycle::teardown_exact` — Kandev's terminal cleanup removes exactly the owned Pod and
+//! workspace (checked by UID and the exact owned labels); the nested processes and the Pod's
+//! cgroups vanish from the node; look-alikes survive: a neighbouring session (same name
+//! prefix, other nonce), a same-name Pod with another UID and a Pod with a foreign
+//! `kandev.ai/*` label both make the cleanup fail closed and stay untouched.
+//!
+//! Can fail when nested processes outlive the Pod (a daemon that escapes the Pod's PID
+//! namespace and cgroups), when cleanup deletes a look-alike, or when it deletes an object
+//! whose identity does not match the record.
+
+use crate::support::{build_workload, probe_tag, require_success};
+use kandev_harness::backend::local::LocalBackend;
+use kandev_harness::node;
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::session::{CleanupRefused, SessionOptions, terminal_cleanup};
+use kandev_harness::template::WorkspaceMode;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const REMOVES: &str = "terminal cleanup removes exactly the owned Pod and its workspace";
+const VANISH: &str =
+    "nested processes and their cgroups vanish from the node when the Pod is deleted";
+const SURVIVE: &str = "look-alike objects the run did not tear down survive untouched";
+const FAIL_CLOSED: &str =
+    "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label";
+
+/// Marker prefix of nested processes this scenario starts (tests kill leftovers by it).
+pub const MARKER_PREFIX: &str = "kandev-teardown-";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "lifecycle::teardown_exact",
+        promise: "terminal delete removes exactly the owned Pod and volume (UID-checked), nested processes and their cgroups vanish from the node, and look-alike objects the run does not own survive untouched",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch the owned session and a neighbour");
+        let mut sessions = ctx
+            .launch_many(vec![SessionOptions::default(), SessionOptions::default()])
+            .await?;
+        let (Some(neighbour), Some(owned)) = (sessions.pop(), sessions.pop()) else {
+            anyhow::bail!("two sessions were launched")
+        };
+        let tag = probe_tag(ctx, "teardown");
+        require_success(
+            &build_workload(&owned, &tag).await?,
+            VANISH,
+            "build the workload image",
+        )?;
+        let marker = format!("{MARKER_PREFIX}{}", kandev_harness::identity::random_hex(6));
+        require_success(
+            &owned
+                .agent_sh(
+                    &format!("docker run -d --network none {tag} sleep 600 {marker}"),
+                    Duration::from_secs(60),
+                )
+                .await?,
+            VANISH,
+            "start a nested process",
+        )?;
+        let started = Instant::now();
+        let mut nested = Vec::new();
+        while nested.is_empty() && started.elapsed() < Duration::from_secs(10) {
+            nested = node::processes_matching(Path::new("/proc"), &marker);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        ctx.evidence("nested_processes", &nested);
+        promise(!nested.is_empty(), VANISH, || {
+            format!("no nested process with {marker} on the node")
+        })?;
+
+        ctx.step("terminal cleanup of the owned session");
+        let recorded = owned.recorded();
+        let backend = ctx.env.backend.clone();
+        // A failing delete is evidence here (processes that outlive the Pod keep its cgroup
+        // busy): judge by what the node shows, and report the error itself only if the node
+        // shows nothing wrong.
+        let cleanup = terminal_cleanup(backend.as_ref(), &recorded).await;
+        ctx.evidence(
+            "cleanup",
+            cleanup
+                .as_ref()
+                .map_err(kandev_harness::error_chain_anyhow)
+                .err(),
+        );
+        ctx.step("nested processes and cgroups vanish from the node");
+        let started = Instant::now();
+        let mut survivors = node::processes_matching(Path::new("/proc"), &marker);
+        while !survivors.is_empty() && started.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            survivors = node::processes_matching(Path::new("/proc"), &marker);
+        }
+        let cgroup = LocalBackend::pod_cgroup(&recorded.pod.uid);
+        let cgroup_left = ctx.env.local.cgroups().is_some_and(|c| c.exists(&cgroup));
+        ctx.evidence("survivors", &survivors);
+        ctx.evidence("pod_cgroup_exists", cgroup_left);
+        promise(survivors.is_empty(), VANISH, || {
+            format!("still running after the Pod was deleted: {survivors:?}")
+        })?;
+        promise(!cgroup_left, VANISH, || {
+            format!("the Pod cgroup {cgroup} is still on the node")
+        })?;
+        cleanup?;
+
+        ctx.step("the owned Pod and workspace are gone");
+        let pod_left = backend
+            .pod_uid(&recorded.pod.namespace, &recorded.pod.name)
+            .await?;
+        let workspace = recorded
+            .workspace
+            .as_ref()
+            .map(|w| w.name.clone())
+            .unwrap_or_default();
+        let volume_left = ctx
+            .env
+            .local
+            .docker()
+            .inspect_volume(&workspace)
+            .await
+            .is_ok();
+        ctx.evidence(
+            "after",
+            json!({"pod": pod_left, "workspace_volume_exists": volume_left}),
+        );
+        promise(pod_left.is_none() && !volume_left, REMOVES, || {
+            format!("left: Pod {pod_left:?}, workspace volume {workspace} exists: {volume_left}")
+        })?;
+
+        ctx.step("the neighbour survives");
+        let neighbour_uid = backend
+            .pod_uid(&neighbour.pod.namespace, &neighbour.pod.name)
+            .await?;
+        let alive = neighbour
+            .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
+            .await?;
+        let neighbour_volume = neighbour
+            .workspace
+            .as_ref()
+            .map(|w| w.name.clone())
+            .unwrap_or_default();
+        let volume_ok = ctx
+            .env
+            .local
+            .docker()
+            .inspect_volume(&neighbour_volume)
+            .await
+            .is_ok();
+        ctx.evidence("neighbour", json!({"pod": neighbour.pod.name, "uid": neighbour_uid, "daemon": alive.stdout.trim(), "workspace_exists": volume_ok}));
+        promise(
+            neighbour_uid.as_deref() == Some(neighbour.pod.uid.as_str())
+                && alive.success()
+                && volume_ok,
+            SURVIVE,
+            || {
+                format!(
+                    "the neighbour {} was disturbed: uid {neighbour_uid:?}, daemon {}, workspace exists {volume_ok}",
+                    neighbour.pod.name,
+                    alive.summary()
+                )
+            },
+        )?;
+
+        ctx.step("fail closed on look-alikes");
+        let same_name = ctx
+            .create_session(SessionOptions {
+                identity: Some(owned.identity.clone()),
+                workspace_mode: Some(WorkspaceMode::EmptyDir),
+                ..Default::default()
+            })
+            .await?;
+        let refused_uid = terminal_cleanup(backend.as_ref(), &recorded).await;
+        let foreign = ctx
+            .create_session(SessionOptions {
+                workspace_mode: Some(WorkspaceMode::EmptyDir),
+                extra_labels: BTreeMap::from([(
+                    "kandev.ai/foreign-owner".to_owned(),
+                    "someone-else".to_owned(),
+                )]),
+                ..Default::default()
+            })
+            .await?;
+        let refused_label = terminal_cleanup(backend.as_ref(), &foreign.recorded()).await;
+        let describe = |r: &anyhow::Result<()>| match r {
+            Ok(()) => "deleted".to_owned(),
+            Err(e) => kandev_harness::error_chain_anyhow(e),
+        };
+        ctx.evidence("same_name_other_uid", describe(&refused_uid));
+        ctx.evidence("foreign_label", describe(&refused_label));
+        let is_refusal = |r: &anyhow::Result<()>| {
+            r.as_ref()
+                .err()
+                .is_some_and(|e| e.downcast_ref::<CleanupRefused>().is_some())
+        };
+        promise(
+            is_refusal(&refused_uid) && is_refusal(&refused_label),
+            FAIL_CLOSED,
+            || {
+                format!(
+                    "same-name Pod: {}; foreign label: {}",
+                    describe(&refused_uid),
+                    describe(&refused_label)
+                )
+            },
+        )?;
+        let still = (
+            backend
+                .pod_uid(&same_name.pod.namespace, &same_name.pod.name)
+                .await?,
+            backend
+                .pod_uid(&foreign.pod.namespace, &foreign.pod.name)
+                .await?,
+        );
+        promise(
+            still.0.as_deref() == Some(same_name.pod.uid.as_str())
+                && still.1.as_deref() == Some(foreign.pod.uid.as_str()),
+            SURVIVE,
+            || {
+                format!(
+                    "after the refused cleanups: same-name Pod {:?}, foreign-label Pod {:?}",
+                    still.0, still.1
+                )
+            },
+        )?;
+        Ok(Verdict::Passed)
+    })
+}

@@ -1,0 +1,206 @@
+//! `worker::toolchain` — each tool the worker image is expected to carry runs a tiny real job
+//! as the agent user, with its caches under `/workspace` (created by preparation, after the
+//! clone); tool versions go into the report; baked tools live outside the mounted paths. A
+//! required tool that is missing or broken fails the scenario; a missing optional tool is a
+//! finding. The lists are `--required-tools` and `--optional-tools`.
+//!
+//! Can fail when the worker image lacks a tool, when a tool does not work for UID 1000, when
+//! the caches are not writable, or when a tool lives on a mounted path.
+
+use kandev_harness::report::FindingLevel;
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const TOOLS: &str = "each required tool of the worker image runs a real job as the agent user";
+const CACHES: &str =
+    "the tool caches under /workspace exist after preparation and are writable by the agent";
+const BAKED: &str = "baked tools live outside the mounted paths";
+
+/// Caches the full-worker recipe keeps under the workspace, and the variables that point there.
+const CACHE_ENV: &str = "export npm_config_cache=/workspace/.cache/npm PIP_CACHE_DIR=/workspace/.cache/pip GOCACHE=/workspace/.cache/go-build GOMODCACHE=/workspace/.cache/go-mod CARGO_HOME=/workspace/.cache/cargo PNPM_HOME=/workspace/.pnpm npm_config_store_dir=/workspace/.pnpm-store";
+const CACHE_DIRS: [&str; 8] = [
+    "/workspace/.cache/npm",
+    "/workspace/.cache/pip",
+    "/workspace/.cache/go-build",
+    "/workspace/.cache/go-mod",
+    "/workspace/.cache/cargo",
+    "/workspace/.npm-global",
+    "/workspace/.pnpm",
+    "/workspace/.pnpm-store",
+];
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "worker::toolchain",
+        promise: "the worker image's toolchain works as the agent user with caches under `/workspace`; tool versions go into the report; baked tools live outside mounted paths",
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+/// A tool: the binary to find, how to print its version, and a tiny real job in `$W`
+/// (a fresh folder under the workspace) that prints `ok` last.
+struct Tool {
+    binary: &'static str,
+    version: &'static str,
+    job: &'static str,
+}
+
+fn tool(name: &str) -> Option<Tool> {
+    Some(match name {
+        "git" => Tool {
+            binary: "git",
+            version: "git --version",
+            job: "cd $W && git init -q r && cd r && git -c user.email=a@b.c -c user.name=agent commit -q --allow-empty -m first && test \"$(git rev-list --count HEAD)\" = 1 && echo ok",
+        },
+        "python-venv" => Tool {
+            binary: "python3",
+            version: "python3 --version",
+            job: "cd $W && python3 -m venv venv && printf 'import unittest\\nclass T(unittest.TestCase):\\n    def test_sum(self):\\n        self.assertEqual(sum([1, 2]), 3)\\n' > test_t.py && venv/bin/python -m unittest -q test_t 2>&1 && echo ok",
+        },
+        "c" => Tool {
+            binary: "cc",
+            version: "cc --version | head -n1",
+            job: "cd $W && printf '#include <stdio.h>\\nint main(void){printf(\"hello-c\\\\n\");return 0;}\\n' > h.c && cc -o h h.c && ./h | grep -qx hello-c && echo ok",
+        },
+        "node" => Tool {
+            binary: "node",
+            version: "node --version",
+            job: "cd $W && echo 'console.log(6 * 7)' > t.js && test \"$(node t.js)\" = 42 && echo ok",
+        },
+        "docker" => Tool {
+            binary: "docker",
+            version: "docker --version",
+            job: "docker version --format '{{.Server.Version}}' >/dev/null && echo ok",
+        },
+        "compose" => Tool {
+            binary: "docker",
+            version: "docker compose version 2>/dev/null || docker-compose version --short",
+            job: "cd $W && printf 'services:\\n  a:\\n    image: scratch\\n' > compose.yml && { docker compose -f compose.yml config -q 2>/dev/null || docker-compose -f compose.yml config -q; } && echo ok",
+        },
+        "buildx" => Tool {
+            binary: "docker",
+            version: "docker buildx version",
+            job: "docker buildx ls >/dev/null && echo ok",
+        },
+        "go" => Tool {
+            binary: "go",
+            version: "go version",
+            job: "cd $W && printf 'package main\\nimport \"fmt\"\\nfunc main(){fmt.Println(\"hello-go\")}\\n' > m.go && go run m.go | grep -qx hello-go && echo ok",
+        },
+        "rust" => Tool {
+            binary: "cargo",
+            version: "cargo --version",
+            job: "cd $W && cargo new -q --offline t && cd t && cargo run -q --offline | grep -qx 'Hello, world!' && echo ok",
+        },
+        "pnpm" => Tool {
+            binary: "pnpm",
+            version: "pnpm --version",
+            job: "pnpm store path >/dev/null && echo ok",
+        },
+        _ => return None,
+    })
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch");
+        let session = ctx.launch(SessionOptions::default()).await?;
+
+        ctx.step("caches under /workspace");
+        let check = format!(
+            "for d in {}; do if [ -d \"$d\" ] && [ -w \"$d\" ]; then echo \"ok $d\"; else echo \"missing $d\"; fi; done",
+            CACHE_DIRS.join(" ")
+        );
+        let caches = session.agent_sh(&check, Duration::from_secs(20)).await?;
+        let missing: Vec<&str> = caches
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("missing"))
+            .collect();
+        ctx.evidence("caches", caches.stdout.lines().collect::<Vec<_>>());
+        promise(missing.is_empty(), CACHES, || format!("{missing:?}"))?;
+
+        ctx.step("tool jobs as the agent");
+        let required = ctx.run.config.required_tools.clone();
+        let optional = ctx.run.config.optional_tools.clone();
+        let mut versions = BTreeMap::new();
+        let mut failures = Vec::new();
+        let mut on_mounts = Vec::new();
+        for (name, is_required) in required
+            .iter()
+            .map(|n| (n, true))
+            .chain(optional.iter().map(|n| (n, false)))
+        {
+            let Some(t) = tool(name) else {
+                return Err(broken(
+                    TOOLS,
+                    format!(
+                        "unknown tool {name:?}; known: git, python-venv, c, node, docker, compose, buildx, go, rust, pnpm"
+                    ),
+                ));
+            };
+            let script = format!(
+                "{CACHE_ENV}; p=$(command -v {bin}) || {{ echo missing; exit 0; }}; v=$({version} 2>&1) || {{ echo missing; exit 0; }}; echo \"path $p\"; echo \"version $(echo \"$v\" | head -n1)\"; W=$(mktemp -d /workspace/.kandev-acceptance-tool-XXXXXX); export W; ( {job} ) 2>&1 | tail -n 5; rm -rf \"$W\"",
+                bin = t.binary,
+                version = t.version,
+                job = t.job
+            );
+            let out = session.agent_sh(&script, Duration::from_secs(120)).await?;
+            let text = out.stdout.clone();
+            if text.trim() == "missing" {
+                if is_required {
+                    failures.push(format!("{name}: not in the worker image (`{}` not on the agent's PATH, or `{}` fails)", t.binary, t.version));
+                } else {
+                    ctx.finding(
+                        FindingLevel::Info,
+                        "worker.optional_tool_missing",
+                        format!("optional tool {name} is not in the worker image"),
+                        json!({"tool": name}),
+                    );
+                }
+                continue;
+            }
+            let path = text
+                .lines()
+                .find_map(|l| l.strip_prefix("path "))
+                .unwrap_or_default()
+                .to_owned();
+            let version = text
+                .lines()
+                .find_map(|l| l.strip_prefix("version "))
+                .unwrap_or_default()
+                .to_owned();
+            versions.insert(
+                name.clone(),
+                json!({"version": version, "path": path, "job_ms": out.duration_ms}),
+            );
+            if ["/workspace", "/opt/kandev", "/run/kandev"]
+                .iter()
+                .any(|m| path.starts_with(&format!("{m}/")))
+            {
+                on_mounts.push(format!("{name} at {path}"));
+            }
+            if text.lines().last().map(str::trim) != Some("ok") {
+                let message = format!("{name}: the job failed: {}", text.trim());
+                if is_required {
+                    failures.push(message);
+                } else {
+                    ctx.finding(
+                        FindingLevel::Warning,
+                        "worker.optional_tool_broken",
+                        message,
+                        json!({"tool": name}),
+                    );
+                }
+            }
+        }
+        ctx.evidence("tools", &versions);
+        promise(failures.is_empty(), TOOLS, || failures.join("; "))?;
+        promise(on_mounts.is_empty(), BAKED, || on_mounts.join("; "))?;
+        Ok(Verdict::Passed)
+    })
+}

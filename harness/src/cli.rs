@@ -120,6 +120,10 @@ struct RunArgs {
     /// Tools checked when present (a missing one is a finding).
     #[arg(long, value_delimiter = ',', default_value = "buildx,go,rust,pnpm")]
     optional_tools: Vec<String>,
+    /// Scenarios (and so sessions) at once; default: twice the cores, at most 8 (scenarios
+    /// mostly wait on the engine). `--test-threads` wins when both are given.
+    #[arg(long, value_name = "N")]
+    jobs: Option<usize>,
     /// Override every scenario's deadline, in seconds.
     #[arg(long, value_name = "SECONDS")]
     scenario_timeout: Option<u64>,
@@ -352,6 +356,13 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         return exit::USAGE;
     }
 
+    let mut libtest = args.libtest;
+    if libtest.test_threads.is_none() {
+        let cores = std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(2);
+        libtest.test_threads = Some(args.jobs.unwrap_or((cores * 2).min(8)).max(1));
+    }
     let run = Arc::new(Run::new(
         crate::identity::new_run_id(),
         config,
@@ -390,7 +401,7 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
             })
         })
         .collect();
-    let conclusion = libtest_mimic::run(&args.libtest, trials);
+    let conclusion = libtest_mimic::run(&libtest, trials);
     if conclusion.num_passed + conclusion.num_failed == 0 {
         eprintln!("no scenario matched the filter; see `kandev-acceptance run --list`");
         return exit::NOTHING_SELECTED;

@@ -398,10 +398,10 @@ impl Run {
                 report.diagnosis = Some(reason);
             }
             Err((outcome, diagnosis)) => {
-                let step = if outcome == Outcome::Failed {
-                    StepOutcome::Failed
-                } else {
-                    StepOutcome::Errored
+                let step = match outcome {
+                    Outcome::Failed => StepOutcome::Failed,
+                    Outcome::Incompatible => StepOutcome::Incompatible,
+                    _ => StepOutcome::Errored,
                 };
                 ctx.close_step(step, Some(diagnosis.clone()));
                 report.outcome = outcome;
@@ -465,6 +465,11 @@ fn classify(error: &anyhow::Error) -> (Outcome, String) {
     let text = crate::error_chain_anyhow(error);
     if error.chain().any(|e| e.downcast_ref::<Broken>().is_some()) {
         (Outcome::Failed, text)
+    } else if error.chain().any(|e| {
+        e.downcast_ref::<crate::session::WorkerImageLacks>()
+            .is_some()
+    }) {
+        (Outcome::Incompatible, text)
     } else {
         (Outcome::Errored, text)
     }

@@ -151,6 +151,17 @@ pub async fn terminal_cleanup(
     Ok(())
 }
 
+/// The worker image lacks a tool the Docker-workloads recipe needs: the scenario cannot be
+/// judged on this image (reported `incompatible`, with the fix).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the worker image {image} has no `{tool}` on the agent's PATH\n  fix: use a worker image with the Docker CLI (Kandev's full-worker recipe), or pass one with --worker-image"
+)]
+pub struct WorkerImageLacks {
+    pub image: String,
+    pub tool: String,
+}
+
 /// A launch that failed in the prepare script: the agent was never started.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -280,6 +291,7 @@ impl Session {
         let mut session = Self::create(settings, cleanup, identity, options).await?;
         let started = Instant::now();
         session.write_bootstrap_files().await?;
+        session.require_tool("docker").await?;
         let output = session.run_prepare().await?;
         if output.exit_code != Some(0) {
             return Err(PrepareFailed {
@@ -385,6 +397,36 @@ impl Session {
         auth.push(("HOME", "/run/kandev/home"));
         self.write_file("/run/kandev/auth.env", env_file(&auth).as_bytes(), "0600")
             .await
+    }
+
+    /// Fails with [`WorkerImageLacks`] when `tool` is not on the main container's PATH.
+    pub async fn require_tool(&self, tool: &str) -> anyhow::Result<()> {
+        let out = self
+            .main_exec(
+                &["sh", "-c", &format!("command -v {tool}")],
+                None,
+                Duration::from_secs(20),
+            )
+            .await?;
+        if out.success() {
+            return Ok(());
+        }
+        let image = self
+            .pod_spec
+            .spec
+            .as_ref()
+            .and_then(|s| {
+                s.containers
+                    .iter()
+                    .find(|c| c.name == self.settings.main_container)
+            })
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        Err(WorkerImageLacks {
+            image,
+            tool: tool.to_owned(),
+        }
+        .into())
     }
 
     /// Runs `/opt/kandev/prepare.sh` with the runtime and auth environment; returns its output

@@ -528,9 +528,8 @@ fn a_daemon_whose_processes_outlive_the_pod_fails_teardown_exact() {
     );
 }
 
-#[test]
-fn a_worker_without_node_fails_worker_toolchain() {
-    // Build the broken worker FROM the fixture worker this machine has built.
+/// Builds `fixtures/images/broken/<name>` FROM the fixture worker this machine has built.
+fn broken_worker(name: &str) -> String {
     let base = run(&["--exact", "template::grant_rules"]);
     let worker = base
         .report
@@ -540,7 +539,7 @@ fn a_worker_without_node_fails_worker_toolchain() {
         .find(|i| i.role == "worker")
         .map(|i| i.reference.clone())
         .unwrap();
-    let tag = "kandev-acceptance/broken-worker-without-node:test";
+    let tag = format!("kandev-acceptance/broken-{name}:test");
     let build = Command::new("docker")
         .args([
             "build",
@@ -548,9 +547,9 @@ fn a_worker_without_node_fails_worker_toolchain() {
             "--build-arg",
             &format!("WORKER_IMAGE={worker}"),
             "-t",
-            tag,
+            &tag,
         ])
-        .arg(root().join("fixtures/images/broken/worker-without-node"))
+        .arg(root().join("fixtures/images/broken").join(name))
         .output()
         .unwrap();
     assert!(
@@ -558,8 +557,14 @@ fn a_worker_without_node_fails_worker_toolchain() {
         "{}",
         String::from_utf8_lossy(&build.stderr)
     );
-    let run = run(&["--worker-image", tag, "--exact", "worker::toolchain"]);
-    let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
+    tag
+}
+
+#[test]
+fn a_worker_without_node_fails_worker_toolchain() {
+    let tag = broken_worker("worker-without-node");
+    let run = run(&["--worker-image", &tag, "--exact", "worker::toolchain"]);
+    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
     assert_fails(
         &run,
         "worker::toolchain",
@@ -573,4 +578,30 @@ fn a_worker_without_node_fails_worker_toolchain() {
         diagnosis.contains("node: not in the worker image"),
         "{diagnosis}"
     );
+}
+
+#[test]
+fn a_worker_without_docker_is_incompatible_with_the_fix() {
+    let tag = broken_worker("worker-without-docker");
+    let run = run(&["--worker-image", &tag, "--exact", "image::build_run"]);
+    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+    let scenario = &run.report.scenarios[0];
+    assert_eq!(
+        scenario.outcome,
+        Outcome::Incompatible,
+        "{:?}\n{}",
+        scenario.diagnosis,
+        run.output
+    );
+    let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
+    assert!(
+        diagnosis.contains("has no `docker` on the agent's PATH") && diagnosis.contains("fix:"),
+        "{diagnosis}"
+    );
+    assert_eq!(
+        run.code, 0,
+        "incompatible is reported, not a failure\n{}",
+        run.output
+    );
+    assert_nothing_left(&run.report);
 }

@@ -157,6 +157,10 @@ struct GcArgs {
     /// List what would be removed; remove nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Orphaned Pod cgroups (their Pod's containers gone, no process left) are removed only
+    /// when older than this many seconds, so that a Pod being created right now is safe.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    older_than: u64,
 }
 
 /// Entry point of the `kandev-acceptance` binary.
@@ -369,6 +373,15 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         template_text,
         prepare_text,
     ));
+    // The run's folder exists from the start, so that the run id can be found (and `gc --run`
+    // used) even when the run is killed before it writes its report.
+    if let Err(e) = std::fs::create_dir_all(run.report_folder()) {
+        eprintln!(
+            "error: create {}: {e}\n  fix: pass a writable --report DIR",
+            run.report_folder().display()
+        );
+        return exit::USAGE;
+    }
     let handle = runtime.handle().clone();
     handle.spawn(watch_signals(run.clone()));
     let trials: Vec<Trial> = (0..registry.len())
@@ -534,14 +547,24 @@ async fn gc(args: &GcArgs) -> u8 {
     let result = match &args.run {
         Some(id) => {
             backend
-                .remove_labelled(LABEL_RUN, Some(id), args.dry_run)
+                .remove_labelled(&[(LABEL_RUN, id.as_str())], args.dry_run)
                 .await
         }
         None => {
             backend
-                .remove_labelled(LABEL_MANAGED, Some("true"), args.dry_run)
+                .remove_labelled(&[(LABEL_MANAGED, "true")], args.dry_run)
                 .await
         }
+    };
+    let result = match result {
+        Ok(mut removed) => backend
+            .sweep_orphan_cgroups(Duration::from_secs(args.older_than), args.dry_run)
+            .await
+            .map(|swept| {
+                removed.extend(swept);
+                removed
+            }),
+        Err(e) => Err(e),
     };
     match result {
         Ok(removed) => {

@@ -186,6 +186,15 @@ impl CgroupFs {
         names
     }
 
+    /// How long ago `relative` was created (modified) in the first hierarchy that has it.
+    pub fn age(&self, relative: &str) -> Option<std::time::Duration> {
+        self.hierarchies()
+            .iter()
+            .find_map(|h| std::fs::metadata(h.join(relative)).ok())
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+    }
+
     /// Whether `relative` exists in any hierarchy.
     pub fn exists(&self, relative: &str) -> bool {
         self.hierarchies().iter().any(|h| h.join(relative).is_dir())

@@ -12,8 +12,8 @@ use crate::cleanup::CleanupStack;
 use crate::identity::SessionIdentity;
 use crate::images::{ImageConfig, ImageSet};
 use crate::report::{
-    Environment, Finding, FindingLevel, Outcome, ScenarioReport, SessionRecord, StepOutcome,
-    StepReport, TemplateRecord,
+    CleanupOutcome, CleanupRecord, Environment, Finding, FindingLevel, Outcome, ScenarioReport,
+    SessionRecord, StepOutcome, StepReport, TemplateRecord,
 };
 use crate::session::{LaunchSettings, Session, SessionOptions};
 use crate::template::{self, RenderedTemplate, WorkspaceMode};
@@ -420,6 +420,37 @@ impl Run {
             .cleanup
             .teardown(env.backend.as_ref(), Duration::from_secs(120), keep)
             .await;
+        if !keep {
+            // Objects of a create that was in flight when the body stopped (cancel, timeout)
+            // never reached the stack: sweep by this run's and scenario's labels, and record
+            // what had to be swept so that it is visible.
+            let scenario_label = scenario.name.replace("::", ".");
+            let selector = [
+                (crate::identity::LABEL_RUN, self.id.as_str()),
+                (crate::identity::LABEL_SCENARIO, scenario_label.as_str()),
+            ];
+            match env.backend.remove_labelled(&selector, false).await {
+                Ok(swept) => report
+                    .cleanup
+                    .extend(swept.into_iter().map(|object| CleanupRecord {
+                        object: format!("{object} (swept by label: not on the cleanup stack)"),
+                        outcome: CleanupOutcome::Removed,
+                        duration_ms: 0,
+                        error: None,
+                    })),
+                Err(e) => report.cleanup.push(CleanupRecord {
+                    object: format!(
+                        "objects labelled {}={} {}={scenario_label}",
+                        crate::identity::LABEL_RUN,
+                        self.id,
+                        crate::identity::LABEL_SCENARIO
+                    ),
+                    outcome: CleanupOutcome::Failed,
+                    duration_ms: 0,
+                    error: Some(crate::error_chain(&e)),
+                }),
+            }
+        }
         if keep {
             for pod in ctx.cleanup_pods_kept() {
                 eprintln!(

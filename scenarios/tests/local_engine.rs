@@ -483,7 +483,7 @@ fn clean_escaped(run: &Run, prefix: &str) {
         let _ = std::fs::remove_dir(hierarchy.path().join("kandev-acceptance-escaped"));
     }
     let gc = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["gc", "--run", "none"])
+        .args(["gc", "--run", "none", "--older-than", "0"])
         .output()
         .unwrap();
     assert!(
@@ -604,4 +604,146 @@ fn a_worker_without_docker_is_incompatible_with_the_fix() {
         run.output
     );
     assert_nothing_left(&run.report);
+}
+
+/// Starts a run in the background and waits until it has containers; returns the child, the
+/// run id and the report folder.
+fn start_run_until_containers(dir: &Path) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--report"])
+        .arg(dir)
+        .args(["--skip", "template::grant_rules"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        if started.elapsed() > std::time::Duration::from_secs(300) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run never created a container");
+        }
+        let id = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .next()
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        if let Some(id) = id
+            && !docker_lines(&[
+                "ps",
+                "-q",
+                "--filter",
+                &format!("label=acceptance.kandev.ai/run={id}"),
+            ])
+            .is_empty()
+        {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            return (child, id);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn an_interrupted_run_tears_down_and_marks_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, id) = start_run_until_containers(dir.path());
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    let report: Report =
+        serde_json::from_slice(&std::fs::read(dir.path().join(&id).join("report.json")).unwrap())
+            .unwrap();
+    assert!(report.interrupted);
+    assert!(report.summary.cancelled > 0, "{:?}", report.summary);
+    assert_nothing_left(&report);
+}
+
+#[test]
+fn gc_removes_what_a_killed_run_left_and_only_that() {
+    let dir = tempfile::tempdir().unwrap();
+    // A look-alike the harness manages but that belongs to no run of this test.
+    let other = format!("kandev-acceptance-gc-lookalike-{}", std::process::id());
+    let image = docker_lines(&[
+        "images",
+        "--format",
+        "{{.Repository}}:{{.Tag}}",
+        "kandev-acceptance/mock-agent",
+    ])
+    .into_iter()
+    .next()
+    .unwrap();
+    let created = Command::new("docker")
+        .args([
+            "run",
+            "-d",
+            "--name",
+            &other,
+            "--label",
+            "acceptance.kandev.ai/managed=true",
+            "--label",
+            "acceptance.kandev.ai/run=some-other-run",
+            &image,
+            "pause",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+
+    let (mut child, id) = start_run_until_containers(dir.path());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Let in-flight engine work of the dead run settle.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let label = format!("label=acceptance.kandev.ai/run={id}");
+    assert!(
+        !docker_lines(&["ps", "-aq", "--filter", &label]).is_empty(),
+        "the killed run left nothing to collect"
+    );
+    let dry = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--run", &id, "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&dry.stdout).contains("would remove"),
+        "{}",
+        String::from_utf8_lossy(&dry.stdout)
+    );
+    assert!(
+        !docker_lines(&["ps", "-aq", "--filter", &label]).is_empty(),
+        "a dry run removed something"
+    );
+    let gc = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--run", &id])
+        .output()
+        .unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert_eq!(
+        docker_lines(&["ps", "-aq", "--filter", &label]),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        docker_lines(&["volume", "ls", "-q", "--filter", &label]),
+        Vec::<String>::new()
+    );
+    let survivor = docker_lines(&["ps", "-q", "--filter", &format!("name={other}")]);
+    let _ = Command::new("docker").args(["rm", "-f", &other]).output();
+    assert_eq!(
+        survivor.len(),
+        1,
+        "gc --run removed an object of another run"
+    );
 }

@@ -186,12 +186,11 @@ pub trait Backend: Send + Sync {
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>>;
     /// Every object carrying the run's label, as `kind/name`.
     async fn list_run_objects(&self, run_id: &str) -> Result<Vec<String>>;
-    /// Removes every object carrying `label=value` (or, with `value` None, any value);
-    /// returns what was removed.
+    /// Removes every harness-managed object carrying all `selector` labels (and orphaned
+    /// node state); returns what was (or, with `dry_run`, would be) removed.
     async fn remove_labelled(
         &self,
-        label: &str,
-        value: Option<&str>,
+        selector: &[(&str, &str)],
         dry_run: bool,
     ) -> Result<Vec<String>>;
 }

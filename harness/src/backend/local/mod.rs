@@ -558,10 +558,15 @@ impl LocalBackend {
 }
 
 impl LocalBackend {
-    /// Pod cgroups whose Pod has no container left in the engine and no process left in the
-    /// tree (what a killed run leaves): a Pod cgroup carries no labels, so this is how `gc`
-    /// finds them. A cgroup with processes is never touched.
-    async fn sweep_orphan_cgroups(&self, dry_run: bool) -> Result<Vec<String>> {
+    /// Pod cgroups whose Pod has no container left in the engine, no process left in the tree
+    /// and that are older than `older_than` (what a killed run leaves; a Pod being created has its
+    /// cgroup a moment before its first container): a Pod cgroup carries no labels, so this is
+    /// how `gc` finds them. A cgroup with processes is never touched.
+    pub async fn sweep_orphan_cgroups(
+        &self,
+        older_than: Duration,
+        dry_run: bool,
+    ) -> Result<Vec<String>> {
         let Some(cgroups) = &self.cgroups else {
             return Ok(Vec::new());
         };
@@ -578,6 +583,9 @@ impl LocalBackend {
                 continue;
             }
             let relative = Self::pod_cgroup(uid);
+            if cgroups.age(&relative).is_none_or(|age| age < older_than) {
+                continue;
+            }
             if !cgroups.read_pod(&relative).pids.is_empty() {
                 tracing::warn!(
                     cgroup = relative,
@@ -904,18 +912,12 @@ impl Backend for LocalBackend {
 
     async fn remove_labelled(
         &self,
-        label: &str,
-        value: Option<&str>,
+        selector: &[(&str, &str)],
         dry_run: bool,
     ) -> Result<Vec<String>> {
-        let filter = match value {
-            Some(v) => format!("{label}={v}"),
-            None => label.to_owned(),
-        };
-        let filters = HashMap::from([(
-            "label".to_owned(),
-            vec![filter, format!("{LABEL_MANAGED}=true")],
-        )]);
+        let mut filter: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        filter.push(format!("{LABEL_MANAGED}=true"));
+        let filters = HashMap::from([("label".to_owned(), filter)]);
         let containers = self
             .docker
             .list_containers(Some(
@@ -955,7 +957,6 @@ impl Backend for LocalBackend {
             }
             removed.push(format!("volume/{}", v.name));
         }
-        removed.extend(self.sweep_orphan_cgroups(dry_run).await?);
         Ok(removed)
     }
 }

@@ -606,8 +606,12 @@ fn a_worker_without_docker_is_incompatible_with_the_fix() {
     assert_nothing_left(&run.report);
 }
 
-/// Starts a run in the background and waits until it has containers; returns the child, the
-/// run id and the report folder.
+/// Starts a run in the background and waits until it has containers; returns the child (the
+/// caller reaps it) and the run id.
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is returned to the caller, which waits for it"
+)]
 fn start_run_until_containers(dir: &Path) -> (std::process::Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--report"])

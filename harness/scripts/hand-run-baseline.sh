@@ -74,7 +74,7 @@ down "$s"
 session s; session t; build "$s"; ag "$s" 'docker volume create iv >/dev/null; docker network create inet >/dev/null; docker create --name ic probe sleep 1 >/dev/null'
 ag "$t" 'docker inspect ic >/dev/null 2>&1; docker volume inspect iv >/dev/null 2>&1; true'; down "$s"; down "$t"
 # lifecycle::stop_retains: a session, its nested state, a replacement on the same workspace
-session s; build "$s"; ag "$s" 'docker run -d --name k probe sleep 600 >/dev/null; echo kept > /workspace/r'
+session s; build "$s"; ag "$s" 'docker run -d --name keeper probe sleep 600 >/dev/null; echo kept > /workspace/r'
 docker rm -f "$s-a" "$s-d" >/dev/null; docker volume rm "$s-sock" "$s-data" >/dev/null
 for v in sock data; do docker volume create --label "$P" "$s-$v" >/dev/null; done
 docker run -d --label "$P" --name "$s-d" --privileged -v "$s-ws:/workspace:nocopy" -v "$s-sock:/run/docker:nocopy" -v "$s-data:/var/lib/docker" "$D" sh -c "chgrp 1000 /run/docker && chmod 2775 /run/docker && $dind" >/dev/null

@@ -291,7 +291,6 @@ impl Session {
         let mut session = Self::create(settings, cleanup, identity, options).await?;
         let started = Instant::now();
         session.write_bootstrap_files().await?;
-        session.require_tool("docker").await?;
         let output = session.run_prepare().await?;
         if output.exit_code != Some(0) {
             return Err(PrepareFailed {
@@ -327,33 +326,23 @@ impl Session {
         Ok(self.settings.backend.exec(&self.pod, request).await?)
     }
 
-    /// Writes a file in the main container as Kandev does: umask 077, refuse a symlink
-    /// (exit 73), write a temporary file, set the mode, rename.
-    pub async fn write_file(&self, path: &str, bytes: &[u8], mode: &str) -> anyhow::Result<()> {
-        let script = r#"umask 077; p="$1"; if [ -L "$p" ]; then exit 73; fi; head -c "$3" > "$p.tmp" && chmod "$2" "$p.tmp" && mv -f "$p.tmp" "$p""#;
-        let size = bytes.len().to_string();
-        let out = self
-            .main_exec(
-                &["sh", "-c", script, "sh", path, mode, &size],
-                Some(bytes.to_vec()),
-                Duration::from_secs(60),
-            )
-            .await?;
-        if !out.success() {
-            bail!(
-                "bootstrap: write {path}: exit {:?}: {}",
-                out.exit_code,
-                out.stderr_text().trim()
-            );
-        }
-        Ok(())
-    }
-
-    /// Uploads the agent and writes `runtime.env`, `prepare.sh`, the home and `auth.env`.
+    /// Uploads the agent to `/opt/kandev/agentctl` and writes `runtime.env`, `prepare.sh`, the
+    /// home and `auth.env` as Kandev does (umask 077, a symlinked path refused with exit 73,
+    /// temporary file then rename), in one exec: the binary comes on stdin, the text files as
+    /// arguments (exact bytes). Ends by checking that the worker has the `docker` CLI, which
+    /// the prepare gate and every scenario need.
     pub async fn write_bootstrap_files(&self) -> anyhow::Result<()> {
+        const SCRIPT: &str = r#"set -e
+umask 077
+put() { if [ -L "$1" ]; then exit 73; fi; cat > "$1.tmp"; chmod "$2" "$1.tmp"; mv -f "$1.tmp" "$1"; }
+head -c "$1" | put /opt/kandev/agentctl 0755
+printf '%s' "$2" | put /opt/kandev/runtime.env 0600
+printf '%s' "$3" | put /opt/kandev/prepare.sh 0600
+mkdir -p /run/kandev/home
+chmod 0700 /run/kandev/home
+printf '%s' "$4" | put /run/kandev/auth.env 0600
+command -v docker >/dev/null 2>&1 || exit 69"#;
         let id = &self.identity;
-        self.write_file("/opt/kandev/agentctl", &self.settings.agent_binary, "0755")
-            .await?;
         let runtime = env_file(&[
             ("AGENTCTL_LISTEN_HOST", "127.0.0.1"),
             ("AGENTCTL_PORT", "8765"),
@@ -363,31 +352,6 @@ impl Session {
             ("KANDEV_TASK_ID", &id.task_id),
             ("KANDEV_TASK_ENVIRONMENT_ID", &id.environment_id),
         ]);
-        self.write_file("/opt/kandev/runtime.env", runtime.as_bytes(), "0600")
-            .await?;
-        self.write_file(
-            "/opt/kandev/prepare.sh",
-            self.settings.prepare_script.as_bytes(),
-            "0600",
-        )
-        .await?;
-        let out = self
-            .main_exec(
-                &[
-                    "sh",
-                    "-c",
-                    "umask 077; mkdir -p /run/kandev/home && chmod 0700 /run/kandev/home",
-                ],
-                None,
-                Duration::from_secs(30),
-            )
-            .await?;
-        if !out.success() {
-            bail!(
-                "bootstrap: create /run/kandev/home: {}",
-                out.stderr_text().trim()
-            );
-        }
         let mut auth: Vec<(&str, &str)> = self
             .session_env
             .iter()
@@ -395,38 +359,53 @@ impl Session {
             .collect();
         auth.push(("AGENTCTL_BOOTSTRAP_NONCE", &self.bootstrap_nonce));
         auth.push(("HOME", "/run/kandev/home"));
-        self.write_file("/run/kandev/auth.env", env_file(&auth).as_bytes(), "0600")
-            .await
-    }
-
-    /// Fails with [`WorkerImageLacks`] when `tool` is not on the main container's PATH.
-    pub async fn require_tool(&self, tool: &str) -> anyhow::Result<()> {
+        let auth = env_file(&auth);
+        let size = self.settings.agent_binary.len().to_string();
+        let argv = [
+            "sh",
+            "-c",
+            SCRIPT,
+            "sh",
+            &size,
+            &runtime,
+            &self.settings.prepare_script,
+            &auth,
+        ];
         let out = self
             .main_exec(
-                &["sh", "-c", &format!("command -v {tool}")],
-                None,
-                Duration::from_secs(20),
+                &argv,
+                Some(self.settings.agent_binary.to_vec()),
+                Duration::from_secs(120),
             )
             .await?;
-        if out.success() {
-            return Ok(());
+        match out.exit_code {
+            Some(0) => Ok(()),
+            Some(69) => {
+                let image = self
+                    .pod_spec
+                    .spec
+                    .as_ref()
+                    .and_then(|s| {
+                        s.containers
+                            .iter()
+                            .find(|c| c.name == self.settings.main_container)
+                    })
+                    .and_then(|c| c.image.clone())
+                    .unwrap_or_default();
+                Err(WorkerImageLacks {
+                    image,
+                    tool: "docker".into(),
+                }
+                .into())
+            }
+            Some(73) => {
+                bail!("bootstrap: a path under /opt/kandev or /run/kandev is a symlink; refused")
+            }
+            code => bail!(
+                "bootstrap: write the runtime files: exit {code:?}: {}",
+                out.stderr_text().trim()
+            ),
         }
-        let image = self
-            .pod_spec
-            .spec
-            .as_ref()
-            .and_then(|s| {
-                s.containers
-                    .iter()
-                    .find(|c| c.name == self.settings.main_container)
-            })
-            .and_then(|c| c.image.clone())
-            .unwrap_or_default();
-        Err(WorkerImageLacks {
-            image,
-            tool: tool.to_owned(),
-        }
-        .into())
     }
 
     /// Runs `/opt/kandev/prepare.sh` with the runtime and auth environment; returns its output
@@ -483,7 +462,7 @@ impl Session {
                 }
                 Err(e) => last = e,
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Err(last.context(format!(
             "agentctl_connect: /health did not answer within {:?}",

@@ -174,7 +174,7 @@ impl LocalBackend {
                 Err(e) if is_not_found(&e) => return Ok(()),
                 Err(e) if started.elapsed() < Duration::from_secs(10) => {
                     tracing::debug!(volume = name, error = %e, "volume busy; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => {
                     return Err(BackendError::Delete {
@@ -539,7 +539,7 @@ impl LocalBackend {
                     match cgroups.remove(&relative) {
                         Ok(()) => break,
                         Err(_) if started.elapsed() < Duration::from_secs(10) => {
-                            tokio::time::sleep(Duration::from_millis(200)).await
+                            tokio::time::sleep(Duration::from_millis(50)).await
                         }
                         Err(e) => {
                             return Err(BackendError::Delete {
@@ -746,7 +746,7 @@ impl Backend for LocalBackend {
                     waited: timeout,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 

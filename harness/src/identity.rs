@@ -28,23 +28,12 @@ pub fn new_run_id() -> String {
     format!("{date}t{time}-{}", &random_hex(3))
 }
 
-/// Formats seconds since the epoch as `YYYYMMDD` and `HHMMSS` (UTC), without a time crate.
+/// Formats seconds since the epoch as `YYYYMMDD` and `HHMMSS` (UTC).
 fn civil_from_unix(secs: u64) -> (String, String) {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let c = crate::report::Civil::from_unix(secs);
     (
-        format!("{year:04}{month:02}{day:02}"),
-        format!("{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60),
+        format!("{:04}{:02}{:02}", c.year, c.month, c.day),
+        format!("{:02}{:02}{:02}", c.hour, c.minute, c.second),
     )
 }
 

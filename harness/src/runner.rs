@@ -619,20 +619,24 @@ impl Ctx {
         &self.env.launch.template
     }
 
-    /// Launches a session through all of Kandev's stages.
-    pub async fn launch(&mut self, options: SessionOptions) -> anyhow::Result<Session> {
+    /// The identity (given, or a fresh one) and the options with the run's defaults filled in.
+    fn resolve(&mut self, mut options: SessionOptions) -> (SessionIdentity, SessionOptions) {
         let identity = match &options.identity {
             Some(identity) => identity.clone(),
             None => self.identity(),
         };
-        let mut options = options;
         options.workspace_mode = options
             .workspace_mode
             .or(Some(self.run.config.workspace_mode));
-        let session = Session::launch(&self.env.launch, &self.cleanup, identity, &options).await?;
-        self.sessions.push(session.record());
-        self.evidence("launch_stages_ms", &session.stages);
-        Ok(session)
+        (identity, options)
+    }
+
+    /// Launches a session through all of Kandev's stages.
+    pub async fn launch(&mut self, options: SessionOptions) -> anyhow::Result<Session> {
+        let mut sessions = self.launch_many(vec![options]).await?;
+        sessions
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("no session was launched"))
     }
 
     /// Launches several sessions at once (each through all stages); all or an error.
@@ -640,15 +644,7 @@ impl Ctx {
         &mut self,
         options: Vec<SessionOptions>,
     ) -> anyhow::Result<Vec<Session>> {
-        let mut prepared = Vec::new();
-        for mut o in options {
-            let identity = match &o.identity {
-                Some(identity) => identity.clone(),
-                None => self.identity(),
-            };
-            o.workspace_mode = o.workspace_mode.or(Some(self.run.config.workspace_mode));
-            prepared.push((identity, o));
-        }
+        let prepared: Vec<_> = options.into_iter().map(|o| self.resolve(o)).collect();
         let launches = prepared.iter().map(|(identity, o)| {
             Session::launch(&self.env.launch, &self.cleanup, identity.clone(), o)
         });
@@ -669,14 +665,7 @@ impl Ctx {
 
     /// Creates a session's storage and Pod only (the scenario drives the bootstrap).
     pub async fn create_session(&mut self, options: SessionOptions) -> anyhow::Result<Session> {
-        let identity = match &options.identity {
-            Some(identity) => identity.clone(),
-            None => self.identity(),
-        };
-        let mut options = options;
-        options.workspace_mode = options
-            .workspace_mode
-            .or(Some(self.run.config.workspace_mode));
+        let (identity, options) = self.resolve(options);
         let session = Session::create(&self.env.launch, &self.cleanup, identity, &options).await?;
         self.sessions.push(session.record());
         Ok(session)

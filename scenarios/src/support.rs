@@ -71,3 +71,13 @@ docker build -q --network none -t {tag} "$d""#
 pub fn probe_tag(ctx: &Ctx, what: &str) -> String {
     format!("kandev-acceptance-{what}:{}", ctx.run.id.replace('t', "-"))
 }
+
+/// The ID of the daemon the session's agent reaches (`docker info`); fails `promise` when the
+/// agent cannot ask.
+pub async fn daemon_id(session: &Session, promise: &str) -> anyhow::Result<String> {
+    let info = session
+        .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
+        .await?;
+    require_success(&info, promise, "docker info")?;
+    Ok(info.stdout.trim().to_owned())
+}

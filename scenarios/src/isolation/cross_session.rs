@@ -5,9 +5,9 @@
 //! Can fail when two Pods share one daemon (a shared host socket folder, a shared data root),
 //! when one session's objects show up in the other, or when a daemon answers over the network.
 
-use crate::support::{build_workload, probe_tag, require_success};
+use crate::support::{build_workload, daemon_id, probe_tag, require_success};
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
-use kandev_harness::session::{Session, SessionOptions};
+use kandev_harness::session::SessionOptions;
 use serde_json::json;
 use std::time::Duration;
 
@@ -26,14 +26,6 @@ pub fn scenario() -> Scenario {
     }
 }
 
-async fn daemon_id(session: &Session) -> anyhow::Result<String> {
-    let info = session
-        .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
-        .await?;
-    require_success(&info, DISTINCT, "docker info")?;
-    Ok(info.stdout.trim().to_owned())
-}
-
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch two sessions at once");
@@ -45,7 +37,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         };
 
         ctx.step("daemon IDs");
-        let (id_a, id_b) = (daemon_id(&a).await?, daemon_id(&b).await?);
+        let (id_a, id_b) = (
+            daemon_id(&a, DISTINCT).await?,
+            daemon_id(&b, DISTINCT).await?,
+        );
         ctx.evidence("daemon_ids", json!({"a": id_a, "b": id_b}));
         promise(id_a != id_b, DISTINCT, || {
             format!("both sessions report daemon {id_a}")

@@ -7,9 +7,9 @@
 //! Can fail when Stop disturbs the Pod or daemon, when the workspace is lost on replacement,
 //! or when Docker state is retained across Pods (a daemon data root that outlives the Pod).
 
-use crate::support::{build_workload, probe_tag, require_success};
+use crate::support::{build_workload, daemon_id, probe_tag, require_success};
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
-use kandev_harness::session::{Session, SessionOptions};
+use kandev_harness::session::SessionOptions;
 use serde_json::json;
 use std::time::Duration;
 
@@ -25,14 +25,6 @@ pub fn scenario() -> Scenario {
         timeout: Duration::from_secs(300),
         run,
     }
-}
-
-async fn daemon_id(session: &Session, promise_text: &str) -> anyhow::Result<String> {
-    let info = session
-        .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
-        .await?;
-    require_success(&info, promise_text, "docker info")?;
-    Ok(info.stdout.trim().to_owned())
 }
 
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {

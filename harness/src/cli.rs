@@ -217,10 +217,24 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
 }
 
 fn read_input(path: &PathBuf, what: &str) -> Result<String, u8> {
-    std::fs::read_to_string(path).map_err(|e| {
+    let bytes = std::fs::read(path).map_err(|e| {
+        let fix = match e.kind() {
+            std::io::ErrorKind::NotFound => "pass the path of an existing file",
+            std::io::ErrorKind::PermissionDenied => "make it readable for this user",
+            std::io::ErrorKind::IsADirectory => "pass a file, not a folder",
+            _ => "pass a readable file",
+        };
         eprintln!(
-            "error: read the {what} {}: {e}\n  fix: pass an existing, readable file",
+            "error: read the {what} {}: {e}\n  fix: {fix}",
             path.display()
+        );
+        exit::USAGE
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        eprintln!(
+            "error: the {what} {} is not UTF-8 text (invalid byte at offset {})\n  fix: save it as UTF-8",
+            path.display(),
+            e.utf8_error().valid_up_to()
         );
         exit::USAGE
     })

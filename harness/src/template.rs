@@ -123,6 +123,15 @@ pub fn parse(text: &str) -> Result<PodTemplate, Vec<TemplateFinding>> {
             "is empty; provide one v1/PodTemplate document",
         )]);
     }
+    let depth = flow_depth(text);
+    if depth > MAX_FLOW_DEPTH {
+        return Err(vec![error(
+            PATH_PREFIX,
+            format!(
+                "nests [ ] / {{ }} collections {depth} deep; a Pod template needs far fewer than {MAX_FLOW_DEPTH}"
+            ),
+        )]);
+    }
     let mut documents = Vec::new();
     for document in serde_yaml::Deserializer::from_str(text) {
         match <Value as serde::Deserialize>::deserialize(document) {
@@ -175,6 +184,42 @@ pub fn parse(text: &str) -> Result<PodTemplate, Vec<TemplateFinding>> {
     } else {
         Err(findings)
     }
+}
+
+/// Deepest flow-collection nesting a template may have. The YAML scanner slows down
+/// superlinearly on deep flow nesting, so deeper input is refused before it is parsed.
+const MAX_FLOW_DEPTH: usize = 100;
+
+/// The deepest `[`/`{` nesting outside quotes and comments (an upper bound: brackets inside
+/// plain scalars count too, which only errs towards refusing absurd input).
+fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut single, mut double, mut comment, mut escaped) = (false, false, false, false);
+    let mut previous = '\n';
+    for c in text.chars() {
+        if comment {
+            comment = c != '\n';
+        } else if double {
+            double = escaped || c != '"';
+            escaped = !escaped && c == '\\';
+        } else if single {
+            single = c != '\'';
+        } else {
+            match c {
+                '#' if previous.is_whitespace() => comment = true,
+                '"' => double = true,
+                '\'' => single = true,
+                '[' | '{' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        previous = c;
+    }
+    deepest
 }
 
 /// Reports every field of `input` that the typed round trip dropped.

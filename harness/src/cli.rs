@@ -530,11 +530,13 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
         return exit::ENVIRONMENT;
     }
     eprint!("{}", crate::report::human_summary(&report, &path));
-    exit_code(&report)
+    // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
+    exit_code(&report, run.config.keep != Keep::Never)
 }
 
-/// The exit code a report maps to (most severe class first).
-pub fn exit_code(report: &Report) -> u8 {
+/// The exit code a report maps to (most severe class first); `kept` excuses leftovers that
+/// `--keep` left on purpose.
+pub fn exit_code(report: &Report, kept: bool) -> u8 {
     let s = &report.summary;
     if report.interrupted {
         exit::INTERRUPTED
@@ -542,7 +544,7 @@ pub fn exit_code(report: &Report) -> u8 {
         exit::SCENARIO_FAILED
     } else if s.errored + s.cancelled > 0 {
         exit::ENVIRONMENT
-    } else if !report.leftovers.is_empty() {
+    } else if !report.leftovers.is_empty() && !kept {
         exit::LEAKED
     } else {
         exit::SUCCESS

@@ -601,3 +601,100 @@ async fn gc(args: &GcArgs) -> u8 {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(summary: Summary, leftovers: &[&str], interrupted: bool) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            run_id: "r".into(),
+            harness_version: "0".into(),
+            started_at: String::new(),
+            finished_at: String::new(),
+            duration_ms: 0,
+            interrupted,
+            backend: "local".into(),
+            environment: Default::default(),
+            configuration: Default::default(),
+            summary,
+            setup: Vec::new(),
+            scenarios: Vec::new(),
+            leftovers: leftovers.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn exit_codes_map_each_class_most_severe_first() {
+        let passed = Summary {
+            total: 2,
+            passed: 1,
+            skipped: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            exit_code(&report(passed.clone(), &[], false), false),
+            exit::SUCCESS
+        );
+        let failed = Summary {
+            total: 2,
+            failed: 1,
+            errored: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            exit_code(&report(failed, &["pod/x"], false), false),
+            exit::SCENARIO_FAILED
+        );
+        let timed_out = Summary {
+            total: 1,
+            timed_out: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            exit_code(&report(timed_out, &[], false), false),
+            exit::SCENARIO_FAILED
+        );
+        let errored = Summary {
+            total: 1,
+            errored: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            exit_code(&report(errored, &["pod/x"], false), false),
+            exit::ENVIRONMENT
+        );
+        assert_eq!(
+            exit_code(&report(passed.clone(), &["volume/x"], false), false),
+            exit::LEAKED
+        );
+        assert_eq!(
+            exit_code(&report(passed.clone(), &["volume/x"], false), true),
+            exit::SUCCESS
+        );
+        let cancelled = Summary {
+            total: 1,
+            cancelled: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            exit_code(&report(cancelled, &[], true), false),
+            exit::INTERRUPTED
+        );
+    }
+
+    #[test]
+    fn image_references_are_checked() {
+        for good in [
+            "kandev-acceptance/worker:abc",
+            "registry.example/w@sha256:0123",
+            "w",
+        ] {
+            assert!(valid_reference(good), "{good}");
+        }
+        for bad in ["", "Upper/Case", "-x", "a b", "/x"] {
+            assert!(!valid_reference(bad), "{bad}");
+        }
+    }
+}

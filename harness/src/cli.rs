@@ -139,6 +139,9 @@ struct ValidateArgs {
     main_container: String,
     #[arg(long, value_enum, default_value = "managed-pvc")]
     workspace_mode: WorkspaceMode,
+    /// The workspace claim (PVC modes), for the rule that no other volume may alias it.
+    #[arg(long, value_name = "NAME")]
+    workspace_claim: Option<String>,
     #[arg(long, value_enum, default_value = "text")]
     format: OutputFormat,
 }
@@ -245,7 +248,12 @@ fn validate(args: &ValidateArgs) -> u8 {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let findings = check_template(&text, &args.main_container, args.workspace_mode);
+    let findings = check_template(
+        &text,
+        &args.main_container,
+        args.workspace_mode,
+        args.workspace_claim.as_deref(),
+    );
     let errors = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -278,6 +286,7 @@ fn check_template(
     text: &str,
     main_container: &str,
     mode: WorkspaceMode,
+    claim: Option<&str>,
 ) -> Vec<template::TemplateFinding> {
     let rendered = template::render(text, "kandev-acceptance/worker", "kandev-acceptance/daemon");
     match template::parse(&rendered.text) {
@@ -286,7 +295,7 @@ fn check_template(
             &RuleOptions {
                 main_container: main_container.into(),
                 workspace_mode: mode,
-                workspace_claim: None,
+                workspace_claim: claim.map(str::to_owned),
             },
         ),
         Err(findings) => findings,
@@ -344,6 +353,7 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         &template_text,
         &config.main_container,
         config.workspace_mode,
+        None,
     );
     if findings.iter().any(|f| f.severity == Severity::Error) {
         eprintln!(

@@ -1,6 +1,7 @@
 //! kandev-acceptance: proves, on a real engine, that Kandev's Docker-workloads task Pod keeps
 //! the promises of its design, and writes a report CI and release gating can read.
 
+pub mod admission;
 pub mod agent;
 pub mod backend;
 pub mod cleanup;

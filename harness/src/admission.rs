@@ -1,0 +1,548 @@
+//! Admission comparison: the Pod an API server admitted against the one Kandev asked for, as
+//! Kandev's `ValidateAdmittedPod` does (kandev-contract.md §5). Mutating admission may add
+//! unrelated labels, annotations and compatible fields; it may not touch what Kandev owns:
+//! identity, owned labels and `kandev.ai/*` annotations (the create nonce), Pod invariants,
+//! the main container's command, port and reserved mounts, reserved volumes, and the
+//! workspace grants, which are compared by container name in both directions.
+//!
+//! Only documented neutral defaults are normalised (`readOnly: false` equals an absent
+//! `readOnly`). A mismatch means the created Pod is deleted by its exact UID and the launch
+//! fails naming what changed.
+
+use crate::template::{AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_VOLUMES, is_workspace_grant};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume, VolumeMount};
+use std::collections::BTreeMap;
+
+/// One thing admission changed that Kandev owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionMismatch {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for AdmissionMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+fn owned(map: Option<&BTreeMap<String, String>>, labels: bool) -> BTreeMap<&str, &str> {
+    map.into_iter()
+        .flatten()
+        .filter(|(k, _)| {
+            k.starts_with("kandev.ai/")
+                || (labels
+                    && [
+                        "app.kubernetes.io/name",
+                        "app.kubernetes.io/managed-by",
+                        "app.kubernetes.io/instance",
+                        "app.kubernetes.io/component",
+                    ]
+                    .contains(&k.as_str()))
+        })
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+/// A grant as compared: its access mode (`readOnly` absent = false, a neutral default).
+fn grant_modes(container: &Container) -> Vec<bool> {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| is_workspace_grant(m))
+        .map(|m| m.read_only.unwrap_or(false))
+        .collect()
+}
+
+fn touches_workspace(mounts: Option<&Vec<VolumeMount>>) -> bool {
+    mounts
+        .into_iter()
+        .flatten()
+        .any(|m| m.name == "kandev-workspace")
+}
+
+/// Compares the admitted Pod with the desired one; empty means admission kept Kandev's terms.
+pub fn compare(desired: &Pod, admitted: &Pod, main_container: &str) -> Vec<AdmissionMismatch> {
+    let mut out = Vec::new();
+    let mut push = |path: &str, message: String| {
+        out.push(AdmissionMismatch {
+            path: path.to_owned(),
+            message,
+        })
+    };
+
+    let (dm, am) = (&desired.metadata, &admitted.metadata);
+    if dm.name != am.name || dm.namespace != am.namespace {
+        push(
+            "metadata.name",
+            format!(
+                "changed from {:?}/{:?} to {:?}/{:?}",
+                dm.namespace, dm.name, am.namespace, am.name
+            ),
+        );
+    }
+    if am.owner_references.as_ref().is_some_and(|o| !o.is_empty()) {
+        push(
+            "metadata.ownerReferences",
+            "admission added owner references".into(),
+        );
+    }
+    if am.finalizers.as_ref().is_some_and(|f| !f.is_empty()) {
+        push("metadata.finalizers", "admission added finalizers".into());
+    }
+    for (what, labels, d, a) in [
+        (
+            "metadata.labels",
+            true,
+            dm.labels.as_ref(),
+            am.labels.as_ref(),
+        ),
+        (
+            "metadata.annotations",
+            false,
+            dm.annotations.as_ref(),
+            am.annotations.as_ref(),
+        ),
+    ] {
+        let (d, a) = (owned(d, labels), owned(a, labels));
+        for (k, v) in &d {
+            match a.get(k) {
+                None => push(&format!("{what}[{k}]"), "an owned key was removed".into()),
+                Some(found) if found != v => push(
+                    &format!("{what}[{k}]"),
+                    format!("changed from {v:?} to {found:?}"),
+                ),
+                Some(_) => {}
+            }
+        }
+        for k in a.keys().filter(|k| !d.contains_key(*k)) {
+            push(&format!("{what}[{k}]"), "an owned key was added".into());
+        }
+    }
+
+    let (ds, asp) = (
+        desired.spec.clone().unwrap_or_default(),
+        admitted.spec.clone().unwrap_or_default(),
+    );
+    compare_spec(&ds, &asp, main_container, &mut push);
+    out
+}
+
+fn compare_spec(
+    d: &PodSpec,
+    a: &PodSpec,
+    main_container: &str,
+    push: &mut impl FnMut(&str, String),
+) {
+    if d.restart_policy != a.restart_policy {
+        push(
+            "spec.restartPolicy",
+            format!(
+                "changed from {:?} to {:?}",
+                d.restart_policy, a.restart_policy
+            ),
+        );
+    }
+    if d.node_name.is_some() && d.node_name != a.node_name {
+        push(
+            "spec.nodeName",
+            format!("changed from {:?} to {:?}", d.node_name, a.node_name),
+        );
+    }
+    if d.os != a.os {
+        push("spec.os", "changed".into());
+    }
+    if d.automount_service_account_token != a.automount_service_account_token {
+        push(
+            "spec.automountServiceAccountToken",
+            format!(
+                "changed from {:?} to {:?}",
+                d.automount_service_account_token, a.automount_service_account_token
+            ),
+        );
+    }
+    for key in ["kubernetes.io/os", "kubernetes.io/arch"] {
+        let get = |s: &PodSpec| s.node_selector.as_ref().and_then(|n| n.get(key)).cloned();
+        if get(d) != get(a) {
+            push(
+                &format!("spec.nodeSelector[{key}]"),
+                format!("changed from {:?} to {:?}", get(d), get(a)),
+            );
+        }
+    }
+
+    // Reserved volumes: exactly as desired, exactly once. No other volume may alias the claim.
+    let claim = d
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "kandev-workspace")
+        .and_then(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone());
+    for name in RESERVED_VOLUMES {
+        let want: Vec<&Volume> = d
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.name == name)
+            .collect();
+        let got: Vec<&Volume> = a
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.name == name)
+            .collect();
+        if got.len() != 1 || want.first() != got.first() {
+            push(
+                &format!("spec.volumes[{name}]"),
+                format!(
+                    "the reserved volume is not exactly as requested ({} found)",
+                    got.len()
+                ),
+            );
+        }
+    }
+    if let Some(claim) = &claim {
+        for v in a
+            .volumes
+            .iter()
+            .flatten()
+            .filter(|v| v.name != "kandev-workspace")
+        {
+            if v.persistent_volume_claim
+                .as_ref()
+                .is_some_and(|c| &c.claim_name == claim)
+            {
+                push(
+                    &format!("spec.volumes[{}]", v.name),
+                    "aliases the workspace claim".into(),
+                );
+            }
+        }
+    }
+
+    // Container names must stay unique; the main container keeps Kandev's terms.
+    let mut seen = BTreeMap::<&str, usize>::new();
+    for c in a
+        .containers
+        .iter()
+        .chain(a.init_containers.iter().flatten())
+    {
+        *seen.entry(&c.name).or_default() += 1;
+    }
+    for (name, count) in seen.into_iter().filter(|(_, n)| *n > 1) {
+        push(
+            "spec.containers",
+            format!("container name {name} appears {count} times"),
+        );
+    }
+    let dmain = d.containers.iter().find(|c| c.name == main_container);
+    let amain = a.containers.iter().find(|c| c.name == main_container);
+    match (dmain, amain) {
+        (Some(dc), Some(ac)) => {
+            if dc.command != ac.command || dc.args != ac.args || dc.working_dir != ac.working_dir {
+                push(
+                    &format!("spec.containers[{main_container}]"),
+                    "command, args or workingDir changed".into(),
+                );
+            }
+            let ports = ac
+                .ports
+                .iter()
+                .flatten()
+                .filter(|p| {
+                    p.container_port == AGENTCTL_PORT
+                        && p.name.as_deref() == Some(AGENTCTL_PORT_NAME)
+                })
+                .count();
+            if ports != 1 {
+                push(
+                    &format!("spec.containers[{main_container}].ports"),
+                    format!("the kandev-agentctl port appears {ports} times"),
+                );
+            }
+            for (name, path) in [
+                ("kandev-runtime", "/opt/kandev"),
+                ("kandev-auth", "/run/kandev"),
+                ("kandev-workspace", "/workspace"),
+            ] {
+                let n = ac
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .filter(|m| m.name == name && m.mount_path == path)
+                    .count();
+                if n != 1 {
+                    push(
+                        &format!("spec.containers[{main_container}].volumeMounts"),
+                        format!("{name} at {path} appears {n} times"),
+                    );
+                }
+            }
+        }
+        _ => push(
+            "spec.containers",
+            format!("the main container {main_container} is missing"),
+        ),
+    }
+
+    // Every container: no new envFrom, no new reserved env keys.
+    for ac in &a.containers {
+        let dc = d.containers.iter().find(|c| c.name == ac.name);
+        if ac.env_from.is_some() && dc.and_then(|c| c.env_from.as_ref()).is_none() {
+            push(
+                &format!("spec.containers[{}].envFrom", ac.name),
+                "admission added envFrom".into(),
+            );
+        }
+        for env in ac.env.iter().flatten() {
+            let reserved = env.name == "HOME"
+                || env.name.starts_with("AGENTCTL_")
+                || env.name.starts_with("KANDEV_");
+            let requested = dc.is_some_and(|c| c.env.iter().flatten().any(|e| e.name == env.name));
+            if reserved && !requested {
+                push(
+                    &format!("spec.containers[{}].env[{}]", ac.name, env.name),
+                    "admission added a reserved variable".into(),
+                );
+            }
+        }
+    }
+
+    // Workspace grants, by container name, both directions; never on init or ephemeral.
+    for c in a
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| touches_workspace(c.volume_mounts.as_ref()))
+    {
+        push(
+            &format!("spec.initContainers[{}]", c.name),
+            "an init container received the workspace".into(),
+        );
+    }
+    for c in a
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .filter(|c| touches_workspace(c.volume_mounts.as_ref()))
+    {
+        push(
+            &format!("spec.ephemeralContainers[{}]", c.name),
+            "an ephemeral container received the workspace".into(),
+        );
+    }
+    for dc in d.containers.iter().filter(|c| c.name != main_container) {
+        let want = grant_modes(dc);
+        let got = a
+            .containers
+            .iter()
+            .find(|c| c.name == dc.name)
+            .map(grant_modes);
+        match got {
+            None if !want.is_empty() => push(
+                &format!("spec.containers[{}]", dc.name),
+                "the grant's recipient was removed or renamed".into(),
+            ),
+            Some(got) if got != want => push(
+                &format!("spec.containers[{}].volumeMounts", dc.name),
+                format!("workspace grant changed from {want:?} to {got:?} (readOnly per grant)"),
+            ),
+            _ => {}
+        }
+    }
+    for ac in a.containers.iter().filter(|c| c.name != main_container) {
+        let requested = d.containers.iter().any(|c| c.name == ac.name);
+        if !requested && touches_workspace(ac.volume_mounts.as_ref()) {
+            push(
+                &format!("spec.containers[{}]", ac.name),
+                "admission added a container with the workspace".into(),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+    use crate::identity::SessionIdentity;
+    use crate::template;
+    use k8s_openapi::api::core::v1::{EphemeralContainer, PersistentVolumeClaimVolumeSource};
+
+    fn desired() -> Pod {
+        let text = std::fs::read_to_string(crate::paths::default_template()).unwrap();
+        let t = template::parse(&template::render(&text, "w", "d").text).unwrap();
+        let identity = SessionIdentity::new("run", "x::y", 0);
+        compose_pod(&ComposeInput {
+            template: &t,
+            identity: &identity,
+            namespace: "ns",
+            main_container: "kandev-agent",
+            arch: Arch::Amd64,
+            workspace: WorkspaceSource::Claim("kandev-x-workspace".into()),
+            create_nonce: "nonce",
+        })
+        .unwrap()
+    }
+
+    fn containers(p: &mut Pod) -> &mut Vec<Container> {
+        &mut p.spec.as_mut().unwrap().containers
+    }
+
+    fn engine(p: &mut Pod) -> &mut Container {
+        containers(p)
+            .iter_mut()
+            .find(|c| c.name == "docker-engine")
+            .unwrap()
+    }
+
+    fn grant_of(p: &mut Pod) -> &mut VolumeMount {
+        engine(p)
+            .volume_mounts
+            .as_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|m| m.name == "kandev-workspace")
+            .unwrap()
+    }
+
+    /// The upstream AC-001.3 mutations: each must be caught.
+    #[test]
+    fn every_upstream_mutation_is_caught() {
+        type Mutation = fn(&mut Pod);
+        let cases: Vec<(&str, Mutation)> = vec![
+            ("removed mount", |p| {
+                engine(p)
+                    .volume_mounts
+                    .as_mut()
+                    .unwrap()
+                    .retain(|m| m.name != "kandev-workspace")
+            }),
+            ("removed recipient", |p| {
+                containers(p).retain(|c| c.name != "docker-engine")
+            }),
+            ("renamed recipient", |p| engine(p).name = "dockerd".into()),
+            ("flipped readOnly", |p| grant_of(p).read_only = Some(true)),
+            ("duplicated mount", |p| {
+                let g = grant_of(p).clone();
+                engine(p).volume_mounts.as_mut().unwrap().push(g);
+            }),
+            ("duplicated recipient", |p| {
+                let c = engine(p).clone();
+                containers(p).push(c);
+            }),
+            ("grant added to a new container", |p| {
+                let g = grant_of(p).clone();
+                containers(p).push(Container {
+                    name: "intruder".into(),
+                    volume_mounts: Some(vec![g]),
+                    ..Default::default()
+                });
+            }),
+            ("grant moved to init", |p| {
+                let g = grant_of(p).clone();
+                engine(p)
+                    .volume_mounts
+                    .as_mut()
+                    .unwrap()
+                    .retain(|m| m.name != "kandev-workspace");
+                p.spec.as_mut().unwrap().init_containers = Some(vec![Container {
+                    name: "init".into(),
+                    volume_mounts: Some(vec![g]),
+                    ..Default::default()
+                }]);
+            }),
+            ("grant moved to ephemeral", |p| {
+                let g = grant_of(p).clone();
+                engine(p)
+                    .volume_mounts
+                    .as_mut()
+                    .unwrap()
+                    .retain(|m| m.name != "kandev-workspace");
+                p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![EphemeralContainer {
+                    name: "debug".into(),
+                    volume_mounts: Some(vec![g]),
+                    ..Default::default()
+                }]);
+            }),
+            ("writable alias of the workspace claim", |p| {
+                p.spec
+                    .as_mut()
+                    .unwrap()
+                    .volumes
+                    .as_mut()
+                    .unwrap()
+                    .push(Volume {
+                        name: "alias".into(),
+                        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                            claim_name: "kandev-x-workspace".into(),
+                            read_only: None,
+                        }),
+                        ..Default::default()
+                    });
+            }),
+            ("create nonce changed", |p| {
+                p.metadata
+                    .annotations
+                    .as_mut()
+                    .unwrap()
+                    .insert("kandev.ai/create-nonce".into(), "other".into());
+            }),
+            ("foreign kandev.ai label", |p| {
+                p.metadata
+                    .labels
+                    .as_mut()
+                    .unwrap()
+                    .insert("kandev.ai/foreign-owner".into(), "x".into());
+            }),
+            ("main command changed", |p| {
+                containers(p)[0].command = Some(vec!["bash".into()])
+            }),
+            ("token automount turned on", |p| {
+                p.spec.as_mut().unwrap().automount_service_account_token = Some(true)
+            }),
+        ];
+        for (name, mutate) in cases {
+            let want = desired();
+            let mut got = want.clone();
+            mutate(&mut got);
+            assert!(
+                !compare(&want, &got, "kandev-agent").is_empty(),
+                "{name} was not caught"
+            );
+        }
+    }
+
+    #[test]
+    fn neutral_changes_pass() {
+        let want = desired();
+        let mut reordered = want.clone();
+        containers(&mut reordered).reverse();
+        assert_eq!(compare(&want, &reordered, "kandev-agent"), vec![]);
+        let mut sidecar = want.clone();
+        containers(&mut sidecar).push(Container {
+            name: "metrics".into(),
+            image: Some("m".into()),
+            ..Default::default()
+        });
+        sidecar
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("policy.example/checked".into(), "yes".into());
+        sidecar
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("policy.example/note".into(), "x".into());
+        assert_eq!(compare(&want, &sidecar, "kandev-agent"), vec![]);
+        let mut defaulted = want.clone();
+        grant_of(&mut defaulted).read_only = None; // readOnly: false written as absent
+        engine(&mut defaulted).termination_message_path = Some("/dev/termination-log".into());
+        assert_eq!(compare(&want, &defaulted, "kandev-agent"), vec![]);
+    }
+}

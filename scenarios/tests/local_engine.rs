@@ -751,3 +751,49 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
         "gc --run removed an object of another run"
     );
 }
+
+#[test]
+fn a_worker_without_browser_and_compose_makes_only_those_scenarios_incompatible() {
+    let tag = broken_worker("worker-without-browser-and-compose");
+    let run = run(&[
+        "--worker-image",
+        &tag,
+        "--skip",
+        "template::",
+        "--skip",
+        "lifecycle::",
+        "--skip",
+        "isolation::",
+        "--skip",
+        "cgroup::",
+        "--skip",
+        "network::",
+        "--skip",
+        "worker::",
+    ]);
+    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+    for scenario in &run.report.scenarios {
+        let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
+        match scenario.name.as_str() {
+            "browser::launch" => assert!(
+                scenario.outcome == Outcome::Incompatible
+                    && diagnosis.contains("no headless browser"),
+                "{diagnosis}"
+            ),
+            "compose::cleanup" => assert!(
+                scenario.outcome == Outcome::Incompatible
+                    && diagnosis.contains("no Docker Compose"),
+                "{diagnosis}"
+            ),
+            _ => assert_eq!(
+                scenario.outcome,
+                Outcome::Passed,
+                "{}: {diagnosis}",
+                scenario.name
+            ),
+        }
+    }
+    assert!(run.report.scenarios.len() >= 6, "{}", run.output);
+    assert_eq!(run.code, 0, "{}", run.output);
+    assert_nothing_left(&run.report);
+}

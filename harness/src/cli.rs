@@ -539,6 +539,18 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
         eprintln!("error: write the report {}: {e}", path.display());
         return exit::ENVIRONMENT;
     }
+    let folder = run.report_folder();
+    for (name, text) in [
+        ("junit.xml", crate::outputs::junit(&report)),
+        (
+            "ctrf.json",
+            serde_json::to_string_pretty(&crate::outputs::ctrf(&report)).unwrap_or_default(),
+        ),
+    ] {
+        if let Err(e) = std::fs::write(folder.join(name), text) {
+            eprintln!("error: write {}: {e}", folder.join(name).display());
+        }
+    }
     eprint!("{}", crate::report::human_summary(&report, &path));
     // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
     exit_code(&report, run.config.keep != Keep::Never)

@@ -10,6 +10,7 @@ pub mod compose;
 pub mod identity;
 pub mod images;
 pub mod node;
+pub mod outputs;
 pub mod paths;
 pub mod report;
 pub mod runner;

@@ -178,6 +178,20 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 
+    // JUnit and CTRF beside it, from the same results.
+    let folder = run.report_path.parent().unwrap();
+    let junit = std::fs::read_to_string(folder.join("junit.xml")).unwrap();
+    assert_eq!(
+        junit.matches("<testcase ").count(),
+        run.report.scenarios.len()
+    );
+    let ctrf: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.join("ctrf.json")).unwrap()).unwrap();
+    assert_eq!(
+        ctrf["results"]["summary"]["passed"].as_u64(),
+        Some(run.report.scenarios.len() as u64)
+    );
+
     // Findings the design asks to be reported are there, with evidence.
     let bind = run
         .report

@@ -1,0 +1,305 @@
+//! Other formats CI systems read, derived from the one result model ([`Report`]): JUnit XML
+//! (`junit.xml`) and CTRF JSON (`ctrf.json`), written beside `report.json`. Test ids are the
+//! scenario names; diagnoses, step errors and teardown failures appear in each format.
+
+use crate::report::{CleanupOutcome, Outcome, Report, ScenarioReport};
+use serde_json::{Value, json};
+
+fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // XML 1.0 forbids most control characters even when escaped.
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\r' | '\t') => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Teardown failures of a scenario, one line each.
+fn teardown_failures(s: &ScenarioReport) -> Vec<String> {
+    s.cleanup
+        .iter()
+        .filter(|c| c.outcome == CleanupOutcome::Failed)
+        .map(|c| {
+            format!(
+                "teardown of {} failed: {}",
+                c.object,
+                c.error.clone().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Steps with timings, errors and findings: the body of a test case's output.
+fn details(s: &ScenarioReport) -> String {
+    let mut lines: Vec<String> = s
+        .steps
+        .iter()
+        .map(|st| {
+            let error = st
+                .error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default();
+            format!(
+                "step {:?} {:?} {} ms{error}",
+                st.name, st.outcome, st.duration_ms
+            )
+        })
+        .collect();
+    lines.extend(
+        s.findings
+            .iter()
+            .map(|f| format!("finding {:?} {}: {}", f.level, f.code, f.message)),
+    );
+    lines.extend(teardown_failures(s));
+    lines.extend(s.artifacts.iter().map(|a| format!("artifact {a}")));
+    lines.join("\n")
+}
+
+/// JUnit XML (the common Jenkins/GitLab/GitHub reading of it).
+pub fn junit(report: &Report) -> String {
+    let s = &report.summary;
+    let failures = s.failed + s.timed_out;
+    let errors = s.errored + s.cancelled;
+    let skipped = s.skipped + s.incompatible;
+    let secs = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    xml.push_str(&format!(
+        "<testsuites name=\"kandev-acceptance\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"{}\">\n",
+        s.total,
+        secs(report.duration_ms)
+    ));
+    xml.push_str(&format!(
+        "  <testsuite name=\"kandev-acceptance.{}\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"{}\" timestamp=\"{}\">\n",
+        xml_escape(&report.backend),
+        s.total,
+        secs(report.duration_ms),
+        xml_escape(&report.started_at)
+    ));
+    xml.push_str("    <properties>\n");
+    for (name, value) in [
+        ("run_id", report.run_id.clone()),
+        ("interrupted", report.interrupted.to_string()),
+        (
+            "engine_version",
+            report
+                .environment
+                .engine_version
+                .clone()
+                .unwrap_or_default(),
+        ),
+        ("leftovers", report.leftovers.join(", ")),
+    ] {
+        xml.push_str(&format!(
+            "      <property name=\"{name}\" value=\"{}\"/>\n",
+            xml_escape(&value)
+        ));
+    }
+    xml.push_str("    </properties>\n");
+    for scenario in &report.scenarios {
+        let class = scenario.name.split("::").next().unwrap_or_default();
+        xml.push_str(&format!(
+            "    <testcase classname=\"{}\" name=\"{}\" time=\"{}\">\n",
+            xml_escape(class),
+            xml_escape(&scenario.name),
+            secs(scenario.duration_ms)
+        ));
+        let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
+        let teardown = teardown_failures(scenario);
+        match scenario.outcome {
+            Outcome::Passed if teardown.is_empty() => {}
+            Outcome::Passed => xml.push_str(&format!(
+                "      <error type=\"teardown\" message=\"{}\"/>\n",
+                xml_escape(&teardown.join("; "))
+            )),
+            Outcome::Failed | Outcome::TimedOut => xml.push_str(&format!(
+                "      <failure type=\"{}\" message=\"{}\">{}</failure>\n",
+                scenario.outcome.as_str(),
+                xml_escape(&diagnosis),
+                xml_escape(&details(scenario))
+            )),
+            Outcome::Errored | Outcome::Cancelled => xml.push_str(&format!(
+                "      <error type=\"{}\" message=\"{}\">{}</error>\n",
+                scenario.outcome.as_str(),
+                xml_escape(&diagnosis),
+                xml_escape(&details(scenario))
+            )),
+            Outcome::Skipped | Outcome::Incompatible => xml.push_str(&format!(
+                "      <skipped message=\"{}: {}\"/>\n",
+                scenario.outcome.as_str(),
+                xml_escape(&diagnosis)
+            )),
+        }
+        xml.push_str(&format!(
+            "      <system-out>{}</system-out>\n",
+            xml_escape(&details(scenario))
+        ));
+        xml.push_str("    </testcase>\n");
+    }
+    xml.push_str("  </testsuite>\n</testsuites>\n");
+    xml
+}
+
+/// CTRF JSON (Common Test Report Format, `results.tool/summary/tests`).
+pub fn ctrf(report: &Report) -> Value {
+    let status = |o: Outcome| match o {
+        Outcome::Passed => "passed",
+        Outcome::Failed | Outcome::TimedOut => "failed",
+        Outcome::Skipped | Outcome::Incompatible => "skipped",
+        Outcome::Errored | Outcome::Cancelled => "other",
+    };
+    let count = |wanted: &str| {
+        report
+            .scenarios
+            .iter()
+            .filter(|s| status(s.outcome) == wanted)
+            .count()
+    };
+    let tests: Vec<Value> = report
+        .scenarios
+        .iter()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "status": status(s.outcome),
+                "rawStatus": s.outcome.as_str(),
+                "duration": s.duration_ms,
+                "message": s.diagnosis,
+                "trace": details(s),
+                "suite": s.name.split("::").next(),
+                "extra": {"promise": s.promise, "findings": s.findings, "teardown_failures": teardown_failures(s), "artifacts": s.artifacts},
+            })
+        })
+        .collect();
+    json!({
+        "results": {
+            "tool": {"name": "kandev-acceptance", "version": report.harness_version},
+            "summary": {
+                "tests": report.scenarios.len(),
+                "passed": count("passed"),
+                "failed": count("failed"),
+                "pending": 0,
+                "skipped": count("skipped"),
+                "other": count("other"),
+                "start": report.started_at,
+                "stop": report.finished_at,
+            },
+            "tests": tests,
+            "environment": {"reportName": report.run_id, "extra": {"backend": report.backend, "interrupted": report.interrupted, "leftovers": report.leftovers}},
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{CleanupRecord, StepOutcome, StepReport, Summary};
+
+    fn scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> ScenarioReport {
+        ScenarioReport {
+            name: name.into(),
+            promise: "p".into(),
+            outcome,
+            diagnosis: diagnosis.map(str::to_owned),
+            started_at: String::new(),
+            duration_ms: 1500,
+            steps: vec![StepReport {
+                name: "s".into(),
+                outcome: StepOutcome::Failed,
+                offset_ms: 0,
+                duration_ms: 5,
+                evidence: Value::Null,
+                error: Some("x < y & \"z\"".into()),
+            }],
+            findings: Vec::new(),
+            sessions: Vec::new(),
+            cleanup: vec![CleanupRecord {
+                object: "pod/p".into(),
+                outcome: CleanupOutcome::Failed,
+                duration_ms: 1,
+                error: Some("busy".into()),
+            }],
+            artifacts: vec!["a/b.log".into()],
+        }
+    }
+
+    fn report() -> Report {
+        let scenarios = vec![
+            scenario("a::passed", Outcome::Passed, None),
+            scenario("b::failed", Outcome::Failed, Some("promise <broke>")),
+            scenario("c::skipped", Outcome::Incompatible, Some("no browser")),
+            scenario("d::errored", Outcome::Errored, Some("engine")),
+        ];
+        Report {
+            schema_version: 1,
+            run_id: "r1".into(),
+            harness_version: "0.1.0".into(),
+            started_at: "2026-11-29T00:00:00.000Z".into(),
+            finished_at: "2026-11-29T00:01:00.000Z".into(),
+            duration_ms: 60_000,
+            interrupted: false,
+            backend: "local".into(),
+            environment: Default::default(),
+            configuration: Default::default(),
+            summary: Summary::of(&scenarios),
+            setup: Vec::new(),
+            scenarios,
+            leftovers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn junit_counts_classes_escapes_text_and_shows_teardown_failures() {
+        let xml = junit(&report());
+        assert!(
+            xml.contains("tests=\"4\" failures=\"1\" errors=\"1\" skipped=\"1\""),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<failure type=\"failed\" message=\"promise &lt;broke&gt;\">"),
+            "{xml}"
+        );
+        assert!(xml.contains("x &lt; y &amp; &quot;z&quot;"), "{xml}");
+        assert!(
+            xml.contains("<error type=\"teardown\" message=\"teardown of pod/p failed: busy\"/>"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<skipped message=\"incompatible: no browser\"/>"),
+            "{xml}"
+        );
+        assert_eq!(xml.matches("<testcase ").count(), 4);
+        assert_eq!(xml.matches("</testcase>").count(), 4);
+    }
+
+    #[test]
+    fn ctrf_has_the_required_shape() {
+        let v = ctrf(&report());
+        let summary = &v["results"]["summary"];
+        assert_eq!(summary["tests"], 4);
+        assert_eq!(
+            (
+                summary["passed"].as_u64(),
+                summary["failed"].as_u64(),
+                summary["skipped"].as_u64(),
+                summary["other"].as_u64()
+            ),
+            (Some(1), Some(1), Some(1), Some(1))
+        );
+        assert_eq!(v["results"]["tool"]["name"], "kandev-acceptance");
+        for t in v["results"]["tests"].as_array().unwrap() {
+            assert!(
+                t["name"].is_string() && t["status"].is_string() && t["duration"].is_u64(),
+                "{t}"
+            );
+        }
+    }
+}

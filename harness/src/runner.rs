@@ -655,6 +655,7 @@ impl Ctx {
             self.sessions.push(session.record());
             sessions.push(session);
         }
+        self.note_unenforced(&sessions);
         let stages: Vec<_> = sessions
             .iter()
             .map(|s| json!({"pod": s.pod.name, "stages_ms": s.stages}))
@@ -663,11 +664,28 @@ impl Ctx {
         Ok(sessions)
     }
 
+    /// Reports, once per scenario, what the local backend accepted without enforcing it.
+    fn note_unenforced(&mut self, sessions: &[Session]) {
+        for session in sessions {
+            for note in crate::backend::local::plan::unenforced(&session.pod_spec) {
+                if !self.findings.iter().any(|f| f.message == note) {
+                    self.finding(
+                        FindingLevel::Info,
+                        "local.not_enforced",
+                        note,
+                        json!({"pod": session.pod.name}),
+                    );
+                }
+            }
+        }
+    }
+
     /// Creates a session's storage and Pod only (the scenario drives the bootstrap).
     pub async fn create_session(&mut self, options: SessionOptions) -> anyhow::Result<Session> {
         let (identity, options) = self.resolve(options);
         let session = Session::create(&self.env.launch, &self.cleanup, identity, &options).await?;
         self.sessions.push(session.record());
+        self.note_unenforced(std::slice::from_ref(&session));
         Ok(session)
     }
 

@@ -683,6 +683,24 @@ pub fn plan(pod: &Pod, ctx: &PlanContext) -> Result<PodPlan, Vec<Unsupported>> {
     })
 }
 
+/// What the local backend accepts but does not enforce the way a kubelet does, one sentence
+/// each, for the report: nothing is dropped silently.
+pub fn unenforced(pod: &Pod) -> Vec<String> {
+    let mut notes = Vec::new();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        if let Some(e) = &v.empty_dir
+            && e.medium.as_deref() != Some("Memory")
+            && let Some(limit) = &e.size_limit
+        {
+            notes.push(format!(
+                "emptyDir {} sizeLimit {} is recorded but not enforced locally (a kubelet evicts the Pod when it is exceeded)",
+                v.name, limit.0
+            ));
+        }
+    }
+    notes
+}
+
 /// Labels as the engine wants them.
 pub fn engine_labels(labels: &BTreeMap<String, String>) -> HashMap<String, String> {
     labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
@@ -796,6 +814,16 @@ mod tests {
         assert!(
             fields.contains(&"spec.containers[0].volumeMounts[0].subPath"),
             "{fields:?}"
+        );
+    }
+
+    #[test]
+    fn unenforced_disk_size_limits_are_named() {
+        let notes = unenforced(&full_worker_pod());
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("emptyDir docker-data sizeLimit 12Gi"),
+            "{notes:?}"
         );
     }
 

@@ -124,6 +124,10 @@ struct RunArgs {
     /// mostly wait on the engine). `--test-threads` wins when both are given.
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
+    /// Run a failed, errored or timed-out scenario again up to N times; a later pass is
+    /// reported flaky.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    retries: u32,
     /// Override every scenario's deadline, in seconds.
     #[arg(long, value_name = "SECONDS")]
     scenario_timeout: Option<u64>,
@@ -339,6 +343,7 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
         required_tools: args.required_tools.clone(),
         optional_tools: args.optional_tools.clone(),
+        retries: args.retries,
     };
     let template_text = match read_input(&config.template, "template") {
         Ok(t) => t,

@@ -138,6 +138,15 @@ pub fn junit(report: &Report) -> String {
                 xml_escape(&diagnosis)
             )),
         }
+        // Surefire's reading of reruns: one flakyFailure per failed attempt of a flaky pass.
+        if scenario.flaky {
+            for earlier in &scenario.previous_attempts {
+                xml.push_str(&format!(
+                    "      <flakyFailure message=\"{}\"/>\n",
+                    xml_escape(earlier)
+                ));
+            }
+        }
         xml.push_str(&format!(
             "      <system-out>{}</system-out>\n",
             xml_escape(&details(scenario))
@@ -175,6 +184,8 @@ pub fn ctrf(report: &Report) -> Value {
                 "message": s.diagnosis,
                 "trace": details(s),
                 "suite": s.name.split("::").next(),
+                "flaky": s.flaky,
+                "retries": s.attempts.saturating_sub(1),
                 "extra": {"promise": s.promise, "findings": s.findings, "teardown_failures": teardown_failures(s), "artifacts": s.artifacts},
             })
         })
@@ -228,12 +239,20 @@ mod tests {
                 error: Some("busy".into()),
             }],
             artifacts: vec!["a/b.log".into()],
+            attempts: 1,
+            flaky: false,
+            previous_attempts: Vec::new(),
         }
     }
 
     fn report() -> Report {
         let scenarios = vec![
-            scenario("a::passed", Outcome::Passed, None),
+            ScenarioReport {
+                attempts: 2,
+                flaky: true,
+                previous_attempts: vec!["attempt 1: failed: x".into()],
+                ..scenario("a::passed", Outcome::Passed, None)
+            },
             scenario("b::failed", Outcome::Failed, Some("promise <broke>")),
             scenario("c::skipped", Outcome::Incompatible, Some("no browser")),
             scenario("d::errored", Outcome::Errored, Some("engine")),
@@ -277,6 +296,10 @@ mod tests {
             "{xml}"
         );
         assert_eq!(xml.matches("<testcase ").count(), 4);
+        assert!(
+            xml.contains("<flakyFailure message=\"attempt 1: failed: x\"/>"),
+            "{xml}"
+        );
         assert_eq!(xml.matches("</testcase>").count(), 4);
     }
 

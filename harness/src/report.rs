@@ -91,6 +91,8 @@ pub struct Summary {
     pub cancelled: usize,
     pub skipped: usize,
     pub incompatible: usize,
+    /// Passed after a retry (counted in `passed` too).
+    pub flaky: usize,
 }
 
 impl Summary {
@@ -100,6 +102,7 @@ impl Summary {
             ..Default::default()
         };
         for scenario in scenarios {
+            s.flaky += usize::from(scenario.flaky);
             match scenario.outcome {
                 Outcome::Passed => s.passed += 1,
                 Outcome::Failed => s.failed += 1,
@@ -173,6 +176,12 @@ pub struct ScenarioReport {
     pub cleanup: Vec<CleanupRecord>,
     /// Files collected for this scenario, relative to the report's folder.
     pub artifacts: Vec<String>,
+    /// How many attempts ran (`--retries`); the report describes the last one.
+    pub attempts: u32,
+    /// Passed only after a failed attempt.
+    pub flaky: bool,
+    /// The outcome and diagnosis of each earlier attempt.
+    pub previous_attempts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -336,6 +345,9 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
             s.name,
             s.duration_ms as f64 / 1000.0
         ));
+        if s.flaky {
+            out.push_str(&format!("  FLAKY: passed on attempt {}", s.attempts));
+        }
         if let Some(d) = &s.diagnosis {
             let first = d.lines().next().unwrap_or_default();
             out.push_str(&format!("  {first}"));

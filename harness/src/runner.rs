@@ -111,6 +111,8 @@ pub struct RunConfig {
     pub required_tools: Vec<String>,
     /// Tools it checks when present (a missing one is a finding).
     pub optional_tools: Vec<String>,
+    /// How often a failed, errored or timed-out scenario is run again.
+    pub retries: u32,
 }
 
 /// Prepared once per run, by the first scenario that needs it.
@@ -336,8 +338,39 @@ impl Run {
         })
     }
 
-    /// Runs one scenario to its report, teardown included.
+    /// Runs one scenario to its report, teardown included; with `--retries N` a failed,
+    /// errored or timed-out attempt is run again (fresh sessions), and a later pass is flaky.
     pub async fn run_scenario(self: &Arc<Self>, scenario: &Scenario) -> ScenarioReport {
+        let mut previous = Vec::new();
+        let mut attempt = 1;
+        loop {
+            let mut report = self.attempt(scenario).await;
+            if should_retry(
+                report.outcome,
+                attempt,
+                self.config.retries,
+                self.is_cancelled(),
+            ) {
+                previous.push(format!(
+                    "attempt {attempt}: {}: {}",
+                    report.outcome.as_str(),
+                    report.diagnosis.clone().unwrap_or_default()
+                ));
+                attempt += 1;
+                continue;
+            }
+            report.attempts = attempt;
+            report.flaky = report.outcome == Outcome::Passed && attempt > 1;
+            report.previous_attempts = previous;
+            if let Ok(mut results) = self.results.lock() {
+                results.push(report.clone());
+            }
+            return report;
+        }
+    }
+
+    /// One attempt of a scenario, teardown included.
+    async fn attempt(self: &Arc<Self>, scenario: &Scenario) -> ScenarioReport {
         let started = Instant::now();
         let started_at = crate::report::rfc3339(SystemTime::now());
         let mut report = ScenarioReport {
@@ -352,6 +385,9 @@ impl Run {
             sessions: Vec::new(),
             cleanup: Vec::new(),
             artifacts: Vec::new(),
+            attempts: 1,
+            flaky: false,
+            previous_attempts: Vec::new(),
         };
         if self.is_cancelled() {
             report.outcome = Outcome::Cancelled;
@@ -467,11 +503,18 @@ impl Run {
 
     fn finish(&self, mut report: ScenarioReport, started: Instant) -> ScenarioReport {
         report.duration_ms = started.elapsed().as_millis() as u64;
-        if let Ok(mut results) = self.results.lock() {
-            results.push(report.clone());
-        }
         report
     }
+}
+
+/// Whether an attempt that ended with `outcome` is run again: only outcomes a rerun can change,
+/// never after cancellation, at most `retries` times.
+pub fn should_retry(outcome: Outcome, attempt: u32, retries: u32, cancelled: bool) -> bool {
+    matches!(
+        outcome,
+        Outcome::Failed | Outcome::Errored | Outcome::TimedOut
+    ) && !cancelled
+        && attempt <= retries
 }
 
 fn join_findings(findings: &[template::TemplateFinding]) -> String {
@@ -738,5 +781,37 @@ impl Ctx {
             }
         }
         written
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_only_what_a_rerun_can_change() {
+        assert!(should_retry(Outcome::Failed, 1, 1, false));
+        assert!(should_retry(Outcome::TimedOut, 2, 2, false));
+        assert!(should_retry(Outcome::Errored, 1, 3, false));
+        assert!(
+            !should_retry(Outcome::Failed, 2, 1, false),
+            "the retries are used up"
+        );
+        assert!(
+            !should_retry(Outcome::Failed, 1, 0, false),
+            "no retries asked for"
+        );
+        assert!(
+            !should_retry(Outcome::Failed, 1, 3, true),
+            "never after cancellation"
+        );
+        for settled in [
+            Outcome::Passed,
+            Outcome::Skipped,
+            Outcome::Incompatible,
+            Outcome::Cancelled,
+        ] {
+            assert!(!should_retry(settled, 1, 3, false), "{settled:?}");
+        }
     }
 }

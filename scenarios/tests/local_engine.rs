@@ -383,16 +383,29 @@ fn an_unreachable_engine_is_a_clear_environment_error() {
 
 #[test]
 fn a_daemon_with_a_tcp_listener_fails_socket_only() {
+    // With a retry: a broken promise stays broken, and both attempts are torn down and recorded.
     let run = run(&[
         "--template",
         &fixture("templates/broken/daemon-tcp-listener.yaml"),
         "--exact",
         "daemon::socket_only",
+        "--retries",
+        "1",
     ]);
     assert_fails(
         &run,
         "daemon::socket_only",
         "no TCP listener in the Pod besides the loopback control port",
+    );
+    let scenario = &run.report.scenarios[0];
+    assert_eq!(
+        (
+            scenario.attempts,
+            scenario.flaky,
+            scenario.previous_attempts.len()
+        ),
+        (2, false, 1),
+        "{scenario:?}"
     );
 }
 

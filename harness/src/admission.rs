@@ -9,7 +9,9 @@
 //! `readOnly`). A mismatch means the created Pod is deleted by its exact UID and the launch
 //! fails naming what changed.
 
-use crate::template::{AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_VOLUMES, is_workspace_grant};
+use crate::template::{
+    AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_VOLUMES, is_owned_label, is_workspace_grant,
+};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume, VolumeMount};
 use std::collections::BTreeMap;
 
@@ -26,19 +28,16 @@ impl std::fmt::Display for AdmissionMismatch {
     }
 }
 
+/// The owned entries: labels Kandev owns, or (annotations) every `kandev.ai/*` key.
 fn owned(map: Option<&BTreeMap<String, String>>, labels: bool) -> BTreeMap<&str, &str> {
     map.into_iter()
         .flatten()
         .filter(|(k, _)| {
-            k.starts_with("kandev.ai/")
-                || (labels
-                    && [
-                        "app.kubernetes.io/name",
-                        "app.kubernetes.io/managed-by",
-                        "app.kubernetes.io/instance",
-                        "app.kubernetes.io/component",
-                    ]
-                    .contains(&k.as_str()))
+            if labels {
+                is_owned_label(k)
+            } else {
+                k.starts_with("kandev.ai/")
+            }
         })
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect()

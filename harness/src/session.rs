@@ -67,20 +67,11 @@ pub struct RecordedSession {
     pub workspace: Option<WorkspaceRef>,
 }
 
-/// Kandev's owned label keys: the four reserved `app.kubernetes.io/*` and every `kandev.ai/*`.
+/// The labels Kandev owns ([`crate::template::is_owned_label`]).
 pub fn owned_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     labels
         .iter()
-        .filter(|(k, _)| {
-            k.starts_with("kandev.ai/")
-                || [
-                    "app.kubernetes.io/name",
-                    "app.kubernetes.io/managed-by",
-                    "app.kubernetes.io/instance",
-                    "app.kubernetes.io/component",
-                ]
-                .contains(&k.as_str())
-        })
+        .filter(|(k, _)| crate::template::is_owned_label(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }

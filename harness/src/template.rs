@@ -22,12 +22,20 @@ pub const RESERVED_VOLUMES: [&str; 3] = ["kandev-runtime", "kandev-auth", "kande
 pub const RESERVED_ROOTS: [&str; 3] = ["/opt/kandev", "/run/kandev", "/workspace"];
 pub const AGENTCTL_PORT: i32 = 8765;
 pub const AGENTCTL_PORT_NAME: &str = "kandev-agentctl";
-const RESERVED_LABELS: [&str; 4] = [
+/// The `app.kubernetes.io/*` label keys Kandev reserves (besides every `kandev.ai/*` key).
+const RESERVED_APP_LABELS: [&str; 4] = [
     "app.kubernetes.io/component",
     "app.kubernetes.io/instance",
     "app.kubernetes.io/managed-by",
     "app.kubernetes.io/name",
 ];
+
+/// Whether Kandev owns this label key: a reserved `app.kubernetes.io/*` key or any
+/// `kandev.ai/*` key. Templates may not set them; admission may not change them; terminal
+/// cleanup compares them exactly.
+pub fn is_owned_label(key: &str) -> bool {
+    key.starts_with("kandev.ai/") || RESERVED_APP_LABELS.contains(&key)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -314,7 +322,7 @@ pub fn validate(template: &PodTemplate, options: &RuleOptions) -> Vec<TemplateFi
             }
         }
         for key in meta.labels.iter().flatten().map(|(k, _)| k) {
-            if RESERVED_LABELS.contains(&key.as_str()) || key.starts_with("kandev.ai/") {
+            if is_owned_label(key) {
                 findings.push(error(
                     format!("{m}.labels[{key}]"),
                     "is a label key reserved for Kandev",

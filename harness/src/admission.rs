@@ -407,17 +407,24 @@ mod tests {
             .unwrap()
     }
 
+    /// Removes the companion's grant and returns it.
+    fn take_grant(p: &mut Pod) -> VolumeMount {
+        let grant = grant_of(p).clone();
+        engine(p)
+            .volume_mounts
+            .as_mut()
+            .unwrap()
+            .retain(|m| m.name != "kandev-workspace");
+        grant
+    }
+
     /// The upstream AC-001.3 mutations: each must be caught.
     #[test]
     fn every_upstream_mutation_is_caught() {
         type Mutation = fn(&mut Pod);
         let cases: Vec<(&str, Mutation)> = vec![
             ("removed mount", |p| {
-                engine(p)
-                    .volume_mounts
-                    .as_mut()
-                    .unwrap()
-                    .retain(|m| m.name != "kandev-workspace")
+                take_grant(p);
             }),
             ("removed recipient", |p| {
                 containers(p).retain(|c| c.name != "docker-engine")
@@ -441,12 +448,7 @@ mod tests {
                 });
             }),
             ("grant moved to init", |p| {
-                let g = grant_of(p).clone();
-                engine(p)
-                    .volume_mounts
-                    .as_mut()
-                    .unwrap()
-                    .retain(|m| m.name != "kandev-workspace");
+                let g = take_grant(p);
                 p.spec.as_mut().unwrap().init_containers = Some(vec![Container {
                     name: "init".into(),
                     volume_mounts: Some(vec![g]),
@@ -454,12 +456,7 @@ mod tests {
                 }]);
             }),
             ("grant moved to ephemeral", |p| {
-                let g = grant_of(p).clone();
-                engine(p)
-                    .volume_mounts
-                    .as_mut()
-                    .unwrap()
-                    .retain(|m| m.name != "kandev-workspace");
+                let g = take_grant(p);
                 p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![EphemeralContainer {
                     name: "debug".into(),
                     volume_mounts: Some(vec![g]),

@@ -8,6 +8,13 @@ set -euo pipefail
 
 log() { printf 'ensure-engine: %s\n' "$*" >&2; }
 
+# The harness's own tests validate junit.xml against the JUnit XSD with xmllint.
+if ! command -v xmllint >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  log "installing libxml2-utils (xmllint, for the tests' JUnit schema check)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libxml2-utils >/dev/null
+fi
+
 if docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
   log "engine reachable ($(docker version --format '{{.Server.Version}}')); nothing to do"
   exit 0

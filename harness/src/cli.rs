@@ -506,7 +506,7 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
     let leftovers = match &env {
         Some(env) => env
             .backend
-            .list_run_objects(&run.id)
+            .list_labelled(&[(LABEL_RUN, run.id.as_str())])
             .await
             .unwrap_or_else(|e| vec![format!("(inventory failed: {e})")]),
         None => Vec::new(),
@@ -571,7 +571,7 @@ pub fn exit_code(report: &Report, kept: bool) -> u8 {
         exit::SCENARIO_FAILED
     } else if s.errored + s.cancelled > 0 {
         exit::ENVIRONMENT
-    } else if !report.leftovers.is_empty() && !kept {
+    } else if s.leaked > 0 || (!report.leftovers.is_empty() && !kept) {
         exit::LEAKED
     } else {
         exit::SUCCESS

@@ -200,6 +200,45 @@ impl CgroupFs {
         self.hierarchies().iter().any(|h| h.join(relative).is_dir())
     }
 
+    /// Every cgroup (relative to its hierarchy root, `hierarchy:path`) whose folder name
+    /// contains one of `needles`, searched `max_depth` levels deep: traces of nested
+    /// containers (their cgroups are named by container ID) wherever a daemon put them.
+    pub fn dirs_named(&self, needles: &[String], max_depth: usize) -> Vec<String> {
+        fn walk(
+            dir: &Path,
+            root: &Path,
+            needles: &[String],
+            depth: usize,
+            found: &mut Vec<String>,
+        ) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    continue;
+                }
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if needles
+                    .iter()
+                    .any(|n| !n.is_empty() && name.contains(n.as_str()))
+                {
+                    let relative = path.strip_prefix(root).unwrap_or(&path);
+                    found.push(relative.display().to_string());
+                } else if depth > 1 {
+                    walk(&path, root, needles, depth - 1, found);
+                }
+            }
+        }
+        let mut found = Vec::new();
+        if needles.iter().all(String::is_empty) {
+            return found;
+        }
+        for hierarchy in self.hierarchies() {
+            walk(&hierarchy, &self.root, needles, max_depth, &mut found);
+        }
+        found.sort();
+        found
+    }
+
     /// Reads the Pod cgroup's limits, usage, descendants and member processes.
     pub fn read_pod(&self, relative: &str) -> PodCgroupReading {
         let mut r = PodCgroupReading {
@@ -470,6 +509,74 @@ pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
     }
     found.sort_by_key(|p| p.pid);
     found
+}
+
+/// What the node still holds of a Pod after it was deleted: its processes (by cgroup path —
+/// the Pod's `pod<uid>` or a nested container's ID — or by the `HOSTNAME=<pod name>` every
+/// container runtime gives the Pod's processes, which also finds processes that left the Pod's
+/// cgroups), and cgroup folders of the Pod (`pod<uid>`, the systemd driver's `pod<u_i_d>`) or
+/// of its nested containers. Empty when the Pod is gone without a trace.
+pub fn pod_remains(
+    cgroups: &CgroupFs,
+    proc_root: &Path,
+    pod_uid: &str,
+    pod_name: &str,
+    nested_ids: &[String],
+) -> Vec<String> {
+    let pod_dirs = [
+        format!("pod{pod_uid}"),
+        format!("pod{}", pod_uid.replace('-', "_")),
+    ];
+    let hostname = format!("HOSTNAME={pod_name}");
+    let mut remains = Vec::new();
+    for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+        let by_cgroup = pod_dirs.iter().any(|d| cgroup.contains(d.as_str()))
+            || nested_ids
+                .iter()
+                .any(|id| !id.is_empty() && cgroup.contains(id.as_str()));
+        let by_hostname = std::fs::read(entry.path().join("environ"))
+            .map(|env| env.split(|b| *b == 0).any(|v| v == hostname.as_bytes()))
+            .unwrap_or(false);
+        if by_cgroup || by_hostname {
+            let cmdline = std::fs::read(entry.path().join("cmdline"))
+                .map(|raw| {
+                    String::from_utf8_lossy(&raw)
+                        .replace('\0', " ")
+                        .trim()
+                        .to_owned()
+                })
+                .unwrap_or_default();
+            let cgroup_line = cgroup
+                .lines()
+                .find(|l| l.contains(":memory:") || l.starts_with("0::"))
+                .unwrap_or_default()
+                .to_owned();
+            remains.push(format!("process/{pid} `{cmdline}` ({cgroup_line})"));
+        }
+    }
+    remains.extend(
+        cgroups
+            .dirs_named(&pod_dirs, 6)
+            .into_iter()
+            .map(|dir| format!("cgroup/{dir}")),
+    );
+    remains.extend(
+        cgroups
+            .dirs_named(nested_ids, 8)
+            .into_iter()
+            .map(|dir| format!("cgroup/{dir} (a nested container's)")),
+    );
+    remains.sort();
+    remains.dedup();
+    remains
 }
 
 /// Memory-cgroup OOM kills the kernel logged whose constraining cgroup (`oom_memcg=`) lies at

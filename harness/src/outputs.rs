@@ -2,7 +2,7 @@
 //! (`junit.xml`) and CTRF JSON (`ctrf.json`), written beside `report.json`. Test ids are the
 //! scenario names; diagnoses, step errors and teardown failures appear in each format.
 
-use crate::report::{CleanupOutcome, Outcome, Report, ScenarioReport};
+use crate::report::{CleanupOutcome, Outcome, Report, ScenarioReport, StepOutcome};
 use serde_json::{Value, json};
 
 fn xml_escape(text: &str) -> String {
@@ -60,6 +60,7 @@ fn details(s: &ScenarioReport) -> String {
             .map(|f| format!("finding {:?} {}: {}", f.level, f.code, f.message)),
     );
     lines.extend(teardown_failures(s));
+    lines.extend(s.leaks.iter().map(|l| format!("leaked {l}")));
     lines.extend(s.artifacts.iter().map(|a| format!("artifact {a}")));
     lines.join("\n")
 }
@@ -67,13 +68,14 @@ fn details(s: &ScenarioReport) -> String {
 /// JUnit XML (the common Jenkins/GitLab/GitHub reading of it).
 pub fn junit(report: &Report) -> String {
     let s = &report.summary;
-    let failures = s.failed + s.timed_out;
+    let failures = s.failed + s.timed_out + s.leaked;
     let errors = s.errored + s.cancelled;
     let skipped = s.skipped + s.incompatible;
     let secs = |ms: u64| format!("{:.3}", ms as f64 / 1000.0);
     let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    // The skipped count goes on the testsuite only: the common XSD has none on testsuites.
     xml.push_str(&format!(
-        "<testsuites name=\"kandev-acceptance\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\" time=\"{}\">\n",
+        "<testsuites name=\"kandev-acceptance\" tests=\"{}\" failures=\"{failures}\" errors=\"{errors}\" time=\"{}\">\n",
         s.total,
         secs(report.duration_ms)
     ));
@@ -120,7 +122,7 @@ pub fn junit(report: &Report) -> String {
                 "      <error type=\"teardown\" message=\"{}\"/>\n",
                 xml_escape(&teardown.join("; "))
             )),
-            Outcome::Failed | Outcome::TimedOut => xml.push_str(&format!(
+            Outcome::Failed | Outcome::TimedOut | Outcome::Leaked => xml.push_str(&format!(
                 "      <failure type=\"{}\" message=\"{}\">{}</failure>\n",
                 scenario.outcome.as_str(),
                 xml_escape(&diagnosis),
@@ -142,7 +144,7 @@ pub fn junit(report: &Report) -> String {
         if scenario.flaky {
             for earlier in &scenario.previous_attempts {
                 xml.push_str(&format!(
-                    "      <flakyFailure message=\"{}\"/>\n",
+                    "      <flakyFailure type=\"failed attempt\" message=\"{}\"/>\n",
                     xml_escape(earlier)
                 ));
             }
@@ -157,40 +159,94 @@ pub fn junit(report: &Report) -> String {
     xml
 }
 
-/// CTRF JSON (Common Test Report Format, `results.tool/summary/tests`).
-pub fn ctrf(report: &Report) -> Value {
-    let status = |o: Outcome| match o {
+/// The CTRF specification version [`ctrf`] writes (its JSON schema is in the tests).
+pub const CTRF_SPEC_VERSION: &str = "0.0.0";
+
+/// CTRF's five statuses; `rawStatus` keeps the exact outcome.
+fn ctrf_status(outcome: Outcome) -> &'static str {
+    match outcome {
         Outcome::Passed => "passed",
-        Outcome::Failed | Outcome::TimedOut => "failed",
+        Outcome::Failed | Outcome::TimedOut | Outcome::Leaked => "failed",
         Outcome::Skipped | Outcome::Incompatible => "skipped",
         Outcome::Errored | Outcome::Cancelled => "other",
-    };
+    }
+}
+
+/// CTRF JSON (Common Test Report Format): `reportFormat`, `specVersion`, `results` with the
+/// tool, summary (epoch milliseconds), one test per scenario and the environment.
+pub fn ctrf(report: &Report) -> Value {
     let count = |wanted: &str| {
         report
             .scenarios
             .iter()
-            .filter(|s| status(s.outcome) == wanted)
+            .filter(|s| ctrf_status(s.outcome) == wanted)
             .count()
     };
+    let start = crate::report::unix_ms(&report.started_at).unwrap_or_default();
     let tests: Vec<Value> = report
         .scenarios
         .iter()
         .map(|s| {
-            json!({
+            let started = crate::report::unix_ms(&s.started_at).unwrap_or(start);
+            let mut test = json!({
                 "name": s.name,
-                "status": status(s.outcome),
+                "status": ctrf_status(s.outcome),
                 "rawStatus": s.outcome.as_str(),
                 "duration": s.duration_ms,
-                "message": s.diagnosis,
+                "start": started,
+                "stop": started + s.duration_ms,
                 "trace": details(s),
-                "suite": s.name.split("::").next(),
+                "suite": [s.name.split("::").next().unwrap_or_default()],
+                "type": "e2e",
                 "flaky": s.flaky,
                 "retries": s.attempts.saturating_sub(1),
-                "extra": {"promise": s.promise, "findings": s.findings, "teardown_failures": teardown_failures(s), "artifacts": s.artifacts},
-            })
+                "steps": s.steps.iter().map(|st| json!({
+                    "name": st.name,
+                    "status": match st.outcome {
+                        StepOutcome::Passed => "passed",
+                        StepOutcome::Failed => "failed",
+                        StepOutcome::Incompatible => "skipped",
+                        StepOutcome::Errored => "other",
+                    },
+                    "extra": {"duration_ms": st.duration_ms, "error": st.error},
+                })).collect::<Vec<_>>(),
+                "attachments": s.artifacts.iter().map(|a| json!({
+                    "name": a.rsplit('/').next().unwrap_or(a),
+                    "contentType": if a.ends_with(".json") { "application/json" } else { "text/plain" },
+                    "path": a,
+                })).collect::<Vec<_>>(),
+                "extra": {
+                    "promise": s.promise,
+                    "findings": s.findings,
+                    "teardown_failures": teardown_failures(s),
+                    "leaks": s.leaks,
+                },
+            });
+            // Optional members are left out rather than null or empty (the schema wants
+            // a string message and at least one retry attempt when the list is there).
+            if let Some(object) = test.as_object_mut() {
+                if let Some(diagnosis) = &s.diagnosis {
+                    object.insert("message".into(), json!(diagnosis));
+                }
+                if !s.previous_attempts.is_empty() {
+                    let attempts: Vec<Value> = s
+                        .previous_attempts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, text)| json!({"attempt": i + 1, "status": "failed", "message": text}))
+                        .collect();
+                    object.insert("retryAttempts".into(), json!(attempts));
+                }
+            }
+            test
         })
         .collect();
     json!({
+        "reportFormat": "CTRF",
+        "specVersion": CTRF_SPEC_VERSION,
+        "reportId": report.run_id,
+        "timestamp": report.finished_at,
+        "generatedBy": format!("kandev-acceptance {}", report.harness_version),
         "results": {
             "tool": {"name": "kandev-acceptance", "version": report.harness_version},
             "summary": {
@@ -200,11 +256,17 @@ pub fn ctrf(report: &Report) -> Value {
                 "pending": 0,
                 "skipped": count("skipped"),
                 "other": count("other"),
-                "start": report.started_at,
-                "stop": report.finished_at,
+                "flaky": report.summary.flaky,
+                "start": start,
+                "stop": start + report.duration_ms,
+                "duration": report.duration_ms,
             },
             "tests": tests,
-            "environment": {"reportName": report.run_id, "extra": {"backend": report.backend, "interrupted": report.interrupted, "leftovers": report.leftovers}},
+            "environment": {
+                "reportName": report.run_id,
+                "healthy": report.leftovers.is_empty() && report.summary.leaked == 0,
+                "extra": {"backend": report.backend, "interrupted": report.interrupted, "leftovers": report.leftovers},
+            },
         }
     })
 }
@@ -212,7 +274,7 @@ pub fn ctrf(report: &Report) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{CleanupRecord, StepOutcome, StepReport, Summary};
+    use crate::report::{CleanupRecord, StepReport, Summary};
 
     fn scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> ScenarioReport {
         ScenarioReport {
@@ -242,6 +304,8 @@ mod tests {
             attempts: 1,
             flaky: false,
             previous_attempts: Vec::new(),
+            nested_inventory: Vec::new(),
+            leaks: Vec::new(),
         }
     }
 
@@ -280,6 +344,10 @@ mod tests {
         let xml = junit(&report());
         assert!(
             xml.contains("tests=\"4\" failures=\"1\" errors=\"1\" skipped=\"1\""),
+            "the testsuite carries the skipped count: {xml}"
+        );
+        assert!(
+            xml.contains("<testsuites name=\"kandev-acceptance\" tests=\"4\" failures=\"1\" errors=\"1\" time"),
             "{xml}"
         );
         assert!(
@@ -297,7 +365,9 @@ mod tests {
         );
         assert_eq!(xml.matches("<testcase ").count(), 4);
         assert!(
-            xml.contains("<flakyFailure message=\"attempt 1: failed: x\"/>"),
+            xml.contains(
+                "<flakyFailure type=\"failed attempt\" message=\"attempt 1: failed: x\"/>"
+            ),
             "{xml}"
         );
         assert_eq!(xml.matches("</testcase>").count(), 4);

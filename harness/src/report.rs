@@ -91,6 +91,8 @@ pub struct Summary {
     pub cancelled: usize,
     pub skipped: usize,
     pub incompatible: usize,
+    /// Its checks held, but something it created outlived its teardown.
+    pub leaked: usize,
     /// Passed after a retry (counted in `passed` too).
     pub flaky: usize,
 }
@@ -111,6 +113,7 @@ impl Summary {
                 Outcome::Cancelled => s.cancelled += 1,
                 Outcome::Skipped => s.skipped += 1,
                 Outcome::Incompatible => s.incompatible += 1,
+                Outcome::Leaked => s.leaked += 1,
             }
         }
         s
@@ -133,6 +136,8 @@ pub enum Outcome {
     Skipped,
     /// The environment cannot support what the scenario checks, with the reason.
     Incompatible,
+    /// The checks held, but something the scenario created outlived its teardown (`leaks`).
+    Leaked,
 }
 
 impl Outcome {
@@ -145,6 +150,7 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::Skipped => "skipped",
             Outcome::Incompatible => "incompatible",
+            Outcome::Leaked => "leaked",
         }
     }
 
@@ -182,6 +188,29 @@ pub struct ScenarioReport {
     pub flaky: bool,
     /// The outcome and diagnosis of each earlier attempt.
     pub previous_attempts: Vec<String>,
+    /// What each session's nested daemon held just before teardown: what the Pod's deletion
+    /// had to take with it.
+    pub nested_inventory: Vec<NestedInventory>,
+    /// The leak ledger after teardown: everything of this scenario still in the engine or
+    /// cluster (by label) or on the node (processes, cgroups of its Pods and their nested
+    /// containers). Not empty means `leaked` (unless a worse outcome came first).
+    pub leaks: Vec<String>,
+}
+
+/// The nested daemon's objects in one session's Pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NestedInventory {
+    pub pod: String,
+    /// Full container IDs, running or not.
+    pub containers: Vec<String>,
+    pub images: Vec<String>,
+    pub volumes: Vec<String>,
+    /// User-defined networks (the defaults are left out).
+    pub networks: Vec<String>,
+    pub compose_projects: Vec<String>,
+    /// Why the inventory could not be taken (e.g. the scenario had deleted the Pod).
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -279,6 +308,31 @@ pub fn read(path: &Path) -> anyhow::Result<Report> {
     Ok(serde_json::from_slice(&text)?)
 }
 
+/// Milliseconds since the epoch of an RFC 3339 UTC time as [`rfc3339`] writes it
+/// (`YYYY-MM-DDTHH:MM:SS[.fff]Z`); None for anything else.
+pub fn unix_ms(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|p| p.parse::<u64>().ok());
+    let (hour, minute, second) = (t.next()??, t.next()??, t.next()??);
+    let millis: u64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    // Howard Hinnant's days-from-civil, the inverse of Civil::from_unix.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
+    Some(((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000) + millis)
+}
+
 /// A UTC calendar date and time, without a time crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Civil {
@@ -353,6 +407,9 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
             out.push_str(&format!("  {first}"));
         }
         out.push('\n');
+        for leak in &s.leaks {
+            out.push_str(&format!("               leaked {leak}\n"));
+        }
         for f in s.findings.iter().filter(|f| f.level != FindingLevel::Info) {
             out.push_str(&format!(
                 "               finding {}: {}\n",
@@ -362,8 +419,8 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
     }
     let s = &report.summary;
     out.push_str(&format!(
-        "  {} scenarios: {} passed, {} failed, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1}s)\n",
-        s.total, s.passed, s.failed, s.errored, s.timed_out, s.cancelled, s.skipped, s.incompatible,
+        "  {} scenarios: {} passed, {} failed, {} leaked, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1}s)\n",
+        s.total, s.passed, s.failed, s.leaked, s.errored, s.timed_out, s.cancelled, s.skipped, s.incompatible,
         report.duration_ms as f64 / 1000.0
     ));
     if !report.leftovers.is_empty() {
@@ -400,5 +457,22 @@ mod tests {
     fn rfc3339_formats_utc() {
         let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_796_000_000_123);
         assert_eq!(rfc3339(t), "2026-11-30T00:53:20.123Z");
+    }
+
+    #[test]
+    fn unix_ms_inverts_rfc3339() {
+        for ms in [0, 951_782_400_000, 1_796_000_000_123, 4_102_444_799_999] {
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+            assert_eq!(unix_ms(&rfc3339(t)), Some(ms), "{}", rfc3339(t));
+        }
+        assert_eq!(unix_ms("2026-11-30T00:53:20Z"), Some(1_796_000_000_000));
+        for bad in [
+            "",
+            "2026-11-30",
+            "2026-13-01T00:00:00Z",
+            "2026-11-30T00:53:20+01:00",
+        ] {
+            assert_eq!(unix_ms(bad), None, "{bad}");
+        }
     }
 }

@@ -123,6 +123,8 @@ pub struct RunEnv {
     pub launch: LaunchSettings,
     pub rendered: RenderedTemplate,
     pub environment: Environment,
+    /// The node seen from outside the Pods, when the backend has one (leak ledger, evidence).
+    pub node: Option<Arc<dyn crate::ledger::NodeView>>,
 }
 
 /// State shared by every trial of a run.
@@ -328,6 +330,13 @@ impl Run {
                 sha256: rendered.sha256.clone(),
             }),
         };
+        let node: Option<Arc<dyn crate::ledger::NodeView>> =
+            local.cgroups().cloned().map(|cgroups| {
+                Arc::new(crate::ledger::HostNode {
+                    cgroups,
+                    proc_root: PathBuf::from("/proc"),
+                }) as Arc<dyn crate::ledger::NodeView>
+            });
         Ok(RunEnv {
             backend,
             local,
@@ -335,6 +344,7 @@ impl Run {
             launch,
             rendered,
             environment,
+            node,
         })
     }
 
@@ -388,6 +398,8 @@ impl Run {
             attempts: 1,
             flaky: false,
             previous_attempts: Vec::new(),
+            nested_inventory: Vec::new(),
+            leaks: Vec::new(),
         };
         if self.is_cancelled() {
             report.outcome = Outcome::Cancelled;
@@ -452,6 +464,24 @@ impl Run {
             Keep::OnFailure => !report.outcome.is_acceptable(),
             Keep::Never => false,
         };
+        // Every Pod the scenario made (also those it deleted itself), for the ledger.
+        let mut pods: Vec<(String, String)> = ctx
+            .sessions
+            .iter()
+            .map(|s| (s.pod_name.clone(), s.pod_uid.clone()))
+            .chain(ctx.cleanup.pods().into_iter().map(|p| (p.name, p.uid)))
+            .collect();
+        pods.sort();
+        pods.dedup();
+        if !keep {
+            let daemon = self.config.daemon_container.as_str();
+            report.nested_inventory = crate::ledger::nested_inventories(
+                env.backend.as_ref(),
+                &ctx.cleanup.pods(),
+                daemon,
+            )
+            .await;
+        }
         report.cleanup = ctx
             .cleanup
             .teardown(env.backend.as_ref(), Duration::from_secs(120), keep)
@@ -485,6 +515,29 @@ impl Run {
                     duration_ms: 0,
                     error: Some(crate::error_chain(&e)),
                 }),
+            }
+        }
+        if !keep {
+            let scenario_label = scenario.name.replace("::", ".");
+            report.leaks = crate::ledger::remains_after_teardown(
+                env.backend.as_ref(),
+                env.node.as_deref(),
+                &[
+                    (crate::identity::LABEL_RUN, self.id.as_str()),
+                    (crate::identity::LABEL_SCENARIO, scenario_label.as_str()),
+                ],
+                &pods,
+                &report.nested_inventory,
+                Duration::from_secs(3),
+            )
+            .await;
+            if !report.leaks.is_empty() && report.outcome.is_acceptable() {
+                report.diagnosis = Some(format!(
+                    "leaked: {} outlived teardown: {}",
+                    report.leaks.len(),
+                    report.leaks.join("; ")
+                ));
+                report.outcome = Outcome::Leaked;
             }
         }
         if keep {

@@ -10,6 +10,9 @@ use kandev_harness::report::{Outcome, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "../../harness/tests/support/schemas.rs"]
+mod schemas;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -190,6 +193,29 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
     assert_eq!(
         ctrf["results"]["summary"]["passed"].as_u64(),
         Some(run.report.scenarios.len() as u64)
+    );
+    let errors = schemas::junit_errors(&junit);
+    assert!(
+        errors.is_empty(),
+        "junit.xml against the JUnit XSD: {errors:#?}"
+    );
+    let errors = schemas::ctrf_errors(&ctrf);
+    assert!(
+        errors.is_empty(),
+        "ctrf.json against the CTRF schema: {errors:#?}"
+    );
+    // The leak ledger ran for every scenario: nested daemons were inventoried, nothing left.
+    assert!(
+        run.report
+            .scenarios
+            .iter()
+            .all(|s| s.leaks.is_empty() && s.nested_inventory.iter().all(|n| n.error.is_none())),
+        "{:#?}",
+        run.report
+            .scenarios
+            .iter()
+            .map(|s| (&s.name, &s.leaks, &s.nested_inventory))
+            .collect::<Vec<_>>()
     );
 
     // Findings the design asks to be reported are there, with evidence.
@@ -553,6 +579,67 @@ fn a_daemon_whose_processes_outlive_the_pod_fails_teardown_exact() {
         "lifecycle::teardown_exact",
         "nested processes and their cgroups vanish from the node",
     );
+}
+
+#[test]
+fn a_companion_leaving_a_process_on_the_node_is_reported_leaked() {
+    let run = run(&[
+        "--template",
+        &fixture("templates/broken/daemon-leaves-process.yaml"),
+        "--exact",
+        "workspace::shared",
+    ]);
+    // Remove what the fixture leaves by design before asserting: the pids are in the ledger.
+    let leaks = run
+        .report
+        .scenarios
+        .first()
+        .map(|s| s.leaks.clone())
+        .unwrap_or_default();
+    for pid in leaks.iter().filter_map(|l| {
+        l.split("process/")
+            .nth(1)?
+            .split(' ')
+            .next()?
+            .parse::<u32>()
+            .ok()
+    }) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    clean_escaped(&run, "no-marker-");
+    let scenario = &run.report.scenarios[0];
+    assert_eq!(
+        scenario.outcome,
+        Outcome::Leaked,
+        "{:?}\n{}",
+        scenario.diagnosis,
+        run.output
+    );
+    assert!(
+        leaks
+            .iter()
+            .any(|l| l.starts_with("node: process/") && l.contains("sleep 3600")),
+        "{leaks:#?}"
+    );
+    assert!(
+        scenario
+            .diagnosis
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("leaked:"),
+        "{:?}",
+        scenario.diagnosis
+    );
+    assert!(
+        scenario.nested_inventory.len() == scenario.sessions.len()
+            && scenario.nested_inventory.iter().all(|n| n.error.is_none()),
+        "each session's nested daemon was inventoried before teardown: {:?}",
+        scenario.nested_inventory
+    );
+    assert_eq!(run.report.summary.leaked, 1);
+    assert_eq!(run.code, 4, "exit code of a leak\n{}", run.output);
+    let junit = std::fs::read_to_string(run.report_path.with_file_name("junit.xml")).unwrap();
+    assert!(junit.contains("<failure type=\"leaked\""), "{junit}");
 }
 
 /// Builds `fixtures/images/broken/<name>` FROM the fixture worker this machine has built.

@@ -184,8 +184,8 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<BTreeMap<String, String>>>;
     /// The Pod's IP address on the node network.
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>>;
-    /// Every object carrying the run's label, as `kind/name`.
-    async fn list_run_objects(&self, run_id: &str) -> Result<Vec<String>>;
+    /// Every harness-managed object carrying all `selector` labels, as `kind/name`.
+    async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>>;
     /// Removes every harness-managed object carrying all `selector` labels (and orphaned
     /// node state); returns what was (or, with `dry_run`, would be) removed.
     async fn remove_labelled(

@@ -6,7 +6,7 @@ pub mod plan;
 use super::{
     Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
 };
-use crate::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::identity::LABEL_MANAGED;
 use crate::node::{CgroupFs, CgroupLimits};
 use anyhow::anyhow;
 use async_trait::async_trait;
@@ -890,9 +890,9 @@ impl Backend for LocalBackend {
             .find(|ip| !ip.is_empty()))
     }
 
-    async fn list_run_objects(&self, run_id: &str) -> Result<Vec<String>> {
+    async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>> {
         let mut objects = Vec::new();
-        for c in self.containers_with(&[(LABEL_RUN, run_id)]).await? {
+        for c in self.containers_with(selector).await? {
             let name = c.names.and_then(|n| n.first().cloned()).unwrap_or_default();
             objects.push(format!("container/{}", name.trim_start_matches('/')));
             if let Some(uid) = c.labels.and_then(|l| l.get(LABEL_POD_UID).cloned())
@@ -902,7 +902,7 @@ impl Backend for LocalBackend {
                 objects.push(format!("cgroup/{}", Self::pod_cgroup(&uid)));
             }
         }
-        for v in self.volumes_with(&[(LABEL_RUN, run_id)]).await? {
+        for v in self.volumes_with(selector).await? {
             objects.push(format!("volume/{}", v.name));
         }
         objects.sort();

@@ -467,132 +467,142 @@ pub fn plan(pod: &Pod, ctx: &PlanContext) -> Result<PodPlan, Vec<Unsupported>> {
     );
     let cgroup_parent = format!("/{CGROUP_ROOT}/pod{}", ctx.uid);
 
-    let container_plan = |c: &Container,
-                          list: &str,
-                          index: usize,
-                          role: &str,
-                          problems: &mut Vec<Unsupported>|
-     -> ContainerPlan {
-        let path = format!("spec.{list}[{index}]");
-        let sc = c.security_context.as_ref();
-        let (user, require_non_root_image_user) = match user_spec(sc, psc, &path) {
-            Ok(u) => u,
-            Err(e) => {
-                problems.push(e);
-                (None, false)
-            }
-        };
-        let mut mounts = Vec::new();
-        for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
-            match volume_mount(&m.name, &m.mount_path, m.read_only.unwrap_or(false)) {
-                Some(mount) => mounts.push(mount),
-                None => problems.push(Unsupported {
-                    field: format!("{path}.volumeMounts[{j}].name"),
-                    reason: format!("no volume named {} in the Pod", m.name),
-                }),
-            }
-        }
-        let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
-        let mut security_opt = Vec::new();
-        if sc.and_then(|s| s.allow_privilege_escalation) == Some(false) {
-            security_opt.push("no-new-privileges:true".to_owned());
-        }
-        // Kubernetes runs a container unconfined unless a seccomp profile is asked for.
-        let seccomp = effective(
-            sc.and_then(|s| s.seccomp_profile.as_ref()),
-            psc.and_then(|s| s.seccomp_profile.as_ref()),
-        );
-        if seccomp.as_ref().map(|p| p.type_.as_str()) != Some("RuntimeDefault") && !privileged {
-            security_opt.push("seccomp=unconfined".to_owned());
-        }
-        let caps = sc.and_then(|s| s.capabilities.clone()).unwrap_or_default();
-        let limits = c
-            .resources
-            .as_ref()
-            .and_then(|r| r.limits.clone())
-            .unwrap_or_default();
-        let requests = c
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.clone())
-            .unwrap_or_default();
-        let memory = limits.get("memory").and_then(|q| parse_quantity(q, false));
-        let cpu_limit = limits.get("cpu").and_then(|q| parse_quantity(q, true));
-        let cpu_request = requests
-            .get("cpu")
-            .or(limits.get("cpu"))
-            .and_then(|q| parse_quantity(q, true));
-        let mut container_labels = labels.clone();
-        container_labels.insert(LABEL_CONTAINER.into(), c.name.clone());
-        container_labels.insert(LABEL_ROLE.into(), role.into());
-        let (entrypoint, cmd) = match (&c.command, &c.args) {
-            (Some(command), args) => (
-                Some(command.clone()),
-                Some(args.clone().unwrap_or_default()),
-            ),
-            (None, Some(args)) => (None, Some(args.clone())),
-            (None, None) => (None, None),
-        };
-        let host_config = HostConfig {
-            network_mode: Some(if spec.host_network == Some(true) {
-                "host".into()
-            } else {
-                format!("container:{infra_name}")
-            }),
-            ipc_mode: Some(if spec.host_ipc == Some(true) {
-                "host".into()
-            } else {
-                format!("container:{infra_name}")
-            }),
-            pid_mode: (spec.host_pid == Some(true)).then(|| "host".to_owned()),
-            privileged: Some(privileged),
-            cap_add: caps.add.filter(|a| !a.is_empty()),
-            cap_drop: caps.drop.filter(|d| !d.is_empty()),
-            security_opt: Some(security_opt),
-            readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
-            group_add: Some(group_add.clone()).filter(|g| !g.is_empty()),
-            mounts: Some(mounts),
-            memory,
-            // No swap beyond the limit, as the kubelet configures it.
-            memory_swap: memory,
-            nano_cpus: cpu_limit.map(|m| m * 1_000_000),
-            cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)),
-            cgroup_parent: Some(cgroup_parent.clone()),
-            restart_policy: Some(RestartPolicy {
-                name: Some(if role == "init" {
-                    RestartPolicyNameEnum::NO
-                } else {
-                    restart
-                }),
-                maximum_retry_count: None,
-            }),
-            init: Some(false),
-            ..Default::default()
-        };
-        ContainerPlan {
-            name: c.name.clone(),
-            engine_name: format!("{pod_name}-{}", c.name),
-            image: c.image.clone().unwrap_or_default(),
-            require_non_root_image_user,
-            body: ContainerCreateBody {
-                image: c.image.clone(),
-                entrypoint,
-                cmd,
-                working_dir: c.working_dir.clone(),
-                user,
-                env: Some(
-                    c.env
-                        .iter()
-                        .flatten()
-                        .map(|e| format!("{}={}", e.name, e.value.clone().unwrap_or_default()))
-                        .collect(),
-                ),
-                labels: Some(container_labels),
-                host_config: Some(host_config),
-                ..Default::default()
-            },
-        }
+    let hostname_env = if spec.host_network == Some(true) {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default()
+    } else {
+        pod_name.clone()
     };
+    let container_plan =
+        |c: &Container,
+         list: &str,
+         index: usize,
+         role: &str,
+         problems: &mut Vec<Unsupported>|
+         -> ContainerPlan {
+            let path = format!("spec.{list}[{index}]");
+            let sc = c.security_context.as_ref();
+            let (user, require_non_root_image_user) = match user_spec(sc, psc, &path) {
+                Ok(u) => u,
+                Err(e) => {
+                    problems.push(e);
+                    (None, false)
+                }
+            };
+            let mut mounts = Vec::new();
+            for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+                match volume_mount(&m.name, &m.mount_path, m.read_only.unwrap_or(false)) {
+                    Some(mount) => mounts.push(mount),
+                    None => problems.push(Unsupported {
+                        field: format!("{path}.volumeMounts[{j}].name"),
+                        reason: format!("no volume named {} in the Pod", m.name),
+                    }),
+                }
+            }
+            let privileged = sc.and_then(|s| s.privileged).unwrap_or(false);
+            let mut security_opt = Vec::new();
+            if sc.and_then(|s| s.allow_privilege_escalation) == Some(false) {
+                security_opt.push("no-new-privileges:true".to_owned());
+            }
+            // Kubernetes runs a container unconfined unless a seccomp profile is asked for.
+            let seccomp = effective(
+                sc.and_then(|s| s.seccomp_profile.as_ref()),
+                psc.and_then(|s| s.seccomp_profile.as_ref()),
+            );
+            if seccomp.as_ref().map(|p| p.type_.as_str()) != Some("RuntimeDefault") && !privileged {
+                security_opt.push("seccomp=unconfined".to_owned());
+            }
+            let caps = sc.and_then(|s| s.capabilities.clone()).unwrap_or_default();
+            let limits = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.clone())
+                .unwrap_or_default();
+            let requests = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.clone())
+                .unwrap_or_default();
+            let memory = limits.get("memory").and_then(|q| parse_quantity(q, false));
+            let cpu_limit = limits.get("cpu").and_then(|q| parse_quantity(q, true));
+            let cpu_request = requests
+                .get("cpu")
+                .or(limits.get("cpu"))
+                .and_then(|q| parse_quantity(q, true));
+            let mut container_labels = labels.clone();
+            container_labels.insert(LABEL_CONTAINER.into(), c.name.clone());
+            container_labels.insert(LABEL_ROLE.into(), role.into());
+            let (entrypoint, cmd) = match (&c.command, &c.args) {
+                (Some(command), args) => (
+                    Some(command.clone()),
+                    Some(args.clone().unwrap_or_default()),
+                ),
+                (None, Some(args)) => (None, Some(args.clone())),
+                (None, None) => (None, None),
+            };
+            let host_config = HostConfig {
+                network_mode: Some(if spec.host_network == Some(true) {
+                    "host".into()
+                } else {
+                    format!("container:{infra_name}")
+                }),
+                ipc_mode: Some(if spec.host_ipc == Some(true) {
+                    "host".into()
+                } else {
+                    format!("container:{infra_name}")
+                }),
+                pid_mode: (spec.host_pid == Some(true)).then(|| "host".to_owned()),
+                privileged: Some(privileged),
+                cap_add: caps.add.filter(|a| !a.is_empty()),
+                cap_drop: caps.drop.filter(|d| !d.is_empty()),
+                security_opt: Some(security_opt),
+                readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
+                group_add: Some(group_add.clone()).filter(|g| !g.is_empty()),
+                mounts: Some(mounts),
+                memory,
+                // No swap beyond the limit, as the kubelet configures it.
+                memory_swap: memory,
+                nano_cpus: cpu_limit.map(|m| m * 1_000_000),
+                cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)),
+                cgroup_parent: Some(cgroup_parent.clone()),
+                restart_policy: Some(RestartPolicy {
+                    name: Some(if role == "init" {
+                        RestartPolicyNameEnum::NO
+                    } else {
+                        restart
+                    }),
+                    maximum_retry_count: None,
+                }),
+                init: Some(false),
+                ..Default::default()
+            };
+            ContainerPlan {
+                name: c.name.clone(),
+                engine_name: format!("{pod_name}-{}", c.name),
+                image: c.image.clone().unwrap_or_default(),
+                require_non_root_image_user,
+                body: ContainerCreateBody {
+                    image: c.image.clone(),
+                    entrypoint,
+                    cmd,
+                    working_dir: c.working_dir.clone(),
+                    user,
+                    // As every CRI runtime does, HOSTNAME names the Pod (the node, with
+                    // hostNetwork); the node view finds the Pod's processes by it.
+                    env: Some(
+                        std::iter::once(format!("HOSTNAME={hostname_env}"))
+                            .chain(c.env.iter().flatten().map(|e| {
+                                format!("{}={}", e.name, e.value.clone().unwrap_or_default())
+                            }))
+                            .collect(),
+                    ),
+                    labels: Some(container_labels),
+                    host_config: Some(host_config),
+                    ..Default::default()
+                },
+            }
+        };
 
     let init_containers: Vec<ContainerPlan> = spec
         .init_containers

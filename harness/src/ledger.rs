@@ -1,0 +1,195 @@
+//! The leak ledger: what a scenario created that outlived its teardown.
+//!
+//! Before teardown the nested daemon of each of the scenario's Pods is inventoried (its
+//! containers, images, volumes, networks and Compose projects die with the Pod, so the
+//! inventory says what the deletion had to take along). After teardown the ledger asks the
+//! backend for anything still carrying the scenario's labels and the node view for anything
+//! still there of its Pods: processes, the Pod's cgroups, the nested containers' cgroups.
+
+use crate::backend::{Backend, ExecRequest, PodRef};
+use crate::node::CgroupFs;
+use crate::report::NestedInventory;
+use async_trait::async_trait;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The node as seen from outside the Pod, for the ledger.
+#[async_trait]
+pub trait NodeView: Send + Sync {
+    /// What the node still holds of a deleted Pod (`kind/what` lines; empty when nothing).
+    async fn pod_remains(
+        &self,
+        pod_name: &str,
+        pod_uid: &str,
+        nested_ids: &[String],
+    ) -> anyhow::Result<Vec<String>>;
+}
+
+/// This host is the node (the local backend).
+pub struct HostNode {
+    pub cgroups: CgroupFs,
+    pub proc_root: PathBuf,
+}
+
+#[async_trait]
+impl NodeView for HostNode {
+    async fn pod_remains(
+        &self,
+        pod_name: &str,
+        pod_uid: &str,
+        nested_ids: &[String],
+    ) -> anyhow::Result<Vec<String>> {
+        Ok(crate::node::pod_remains(
+            &self.cgroups,
+            &self.proc_root,
+            pod_uid,
+            pod_name,
+            nested_ids,
+        ))
+    }
+}
+
+/// One exec in the companion lists the nested daemon's objects, a section each.
+const INVENTORY_SCRIPT: &str = r#"export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"
+echo '== containers'; docker ps -aq --no-trunc
+echo '== images'; docker images -q --no-trunc | sort -u
+echo '== volumes'; docker volume ls -q
+echo '== networks'; docker network ls --filter type=custom --format '{{.Name}}'
+echo '== compose'; docker ps -a --filter label=com.docker.compose.project --format '{{.Label "com.docker.compose.project"}}' | sort -u
+"#;
+
+/// What the nested daemon of each Pod that still exists holds right now (Pods the scenario
+/// deleted itself, and Pods without the companion, are left out: there is nothing to ask).
+pub async fn nested_inventories(
+    backend: &dyn Backend,
+    pods: &[PodRef],
+    daemon_container: &str,
+) -> Vec<NestedInventory> {
+    let inventories = pods.iter().map(|pod| async move {
+        match backend.pod_uid(&pod.namespace, &pod.name).await {
+            Ok(Some(uid)) if uid == pod.uid => {}
+            _ => return None,
+        }
+        let states = backend.container_states(pod).await.unwrap_or_default();
+        if !states.iter().any(|c| c.name == daemon_container) {
+            return None;
+        }
+        Some(nested_inventory(backend, pod, daemon_container).await)
+    });
+    futures_util::future::join_all(inventories)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// What the nested daemon of `pod` holds right now.
+pub async fn nested_inventory(
+    backend: &dyn Backend,
+    pod: &PodRef,
+    daemon_container: &str,
+) -> NestedInventory {
+    let request = ExecRequest::new(daemon_container, &["sh", "-c", INVENTORY_SCRIPT])
+        .timeout(Duration::from_secs(20));
+    match backend.exec(pod, request).await {
+        Ok(out) if out.success() => parse_inventory(&pod.name, &out.stdout_text()),
+        Ok(out) => NestedInventory {
+            pod: pod.name.clone(),
+            error: Some(format!(
+                "inventory exited {:?}: {}",
+                out.exit_code,
+                out.stderr_text().trim()
+            )),
+            ..Default::default()
+        },
+        Err(e) => NestedInventory {
+            pod: pod.name.clone(),
+            error: Some(crate::error_chain(&e)),
+            ..Default::default()
+        },
+    }
+}
+
+pub fn parse_inventory(pod: &str, text: &str) -> NestedInventory {
+    let mut inventory = NestedInventory {
+        pod: pod.to_owned(),
+        ..Default::default()
+    };
+    let mut section = "";
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(name) = line.strip_prefix("== ") {
+            section = match name {
+                "containers" | "images" | "volumes" | "networks" | "compose" => name,
+                _ => "",
+            };
+            continue;
+        }
+        let list = match section {
+            "containers" => &mut inventory.containers,
+            "images" => &mut inventory.images,
+            "volumes" => &mut inventory.volumes,
+            "networks" => &mut inventory.networks,
+            "compose" => &mut inventory.compose_projects,
+            _ => continue,
+        };
+        list.push(line.to_owned());
+    }
+    inventory
+}
+
+/// The ledger after teardown: what still carries the scenario's labels (engine or cluster)
+/// and what the node still holds of each of its Pods. Processes die asynchronously after a
+/// container is removed, so the node is asked again for up to `grace` before anything counts.
+pub async fn remains_after_teardown(
+    backend: &dyn Backend,
+    node: Option<&dyn NodeView>,
+    selector: &[(&str, &str)],
+    pods: &[(String, String)],
+    nested: &[NestedInventory],
+    grace: Duration,
+) -> Vec<String> {
+    let mut leaks = match backend.list_labelled(selector).await {
+        Ok(objects) => objects,
+        Err(e) => vec![format!("(labelled-object inventory failed: {e})")],
+    };
+    let Some(node) = node else {
+        return leaks;
+    };
+    let started = Instant::now();
+    loop {
+        let mut on_node = Vec::new();
+        for (name, uid) in pods {
+            let nested_ids: Vec<String> = nested
+                .iter()
+                .filter(|n| &n.pod == name)
+                .flat_map(|n| n.containers.iter().cloned())
+                .collect();
+            match node.pod_remains(name, uid, &nested_ids).await {
+                Ok(found) => on_node.extend(found.into_iter().map(|f| format!("node: {f}"))),
+                Err(e) => on_node.push(format!("(node inventory of pod {name} failed: {e:#})")),
+            }
+        }
+        if on_node.is_empty() || started.elapsed() >= grace {
+            leaks.extend(on_node);
+            return leaks;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inventory_sections_are_parsed_and_unknown_ones_ignored() {
+        let text = "== containers\nabc123\ndef456\n== images\nsha256:1\n== volumes\n\n== networks\nkandev_default\n== compose\nkandev\n== other\nx\n";
+        let inv = parse_inventory("p", text);
+        assert_eq!(inv.containers, vec!["abc123", "def456"]);
+        assert_eq!(inv.images, vec!["sha256:1"]);
+        assert!(inv.volumes.is_empty());
+        assert_eq!(inv.networks, vec!["kandev_default"]);
+        assert_eq!(inv.compose_projects, vec!["kandev"]);
+        assert_eq!(inv.error, None);
+    }
+}

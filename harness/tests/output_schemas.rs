@@ -1,0 +1,168 @@
+//! junit.xml and ctrf.json validate against the formats' own schemas for every outcome the
+//! harness reports (and the report's classes show up in each).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/schemas.rs"]
+mod schemas;
+
+use kandev_harness::outputs::{ctrf, junit};
+use kandev_harness::report::{
+    CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport, StepOutcome, StepReport,
+    Summary,
+};
+use serde_json::Value;
+
+const EVERY_OUTCOME: [Outcome; 8] = [
+    Outcome::Passed,
+    Outcome::Failed,
+    Outcome::Errored,
+    Outcome::TimedOut,
+    Outcome::Cancelled,
+    Outcome::Skipped,
+    Outcome::Incompatible,
+    Outcome::Leaked,
+];
+
+fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
+    let steps = [
+        StepOutcome::Passed,
+        StepOutcome::Failed,
+        StepOutcome::Errored,
+        StepOutcome::Incompatible,
+    ]
+    .into_iter()
+    .map(|o| StepReport {
+        name: format!("step <{o:?}> & \"more\""),
+        outcome: o,
+        offset_ms: 3,
+        duration_ms: 1234,
+        evidence: Value::Null,
+        error: (o != StepOutcome::Passed).then(|| "bad \u{1} byte, ünïcode, ]]> end".into()),
+    })
+    .collect();
+    ScenarioReport {
+        name: format!("area{i}::{}", outcome.as_str().replace(' ', "_")),
+        promise: "a promise with <markup>".into(),
+        outcome,
+        diagnosis: (outcome != Outcome::Passed).then(|| format!("{}: why \u{7}", outcome.as_str())),
+        started_at: "2026-11-30T00:00:01.250Z".into(),
+        duration_ms: 61_001,
+        steps,
+        findings: Vec::new(),
+        sessions: Vec::new(),
+        cleanup: vec![CleanupRecord {
+            object: "pod/kandev-0123456789abcdef (uid u)".into(),
+            outcome: CleanupOutcome::Failed,
+            duration_ms: 10,
+            error: Some("busy".into()),
+        }],
+        artifacts: vec![
+            "area-x/kandev-1.kandev-agent.log".into(),
+            "area-x/p.cgroup.json".into(),
+        ],
+        attempts: if outcome == Outcome::Passed { 3 } else { 1 },
+        flaky: outcome == Outcome::Passed,
+        previous_attempts: if outcome == Outcome::Passed {
+            vec![
+                "attempt 1: failed: x".into(),
+                "attempt 2: timed out: y".into(),
+            ]
+        } else {
+            Vec::new()
+        },
+        nested_inventory: Vec::new(),
+        leaks: if outcome == Outcome::Leaked {
+            vec!["node: process/42 `sleep 3600` (4:memory:/escaped)".into()]
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+fn report(scenarios: Vec<ScenarioReport>, leftovers: Vec<String>) -> Report {
+    Report {
+        schema_version: kandev_harness::report::SCHEMA_VERSION,
+        run_id: "20261130t000000-abcdef".into(),
+        harness_version: "0.1.0".into(),
+        started_at: "2026-11-30T00:00:00.000Z".into(),
+        finished_at: "2026-11-30T00:02:00.000Z".into(),
+        duration_ms: 120_000,
+        interrupted: true,
+        backend: "local".into(),
+        environment: Default::default(),
+        configuration: Default::default(),
+        summary: Summary::of(&scenarios),
+        setup: Vec::new(),
+        scenarios,
+        leftovers,
+    }
+}
+
+#[test]
+fn every_outcome_validates_in_junit_and_ctrf() {
+    let scenarios: Vec<_> = EVERY_OUTCOME
+        .iter()
+        .enumerate()
+        .map(|(i, o)| scenario(i, *o))
+        .collect();
+    let report = report(scenarios, vec!["volume/left <behind>".into()]);
+
+    let xml = junit(&report);
+    let errors = schemas::junit_errors(&xml);
+    assert!(errors.is_empty(), "{errors:#?}\n{xml}");
+    // Failures: failed, timed out, leaked; errors: errored, cancelled (+ nothing else).
+    assert!(
+        xml.contains("tests=\"8\" failures=\"3\" errors=\"2\""),
+        "{xml}"
+    );
+    assert!(xml.contains("<failure type=\"leaked\""), "{xml}");
+    assert_eq!(xml.matches("<flakyFailure ").count(), 2, "{xml}");
+
+    let doc = ctrf(&report);
+    let errors = schemas::ctrf_errors(&doc);
+    assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+    let summary = &doc["results"]["summary"];
+    assert_eq!(summary["tests"], 8);
+    assert_eq!(summary["failed"], 3, "failed, timed out and leaked");
+    assert_eq!(summary["other"], 2, "errored and cancelled");
+    assert_eq!(summary["skipped"], 2, "skipped and incompatible");
+    assert_eq!(summary["flaky"], 1);
+    assert_eq!(
+        summary["stop"].as_u64().unwrap() - summary["start"].as_u64().unwrap(),
+        120_000
+    );
+    let leaked = doc["results"]["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["rawStatus"] == "leaked")
+        .unwrap();
+    assert_eq!(leaked["status"], "failed");
+    assert!(
+        leaked["trace"]
+            .as_str()
+            .unwrap()
+            .contains("leaked node: process/42")
+    );
+    assert_eq!(doc["results"]["environment"]["healthy"], false);
+}
+
+#[test]
+fn an_empty_run_validates_too() {
+    let report = report(Vec::new(), Vec::new());
+    let errors = schemas::junit_errors(&junit(&report));
+    assert!(errors.is_empty(), "{errors:#?}");
+    let errors = schemas::ctrf_errors(&ctrf(&report));
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn the_schemas_reject_what_they_should() {
+    // The validators are live: a broken document is refused by each.
+    let mut doc = ctrf(&report(vec![scenario(0, Outcome::Failed)], Vec::new()));
+    doc["results"]["tests"][0]["status"] = "broken".into();
+    assert!(!schemas::ctrf_errors(&doc).is_empty());
+    let xml = junit(&report(vec![scenario(0, Outcome::Failed)], Vec::new()))
+        .replace("<testcase ", "<testcase bogus=\"1\" ");
+    assert!(!schemas::junit_errors(&xml).is_empty());
+}

@@ -8,7 +8,7 @@ use crate::backend::Backend;
 use crate::backend::local::{LocalBackend, connect_engine};
 use crate::identity::{LABEL_MANAGED, LABEL_RUN};
 use crate::report::{Configuration, Outcome, Report, SCHEMA_VERSION, Summary};
-use crate::runner::{Keep, Run, RunConfig, Scenario};
+use crate::runner::{Keep, Run, RunConfig, Scenario, StopReason};
 use crate::template::{self, RuleOptions, Severity, WorkspaceMode};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use libtest_mimic::Trial;
@@ -131,6 +131,14 @@ struct RunArgs {
     /// Override every scenario's deadline, in seconds.
     #[arg(long, value_name = "SECONDS")]
     scenario_timeout: Option<u64>,
+    /// The longest one step of a scenario may take, in seconds (default: only the
+    /// scenario's deadline applies).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    step_timeout: Option<u64>,
+    /// The whole run's budget, in seconds: past it, running scenarios tear down and time
+    /// out, and no further scenario starts.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    deadline: Option<u64>,
     #[command(flatten)]
     libtest: libtest_mimic::Arguments,
 }
@@ -344,6 +352,8 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         required_tools: args.required_tools.clone(),
         optional_tools: args.optional_tools.clone(),
         retries: args.retries,
+        step_timeout: args.step_timeout.map(Duration::from_secs),
+        deadline: args.deadline.map(Duration::from_secs),
     };
     let template_text = match read_input(&config.template, "template") {
         Ok(t) => t,
@@ -413,6 +423,7 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
     }
     let handle = runtime.handle().clone();
     handle.spawn(watch_signals(run.clone()));
+    handle.spawn(run.clone().enforce_deadline());
     let trials: Vec<Trial> = (0..registry.len())
         .map(|index| {
             let (run, registry, handle) = (run.clone(), registry.clone(), handle.clone());
@@ -520,7 +531,8 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
         started_at: crate::report::rfc3339(run.started_at),
         finished_at: crate::report::rfc3339(std::time::SystemTime::now()),
         duration_ms: run.started.elapsed().as_millis() as u64,
-        interrupted: run.is_cancelled(),
+        interrupted: run.stop_reason() == Some(StopReason::Signal),
+        deadline_exceeded: run.stop_reason() == Some(StopReason::Deadline),
         backend: env
             .as_ref()
             .map(|e| e.backend.name())
@@ -567,7 +579,7 @@ pub fn exit_code(report: &Report, kept: bool) -> u8 {
     let s = &report.summary;
     if report.interrupted {
         exit::INTERRUPTED
-    } else if s.failed + s.timed_out > 0 {
+    } else if s.failed + s.timed_out > 0 || report.deadline_exceeded {
         exit::SCENARIO_FAILED
     } else if s.errored + s.cancelled > 0 {
         exit::ENVIRONMENT
@@ -642,6 +654,7 @@ mod tests {
             finished_at: String::new(),
             duration_ms: 0,
             interrupted,
+            deadline_exceeded: false,
             backend: "local".into(),
             environment: Default::default(),
             configuration: Default::default(),
@@ -706,8 +719,28 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            exit_code(&report(cancelled, &[], true), false),
+            exit_code(&report(cancelled.clone(), &[], true), false),
             exit::INTERRUPTED
+        );
+        // A run stopped by --deadline: its cut-short scenarios timed out (a gate failure).
+        let mut out_of_time = report(cancelled, &[], false);
+        out_of_time.deadline_exceeded = true;
+        assert_eq!(exit_code(&out_of_time, false), exit::SCENARIO_FAILED);
+        // A scenario that leaked fails the gate even when the run-level inventory is clean.
+        let leaked = Summary {
+            total: 2,
+            passed: 1,
+            leaked: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            exit_code(&report(leaked.clone(), &[], false), false),
+            exit::LEAKED
+        );
+        assert_eq!(
+            exit_code(&report(leaked, &[], false), true),
+            exit::LEAKED,
+            "--keep excuses kept Pods, not leaks of scenarios that tore down"
         );
     }
 

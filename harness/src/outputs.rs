@@ -329,6 +329,7 @@ mod tests {
             finished_at: "2026-11-29T00:01:00.000Z".into(),
             duration_ms: 60_000,
             interrupted: false,
+            deadline_exceeded: false,
             backend: "local".into(),
             environment: Default::default(),
             configuration: Default::default(),

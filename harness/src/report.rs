@@ -23,6 +23,8 @@ pub struct Report {
     pub duration_ms: u64,
     /// True when the run was cancelled (Ctrl-C, SIGTERM) before every scenario finished.
     pub interrupted: bool,
+    /// True when `--deadline` passed before every scenario finished.
+    pub deadline_exceeded: bool,
     pub backend: String,
     pub environment: Environment,
     pub configuration: Configuration,

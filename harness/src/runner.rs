@@ -113,6 +113,20 @@ pub struct RunConfig {
     pub optional_tools: Vec<String>,
     /// How often a failed, errored or timed-out scenario is run again.
     pub retries: u32,
+    /// The longest any one step of a scenario may take (`--step-timeout`).
+    pub step_timeout: Option<Duration>,
+    /// The whole run's budget (`--deadline`): past it, running scenarios time out (after
+    /// their teardown) and the rest are not started.
+    pub deadline: Option<Duration>,
+}
+
+/// Why a run stops early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// Ctrl-C or SIGTERM.
+    Signal,
+    /// `--deadline` passed.
+    Deadline,
 }
 
 /// Prepared once per run, by the first scenario that needs it.
@@ -140,6 +154,7 @@ pub struct Run {
     results: Mutex<Vec<ScenarioReport>>,
     setup: Mutex<Vec<StepReport>>,
     cancelled: AtomicBool,
+    stop_reason: Mutex<Option<StopReason>>,
     cancel: tokio::sync::Notify,
 }
 
@@ -157,13 +172,67 @@ impl Run {
             results: Mutex::new(Vec::new()),
             setup: Mutex::new(Vec::new()),
             cancelled: AtomicBool::new(false),
+            stop_reason: Mutex::new(None),
             cancel: tokio::sync::Notify::new(),
         }
     }
 
+    /// Stops the run (Ctrl-C, SIGTERM): running scenarios tear down and end `cancelled`.
     pub fn cancel(&self) {
+        self.stop(StopReason::Signal);
+    }
+
+    /// Stops the run for `reason`; the first reason given is the one reported.
+    pub fn stop(&self, reason: StopReason) {
+        if let Ok(mut current) = self.stop_reason.lock() {
+            current.get_or_insert(reason);
+        }
         self.cancelled.store(true, Ordering::SeqCst);
         self.cancel.notify_waiters();
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop_reason.lock().ok().and_then(|r| *r)
+    }
+
+    /// Stops the run with [`StopReason::Deadline`] once `config.deadline` has passed.
+    pub async fn enforce_deadline(self: Arc<Self>) {
+        if let Some(deadline) = self.config.deadline {
+            tokio::time::sleep(deadline.saturating_sub(self.started.elapsed())).await;
+            if !self.is_cancelled() {
+                eprintln!(
+                    "deadline: the run's budget of {deadline:?} is used up; tearing down what runs, starting nothing more"
+                );
+                self.stop(StopReason::Deadline);
+            }
+        }
+    }
+
+    fn stop_diagnosis(&self, started: bool) -> (Outcome, String) {
+        match (self.stop_reason(), started) {
+            (Some(StopReason::Deadline), true) => (
+                Outcome::TimedOut,
+                format!(
+                    "the run's --deadline of {:?} passed; teardown ran",
+                    self.config.deadline.unwrap_or_default()
+                ),
+            ),
+            (Some(StopReason::Deadline), false) => (
+                Outcome::Cancelled,
+                format!(
+                    "not started: the run's --deadline of {:?} had passed",
+                    self.config.deadline.unwrap_or_default()
+                ),
+            ),
+            (_, true) => (
+                Outcome::Cancelled,
+                "cancelled (Ctrl-C or SIGTERM); teardown ran".to_owned(),
+            ),
+            (_, false) => (
+                Outcome::Cancelled,
+                "the run was cancelled before this scenario started".to_owned(),
+            ),
+        }
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -402,8 +471,9 @@ impl Run {
             leaks: Vec::new(),
         };
         if self.is_cancelled() {
-            report.outcome = Outcome::Cancelled;
-            report.diagnosis = Some("the run was cancelled before this scenario started".into());
+            let (outcome, diagnosis) = self.stop_diagnosis(false);
+            report.outcome = outcome;
+            report.diagnosis = Some(diagnosis);
             return self.finish(report, started);
         }
         let env = match self.env().await {
@@ -418,6 +488,7 @@ impl Run {
         report.started_at = crate::report::rfc3339(SystemTime::now());
         let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name);
         let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
+        let current_step = ctx.current_step.clone();
         let outcome = {
             let body = AssertUnwindSafe((scenario.run)(&mut ctx)).catch_unwind();
             tokio::select! {
@@ -425,9 +496,13 @@ impl Run {
                     Ok(Ok(Ok(verdict))) => Ok(verdict),
                     Ok(Ok(Err(error))) => Err(classify(&error)),
                     Ok(Err(panic)) => Err((Outcome::Errored, format!("the scenario panicked: {}", panic_message(&panic)))),
-                    Err(_) => Err((Outcome::TimedOut, format!("no result within {timeout:?}"))),
+                    Err(_) => Err((Outcome::TimedOut, format!("no result within the scenario's deadline of {timeout:?}"))),
                 },
-                () = self.cancelled() => Err((Outcome::Cancelled, "cancelled (Ctrl-C or SIGTERM); teardown ran".to_owned())),
+                step = step_overrun(&current_step, self.config.step_timeout) => Err((
+                    Outcome::TimedOut,
+                    format!("step {step:?} ran past the per-step deadline of {:?}", self.config.step_timeout.unwrap_or_default()),
+                )),
+                () = self.cancelled() => Err(self.stop_diagnosis(true)),
             }
         };
         match outcome {
@@ -560,6 +635,26 @@ impl Run {
     }
 }
 
+/// Resolves with the name of the open step once it has run longer than `limit`; never
+/// without a limit.
+async fn step_overrun(
+    current: &Mutex<Option<(String, Instant)>>,
+    limit: Option<Duration>,
+) -> String {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    loop {
+        let open = current.lock().ok().and_then(|c| c.clone());
+        let wait = match open {
+            Some((name, started)) if started.elapsed() >= limit => return name,
+            Some((_, started)) => limit - started.elapsed(),
+            None => limit,
+        };
+        tokio::time::sleep(wait.min(Duration::from_millis(500))).await;
+    }
+}
+
 /// Whether an attempt that ended with `outcome` is run again: only outcomes a rerun can change,
 /// never after cancellation, at most `retries` times.
 pub fn should_retry(outcome: Outcome, attempt: u32, retries: u32, cancelled: bool) -> bool {
@@ -616,6 +711,8 @@ pub struct Ctx {
     pub env: Arc<RunEnv>,
     pub scenario: &'static str,
     pub cleanup: Arc<CleanupStack>,
+    /// The open step and when it started, watched for `--step-timeout`.
+    current_step: Arc<Mutex<Option<(String, Instant)>>>,
     started: Instant,
     steps: Vec<StepReport>,
     open: Option<OpenStep>,
@@ -631,6 +728,7 @@ impl Ctx {
             env,
             scenario,
             cleanup: Arc::new(CleanupStack::default()),
+            current_step: Arc::new(Mutex::new(None)),
             started: Instant::now(),
             steps: Vec::new(),
             open: None,
@@ -641,6 +739,9 @@ impl Ctx {
     }
 
     fn close_step(&mut self, default: StepOutcome, error: Option<String>) {
+        if let Ok(mut current) = self.current_step.lock() {
+            *current = None;
+        }
         if let Some(open) = self.open.take() {
             let outcome = open.outcome.unwrap_or(default);
             self.steps.push(StepReport {
@@ -662,6 +763,9 @@ impl Ctx {
     pub fn step(&mut self, name: &str) {
         self.close_step(StepOutcome::Passed, None);
         tracing::info!(scenario = self.scenario, step = name, "step");
+        if let Ok(mut current) = self.current_step.lock() {
+            *current = Some((name.to_owned(), Instant::now()));
+        }
         self.open = Some(OpenStep {
             name: name.to_owned(),
             started: Instant::now(),

@@ -88,6 +88,7 @@ fn report(scenarios: Vec<ScenarioReport>, leftovers: Vec<String>) -> Report {
         finished_at: "2026-11-30T00:02:00.000Z".into(),
         duration_ms: 120_000,
         interrupted: true,
+        deadline_exceeded: false,
         backend: "local".into(),
         environment: Default::default(),
         configuration: Default::default(),

@@ -642,6 +642,57 @@ fn a_companion_leaving_a_process_on_the_node_is_reported_leaked() {
     assert!(junit.contains("<failure type=\"leaked\""), "{junit}");
 }
 
+#[test]
+fn a_run_past_its_deadline_times_out_what_runs_and_starts_nothing_more() {
+    let started = std::time::Instant::now();
+    let run = run(&["--deadline", "8", "--test-threads", "1", "lifecycle::"]);
+    let elapsed = started.elapsed();
+    assert!(run.report.deadline_exceeded, "{}", run.output);
+    assert!(!run.report.interrupted);
+    let outcomes: Vec<_> = run.report.scenarios.iter().map(|s| s.outcome).collect();
+    assert_eq!(
+        outcomes,
+        vec![Outcome::TimedOut, Outcome::Cancelled],
+        "{:#?}",
+        run.report
+            .scenarios
+            .iter()
+            .map(|s| &s.diagnosis)
+            .collect::<Vec<_>>()
+    );
+    let diagnoses: Vec<String> = run
+        .report
+        .scenarios
+        .iter()
+        .map(|s| s.diagnosis.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        diagnoses[0].contains("--deadline of 8s passed; teardown ran"),
+        "{diagnoses:?}"
+    );
+    assert!(diagnoses[1].contains("not started"), "{diagnoses:?}");
+    assert_eq!(run.code, 1, "a deadline is a gate failure\n{}", run.output);
+    assert!(
+        elapsed < std::time::Duration::from_secs(90),
+        "the run stopped near its deadline, not after the scenarios: {elapsed:?}"
+    );
+    assert_nothing_left(&run.report);
+}
+
+#[test]
+fn a_step_past_the_step_timeout_times_the_scenario_out_naming_the_step() {
+    let run = run(&["--step-timeout", "1", "--exact", "image::build_run"]);
+    let scenario = &run.report.scenarios[0];
+    assert_eq!(scenario.outcome, Outcome::TimedOut, "{}", run.output);
+    let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
+    assert!(
+        diagnosis.starts_with("step ") && diagnosis.contains("per-step deadline of 1s"),
+        "{diagnosis}"
+    );
+    assert_eq!(run.code, 1, "{}", run.output);
+    assert_nothing_left(&run.report);
+}
+
 /// Builds `fixtures/images/broken/<name>` FROM the fixture worker this machine has built.
 fn broken_worker(name: &str) -> String {
     let base = run(&["--exact", "template::grant_rules"]);

@@ -13,6 +13,7 @@ use crate::template::{self, RuleOptions, Severity, WorkspaceMode};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use libtest_mimic::Trial;
 use sha2::{Digest, Sha256};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -128,6 +129,10 @@ struct RunArgs {
     /// reported flaky.
     #[arg(long, value_name = "N", default_value_t = 0)]
     retries: u32,
+    /// Run the selection N times (each a run with its own report) and summarize the pass
+    /// rates in `<report dir>/repeat-<first run id>/repeat.json`.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repeat: u32,
     /// Override every scenario's deadline, in seconds.
     #[arg(long, value_name = "SECONDS")]
     scenario_timeout: Option<u64>,
@@ -406,9 +411,46 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
             .unwrap_or(2);
         libtest.test_threads = Some(args.jobs.unwrap_or((cores * 2).min(8)).max(1));
     }
+    let repeat = args.repeat.max(1);
+    let mut runs = Vec::new();
+    for iteration in 1..=repeat {
+        if repeat > 1 {
+            eprintln!("repeat {iteration}/{repeat}");
+        }
+        let (code, report) = run_once(
+            &config,
+            &libtest,
+            &registry,
+            runtime,
+            template_text.clone(),
+            prepare_text.clone(),
+        );
+        let stop =
+            code == exit::INTERRUPTED || code == exit::USAGE || code == exit::NOTHING_SELECTED;
+        runs.push((code, report));
+        if stop {
+            break;
+        }
+    }
+    if repeat == 1 {
+        return runs.first().map(|(code, _)| *code).unwrap_or(exit::SUCCESS);
+    }
+    crate::repeat::finish(&config.report_dir, &runs)
+}
+
+/// One run of the selected scenarios: its own id, report folder, signal and deadline
+/// watchers; returns the exit code and the report (None when nothing ran).
+fn run_once(
+    config: &RunConfig,
+    libtest: &libtest_mimic::Arguments,
+    registry: &Arc<Vec<Scenario>>,
+    runtime: &tokio::runtime::Runtime,
+    template_text: String,
+    prepare_text: String,
+) -> (u8, Option<Report>) {
     let run = Arc::new(Run::new(
         crate::identity::new_run_id(),
-        config,
+        config.clone(),
         template_text,
         prepare_text,
     ));
@@ -419,11 +461,25 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
             "error: create {}: {e}\n  fix: pass a writable --report DIR",
             run.report_folder().display()
         );
-        return exit::USAGE;
+        return (exit::USAGE, None);
+    }
+    let mut libtest = libtest.clone();
+    // A live view on a terminal: libtest's own lines go to a log beside the report so that
+    // they do not tear the view (the view prints one line per finished scenario instead).
+    if std::io::stderr().is_terminal() && libtest.logfile.is_none() {
+        run.live.show(&run.progress);
+        libtest.logfile = Some(
+            run.report_folder()
+                .join("libtest.log")
+                .display()
+                .to_string(),
+        );
     }
     let handle = runtime.handle().clone();
-    handle.spawn(watch_signals(run.clone()));
-    handle.spawn(run.clone().enforce_deadline());
+    let watchers = [
+        handle.spawn(watch_signals(run.clone())),
+        handle.spawn(run.clone().enforce_deadline()),
+    ];
     let trials: Vec<Trial> = (0..registry.len())
         .map(|index| {
             let (run, registry, handle) = (run.clone(), registry.clone(), handle.clone());
@@ -436,12 +492,12 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
                 match report.outcome {
                     Outcome::Passed => Ok(()),
                     Outcome::Skipped | Outcome::Incompatible => {
-                        eprintln!(
+                        run.live.println(&format!(
                             "{}: {} ({})",
                             scenario.name,
                             report.outcome.as_str(),
                             report.diagnosis.unwrap_or_default()
-                        );
+                        ));
                         Ok(())
                     }
                     other => Err(format!(
@@ -455,11 +511,16 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         })
         .collect();
     let conclusion = libtest_mimic::run(&libtest, trials);
+    run.live.finish();
+    for watcher in watchers {
+        watcher.abort();
+    }
     if conclusion.num_passed + conclusion.num_failed == 0 {
         eprintln!("no scenario matched the filter; see `kandev-acceptance run --list`");
-        return exit::NOTHING_SELECTED;
+        return (exit::NOTHING_SELECTED, None);
     }
-    runtime.block_on(finish_run(&run, &registry))
+    let (code, report) = runtime.block_on(finish_run(&run, registry));
+    (code, report)
 }
 
 fn valid_reference(reference: &str) -> bool {
@@ -504,7 +565,7 @@ async fn watch_signals(run: Arc<Run>) {
     }
 }
 
-async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
+async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> (u8, Option<Report>) {
     let mut scenarios = run.results();
     let order = |name: &str| {
         registry
@@ -554,7 +615,7 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
     let path = run.report_folder().join("report.json");
     if let Err(e) = crate::report::write(&report, &path) {
         eprintln!("error: write the report {}: {e}", path.display());
-        return exit::ENVIRONMENT;
+        return (exit::ENVIRONMENT, Some(report));
     }
     let folder = run.report_folder();
     for (name, text) in [
@@ -570,7 +631,8 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> u8 {
     }
     eprint!("{}", crate::report::human_summary(&report, &path));
     // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
-    exit_code(&report, run.config.keep != Keep::Never)
+    let code = exit_code(&report, run.config.keep != Keep::Never);
+    (code, Some(report))
 }
 
 /// The exit code a report maps to (most severe class first); `kept` excuses leftovers that

@@ -13,6 +13,8 @@ pub mod ledger;
 pub mod node;
 pub mod outputs;
 pub mod paths;
+pub mod progress;
+pub mod repeat;
 pub mod report;
 pub mod runner;
 pub mod session;

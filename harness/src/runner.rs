@@ -148,6 +148,8 @@ pub struct Run {
     pub template_text: String,
     pub prepare_text: String,
     pub progress: MultiProgress,
+    /// The live status view (hidden unless the CLI shows it on a terminal).
+    pub live: crate::progress::LiveView,
     pub started: Instant,
     pub started_at: SystemTime,
     env: tokio::sync::OnceCell<Result<Arc<RunEnv>, String>>,
@@ -166,6 +168,7 @@ impl Run {
             template_text,
             prepare_text,
             progress: MultiProgress::new(),
+            live: crate::progress::LiveView::default(),
             started: Instant::now(),
             started_at: SystemTime::now(),
             env: tokio::sync::OnceCell::new(),
@@ -420,6 +423,7 @@ impl Run {
     /// Runs one scenario to its report, teardown included; with `--retries N` a failed,
     /// errored or timed-out attempt is run again (fresh sessions), and a later pass is flaky.
     pub async fn run_scenario(self: &Arc<Self>, scenario: &Scenario) -> ScenarioReport {
+        self.live.started(scenario.name);
         let mut previous = Vec::new();
         let mut attempt = 1;
         loop {
@@ -444,6 +448,7 @@ impl Run {
             if let Ok(mut results) = self.results.lock() {
                 results.push(report.clone());
             }
+            self.live.finished(&report);
             return report;
         }
     }

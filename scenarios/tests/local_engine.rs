@@ -693,6 +693,80 @@ fn a_step_past_the_step_timeout_times_the_scenario_out_naming_the_step() {
     assert_nothing_left(&run.report);
 }
 
+#[test]
+fn repeat_runs_the_selection_n_times_and_writes_pass_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args([
+            "run",
+            "--repeat",
+            "2",
+            "--exact",
+            "template::grant_rules",
+            "--report",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let folders: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    let reports = folders
+        .iter()
+        .filter(|f| f.join("report.json").is_file())
+        .count();
+    assert_eq!(reports, 2, "one report per repetition: {folders:?}");
+    let summary = folders
+        .iter()
+        .find(|f| {
+            f.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("repeat-")
+        })
+        .map(|f| f.join("repeat.json"))
+        .unwrap_or_else(|| panic!("no repeat summary in {folders:?}"));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(summary).unwrap()).unwrap();
+    assert_eq!(summary["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(summary["scenarios"][0]["name"], "template::grant_rules");
+    assert_eq!(summary["scenarios"][0]["pass_rate"], 1.0);
+    assert!(stderr.contains("100.0%  template::grant_rules"), "{stderr}");
+    // Not a terminal: no live view, no control sequences in the log.
+    assert!(!stderr.contains("\u{1b}["), "{stderr}");
+}
+
+#[test]
+fn a_terminal_gets_the_live_view_and_libtest_lines_go_to_a_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = format!(
+        "{} run --exact template::grant_rules --report {}",
+        env!("CARGO_BIN_EXE_kandev-acceptance"),
+        dir.path().display()
+    );
+    // `script` gives the run a pseudo-terminal, as an operator's shell would.
+    let output = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("running 1 · passed 0"), "{text}");
+    assert!(text.contains("running 0 · passed 1"), "{text}");
+    let run_dir = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let log = std::fs::read_to_string(run_dir.join("libtest.log")).unwrap();
+    assert!(log.contains("test template::grant_rules ... ok"), "{log}");
+}
+
 /// Builds `fixtures/images/broken/<name>` FROM the fixture worker this machine has built.
 fn broken_worker(name: &str) -> String {
     let base = run(&["--exact", "template::grant_rules"]);

@@ -517,6 +517,8 @@ fn run_once(
     }
     if conclusion.num_passed + conclusion.num_failed == 0 {
         eprintln!("no scenario matched the filter; see `kandev-acceptance run --list`");
+        // Nothing ran: leave no empty run folder behind.
+        let _ = std::fs::remove_dir_all(run.report_folder());
         return (exit::NOTHING_SELECTED, None);
     }
     let (code, report) = runtime.block_on(finish_run(&run, registry));

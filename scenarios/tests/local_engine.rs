@@ -369,6 +369,28 @@ fn an_invalid_template_is_refused_before_anything_is_created() {
 }
 
 #[test]
+fn a_filter_that_selects_nothing_exits_5_and_touches_no_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--exact", "no::such_scenario", "--report"])
+        .arg(dir.path())
+        .env("DOCKER_HOST", "unix:///nonexistent.sock")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains("no scenario matched the filter"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no run folder is left"
+    );
+}
+
+#[test]
 fn list_touches_nothing() {
     let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--list"])

@@ -100,6 +100,10 @@ struct RunArgs {
     daemon_container: String,
     #[arg(long, value_enum, default_value = "managed-pvc")]
     workspace_mode: WorkspaceMode,
+    /// The claim `--workspace-mode existing-claim` mounts (never created, relabelled or
+    /// deleted by the harness).
+    #[arg(long, value_name = "NAME")]
+    workspace_claim: Option<String>,
     /// Folder for reports (`<DIR>/<run-id>/report.json`).
     #[arg(long = "report", value_name = "DIR")]
     report_dir: Option<PathBuf>,
@@ -357,6 +361,7 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         required_tools: args.required_tools.clone(),
         optional_tools: args.optional_tools.clone(),
         retries: args.retries,
+        workspace_claim: args.workspace_claim.clone(),
         step_timeout: args.step_timeout.map(Duration::from_secs),
         deadline: args.deadline.map(Duration::from_secs),
     };

@@ -7,47 +7,9 @@
 //! still there of its Pods: processes, the Pod's cgroups, the nested containers' cgroups.
 
 use crate::backend::{Backend, ExecRequest, PodRef};
-use crate::node::CgroupFs;
+use crate::node::NodeView;
 use crate::report::NestedInventory;
-use async_trait::async_trait;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// The node as seen from outside the Pod, for the ledger.
-#[async_trait]
-pub trait NodeView: Send + Sync {
-    /// What the node still holds of a deleted Pod (`kind/what` lines; empty when nothing).
-    async fn pod_remains(
-        &self,
-        pod_name: &str,
-        pod_uid: &str,
-        nested_ids: &[String],
-    ) -> anyhow::Result<Vec<String>>;
-}
-
-/// This host is the node (the local backend).
-pub struct HostNode {
-    pub cgroups: CgroupFs,
-    pub proc_root: PathBuf,
-}
-
-#[async_trait]
-impl NodeView for HostNode {
-    async fn pod_remains(
-        &self,
-        pod_name: &str,
-        pod_uid: &str,
-        nested_ids: &[String],
-    ) -> anyhow::Result<Vec<String>> {
-        Ok(crate::node::pod_remains(
-            &self.cgroups,
-            &self.proc_root,
-            pod_uid,
-            pod_name,
-            nested_ids,
-        ))
-    }
-}
 
 /// One exec in the companion lists the nested daemon's objects, a section each.
 const INVENTORY_SCRIPT: &str = r#"export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"

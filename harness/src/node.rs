@@ -200,6 +200,38 @@ impl CgroupFs {
         self.hierarchies().iter().any(|h| h.join(relative).is_dir())
     }
 
+    /// The first cgroup below `scope` whose folder name is one of `names` (or a systemd
+    /// slice ending in `-<name>.slice`), as the path processes show in `/proc/<pid>/cgroup`
+    /// (absolute, without the v1 hierarchy folder).
+    pub fn find(&self, scope: &str, names: &[String], max_depth: usize) -> Option<String> {
+        fn walk(dir: &Path, names: &[String], depth: usize) -> Option<PathBuf> {
+            for entry in std::fs::read_dir(dir).ok()?.flatten() {
+                if !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    continue;
+                }
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if names
+                    .iter()
+                    .any(|n| name == *n || name.ends_with(&format!("-{n}.slice")))
+                {
+                    return Some(entry.path());
+                }
+                if depth > 1
+                    && let Some(found) = walk(&entry.path(), names, depth - 1)
+                {
+                    return Some(found);
+                }
+            }
+            None
+        }
+        let scope = scope.trim_matches('/');
+        self.hierarchies().into_iter().find_map(|hierarchy| {
+            let found = walk(&hierarchy.join(scope), names, max_depth)?;
+            let relative = found.strip_prefix(&hierarchy).ok()?;
+            Some(format!("/{}", relative.display()))
+        })
+    }
+
     /// Every cgroup (relative to its hierarchy root, `hierarchy:path`) whose folder name
     /// contains one of `needles`, searched `max_depth` levels deep: traces of nested
     /// containers (their cgroups are named by container ID) wherever a daemon put them.
@@ -511,6 +543,89 @@ pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
     found
 }
 
+/// The node as seen from outside the Pods: the scenarios' evidence of processes, cgroups and
+/// kernel records, and the leak ledger's inventory. Paths are cgroup paths as the node's
+/// processes show them in `/proc/<pid>/cgroup`.
+#[async_trait::async_trait]
+pub trait NodeView: Send + Sync {
+    /// What this view reads (for evidence), e.g. `this host` or `Kind node kandev-...`.
+    fn describe(&self) -> String;
+    /// The Pod's cgroup (`pod<uid>`, or the systemd driver's `...pod<u_i_d>.slice`); None
+    /// when the node has none.
+    async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>>;
+    /// Limits, usage, descendants and member processes of a cgroup.
+    async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading>;
+    /// Processes of the node whose command line contains `needle`.
+    async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>>;
+    /// The kernel's memcg OOM records at or below `path` (None: the log is not readable).
+    async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>>;
+    /// What the node still holds of a deleted Pod (`kind/what` lines; empty when nothing).
+    async fn pod_remains(
+        &self,
+        pod_name: &str,
+        pod_uid: &str,
+        nested_ids: &[String],
+    ) -> anyhow::Result<Vec<String>>;
+}
+
+/// The harness's own host as the node: the local backend's engine, or a Kind node container
+/// on this host's engine, whose cgroups and processes the host sees (`scope` is then the
+/// node container's cgroup).
+pub struct HostNode {
+    pub cgroups: CgroupFs,
+    pub proc_root: PathBuf,
+    /// Where Pod cgroups are searched (`kandev-acceptance` locally; a Kind node's cgroup).
+    pub scope: String,
+    pub description: String,
+}
+
+fn pod_cgroup_names(pod_uid: &str) -> Vec<String> {
+    vec![
+        format!("pod{pod_uid}"),
+        format!("pod{}", pod_uid.replace('-', "_")),
+    ]
+}
+
+#[async_trait::async_trait]
+impl NodeView for HostNode {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .cgroups
+            .find(&self.scope, &pod_cgroup_names(pod_uid), 6))
+    }
+
+    async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading> {
+        Ok(self.cgroups.read_pod(path.trim_start_matches('/')))
+    }
+
+    async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        Ok(processes_matching(&self.proc_root, needle))
+    }
+
+    async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
+        kernel_memcg_ooms(path)
+    }
+
+    async fn pod_remains(
+        &self,
+        pod_name: &str,
+        pod_uid: &str,
+        nested_ids: &[String],
+    ) -> anyhow::Result<Vec<String>> {
+        Ok(pod_remains(
+            &self.cgroups,
+            &self.proc_root,
+            pod_uid,
+            pod_name,
+            nested_ids,
+        ))
+    }
+}
+
 /// What the node still holds of a Pod after it was deleted: its processes (by cgroup path —
 /// the Pod's `pod<uid>` or a nested container's ID — or by the `HOSTNAME=<pod name>` every
 /// container runtime gives the Pod's processes, which also finds processes that left the Pod's
@@ -523,10 +638,7 @@ pub fn pod_remains(
     pod_name: &str,
     nested_ids: &[String],
 ) -> Vec<String> {
-    let pod_dirs = [
-        format!("pod{pod_uid}"),
-        format!("pod{}", pod_uid.replace('-', "_")),
-    ];
+    let pod_dirs = pod_cgroup_names(pod_uid);
     let hostname = format!("HOSTNAME={pod_name}");
     let mut remains = Vec::new();
     for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {

@@ -11,6 +11,7 @@ use crate::backend::local::{LocalBackend, connect_engine};
 use crate::cleanup::CleanupStack;
 use crate::identity::SessionIdentity;
 use crate::images::{ImageConfig, ImageSet};
+use crate::node::{HostNode, NodeView};
 use crate::report::{
     CleanupOutcome, CleanupRecord, Environment, Finding, FindingLevel, Outcome, ScenarioReport,
     SessionRecord, StepOutcome, StepReport, TemplateRecord,
@@ -113,6 +114,8 @@ pub struct RunConfig {
     pub optional_tools: Vec<String>,
     /// How often a failed, errored or timed-out scenario is run again.
     pub retries: u32,
+    /// The claim `existing_claim` mode mounts.
+    pub workspace_claim: Option<String>,
     /// The longest any one step of a scenario may take (`--step-timeout`).
     pub step_timeout: Option<Duration>,
     /// The whole run's budget (`--deadline`): past it, running scenarios time out (after
@@ -132,13 +135,15 @@ pub enum StopReason {
 /// Prepared once per run, by the first scenario that needs it.
 pub struct RunEnv {
     pub backend: Arc<dyn Backend>,
-    pub local: Arc<LocalBackend>,
+    /// The Docker engine on this host (images are built there; the local backend runs Pods
+    /// there; Kind runs its node there). None when a remote cluster is used without one.
+    pub host_engine: Option<bollard::Docker>,
     pub images: ImageSet,
     pub launch: LaunchSettings,
     pub rendered: RenderedTemplate,
     pub environment: Environment,
     /// The node seen from outside the Pods, when the backend has one (leak ledger, evidence).
-    pub node: Option<Arc<dyn crate::ledger::NodeView>>,
+    pub node: Option<Arc<dyn NodeView>>,
 }
 
 /// State shared by every trial of a run.
@@ -377,6 +382,7 @@ impl Run {
                 "DOCKER_READY_TIMEOUT_SECONDS".to_owned(),
                 self.config.docker_ready_timeout_seconds.to_string(),
             )]),
+            existing_claim: self.config.workspace_claim.clone(),
         };
         let environment = Environment {
             engine_version: version.version.clone(),
@@ -402,16 +408,17 @@ impl Run {
                 sha256: rendered.sha256.clone(),
             }),
         };
-        let node: Option<Arc<dyn crate::ledger::NodeView>> =
-            local.cgroups().cloned().map(|cgroups| {
-                Arc::new(crate::ledger::HostNode {
-                    cgroups,
-                    proc_root: PathBuf::from("/proc"),
-                }) as Arc<dyn crate::ledger::NodeView>
-            });
+        let node: Option<Arc<dyn NodeView>> = local.cgroups().cloned().map(|cgroups| {
+            Arc::new(HostNode {
+                cgroups,
+                proc_root: PathBuf::from("/proc"),
+                scope: crate::backend::local::plan::CGROUP_ROOT.into(),
+                description: "this host (the local engine runs the Pods)".into(),
+            }) as Arc<dyn NodeView>
+        });
         Ok(RunEnv {
             backend,
-            local,
+            host_engine: Some(docker),
             images,
             launch,
             rendered,
@@ -934,11 +941,16 @@ impl Ctx {
                     format!("{}{}", out.stdout_text(), out.stderr_text()),
                 );
             }
-            if let Some(cgroups) = self.env.local.cgroups() {
-                let reading = cgroups.read_pod(&LocalBackend::pod_cgroup(&pod.uid));
+            if let Some(node) = &self.env.node
+                && let Ok(Some(path)) = node.pod_cgroup(&pod.uid).await
+                && let Ok(reading) = node.read_cgroup(&path).await
+            {
                 save(
                     format!("{}.cgroup.json", pod.name),
-                    serde_json::to_string_pretty(&reading).unwrap_or_default(),
+                    serde_json::to_string_pretty(
+                        &json!({"node": node.describe(), "cgroup": path, "reading": reading}),
+                    )
+                    .unwrap_or_default(),
                 );
             }
         }

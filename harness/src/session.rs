@@ -40,6 +40,8 @@ pub struct LaunchSettings {
     pub connect_timeout: Duration,
     /// Profile environment written to `auth.env` (e.g. `DOCKER_READY_TIMEOUT_SECONDS`).
     pub profile_env: BTreeMap<String, String>,
+    /// The claim `existing_claim` mode mounts (`--workspace-claim`).
+    pub existing_claim: Option<String>,
 }
 
 /// Per-session choices.
@@ -217,9 +219,23 @@ impl Session {
                 cleanup.push(CleanupTarget::Workspace(ws.clone()));
                 Some(ws)
             }
-            (None, WorkspaceMode::ExistingClaim) => bail!(
-                "existing_claim mode needs the claim to reuse (SessionOptions::reuse_workspace)"
-            ),
+            (None, WorkspaceMode::ExistingClaim) => {
+                // Kandev GETs the claim and mounts it; it never creates, relabels or deletes it.
+                let Some(claim) = &settings.existing_claim else {
+                    bail!("existing_claim mode needs a claim: pass --workspace-claim NAME");
+                };
+                let ws = backend
+                    .get_workspace(claim)
+                    .await
+                    .context("storage: get the existing claim")?
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "storage: the existing claim {claim} does not exist in namespace {}",
+                            settings.namespace
+                        )
+                    })?;
+                Some(ws)
+            }
         };
         stages.push(("storage".to_owned(), started.elapsed().as_millis() as u64));
 

@@ -81,3 +81,7 @@ pub async fn daemon_id(session: &Session, promise: &str) -> anyhow::Result<Strin
     require_success(&info, promise, "docker info")?;
     Ok(info.stdout.trim().to_owned())
 }
+
+/// Why a scenario that needs the node's own view (processes, cgroups, kernel records) is
+/// skipped when the backend has none.
+pub const NO_NODE_VIEW: &str = "no node view: the node's processes and cgroups cannot be read from here (local: the host's cgroup filesystem is not readable; Kind: the node container is not on this host's engine; other clusters: pass --node-inspector to admit a privileged inspector Pod on the session's node)";

@@ -1,6 +1,7 @@
 //! Backends run a composed Pod. `local` (a Docker engine, the embedded default) is here; the
 //! `kube` backend implements the same trait against an API server.
 
+pub mod kube;
 pub mod local;
 
 use async_trait::async_trait;
@@ -154,6 +155,9 @@ pub trait Backend: Send + Sync {
     ) -> Result<WorkspaceRef>;
     /// Deletes a workspace the run created, checking its UID; absent is success.
     async fn delete_workspace(&self, workspace: &WorkspaceRef) -> Result<()>;
+    /// The workspace (claim) of that name, if it exists; the run did not create it
+    /// (`existing_claim` mode, and checks that a deleted workspace is gone).
+    async fn get_workspace(&self, name: &str) -> Result<Option<WorkspaceRef>>;
     /// Creates the Pod and starts it (the local backend also creates its emptyDirs).
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef>;
     /// Waits until `container` is running.
@@ -172,6 +176,11 @@ pub trait Backend: Send + Sync {
         timeout: Duration,
     ) -> Result<Vec<u8>>;
     async fn logs(&self, pod: &PodRef, container: &str) -> Result<String>;
+    /// Backend-specific evidence of a Pod for a failed scenario, as (file name suffix, text):
+    /// on Kubernetes the Pod object, its events and previous container logs.
+    async fn diagnostics(&self, _pod: &PodRef) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// Deletes the Pod whose UID is `pod.uid` and waits until it is gone; absent is success.
     async fn delete_pod(&self, pod: &PodRef) -> Result<()>;
     /// Whether a Pod of that name exists, and its UID.

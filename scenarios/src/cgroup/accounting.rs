@@ -9,13 +9,11 @@
 //! daemon places nested containers outside the Pod's cgroup (they escape the measured
 //! budget), or when a hog beyond the budget survives.
 
-use crate::support::{build_workload, probe_tag, require_success};
-use kandev_harness::backend::local::LocalBackend;
-use kandev_harness::node::{self, PodCgroupReading};
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
+use kandev_harness::node::PodCgroupReading;
+use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
-use std::path::Path;
 use std::time::Duration;
 
 const FINITE: &str = "the Pod's memory, cpu and pids limits are finite";
@@ -45,19 +43,25 @@ fn figures(r: &PodCgroupReading) -> serde_json::Value {
 
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
-        let Some(cgroups) = ctx.env.local.cgroups().cloned() else {
-            return Ok(Verdict::Skipped(
-                "no node view: the cgroup filesystem of the engine's host is not readable here"
-                    .into(),
-            ));
+        let Some(node) = ctx.env.node.clone() else {
+            return Ok(Verdict::Skipped(NO_NODE_VIEW.into()));
         };
         ctx.step("launch");
         let session = ctx.launch(SessionOptions::default()).await?;
-        let relative = LocalBackend::pod_cgroup(&session.pod.uid);
-        let pod_path = format!("/{relative}");
+        let pod_path = node.pod_cgroup(&session.pod.uid).await?.ok_or_else(|| {
+            broken(
+                FINITE,
+                format!(
+                    "no cgroup of Pod {} on {}",
+                    session.pod.uid,
+                    node.describe()
+                ),
+            )
+        })?;
 
         ctx.step("the Pod's limits");
-        let reading = cgroups.read_pod(&relative);
+        ctx.evidence("node", node.describe());
+        let reading = node.read_cgroup(&pod_path).await?;
         ctx.evidence("pod_cgroup", &pod_path);
         ctx.evidence("figures", figures(&reading));
         promise(
@@ -89,8 +93,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         require_success(&held, INSIDE, "start the nested accounting container")?;
         let mut nested = Vec::new();
         for _ in 0..50 {
-            nested = node::processes_matching(Path::new("/proc"), &marker);
-            let usage = cgroups.read_pod(&relative).memory_usage_bytes.unwrap_or(0);
+            nested = node.processes_matching(&marker).await?;
+            let usage = node
+                .read_cgroup(&pod_path)
+                .await?
+                .memory_usage_bytes
+                .unwrap_or(0);
             if !nested.is_empty() && usage >= HELD_MIB << 20 {
                 break;
             }
@@ -113,7 +121,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(outside.is_empty(), INSIDE, || {
             format!("outside {pod_path}: {outside:?}")
         })?;
-        let with_nested = cgroups.read_pod(&relative);
+        let with_nested = node.read_cgroup(&pod_path).await?;
         ctx.evidence("figures_with_nested", figures(&with_nested));
         promise(
             with_nested.memory_usage_bytes.unwrap_or(0) >= HELD_MIB << 20,
@@ -129,15 +137,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.step("a nested hog beyond the Pod's budget");
         let limit = reading.memory_limit_bytes.unwrap_or(0);
         let hog_mib = limit / (1 << 20) + 256;
-        let before = cgroups.read_pod(&relative);
-        let logged_before = node::kernel_memcg_ooms(&pod_path);
+        let before = node.read_cgroup(&pod_path).await?;
+        let logged_before = node.kernel_memcg_ooms(&pod_path).await;
         // Not `--rm`: on cgroup v1 the kill is counted in the victim's own memcg, which must
         // still exist when the node view reads the subtree.
         let hog_name = format!("hog-{}", kandev_harness::identity::random_hex(4));
         let hog = session
             .agent_sh(&format!("docker run --name {hog_name} --network none {tag} alloc {hog_mib} 0 {marker}-hog"), Duration::from_secs(240))
             .await?;
-        let after = cgroups.read_pod(&relative);
+        let after = node.read_cgroup(&pod_path).await?;
         ctx.evidence("hog_mib", hog_mib);
         ctx.evidence("hog", hog.summary());
         ctx.evidence("figures_after_hog", figures(&after));
@@ -151,7 +159,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         })?;
         // Counters where the kernel keeps them (v2; v1 on older kernels), and the kernel log,
         // which names the cgroup whose limit constrained the kill.
-        let logged_after = node::kernel_memcg_ooms(&pod_path);
+        let logged_after = node.kernel_memcg_ooms(&pod_path).await;
         let new_log_lines: Vec<String> = match (&logged_before, &logged_after) {
             (Some(b), Some(a)) => a.iter().filter(|l| !b.contains(l)).cloned().collect(),
             _ => Vec::new(),

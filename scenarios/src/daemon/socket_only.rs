@@ -155,7 +155,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let nested = session
             .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
             .await?;
-        let host = ctx.env.local.docker().info().await.ok().and_then(|i| i.id);
+        let host = match &ctx.env.host_engine {
+            Some(engine) => engine.info().await.ok().and_then(|i| i.id),
+            None => None,
+        };
         ctx.evidence(
             "pod",
             json!({"host_path_volumes": host_paths, "host_namespaces": host_ns}),

@@ -75,7 +75,14 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 )
             },
         )?;
-        let docker = ctx.env.local.docker();
+        // The host's engine (locally: the one running the Pod) must not have it either.
+        let Some(docker) = ctx.env.host_engine.clone() else {
+            ctx.evidence(
+                "host_engine",
+                "none reachable: the cluster's nodes are not on this host",
+            );
+            return Ok(Verdict::Passed);
+        };
         let by_tag = docker.inspect_image(&tag).await.ok().and_then(|i| i.id);
         let by_id = docker
             .inspect_image(&image_id)
@@ -86,7 +93,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("host_engine_by_id", &by_id);
         promise(by_tag.is_none() && by_id.is_none(), LOCAL, || {
             format!(
-                "the engine that runs the Pod also has {tag} ({by_tag:?} / {by_id:?}): the daemon is not Pod-local"
+                "the host's engine also has {tag} ({by_tag:?} / {by_id:?}): the daemon is not Pod-local"
             )
         })?;
         Ok(Verdict::Passed)

@@ -8,15 +8,12 @@
 //! namespace and cgroups), when cleanup deletes a look-alike, or when it deletes an object
 //! whose identity does not match the record.
 
-use crate::support::{build_workload, probe_tag, require_success};
-use kandev_harness::backend::local::LocalBackend;
-use kandev_harness::node;
+use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
 use kandev_harness::session::{CleanupRefused, SessionOptions, terminal_cleanup};
 use kandev_harness::template::WorkspaceMode;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 const REMOVES: &str = "terminal cleanup removes exactly the owned Pod and its workspace";
@@ -40,6 +37,9 @@ pub fn scenario() -> Scenario {
 
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
+        let Some(node) = ctx.env.node.clone() else {
+            return Ok(Verdict::Skipped(NO_NODE_VIEW.into()));
+        };
         ctx.step("launch the owned session and a neighbour");
         let mut sessions = ctx
             .launch_many(vec![SessionOptions::default(), SessionOptions::default()])
@@ -67,7 +67,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let started = Instant::now();
         let mut nested = Vec::new();
         while nested.is_empty() && started.elapsed() < Duration::from_secs(10) {
-            nested = node::processes_matching(Path::new("/proc"), &marker);
+            nested = node.processes_matching(&marker).await?;
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         ctx.evidence("nested_processes", &nested);
@@ -91,20 +91,19 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         );
         ctx.step("nested processes and cgroups vanish from the node");
         let started = Instant::now();
-        let mut survivors = node::processes_matching(Path::new("/proc"), &marker);
+        let mut survivors = node.processes_matching(&marker).await?;
         while !survivors.is_empty() && started.elapsed() < Duration::from_secs(10) {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            survivors = node::processes_matching(Path::new("/proc"), &marker);
+            survivors = node.processes_matching(&marker).await?;
         }
-        let cgroup = LocalBackend::pod_cgroup(&recorded.pod.uid);
-        let cgroup_left = ctx.env.local.cgroups().is_some_and(|c| c.exists(&cgroup));
+        let cgroup_left = node.pod_cgroup(&recorded.pod.uid).await?;
         ctx.evidence("survivors", &survivors);
-        ctx.evidence("pod_cgroup_exists", cgroup_left);
+        ctx.evidence("pod_cgroup_left", &cgroup_left);
         promise(survivors.is_empty(), VANISH, || {
             format!("still running after the Pod was deleted: {survivors:?}")
         })?;
-        promise(!cgroup_left, VANISH, || {
-            format!("the Pod cgroup {cgroup} is still on the node")
+        promise(cgroup_left.is_none(), VANISH, || {
+            format!("the Pod cgroup {cgroup_left:?} is still on the node")
         })?;
         cleanup?;
 
@@ -117,13 +116,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .as_ref()
             .map(|w| w.name.clone())
             .unwrap_or_default();
-        let volume_left = ctx
-            .env
-            .local
-            .docker()
-            .inspect_volume(&workspace)
-            .await
-            .is_ok();
+        let volume_left = backend.get_workspace(&workspace).await?.is_some();
         ctx.evidence(
             "after",
             json!({"pod": pod_left, "workspace_volume_exists": volume_left}),
@@ -144,13 +137,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .as_ref()
             .map(|w| w.name.clone())
             .unwrap_or_default();
-        let volume_ok = ctx
-            .env
-            .local
-            .docker()
-            .inspect_volume(&neighbour_volume)
-            .await
-            .is_ok();
+        let volume_ok = backend.get_workspace(&neighbour_volume).await?.is_some();
         ctx.evidence("neighbour", json!({"pod": neighbour.pod.name, "uid": neighbour_uid, "daemon": alive.stdout.trim(), "workspace_exists": volume_ok}));
         promise(
             neighbour_uid.as_deref() == Some(neighbour.pod.uid.as_str())

@@ -678,6 +678,22 @@ impl Backend for LocalBackend {
         self.remove_volume(&workspace.name).await
     }
 
+    async fn get_workspace(&self, name: &str) -> Result<Option<WorkspaceRef>> {
+        match self.docker.inspect_volume(name).await {
+            Ok(found) => Ok(Some(WorkspaceRef {
+                name: name.to_owned(),
+                uid: found
+                    .labels
+                    .get("acceptance.kandev.ai/workspace-uid")
+                    .cloned()
+                    .unwrap_or_default(),
+                created_by_run: false,
+            })),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(other(format!("inspect volume {name}"), e)),
+        }
+    }
+
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
         let uid = uuid::Uuid::new_v4().to_string();
         let name = pod.metadata.name.clone().unwrap_or_default();

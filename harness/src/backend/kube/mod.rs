@@ -1,0 +1,986 @@
+//! The `kube` backend: the composed Pod on a real API server through kube-rs, with Kandev's
+//! own checks — admission comparison after every create (a mutated Pod is deleted by its
+//! exact UID), deletes with UID and resourceVersion preconditions followed by a wait until
+//! the object is gone, PVCs deleted only when the run created them.
+//!
+//! The client it holds acts as the session identity (the run's service account bound to a
+//! Role mirroring Kandev's executor permissions, see [`cluster`]), so every call a scenario
+//! makes is one Kandev's least privilege allows.
+
+use super::{
+    Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
+};
+use crate::admission::{self, AdmissionMismatch};
+use crate::identity::{ANNOTATION_CREATE_NONCE, LABEL_MANAGED};
+use crate::template::is_owned_label;
+use anyhow::anyhow;
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{
+    Event, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{
+    Api, AttachParams, DeleteParams, ListParams, LogParams, ObjectMeta, PostParams, Preconditions,
+};
+use kube::{Client, ResourceExt};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How often waits read the object again (Kandev polls every 100 ms; this is gentler).
+const POLL: Duration = Duration::from_millis(250);
+
+/// The field manager every write carries (visible in `managedFields`).
+pub const FIELD_MANAGER: &str = "kandev-acceptance";
+
+/// A managed workspace claim's shape (the profile's `workspace.size`, `access_modes`,
+/// `storage_class`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedPvc {
+    pub size: String,
+    pub access_modes: Vec<String>,
+    pub storage_class: Option<String>,
+}
+
+impl Default for ManagedPvc {
+    fn default() -> Self {
+        Self {
+            size: "10Gi".into(),
+            access_modes: vec!["ReadWriteOnce".into()],
+            storage_class: None,
+        }
+    }
+}
+
+pub struct KubeBackend {
+    client: Client,
+    namespace: String,
+    kind: &'static str,
+    main_container: String,
+    workspace: ManagedPvc,
+    /// How long a delete waits until the object is gone.
+    pub delete_timeout: Duration,
+    /// Grace period of Pod deletes (Kandev's probes use 0; the companion gets a moment).
+    pub delete_grace_seconds: i64,
+}
+
+fn other(operation: impl Into<String>, e: impl Into<anyhow::Error>) -> BackendError {
+    BackendError::Other {
+        operation: operation.into(),
+        source: e.into(),
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == code)
+}
+
+/// An admitted object that differs from the requested one where Kandev owns it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "admission changed what Kandev owns on {what} {name} (deleted by its UID {uid}): {}",
+    .mismatches.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+)]
+pub struct AdmissionMutated {
+    pub what: &'static str,
+    pub name: String,
+    pub uid: String,
+    pub mismatches: Vec<AdmissionMismatch>,
+}
+
+impl KubeBackend {
+    /// `kind` is `kind` or `kube` (how the cluster came about, for the report).
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        kind: &'static str,
+        main_container: &str,
+        workspace: ManagedPvc,
+    ) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_owned(),
+            kind,
+            main_container: main_container.to_owned(),
+            workspace,
+            delete_timeout: Duration::from_secs(120),
+            delete_grace_seconds: 2,
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn post_params() -> PostParams {
+        PostParams {
+            dry_run: false,
+            field_manager: Some(FIELD_MANAGER.into()),
+        }
+    }
+
+    /// Deletes the object `name` only while it still has `uid`, with the resourceVersion
+    /// read just before as a second precondition (a concurrent change makes the API server
+    /// refuse, and the identity is checked again); then waits until it is gone.
+    async fn delete_exact<K>(
+        &self,
+        api: &Api<K>,
+        what: &'static str,
+        name: &str,
+        uid: &str,
+    ) -> Result<bool>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let mut deleted = false;
+        for _attempt in 0..5 {
+            let current = api
+                .get_opt(name)
+                .await
+                .map_err(|e| other(format!("get {what} {name}"), e))?;
+            let Some(current) = current else {
+                return Ok(deleted);
+            };
+            let found = current.meta().uid.clone().unwrap_or_default();
+            if found != uid {
+                if deleted {
+                    // Gone, and a new object of that name exists: not ours to touch.
+                    return Ok(true);
+                }
+                return Err(BackendError::UidMismatch {
+                    what,
+                    name: name.to_owned(),
+                    expected: uid.to_owned(),
+                    found,
+                });
+            }
+            if current.meta().deletion_timestamp.is_some() {
+                deleted = true;
+                break;
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid.to_owned()),
+                    resource_version: current.meta().resource_version.clone(),
+                }),
+                grace_period_seconds: (what == "pod")
+                    .then_some(u32::try_from(self.delete_grace_seconds).unwrap_or(0)),
+                ..Default::default()
+            };
+            match api.delete(name, &params).await {
+                Ok(_) => {
+                    deleted = true;
+                    break;
+                }
+                Err(e) if is_status(&e, 404) => return Ok(deleted),
+                // The resourceVersion moved (status updates): read again, check again.
+                Err(e) if is_status(&e, 409) => continue,
+                Err(e) => {
+                    return Err(BackendError::Delete {
+                        what,
+                        name: name.to_owned(),
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+        if !deleted {
+            return Err(BackendError::Delete {
+                what,
+                name: name.to_owned(),
+                source: anyhow!("its resourceVersion kept changing; gave up after 5 attempts"),
+            });
+        }
+        // Polled GETs, as Kandev waits: its Role grants no `list`, which a watch starts with.
+        let started = Instant::now();
+        loop {
+            let current = api
+                .get_opt(name)
+                .await
+                .map_err(|e| other(format!("wait until {what} {name} is gone"), e))?;
+            if current.is_none_or(|c| c.meta().uid.as_deref() != Some(uid)) {
+                return Ok(true);
+            }
+            if started.elapsed() >= self.delete_timeout {
+                return Err(BackendError::WaitTimedOut {
+                    what: format!("{what} {name} (uid {uid}) to be gone"),
+                    waited: self.delete_timeout,
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Why `container` is not running yet (waiting reason and message), for timeouts.
+    fn waiting_reason(pod: &Pod, container: &str) -> String {
+        let statuses = pod
+            .status
+            .as_ref()
+            .map(|s| {
+                s.init_container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(s.container_statuses.iter().flatten())
+                    .map(|c| {
+                        let state = c.state.as_ref();
+                        let detail = state
+                            .and_then(|s| s.waiting.as_ref())
+                            .map(|w| {
+                                format!(
+                                    "waiting: {} {}",
+                                    w.reason.clone().unwrap_or_default(),
+                                    w.message.clone().unwrap_or_default()
+                                )
+                            })
+                            .or_else(|| {
+                                state.and_then(|s| s.terminated.as_ref()).map(|t| {
+                                    format!(
+                                        "terminated: exit {} {}",
+                                        t.exit_code,
+                                        t.reason.clone().unwrap_or_default()
+                                    )
+                                })
+                            })
+                            .unwrap_or_else(|| "running".into());
+                        format!("{}: {}", c.name, detail.trim())
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Unknown".into());
+        let conditions: Vec<String> = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.status != "True")
+            .map(|c| format!("{} ({})", c.type_, c.message.unwrap_or_default()))
+            .collect();
+        format!(
+            "phase {phase}; {container} not running; containers: [{}]; conditions: [{}]",
+            statuses.join(", "),
+            conditions.join(", ")
+        )
+    }
+
+    fn container_running(pod: &Pod, uid: &str, container: &str) -> bool {
+        pod.metadata.uid.as_deref() == Some(uid)
+            && pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|statuses| {
+                    statuses.iter().any(|c| {
+                        c.name == container
+                            && c.state.as_ref().and_then(|s| s.running.as_ref()).is_some()
+                    })
+                })
+    }
+
+    /// The PVC Kandev would create for `name`.
+    pub fn managed_pvc(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> PersistentVolumeClaim {
+        let mut labels = labels.clone();
+        labels.insert(LABEL_MANAGED.into(), "true".into());
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(labels),
+                annotations: Some(annotations.clone()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(self.workspace.access_modes.clone()),
+                volume_mode: Some("Filesystem".into()),
+                storage_class_name: self.workspace.storage_class.clone(),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_owned(),
+                        Quantity(self.workspace.size.clone()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// Kandev's `ValidateAdmittedPVC`: what admission may not change on a managed claim.
+pub fn compare_pvc(
+    desired: &PersistentVolumeClaim,
+    admitted: &PersistentVolumeClaim,
+) -> Vec<AdmissionMismatch> {
+    let mut found = Vec::new();
+    let mut mismatch = |field: &str, what: String| {
+        found.push(AdmissionMismatch {
+            path: field.to_owned(),
+            message: what,
+        })
+    };
+    let owned =
+        |m: &Option<BTreeMap<String, String>>, annotations: bool| -> BTreeMap<String, String> {
+            m.iter()
+                .flatten()
+                .filter(|(k, _)| {
+                    if annotations {
+                        k.starts_with("kandev.ai/")
+                    } else {
+                        is_owned_label(k)
+                    }
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+    for (field, annotations, d, a) in [
+        (
+            "metadata.labels",
+            false,
+            &desired.metadata.labels,
+            &admitted.metadata.labels,
+        ),
+        (
+            "metadata.annotations",
+            true,
+            &desired.metadata.annotations,
+            &admitted.metadata.annotations,
+        ),
+    ] {
+        let (d, a) = (owned(d, annotations), owned(a, annotations));
+        if d != a {
+            mismatch(field, format!("owned entries {d:?} became {a:?}"));
+        }
+    }
+    if admitted.metadata.name != desired.metadata.name {
+        mismatch("metadata.name", format!("{:?}", admitted.metadata.name));
+    }
+    if admitted
+        .metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|o| !o.is_empty())
+    {
+        mismatch(
+            "metadata.ownerReferences",
+            "owner references were added".into(),
+        );
+    }
+    let extra_finalizers: Vec<&String> = admitted
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| f.as_str() != "kubernetes.io/pvc-protection")
+        .collect();
+    if !extra_finalizers.is_empty() {
+        mismatch(
+            "metadata.finalizers",
+            format!("{extra_finalizers:?} were added"),
+        );
+    }
+    let (d, a) = (
+        desired.spec.clone().unwrap_or_default(),
+        admitted.spec.clone().unwrap_or_default(),
+    );
+    let set = |v: &Option<Vec<String>>| -> std::collections::BTreeSet<String> {
+        v.iter().flatten().cloned().collect()
+    };
+    if set(&d.access_modes) != set(&a.access_modes) {
+        mismatch(
+            "spec.accessModes",
+            format!("{:?} became {:?}", d.access_modes, a.access_modes),
+        );
+    }
+    if d.volume_mode != a.volume_mode
+        && !(d.volume_mode.is_none() && a.volume_mode.as_deref() == Some("Filesystem"))
+    {
+        mismatch(
+            "spec.volumeMode",
+            format!("{:?} became {:?}", d.volume_mode, a.volume_mode),
+        );
+    }
+    if d.resources != a.resources {
+        mismatch(
+            "spec.resources",
+            format!("{:?} became {:?}", d.resources, a.resources),
+        );
+    }
+    // A default storage class being filled in is allowed; an explicit one must stay.
+    if d.storage_class_name.is_some() && d.storage_class_name != a.storage_class_name {
+        mismatch(
+            "spec.storageClassName",
+            format!(
+                "{:?} became {:?}",
+                d.storage_class_name, a.storage_class_name
+            ),
+        );
+    }
+    if d.volume_attributes_class_name != a.volume_attributes_class_name {
+        mismatch(
+            "spec.volumeAttributesClassName",
+            format!(
+                "{:?} became {:?}",
+                d.volume_attributes_class_name, a.volume_attributes_class_name
+            ),
+        );
+    }
+    if d.selector != a.selector {
+        mismatch("spec.selector", "changed".into());
+    }
+    if d.data_source != a.data_source || d.data_source_ref != a.data_source_ref {
+        mismatch("spec.dataSource", "changed".into());
+    }
+    found
+}
+
+/// Reads one HTTP/1.x response from `stream`: up to the end of its body when it has a
+/// `Content-Length`, otherwise until the stream ends (a port-forward stream may stay open
+/// after the server closed its side).
+async fn read_http_response<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            if let Some(length) = length
+                && buffer.len() >= end + 4 + length
+            {
+                buffer.truncate(end + 4 + length);
+                return Ok(buffer);
+            }
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(buffer);
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The exit code an exec's final status reports (`Success` is 0; failures carry the code
+/// as the `ExitCode` cause).
+fn exit_code(status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) -> Option<i64> {
+    if status.status.as_deref() == Some("Success") {
+        return Some(0);
+    }
+    status
+        .details
+        .as_ref()
+        .and_then(|d| d.causes.as_ref())
+        .and_then(|causes| {
+            causes
+                .iter()
+                .find(|c| c.reason.as_deref() == Some("ExitCode"))
+                .and_then(|c| c.message.as_ref())
+                .and_then(|m| m.parse().ok())
+        })
+}
+
+#[async_trait]
+impl Backend for KubeBackend {
+    fn name(&self) -> &'static str {
+        self.kind
+    }
+
+    async fn create_workspace(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<WorkspaceRef> {
+        let desired = self.managed_pvc(name, labels, annotations);
+        let admitted = self
+            .pvcs()
+            .create(&Self::post_params(), &desired)
+            .await
+            .map_err(|e| BackendError::Create {
+                what: "workspace claim",
+                name: name.into(),
+                source: e.into(),
+            })?;
+        let uid = admitted.uid().unwrap_or_default();
+        let mismatches = compare_pvc(&desired, &admitted);
+        if !mismatches.is_empty() {
+            let _ = self
+                .delete_exact(&self.pvcs(), "workspace claim", name, &uid)
+                .await;
+            return Err(other(
+                "admission of the workspace claim",
+                AdmissionMutated {
+                    what: "workspace claim",
+                    name: name.into(),
+                    uid,
+                    mismatches,
+                },
+            ));
+        }
+        Ok(WorkspaceRef {
+            name: name.into(),
+            uid,
+            created_by_run: true,
+        })
+    }
+
+    async fn delete_workspace(&self, workspace: &WorkspaceRef) -> Result<()> {
+        // Existing claims are never deleted, whatever else holds.
+        if !workspace.created_by_run {
+            return Ok(());
+        }
+        self.delete_exact(
+            &self.pvcs(),
+            "workspace claim",
+            &workspace.name,
+            &workspace.uid,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn get_workspace(&self, name: &str) -> Result<Option<WorkspaceRef>> {
+        let found = self
+            .pvcs()
+            .get_opt(name)
+            .await
+            .map_err(|e| other(format!("get workspace claim {name}"), e))?;
+        Ok(found.map(|pvc| WorkspaceRef {
+            name: name.to_owned(),
+            uid: pvc.uid().unwrap_or_default(),
+            created_by_run: false,
+        }))
+    }
+
+    async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let admitted = match self.pods().create(&Self::post_params(), pod).await {
+            Ok(admitted) => admitted,
+            Err(e) if is_status(&e, 409) => {
+                return Err(BackendError::Create {
+                    what: "pod",
+                    name,
+                    source: anyhow!("a Pod of that name already exists: {e}"),
+                });
+            }
+            Err(e) => {
+                // An ambiguous create (timeout, 5xx): the exact name is ours only if it
+                // carries this create's nonce.
+                let nonce = pod.annotations().get(ANNOTATION_CREATE_NONCE);
+                match self.pods().get_opt(&name).await {
+                    Ok(Some(found))
+                        if nonce.is_some()
+                            && found.annotations().get(ANNOTATION_CREATE_NONCE) == nonce =>
+                    {
+                        found
+                    }
+                    _ => {
+                        return Err(BackendError::Create {
+                            what: "pod",
+                            name,
+                            source: e.into(),
+                        });
+                    }
+                }
+            }
+        };
+        let uid = admitted.uid().unwrap_or_default();
+        let mismatches = admission::compare(pod, &admitted, &self.main_container);
+        if !mismatches.is_empty() {
+            // Roll back only the exact object this create made; no labels needed.
+            let _ = self.delete_exact(&self.pods(), "pod", &name, &uid).await;
+            return Err(other(
+                "admission of the Pod",
+                AdmissionMutated {
+                    what: "pod",
+                    name,
+                    uid,
+                    mismatches,
+                },
+            ));
+        }
+        Ok(PodRef {
+            namespace: self.namespace.clone(),
+            name,
+            uid,
+        })
+    }
+
+    async fn wait_running(&self, pod: &PodRef, container: &str, timeout: Duration) -> Result<()> {
+        // Polled GETs (bounded): Kandev's Role grants no `list`, which a watch starts with.
+        let started = Instant::now();
+        loop {
+            let found = self
+                .pods()
+                .get_opt(&pod.name)
+                .await
+                .map_err(|e| other(format!("get pod {}", pod.name), e))?;
+            let why = match &found {
+                Some(p) if Self::container_running(p, &pod.uid, container) => return Ok(()),
+                Some(p) if p.uid().as_deref() != Some(pod.uid.as_str()) => {
+                    "a Pod of that name with another UID replaced it".to_owned()
+                }
+                Some(p) => Self::waiting_reason(p, container),
+                None => "the Pod is gone".to_owned(),
+            };
+            if found.is_none() || started.elapsed() >= timeout {
+                return Err(BackendError::WaitTimedOut {
+                    what: format!("container {container} of pod {} to run: {why}", pod.name),
+                    waited: started.elapsed(),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn container_states(&self, pod: &PodRef) -> Result<Vec<ContainerState>> {
+        let found = self
+            .pods()
+            .get_opt(&pod.name)
+            .await
+            .map_err(|e| other(format!("get pod {}", pod.name), e))?;
+        let Some(found) = found.filter(|p| p.uid().as_deref() == Some(pod.uid.as_str())) else {
+            return Ok(Vec::new());
+        };
+        Ok(found
+            .status
+            .into_iter()
+            .flat_map(|s| {
+                s.init_container_statuses
+                    .into_iter()
+                    .flatten()
+                    .chain(s.container_statuses.into_iter().flatten())
+            })
+            .map(|c| ContainerState {
+                running: c.state.as_ref().and_then(|s| s.running.as_ref()).is_some(),
+                exit_code: c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .map(|t| i64::from(t.exit_code)),
+                restarts: u32::try_from(c.restart_count).unwrap_or(0),
+                name: c.name,
+            })
+            .collect())
+    }
+
+    async fn exec(&self, pod: &PodRef, request: ExecRequest) -> Result<ExecOutput> {
+        let started = Instant::now();
+        let error = |source: anyhow::Error| BackendError::Exec {
+            pod: pod.name.clone(),
+            container: request.container.clone(),
+            argv: request.argv.clone(),
+            source,
+        };
+        let params = AttachParams::default()
+            .container(request.container.clone())
+            .stdin(request.stdin.is_some())
+            .stdout(true)
+            .stderr(true);
+        let run = async {
+            let mut attached = self
+                .pods()
+                .exec(&pod.name, request.argv.clone(), &params)
+                .await
+                .map_err(|e| error(e.into()))?;
+            let status = attached.take_status();
+            let mut stdout = attached.stdout();
+            let mut stderr = attached.stderr();
+            let feed = async {
+                if let (Some(bytes), Some(mut stdin)) = (&request.stdin, attached.stdin()) {
+                    stdin.write_all(bytes).await?;
+                    stdin.shutdown().await?;
+                }
+                std::io::Result::Ok(())
+            };
+            let read = |reader: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| async move {
+                let mut out = Vec::new();
+                if let Some(mut reader) = reader {
+                    reader.read_to_end(&mut out).await?;
+                }
+                std::io::Result::Ok(out)
+            };
+            let (fed, out, err) = tokio::join!(
+                feed,
+                read(
+                    stdout
+                        .take()
+                        .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)
+                ),
+                read(
+                    stderr
+                        .take()
+                        .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)
+                ),
+            );
+            fed.map_err(|e| error(e.into()))?;
+            let (out, err) = (
+                out.map_err(|e| error(e.into()))?,
+                err.map_err(|e| error(e.into()))?,
+            );
+            let status = match status {
+                Some(status) => status.await,
+                None => None,
+            };
+            let _ = attached.join().await;
+            Ok(ExecOutput {
+                exit_code: status.as_ref().and_then(exit_code),
+                stdout: out,
+                stderr: err,
+                duration: started.elapsed(),
+            })
+        };
+        match request.timeout {
+            Some(limit) => {
+                tokio::time::timeout(limit, run)
+                    .await
+                    .map_err(|_| BackendError::WaitTimedOut {
+                        what: format!(
+                            "exec {:?} in {}/{}",
+                            request.argv, pod.name, request.container
+                        ),
+                        waited: limit,
+                    })?
+            }
+            None => run.await,
+        }
+    }
+
+    async fn port_exchange(
+        &self,
+        pod: &PodRef,
+        _container: &str,
+        port: u16,
+        request: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        let exchange = async {
+            let mut forwarder = self
+                .pods()
+                .portforward(&pod.name, &[port])
+                .await
+                .map_err(|e| other(format!("port-forward to {}:{port}", pod.name), e))?;
+            let mut stream = forwarder.take_stream(port).ok_or_else(|| {
+                other(
+                    format!("port-forward to {}:{port}", pod.name),
+                    anyhow!("no stream"),
+                )
+            })?;
+            stream
+                .write_all(request)
+                .await
+                .map_err(|e| other("port-forward write", e))?;
+            let response = read_http_response(&mut stream)
+                .await
+                .map_err(|e| other("port-forward read", e))?;
+            drop(stream);
+            forwarder.abort();
+            Ok(response)
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| BackendError::WaitTimedOut {
+                what: format!("an answer from {}:{port} through port-forward", pod.name),
+                waited: timeout,
+            })?
+    }
+
+    async fn logs(&self, pod: &PodRef, container: &str) -> Result<String> {
+        self.pods()
+            .logs(
+                &pod.name,
+                &LogParams {
+                    container: Some(container.to_owned()),
+                    limit_bytes: Some(1 << 20),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| other(format!("logs of {}/{container}", pod.name), e))
+    }
+
+    async fn diagnostics(&self, pod: &PodRef) -> Vec<(String, String)> {
+        let mut files = Vec::new();
+        if let Ok(Some(mut found)) = self.pods().get_opt(&pod.name).await {
+            found.metadata.managed_fields = None;
+            let mut names: Vec<String> = Vec::new();
+            if let Some(spec) = &found.spec {
+                names.extend(
+                    spec.init_containers
+                        .iter()
+                        .flatten()
+                        .map(|c| c.name.clone()),
+                );
+                names.extend(spec.containers.iter().map(|c| c.name.clone()));
+            }
+            for name in names {
+                let previous = LogParams {
+                    container: Some(name.clone()),
+                    previous: true,
+                    limit_bytes: Some(1 << 20),
+                    ..Default::default()
+                };
+                if let Ok(text) = self.pods().logs(&pod.name, &previous).await {
+                    files.push((format!("{name}.previous.log"), text));
+                }
+            }
+            files.push((
+                "pod.yaml".into(),
+                serde_yaml::to_string(&found).unwrap_or_default(),
+            ));
+        }
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector = ListParams::default().fields(&format!("involvedObject.uid={}", pod.uid));
+        match events.list(&selector).await {
+            Ok(list) => {
+                let lines: Vec<String> = list
+                    .items
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{} {} {} x{}: {}",
+                            e.last_timestamp
+                                .as_ref()
+                                .map(|t| t.0.to_string())
+                                .unwrap_or_default(),
+                            e.type_.clone().unwrap_or_default(),
+                            e.reason.clone().unwrap_or_default(),
+                            e.count.unwrap_or(1),
+                            e.message.clone().unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                files.push(("events.txt".into(), lines.join("\n")));
+            }
+            // Kandev's Role grants no events; the run's setup identity may read them.
+            Err(e) => files.push(("events.txt".into(), format!("(events not readable: {e})"))),
+        }
+        files
+    }
+
+    async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
+        self.delete_exact(&self.pods(), "pod", &pod.name, &pod.uid)
+            .await
+            .map(|_| ())
+    }
+
+    async fn pod_uid(&self, namespace: &str, name: &str) -> Result<Option<String>> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name)
+            .await
+            .map(|p| p.and_then(|p| p.uid()))
+            .map_err(|e| other(format!("get pod {name}"), e))
+    }
+
+    async fn pod_labels(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name)
+            .await
+            .map(|p| p.map(|p| p.labels().clone()))
+            .map_err(|e| other(format!("get pod {name}"), e))
+    }
+
+    async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>> {
+        let found = self
+            .pods()
+            .get_opt(&pod.name)
+            .await
+            .map_err(|e| other(format!("get pod {}", pod.name), e))?;
+        Ok(found.and_then(|p| p.status).and_then(|s| s.pod_ip))
+    }
+
+    async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>> {
+        let params = ListParams::default().labels(&label_selector(selector));
+        let mut objects: Vec<String> = self
+            .pods()
+            .list(&params)
+            .await
+            .map_err(|e| other("list pods", e))?
+            .items
+            .iter()
+            .map(|p| format!("pod/{}", p.name_any()))
+            .collect();
+        objects.extend(
+            self.pvcs()
+                .list(&params)
+                .await
+                .map_err(|e| other("list persistentvolumeclaims", e))?
+                .items
+                .iter()
+                .map(|p| format!("persistentvolumeclaim/{}", p.name_any())),
+        );
+        objects.sort();
+        Ok(objects)
+    }
+
+    async fn remove_labelled(
+        &self,
+        selector: &[(&str, &str)],
+        dry_run: bool,
+    ) -> Result<Vec<String>> {
+        let params = ListParams::default().labels(&label_selector(selector));
+        let mut removed = Vec::new();
+        let pods = self
+            .pods()
+            .list(&params)
+            .await
+            .map_err(|e| other("list pods", e))?;
+        for pod in pods.items {
+            let (name, uid) = (pod.name_any(), pod.uid().unwrap_or_default());
+            if !dry_run {
+                self.delete_exact(&self.pods(), "pod", &name, &uid).await?;
+            }
+            removed.push(format!("pod/{name}"));
+        }
+        let claims = self
+            .pvcs()
+            .list(&params)
+            .await
+            .map_err(|e| other("list persistentvolumeclaims", e))?;
+        for claim in claims.items {
+            let (name, uid) = (claim.name_any(), claim.uid().unwrap_or_default());
+            if !dry_run {
+                self.delete_exact(&self.pvcs(), "workspace claim", &name, &uid)
+                    .await?;
+            }
+            removed.push(format!("persistentvolumeclaim/{name}"));
+        }
+        Ok(removed)
+    }
+}
+
+/// `k=v,...` plus the harness's managed label: only objects the harness labelled match.
+pub fn label_selector(selector: &[(&str, &str)]) -> String {
+    selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain(std::iter::once(format!("{LABEL_MANAGED}=true")))
+        .collect::<Vec<_>>()
+        .join(",")
+}

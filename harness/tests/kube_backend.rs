@@ -1,0 +1,440 @@
+//! The `kube` backend's flows against a fake API server (tower-test): create with the
+//! admission comparison, a mutated Pod or claim rolled back by its exact UID, deletes with
+//! UID and resourceVersion preconditions, PVC ownership, fail-closed terminal cleanup, the
+//! bounded readiness wait, and the label sweep. What is asserted is the fake cluster's state
+//! afterwards and the preconditions each DELETE carried.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "support/fake_apiserver.rs"]
+mod fake_apiserver;
+
+use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
+use kandev_harness::backend::{Backend, BackendError, PodRef};
+use kandev_harness::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::identity::{SessionIdentity, create_nonce};
+use kandev_harness::session::{CleanupRefused, RecordedSession, owned_labels, terminal_cleanup};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const NS: &str = "kandev-acceptance-test";
+
+fn composed(identity: &SessionIdentity, claim: &str) -> Pod {
+    let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
+    let rendered = kandev_harness::template::render(
+        &text,
+        "kandev-acceptance/worker:0",
+        "kandev-acceptance/daemon:0",
+    );
+    let template = kandev_harness::template::parse(&rendered.text).unwrap();
+    let nonce = create_nonce();
+    let mut pod = compose_pod(&ComposeInput {
+        template: &template,
+        identity,
+        namespace: NS,
+        main_container: "kandev-agent",
+        arch: Arch::Amd64,
+        workspace: WorkspaceSource::Claim(claim.into()),
+        create_nonce: &nonce,
+    })
+    .unwrap();
+    pod.metadata
+        .labels
+        .get_or_insert_default()
+        .extend(identity.harness_labels());
+    pod
+}
+
+fn backend(client: kube::Client) -> KubeBackend {
+    let mut backend = KubeBackend::new(client, NS, "kube", "kandev-agent", ManagedPvc::default());
+    backend.delete_timeout = Duration::from_secs(5);
+    backend
+}
+
+fn identity() -> SessionIdentity {
+    SessionIdentity::new("20261130t000000-abcdef", "lifecycle::teardown_exact", 1)
+}
+
+#[tokio::test]
+async fn a_created_pod_is_admitted_as_composed_and_keeps_its_nonce() {
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let pod = composed(&id, &id.workspace_claim_name());
+    let created = backend.create_pod(&pod).await.unwrap();
+    let state = state.lock().unwrap();
+    let stored = state.get("pods", &created.name).unwrap();
+    assert_eq!(stored["metadata"]["uid"], json!(created.uid));
+    assert_eq!(
+        stored["metadata"]["annotations"]["kandev.ai/create-nonce"],
+        json!(pod.metadata.annotations.as_ref().unwrap()["kandev.ai/create-nonce"])
+    );
+    assert!(
+        state.deletes("pods", &created.name).is_empty(),
+        "nothing rolled back"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_whose_grant_admission_removed_is_deleted_by_its_exact_uid() {
+    let (client, state) = fake_apiserver::start(NS);
+    // A policy strips the companion's workspace mount and adds an unrelated label (allowed).
+    state.lock().unwrap().mutate_pod = Some(Box::new(|pod: &mut Value| {
+        pod["metadata"]["labels"]["policy.example/audited"] = json!("true");
+        for c in pod["spec"]["containers"].as_array_mut().unwrap() {
+            if c["name"] == "docker-engine" {
+                let mounts = c["volumeMounts"].as_array_mut().unwrap();
+                mounts.retain(|m| m["name"] != "kandev-workspace");
+            }
+        }
+    }));
+    let backend = backend(client);
+    let id = identity();
+    let pod = composed(&id, &id.workspace_claim_name());
+    let error = backend.create_pod(&pod).await.unwrap_err();
+    let text = kandev_harness::error_chain(&error);
+    assert!(
+        text.contains("admission changed what Kandev owns"),
+        "{text}"
+    );
+    assert!(
+        text.contains("docker-engine"),
+        "the grant's container is named: {text}"
+    );
+    assert!(
+        !text.contains("policy.example"),
+        "an unrelated label is no mismatch: {text}"
+    );
+    let state = state.lock().unwrap();
+    let name = pod.metadata.name.clone().unwrap();
+    assert!(
+        state.get("pods", &name).is_none(),
+        "the mutated Pod is gone"
+    );
+    let deletes = state.deletes("pods", &name);
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(
+        deletes[0]["preconditions"]["uid"],
+        json!("00000000-0000-4000-8000-000000000001"),
+        "deleted by the exact UID the create returned"
+    );
+}
+
+#[tokio::test]
+async fn an_owned_label_changed_by_admission_fails_the_create() {
+    let (client, state) = fake_apiserver::start(NS);
+    state.lock().unwrap().mutate_pod = Some(Box::new(|pod: &mut Value| {
+        pod["metadata"]["labels"]["kandev.ai/task-id"] = json!("someone-else");
+    }));
+    let backend = backend(client);
+    let id = identity();
+    let pod = composed(&id, &id.workspace_claim_name());
+    let text = kandev_harness::error_chain(&backend.create_pod(&pod).await.unwrap_err());
+    assert!(text.contains("kandev.ai/task-id"), "{text}");
+    assert!(
+        state
+            .lock()
+            .unwrap()
+            .get("pods", &pod.metadata.name.clone().unwrap())
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn delete_carries_uid_and_resource_version_and_rereads_after_a_conflict() {
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let pod = composed(&id, &id.workspace_claim_name());
+    let created = backend.create_pod(&pod).await.unwrap();
+    // A status update lands between the first read and the delete.
+    state.lock().unwrap().bump_after_gets = Some(0);
+    backend.delete_pod(&created).await.unwrap();
+    let state = state.lock().unwrap();
+    assert!(state.get("pods", &created.name).is_none());
+    let deletes = state.deletes("pods", &created.name);
+    assert_eq!(
+        deletes.len(),
+        2,
+        "refused once (stale resourceVersion), then deleted: {deletes:?}"
+    );
+    for delete in &deletes {
+        assert_eq!(delete["preconditions"]["uid"], json!(created.uid));
+        assert!(
+            delete["preconditions"]["resourceVersion"].is_string(),
+            "{delete}"
+        );
+    }
+    assert_ne!(
+        deletes[0]["preconditions"]["resourceVersion"],
+        deletes[1]["preconditions"]["resourceVersion"],
+        "the second delete used the resourceVersion read again"
+    );
+}
+
+#[tokio::test]
+async fn a_same_name_pod_with_another_uid_is_never_deleted() {
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let name = id.pod_name();
+    let foreign = state.lock().unwrap().insert(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}}),
+    );
+    let ours = PodRef {
+        namespace: NS.into(),
+        name: name.clone(),
+        uid: "00000000-0000-4000-8000-0000000000ff".into(),
+    };
+    let error = backend.delete_pod(&ours).await.unwrap_err();
+    assert!(matches!(error, BackendError::UidMismatch { .. }), "{error}");
+    let state = state.lock().unwrap();
+    assert_eq!(
+        state.get("pods", &name).unwrap()["metadata"]["uid"],
+        json!(foreign)
+    );
+    assert!(state.deletes("pods", &name).is_empty());
+}
+
+#[tokio::test]
+async fn claims_are_deleted_only_when_the_run_created_them() {
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let labels = id.all_labels();
+    let annotations = BTreeMap::from([("kandev.ai/create-nonce".to_owned(), create_nonce())]);
+    let managed = backend
+        .create_workspace(&id.workspace_claim_name(), &labels, &annotations)
+        .await
+        .unwrap();
+    assert!(managed.created_by_run);
+    {
+        let state = state.lock().unwrap();
+        let pvc = state.get("persistentvolumeclaims", &managed.name).unwrap();
+        assert_eq!(pvc["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+        assert_eq!(
+            pvc["spec"]["resources"]["requests"]["storage"],
+            json!("10Gi")
+        );
+        assert_eq!(pvc["spec"]["volumeMode"], json!("Filesystem"));
+        assert!(
+            pvc["metadata"]["ownerReferences"].is_null(),
+            "no owner reference to a Pod"
+        );
+    }
+    // An operator's existing claim: found, mounted, never deleted.
+    let existing_uid = state.lock().unwrap().insert(
+        "persistentvolumeclaims",
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "team-cache", "namespace": NS}}),
+    );
+    let existing = backend.get_workspace("team-cache").await.unwrap().unwrap();
+    assert_eq!(
+        (existing.uid.as_str(), existing.created_by_run),
+        (existing_uid.as_str(), false)
+    );
+    backend.delete_workspace(&existing).await.unwrap();
+    backend.delete_workspace(&managed).await.unwrap();
+    let state = state.lock().unwrap();
+    assert!(state.get("persistentvolumeclaims", "team-cache").is_some());
+    assert!(
+        state
+            .deletes("persistentvolumeclaims", "team-cache")
+            .is_empty()
+    );
+    assert!(state.get("persistentvolumeclaims", &managed.name).is_none());
+    assert_eq!(
+        state.deletes("persistentvolumeclaims", &managed.name)[0]["preconditions"]["uid"],
+        json!(managed.uid)
+    );
+}
+
+#[tokio::test]
+async fn a_claim_whose_storage_class_admission_changed_is_rolled_back() {
+    let (client, state) = fake_apiserver::start(NS);
+    state.lock().unwrap().mutate_pvc = Some(Box::new(|pvc: &mut Value| {
+        pvc["spec"]["storageClassName"] = json!("slow");
+        pvc["spec"]["accessModes"] = json!(["ReadWriteMany"]);
+    }));
+    let client_backend = KubeBackend::new(
+        client,
+        NS,
+        "kube",
+        "kandev-agent",
+        ManagedPvc {
+            size: "5Gi".into(),
+            access_modes: vec!["ReadWriteOnce".into()],
+            storage_class: Some("fast".into()),
+        },
+    );
+    let id = identity();
+    let error = client_backend
+        .create_workspace(
+            &id.workspace_claim_name(),
+            &id.all_labels(),
+            &BTreeMap::new(),
+        )
+        .await
+        .unwrap_err();
+    let text = kandev_harness::error_chain(&error);
+    assert!(
+        text.contains("spec.storageClassName") && text.contains("spec.accessModes"),
+        "{text}"
+    );
+    assert!(
+        state
+            .lock()
+            .unwrap()
+            .get("persistentvolumeclaims", &id.workspace_claim_name())
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label() {
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let pod = composed(&id, &id.workspace_claim_name());
+    let created = backend.create_pod(&pod).await.unwrap();
+    let recorded = RecordedSession {
+        pod: created.clone(),
+        owned_labels: owned_labels(&id.kandev_labels()),
+        workspace: None,
+    };
+    // Someone stamps a kandev.ai label Kandev did not set: the identity no longer matches.
+    state
+        .lock()
+        .unwrap()
+        .objects
+        .get_mut("pods")
+        .unwrap()
+        .get_mut(&created.name)
+        .unwrap()["metadata"]["labels"]["kandev.ai/foreign"] = json!("x");
+    let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
+    assert!(
+        refused.downcast_ref::<CleanupRefused>().is_some(),
+        "{refused:#}"
+    );
+    assert!(state.lock().unwrap().get("pods", &created.name).is_some());
+
+    // A same-name Pod with another UID.
+    let mut other = recorded.clone();
+    other.pod.uid = "00000000-0000-4000-8000-0000000000aa".into();
+    state
+        .lock()
+        .unwrap()
+        .objects
+        .get_mut("pods")
+        .unwrap()
+        .get_mut(&created.name)
+        .unwrap()["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("kandev.ai/foreign");
+    let refused = terminal_cleanup(&backend, &other).await.unwrap_err();
+    assert!(
+        matches!(
+            refused.downcast_ref::<CleanupRefused>(),
+            Some(CleanupRefused::UidMismatch { .. })
+        ),
+        "{refused:#}"
+    );
+    {
+        let state_now = state.lock().unwrap();
+        assert!(state_now.get("pods", &created.name).is_some());
+        assert!(
+            state_now.deletes("pods", &created.name).is_empty(),
+            "nothing was deleted"
+        );
+    }
+
+    // The recorded identity, intact: deleted.
+    terminal_cleanup(&backend, &recorded).await.unwrap();
+    assert!(state.lock().unwrap().get("pods", &created.name).is_none());
+}
+
+#[tokio::test]
+async fn the_readiness_wait_is_bounded_and_names_why_the_pod_is_not_running() {
+    let (client, state) = fake_apiserver::start(NS);
+    state.lock().unwrap().pod_status = Some(fake_apiserver::image_pull_backoff_status());
+    let backend = backend(client);
+    let id = identity();
+    let created = backend
+        .create_pod(&composed(&id, &id.workspace_claim_name()))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let error = backend
+        .wait_running(&created, "kandev-agent", Duration::from_millis(800))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let text = error.to_string();
+    assert!(
+        text.contains("ImagePullBackOff") && text.contains("docker-engine"),
+        "{text}"
+    );
+
+    state.lock().unwrap().pod_status = Some(fake_apiserver::running_status());
+    let running = backend
+        .create_pod(&composed(&identity(), "other-claim"))
+        .await
+        .unwrap();
+    backend
+        .wait_running(&running, "kandev-agent", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        backend.pod_ip(&running).await.unwrap().as_deref(),
+        Some("10.244.0.17")
+    );
+    let states = backend.container_states(&running).await.unwrap();
+    assert!(states.iter().all(|s| s.running), "{states:?}");
+}
+
+#[tokio::test]
+async fn the_label_sweep_removes_only_what_carries_the_run_and_managed_labels() {
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let ours = backend
+        .create_pod(&composed(&id, &id.workspace_claim_name()))
+        .await
+        .unwrap();
+    let ws = backend
+        .create_workspace(
+            &id.workspace_claim_name(),
+            &id.all_labels(),
+            &BTreeMap::new(),
+        )
+        .await
+        .unwrap();
+    // Same run label, but not marked managed by the harness: never touched.
+    state.lock().unwrap().insert(
+        "pods",
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unmanaged", "namespace": NS,
+            "labels": {"acceptance.kandev.ai/run": "20261130t000000-abcdef"}}}),
+    );
+    let selector = [("acceptance.kandev.ai/run", "20261130t000000-abcdef")];
+    let listed = backend.list_labelled(&selector).await.unwrap();
+    assert_eq!(
+        listed,
+        vec![
+            format!("persistentvolumeclaim/{}", ws.name),
+            format!("pod/{}", ours.name)
+        ]
+    );
+    let dry = backend.remove_labelled(&selector, true).await.unwrap();
+    assert_eq!(dry.len(), 2);
+    assert!(
+        state.lock().unwrap().get("pods", &ours.name).is_some(),
+        "a dry run removes nothing"
+    );
+    backend.remove_labelled(&selector, false).await.unwrap();
+    let state = state.lock().unwrap();
+    assert!(state.get("pods", &ours.name).is_none());
+    assert!(state.get("persistentvolumeclaims", &ws.name).is_none());
+    assert!(state.get("pods", "unmanaged").is_some());
+}

@@ -5,6 +5,7 @@
 //! It returns the mapped exit code instead of exiting past the report writer.
 
 use crate::backend::Backend;
+use crate::backend::kube::cluster::{ClusterSettings, KindSettings};
 use crate::backend::local::{LocalBackend, connect_engine};
 use crate::identity::{LABEL_MANAGED, LABEL_RUN};
 use crate::report::{Configuration, Outcome, Report, SCHEMA_VERSION, Summary};
@@ -69,16 +70,67 @@ enum ReportCommand {
     Show { file: PathBuf },
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendKind {
     /// The embedded default: a Docker engine on this host.
     Local,
+    /// A Kind cluster the run creates from kind/cluster.yaml (and deletes), images loaded.
+    Kind,
+    /// An existing cluster: --context (required) from --kubeconfig or KUBECONFIG.
+    Kube,
+}
+
+/// Where a `kind`/`kube` cluster comes from (shared by `run` and `gc`).
+#[derive(Args, Debug, Clone)]
+struct ClusterArgs {
+    /// Kubeconfig file for --backend kube (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context for --backend kube; required (the current context is never
+    /// used implicitly).
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// An existing namespace to run in (it must admit privileged Pods); default: the run
+    /// creates kandev-acceptance-<run id> and removes it.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
+    /// The kind binary.
+    #[arg(long, value_name = "PATH", default_value = "kind")]
+    kind_bin: PathBuf,
+    /// Use (and never delete) this existing Kind cluster instead of creating kandev-acc-<run id>.
+    #[arg(long, value_name = "NAME")]
+    kind_cluster: Option<String>,
 }
 
 #[derive(Args, Debug)]
 struct RunArgs {
     #[arg(long, value_enum, default_value = "local")]
     backend: BackendKind,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// The Kind cluster configuration (node image pinned by digest).
+    #[arg(long, value_name = "FILE")]
+    kind_config: Option<PathBuf>,
+    /// Override the configuration's Kind node image.
+    #[arg(long, value_name = "REF")]
+    kind_node_image: Option<String>,
+    /// Leave the Kind cluster the run created (remove later: kind delete cluster --name ...).
+    #[arg(long)]
+    keep_cluster: bool,
+    /// Size of a managed workspace claim (`workspace.size`).
+    #[arg(long, value_name = "QUANTITY", default_value = "10Gi")]
+    workspace_size: String,
+    /// Access modes of a managed workspace claim (`workspace.access_modes`).
+    #[arg(
+        long,
+        value_name = "MODES",
+        value_delimiter = ',',
+        default_value = "ReadWriteOnce"
+    )]
+    workspace_access_modes: Vec<String>,
+    /// Storage class of a managed workspace claim (default: the cluster's default class).
+    #[arg(long, value_name = "NAME")]
+    storage_class: Option<String>,
     /// The Pod template (a v1/PodTemplate document); default: Kandev's full-worker fixture.
     #[arg(long, value_name = "FILE")]
     template: Option<PathBuf>,
@@ -175,6 +227,11 @@ enum OutputFormat {
 
 #[derive(Args, Debug)]
 struct GcArgs {
+    /// Where to look: the local engine, Kind clusters, or a cluster (--context).
+    #[arg(long, value_enum, default_value = "local")]
+    backend: BackendKind,
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Only what this run created; default: everything the harness labelled.
     #[arg(long, value_name = "ID")]
     run: Option<String>,
@@ -203,7 +260,9 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("KANDEV_ACCEPTANCE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                // kube-rs logs every failed connection at error level; the harness reports
+                // the failure itself, once, with its fix.
+                .unwrap_or_else(|_| "warn,kube_client=off".into()),
         )
         .with_writer(std::io::stderr)
         .try_init();
@@ -323,8 +382,48 @@ fn check_template(
     }
 }
 
+fn cluster_settings(args: &RunArgs) -> Option<ClusterSettings> {
+    let c = &args.cluster;
+    let kind = match args.backend {
+        BackendKind::Local => return None,
+        BackendKind::Kube => None,
+        BackendKind::Kind => Some(KindSettings {
+            kind_bin: c.kind_bin.clone(),
+            cluster: c.kind_cluster.clone(),
+            config: args
+                .kind_config
+                .clone()
+                .unwrap_or_else(|| crate::paths::workspace_root().join("kind/cluster.yaml")),
+            node_image: args.kind_node_image.clone(),
+            keep_cluster: args.keep_cluster,
+        }),
+    };
+    Some(ClusterSettings {
+        kind,
+        kubeconfig: c.kubeconfig.clone(),
+        context: c.context.clone(),
+        namespace: c.namespace.clone(),
+        workspace_size: args.workspace_size.clone(),
+        workspace_access_modes: args.workspace_access_modes.clone(),
+        storage_class: args.storage_class.clone(),
+    })
+}
+
 fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime) -> u8 {
-    let BackendKind::Local = args.backend;
+    if args.backend == BackendKind::Kube && !args.libtest.list {
+        if args.cluster.context.is_none() {
+            eprintln!(
+                "error: --backend kube needs --context NAME: the harness never uses the kubeconfig's current context implicitly"
+            );
+            return exit::USAGE;
+        }
+        if args.worker_image.is_none() || args.daemon_image.is_none() {
+            eprintln!(
+                "error: --backend kube runs your images: pass --worker-image and --daemon-image references the cluster can pull (this harness never pushes to a registry)"
+            );
+            return exit::USAGE;
+        }
+    }
     let registry = Arc::new(registry);
     if args.libtest.list {
         // Listing touches nothing: no engine, no template.
@@ -362,6 +461,7 @@ fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime
         optional_tools: args.optional_tools.clone(),
         retries: args.retries,
         workspace_claim: args.workspace_claim.clone(),
+        cluster: cluster_settings(&args),
         step_timeout: args.step_timeout.map(Duration::from_secs),
         deadline: args.deadline.map(Duration::from_secs),
     };
@@ -480,6 +580,22 @@ fn run_once(
                 .to_string(),
         );
     }
+    // A cluster is prepared before any trial: an unreachable API server or a failed
+    // preflight stops the run at once with one clear message, and nothing was created.
+    if config.cluster.is_some() {
+        let prepared = runtime.block_on(async {
+            tokio::select! {
+                env = run.env() => env.map(|_| ()),
+                _ = tokio::signal::ctrl_c() => Err("interrupted while preparing the cluster".to_owned()),
+            }
+        });
+        if let Err(e) = prepared {
+            run.live.finish();
+            eprintln!("error: {e}");
+            let (_, report) = runtime.block_on(finish_run(&run, registry));
+            return (exit::ENVIRONMENT, report);
+        }
+    }
     let handle = runtime.handle().clone();
     let watchers = [
         handle.spawn(watch_signals(run.clone())),
@@ -590,6 +706,27 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> (u8, Option<Report
             .unwrap_or_else(|e| vec![format!("(inventory failed: {e})")]),
         None => Vec::new(),
     };
+    // What the run set up in the cluster (namespace or executor objects, a Kind cluster).
+    let teardown = match env.as_ref().and_then(|e| e.cluster.clone()) {
+        // Kept Pods (`--keep`) keep their namespace, so that they stay reachable.
+        Some(cluster) if run.config.keep == Keep::Never || leftovers.is_empty() => {
+            cluster.teardown().await
+        }
+        Some(cluster) => {
+            eprintln!(
+                "kept the run's namespace {} (--keep); remove later: kandev-acceptance gc --backend {} --run {}",
+                cluster.namespace,
+                if cluster.kind.is_some() {
+                    "kind"
+                } else {
+                    "kube"
+                },
+                run.id
+            );
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
     let settings = serde_json::to_value(&run.config).unwrap_or_default();
     let sha = hex::encode(Sha256::digest(settings.to_string().as_bytes()));
     let report = Report {
@@ -604,7 +741,11 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> (u8, Option<Report
         backend: env
             .as_ref()
             .map(|e| e.backend.name())
-            .unwrap_or("local")
+            .unwrap_or(match &run.config.cluster {
+                None => "local",
+                Some(c) if c.kind.is_some() => "kind",
+                Some(_) => "kube",
+            })
             .into(),
         environment: env
             .as_ref()
@@ -618,6 +759,7 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> (u8, Option<Report
         setup: run.setup_steps(),
         scenarios,
         leftovers,
+        teardown,
     };
     let path = run.report_folder().join("report.json");
     if let Err(e) = crate::report::write(&report, &path) {
@@ -652,7 +794,13 @@ pub fn exit_code(report: &Report, kept: bool) -> u8 {
         exit::SCENARIO_FAILED
     } else if s.errored + s.cancelled > 0 {
         exit::ENVIRONMENT
-    } else if s.leaked > 0 || (!report.leftovers.is_empty() && !kept) {
+    } else if s.leaked > 0
+        || (!report.leftovers.is_empty() && !kept)
+        || report
+            .teardown
+            .iter()
+            .any(|t| t.outcome == crate::report::CleanupOutcome::Failed)
+    {
         exit::LEAKED
     } else {
         exit::SUCCESS
@@ -660,6 +808,123 @@ pub fn exit_code(report: &Report, kept: bool) -> u8 {
 }
 
 async fn gc(args: &GcArgs) -> u8 {
+    match args.backend {
+        BackendKind::Local => gc_local(args).await,
+        BackendKind::Kind | BackendKind::Kube => gc_cluster(args).await,
+    }
+}
+
+fn print_removed(removed: &[String], dry_run: bool) {
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for object in removed {
+        println!("{verb} {object}");
+    }
+    println!("{verb} {} objects", removed.len());
+}
+
+/// Kind clusters the harness created (`kandev-acc-<run>`) are deleted whole; in a cluster
+/// named by --context (or an existing Kind cluster), labelled namespaces and objects go.
+async fn gc_cluster(args: &GcArgs) -> u8 {
+    use crate::backend::kube::cluster;
+    let mut removed = Vec::new();
+    let c = &args.cluster;
+    let mut context = c.context.clone();
+    let mut kubeconfig = c.kubeconfig.clone();
+    if args.backend == BackendKind::Kind {
+        let listed = std::process::Command::new(&c.kind_bin)
+            .args(["get", "clusters"])
+            .output();
+        let listed = match listed {
+            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+            Ok(out) => {
+                eprintln!(
+                    "error: kind get clusters: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                return exit::ENVIRONMENT;
+            }
+            Err(e) => {
+                eprintln!(
+                    "error: run {}: {e}\n  fix: install kind or pass --kind-bin PATH",
+                    c.kind_bin.display()
+                );
+                return exit::ENVIRONMENT;
+            }
+        };
+        let wanted = |name: &str| match &args.run {
+            Some(run) => name == cluster::run_kind_cluster(run),
+            None => name.starts_with(&cluster::run_kind_cluster("")),
+        };
+        for name in listed.lines().map(str::trim).filter(|n| wanted(n)) {
+            if !args.dry_run {
+                let out = std::process::Command::new(&c.kind_bin)
+                    .args(["delete", "cluster", "--name", name])
+                    .output();
+                if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                    eprintln!("error: kind delete cluster --name {name} failed");
+                    return exit::ENVIRONMENT;
+                }
+            }
+            removed.push(format!("kind-cluster/{name}"));
+        }
+        // An existing cluster the run used (--kind-cluster) keeps running: sweep inside it.
+        match &c.kind_cluster {
+            Some(name) => {
+                let out = std::process::Command::new(&c.kind_bin)
+                    .args(["get", "kubeconfig", "--name", name])
+                    .output();
+                let Ok(out) = out.map(|o| o.stdout) else {
+                    eprintln!("error: kind get kubeconfig --name {name} failed");
+                    return exit::ENVIRONMENT;
+                };
+                let path =
+                    std::env::temp_dir().join(format!("kandev-acceptance-gc-{name}.kubeconfig"));
+                if std::fs::write(&path, out).is_err() {
+                    eprintln!("error: write {}", path.display());
+                    return exit::ENVIRONMENT;
+                }
+                kubeconfig = Some(path);
+                context = Some(format!("kind-{name}"));
+            }
+            None => {
+                print_removed(&removed, args.dry_run);
+                return exit::SUCCESS;
+            }
+        }
+    }
+    let (client, config, context) =
+        match cluster::client_for(kubeconfig.as_deref(), context.as_deref()).await {
+            Ok(found) => found,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::ENVIRONMENT;
+            }
+        };
+    if let Err(e) = cluster::reach(&client, &context, &config.cluster_url.to_string()).await {
+        eprintln!("error: {e}");
+        return exit::ENVIRONMENT;
+    }
+    match cluster::gc(
+        &client,
+        c.namespace.as_deref(),
+        args.run.as_deref(),
+        args.dry_run,
+    )
+    .await
+    {
+        Ok(found) => {
+            removed.extend(found);
+            print_removed(&removed, args.dry_run);
+            exit::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::ENVIRONMENT
+        }
+    }
+}
+
+async fn gc_local(args: &GcArgs) -> u8 {
     let docker = match connect_engine().await {
         Ok(d) => d,
         Err(e) => {
@@ -692,15 +957,7 @@ async fn gc(args: &GcArgs) -> u8 {
     };
     match result {
         Ok(removed) => {
-            let verb = if args.dry_run {
-                "would remove"
-            } else {
-                "removed"
-            };
-            for object in &removed {
-                println!("{verb} {object}");
-            }
-            println!("{verb} {} objects", removed.len());
+            print_removed(&removed, args.dry_run);
             exit::SUCCESS
         }
         Err(e) => {
@@ -731,6 +988,7 @@ mod tests {
             setup: Vec::new(),
             scenarios: Vec::new(),
             leftovers: leftovers.iter().map(|s| (*s).to_owned()).collect(),
+            teardown: Vec::new(),
         }
     }
 

@@ -337,6 +337,7 @@ mod tests {
             setup: Vec::new(),
             scenarios,
             leftovers: Vec::new(),
+            teardown: Vec::new(),
         }
     }
 

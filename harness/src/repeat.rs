@@ -185,7 +185,7 @@ mod tests {
             "kubernetes_version": null, "kernel": null, "operating_system": null,
             "architecture": null, "cgroup_version": null, "cgroup_driver": null, "node_mtu": null,
             "images": [], "template": null}, "configuration": {"sha256": "", "settings": null},
-            "summary": Summary::of(&scenarios), "setup": [], "scenarios": scenarios, "leftovers": []
+            "summary": Summary::of(&scenarios), "setup": [], "scenarios": scenarios, "leftovers": [], "teardown": []
         }))
         .unwrap_or_else(|e| unreachable!("{e}"))
     }

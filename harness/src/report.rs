@@ -34,6 +34,9 @@ pub struct Report {
     pub scenarios: Vec<ScenarioReport>,
     /// What carried this run's labels after teardown (empty when nothing leaked).
     pub leftovers: Vec<String>,
+    /// The run-level teardown: what the run set up in a cluster (its namespace, or the
+    /// executor's Role, binding and service account; a Kind cluster it created).
+    pub teardown: Vec<CleanupRecord>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -7,6 +7,7 @@
 //! first trial that needs them, so `--list` and filtered-out runs touch nothing.
 
 use crate::backend::Backend;
+use crate::backend::kube::cluster::{Cluster, ClusterSettings};
 use crate::backend::local::{LocalBackend, connect_engine};
 use crate::cleanup::CleanupStack;
 use crate::identity::SessionIdentity;
@@ -121,6 +122,30 @@ pub struct RunConfig {
     /// The whole run's budget (`--deadline`): past it, running scenarios time out (after
     /// their teardown) and the rest are not started.
     pub deadline: Option<Duration>,
+    /// `--backend kind|kube`: where the cluster comes from and how sessions use it.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// With a remote cluster the operator's images are used as they are (the harness never
+/// pushes); their references must be ones the cluster can pull.
+fn operator_images(config: &RunConfig) -> anyhow::Result<ImageSet> {
+    let (Some(worker), Some(daemon)) = (&config.worker_image, &config.daemon_image) else {
+        anyhow::bail!(
+            "--backend kube runs your images: pass --worker-image and --daemon-image references the cluster can pull (this harness never pushes to a registry)"
+        );
+    };
+    let record = |role: &str, reference: &str| crate::report::ImageRecord {
+        role: role.into(),
+        reference: reference.into(),
+        id: None,
+        built: false,
+    };
+    Ok(ImageSet {
+        worker: worker.clone(),
+        daemon: daemon.clone(),
+        mock_agent: String::new(),
+        records: vec![record("worker", worker), record("daemon", daemon)],
+    })
 }
 
 /// Why a run stops early.
@@ -144,6 +169,8 @@ pub struct RunEnv {
     pub environment: Environment,
     /// The node seen from outside the Pods, when the backend has one (leak ledger, evidence).
     pub node: Option<Arc<dyn NodeView>>,
+    /// The cluster of the `kind`/`kube` backends (torn down when the run ends).
+    pub cluster: Option<Arc<Cluster>>,
 }
 
 /// State shared by every trial of a run.
@@ -304,23 +331,74 @@ impl Run {
     }
 
     async fn prepare_env(&self) -> anyhow::Result<RunEnv> {
-        let started = Instant::now();
-        let engine = async {
-            let docker = connect_engine().await?;
-            let version = docker.version().await.context("engine version")?;
-            let info = docker.info().await.context("engine info")?;
-            anyhow::Ok((docker, version, info))
+        let cluster_settings = self.config.cluster.clone();
+        if let Some(kind) = cluster_settings.as_ref().and_then(|c| c.kind.as_ref()) {
+            let started = Instant::now();
+            let version = crate::backend::kube::cluster::check_kind(&kind.kind_bin);
+            self.record_setup(
+                "kind",
+                started,
+                &version
+                    .as_ref()
+                    .map(|v| json!(v))
+                    .map_err(|e| anyhow!("{e}")),
+            );
+            version?;
         }
-        .await;
-        self.record_setup(
-            "engine",
-            started,
-            &engine
-                .as_ref()
-                .map(|(_, v, _)| json!({"version": v.version, "api_version": v.api_version}))
-                .map_err(|e| anyhow!("{e:#}")),
-        );
-        let (docker, version, info) = engine?;
+        if let Some(settings) = cluster_settings.as_ref().filter(|c| c.kind.is_none()) {
+            // An existing cluster is reached before anything is built: an unreachable one
+            // fails in seconds.
+            let started = Instant::now();
+            let reached = async {
+                let (client, config, context) = crate::backend::kube::cluster::client_for(
+                    settings.kubeconfig.as_deref(),
+                    settings.context.as_deref(),
+                )
+                .await?;
+                let server = config.cluster_url.to_string();
+                crate::backend::kube::cluster::reach(&client, &context, &server)
+                    .await
+                    .map(
+                        |version| json!({"context": context, "server": server, "version": version}),
+                    )
+            }
+            .await;
+            self.record_setup(
+                "cluster",
+                started,
+                &reached
+                    .as_ref()
+                    .map(Clone::clone)
+                    .map_err(|e| anyhow!("{e}")),
+            );
+            reached?;
+        }
+        // Local and Kind need this host's engine (Kind's node runs there and the images are
+        // built there); a remote cluster runs the operator's images and needs none.
+        let engine = match &cluster_settings {
+            Some(c) if c.kind.is_none() => None,
+            _ => {
+                let started = Instant::now();
+                let engine = async {
+                    let docker = connect_engine().await?;
+                    let version = docker.version().await.context("engine version")?;
+                    let info = docker.info().await.context("engine info")?;
+                    anyhow::Ok((docker, version, info))
+                }
+                .await;
+                self.record_setup(
+                    "engine",
+                    started,
+                    &engine
+                        .as_ref()
+                        .map(
+                            |(_, v, _)| json!({"version": v.version, "api_version": v.api_version}),
+                        )
+                        .map_err(|e| anyhow!("{e:#}")),
+                );
+                Some(engine?)
+            }
+        };
 
         let started = Instant::now();
         let binary = crate::images::mock_agent_binary(&crate::paths::workspace_root()).await;
@@ -335,14 +413,19 @@ impl Run {
         let binary = binary?;
 
         let started = Instant::now();
-        let image_config = ImageConfig {
-            base_image: self.config.base_image.clone(),
-            worker_image: self.config.worker_image.clone(),
-            daemon_image: self.config.daemon_image.clone(),
-            images_dir: crate::paths::fixtures().join("images"),
-            mock_agent_binary: binary.clone(),
+        let images = match &engine {
+            Some((docker, _, _)) => {
+                let image_config = ImageConfig {
+                    base_image: self.config.base_image.clone(),
+                    worker_image: self.config.worker_image.clone(),
+                    daemon_image: self.config.daemon_image.clone(),
+                    images_dir: crate::paths::fixtures().join("images"),
+                    mock_agent_binary: binary.clone(),
+                };
+                crate::images::ensure_images(docker, &image_config, &self.progress).await
+            }
+            None => operator_images(&self.config),
         };
-        let images = crate::images::ensure_images(&docker, &image_config, &self.progress).await;
         self.record_setup(
             "images",
             started,
@@ -356,23 +439,45 @@ impl Run {
         let rendered = template::render(&self.template_text, &images.worker, &images.daemon);
         let parsed: PodTemplate = template::parse(&rendered.text)
             .map_err(|f| anyhow!("template: {}", join_findings(&f)))?;
-        let local = Arc::new(LocalBackend::new(
-            docker.clone(),
-            images.mock_agent.clone(),
-            vec!["/opt/kandev/agentctl".into(), "bridge".into()],
-            self.config.pod_pids_limit,
-        ));
-        let backend: Arc<dyn Backend> = local.clone();
         let agent_binary =
             Arc::new(std::fs::read(&binary).with_context(|| format!("read {}", binary.display()))?);
-        let launch = LaunchSettings {
-            backend: backend.clone(),
-            namespace: crate::backend::local::LOCAL_NAMESPACE.into(),
-            template: parsed,
+        let host_engine = engine.as_ref().map(|(d, _, _)| d.clone());
+        let mut environment = Environment {
+            engine_version: engine.as_ref().and_then(|(_, v, _)| v.version.clone()),
+            engine_api_version: engine.as_ref().and_then(|(_, v, _)| v.api_version.clone()),
+            kubernetes_version: None,
+            kernel: engine
+                .as_ref()
+                .and_then(|(_, _, i)| i.kernel_version.clone()),
+            operating_system: engine
+                .as_ref()
+                .and_then(|(_, _, i)| i.operating_system.clone()),
+            architecture: engine.as_ref().and_then(|(_, _, i)| i.architecture.clone()),
+            cgroup_version: engine.as_ref().and_then(|(_, _, i)| {
+                i.cgroup_version
+                    .as_ref()
+                    .map(|v| if format!("{v:?}").contains('2') { 2 } else { 1 })
+            }),
+            cgroup_driver: engine.as_ref().and_then(|(_, _, i)| {
+                i.cgroup_driver
+                    .as_ref()
+                    .map(|d| format!("{d:?}").to_lowercase())
+            }),
+            node_mtu: None,
+            images: images.records.clone(),
+            template: Some(TemplateRecord {
+                path: self.config.template.display().to_string(),
+                sha256: rendered.sha256.clone(),
+            }),
+        };
+        let launch = |backend: Arc<dyn Backend>, namespace: String| LaunchSettings {
+            backend,
+            namespace,
+            template: parsed.clone(),
             main_container: self.config.main_container.clone(),
             daemon_container: self.config.daemon_container.clone(),
             prepare_script: self.prepare_text.clone(),
-            agent_binary,
+            agent_binary: agent_binary.clone(),
             pod_ready_timeout: Duration::from_secs(60),
             prepare_timeout: Duration::from_secs(
                 u64::from(self.config.docker_ready_timeout_seconds) + 120,
@@ -384,46 +489,135 @@ impl Run {
             )]),
             existing_claim: self.config.workspace_claim.clone(),
         };
-        let environment = Environment {
-            engine_version: version.version.clone(),
-            engine_api_version: version.api_version.clone(),
-            kubernetes_version: None,
-            kernel: info.kernel_version.clone(),
-            operating_system: info.operating_system.clone(),
-            architecture: info.architecture.clone(),
-            cgroup_version: info
-                .cgroup_version
-                .as_ref()
-                .map(|v| if format!("{v:?}").contains('2') { 2 } else { 1 }),
-            cgroup_driver: info
-                .cgroup_driver
-                .as_ref()
-                .map(|d| format!("{d:?}").to_lowercase()),
-            node_mtu: std::fs::read_to_string("/sys/class/net/docker0/mtu")
+
+        let Some(settings) = cluster_settings else {
+            let Some((docker, _, _)) = engine else {
+                anyhow::bail!("the local backend needs this host's engine");
+            };
+            let local = Arc::new(LocalBackend::new(
+                docker,
+                images.mock_agent.clone(),
+                vec!["/opt/kandev/agentctl".into(), "bridge".into()],
+                self.config.pod_pids_limit,
+            ));
+            environment.node_mtu = std::fs::read_to_string("/sys/class/net/docker0/mtu")
                 .ok()
-                .and_then(|m| m.trim().parse().ok()),
-            images: images.records.clone(),
-            template: Some(TemplateRecord {
-                path: self.config.template.display().to_string(),
-                sha256: rendered.sha256.clone(),
-            }),
+                .and_then(|m| m.trim().parse().ok());
+            let node: Option<Arc<dyn NodeView>> = local.cgroups().cloned().map(|cgroups| {
+                Arc::new(HostNode {
+                    cgroups,
+                    proc_root: PathBuf::from("/proc"),
+                    scope: crate::backend::local::plan::CGROUP_ROOT.into(),
+                    description: "this host (the local engine runs the Pods)".into(),
+                }) as Arc<dyn NodeView>
+            });
+            let backend: Arc<dyn Backend> = local;
+            return Ok(RunEnv {
+                backend: backend.clone(),
+                host_engine,
+                images,
+                launch: launch(backend, crate::backend::local::LOCAL_NAMESPACE.into()),
+                rendered,
+                environment,
+                node,
+                cluster: None,
+            });
         };
-        let node: Option<Arc<dyn NodeView>> = local.cgroups().cloned().map(|cgroups| {
-            Arc::new(HostNode {
-                cgroups,
-                proc_root: PathBuf::from("/proc"),
-                scope: crate::backend::local::plan::CGROUP_ROOT.into(),
-                description: "this host (the local engine runs the Pods)".into(),
-            }) as Arc<dyn NodeView>
-        });
+
+        // A cluster: reach it (fast failure, nothing created), set up the namespace and the
+        // executor identity, load images into Kind, then the preflight.
+        let started = Instant::now();
+        let connected = Cluster::connect(
+            &settings.source(&self.id, &self.report_folder()),
+            settings.namespace.as_deref(),
+            self.config.workspace_mode,
+            &self.id,
+        )
+        .await;
+        self.record_setup(
+            "cluster_setup",
+            started,
+            &connected
+                .as_ref()
+                .map(|c| json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace}))
+                .map_err(|e| anyhow!("{e}")),
+        );
+        let mut cluster = connected?;
+        let prepared = async {
+            if let Some(kind) = &cluster.kind {
+                let started = Instant::now();
+                let refs = vec![images.worker.clone(), images.daemon.clone()];
+                let loaded = kind.load(&refs);
+                self.record_setup(
+                    "kind_load",
+                    started,
+                    &loaded
+                        .as_ref()
+                        .map(|()| json!(refs))
+                        .map_err(|e| anyhow!("{e}")),
+                );
+                loaded?;
+            }
+            let started = Instant::now();
+            let probe_identity = crate::identity::SessionIdentity::new(&self.id, "preflight", 0);
+            let mut probe = crate::compose::compose_pod(&crate::compose::ComposeInput {
+                template: &parsed,
+                identity: &probe_identity,
+                namespace: &cluster.namespace,
+                main_container: &self.config.main_container,
+                arch: crate::compose::Arch::of_this_machine(),
+                workspace: crate::compose::WorkspaceSource::EmptyDir,
+                create_nonce: &crate::identity::create_nonce(),
+            })?;
+            probe
+                .metadata
+                .labels
+                .get_or_insert_default()
+                .extend(probe_identity.harness_labels());
+            let checked = cluster.preflight(&probe, self.config.workspace_mode).await;
+            self.record_setup(
+                "preflight",
+                started,
+                &checked
+                    .as_ref()
+                    .map(Clone::clone)
+                    .map_err(|e| anyhow!("{e}")),
+            );
+            checked?;
+            anyhow::Ok(())
+        }
+        .await;
+        if let Err(e) = prepared {
+            cluster.teardown().await;
+            return Err(e);
+        }
+        let backend = crate::backend::kube::KubeBackend::new(
+            cluster.session.clone(),
+            &cluster.namespace,
+            if cluster.kind.is_some() {
+                "kind"
+            } else {
+                "kube"
+            },
+            &self.config.main_container,
+            settings.managed_pvc(),
+        )
+        .with_admin(cluster.admin.clone());
+        environment.kubernetes_version = Some(cluster.server_version.clone());
+        let node = cluster.node_view(host_engine.as_ref()).await;
+        let backend: Arc<dyn Backend> = Arc::new(backend);
+        let namespace = cluster.namespace.clone();
+        // A Kind node on this host: the host engine is not the one running the Pods, but it
+        // must not see the session's images either.
         Ok(RunEnv {
-            backend,
-            host_engine: Some(docker),
+            backend: backend.clone(),
+            host_engine,
             images,
-            launch,
+            launch: launch(backend, namespace),
             rendered,
             environment,
             node,
+            cluster: Some(Arc::new(cluster)),
         })
     }
 

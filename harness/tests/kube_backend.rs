@@ -438,3 +438,99 @@ async fn the_label_sweep_removes_only_what_carries_the_run_and_managed_labels() 
     assert!(state.get("persistentvolumeclaims", &ws.name).is_none());
     assert!(state.get("pods", "unmanaged").is_some());
 }
+
+fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Cluster {
+    kandev_harness::backend::kube::cluster::Cluster {
+        admin: client.clone(),
+        session: client,
+        namespace: NS.into(),
+        created_namespace: false,
+        context: "kind-test".into(),
+        server: "https://127.0.0.1:6443".into(),
+        server_version: "v1.33.4".into(),
+        kind: None,
+        run_id: "20261130t000000-abcdef".into(),
+        access: BTreeMap::new(),
+    }
+}
+
+fn grant_kandev_role(state: &std::sync::Mutex<fake_apiserver::State>) {
+    use kandev_harness::backend::kube::cluster::required_access;
+    use kandev_harness::template::WorkspaceMode;
+    state.lock().unwrap().allowed = required_access(WorkspaceMode::ManagedPvc)
+        .into_iter()
+        .map(|(verb, resource)| format!("{verb} {resource}"))
+        .collect();
+}
+
+#[tokio::test]
+async fn preflight_passes_with_kandevs_role_and_an_admitting_namespace() {
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    let mut cluster = cluster(client);
+    let id = identity();
+    let evidence = cluster
+        .preflight(
+            &composed(&id, "c"),
+            kandev_harness::template::WorkspaceMode::ManagedPvc,
+        )
+        .await
+        .unwrap();
+    assert_eq!(evidence["executor_access"]["create pods/exec"], json!(true));
+    assert_eq!(
+        evidence["executor_granted_more_than_kandev_needs"],
+        json!([])
+    );
+    // The dry run created nothing.
+    assert!(
+        state
+            .lock()
+            .unwrap()
+            .objects
+            .get("pods")
+            .is_none_or(|p| p.is_empty())
+    );
+}
+
+#[tokio::test]
+async fn preflight_names_each_missing_permission() {
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    state
+        .lock()
+        .unwrap()
+        .allowed
+        .retain(|a| a != "create pods/exec" && a != "delete persistentvolumeclaims");
+    let error = cluster(client)
+        .preflight(
+            &composed(&identity(), "c"),
+            kandev_harness::template::WorkspaceMode::ManagedPvc,
+        )
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("create pods/exec") && text.contains("delete persistentvolumeclaims"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn preflight_reports_a_namespace_that_refuses_the_privileged_companion() {
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    state.lock().unwrap().reject_privileged = true;
+    let error = cluster(client)
+        .preflight(
+            &composed(&identity(), "c"),
+            kandev_harness::template::WorkspaceMode::ManagedPvc,
+        )
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("violates PodSecurity"), "{text}");
+    assert!(
+        text.contains("pod-security.kubernetes.io/enforce=privileged"),
+        "the fix is named: {text}"
+    );
+}

@@ -96,6 +96,7 @@ fn report(scenarios: Vec<ScenarioReport>, leftovers: Vec<String>) -> Report {
         setup: Vec::new(),
         scenarios,
         leftovers,
+        teardown: Vec::new(),
     }
 }
 

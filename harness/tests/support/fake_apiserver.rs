@@ -27,6 +27,10 @@ pub struct State {
     /// Bump the object's resourceVersion right after answering the GET after this many more
     /// (a status update racing a delete).
     pub bump_after_gets: Option<usize>,
+    /// `verb resource[/subresource]` the caller may do (SelfSubjectAccessReview answers).
+    pub allowed: Vec<String>,
+    /// Pod Security admission refuses privileged Pods (dry runs included).
+    pub reject_privileged: bool,
     next_uid: u64,
     next_version: u64,
 }
@@ -112,6 +116,21 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
     if path == "/version" {
         return (200, fixture("version.json"));
     }
+    if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" && method == "POST" {
+        let attributes = &body["spec"]["resourceAttributes"];
+        let mut asked = format!(
+            "{} {}",
+            attributes["verb"].as_str().unwrap_or_default(),
+            attributes["resource"].as_str().unwrap_or_default()
+        );
+        if let Some(sub) = attributes["subresource"].as_str() {
+            asked.push('/');
+            asked.push_str(sub);
+        }
+        let mut review = body.clone();
+        review["status"] = json!({"allowed": state.allowed.contains(&asked)});
+        return (201, review);
+    }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     // api/v1/namespaces/{ns}/{resource}[/{name}]
     let (resource, name) = match parts.as_slice() {
@@ -128,6 +147,17 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
+            let privileged = object["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["securityContext"]["privileged"] == json!(true));
+            if resource == "pods" && privileged && state.reject_privileged {
+                return (403, status("status-403-pod-security.json", &name));
+            }
+            if query.contains("dryRun=All") {
+                return (201, object);
+            }
             if state.get(&resource, &name).is_some() {
                 return (409, status("status-409-exists.json", &name));
             }

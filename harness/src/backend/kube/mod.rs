@@ -7,6 +7,8 @@
 //! Role mirroring Kandev's executor permissions, see [`cluster`]), so every call a scenario
 //! makes is one Kandev's least privilege allows.
 
+pub mod cluster;
+
 use super::{
     Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
 };
@@ -53,7 +55,11 @@ impl Default for ManagedPvc {
 }
 
 pub struct KubeBackend {
+    /// The executor identity: every call a session makes.
     client: Client,
+    /// The operator's identity: evidence (logs, events) and label sweeps (`list`), which
+    /// Kandev's Role does not grant and a session never needs.
+    admin: Client,
     namespace: String,
     kind: &'static str,
     main_container: String,
@@ -98,6 +104,7 @@ impl KubeBackend {
         workspace: ManagedPvc,
     ) -> Self {
         Self {
+            admin: client.clone(),
             client,
             namespace: namespace.to_owned(),
             kind,
@@ -106,6 +113,12 @@ impl KubeBackend {
             delete_timeout: Duration::from_secs(120),
             delete_grace_seconds: 2,
         }
+    }
+
+    /// Evidence and sweeps go through `admin` (the sessions' client stays the executor).
+    pub fn with_admin(mut self, admin: Client) -> Self {
+        self.admin = admin;
+        self
     }
 
     pub fn client(&self) -> &Client {
@@ -118,6 +131,14 @@ impl KubeBackend {
 
     fn pvcs(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn admin_pods(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), &self.namespace)
+    }
+
+    fn admin_pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.admin.clone(), &self.namespace)
     }
 
     fn post_params() -> PostParams {
@@ -808,7 +829,7 @@ impl Backend for KubeBackend {
     }
 
     async fn logs(&self, pod: &PodRef, container: &str) -> Result<String> {
-        self.pods()
+        self.admin_pods()
             .logs(
                 &pod.name,
                 &LogParams {
@@ -823,7 +844,7 @@ impl Backend for KubeBackend {
 
     async fn diagnostics(&self, pod: &PodRef) -> Vec<(String, String)> {
         let mut files = Vec::new();
-        if let Ok(Some(mut found)) = self.pods().get_opt(&pod.name).await {
+        if let Ok(Some(mut found)) = self.admin_pods().get_opt(&pod.name).await {
             found.metadata.managed_fields = None;
             let mut names: Vec<String> = Vec::new();
             if let Some(spec) = &found.spec {
@@ -842,7 +863,7 @@ impl Backend for KubeBackend {
                     limit_bytes: Some(1 << 20),
                     ..Default::default()
                 };
-                if let Ok(text) = self.pods().logs(&pod.name, &previous).await {
+                if let Ok(text) = self.admin_pods().logs(&pod.name, &previous).await {
                     files.push((format!("{name}.previous.log"), text));
                 }
             }
@@ -851,7 +872,7 @@ impl Backend for KubeBackend {
                 serde_yaml::to_string(&found).unwrap_or_default(),
             ));
         }
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let events: Api<Event> = Api::namespaced(self.admin.clone(), &self.namespace);
         let selector = ListParams::default().fields(&format!("involvedObject.uid={}", pod.uid));
         match events.list(&selector).await {
             Ok(list) => {
@@ -918,7 +939,7 @@ impl Backend for KubeBackend {
     async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>> {
         let params = ListParams::default().labels(&label_selector(selector));
         let mut objects: Vec<String> = self
-            .pods()
+            .admin_pods()
             .list(&params)
             .await
             .map_err(|e| other("list pods", e))?
@@ -927,7 +948,7 @@ impl Backend for KubeBackend {
             .map(|p| format!("pod/{}", p.name_any()))
             .collect();
         objects.extend(
-            self.pvcs()
+            self.admin_pvcs()
                 .list(&params)
                 .await
                 .map_err(|e| other("list persistentvolumeclaims", e))?
@@ -947,26 +968,27 @@ impl Backend for KubeBackend {
         let params = ListParams::default().labels(&label_selector(selector));
         let mut removed = Vec::new();
         let pods = self
-            .pods()
+            .admin_pods()
             .list(&params)
             .await
             .map_err(|e| other("list pods", e))?;
         for pod in pods.items {
             let (name, uid) = (pod.name_any(), pod.uid().unwrap_or_default());
             if !dry_run {
-                self.delete_exact(&self.pods(), "pod", &name, &uid).await?;
+                self.delete_exact(&self.admin_pods(), "pod", &name, &uid)
+                    .await?;
             }
             removed.push(format!("pod/{name}"));
         }
         let claims = self
-            .pvcs()
+            .admin_pvcs()
             .list(&params)
             .await
             .map_err(|e| other("list persistentvolumeclaims", e))?;
         for claim in claims.items {
             let (name, uid) = (claim.name_any(), claim.uid().unwrap_or_default());
             if !dry_run {
-                self.delete_exact(&self.pvcs(), "workspace claim", &name, &uid)
+                self.delete_exact(&self.admin_pvcs(), "workspace claim", &name, &uid)
                     .await?;
             }
             removed.push(format!("persistentvolumeclaim/{name}"));

@@ -1,0 +1,952 @@
+//! Where the `kube` backend's cluster comes from and what the run sets up in it.
+//!
+//! - `--backend kind`: a Kind cluster from `kind/cluster.yaml` (single node, node image pinned
+//!   by digest), the locally built images loaded with `kind load docker-image`, deleted at the
+//!   end unless kept. Its node is a container on this host's engine, so the node view reads
+//!   the node's processes and cgroups from this host.
+//! - `--backend kube`: a kubeconfig and a context the operator names (never the ambient
+//!   current context), in a namespace the operator names or one the run creates and removes.
+//!
+//! In both, the run applies a namespaced Role mirroring Kandev's executor permissions
+//! (kandev-contract.md §7), binds it to a service account, and every session call goes
+//! through a client holding that account's token: the suite proves the recipe works with
+//! Kandev's least privilege. The operator's own identity only sets up, reads evidence (logs,
+//! events: not in Kandev's Role) and cleans up.
+
+use crate::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::node::{CgroupFs, HostNode, NodeView};
+use crate::report::{CleanupOutcome, CleanupRecord};
+use crate::template::WorkspaceMode;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The service account, Role and RoleBinding the sessions run as.
+pub const EXECUTOR: &str = "kandev-acceptance-executor";
+/// How long the first answer of the API server may take before the run gives up.
+pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the cluster cannot be used; each names the cause and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: install kind (https://kind.sigs.k8s.io, v0.32.0 is what Kandev's e2e pins) or pass --kind-bin PATH"
+    )]
+    KindMissing { bin: String },
+    #[error(
+        "kind {step} failed: {output}\n  fix: check that this host's Docker engine can run Kind nodes (`kind create cluster` by hand shows the same)"
+    )]
+    Kind { step: String, output: String },
+    #[error(
+        "read the kubeconfig {path}: {source}\n  fix: pass --kubeconfig FILE (or set KUBECONFIG)"
+    )]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: anyhow::Error,
+    },
+    #[error(
+        "--backend kube needs an explicit --context (the ambient current context is never used); contexts in the kubeconfig: {available:?}"
+    )]
+    NoContext { available: Vec<String> },
+    #[error(
+        "the kubeconfig has no context {context:?}; it has {available:?}\n  fix: pass one of those to --context"
+    )]
+    ContextMissing {
+        context: String,
+        available: Vec<String>,
+    },
+    #[error(
+        "the API server of context {context} ({server}) does not answer: {reason}\n  fix: check that the cluster is up and reachable from here (VPN, firewall, `kubectl --context {context} version`); nothing was created"
+    )]
+    Unreachable {
+        context: String,
+        server: String,
+        reason: String,
+    },
+    #[error(
+        "namespace {namespace} does not exist\n  fix: create it (Kandev never creates namespaces), or omit --namespace so the run creates and removes its own"
+    )]
+    NamespaceMissing { namespace: String },
+    #[error(
+        "the executor identity lacks permissions Kandev needs in namespace {namespace}: {missing:?}\n  fix: the run's Role grants them; an admission policy or RBAC webhook is denying them"
+    )]
+    Forbidden {
+        namespace: String,
+        missing: Vec<String>,
+    },
+    #[error(
+        "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
+    )]
+    PrivilegedRejected { namespace: String, message: String },
+    #[error("{what}: {source}")]
+    Setup {
+        what: String,
+        #[source]
+        source: anyhow::Error,
+    },
+}
+
+fn setup(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError {
+    let what = what.into();
+    move |e| ClusterError::Setup {
+        what,
+        source: e.into(),
+    }
+}
+
+/// The `kind`/`kube` settings of a run (from the command line; recorded in the report).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClusterSettings {
+    /// Set for `--backend kind`.
+    pub kind: Option<KindSettings>,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    /// None: the run creates `kandev-acceptance-<run id>` and removes it.
+    pub namespace: Option<String>,
+    pub workspace_size: String,
+    pub workspace_access_modes: Vec<String>,
+    pub storage_class: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KindSettings {
+    pub kind_bin: PathBuf,
+    /// None: `kandev-acc-<run id>`, created and deleted by the run.
+    pub cluster: Option<String>,
+    pub config: PathBuf,
+    pub node_image: Option<String>,
+    pub keep_cluster: bool,
+}
+
+/// The Kind cluster name a run creates.
+pub fn run_kind_cluster(run_id: &str) -> String {
+    format!("kandev-acc-{run_id}")
+}
+
+impl ClusterSettings {
+    pub fn source(&self, run_id: &str, report_folder: &Path) -> Source {
+        match &self.kind {
+            Some(kind) => Source::Kind(KindOptions {
+                kind_bin: kind.kind_bin.clone(),
+                name: kind
+                    .cluster
+                    .clone()
+                    .unwrap_or_else(|| run_kind_cluster(run_id)),
+                config: kind.config.clone(),
+                node_image: kind.node_image.clone(),
+                keep: kind.keep_cluster,
+                kubeconfig: report_folder.join("kind.kubeconfig"),
+            }),
+            None => Source::Kubeconfig {
+                path: self.kubeconfig.clone(),
+                context: self.context.clone(),
+            },
+        }
+    }
+
+    pub fn managed_pvc(&self) -> super::ManagedPvc {
+        super::ManagedPvc {
+            size: self.workspace_size.clone(),
+            access_modes: self.workspace_access_modes.clone(),
+            storage_class: self.storage_class.clone(),
+        }
+    }
+}
+
+/// Where the cluster comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Kind(KindOptions),
+    Kubeconfig {
+        path: Option<PathBuf>,
+        context: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct KindOptions {
+    pub kind_bin: PathBuf,
+    pub name: String,
+    pub config: PathBuf,
+    /// Overrides the config's pinned node image.
+    pub node_image: Option<String>,
+    /// Leave the cluster when the run ends (a cluster that existed before is always left).
+    pub keep: bool,
+    /// Where the cluster's kubeconfig is written.
+    pub kubeconfig: PathBuf,
+}
+
+/// A Kind cluster the run uses.
+#[derive(Debug, Clone)]
+pub struct KindCluster {
+    pub options: KindOptions,
+    /// False when the cluster existed before the run (then it is never deleted).
+    pub created: bool,
+}
+
+impl KindCluster {
+    pub fn node_container(&self) -> String {
+        format!("{}-control-plane", self.options.name)
+    }
+
+    fn kind(&self, args: &[&str]) -> Result<String, ClusterError> {
+        run_kind(&self.options.kind_bin, args)
+    }
+
+    /// Creates the cluster unless one of that name exists.
+    pub fn up(options: KindOptions) -> Result<Self, ClusterError> {
+        let existing = run_kind(&options.kind_bin, &["get", "clusters"])?;
+        let created = !existing.lines().any(|l| l.trim() == options.name);
+        let cluster = Self { options, created };
+        let o = &cluster.options;
+        if created {
+            let config = o.config.display().to_string();
+            let mut args = vec![
+                "create", "cluster", "--name", &o.name, "--config", &config, "--wait", "180s",
+            ];
+            if let Some(image) = &o.node_image {
+                args.extend(["--image", image]);
+            }
+            cluster.kind(&args)?;
+        }
+        let kubeconfig = cluster.kind(&["get", "kubeconfig", "--name", &o.name])?;
+        std::fs::write(&o.kubeconfig, kubeconfig).map_err(|e| ClusterError::Setup {
+            what: format!("write {}", o.kubeconfig.display()),
+            source: e.into(),
+        })?;
+        Ok(cluster)
+    }
+
+    /// `kind load docker-image`: the images exist only in this host's engine.
+    pub fn load(&self, images: &[String]) -> Result<(), ClusterError> {
+        let mut args = vec!["load", "docker-image", "--name", &self.options.name];
+        args.extend(images.iter().map(String::as_str));
+        self.kind(&args).map(|_| ())
+    }
+
+    pub fn delete(&self) -> Result<(), ClusterError> {
+        self.kind(&["delete", "cluster", "--name", &self.options.name])
+            .map(|_| ())
+    }
+}
+
+/// `kind version`: checked before anything is built or created.
+pub fn check_kind(bin: &Path) -> Result<String, ClusterError> {
+    run_kind(bin, &["version"]).map(|v| v.trim().to_owned())
+}
+
+fn run_kind(bin: &Path, args: &[&str]) -> Result<String, ClusterError> {
+    let output = std::process::Command::new(bin)
+        .args(args)
+        .output()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ClusterError::KindMissing {
+                    bin: bin.display().to_string(),
+                }
+            } else {
+                ClusterError::Kind {
+                    step: args.join(" "),
+                    output: e.to_string(),
+                }
+            }
+        })?;
+    if !output.status.success() {
+        return Err(ClusterError::Kind {
+            step: args.join(" "),
+            output: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The kubeconfig client of an explicitly named context, with short connect timeouts so an
+/// unreachable cluster fails fast.
+pub async fn client_for(
+    path: Option<&Path>,
+    context: Option<&str>,
+) -> Result<(Client, Config, String), ClusterError> {
+    let shown = path
+        .map(|p| p.display().to_string())
+        .or_else(|| std::env::var("KUBECONFIG").ok())
+        .unwrap_or_else(|| "~/.kube/config".into());
+    let kubeconfig = match path {
+        Some(p) => Kubeconfig::read_from(p),
+        None => Kubeconfig::read(),
+    }
+    .map_err(|e| ClusterError::Kubeconfig {
+        path: shown.clone(),
+        source: e.into(),
+    })?;
+    let available: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    let Some(context) = context else {
+        return Err(ClusterError::NoContext { available });
+    };
+    if !available.iter().any(|c| c == context) {
+        return Err(ClusterError::ContextMissing {
+            context: context.into(),
+            available,
+        });
+    }
+    let options = KubeConfigOptions {
+        context: Some(context.into()),
+        ..Default::default()
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| ClusterError::Kubeconfig {
+            path: shown,
+            source: e.into(),
+        })?;
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(60));
+    let client = Client::try_from(config.clone()).map_err(|e| ClusterError::Setup {
+        what: format!("a client for context {context}"),
+        source: e.into(),
+    })?;
+    Ok((client, config, context.to_owned()))
+}
+
+/// The API server's version, or [`ClusterError::Unreachable`] within [`REACH_TIMEOUT`].
+pub async fn reach(client: &Client, context: &str, server: &str) -> Result<String, ClusterError> {
+    let unreachable = |reason: String| ClusterError::Unreachable {
+        context: context.into(),
+        server: server.into(),
+        reason,
+    };
+    match tokio::time::timeout(REACH_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(info)) => Ok(info.git_version),
+        Ok(Err(e)) => Err(unreachable(crate::error_chain(&e))),
+        Err(_) => Err(unreachable(format!("no answer within {REACH_TIMEOUT:?}"))),
+    }
+}
+
+/// The run's cluster: the operator's client (setup, evidence, cleanup), the executor's client
+/// (sessions), and what the run created there.
+pub struct Cluster {
+    pub admin: Client,
+    pub session: Client,
+    pub namespace: String,
+    pub created_namespace: bool,
+    pub context: String,
+    pub server: String,
+    pub server_version: String,
+    pub kind: Option<KindCluster>,
+    pub run_id: String,
+    /// Permission checks of the executor identity (`verb resource`: allowed).
+    pub access: BTreeMap<String, bool>,
+}
+
+/// Labels of everything the run creates in the cluster (for `gc`).
+pub fn run_labels(run_id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED.to_owned(), "true".to_owned()),
+        (LABEL_RUN.to_owned(), run_id.to_owned()),
+    ])
+}
+
+/// The namespace a run creates when the operator names none.
+pub fn run_namespace(run_id: &str) -> String {
+    let name = format!("kandev-acceptance-{run_id}");
+    name.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_owned()
+}
+
+/// The Role mirroring Kandev's executor permissions (kandev-contract.md §7): pods get,
+/// create, delete, watch; exec and port-forward; claims as the workspace mode needs them.
+/// Deliberately not: list, patch, logs, events, secrets, configmaps, namespaces.
+pub fn executor_role(
+    namespace: &str,
+    mode: WorkspaceMode,
+    labels: &BTreeMap<String, String>,
+) -> Role {
+    let rule = |resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..Default::default()
+    };
+    let mut rules = vec![
+        rule(&["pods"], &["get", "create", "delete", "watch"]),
+        rule(&["pods/exec", "pods/portforward"], &["get", "create"]),
+    ];
+    match mode {
+        WorkspaceMode::ManagedPvc => rules.push(rule(
+            &["persistentvolumeclaims"],
+            &["get", "create", "delete"],
+        )),
+        WorkspaceMode::ExistingClaim => rules.push(rule(&["persistentvolumeclaims"], &["get"])),
+        WorkspaceMode::EmptyDir => {}
+    }
+    Role {
+        metadata: ObjectMeta {
+            name: Some(EXECUTOR.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        },
+        rules: Some(rules),
+    }
+}
+
+/// What the executor identity must be allowed (`verb resource[/subresource]`).
+pub fn required_access(mode: WorkspaceMode) -> Vec<(&'static str, &'static str)> {
+    let mut needed = vec![
+        ("get", "pods"),
+        ("create", "pods"),
+        ("delete", "pods"),
+        ("watch", "pods"),
+        ("create", "pods/exec"),
+        ("get", "pods/exec"),
+        ("create", "pods/portforward"),
+        ("get", "pods/portforward"),
+    ];
+    match mode {
+        WorkspaceMode::ManagedPvc => needed.extend([
+            ("get", "persistentvolumeclaims"),
+            ("create", "persistentvolumeclaims"),
+            ("delete", "persistentvolumeclaims"),
+        ]),
+        WorkspaceMode::ExistingClaim => needed.push(("get", "persistentvolumeclaims")),
+        WorkspaceMode::EmptyDir => {}
+    }
+    needed
+}
+
+/// What Kandev's executor must NOT need (recorded: a broader grant is a finding, not an error).
+pub const NOT_NEEDED: [(&str, &str); 6] = [
+    ("list", "pods"),
+    ("patch", "pods"),
+    ("get", "pods/log"),
+    ("list", "events"),
+    ("get", "secrets"),
+    ("list", "namespaces"),
+];
+
+async fn can_i(
+    client: &Client,
+    namespace: &str,
+    verb: &str,
+    resource: &str,
+) -> Result<bool, ClusterError> {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_owned())),
+        None => (resource, None),
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(namespace.into()),
+                verb: Some(verb.into()),
+                resource: Some(resource.into()),
+                subresource,
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .map_err(setup(format!("SelfSubjectAccessReview {verb} {resource}")))?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+impl Cluster {
+    /// Connects (failing fast when the API server does not answer), then prepares the
+    /// namespace, the executor Role, its service account and binding, and the executor's
+    /// client. Nothing is created before the API server has answered.
+    pub async fn connect(
+        source: &Source,
+        namespace: Option<&str>,
+        mode: WorkspaceMode,
+        run_id: &str,
+    ) -> Result<Self, ClusterError> {
+        let (kind, path, context) = match source {
+            Source::Kind(options) => {
+                let cluster = KindCluster::up(options.clone())?;
+                let context = format!("kind-{}", options.name);
+                (
+                    Some(cluster),
+                    Some(options.kubeconfig.clone()),
+                    Some(context),
+                )
+            }
+            Source::Kubeconfig { path, context } => (None, path.clone(), context.clone()),
+        };
+        let (admin, config, context) = client_for(path.as_deref(), context.as_deref()).await?;
+        let server = config.cluster_url.to_string();
+        let server_version = reach(&admin, &context, &server).await?;
+        let labels = run_labels(run_id);
+
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        let (namespace, created_namespace) = match namespace {
+            Some(name) => {
+                let found = namespaces
+                    .get_opt(name)
+                    .await
+                    .map_err(setup(format!("get namespace {name}")))?;
+                if found.is_none() {
+                    return Err(ClusterError::NamespaceMissing {
+                        namespace: name.into(),
+                    });
+                }
+                (name.to_owned(), false)
+            }
+            None => {
+                let name = run_namespace(run_id);
+                let mut ns_labels = labels.clone();
+                // The companion is privileged by design: the run's own namespace admits it.
+                ns_labels.insert(
+                    "pod-security.kubernetes.io/enforce".into(),
+                    "privileged".into(),
+                );
+                let ns = Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        labels: Some(ns_labels),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                namespaces
+                    .create(&PostParams::default(), &ns)
+                    .await
+                    .map_err(setup(format!("create namespace {name}")))?;
+                (name, true)
+            }
+        };
+        let mut cluster = Self {
+            admin: admin.clone(),
+            session: admin.clone(),
+            namespace: namespace.clone(),
+            created_namespace,
+            context,
+            server,
+            server_version,
+            kind,
+            run_id: run_id.to_owned(),
+            access: BTreeMap::new(),
+        };
+        // From here on the run owns objects: a failure tears them down before returning.
+        match cluster.set_up_executor(&config, mode, &labels).await {
+            Ok(session) => {
+                cluster.session = session;
+                Ok(cluster)
+            }
+            Err(e) => {
+                cluster.teardown().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn set_up_executor(
+        &mut self,
+        config: &Config,
+        mode: WorkspaceMode,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Client, ClusterError> {
+        let ns = self.namespace.clone();
+        let meta = || ObjectMeta {
+            name: Some(EXECUTOR.into()),
+            namespace: Some(ns.clone()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        };
+        let pp = PostParams::default();
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), &ns);
+        accounts
+            .create(
+                &pp,
+                &ServiceAccount {
+                    metadata: meta(),
+                    automount_service_account_token: Some(false),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(setup(format!("create service account {EXECUTOR}")))?;
+        Api::<Role>::namespaced(self.admin.clone(), &ns)
+            .create(&pp, &executor_role(&ns, mode, labels))
+            .await
+            .map_err(setup(format!("create role {EXECUTOR}")))?;
+        Api::<RoleBinding>::namespaced(self.admin.clone(), &ns)
+            .create(
+                &pp,
+                &RoleBinding {
+                    metadata: meta(),
+                    role_ref: RoleRef {
+                        api_group: "rbac.authorization.k8s.io".into(),
+                        kind: "Role".into(),
+                        name: EXECUTOR.into(),
+                    },
+                    subjects: Some(vec![Subject {
+                        kind: "ServiceAccount".into(),
+                        name: EXECUTOR.into(),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    }]),
+                },
+            )
+            .await
+            .map_err(setup(format!("create role binding {EXECUTOR}")))?;
+        let token = accounts
+            .create_token_request(
+                EXECUTOR,
+                &pp,
+                &TokenRequest {
+                    spec: TokenRequestSpec {
+                        audiences: Vec::new(),
+                        expiration_seconds: Some(4 * 3600),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(setup(format!("request a token for {EXECUTOR}")))?
+            .status
+            .map(|s| s.token)
+            .unwrap_or_default();
+        // The executor's client: same server and CA, the service account's token only.
+        let mut session_config = config.clone();
+        session_config.auth_info =
+            serde_json::from_value(json!({ "token": token })).map_err(|e| ClusterError::Setup {
+                what: "the executor's credentials".into(),
+                source: e.into(),
+            })?;
+        Client::try_from(session_config).map_err(|e| ClusterError::Setup {
+            what: "the executor's client".into(),
+            source: e.into(),
+        })
+    }
+
+    /// Before any session: the executor may do what Kandev needs (SelfSubjectAccessReview as
+    /// the executor), and the API server admits the privileged companion (server-side dry run
+    /// of a composed Pod, as the executor). Returns the evidence.
+    pub async fn preflight(
+        &mut self,
+        pod: &Pod,
+        mode: WorkspaceMode,
+    ) -> Result<Value, ClusterError> {
+        let mut missing = Vec::new();
+        for (verb, resource) in required_access(mode) {
+            let allowed = can_i(&self.session, &self.namespace, verb, resource).await?;
+            self.access.insert(format!("{verb} {resource}"), allowed);
+            if !allowed {
+                missing.push(format!("{verb} {resource}"));
+            }
+        }
+        if !missing.is_empty() {
+            return Err(ClusterError::Forbidden {
+                namespace: self.namespace.clone(),
+                missing,
+            });
+        }
+        let mut broader = Vec::new();
+        for (verb, resource) in NOT_NEEDED {
+            if can_i(&self.session, &self.namespace, verb, resource).await? {
+                broader.push(format!("{verb} {resource}"));
+            }
+        }
+        let dry_run = PostParams {
+            dry_run: true,
+            field_manager: Some(super::FIELD_MANAGER.into()),
+        };
+        Api::<Pod>::namespaced(self.session.clone(), &self.namespace)
+            .create(&dry_run, pod)
+            .await
+            .map_err(|e| ClusterError::PrivilegedRejected {
+                namespace: self.namespace.clone(),
+                message: crate::error_chain(&e),
+            })?;
+        Ok(json!({
+            "context": self.context,
+            "server": self.server,
+            "server_version": self.server_version,
+            "namespace": self.namespace,
+            "namespace_created_by_run": self.created_namespace,
+            "executor": format!("system:serviceaccount:{}:{EXECUTOR}", self.namespace),
+            "executor_access": self.access,
+            "executor_granted_more_than_kandev_needs": broader,
+            "privileged_companion_admitted": "server-side dry run passed",
+        }))
+    }
+
+    /// The node view: a Kind node is a container on this host's engine, whose cgroups and
+    /// processes this host sees. Other clusters have none here.
+    pub async fn node_view(&self, docker: Option<&bollard::Docker>) -> Option<Arc<dyn NodeView>> {
+        let kind = self.kind.as_ref()?;
+        let docker = docker?;
+        let node = kind.node_container();
+        let pid = docker
+            .inspect_container(
+                &node,
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+            .ok()?
+            .state?
+            .pid?;
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let scope = node_cgroup_scope(&cgroup)?;
+        Some(Arc::new(HostNode {
+            cgroups: CgroupFs::host().ok()?,
+            proc_root: PathBuf::from("/proc"),
+            scope,
+            description: format!("Kind node {node} (read from this host)"),
+        }))
+    }
+
+    /// Removes what the run created, newest first: the namespace it created (which takes
+    /// everything inside), otherwise its Role, binding and service account; then the Kind
+    /// cluster it created unless kept.
+    pub async fn teardown(&self) -> Vec<CleanupRecord> {
+        let mut records = Vec::new();
+        let mut record = |object: String, started: Instant, result: Result<(), String>| {
+            records.push(CleanupRecord {
+                object,
+                outcome: if result.is_ok() {
+                    CleanupOutcome::Removed
+                } else {
+                    CleanupOutcome::Failed
+                },
+                duration_ms: started.elapsed().as_millis() as u64,
+                error: result.err(),
+            })
+        };
+        let dp = DeleteParams::default();
+        let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
+        if self.created_namespace {
+            let started = Instant::now();
+            let result = Api::<Namespace>::all(self.admin.clone())
+                .delete(&self.namespace, &dp)
+                .await
+                .map(|_| ())
+                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
+            record(format!("namespace/{}", self.namespace), started, result);
+        } else {
+            let ns = &self.namespace;
+            let started = Instant::now();
+            let result = Api::<RoleBinding>::namespaced(self.admin.clone(), ns)
+                .delete(EXECUTOR, &dp)
+                .await
+                .map(|_| ())
+                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
+            record(format!("rolebinding/{EXECUTOR}"), started, result);
+            let started = Instant::now();
+            let result = Api::<Role>::namespaced(self.admin.clone(), ns)
+                .delete(EXECUTOR, &dp)
+                .await
+                .map(|_| ())
+                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
+            record(format!("role/{EXECUTOR}"), started, result);
+            let started = Instant::now();
+            let result = Api::<ServiceAccount>::namespaced(self.admin.clone(), ns)
+                .delete(EXECUTOR, &dp)
+                .await
+                .map(|_| ())
+                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
+            record(format!("serviceaccount/{EXECUTOR}"), started, result);
+        }
+        if let Some(kind) = &self.kind
+            && kind.created
+            && !kind.options.keep
+        {
+            let started = Instant::now();
+            let result = kind.delete().map_err(|e| e.to_string());
+            record(
+                format!("kind-cluster/{}", kind.options.name),
+                started,
+                result,
+            );
+        }
+        records
+    }
+}
+
+/// The node container's cgroup as this host sees it, from its init's `/proc/<pid>/cgroup`
+/// (v2: the unified line; v1: the memory hierarchy's).
+pub fn node_cgroup_scope(proc_cgroup: &str) -> Option<String> {
+    proc_cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .or_else(|| {
+            proc_cgroup.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                controllers
+                    .split(',')
+                    .any(|c| c == "memory")
+                    .then_some(path)
+            })
+        })
+        .map(str::to_owned)
+}
+
+/// `gc` in a cluster: namespaces the harness created (by label, optionally of one run) are
+/// deleted whole; in a namespace the operator named, the run's Pods, claims and executor
+/// objects are removed. Returns what was (or would be) removed.
+pub async fn gc(
+    admin: &Client,
+    namespace: Option<&str>,
+    run: Option<&str>,
+    dry_run: bool,
+) -> Result<Vec<String>, ClusterError> {
+    let mut selector = format!("{LABEL_MANAGED}=true");
+    if let Some(run) = run {
+        selector.push_str(&format!(",{LABEL_RUN}={run}"));
+    }
+    let params = ListParams::default().labels(&selector);
+    let mut removed = Vec::new();
+    let dp = DeleteParams::default();
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for ns in namespaces
+        .list(&params)
+        .await
+        .map_err(setup("list namespaces"))?
+        .items
+    {
+        let name = ns.metadata.name.unwrap_or_default();
+        if !dry_run {
+            namespaces
+                .delete(&name, &dp)
+                .await
+                .map_err(setup(format!("delete namespace {name}")))?;
+        }
+        removed.push(format!("namespace/{name}"));
+    }
+    if let Some(ns) = namespace {
+        let run_selector: Vec<(&str, &str)> = run.map(|r| vec![(LABEL_RUN, r)]).unwrap_or_default();
+        let backend = super::KubeBackend::new(admin.clone(), ns, "kube", "", Default::default());
+        removed.extend(
+            crate::backend::Backend::remove_labelled(&backend, &run_selector, dry_run)
+                .await
+                .map_err(|e| ClusterError::Setup {
+                    what: format!("remove labelled objects in {ns}"),
+                    source: e.into(),
+                })?,
+        );
+        macro_rules! sweep {
+            ($kind:ty, $label:expr) => {{
+                let api: Api<$kind> = Api::namespaced(admin.clone(), ns);
+                for item in api
+                    .list(&params)
+                    .await
+                    .map_err(setup(format!("list {}", $label)))?
+                    .items
+                {
+                    let name = item.metadata.name.clone().unwrap_or_default();
+                    if !dry_run {
+                        api.delete(&name, &dp)
+                            .await
+                            .map_err(setup(format!("delete {} {name}", $label)))?;
+                    }
+                    removed.push(format!("{}/{name}", $label));
+                }
+            }};
+        }
+        sweep!(RoleBinding, "rolebinding");
+        sweep!(Role, "role");
+        sweep!(ServiceAccount, "serviceaccount");
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_role_mirrors_kandevs_executor_permissions_per_workspace_mode() {
+        let labels = run_labels("r");
+        let rules = |mode| {
+            executor_role("ns", mode, &labels)
+                .rules
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|r| {
+                    let verbs = r.verbs.clone();
+                    r.resources
+                        .unwrap_or_default()
+                        .into_iter()
+                        .flat_map(move |res| {
+                            verbs
+                                .iter()
+                                .map(move |v| format!("{v} {res}"))
+                                .collect::<Vec<_>>()
+                        })
+                })
+                .collect::<std::collections::BTreeSet<String>>()
+        };
+        let managed = rules(WorkspaceMode::ManagedPvc);
+        for needed in required_access(WorkspaceMode::ManagedPvc) {
+            assert!(
+                managed.contains(&format!("{} {}", needed.0, needed.1)),
+                "{needed:?}"
+            );
+        }
+        for not in NOT_NEEDED {
+            assert!(
+                !managed.contains(&format!("{} {}", not.0, not.1)),
+                "{not:?}"
+            );
+        }
+        assert!(
+            !rules(WorkspaceMode::EmptyDir)
+                .iter()
+                .any(|r| r.contains("persistentvolumeclaims"))
+        );
+        let existing = rules(WorkspaceMode::ExistingClaim);
+        assert!(existing.contains("get persistentvolumeclaims"));
+        assert!(
+            !existing.contains("delete persistentvolumeclaims"),
+            "existing claims are never deleted"
+        );
+    }
+
+    #[test]
+    fn the_node_scope_comes_from_the_node_containers_cgroup() {
+        assert_eq!(
+            node_cgroup_scope("0::/system.slice/docker-abc.scope\n").as_deref(),
+            Some("/system.slice/docker-abc.scope")
+        );
+        assert_eq!(
+            node_cgroup_scope(
+                "12:pids:/docker/abc\n4:memory:/docker/abc\n1:name=systemd:/docker/abc\n"
+            )
+            .as_deref(),
+            Some("/docker/abc")
+        );
+        assert_eq!(node_cgroup_scope(""), None);
+    }
+
+    #[test]
+    fn a_run_namespace_is_a_dns_label() {
+        let ns = run_namespace("20261130t003536-abc123");
+        assert!(
+            ns.len() <= 63
+                && ns
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+        assert!(!ns.ends_with('-'));
+    }
+}

@@ -1,0 +1,164 @@
+//! The `kind` and `kube` backends from the command line where no cluster can run (these
+//! machines): bad input and an unreachable cluster fail fast, name the cause and the fix,
+//! and create nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use kandev_harness::report::Report;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: dead\n  cluster: {server: 'https://127.0.0.1:9'}\ncontexts:\n- name: dead\n  context: {cluster: dead, user: dead}\ncurrent-context: dead\nusers:\n- name: dead\n  user: {token: not-a-token}\n",
+    )
+    .unwrap();
+    path
+}
+
+fn acceptance(args: &[&str]) -> (Option<i32>, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn an_unreachable_cluster_fails_fast_with_the_cause_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path());
+    let reports = dir.path().join("reports");
+    let (code, text, took) = acceptance(&[
+        "run",
+        "--backend",
+        "kube",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+        "--context",
+        "dead",
+        "--worker-image",
+        "registry.example/worker:1",
+        "--daemon-image",
+        "registry.example/dind:1",
+        "--report",
+        reports.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+    assert!(
+        text.contains("the API server of context dead (https://127.0.0.1:9/) does not answer"),
+        "{text}"
+    );
+    assert!(text.contains("nothing was created"), "{text}");
+    assert!(
+        !text.contains("ERROR kube_client"),
+        "one message, not the client's log: {text}"
+    );
+    // The report says so: the cluster step errored, no scenario ran.
+    let run = std::fs::read_dir(&reports)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let report: Report =
+        serde_json::from_slice(&std::fs::read(run.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.backend, "kube");
+    assert!(report.scenarios.is_empty());
+    let step = report.setup.iter().find(|s| s.name == "cluster").unwrap();
+    assert!(
+        step.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("does not answer")
+    );
+    assert!(
+        report.teardown.is_empty(),
+        "nothing to tear down: nothing was created"
+    );
+}
+
+#[test]
+fn the_current_context_is_never_used_implicitly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path());
+    let (code, text, _) = acceptance(&[
+        "run",
+        "--backend",
+        "kube",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("needs --context"), "{text}");
+    let (code, text, _) = acceptance(&[
+        "gc",
+        "--backend",
+        "kube",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("needs an explicit --context"), "{text}");
+    assert!(
+        text.contains("[\"dead\"]"),
+        "the contexts there are listed: {text}"
+    );
+}
+
+#[test]
+fn a_remote_cluster_needs_images_it_can_pull() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path());
+    let reports = dir.path().join("reports");
+    let (code, text, _) = acceptance(&[
+        "run",
+        "--backend",
+        "kube",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+        "--context",
+        "dead",
+        "--report",
+        reports.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(!reports.exists(), "refused before any run started");
+    assert!(
+        text.contains("pass --worker-image and --daemon-image"),
+        "{text}"
+    );
+}
+
+#[test]
+fn kind_without_the_kind_binary_names_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let reports = dir.path().join("reports");
+    let (code, text, _) = acceptance(&[
+        "run",
+        "--backend",
+        "kind",
+        "--kind-bin",
+        "/nonexistent/kind",
+        "--report",
+        reports.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(
+        text.contains("the kind binary `/nonexistent/kind` cannot be run"),
+        "{text}"
+    );
+    assert!(text.contains("install kind"), "{text}");
+}

@@ -131,6 +131,14 @@ struct RunArgs {
     /// Storage class of a managed workspace claim (default: the cluster's default class).
     #[arg(long, value_name = "NAME")]
     storage_class: Option<String>,
+    /// --backend kube: admit a privileged inspector Pod (host PID, the node's cgroup tree
+    /// read-only) on each session's node for the node view; without it the scenarios that
+    /// need the node's own view are skipped.
+    #[arg(long)]
+    node_inspector: bool,
+    /// The inspector's image (default: the docker-engine image); needs sh, find, tr, dmesg.
+    #[arg(long, value_name = "REF")]
+    node_inspector_image: Option<String>,
     /// The Pod template (a v1/PodTemplate document); default: Kandev's full-worker fixture.
     #[arg(long, value_name = "FILE")]
     template: Option<PathBuf>,
@@ -406,6 +414,8 @@ fn cluster_settings(args: &RunArgs) -> Option<ClusterSettings> {
         workspace_size: args.workspace_size.clone(),
         workspace_access_modes: args.workspace_access_modes.clone(),
         storage_class: args.storage_class.clone(),
+        node_inspector: args.node_inspector,
+        node_inspector_image: args.node_inspector_image.clone(),
     })
 }
 
@@ -698,6 +708,9 @@ async fn finish_run(run: &Arc<Run>, registry: &[Scenario]) -> (u8, Option<Report
     };
     scenarios.sort_by_key(|s| order(&s.name));
     let env = run.prepared_env();
+    if let Some(node) = env.as_ref().and_then(|e| e.node.clone()) {
+        node.shutdown().await;
+    }
     let leftovers = match &env {
         Some(env) => env
             .backend

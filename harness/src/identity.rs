@@ -79,11 +79,7 @@ impl SessionIdentity {
 
     /// `kandev-<16 hex>`: the first 8 bytes of SHA-256 of the instance id.
     pub fn pod_name(&self) -> String {
-        let digest = Sha256::digest(self.environment_id.as_bytes());
-        format!(
-            "kandev-{}",
-            hex::encode(digest.get(..8).unwrap_or_default())
-        )
+        format!("kandev-{}", short_digest(&self.environment_id))
     }
 
     /// Name of a managed workspace claim (and of the local backend's workspace volume).
@@ -137,6 +133,11 @@ pub fn harness_labels(run_id: &str, scenario: &str) -> BTreeMap<String, String> 
         (LABEL_RUN.into(), run_id.to_owned()),
         (LABEL_SCENARIO.into(), scenario.replace("::", ".")),
     ])
+}
+
+/// The first 8 bytes of SHA-256 of `text`, hex (16 characters): a stable, name-safe digest.
+pub fn short_digest(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()).get(..8).unwrap_or_default())
 }
 
 /// A fresh `kandev.ai/create-nonce` value: 32 random bytes, lowercase hex.

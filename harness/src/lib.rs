@@ -9,6 +9,7 @@ pub mod cli;
 pub mod compose;
 pub mod identity;
 pub mod images;
+pub mod inspector;
 pub mod ledger;
 pub mod node;
 pub mod outputs;

@@ -566,6 +566,11 @@ pub trait NodeView: Send + Sync {
         pod_uid: &str,
         nested_ids: &[String],
     ) -> anyhow::Result<Vec<String>>;
+    /// A Pod the scenario created, seen before it is torn down (so that a view that works
+    /// per node knows where to look afterwards).
+    async fn track_pod(&self, _pod_uid: &str) {}
+    /// Removes what the view itself runs (inspector Pods); called once, when the run ends.
+    async fn shutdown(&self) {}
 }
 
 /// The harness's own host as the node: the local backend's engine, or a Kind node container
@@ -699,18 +704,23 @@ pub fn kernel_memcg_ooms(cgroup_path: &str) -> Option<Vec<String>> {
     if !output.status.success() {
         return None;
     }
-    let text = String::from_utf8_lossy(&output.stdout);
-    Some(
-        text.lines()
-            .filter(|l| l.contains("oom-kill:constraint=CONSTRAINT_MEMCG"))
-            .filter(|l| {
-                l.split(',')
-                    .find_map(|field| field.trim().strip_prefix("oom_memcg="))
-                    .is_some_and(|memcg| {
-                        memcg == cgroup_path || memcg.starts_with(&format!("{cgroup_path}/"))
-                    })
-            })
-            .map(|l| l.trim().to_owned())
-            .collect(),
-    )
+    Some(memcg_ooms_in(
+        &String::from_utf8_lossy(&output.stdout),
+        cgroup_path,
+    ))
+}
+
+/// The memcg OOM records of a kernel log (`dmesg` text) at or below `cgroup_path`.
+pub fn memcg_ooms_in(log: &str, cgroup_path: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("oom-kill:constraint=CONSTRAINT_MEMCG"))
+        .filter(|l| {
+            l.split(',')
+                .find_map(|field| field.trim().strip_prefix("oom_memcg="))
+                .is_some_and(|memcg| {
+                    memcg == cgroup_path || memcg.starts_with(&format!("{cgroup_path}/"))
+                })
+        })
+        .map(|l| l.trim().to_owned())
+        .collect()
 }

@@ -604,7 +604,21 @@ impl Run {
         )
         .with_admin(cluster.admin.clone());
         environment.kubernetes_version = Some(cluster.server_version.clone());
-        let node = cluster.node_view(host_engine.as_ref()).await;
+        let node = match cluster.node_view(host_engine.as_ref()).await {
+            Some(view) => Some(view),
+            None if settings.node_inspector => {
+                Some(Arc::new(crate::inspector::ClusterInspector::new(
+                    cluster.admin.clone(),
+                    &cluster.namespace,
+                    settings
+                        .node_inspector_image
+                        .as_deref()
+                        .unwrap_or(&images.daemon),
+                    &self.id,
+                )) as Arc<dyn NodeView>)
+            }
+            None => None,
+        };
         let backend: Arc<dyn Backend> = Arc::new(backend);
         let namespace = cluster.namespace.clone();
         // A Kind node on this host: the host engine is not the one running the Pods, but it
@@ -755,6 +769,11 @@ impl Run {
         pods.sort();
         pods.dedup();
         if !keep {
+            if let Some(node) = &env.node {
+                for (_, uid) in &pods {
+                    node.track_pod(uid).await;
+                }
+            }
             let daemon = self.config.daemon_container.as_str();
             report.nested_inventory = crate::ledger::nested_inventories(
                 env.backend.as_ref(),
@@ -1123,6 +1142,10 @@ impl Ctx {
                 if let Ok(logs) = backend.logs(&pod, &state.name).await {
                     save(format!("{}.{}.log", pod.name, state.name), logs);
                 }
+            }
+            // Kubernetes: the Pod object, its events, previous container logs.
+            for (suffix, text) in backend.diagnostics(&pod).await {
+                save(format!("{}.{suffix}", pod.name), text);
             }
             let daemon = crate::backend::ExecRequest::new(
                 &self.run.config.daemon_container,

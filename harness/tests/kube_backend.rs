@@ -534,3 +534,35 @@ async fn preflight_reports_a_namespace_that_refuses_the_privileged_companion() {
         "the fix is named: {text}"
     );
 }
+
+#[tokio::test]
+async fn the_node_inspector_is_pinned_privileged_and_reads_the_node_read_only() {
+    let (client, _) = fake_apiserver::start(NS);
+    let inspector = kandev_harness::inspector::ClusterInspector::new(client, NS, "dind:1", "r1");
+    let pod = inspector.inspector_pod("worker-7");
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("worker-7"));
+    assert_eq!(spec.host_pid, Some(true));
+    let container = &spec.containers[0];
+    assert_eq!(
+        container.security_context.as_ref().unwrap().privileged,
+        Some(true)
+    );
+    let mount = &container.volume_mounts.as_ref().unwrap()[0];
+    assert_eq!(
+        (mount.mount_path.as_str(), mount.read_only),
+        ("/host/cgroup", Some(true))
+    );
+    let labels = pod.metadata.labels.unwrap();
+    assert_eq!(labels["acceptance.kandev.ai/run"], "r1");
+    assert_eq!(labels["acceptance.kandev.ai/managed"], "true");
+    // Stable per node, distinct across nodes.
+    assert_eq!(
+        inspector.inspector_pod("worker-7").metadata.name,
+        pod.metadata.name
+    );
+    assert_ne!(
+        inspector.inspector_pod("worker-8").metadata.name,
+        pod.metadata.name
+    );
+}

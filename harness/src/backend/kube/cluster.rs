@@ -118,6 +118,11 @@ pub struct ClusterSettings {
     pub workspace_size: String,
     pub workspace_access_modes: Vec<String>,
     pub storage_class: Option<String>,
+    /// Admit a privileged inspector Pod on each session's node for the node view (clusters
+    /// whose nodes this host cannot see).
+    pub node_inspector: bool,
+    /// The inspector's image (default: the docker-engine image).
+    pub node_inspector_image: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]

@@ -1,0 +1,443 @@
+//! The node view through an inspector: a privileged helper Pod on the session's node, with
+//! the node's PID namespace and its cgroup tree mounted read-only at `/host/cgroup`. Clusters
+//! whose nodes the harness cannot see from its own host use it when the operator opts in
+//! (`--node-inspector`); it is the same view as [`crate::node::HostNode`], read over exec.
+//!
+//! Cgroup files are copied out (only the ones the reader needs) into a temporary tree laid
+//! out like the node's, and read there with the same [`CgroupFs`] code as on this host.
+
+use crate::backend::{Backend, ExecRequest, PodRef};
+use crate::node::{CgroupFs, NodeProcess, NodeView, PodCgroupReading};
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the inspector mounts the node's `/sys/fs/cgroup`.
+pub const HOST_CGROUP: &str = "/host/cgroup";
+
+/// The files [`CgroupFs::read_pod`] reads (v1 and v2).
+const CGROUP_FILES: [&str; 15] = [
+    "cgroup.procs",
+    "cpu.max",
+    "cpu.cfs_period_us",
+    "cpu.cfs_quota_us",
+    "memory.current",
+    "memory.events",
+    "memory.failcnt",
+    "memory.limit_in_bytes",
+    "memory.max",
+    "memory.max_usage_in_bytes",
+    "memory.oom_control",
+    "memory.peak",
+    "memory.usage_in_bytes",
+    "pids.current",
+    "pids.max",
+];
+
+/// One node seen through an exec-capable helper container.
+pub struct ExecNode {
+    pub backend: Arc<dyn Backend>,
+    pub pod: PodRef,
+    pub container: String,
+    pub description: String,
+}
+
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+fn pod_cgroup_patterns(pod_uid: &str) -> [String; 2] {
+    [
+        format!("pod{pod_uid}"),
+        format!("*pod{}.slice", pod_uid.replace('-', "_")),
+    ]
+}
+
+impl ExecNode {
+    async fn sh(&self, script: &str) -> anyhow::Result<String> {
+        // Processes vanish while the loops read /proc: only the scripts' output counts.
+        let script = format!("{script}\nexit 0");
+        let request = ExecRequest::new(&self.container, &["sh", "-c", &script])
+            .timeout(Duration::from_secs(60));
+        let out = self
+            .backend
+            .exec(&self.pod, request)
+            .await
+            .with_context(|| format!("node inspector {}", self.pod.name))?;
+        if !out.success() {
+            bail!(
+                "node inspector {} exited {:?}: {}",
+                self.pod.name,
+                out.exit_code,
+                out.stderr_text().trim()
+            );
+        }
+        Ok(out.stdout_text())
+    }
+
+    /// The hierarchy folders below `/host/cgroup` (v2: the root itself, as "").
+    const HIERARCHIES: &str = r#"if [ -f /host/cgroup/cgroup.controllers ]; then set -- ""; else set --; for h in /host/cgroup/*/; do [ -L "${h%/}" ] || set -- "$@" "$(basename "$h")"; done; fi"#;
+}
+
+/// Parses `=== <key>` sections.
+fn sections(text: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(key) = line.strip_prefix("=== ") {
+            found.push((key.to_owned(), String::new()));
+        } else if let Some((_, body)) = found.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    found
+}
+
+/// `/proc/<pid>/cgroup` lines into the map [`NodeProcess`] keeps.
+fn cgroup_map(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let _id = parts.next()?;
+            Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+        })
+        .collect()
+}
+
+#[async_trait]
+impl NodeView for ExecNode {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
+        let [plain, slice] = pod_cgroup_patterns(pod_uid);
+        let script = format!(
+            "{}\nfor h in \"$@\"; do d=$(find \"/host/cgroup/$h\" -maxdepth 7 -type d \\( -name {} -o -name {} \\) -print 2>/dev/null | head -n 1); if [ -n \"$d\" ]; then echo \"${{d#/host/cgroup/$h}}\"; exit 0; fi; done",
+            ExecNode::HIERARCHIES,
+            quote(&plain),
+            quote(&slice)
+        );
+        let found = self.sh(&script).await?;
+        let path = found.trim();
+        Ok((!path.is_empty()).then(|| format!("/{}", path.trim_start_matches('/'))))
+    }
+
+    async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading> {
+        // The path goes into a shell script: cgroup paths are plain names.
+        if !path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c))
+            || path.contains("..")
+        {
+            bail!("not a cgroup path: {path:?}");
+        }
+        let names: Vec<String> = CGROUP_FILES.iter().map(|f| format!("-name {f}")).collect();
+        let script = format!(
+            "{}\n[ -f /host/cgroup/cgroup.controllers ] && echo '=== file cgroup.controllers'\nfor h in \"$@\"; do base=\"/host/cgroup/$h\"; [ -d \"$base{path}\" ] || continue; find \"$base{path}\" -type d | while read -r d; do echo \"=== dir ${{d#/host/cgroup/}}\"; done; find \"$base{path}\" -type f \\( {} \\) | while read -r f; do echo \"=== file ${{f#/host/cgroup/}}\"; cat \"$f\" 2>/dev/null; done; done",
+            ExecNode::HIERARCHIES,
+            names.join(" -o ")
+        );
+        let text = self.sh(&script).await?;
+        let tree = tempfile::tempdir().context("a folder for the inspector's cgroup copy")?;
+        for (key, body) in sections(&text) {
+            let (kind, relative) = key.split_once(' ').unwrap_or(("", ""));
+            if relative.contains("..") {
+                continue;
+            }
+            let target = tree.path().join(relative);
+            match kind {
+                "dir" => std::fs::create_dir_all(&target)?,
+                "file" => {
+                    if let Some(parent) = target.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::write(&target, body)?;
+                }
+                _ => {}
+            }
+        }
+        let cgroups = CgroupFs::at(tree.path())?;
+        Ok(cgroups.read_pod(path.trim_start_matches('/')))
+    }
+
+    async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        let script = format!(
+            "needle={}\nfor p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null) || continue; case \"$c\" in *\"$needle\"*) ;; *) continue ;; esac; case \"$c\" in *'needle='*) continue ;; esac; echo \"=== ${{p#/proc/}} $c\"; cat \"$p/cgroup\" 2>/dev/null; done",
+            quote(needle)
+        );
+        let text = self.sh(&script).await?;
+        let mut found: Vec<NodeProcess> = sections(&text)
+            .into_iter()
+            .filter_map(|(head, body)| {
+                let (pid, cmdline) = head.split_once(' ').unwrap_or((&head, ""));
+                Some(NodeProcess {
+                    pid: pid.parse().ok()?,
+                    cmdline: cmdline.trim().to_owned(),
+                    cgroups: cgroup_map(&body),
+                })
+            })
+            .collect();
+        found.sort_by_key(|p| p.pid);
+        Ok(found)
+    }
+
+    async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
+        let log = self.sh("dmesg").await.ok()?;
+        Some(crate::node::memcg_ooms_in(&log, path))
+    }
+
+    async fn pod_remains(
+        &self,
+        pod_name: &str,
+        pod_uid: &str,
+        nested_ids: &[String],
+    ) -> anyhow::Result<Vec<String>> {
+        let [plain, slice] = pod_cgroup_patterns(pod_uid);
+        let mut needles = vec![plain.clone(), slice.trim_start_matches('*').to_owned()];
+        needles.extend(nested_ids.iter().filter(|i| !i.is_empty()).cloned());
+        let cases = needles
+            .iter()
+            .map(|n| format!("*{}*", n.replace('\'', "")))
+            .collect::<Vec<_>>()
+            .join("|");
+        let mut names = vec![
+            format!("-name {}", quote(&plain)),
+            format!("-name {}", quote(&slice)),
+        ];
+        names.extend(
+            nested_ids
+                .iter()
+                .filter(|i| !i.is_empty())
+                .map(|i| format!("-name {}", quote(&format!("*{i}*")))),
+        );
+        let script = format!(
+            "host={}\nfor p in /proc/[0-9]*; do cg=$(cat \"$p/cgroup\" 2>/dev/null) || continue; hit=; case \"$cg\" in {cases}) hit=1 ;; esac; if [ -z \"$hit\" ] && tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"$host\"; then hit=1; fi; [ -n \"$hit\" ] && echo \"process/${{p#/proc/}} \\`$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null)\\`\"; done\nfind /host/cgroup -maxdepth 8 -type d \\( {} \\) 2>/dev/null | sed 's#^/host/cgroup/#cgroup/#'",
+            quote(&format!("HOSTNAME={pod_name}")),
+            names.join(" -o ")
+        );
+        let text = self.sh(&script).await?;
+        let mut remains: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        remains.sort();
+        remains.dedup();
+        Ok(remains)
+    }
+}
+
+/// `--node-inspector` on a cluster: one inspector Pod per node a session landed on, created
+/// on first use with the operator's identity (it is harness tooling, not a session), pinned
+/// to the node by `nodeName`, removed when the run ends.
+pub struct ClusterInspector {
+    backend: Arc<crate::backend::kube::KubeBackend>,
+    admin: kube::Client,
+    namespace: String,
+    image: String,
+    run_id: String,
+    nodes: tokio::sync::Mutex<BTreeMap<String, Arc<ExecNode>>>,
+    pod_nodes: std::sync::Mutex<BTreeMap<String, String>>,
+}
+
+impl ClusterInspector {
+    pub fn new(admin: kube::Client, namespace: &str, image: &str, run_id: &str) -> Self {
+        Self {
+            backend: Arc::new(crate::backend::kube::KubeBackend::new(
+                admin.clone(),
+                namespace,
+                "kube",
+                "inspector",
+                Default::default(),
+            )),
+            admin,
+            namespace: namespace.to_owned(),
+            image: image.to_owned(),
+            run_id: run_id.to_owned(),
+            nodes: tokio::sync::Mutex::new(BTreeMap::new()),
+            pod_nodes: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The inspector Pod for `node`.
+    pub fn inspector_pod(&self, node: &str) -> k8s_openapi::api::core::v1::Pod {
+        let name = format!(
+            "kandev-acceptance-inspector-{}",
+            &crate::identity::short_digest(node)
+        );
+        let mut labels = crate::backend::kube::cluster::run_labels(&self.run_id);
+        labels.insert("acceptance.kandev.ai/role".into(), "node-inspector".into());
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
+            "spec": {
+                "nodeName": node,
+                "hostPID": true,
+                "automountServiceAccountToken": false,
+                "terminationGracePeriodSeconds": 0,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{
+                    "name": "inspector",
+                    "image": self.image,
+                    "command": ["sh", "-c", "while :; do sleep 3600; done"],
+                    "securityContext": {"privileged": true},
+                    "volumeMounts": [{"name": "node-cgroup", "mountPath": HOST_CGROUP, "readOnly": true}],
+                }],
+                "volumes": [{"name": "node-cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}],
+            },
+        }))
+        .unwrap_or_default()
+    }
+
+    async fn node_of(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
+        if let Some(node) = self
+            .pod_nodes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(pod_uid).cloned())
+        {
+            return Ok(Some(node));
+        }
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.admin.clone(), &self.namespace);
+        let found = pods
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|p| p.metadata.uid.as_deref() == Some(pod_uid))
+            .and_then(|p| p.spec.and_then(|s| s.node_name));
+        if let (Some(node), Ok(mut map)) = (&found, self.pod_nodes.lock()) {
+            map.insert(pod_uid.to_owned(), node.clone());
+        }
+        Ok(found)
+    }
+
+    async fn on(&self, node: &str) -> anyhow::Result<Arc<ExecNode>> {
+        let mut nodes = self.nodes.lock().await;
+        if let Some(found) = nodes.get(node) {
+            return Ok(found.clone());
+        }
+        let pod = self.backend.create_pod(&self.inspector_pod(node)).await?;
+        self.backend
+            .wait_running(&pod, "inspector", Duration::from_secs(120))
+            .await?;
+        let view = Arc::new(ExecNode {
+            backend: self.backend.clone(),
+            pod,
+            container: "inspector".into(),
+            description: format!("inspector Pod on node {node}"),
+        });
+        nodes.insert(node.to_owned(), view.clone());
+        Ok(view)
+    }
+
+    async fn all(&self) -> Vec<Arc<ExecNode>> {
+        self.nodes.lock().await.values().cloned().collect()
+    }
+
+    async fn for_pod(&self, pod_uid: &str) -> anyhow::Result<Option<Arc<ExecNode>>> {
+        match self.node_of(pod_uid).await? {
+            Some(node) => Ok(Some(self.on(&node).await?)),
+            None => Ok(None),
+        }
+    }
+}
+
+#[async_trait]
+impl NodeView for ClusterInspector {
+    fn describe(&self) -> String {
+        "inspector Pods on the sessions' nodes (--node-inspector)".into()
+    }
+
+    async fn track_pod(&self, pod_uid: &str) {
+        let _ = self.for_pod(pod_uid).await;
+    }
+
+    async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
+        match self.for_pod(pod_uid).await? {
+            Some(node) => node.pod_cgroup(pod_uid).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading> {
+        let mut last = PodCgroupReading::default();
+        for node in self.all().await {
+            last = node.read_cgroup(path).await?;
+            if last.exists {
+                break;
+            }
+        }
+        Ok(last)
+    }
+
+    async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        let mut found = Vec::new();
+        for node in self.all().await {
+            found.extend(node.processes_matching(needle).await?);
+        }
+        Ok(found)
+    }
+
+    async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
+        let mut found = Vec::new();
+        for node in self.all().await {
+            found.extend(node.kernel_memcg_ooms(path).await?);
+        }
+        Some(found)
+    }
+
+    async fn pod_remains(
+        &self,
+        pod_name: &str,
+        pod_uid: &str,
+        nested_ids: &[String],
+    ) -> anyhow::Result<Vec<String>> {
+        let known = self
+            .pod_nodes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(pod_uid).cloned());
+        let nodes = match known {
+            Some(node) => vec![self.on(&node).await?],
+            None => self.all().await,
+        };
+        let mut remains = Vec::new();
+        for node in nodes {
+            remains.extend(node.pod_remains(pod_name, pod_uid, nested_ids).await?);
+        }
+        Ok(remains)
+    }
+
+    async fn shutdown(&self) {
+        for node in self.all().await {
+            let _ = self.backend.delete_pod(&node.pod).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_and_cgroup_lines_parse() {
+        let parsed = sections(
+            "=== 12 sleep 600 kandev-x\n4:memory:/kubepods/pod1\n0::/kubepods/pod1\n=== 13 sh\n",
+        );
+        assert_eq!(parsed.len(), 2);
+        let map = cgroup_map(&parsed[0].1);
+        assert_eq!(
+            map.get("memory").map(String::as_str),
+            Some("/kubepods/pod1")
+        );
+        assert_eq!(map.get("").map(String::as_str), Some("/kubepods/pod1"));
+        assert_eq!(quote("it's"), "'it'\\''s'");
+    }
+}

@@ -1,0 +1,162 @@
+//! The inspector's node view (exec into a privileged helper with the node's PID namespace and
+//! cgroup tree, as `--node-inspector` uses on clusters) agrees with reading this host
+//! directly: run on the local engine, both views see the same Pod cgroup, the same limits,
+//! cgroups and member processes, the same marked process, and the same remains (and none
+//! once the Pod is deleted). Needs a reachable engine (`harness/scripts/ensure-engine.sh`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::Backend;
+use kandev_harness::backend::local::{LocalBackend, connect_engine, plan::CGROUP_ROOT};
+use kandev_harness::images::{ImageConfig, ensure_images, mock_agent_binary};
+use kandev_harness::inspector::ExecNode;
+use kandev_harness::node::{CgroupFs, HostNode, NodeView};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn pod(name: &str, image: &str, spec: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "local", "labels": {
+            "acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": "inspector-test"}},
+        "spec": spec,
+    }))
+    .map(|mut p: Pod| {
+        for c in p.spec.as_mut().unwrap().containers.iter_mut() {
+            c.image = Some(image.into());
+        }
+        p
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_sees_what_the_host_sees() {
+    let docker = connect_engine().await.unwrap();
+    let root = kandev_harness::paths::workspace_root();
+    let binary = mock_agent_binary(&root).await.unwrap();
+    let images = ensure_images(
+        &docker,
+        &ImageConfig {
+            base_image: "debian:bookworm".into(),
+            worker_image: None,
+            daemon_image: None,
+            images_dir: root.join("fixtures/images"),
+            mock_agent_binary: binary,
+        },
+        &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
+    )
+    .await
+    .unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(
+        docker.clone(),
+        images.mock_agent.clone(),
+        Vec::new(),
+        4096,
+    ));
+    let suffix = kandev_harness::identity::random_hex(4);
+    let marker = format!("kandev-inspected-{suffix}");
+    let target = backend
+        .create_pod(&pod(
+            &format!("inspected-{suffix}"),
+            &images.daemon,
+            json!({"containers": [{"name": "work", "command": ["sh", "-c", "while :; do sleep 1; done", &marker],
+                "resources": {"limits": {"memory": "256Mi", "cpu": "1"}}}]}),
+        ))
+        .await
+        .unwrap();
+    let inspector_pod = backend
+        .create_pod(&pod(
+            &format!("inspector-{suffix}"),
+            &images.daemon,
+            json!({"hostPID": true, "containers": [{"name": "inspector",
+                "command": ["sleep", "600"],
+                "securityContext": {"privileged": true},
+                "volumeMounts": [{"name": "cgroup", "mountPath": "/host/cgroup", "readOnly": true}]}],
+                "volumes": [{"name": "cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}]}),
+        ))
+        .await
+        .unwrap();
+    let result = async {
+        backend
+            .wait_running(&inspector_pod, "inspector", Duration::from_secs(60))
+            .await?;
+        backend
+            .wait_running(&target, "work", Duration::from_secs(60))
+            .await?;
+        let host = HostNode {
+            cgroups: CgroupFs::host()?,
+            proc_root: PathBuf::from("/proc"),
+            scope: CGROUP_ROOT.into(),
+            description: "host".into(),
+        };
+        let inspector = ExecNode {
+            backend: backend.clone(),
+            pod: inspector_pod.clone(),
+            container: "inspector".into(),
+            description: "inspector".into(),
+        };
+        let path = host.pod_cgroup(&target.uid).await?.unwrap();
+        assert_eq!(inspector.pod_cgroup(&target.uid).await?, Some(path.clone()));
+        let (a, b) = (
+            host.read_cgroup(&path).await?,
+            inspector.read_cgroup(&path).await?,
+        );
+        assert!(b.exists);
+        assert_eq!(
+            (
+                a.memory_limit_bytes,
+                a.cpu_quota_micros,
+                a.pids_limit,
+                &a.cgroups
+            ),
+            (
+                b.memory_limit_bytes,
+                b.cpu_quota_micros,
+                b.pids_limit,
+                &b.cgroups
+            )
+        );
+        assert_eq!(a.pids, b.pids);
+        let pids = |p: Vec<kandev_harness::node::NodeProcess>| {
+            p.into_iter().map(|p| p.pid).collect::<BTreeSet<_>>()
+        };
+        let seen = pids(inspector.processes_matching(&marker).await?);
+        assert!(!seen.is_empty());
+        assert_eq!(pids(host.processes_matching(&marker).await?), seen);
+        let host_remains = host.pod_remains(&target.name, &target.uid, &[]).await?;
+        let inspector_remains = inspector
+            .pod_remains(&target.name, &target.uid, &[])
+            .await?;
+        let pid_of = |l: &String| l.split_whitespace().next().map(str::to_owned);
+        assert_eq!(
+            host_remains
+                .iter()
+                .filter(|l| l.starts_with("process/"))
+                .filter_map(pid_of)
+                .collect::<BTreeSet<_>>(),
+            inspector_remains
+                .iter()
+                .filter(|l| l.starts_with("process/"))
+                .filter_map(pid_of)
+                .collect::<BTreeSet<_>>(),
+            "{host_remains:#?}\n{inspector_remains:#?}"
+        );
+        backend.delete_pod(&target).await?;
+        assert_eq!(
+            inspector
+                .pod_remains(&target.name, &target.uid, &[])
+                .await?,
+            Vec::<String>::new()
+        );
+        assert_eq!(inspector.pod_cgroup(&target.uid).await?, None);
+        anyhow::Ok(())
+    }
+    .await;
+    let _ = backend.delete_pod(&target).await;
+    let _ = backend.delete_pod(&inspector_pod).await;
+    result.unwrap();
+}

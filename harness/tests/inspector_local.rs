@@ -80,7 +80,8 @@ async fn the_inspector_sees_what_the_host_sees() {
         ))
         .await
         .unwrap();
-    let result = async {
+    // Assertions panic: catch that, so that the Pods are deleted whatever happened.
+    let result = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
         backend
             .wait_running(&inspector_pod, "inspector", Duration::from_secs(60))
             .await?;
@@ -154,9 +155,12 @@ async fn the_inspector_sees_what_the_host_sees() {
         );
         assert_eq!(inspector.pod_cgroup(&target.uid).await?, None);
         anyhow::Ok(())
-    }
+    }))
     .await;
     let _ = backend.delete_pod(&target).await;
     let _ = backend.delete_pod(&inspector_pod).await;
-    result.unwrap();
+    match result {
+        Ok(outcome) => outcome.unwrap(),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }

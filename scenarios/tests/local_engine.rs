@@ -553,18 +553,59 @@ fn clean_escaped(run: &Run, prefix: &str) {
     for marker in markers.iter().filter(|m| m.len() > prefix.len()) {
         let _ = Command::new("pkill").args(["-9", "-f", marker]).status();
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-        let _ = std::fs::remove_dir(hierarchy.path().join("kandev-acceptance-escaped"));
+    // This run's Pod cgroups only (never another test's): the fixtures move processes out of
+    // some hierarchies and not others, so kill whatever is still inside, then remove them.
+    let uids: Vec<String> = run
+        .report
+        .scenarios
+        .iter()
+        .flat_map(|s| &s.sessions)
+        .map(|s| s.pod_uid.clone())
+        .collect();
+    let mut left = Vec::new();
+    for _ in 0..40 {
+        left.clear();
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+            let _ = std::fs::remove_dir(hierarchy.path().join("kandev-acceptance-escaped"));
+            for uid in &uids {
+                let pod = hierarchy.path().join(format!("kandev-acceptance/pod{uid}"));
+                if !pod.is_dir() {
+                    continue;
+                }
+                let mut dirs = Vec::new();
+                let mut stack = vec![pod.clone()];
+                while let Some(dir) = stack.pop() {
+                    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                            stack.push(entry.path());
+                        }
+                    }
+                    dirs.push(dir);
+                }
+                for dir in &dirs {
+                    let procs =
+                        std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                    for pid in procs.split_whitespace() {
+                        let _ = Command::new("kill").args(["-9", pid]).status();
+                    }
+                }
+                dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+                for dir in &dirs {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                if pod.exists() {
+                    left.push(pod.display().to_string());
+                }
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
-    let gc = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["gc", "--run", "none", "--older-than", "0"])
-        .output()
-        .unwrap();
     assert!(
-        gc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&gc.stderr)
+        left.is_empty(),
+        "Pod cgroups of this run could not be removed: {left:?}"
     );
 }
 

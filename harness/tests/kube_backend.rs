@@ -566,3 +566,125 @@ async fn the_node_inspector_is_pinned_privileged_and_reads_the_node_read_only() 
         pod.metadata.name
     );
 }
+
+#[tokio::test]
+async fn cluster_setup_creates_the_labelled_namespace_and_kandevs_executor_then_removes_them() {
+    use kandev_harness::backend::kube::cluster::{Cluster, EXECUTOR, run_namespace};
+    use kandev_harness::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    let run = "20261130t000000-abcdef";
+    let cluster = Cluster::set_up(
+        client,
+        config,
+        "kind-test".into(),
+        None,
+        None,
+        WorkspaceMode::ExistingClaim,
+        run,
+    )
+    .await
+    .unwrap();
+    assert_eq!(cluster.server_version, "v1.33.4");
+    let ns = run_namespace(run);
+    assert_eq!(cluster.namespace, ns);
+    assert!(cluster.created_namespace);
+    {
+        let state = state.lock().unwrap();
+        let namespace = state.get("namespaces", &ns).unwrap();
+        assert_eq!(
+            namespace["metadata"]["labels"]["acceptance.kandev.ai/run"],
+            json!(run)
+        );
+        assert_eq!(
+            namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+            json!("privileged"),
+            "the run's namespace admits the privileged companion"
+        );
+        let role = state.get("roles", EXECUTOR).unwrap();
+        let rules = role["rules"].as_array().unwrap();
+        assert!(
+            rules
+                .iter()
+                .any(|r| r["resources"] == json!(["persistentvolumeclaims"])
+                    && r["verbs"] == json!(["get"])),
+            "existing_claim: claims get only: {rules:?}"
+        );
+        assert!(
+            !rules
+                .iter()
+                .any(|r| r["verbs"].as_array().unwrap().contains(&json!("list"))),
+            "no list: {rules:?}"
+        );
+        let binding = state.get("rolebindings", EXECUTOR).unwrap();
+        assert_eq!(binding["subjects"][0]["name"], json!(EXECUTOR));
+        assert_eq!(binding["roleRef"]["name"], json!(EXECUTOR));
+        let account = state.get("serviceaccounts", EXECUTOR).unwrap();
+        assert_eq!(account["automountServiceAccountToken"], json!(false));
+        assert_eq!(
+            state.tokens,
+            vec![EXECUTOR.to_owned()],
+            "the sessions use the account's token"
+        );
+    }
+    let records = cluster.teardown().await;
+    assert!(records.iter().all(|r| r.error.is_none()), "{records:?}");
+    assert!(
+        state.lock().unwrap().get("namespaces", &ns).is_none(),
+        "the run's namespace is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_named_namespace_must_exist_and_only_the_executor_objects_are_removed_from_it() {
+    use kandev_harness::backend::kube::cluster::{Cluster, ClusterError, EXECUTOR};
+    use kandev_harness::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    let missing = Cluster::set_up(
+        client.clone(),
+        config.clone(),
+        "c".into(),
+        None,
+        Some("absent"),
+        WorkspaceMode::ManagedPvc,
+        "r",
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(
+        matches!(missing, ClusterError::NamespaceMissing { .. }),
+        "{missing}"
+    );
+    assert!(
+        state.lock().unwrap().objects.values().all(|o| o.is_empty()),
+        "nothing was created"
+    );
+
+    state.lock().unwrap().insert(
+        "namespaces",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kandev-agents"}}),
+    );
+    let cluster = Cluster::set_up(
+        client,
+        config,
+        "c".into(),
+        None,
+        Some("kandev-agents"),
+        WorkspaceMode::ManagedPvc,
+        "r",
+    )
+    .await
+    .unwrap();
+    assert!(!cluster.created_namespace);
+    cluster.teardown().await;
+    let state = state.lock().unwrap();
+    assert!(
+        state.get("namespaces", "kandev-agents").is_some(),
+        "the operator's namespace stays"
+    );
+    for kind in ["roles", "rolebindings", "serviceaccounts"] {
+        assert!(state.get(kind, EXECUTOR).is_none(), "{kind} removed");
+    }
+}

@@ -31,6 +31,8 @@ pub struct State {
     pub allowed: Vec<String>,
     /// Pod Security admission refuses privileged Pods (dry runs included).
     pub reject_privileged: bool,
+    /// Service accounts a token was requested for.
+    pub tokens: Vec<String>,
     next_uid: u64,
     next_version: u64,
 }
@@ -131,12 +133,26 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
         review["status"] = json!({"allowed": state.allowed.contains(&asked)});
         return (201, review);
     }
+    // /api/v1/... or /apis/<group>/<version>/...; then namespaces[/ns[/resource[/name[/sub]]]].
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    // api/v1/namespaces/{ns}/{resource}[/{name}]
-    let (resource, name) = match parts.as_slice() {
-        ["api", "v1", "namespaces", _, resource] => (resource.to_string(), None),
-        ["api", "v1", "namespaces", _, resource, name] => {
-            (resource.to_string(), Some(name.to_string()))
+    let rest = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => rest,
+        ["apis", _, _, rest @ ..] => rest,
+        _ => return (404, status("status-404.json", path)),
+    };
+    let (resource, name) = match rest {
+        ["namespaces"] => ("namespaces".to_owned(), None),
+        ["namespaces", name] => ("namespaces".to_owned(), Some(name.to_string())),
+        ["namespaces", _, resource] => (resource.to_string(), None),
+        ["namespaces", _, resource, name] => (resource.to_string(), Some(name.to_string())),
+        ["namespaces", _, "serviceaccounts", account, "token"] if method == "POST" => {
+            if state.get("serviceaccounts", account).is_none() {
+                return (404, status("status-404.json", account));
+            }
+            let mut answer = body.clone();
+            answer["status"] = json!({"token": format!("token-of-{account}"), "expirationTimestamp": "2026-11-30T04:00:00Z"});
+            state.tokens.push(account.to_string());
+            return (201, answer);
         }
         _ => return (404, status("status-404.json", path)),
     };
@@ -167,7 +183,8 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
             object["metadata"]["creationTimestamp"] = json!("2026-11-30T00:00:00Z");
             let mutation = match resource.as_str() {
                 "pods" => state.mutate_pod.as_ref(),
-                _ => state.mutate_pvc.as_ref(),
+                "persistentvolumeclaims" => state.mutate_pvc.as_ref(),
+                _ => None,
             };
             if let Some(mutate) = mutation {
                 mutate(&mut object);
@@ -194,10 +211,10 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
                 .filter(|o| matches_selector(o, &selector))
                 .cloned()
                 .collect();
-            let kind = if resource == "pods" {
-                "PodList"
-            } else {
-                "PersistentVolumeClaimList"
+            let kind = match resource.as_str() {
+                "pods" => "PodList",
+                "namespaces" => "NamespaceList",
+                _ => "PersistentVolumeClaimList",
             };
             (
                 200,

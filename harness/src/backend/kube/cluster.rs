@@ -496,6 +496,19 @@ impl Cluster {
             Source::Kubeconfig { path, context } => (None, path.clone(), context.clone()),
         };
         let (admin, config, context) = client_for(path.as_deref(), context.as_deref()).await?;
+        Self::set_up(admin, config, context, kind, namespace, mode, run_id).await
+    }
+
+    /// With a client in hand: reach the API server, then the namespace and the executor.
+    pub async fn set_up(
+        admin: Client,
+        config: Config,
+        context: String,
+        kind: Option<KindCluster>,
+        namespace: Option<&str>,
+        mode: WorkspaceMode,
+        run_id: &str,
+    ) -> Result<Self, ClusterError> {
         let server = config.cluster_url.to_string();
         let server_version = reach(&admin, &context, &server).await?;
         let labels = run_labels(run_id);

@@ -502,19 +502,24 @@ impl NodeProcess {
     }
 }
 
+/// Each process's pid and `/proc/<pid>` folder.
+fn process_dirs(proc_root: &Path) -> impl Iterator<Item = (u32, PathBuf)> {
+    std::fs::read_dir(proc_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((pid, entry.path()))
+        })
+}
+
 /// Every process of the node (from `proc_root`, normally `/proc`) whose command line contains
 /// `needle`.
 pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
+    for (pid, dir) in process_dirs(proc_root) {
+        let Ok(raw) = std::fs::read(dir.join("cmdline")) else {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&raw)
@@ -524,7 +529,7 @@ pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
         if !cmdline.contains(needle) {
             continue;
         }
-        let cgroups = std::fs::read_to_string(entry.path().join("cgroup"))
+        let cgroups = std::fs::read_to_string(dir.join("cgroup"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| {
@@ -646,24 +651,17 @@ pub fn pod_remains(
     let pod_dirs = pod_cgroup_names(pod_uid);
     let hostname = format!("HOSTNAME={pod_name}");
     let mut remains = Vec::new();
-    for entry in std::fs::read_dir(proc_root).into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+    for (pid, dir) in process_dirs(proc_root) {
+        let cgroup = std::fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
         let by_cgroup = pod_dirs.iter().any(|d| cgroup.contains(d.as_str()))
             || nested_ids
                 .iter()
                 .any(|id| !id.is_empty() && cgroup.contains(id.as_str()));
-        let by_hostname = std::fs::read(entry.path().join("environ"))
+        let by_hostname = std::fs::read(dir.join("environ"))
             .map(|env| env.split(|b| *b == 0).any(|v| v == hostname.as_bytes()))
             .unwrap_or(false);
         if by_cgroup || by_hostname {
-            let cmdline = std::fs::read(entry.path().join("cmdline"))
+            let cmdline = std::fs::read(dir.join("cmdline"))
                 .map(|raw| {
                     String::from_utf8_lossy(&raw)
                         .replace('\0', " ")

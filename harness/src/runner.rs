@@ -910,7 +910,15 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// the infrastructure (the promise could not be judged).
 fn classify(error: &anyhow::Error) -> (Outcome, String) {
     let text = crate::error_chain_anyhow(error);
-    if error.chain().any(|e| e.downcast_ref::<Broken>().is_some()) {
+    // Admission that changed what Kandev owns breaks the promise that the Pod runs as
+    // composed: a failure of the cluster under test, not of the harness.
+    let admission_mutated = |e: &(dyn std::error::Error + 'static)| {
+        e.downcast_ref::<crate::backend::kube::AdmissionMutated>()
+            .is_some()
+    };
+    if error.chain().any(|e| e.downcast_ref::<Broken>().is_some())
+        || error.chain().any(admission_mutated)
+    {
         (Outcome::Failed, text)
     } else if error.chain().any(|e| {
         e.downcast_ref::<crate::session::WorkerImageLacks>()
@@ -1178,6 +1186,29 @@ impl Ctx {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_mutated_by_admission_fails_the_scenario() {
+        let mutated = crate::backend::kube::AdmissionMutated {
+            what: "pod",
+            name: "kandev-0123456789abcdef".into(),
+            uid: "u".into(),
+            mismatches: vec![crate::admission::AdmissionMismatch {
+                path: "spec.containers[docker-engine].volumeMounts".into(),
+                message: "the workspace grant was removed".into(),
+            }],
+        };
+        let error = anyhow::Error::new(crate::backend::BackendError::Other {
+            operation: "admission of the Pod".into(),
+            source: mutated.into(),
+        })
+        .context("pod_ready: create the Pod");
+        let (outcome, text) = classify(&error);
+        assert_eq!(outcome, Outcome::Failed, "{text}");
+        assert!(text.contains("the workspace grant was removed"), "{text}");
+        let plain = anyhow::anyhow!("connection refused").context("pod_ready: create the Pod");
+        assert_eq!(classify(&plain).0, Outcome::Errored);
+    }
 
     #[test]
     fn retries_only_what_a_rerun_can_change() {

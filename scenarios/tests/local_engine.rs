@@ -708,7 +708,8 @@ fn a_companion_leaving_a_process_on_the_node_is_reported_leaked() {
 #[test]
 fn a_run_past_its_deadline_times_out_what_runs_and_starts_nothing_more() {
     let started = std::time::Instant::now();
-    let run = run(&["--deadline", "8", "--test-threads", "1", "lifecycle::"]);
+    // 4 s: less than launching one task Pod takes anywhere (Pod, bootstrap, Docker gate).
+    let run = run(&["--deadline", "4", "--test-threads", "1", "lifecycle::"]);
     let elapsed = started.elapsed();
     assert!(run.report.deadline_exceeded, "{}", run.output);
     assert!(!run.report.interrupted);
@@ -730,7 +731,7 @@ fn a_run_past_its_deadline_times_out_what_runs_and_starts_nothing_more() {
         .map(|s| s.diagnosis.clone().unwrap_or_default())
         .collect();
     assert!(
-        diagnoses[0].contains("--deadline of 8s passed; teardown ran"),
+        diagnoses[0].contains("--deadline of 4s passed; teardown ran"),
         "{diagnoses:?}"
     );
     assert!(diagnoses[1].contains("not started"), "{diagnoses:?}");

@@ -750,38 +750,27 @@ impl Cluster {
                 error: result.err(),
             })
         };
-        let dp = DeleteParams::default();
-        let gone = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 404);
+        let (admin, ns) = (&self.admin, self.namespace.as_str());
         if self.created_namespace {
             let started = Instant::now();
-            let result = Api::<Namespace>::all(self.admin.clone())
-                .delete(&self.namespace, &dp)
-                .await
-                .map(|_| ())
-                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
-            record(format!("namespace/{}", self.namespace), started, result);
+            let result = delete_if_present(Api::<Namespace>::all(admin.clone()), ns).await;
+            record(format!("namespace/{ns}"), started, result);
         } else {
-            let ns = &self.namespace;
             let started = Instant::now();
-            let result = Api::<RoleBinding>::namespaced(self.admin.clone(), ns)
-                .delete(EXECUTOR, &dp)
-                .await
-                .map(|_| ())
-                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
+            let result =
+                delete_if_present(Api::<RoleBinding>::namespaced(admin.clone(), ns), EXECUTOR)
+                    .await;
             record(format!("rolebinding/{EXECUTOR}"), started, result);
             let started = Instant::now();
-            let result = Api::<Role>::namespaced(self.admin.clone(), ns)
-                .delete(EXECUTOR, &dp)
-                .await
-                .map(|_| ())
-                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
+            let result =
+                delete_if_present(Api::<Role>::namespaced(admin.clone(), ns), EXECUTOR).await;
             record(format!("role/{EXECUTOR}"), started, result);
             let started = Instant::now();
-            let result = Api::<ServiceAccount>::namespaced(self.admin.clone(), ns)
-                .delete(EXECUTOR, &dp)
-                .await
-                .map(|_| ())
-                .or_else(|e| if gone(&e) { Ok(()) } else { Err(e.to_string()) });
+            let result = delete_if_present(
+                Api::<ServiceAccount>::namespaced(admin.clone(), ns),
+                EXECUTOR,
+            )
+            .await;
             record(format!("serviceaccount/{EXECUTOR}"), started, result);
         }
         if let Some(kind) = &self.kind
@@ -797,6 +786,18 @@ impl Cluster {
             );
         }
         records
+    }
+}
+
+/// Deletes `name`; absent is success (the error text otherwise).
+async fn delete_if_present<K>(api: Api<K>, name: &str) -> Result<(), String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

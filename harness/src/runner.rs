@@ -930,6 +930,16 @@ fn classify(error: &anyhow::Error) -> (Outcome, String) {
     }
 }
 
+/// The nested daemon's state for a failed scenario's evidence: `info`, every container
+/// (running or not) with the tail of its logs, volumes and networks.
+const NESTED_DAEMON_STATE: &str = r#"export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"
+docker info 2>&1; echo; docker ps -a --no-trunc 2>&1; echo
+for c in $(docker ps -aq 2>/dev/null); do
+  echo "== logs of nested container $c (last 200 lines)"; docker logs --tail 200 "$c" 2>&1; echo
+done
+docker volume ls 2>&1; docker network ls 2>&1
+"#;
+
 struct OpenStep {
     name: String,
     started: Instant,
@@ -1157,9 +1167,9 @@ impl Ctx {
             }
             let daemon = crate::backend::ExecRequest::new(
                 &self.run.config.daemon_container,
-                &["sh", "-c", "DOCKER_HOST=unix:///run/docker/docker.sock; export DOCKER_HOST; docker info 2>&1; echo; docker ps -a 2>&1; echo; docker volume ls 2>&1; docker network ls 2>&1"],
+                &["sh", "-c", NESTED_DAEMON_STATE],
             )
-            .timeout(Duration::from_secs(20));
+            .timeout(Duration::from_secs(30));
             if let Ok(out) = backend.exec(&pod, daemon).await {
                 save(
                     format!("{}.daemon-state.txt", pod.name),

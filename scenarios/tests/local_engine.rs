@@ -623,6 +623,15 @@ fn a_daemon_escaping_the_pod_cgroup_fails_cgroup_accounting() {
         "cgroup::accounting",
         "every nested process's cgroup lies under the Pod's cgroup",
     );
+    // The evidence holds the nested daemon's containers with their logs.
+    let scenario = &run.report.scenarios[0];
+    let state = scenario
+        .artifacts
+        .iter()
+        .find(|a| a.ends_with(".daemon-state.txt"))
+        .unwrap_or_else(|| panic!("no nested daemon state in {:?}", scenario.artifacts));
+    let text = std::fs::read_to_string(run.report_path.parent().unwrap().join(state)).unwrap();
+    assert!(text.contains("== logs of nested container"), "{text}");
 }
 
 #[test]

@@ -345,33 +345,25 @@ impl Run {
             );
             version?;
         }
+        // An existing cluster is reached before anything is built: an unreachable one fails
+        // in seconds, and nothing is created before it answered.
+        let mut reached = None;
         if let Some(settings) = cluster_settings.as_ref().filter(|c| c.kind.is_none()) {
-            // An existing cluster is reached before anything is built: an unreachable one
-            // fails in seconds.
             let started = Instant::now();
-            let reached = async {
-                let (client, config, context) = crate::backend::kube::cluster::client_for(
-                    settings.kubeconfig.as_deref(),
-                    settings.context.as_deref(),
-                )
-                .await?;
-                let server = config.cluster_url.to_string();
-                crate::backend::kube::cluster::reach(&client, &context, &server)
-                    .await
-                    .map(
-                        |version| json!({"context": context, "server": server, "version": version}),
-                    )
-            }
+            let opened = crate::backend::kube::cluster::open(
+                settings.kubeconfig.as_deref(),
+                settings.context.as_deref(),
+            )
             .await;
             self.record_setup(
                 "cluster",
                 started,
-                &reached
+                &opened
                     .as_ref()
-                    .map(Clone::clone)
+                    .map(|r| json!({"context": r.context, "server": r.server, "version": r.server_version}))
                     .map_err(|e| anyhow!("{e}")),
             );
-            reached?;
+            reached = Some(opened?);
         }
         // Local and Kind need this host's engine (Kind's node runs there and the images are
         // built there); a remote cluster runs the operator's images and needs none.
@@ -527,13 +519,27 @@ impl Run {
         // A cluster: reach it (fast failure, nothing created), set up the namespace and the
         // executor identity, load images into Kind, then the preflight.
         let started = Instant::now();
-        let connected = Cluster::connect(
-            &settings.source(&self.id, &self.report_folder()),
-            settings.namespace.as_deref(),
-            self.config.workspace_mode,
-            &self.id,
-        )
-        .await;
+        let connected = match reached {
+            Some(reached) => {
+                Cluster::set_up(
+                    reached,
+                    None,
+                    settings.namespace.as_deref(),
+                    self.config.workspace_mode,
+                    &self.id,
+                )
+                .await
+            }
+            None => {
+                Cluster::connect(
+                    &settings.source(&self.id, &self.report_folder()),
+                    settings.namespace.as_deref(),
+                    self.config.workspace_mode,
+                    &self.id,
+                )
+                .await
+            }
+        };
         self.record_setup(
             "cluster_setup",
             started,

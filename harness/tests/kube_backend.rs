@@ -569,22 +569,15 @@ async fn the_node_inspector_is_pinned_privileged_and_reads_the_node_read_only() 
 
 #[tokio::test]
 async fn cluster_setup_creates_the_labelled_namespace_and_kandevs_executor_then_removes_them() {
-    use kandev_harness::backend::kube::cluster::{Cluster, EXECUTOR, run_namespace};
+    use kandev_harness::backend::kube::cluster::{Cluster, EXECUTOR, open_with, run_namespace};
     use kandev_harness::template::WorkspaceMode;
     let (client, state) = fake_apiserver::start(NS);
     let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     let run = "20261130t000000-abcdef";
-    let cluster = Cluster::set_up(
-        client,
-        config,
-        "kind-test".into(),
-        None,
-        None,
-        WorkspaceMode::ExistingClaim,
-        run,
-    )
-    .await
-    .unwrap();
+    let reached = open_with(client, config, "kind-test".into()).await.unwrap();
+    let cluster = Cluster::set_up(reached, None, None, WorkspaceMode::ExistingClaim, run)
+        .await
+        .unwrap();
     assert_eq!(cluster.server_version, "v1.33.4");
     let ns = run_namespace(run);
     assert_eq!(cluster.namespace, ns);
@@ -637,14 +630,15 @@ async fn cluster_setup_creates_the_labelled_namespace_and_kandevs_executor_then_
 
 #[tokio::test]
 async fn a_named_namespace_must_exist_and_only_the_executor_objects_are_removed_from_it() {
-    use kandev_harness::backend::kube::cluster::{Cluster, ClusterError, EXECUTOR};
+    use kandev_harness::backend::kube::cluster::{Cluster, ClusterError, EXECUTOR, open_with};
     use kandev_harness::template::WorkspaceMode;
     let (client, state) = fake_apiserver::start(NS);
     let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    let reached = open_with(client.clone(), config.clone(), "c".into())
+        .await
+        .unwrap();
     let missing = Cluster::set_up(
-        client.clone(),
-        config.clone(),
-        "c".into(),
+        reached,
         None,
         Some("absent"),
         WorkspaceMode::ManagedPvc,
@@ -666,10 +660,9 @@ async fn a_named_namespace_must_exist_and_only_the_executor_objects_are_removed_
         "namespaces",
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kandev-agents"}}),
     );
+    let reached = open_with(client, config, "c".into()).await.unwrap();
     let cluster = Cluster::set_up(
-        client,
-        config,
-        "c".into(),
+        reached,
         None,
         Some("kandev-agents"),
         WorkspaceMode::ManagedPvc,

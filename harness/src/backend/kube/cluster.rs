@@ -338,6 +338,38 @@ pub async fn reach(client: &Client, context: &str, server: &str) -> Result<Strin
     }
 }
 
+/// A cluster whose API server answered: the operator's client and what it answered.
+pub struct Reached {
+    pub admin: Client,
+    pub config: Config,
+    pub context: String,
+    pub server: String,
+    pub server_version: String,
+}
+
+/// The client of an explicitly named context, with the API server reached (fast failure).
+pub async fn open(path: Option<&Path>, context: Option<&str>) -> Result<Reached, ClusterError> {
+    let (admin, config, context) = client_for(path, context).await?;
+    open_with(admin, config, context).await
+}
+
+/// [`open`] with a client in hand.
+pub async fn open_with(
+    admin: Client,
+    config: Config,
+    context: String,
+) -> Result<Reached, ClusterError> {
+    let server = config.cluster_url.to_string();
+    let server_version = reach(&admin, &context, &server).await?;
+    Ok(Reached {
+        admin,
+        config,
+        context,
+        server,
+        server_version,
+    })
+}
+
 /// The run's cluster: the operator's client (setup, evidence, cleanup), the executor's client
 /// (sessions), and what the run created there.
 pub struct Cluster {
@@ -495,22 +527,25 @@ impl Cluster {
             }
             Source::Kubeconfig { path, context } => (None, path.clone(), context.clone()),
         };
-        let (admin, config, context) = client_for(path.as_deref(), context.as_deref()).await?;
-        Self::set_up(admin, config, context, kind, namespace, mode, run_id).await
+        let reached = open(path.as_deref(), context.as_deref()).await?;
+        Self::set_up(reached, kind, namespace, mode, run_id).await
     }
 
-    /// With a client in hand: reach the API server, then the namespace and the executor.
+    /// With the API server reached: the namespace and the executor.
     pub async fn set_up(
-        admin: Client,
-        config: Config,
-        context: String,
+        reached: Reached,
         kind: Option<KindCluster>,
         namespace: Option<&str>,
         mode: WorkspaceMode,
         run_id: &str,
     ) -> Result<Self, ClusterError> {
-        let server = config.cluster_url.to_string();
-        let server_version = reach(&admin, &context, &server).await?;
+        let Reached {
+            admin,
+            config,
+            context,
+            server,
+            server_version,
+        } = reached;
         let labels = run_labels(run_id);
 
         let namespaces: Api<Namespace> = Api::all(admin.clone());

@@ -905,18 +905,13 @@ async fn gc_cluster(args: &GcArgs) -> u8 {
             }
         }
     }
-    let (client, config, context) =
-        match cluster::client_for(kubeconfig.as_deref(), context.as_deref()).await {
-            Ok(found) => found,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return exit::ENVIRONMENT;
-            }
-        };
-    if let Err(e) = cluster::reach(&client, &context, &config.cluster_url.to_string()).await {
-        eprintln!("error: {e}");
-        return exit::ENVIRONMENT;
-    }
+    let client = match cluster::open(kubeconfig.as_deref(), context.as_deref()).await {
+        Ok(reached) => reached.admin,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::ENVIRONMENT;
+        }
+    };
     match cluster::gc(
         &client,
         c.namespace.as_deref(),

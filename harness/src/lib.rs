@@ -1,27 +1,33 @@
 //! kandev-acceptance: proves, on a real engine, that Kandev's Docker-workloads task Pod keeps
 //! the promises of its design, and writes a report CI and release gating can read.
+//!
+//! The layers, each a folder, each depending only on the ones above it in this list:
+//!
+//! - [`report`]: the report model (outcomes, exit codes) and its output formats.
+//! - [`pod`]: Kandev's knowledge of a task Pod: template rules, identity, composition,
+//!   admission comparison. Pure: no I/O.
+//! - [`node`]: evidence from outside the Pods: processes and cgroups of a node.
+//! - [`host`]: this host's Docker engine and the fixture images built there.
+//! - [`backend`]: what runs a composed Pod (local engine, Kind, an existing cluster); each
+//!   backend owns its set-up, teardown, `gc` and node view.
+//! - [`session`]: one Kandev task session launched through Kandev's stages, and its agent.
+//! - [`runner`]: a run: scenarios as trials, their context (the scenario API), teardown,
+//!   the leak ledger and report assembly.
+//! - [`cli`]: argument parsing and dispatch.
 
-pub mod admission;
-pub mod agent;
 pub mod backend;
-pub mod cleanup;
 pub mod cli;
-pub mod compose;
-pub mod identity;
-pub mod images;
-pub mod inspector;
-pub mod ledger;
+pub mod config;
+pub mod host;
 pub mod node;
-pub mod outputs;
 pub mod paths;
-pub mod progress;
-pub mod repeat;
+pub mod pod;
 pub mod report;
 pub mod runner;
 pub mod session;
-pub mod template;
+pub mod wait;
 
-/// An error and its sources, once each, joined with `: `.
+/// An error and its sources, once each, joined with `: ` (anyhow errors: pass `e.as_ref()`).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![error.to_string()];
     let mut source = error.source();
@@ -31,18 +37,6 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
             parts.push(text);
         }
         source = e.source();
-    }
-    parts.join(": ")
-}
-
-/// [`error_chain`] for `anyhow` errors.
-pub fn error_chain_anyhow(error: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for e in error.chain() {
-        let text = e.to_string();
-        if parts.last() != Some(&text) {
-            parts.push(text);
-        }
     }
     parts.join(": ")
 }

@@ -7,9 +7,10 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
-use kandev_harness::backend::local::{LocalBackend, connect_engine, plan::CGROUP_ROOT};
-use kandev_harness::images::{ImageConfig, ensure_images, mock_agent_binary};
-use kandev_harness::inspector::ExecNode;
+use kandev_harness::backend::kube::inspector::ExecNode;
+use kandev_harness::backend::local::{LocalBackend, plan::CGROUP_ROOT};
+use kandev_harness::host::connect_engine;
+use kandev_harness::host::images::{ImageConfig, ensure_images, mock_agent_binary};
 use kandev_harness::node::{CgroupFs, HostNode, NodeView};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -57,7 +58,7 @@ async fn the_inspector_sees_what_the_host_sees() {
         Vec::new(),
         4096,
     ));
-    let suffix = kandev_harness::identity::random_hex(4);
+    let suffix = kandev_harness::pod::identity::random_hex(4);
     let marker = format!("kandev-inspected-{suffix}");
     let target = backend
         .create_pod(&pod(

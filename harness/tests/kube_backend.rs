@@ -11,8 +11,8 @@ mod fake_apiserver;
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
 use kandev_harness::backend::{Backend, BackendError, PodRef};
-use kandev_harness::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
-use kandev_harness::identity::{SessionIdentity, create_nonce};
+use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::pod::identity::{SessionIdentity, create_nonce};
 use kandev_harness::session::{CleanupRefused, RecordedSession, owned_labels, terminal_cleanup};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -22,12 +22,12 @@ const NS: &str = "kandev-acceptance-test";
 
 fn composed(identity: &SessionIdentity, claim: &str) -> Pod {
     let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
-    let rendered = kandev_harness::template::render(
+    let rendered = kandev_harness::pod::template::render(
         &text,
         "kandev-acceptance/worker:0",
         "kandev-acceptance/daemon:0",
     );
-    let template = kandev_harness::template::parse(&rendered.text).unwrap();
+    let template = kandev_harness::pod::template::parse(&rendered.text).unwrap();
     let nonce = create_nonce();
     let mut pod = compose_pod(&ComposeInput {
         template: &template,
@@ -456,7 +456,7 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
 
 fn grant_kandev_role(state: &std::sync::Mutex<fake_apiserver::State>) {
     use kandev_harness::backend::kube::cluster::required_access;
-    use kandev_harness::template::WorkspaceMode;
+    use kandev_harness::pod::template::WorkspaceMode;
     state.lock().unwrap().allowed = required_access(WorkspaceMode::ManagedPvc)
         .into_iter()
         .map(|(verb, resource)| format!("{verb} {resource}"))
@@ -472,7 +472,7 @@ async fn preflight_passes_with_kandevs_role_and_an_admitting_namespace() {
     let evidence = cluster
         .preflight(
             &composed(&id, "c"),
-            kandev_harness::template::WorkspaceMode::ManagedPvc,
+            kandev_harness::pod::template::WorkspaceMode::ManagedPvc,
         )
         .await
         .unwrap();
@@ -504,7 +504,7 @@ async fn preflight_names_each_missing_permission() {
     let error = cluster(client)
         .preflight(
             &composed(&identity(), "c"),
-            kandev_harness::template::WorkspaceMode::ManagedPvc,
+            kandev_harness::pod::template::WorkspaceMode::ManagedPvc,
         )
         .await
         .unwrap_err();
@@ -523,7 +523,7 @@ async fn preflight_reports_a_namespace_that_refuses_the_privileged_companion() {
     let error = cluster(client)
         .preflight(
             &composed(&identity(), "c"),
-            kandev_harness::template::WorkspaceMode::ManagedPvc,
+            kandev_harness::pod::template::WorkspaceMode::ManagedPvc,
         )
         .await
         .unwrap_err();
@@ -538,7 +538,8 @@ async fn preflight_reports_a_namespace_that_refuses_the_privileged_companion() {
 #[tokio::test]
 async fn the_node_inspector_is_pinned_privileged_and_reads_the_node_read_only() {
     let (client, _) = fake_apiserver::start(NS);
-    let inspector = kandev_harness::inspector::ClusterInspector::new(client, NS, "dind:1", "r1");
+    let inspector =
+        kandev_harness::backend::kube::inspector::ClusterInspector::new(client, NS, "dind:1", "r1");
     let pod = inspector.inspector_pod("worker-7");
     let spec = pod.spec.unwrap();
     assert_eq!(spec.node_name.as_deref(), Some("worker-7"));
@@ -570,7 +571,7 @@ async fn the_node_inspector_is_pinned_privileged_and_reads_the_node_read_only() 
 #[tokio::test]
 async fn cluster_setup_creates_the_labelled_namespace_and_kandevs_executor_then_removes_them() {
     use kandev_harness::backend::kube::cluster::{Cluster, EXECUTOR, open_with, run_namespace};
-    use kandev_harness::template::WorkspaceMode;
+    use kandev_harness::pod::template::WorkspaceMode;
     let (client, state) = fake_apiserver::start(NS);
     let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     let run = "20261130t000000-abcdef";
@@ -631,7 +632,7 @@ async fn cluster_setup_creates_the_labelled_namespace_and_kandevs_executor_then_
 #[tokio::test]
 async fn a_named_namespace_must_exist_and_only_the_executor_objects_are_removed_from_it() {
     use kandev_harness::backend::kube::cluster::{Cluster, ClusterError, EXECUTOR, open_with};
-    use kandev_harness::template::WorkspaceMode;
+    use kandev_harness::pod::template::WorkspaceMode;
     let (client, state) = fake_apiserver::start(NS);
     let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
     let reached = open_with(client.clone(), config.clone(), "c".into())

@@ -5,7 +5,7 @@
 #[path = "support/schemas.rs"]
 mod schemas;
 
-use kandev_harness::outputs::{ctrf, junit};
+use kandev_harness::report::outputs::{ctrf, junit};
 use kandev_harness::report::{
     CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport, StepOutcome, StepReport,
     Summary,

@@ -5,7 +5,7 @@
 // A test file: failing loudly with unwrap/panic is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use kandev_harness::template::{self, RuleOptions, WorkspaceMode};
+use kandev_harness::pod::template::{self, RuleOptions, WorkspaceMode};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 

@@ -2,9 +2,9 @@
 
 use anyhow::{Context, anyhow};
 use k8s_openapi::api::core::v1::{Container, PodTemplate};
-use kandev_harness::agent::{AgentExecResult, FileDigest};
 use kandev_harness::runner::{Ctx, broken};
 use kandev_harness::session::Session;
+use kandev_harness::session::agent::{AgentExecResult, FileDigest};
 use std::time::Duration;
 
 /// The named container of a template (mutable, for variants).
@@ -24,7 +24,7 @@ pub fn container_mut<'a>(
 /// "unavailable daemon" variant replaces `exec dockerd ...` the same way).
 pub fn with_daemon_command(ctx: &Ctx, argv: &[&str]) -> anyhow::Result<PodTemplate> {
     let mut template = ctx.template().clone();
-    let daemon = container_mut(&mut template, &ctx.run.config.daemon_container)?;
+    let daemon = container_mut(&mut template, &ctx.config().daemon_container)?;
     daemon.command = Some(argv.iter().map(|s| (*s).to_owned()).collect());
     daemon.args = None;
     Ok(template)
@@ -69,7 +69,10 @@ docker build -q --network none -t {tag} "$d""#
 
 /// A tag unique to this scenario run.
 pub fn probe_tag(ctx: &Ctx, what: &str) -> String {
-    format!("kandev-acceptance-{what}:{}", ctx.run.id.replace('t', "-"))
+    format!(
+        "kandev-acceptance-{what}:{}",
+        ctx.run_id().replace('t', "-")
+    )
 }
 
 /// The ID of the daemon the session's agent reaches (`docker info`); fails `promise` when the

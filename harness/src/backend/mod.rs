@@ -1,13 +1,144 @@
-//! Backends run a composed Pod. `local` (a Docker engine, the embedded default) is here; the
-//! `kube` backend implements the same trait against an API server.
+//! Backends run a composed Pod. Each owns everything about itself in its folder: how a run
+//! prepares it (engine or cluster, images, node view, environment facts), what the run tears
+//! down at its end, `gc`, and its Pod operations behind the [`Backend`] trait. The runner and
+//! the command line reach a backend only through [`BackendKind::provider`], its one
+//! registration.
 
 pub mod kube;
 pub mod local;
 
+use crate::config::RunConfig;
+use crate::host::HostEngine;
+use crate::host::images::ImageSet;
+use crate::node::NodeView;
+use crate::report::{CleanupRecord, Environment, SetupLog};
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplate};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Every backend: its command-line name and, in [`BackendKind::provider`], its registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// The embedded default: a Docker engine on this host.
+    #[default]
+    Local,
+    /// A Kind cluster the run creates from kind/cluster.yaml (and deletes), images loaded.
+    Kind,
+    /// An existing cluster: --context (required) from --kubeconfig or KUBECONFIG.
+    Kube,
+}
+
+impl BackendKind {
+    /// The one place a backend is registered.
+    pub fn provider(self) -> &'static dyn Provider {
+        match self {
+            Self::Local => &local::setup::LocalProvider,
+            Self::Kind => &kube::setup::KindProvider,
+            Self::Kube => &kube::setup::KubeProvider,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Kind => "kind",
+            Self::Kube => "kube",
+        }
+    }
+}
+
+/// What a backend's run preparation gets from the runner.
+pub struct PrepareInput<'a> {
+    pub run_id: &'a str,
+    pub config: &'a RunConfig,
+    /// `reports/<run>/`: where a backend may keep run files (Kind's kubeconfig).
+    pub report_folder: &'a Path,
+    /// The static mock agent, built on first use ([`PrepareInput::mock_agent_binary`]).
+    pub mock_agent: tokio::sync::OnceCell<PathBuf>,
+    /// Run-level set-up steps, recorded in the report.
+    pub setup: &'a SetupLog,
+    /// Image builds show their progress here.
+    pub progress: &'a indicatif::MultiProgress,
+    /// The run's template rendered with the images the backend will run (for a preflight).
+    pub template_for: &'a (dyn Fn(&ImageSet) -> anyhow::Result<PodTemplate> + Send + Sync),
+}
+
+impl PrepareInput<'_> {
+    /// The static mock agent binary (built once, recorded as the `mock_agent_binary` step):
+    /// uploaded into every session, and the local backend's infra image is built from it.
+    pub async fn mock_agent_binary(&self) -> anyhow::Result<PathBuf> {
+        self.mock_agent
+            .get_or_try_init(|| async {
+                let started = std::time::Instant::now();
+                let built =
+                    crate::host::images::mock_agent_binary(&crate::paths::workspace_root()).await;
+                self.setup.step(
+                    "mock_agent_binary",
+                    started,
+                    built,
+                    |p| serde_json::json!({ "path": p }),
+                )
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// A backend ready for sessions, and what the run must undo at its end.
+pub struct Prepared {
+    pub backend: Arc<dyn Backend>,
+    /// The namespace sessions run in.
+    pub namespace: String,
+    pub images: ImageSet,
+    /// The node seen from outside the Pods, when the backend has one.
+    pub node: Option<Arc<dyn NodeView>>,
+    /// This host's engine, when the backend uses one (images are built there; scenarios check
+    /// that nested images never land in it).
+    pub host_engine: Option<HostEngine>,
+    /// Engine, cluster, kernel and cgroup facts (the runner adds the template).
+    pub environment: Environment,
+    /// What the run set up beyond its sessions (a namespace, executor objects, a cluster).
+    pub teardown: Option<Box<dyn RunTeardown>>,
+}
+
+/// What a run set up beyond its sessions, removed when the run ends.
+#[async_trait]
+pub trait RunTeardown: Send + Sync {
+    async fn teardown(&self) -> Vec<CleanupRecord>;
+    /// How to remove it later, when `--keep` left it in place.
+    fn kept_hint(&self, run_id: &str) -> String;
+}
+
+/// What `gc` is asked to remove.
+#[derive(Debug, Clone)]
+pub struct GcRequest {
+    /// Only what this run created; otherwise everything the harness labelled.
+    pub run: Option<String>,
+    pub dry_run: bool,
+    /// Orphaned node state younger than this is left alone (a run may be creating it).
+    pub older_than: Duration,
+    pub cluster: crate::config::ClusterSettings,
+}
+
+/// A backend's run-level knowledge: checks of the command line, preparation, `gc`.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// What the command line lacks for this backend (nothing is created); `Err` is the
+    /// message, naming the fix.
+    fn check(&self, config: &RunConfig) -> Result<(), String>;
+    /// Whether the run prepares the backend before any trial (a cluster: an unreachable one
+    /// stops the run at once, before anything is created).
+    fn prepare_first(&self) -> bool {
+        false
+    }
+    async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared>;
+    /// Removes what killed runs left (by label); returns what was (or would be) removed.
+    async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>>;
+}
 
 /// A Pod the backend created: the UID is what every later delete checks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,11 +217,12 @@ pub struct ContainerState {
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error(
-        "no container engine answers at {endpoint}: {source}\n  fix: start one (bash harness/scripts/ensure-engine.sh) or set DOCKER_HOST"
+        "no container engine answers at {endpoint}: {cause}\n  fix: start one (bash harness/scripts/ensure-engine.sh) or set DOCKER_HOST"
     )]
     EngineUnreachable {
         endpoint: String,
-        source: bollard::errors::Error,
+        /// In the message (the fix follows it), so not a `source`: printed once.
+        cause: String,
     },
     #[error("the local backend cannot honour {field}: {reason}")]
     UnsupportedField { field: String, reason: String },
@@ -120,8 +252,8 @@ pub enum BackendError {
         #[source]
         source: anyhow::Error,
     },
-    #[error("timed out after {waited:?} waiting for {what}")]
-    WaitTimedOut { what: String, waited: Duration },
+    #[error(transparent)]
+    WaitTimedOut(#[from] crate::wait::WaitTimedOut),
     #[error(
         "{what} {name} is not the one this run created (expected uid {expected}, found {found})"
     )]
@@ -146,6 +278,12 @@ pub type Result<T, E = BackendError> = std::result::Result<T, E>;
 pub trait Backend: Send + Sync {
     /// `local`, `kind` or `kube`.
     fn name(&self) -> &'static str;
+    /// How a person gets into a Pod kept with `--keep`.
+    fn keep_hint(&self, pod: &PodRef, container: &str) -> String;
+    /// What the backend accepts in `pod` without enforcing it as a kubelet would (findings).
+    fn unenforced(&self, _pod: &Pod) -> Vec<String> {
+        Vec::new()
+    }
     /// Creates a workspace claim (managed mode) with the given labels and annotations.
     async fn create_workspace(
         &self,

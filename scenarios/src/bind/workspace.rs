@@ -8,10 +8,10 @@
 //! daemon (runtime/auth mounts must not be shared with the companion).
 
 use crate::support::{build_workload, probe_tag, require_success, workload_digest};
-use kandev_harness::agent::AgentExec;
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
 use kandev_harness::session::SessionOptions;
+use kandev_harness::session::agent::AgentExec;
 use serde_json::json;
 use std::time::Duration;
 

@@ -68,7 +68,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         }
 
         ctx.step("render the page and run its script");
-        let marker = kandev_harness::identity::random_hex(6);
+        let marker = kandev_harness::pod::identity::random_hex(6);
         let page = format!(
             "<!doctype html><html><head><title>pending</title><style>body{{background:#2b6cb0;color:#fff;font:32px sans-serif}}</style></head><body><h1 id=status>script did not run</h1><script>document.getElementById('status').textContent='script-ran-{marker}-'+(6*7);document.title='done';</script></body></html>"
         );
@@ -146,7 +146,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let size = session
             .agent()?
             .exec(
-                &kandev_harness::agent::AgentExec::sh("true", Duration::from_secs(10))
+                &kandev_harness::session::agent::AgentExec::sh("true", Duration::from_secs(10))
                     .digests(&[shot]),
             )
             .await?

@@ -43,7 +43,7 @@ fn figures(r: &PodCgroupReading) -> serde_json::Value {
 
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
-        let Some(node) = ctx.env.node.clone() else {
+        let Some(node) = ctx.node() else {
             return Ok(Verdict::Skipped(NO_NODE_VIEW.into()));
         };
         ctx.step("launch");
@@ -82,7 +82,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )?;
         let marker = format!(
             "kandev-accounting-{}",
-            kandev_harness::identity::random_hex(6)
+            kandev_harness::pod::identity::random_hex(6)
         );
         let held = session
             .agent_sh(
@@ -91,19 +91,24 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             )
             .await?;
         require_success(&held, INSIDE, "start the nested accounting container")?;
-        let mut nested = Vec::new();
-        for _ in 0..50 {
-            nested = node.processes_matching(&marker).await?;
-            let usage = node
-                .read_cgroup(&pod_path)
-                .await?
-                .memory_usage_bytes
-                .unwrap_or(0);
-            if !nested.is_empty() && usage >= HELD_MIB << 20 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        // The nested process holding its memory, seen from the node (within 10 s); when it
+        // never shows, the checks below say what was seen.
+        let _ = ctx
+            .wait_within(
+                "the nested process and its memory on the node",
+                Duration::from_secs(10),
+                || async {
+                    let nested = node.processes_matching(&marker).await?;
+                    let usage = node
+                        .read_cgroup(&pod_path)
+                        .await?
+                        .memory_usage_bytes
+                        .unwrap_or(0);
+                    Ok((!nested.is_empty() && usage >= HELD_MIB << 20).then_some(()))
+                },
+            )
+            .await;
+        let nested = node.processes_matching(&marker).await?;
         ctx.evidence("nested_processes", &nested);
         promise(!nested.is_empty(), INSIDE, || {
             format!("no process with {marker} on the node")
@@ -141,7 +146,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let logged_before = node.kernel_memcg_ooms(&pod_path).await;
         // Not `--rm`: on cgroup v1 the kill is counted in the victim's own memcg, which must
         // still exist when the node view reads the subtree.
-        let hog_name = format!("hog-{}", kandev_harness::identity::random_hex(4));
+        let hog_name = format!("hog-{}", kandev_harness::pod::identity::random_hex(4));
         let hog = session
             .agent_sh(&format!("docker run --name {hog_name} --network none {tag} alloc {hog_mib} 0 {marker}-hog"), Duration::from_secs(240))
             .await?;

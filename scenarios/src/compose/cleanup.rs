@@ -78,8 +78,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             UP,
             "build the service image",
         )?;
-        let project = format!("kaccept{}", kandev_harness::identity::random_hex(4));
-        let marker = kandev_harness::identity::random_hex(8);
+        let project = format!("kaccept{}", kandev_harness::pod::identity::random_hex(4));
+        let marker = kandev_harness::pod::identity::random_hex(8);
         let dir = "/workspace/compose-probe";
         let setup = format!(
             "set -e; mkdir -p {dir}/input {dir}/out; echo input-{marker} > {dir}/input/input.txt; cat > {dir}/docker-compose.yml <<'EOF'\n{}EOF\n/opt/kandev/agentctl write /tmp/expected-result.bin 524288 11",
@@ -119,7 +119,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let result = session
             .agent()?
             .exec(
-                &kandev_harness::agent::AgentExec::sh("true", Duration::from_secs(10))
+                &kandev_harness::session::agent::AgentExec::sh("true", Duration::from_secs(10))
                     .digests(&["/workspace/compose-probe/out/result.bin"]),
             )
             .await?;

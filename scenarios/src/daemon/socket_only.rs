@@ -155,8 +155,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let nested = session
             .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
             .await?;
-        let host = match &ctx.env.host_engine {
-            Some(engine) => engine.info().await.ok().and_then(|i| i.id),
+        let host = match ctx.host_engine() {
+            Some(engine) => engine.daemon_id().await,
             None => None,
         };
         ctx.evidence(

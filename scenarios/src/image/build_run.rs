@@ -44,7 +44,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .to_owned();
 
         ctx.step("run");
-        let nonce = kandev_harness::identity::random_hex(8);
+        let nonce = kandev_harness::pod::identity::random_hex(8);
         let run = session
             .agent_sh(
                 &format!("docker run --rm --network none {tag} echo {nonce}"),
@@ -76,19 +76,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
         // The host's engine (locally: the one running the Pod) must not have it either.
-        let Some(docker) = ctx.env.host_engine.clone() else {
+        let Some(engine) = ctx.host_engine() else {
             ctx.evidence(
                 "host_engine",
                 "none reachable: the cluster's nodes are not on this host",
             );
             return Ok(Verdict::Passed);
         };
-        let by_tag = docker.inspect_image(&tag).await.ok().and_then(|i| i.id);
-        let by_id = docker
-            .inspect_image(&image_id)
-            .await
-            .ok()
-            .and_then(|i| i.id);
+        let by_tag = engine.image_id(&tag).await;
+        let by_id = engine.image_id(&image_id).await;
         ctx.evidence("host_engine_by_tag", &by_tag);
         ctx.evidence("host_engine_by_id", &by_id);
         promise(by_tag.is_none() && by_id.is_none(), LOCAL, || {

@@ -53,7 +53,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             INVISIBLE,
             "build in session A",
         )?;
-        let suffix = kandev_harness::identity::random_hex(4);
+        let suffix = kandev_harness::pod::identity::random_hex(4);
         let create = format!(
             "set -e; docker volume create iso-vol-{suffix} >/dev/null; docker network create iso-net-{suffix} >/dev/null; docker create --name iso-ctr-{suffix} --network none {tag} sleep 60 >/dev/null; echo created"
         );
@@ -86,7 +86,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         })?;
 
         ctx.step("neither daemon is reachable from the other Pod");
-        let backend = ctx.env.backend.clone();
+        let backend = ctx.backend();
         let ip_a = backend.pod_ip(&a.pod).await?.unwrap_or_default();
         let ip_b = backend.pod_ip(&b.pod).await?.unwrap_or_default();
         let mut reached = Vec::new();

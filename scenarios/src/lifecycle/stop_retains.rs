@@ -37,7 +37,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             STOP_KEEPS,
             "docker build",
         )?;
-        let s = kandev_harness::identity::random_hex(4);
+        let s = kandev_harness::pod::identity::random_hex(4);
         let setup = format!(
             "set -e; docker run -d --name keeper-{s} --network none {tag} sleep 600 >/dev/null; docker volume create keep-{s} >/dev/null; echo uncommitted > /workspace/retained-{s}.txt; echo ok"
         );
@@ -59,8 +59,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .ok_or_else(|| anyhow::anyhow!("the session had no agent token"))?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let uid = ctx
-            .env
-            .backend
+            .backend()
             .pod_uid(&pod_before.namespace, &pod_before.name)
             .await?;
         promise(
@@ -90,10 +89,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )?;
 
         ctx.step("replacement Pod on the same workspace");
-        ctx.env.backend.delete_pod(&session.pod).await?;
+        ctx.backend().delete_pod(&session.pod).await?;
         let gone = ctx
-            .env
-            .backend
+            .backend()
             .pod_uid(&pod_before.namespace, &pod_before.name)
             .await?;
         promise(gone.is_none(), WORKSPACE_KEPT, || {

@@ -9,12 +9,12 @@
 //! whose identity does not match the record.
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
+use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
 use kandev_harness::session::{CleanupRefused, SessionOptions, terminal_cleanup};
-use kandev_harness::template::WorkspaceMode;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const REMOVES: &str = "terminal cleanup removes exactly the owned Pod and its workspace";
 const VANISH: &str =
@@ -37,7 +37,7 @@ pub fn scenario() -> Scenario {
 
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
-        let Some(node) = ctx.env.node.clone() else {
+        let Some(node) = ctx.node() else {
             return Ok(Verdict::Skipped(NO_NODE_VIEW.into()));
         };
         ctx.step("launch the owned session and a neighbour");
@@ -53,7 +53,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             VANISH,
             "build the workload image",
         )?;
-        let marker = format!("{MARKER_PREFIX}{}", kandev_harness::identity::random_hex(6));
+        let marker = format!(
+            "{MARKER_PREFIX}{}",
+            kandev_harness::pod::identity::random_hex(6)
+        );
         require_success(
             &owned
                 .agent_sh(
@@ -64,12 +67,17 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             VANISH,
             "start a nested process",
         )?;
-        let started = Instant::now();
-        let mut nested = Vec::new();
-        while nested.is_empty() && started.elapsed() < Duration::from_secs(10) {
-            nested = node.processes_matching(&marker).await?;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let nested = ctx
+            .wait_within(
+                "the nested process on the node",
+                Duration::from_secs(10),
+                || async {
+                    let found = node.processes_matching(&marker).await?;
+                    Ok((!found.is_empty()).then_some(found))
+                },
+            )
+            .await
+            .unwrap_or_default();
         ctx.evidence("nested_processes", &nested);
         promise(!nested.is_empty(), VANISH, || {
             format!("no nested process with {marker} on the node")
@@ -77,7 +85,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         ctx.step("terminal cleanup of the owned session");
         let recorded = owned.recorded();
-        let backend = ctx.env.backend.clone();
+        let backend = ctx.backend();
         // A failing delete is evidence here (processes that outlive the Pod keep its cgroup
         // busy): judge by what the node shows, and report the error itself only if the node
         // shows nothing wrong.
@@ -86,16 +94,24 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "cleanup",
             cleanup
                 .as_ref()
-                .map_err(kandev_harness::error_chain_anyhow)
+                .map_err(|e| kandev_harness::error_chain(e.as_ref()))
                 .err(),
         );
         ctx.step("nested processes and cgroups vanish from the node");
-        let started = Instant::now();
-        let mut survivors = node.processes_matching(&marker).await?;
-        while !survivors.is_empty() && started.elapsed() < Duration::from_secs(10) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            survivors = node.processes_matching(&marker).await?;
-        }
+        let _ = ctx
+            .wait_within(
+                "the nested processes to vanish from the node",
+                Duration::from_secs(10),
+                || async {
+                    Ok(node
+                        .processes_matching(&marker)
+                        .await?
+                        .is_empty()
+                        .then_some(()))
+                },
+            )
+            .await;
+        let survivors = node.processes_matching(&marker).await?;
         let cgroup_left = node.pod_cgroup(&recorded.pod.uid).await?;
         ctx.evidence("survivors", &survivors);
         ctx.evidence("pod_cgroup_left", &cgroup_left);
@@ -175,7 +191,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let refused_label = terminal_cleanup(backend.as_ref(), &foreign.recorded()).await;
         let describe = |r: &anyhow::Result<()>| match r {
             Ok(()) => "deleted".to_owned(),
-            Err(e) => kandev_harness::error_chain_anyhow(e),
+            Err(e) => kandev_harness::error_chain(e.as_ref()),
         };
         ctx.evidence("same_name_other_uid", describe(&refused_uid));
         ctx.evidence("foreign_label", describe(&refused_label));

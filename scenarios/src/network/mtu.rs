@@ -10,9 +10,9 @@ use crate::support::require_success;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kandev_harness::backend::ExecRequest;
-use kandev_harness::cleanup::CleanupTarget;
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
 use kandev_harness::session::SessionOptions;
+use kandev_harness::session::cleanup::CleanupTarget;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -39,18 +39,18 @@ fn peer_pod(ctx: &Ctx) -> Pod {
         metadata: ObjectMeta {
             name: Some(format!(
                 "kandev-acceptance-peer-{}",
-                kandev_harness::identity::random_hex(4)
+                kandev_harness::pod::identity::random_hex(4)
             )),
-            labels: Some(kandev_harness::identity::harness_labels(
-                &ctx.run.id,
-                ctx.scenario,
+            labels: Some(kandev_harness::pod::identity::harness_labels(
+                ctx.run_id(),
+                ctx.scenario(),
             )),
             ..Default::default()
         },
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: "peer".into(),
-                image: Some(ctx.env.images.daemon.clone()),
+                image: Some(ctx.images().daemon.clone()),
                 command: Some(vec!["/bin/sh".into(), "-c".into(), script]),
                 ..Default::default()
             }],
@@ -73,9 +73,9 @@ fn mtu_of(netinfo: &str, interface: &str) -> Option<u64> {
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch the session and the peer outside it");
-        let backend = ctx.env.backend.clone();
+        let backend = ctx.backend();
         let peer = backend.create_pod(&peer_pod(ctx)).await?;
-        ctx.cleanup.push(CleanupTarget::Pod(peer.clone()));
+        ctx.on_teardown(CleanupTarget::Pod(peer.clone()));
         let session = ctx.launch(SessionOptions::default()).await?;
 
         ctx.step("MTUs");
@@ -106,9 +106,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         let client = format!(
             "kandev-acceptance-tls-client:{}",
-            ctx.run.id.replace('t', "-")
+            ctx.run_id().replace('t', "-")
         );
-        let net = format!("mtu-probe-{}", kandev_harness::identity::random_hex(3));
+        let net = format!("mtu-probe-{}", kandev_harness::pod::identity::random_hex(3));
         let build = format!(
             r#"set -eu
 d=/workspace/.kandev-acceptance/tls-client; rm -rf "$d"; mkdir -p "$d/root"
@@ -156,31 +156,28 @@ docker run --rm --network {net} {client} /workload netinfo"#
             .pod_ip(&peer)
             .await?
             .ok_or_else(|| anyhow::anyhow!("the peer has no IP"))?;
-        let started = Instant::now();
-        let expected = loop {
-            let sha = backend
-                .exec(
-                    &peer,
-                    ExecRequest::new("peer", &["cat", "/srv/big.sha"])
-                        .timeout(Duration::from_secs(10)),
-                )
-                .await?;
-            if sha.success() {
-                break sha
-                    .stdout_text()
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                anyhow::bail!(
-                    "the HTTPS peer did not get ready within 60 s: {}",
-                    sha.stderr_text()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        };
+        let expected = ctx
+            .wait_within(
+                "the HTTPS peer to be ready",
+                Duration::from_secs(60),
+                || async {
+                    let sha = backend
+                        .exec(
+                            &peer,
+                            ExecRequest::new("peer", &["cat", "/srv/big.sha"])
+                                .timeout(Duration::from_secs(10)),
+                        )
+                        .await?;
+                    Ok(sha.success().then(|| {
+                        sha.stdout_text()
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_owned()
+                    }))
+                },
+            )
+            .await?;
         let fetch = format!(
             "docker run --rm --network {net} {client} /bin/sh -c 'printf \"GET /big.bin HTTP/1.0\\r\\n\\r\\n\" | openssl s_client -quiet -connect {peer_ip}:8443 2>/dev/null | /workload http-body-digest'"
         );

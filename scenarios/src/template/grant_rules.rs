@@ -8,8 +8,8 @@
 
 use crate::support::container_mut;
 use k8s_openapi::api::core::v1::{Container, PodTemplate, Volume, VolumeDevice, VolumeMount};
+use kandev_harness::pod::template::{self, RuleOptions, Severity};
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
-use kandev_harness::template::{self, RuleOptions, Severity};
 use std::time::Duration;
 
 const PASSES: &str = "the template passes Kandev's rules";
@@ -175,8 +175,8 @@ fn mutations() -> Vec<(&'static str, Mutation)> {
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         let options = RuleOptions {
-            main_container: ctx.run.config.main_container.clone(),
-            workspace_mode: ctx.run.config.workspace_mode,
+            main_container: ctx.config().main_container.clone(),
+            workspace_mode: ctx.config().workspace_mode,
             workspace_claim: None,
         };
         ctx.step("the run's template");
@@ -194,7 +194,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(errors.is_empty(), PASSES, || errors.join("; "))?;
 
         ctx.step("each upstream rejection case, applied to this template");
-        let daemon = ctx.run.config.daemon_container.clone();
+        let daemon = ctx.config().daemon_container.clone();
         let mut results = Vec::new();
         let mut accepted = Vec::new();
         for (name, mutate) in mutations() {

@@ -125,8 +125,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(missing.is_empty(), CACHES, || format!("{missing:?}"))?;
 
         ctx.step("tool jobs as the agent");
-        let required = ctx.run.config.required_tools.clone();
-        let optional = ctx.run.config.optional_tools.clone();
+        let required = ctx.config().required_tools.clone();
+        let optional = ctx.config().optional_tools.clone();
         let mut versions = BTreeMap::new();
         let mut failures = Vec::new();
         let mut on_mounts = Vec::new();

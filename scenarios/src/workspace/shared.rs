@@ -6,9 +6,9 @@
 //! grant still lets the companion write.
 
 use crate::support::container_mut;
+use kandev_harness::pod::template::is_workspace_grant;
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
 use kandev_harness::session::{Session, SessionOptions};
-use kandev_harness::template::is_workspace_grant;
 use std::time::Duration;
 
 const SHARED: &str = "both containers see one /workspace";
@@ -46,7 +46,7 @@ async fn companion_sha(session: &Session, path: &str) -> anyhow::Result<(Option<
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch: read-write grant (template) and read-only grant (variant)");
-        let daemon = ctx.run.config.daemon_container.clone();
+        let daemon = ctx.config().daemon_container.clone();
         let mut read_only = ctx.template().clone();
         let mut flipped = 0;
         for mount in container_mut(&mut read_only, &daemon)?
@@ -110,7 +110,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let seen = rw
             .agent()?
             .exec(
-                &kandev_harness::agent::AgentExec::sh("true", Duration::from_secs(10))
+                &kandev_harness::session::agent::AgentExec::sh("true", Duration::from_secs(10))
                     .digests(&[path]),
             )
             .await?;

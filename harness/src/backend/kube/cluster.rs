@@ -13,10 +13,12 @@
 //! Kandev's least privilege. The operator's own identity only sets up, reads evidence (logs,
 //! events: not in Kandev's Role) and cleans up.
 
-use crate::identity::{LABEL_MANAGED, LABEL_RUN};
+use super::kind::{KindCluster, KindOptions, run_kind_cluster};
+use crate::config::ClusterSettings;
 use crate::node::{CgroupFs, HostNode, NodeView};
+use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::pod::template::WorkspaceMode;
 use crate::report::{CleanupOutcome, CleanupRecord};
-use crate::template::WorkspaceMode;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -49,12 +51,12 @@ pub enum ClusterError {
     )]
     Kind { step: String, output: String },
     #[error(
-        "read the kubeconfig {path}: {source}\n  fix: pass --kubeconfig FILE (or set KUBECONFIG)"
+        "read the kubeconfig {path}: {cause}\n  fix: pass --kubeconfig FILE (or set KUBECONFIG)"
     )]
     Kubeconfig {
         path: String,
-        #[source]
-        source: anyhow::Error,
+        /// In the message (the fix follows it), so not a `source`: printed once.
+        cause: String,
     },
     #[error(
         "--backend kube needs an explicit --context (the ambient current context is never used); contexts in the kubeconfig: {available:?}"
@@ -90,7 +92,7 @@ pub enum ClusterError {
         "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
     )]
     PrivilegedRejected { namespace: String, message: String },
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Setup {
         what: String,
         #[source]
@@ -104,40 +106,6 @@ fn setup(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError {
         what,
         source: e.into(),
     }
-}
-
-/// The `kind`/`kube` settings of a run (from the command line; recorded in the report).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ClusterSettings {
-    /// Set for `--backend kind`.
-    pub kind: Option<KindSettings>,
-    pub kubeconfig: Option<PathBuf>,
-    pub context: Option<String>,
-    /// None: the run creates `kandev-acceptance-<run id>` and removes it.
-    pub namespace: Option<String>,
-    pub workspace_size: String,
-    pub workspace_access_modes: Vec<String>,
-    pub storage_class: Option<String>,
-    /// Admit a privileged inspector Pod on each session's node for the node view (clusters
-    /// whose nodes this host cannot see).
-    pub node_inspector: bool,
-    /// The inspector's image (default: the docker-engine image).
-    pub node_inspector_image: Option<String>,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct KindSettings {
-    pub kind_bin: PathBuf,
-    /// None: `kandev-acc-<run id>`, created and deleted by the run.
-    pub cluster: Option<String>,
-    pub config: PathBuf,
-    pub node_image: Option<String>,
-    pub keep_cluster: bool,
-}
-
-/// The Kind cluster name a run creates.
-pub fn run_kind_cluster(run_id: &str) -> String {
-    format!("kandev-acc-{run_id}")
 }
 
 impl ClusterSettings {
@@ -180,103 +148,6 @@ pub enum Source {
     },
 }
 
-#[derive(Debug, Clone)]
-pub struct KindOptions {
-    pub kind_bin: PathBuf,
-    pub name: String,
-    pub config: PathBuf,
-    /// Overrides the config's pinned node image.
-    pub node_image: Option<String>,
-    /// Leave the cluster when the run ends (a cluster that existed before is always left).
-    pub keep: bool,
-    /// Where the cluster's kubeconfig is written.
-    pub kubeconfig: PathBuf,
-}
-
-/// A Kind cluster the run uses.
-#[derive(Debug, Clone)]
-pub struct KindCluster {
-    pub options: KindOptions,
-    /// False when the cluster existed before the run (then it is never deleted).
-    pub created: bool,
-}
-
-impl KindCluster {
-    pub fn node_container(&self) -> String {
-        format!("{}-control-plane", self.options.name)
-    }
-
-    fn kind(&self, args: &[&str]) -> Result<String, ClusterError> {
-        run_kind(&self.options.kind_bin, args)
-    }
-
-    /// Creates the cluster unless one of that name exists.
-    pub fn up(options: KindOptions) -> Result<Self, ClusterError> {
-        let existing = run_kind(&options.kind_bin, &["get", "clusters"])?;
-        let created = !existing.lines().any(|l| l.trim() == options.name);
-        let cluster = Self { options, created };
-        let o = &cluster.options;
-        if created {
-            let config = o.config.display().to_string();
-            let mut args = vec![
-                "create", "cluster", "--name", &o.name, "--config", &config, "--wait", "180s",
-            ];
-            if let Some(image) = &o.node_image {
-                args.extend(["--image", image]);
-            }
-            cluster.kind(&args)?;
-        }
-        let kubeconfig = cluster.kind(&["get", "kubeconfig", "--name", &o.name])?;
-        std::fs::write(&o.kubeconfig, kubeconfig).map_err(|e| ClusterError::Setup {
-            what: format!("write {}", o.kubeconfig.display()),
-            source: e.into(),
-        })?;
-        Ok(cluster)
-    }
-
-    /// `kind load docker-image`: the images exist only in this host's engine.
-    pub fn load(&self, images: &[String]) -> Result<(), ClusterError> {
-        let mut args = vec!["load", "docker-image", "--name", &self.options.name];
-        args.extend(images.iter().map(String::as_str));
-        self.kind(&args).map(|_| ())
-    }
-
-    pub fn delete(&self) -> Result<(), ClusterError> {
-        self.kind(&["delete", "cluster", "--name", &self.options.name])
-            .map(|_| ())
-    }
-}
-
-/// `kind version`: checked before anything is built or created.
-pub fn check_kind(bin: &Path) -> Result<String, ClusterError> {
-    run_kind(bin, &["version"]).map(|v| v.trim().to_owned())
-}
-
-fn run_kind(bin: &Path, args: &[&str]) -> Result<String, ClusterError> {
-    let output = std::process::Command::new(bin)
-        .args(args)
-        .output()
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                ClusterError::KindMissing {
-                    bin: bin.display().to_string(),
-                }
-            } else {
-                ClusterError::Kind {
-                    step: args.join(" "),
-                    output: e.to_string(),
-                }
-            }
-        })?;
-    if !output.status.success() {
-        return Err(ClusterError::Kind {
-            step: args.join(" "),
-            output: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-}
-
 /// The kubeconfig client of an explicitly named context, with short connect timeouts so an
 /// unreachable cluster fails fast.
 pub async fn client_for(
@@ -293,7 +164,7 @@ pub async fn client_for(
     }
     .map_err(|e| ClusterError::Kubeconfig {
         path: shown.clone(),
-        source: e.into(),
+        cause: crate::error_chain(&e),
     })?;
     let available: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
     let Some(context) = context else {
@@ -313,7 +184,7 @@ pub async fn client_for(
         .await
         .map_err(|e| ClusterError::Kubeconfig {
             path: shown,
-            source: e.into(),
+            cause: crate::error_chain(&e),
         })?;
     config.connect_timeout = Some(Duration::from_secs(5));
     config.read_timeout = Some(Duration::from_secs(60));
@@ -889,14 +760,19 @@ pub async fn gc(
     }
     if let Some(ns) = namespace {
         let run_selector: Vec<(&str, &str)> = run.map(|r| vec![(LABEL_RUN, r)]).unwrap_or_default();
-        let backend = super::KubeBackend::new(admin.clone(), ns, "kube", "", Default::default());
         removed.extend(
-            crate::backend::Backend::remove_labelled(&backend, &run_selector, dry_run)
-                .await
-                .map_err(|e| ClusterError::Setup {
-                    what: format!("remove labelled objects in {ns}"),
-                    source: e.into(),
-                })?,
+            super::remove_labelled(
+                admin,
+                ns,
+                &run_selector,
+                dry_run,
+                &super::DeletePolicy::default(),
+            )
+            .await
+            .map_err(|e| ClusterError::Setup {
+                what: format!("remove labelled objects in {ns}"),
+                source: e.into(),
+            })?,
         );
         macro_rules! sweep {
             ($kind:ty, $label:expr) => {{

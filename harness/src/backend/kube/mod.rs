@@ -8,13 +8,17 @@
 //! makes is one Kandev's least privilege allows.
 
 pub mod cluster;
+pub mod inspector;
+pub mod kind;
+pub mod setup;
 
 use super::{
     Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
 };
-use crate::admission::{self, AdmissionMismatch};
-use crate::identity::{ANNOTATION_CREATE_NONCE, LABEL_MANAGED};
-use crate::template::is_owned_label;
+use crate::pod::admission::{self, AdmissionMismatch};
+use crate::pod::identity::{ANNOTATION_CREATE_NONCE, LABEL_MANAGED};
+use crate::pod::template::is_owned_label;
+use crate::wait::{self, WaitTimedOut};
 use anyhow::anyhow;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
@@ -81,18 +85,7 @@ fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(status) if status.code == code)
 }
 
-/// An admitted object that differs from the requested one where Kandev owns it.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "admission changed what Kandev owns on {what} {name} (deleted by its UID {uid}): {}",
-    .mismatches.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
-)]
-pub struct AdmissionMutated {
-    pub what: &'static str,
-    pub name: String,
-    pub uid: String,
-    pub mismatches: Vec<AdmissionMismatch>,
-}
+pub use crate::pod::admission::AdmissionMutated;
 
 impl KubeBackend {
     /// `kind` is `kind` or `kube` (how the cluster came about, for the report).
@@ -121,6 +114,13 @@ impl KubeBackend {
         self
     }
 
+    fn delete_policy(&self) -> DeletePolicy {
+        DeletePolicy {
+            timeout: self.delete_timeout,
+            grace_seconds: self.delete_grace_seconds,
+        }
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -137,106 +137,10 @@ impl KubeBackend {
         Api::namespaced(self.admin.clone(), &self.namespace)
     }
 
-    fn admin_pvcs(&self) -> Api<PersistentVolumeClaim> {
-        Api::namespaced(self.admin.clone(), &self.namespace)
-    }
-
     fn post_params() -> PostParams {
         PostParams {
             dry_run: false,
             field_manager: Some(FIELD_MANAGER.into()),
-        }
-    }
-
-    /// Deletes the object `name` only while it still has `uid`, with the resourceVersion
-    /// read just before as a second precondition (a concurrent change makes the API server
-    /// refuse, and the identity is checked again); then waits until it is gone.
-    async fn delete_exact<K>(
-        &self,
-        api: &Api<K>,
-        what: &'static str,
-        name: &str,
-        uid: &str,
-    ) -> Result<bool>
-    where
-        K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    {
-        let mut deleted = false;
-        for _attempt in 0..5 {
-            let current = api
-                .get_opt(name)
-                .await
-                .map_err(|e| other(format!("get {what} {name}"), e))?;
-            let Some(current) = current else {
-                return Ok(deleted);
-            };
-            let found = current.meta().uid.clone().unwrap_or_default();
-            if found != uid {
-                if deleted {
-                    // Gone, and a new object of that name exists: not ours to touch.
-                    return Ok(true);
-                }
-                return Err(BackendError::UidMismatch {
-                    what,
-                    name: name.to_owned(),
-                    expected: uid.to_owned(),
-                    found,
-                });
-            }
-            if current.meta().deletion_timestamp.is_some() {
-                deleted = true;
-                break;
-            }
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(uid.to_owned()),
-                    resource_version: current.meta().resource_version.clone(),
-                }),
-                grace_period_seconds: (what == "pod")
-                    .then_some(u32::try_from(self.delete_grace_seconds).unwrap_or(0)),
-                ..Default::default()
-            };
-            match api.delete(name, &params).await {
-                Ok(_) => {
-                    deleted = true;
-                    break;
-                }
-                Err(e) if is_status(&e, 404) => return Ok(deleted),
-                // The resourceVersion moved (status updates): read again, check again.
-                Err(e) if is_status(&e, 409) => continue,
-                Err(e) => {
-                    return Err(BackendError::Delete {
-                        what,
-                        name: name.to_owned(),
-                        source: e.into(),
-                    });
-                }
-            }
-        }
-        if !deleted {
-            return Err(BackendError::Delete {
-                what,
-                name: name.to_owned(),
-                source: anyhow!("its resourceVersion kept changing; gave up after 5 attempts"),
-            });
-        }
-        // Polled GETs, as Kandev waits: its Role grants no `list`, which a watch starts with.
-        let started = Instant::now();
-        loop {
-            let current = api
-                .get_opt(name)
-                .await
-                .map_err(|e| other(format!("wait until {what} {name} is gone"), e))?;
-            if current.is_none_or(|c| c.meta().uid.as_deref() != Some(uid)) {
-                return Ok(true);
-            }
-            if started.elapsed() >= self.delete_timeout {
-                return Err(BackendError::WaitTimedOut {
-                    what: format!("{what} {name} (uid {uid}) to be gone"),
-                    waited: self.delete_timeout,
-                });
-            }
-            tokio::time::sleep(POLL).await;
         }
     }
 
@@ -528,6 +432,13 @@ impl Backend for KubeBackend {
         self.kind
     }
 
+    fn keep_hint(&self, pod: &PodRef, container: &str) -> String {
+        format!(
+            "kubectl exec -it -n {} {} -c {container} -- sh",
+            pod.namespace, pod.name
+        )
+    }
+
     async fn create_workspace(
         &self,
         name: &str,
@@ -547,9 +458,14 @@ impl Backend for KubeBackend {
         let uid = admitted.uid().unwrap_or_default();
         let mismatches = compare_pvc(&desired, &admitted);
         if !mismatches.is_empty() {
-            let _ = self
-                .delete_exact(&self.pvcs(), "workspace claim", name, &uid)
-                .await;
+            let _ = delete_exact(
+                &self.delete_policy(),
+                &self.pvcs(),
+                "workspace claim",
+                name,
+                &uid,
+            )
+            .await;
             return Err(other(
                 "admission of the workspace claim",
                 AdmissionMutated {
@@ -572,7 +488,8 @@ impl Backend for KubeBackend {
         if !workspace.created_by_run {
             return Ok(());
         }
-        self.delete_exact(
+        delete_exact(
+            &self.delete_policy(),
             &self.pvcs(),
             "workspace claim",
             &workspace.name,
@@ -631,7 +548,7 @@ impl Backend for KubeBackend {
         let mismatches = admission::compare(pod, &admitted, &self.main_container);
         if !mismatches.is_empty() {
             // Roll back only the exact object this create made; no labels needed.
-            let _ = self.delete_exact(&self.pods(), "pod", &name, &uid).await;
+            let _ = delete_exact(&self.delete_policy(), &self.pods(), "pod", &name, &uid).await;
             return Err(other(
                 "admission of the Pod",
                 AdmissionMutated {
@@ -651,28 +568,44 @@ impl Backend for KubeBackend {
 
     async fn wait_running(&self, pod: &PodRef, container: &str, timeout: Duration) -> Result<()> {
         // Polled GETs (bounded): Kandev's Role grants no `list`, which a watch starts with.
+        // The last reason seen names why the container is not running when time runs out.
+        let why = std::sync::Mutex::new(String::new());
         let started = Instant::now();
-        loop {
+        // Some(true): running; Some(false): the Pod is gone, and will not start.
+        let ended = wait::until("the Pod", timeout, POLL, || async {
             let found = self
                 .pods()
                 .get_opt(&pod.name)
                 .await
                 .map_err(|e| other(format!("get pod {}", pod.name), e))?;
-            let why = match &found {
-                Some(p) if Self::container_running(p, &pod.uid, container) => return Ok(()),
+            let reason = match &found {
+                Some(p) if Self::container_running(p, &pod.uid, container) => {
+                    return Ok(Some(true));
+                }
                 Some(p) if p.uid().as_deref() != Some(pod.uid.as_str()) => {
                     "a Pod of that name with another UID replaced it".to_owned()
                 }
                 Some(p) => Self::waiting_reason(p, container),
                 None => "the Pod is gone".to_owned(),
             };
-            if found.is_none() || started.elapsed() >= timeout {
-                return Err(BackendError::WaitTimedOut {
-                    what: format!("container {container} of pod {} to run: {why}", pod.name),
-                    waited: started.elapsed(),
-                });
+            if let Ok(mut why) = why.lock() {
+                *why = reason;
             }
-            tokio::time::sleep(POLL).await;
+            Ok(found.is_none().then_some(false))
+        })
+        .await;
+        match ended {
+            Ok(true) => Ok(()),
+            Ok(false) | Err(BackendError::WaitTimedOut(_)) => Err(WaitTimedOut {
+                what: format!(
+                    "container {container} of pod {} to run: {}",
+                    pod.name,
+                    why.lock().map(|w| w.clone()).unwrap_or_default()
+                ),
+                waited: started.elapsed(),
+            }
+            .into()),
+            Err(e) => Err(e),
         }
     }
 
@@ -774,17 +707,15 @@ impl Backend for KubeBackend {
             })
         };
         match request.timeout {
-            Some(limit) => {
-                tokio::time::timeout(limit, run)
-                    .await
-                    .map_err(|_| BackendError::WaitTimedOut {
-                        what: format!(
-                            "exec {:?} in {}/{}",
-                            request.argv, pod.name, request.container
-                        ),
-                        waited: limit,
-                    })?
-            }
+            Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| {
+                BackendError::from(WaitTimedOut {
+                    what: format!(
+                        "exec {:?} in {}/{}",
+                        request.argv, pod.name, request.container
+                    ),
+                    waited: limit,
+                })
+            })?,
             None => run.await,
         }
     }
@@ -820,12 +751,12 @@ impl Backend for KubeBackend {
             forwarder.abort();
             Ok(response)
         };
-        tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| BackendError::WaitTimedOut {
+        tokio::time::timeout(timeout, exchange).await.map_err(|_| {
+            BackendError::from(WaitTimedOut {
                 what: format!("an answer from {}:{port} through port-forward", pod.name),
                 waited: timeout,
-            })?
+            })
+        })?
     }
 
     async fn logs(&self, pod: &PodRef, container: &str) -> Result<String> {
@@ -902,9 +833,15 @@ impl Backend for KubeBackend {
     }
 
     async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
-        self.delete_exact(&self.pods(), "pod", &pod.name, &pod.uid)
-            .await
-            .map(|_| ())
+        delete_exact(
+            &self.delete_policy(),
+            &self.pods(),
+            "pod",
+            &pod.name,
+            &pod.uid,
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn pod_uid(&self, namespace: &str, name: &str) -> Result<Option<String>> {
@@ -937,27 +874,7 @@ impl Backend for KubeBackend {
     }
 
     async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>> {
-        let params = ListParams::default().labels(&label_selector(selector));
-        let mut objects: Vec<String> = self
-            .admin_pods()
-            .list(&params)
-            .await
-            .map_err(|e| other("list pods", e))?
-            .items
-            .iter()
-            .map(|p| format!("pod/{}", p.name_any()))
-            .collect();
-        objects.extend(
-            self.admin_pvcs()
-                .list(&params)
-                .await
-                .map_err(|e| other("list persistentvolumeclaims", e))?
-                .items
-                .iter()
-                .map(|p| format!("persistentvolumeclaim/{}", p.name_any())),
-        );
-        objects.sort();
-        Ok(objects)
+        list_labelled(&self.admin, &self.namespace, selector).await
     }
 
     async fn remove_labelled(
@@ -965,35 +882,14 @@ impl Backend for KubeBackend {
         selector: &[(&str, &str)],
         dry_run: bool,
     ) -> Result<Vec<String>> {
-        let params = ListParams::default().labels(&label_selector(selector));
-        let mut removed = Vec::new();
-        let pods = self
-            .admin_pods()
-            .list(&params)
-            .await
-            .map_err(|e| other("list pods", e))?;
-        for pod in pods.items {
-            let (name, uid) = (pod.name_any(), pod.uid().unwrap_or_default());
-            if !dry_run {
-                self.delete_exact(&self.admin_pods(), "pod", &name, &uid)
-                    .await?;
-            }
-            removed.push(format!("pod/{name}"));
-        }
-        let claims = self
-            .admin_pvcs()
-            .list(&params)
-            .await
-            .map_err(|e| other("list persistentvolumeclaims", e))?;
-        for claim in claims.items {
-            let (name, uid) = (claim.name_any(), claim.uid().unwrap_or_default());
-            if !dry_run {
-                self.delete_exact(&self.admin_pvcs(), "workspace claim", &name, &uid)
-                    .await?;
-            }
-            removed.push(format!("persistentvolumeclaim/{name}"));
-        }
-        Ok(removed)
+        remove_labelled(
+            &self.admin,
+            &self.namespace,
+            selector,
+            dry_run,
+            &self.delete_policy(),
+        )
+        .await
     }
 }
 
@@ -1005,4 +901,176 @@ pub fn label_selector(selector: &[(&str, &str)]) -> String {
         .chain(std::iter::once(format!("{LABEL_MANAGED}=true")))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// Every harness-managed Pod and claim in `namespace` carrying the `selector` labels, seen
+/// with the operator's identity (Kandev's Role grants no `list`).
+pub async fn list_labelled(
+    admin: &Client,
+    namespace: &str,
+    selector: &[(&str, &str)],
+) -> Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), namespace);
+    let params = ListParams::default().labels(&label_selector(selector));
+    let mut objects: Vec<String> = pods
+        .list(&params)
+        .await
+        .map_err(|e| other("list pods", e))?
+        .items
+        .iter()
+        .map(|p| format!("pod/{}", p.name_any()))
+        .collect();
+    objects.extend(
+        pvcs.list(&params)
+            .await
+            .map_err(|e| other("list persistentvolumeclaims", e))?
+            .items
+            .iter()
+            .map(|p| format!("persistentvolumeclaim/{}", p.name_any())),
+    );
+    objects.sort();
+    Ok(objects)
+}
+
+/// Deletes (each by its UID) every harness-managed Pod and claim in `namespace` carrying
+/// the `selector` labels; returns what was (or, with `dry_run`, would be) removed.
+pub async fn remove_labelled(
+    admin: &Client,
+    namespace: &str,
+    selector: &[(&str, &str)],
+    dry_run: bool,
+    policy: &DeletePolicy,
+) -> Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), namespace);
+    let params = ListParams::default().labels(&label_selector(selector));
+    let mut removed = Vec::new();
+    let listed = pods
+        .list(&params)
+        .await
+        .map_err(|e| other("list pods", e))?;
+    for pod in listed.items {
+        let (name, uid) = (pod.name_any(), pod.uid().unwrap_or_default());
+        if !dry_run {
+            delete_exact(policy, &pods, "pod", &name, &uid).await?;
+        }
+        removed.push(format!("pod/{name}"));
+    }
+    let claims = pvcs
+        .list(&params)
+        .await
+        .map_err(|e| other("list persistentvolumeclaims", e))?;
+    for claim in claims.items {
+        let (name, uid) = (claim.name_any(), claim.uid().unwrap_or_default());
+        if !dry_run {
+            delete_exact(policy, &pvcs, "workspace claim", &name, &uid).await?;
+        }
+        removed.push(format!("persistentvolumeclaim/{name}"));
+    }
+    Ok(removed)
+}
+
+/// How deletes wait and how long a Pod's containers get to stop.
+#[derive(Debug, Clone)]
+pub struct DeletePolicy {
+    /// How long a delete waits until the object is gone.
+    pub timeout: Duration,
+    /// Grace period of Pod deletes.
+    pub grace_seconds: i64,
+}
+
+impl Default for DeletePolicy {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(120),
+            grace_seconds: 2,
+        }
+    }
+}
+
+/// Deletes the object `name` only while it still has `uid`, with the resourceVersion
+/// read just before as a second precondition (a concurrent change makes the API server
+/// refuse, and the identity is checked again); then waits until it is gone.
+async fn delete_exact<K>(
+    policy: &DeletePolicy,
+    api: &Api<K>,
+    what: &'static str,
+    name: &str,
+    uid: &str,
+) -> Result<bool>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut deleted = false;
+    for _attempt in 0..5 {
+        let current = api
+            .get_opt(name)
+            .await
+            .map_err(|e| other(format!("get {what} {name}"), e))?;
+        let Some(current) = current else {
+            return Ok(deleted);
+        };
+        let found = current.meta().uid.clone().unwrap_or_default();
+        if found != uid {
+            if deleted {
+                // Gone, and a new object of that name exists: not ours to touch.
+                return Ok(true);
+            }
+            return Err(BackendError::UidMismatch {
+                what,
+                name: name.to_owned(),
+                expected: uid.to_owned(),
+                found,
+            });
+        }
+        if current.meta().deletion_timestamp.is_some() {
+            deleted = true;
+            break;
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: current.meta().resource_version.clone(),
+            }),
+            grace_period_seconds: (what == "pod")
+                .then_some(u32::try_from(policy.grace_seconds).unwrap_or(0)),
+            ..Default::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                deleted = true;
+                break;
+            }
+            Err(e) if is_status(&e, 404) => return Ok(deleted),
+            // The resourceVersion moved (status updates): read again, check again.
+            Err(e) if is_status(&e, 409) => continue,
+            Err(e) => {
+                return Err(BackendError::Delete {
+                    what,
+                    name: name.to_owned(),
+                    source: e.into(),
+                });
+            }
+        }
+    }
+    if !deleted {
+        return Err(BackendError::Delete {
+            what,
+            name: name.to_owned(),
+            source: anyhow!("its resourceVersion kept changing; gave up after 5 attempts"),
+        });
+    }
+    // Polled GETs, as Kandev waits: its Role grants no `list`, which a watch starts with.
+    let gone = format!("{what} {name} (uid {uid}) to be gone");
+    wait::until(&gone, policy.timeout, POLL, || async {
+        let current = api
+            .get_opt(name)
+            .await
+            .map_err(|e| other(format!("wait until {what} {name} is gone"), e))?;
+        Ok(current
+            .is_none_or(|c| c.meta().uid.as_deref() != Some(uid))
+            .then_some(true))
+    })
+    .await
 }

@@ -1,13 +1,18 @@
 //! The `local` backend: a Docker engine (bollard) runs a composed Pod with Pod semantics.
 //! See [`plan`] for the mapping; this module talks to the engine and the host cgroup tree.
 
+pub mod objects;
 pub mod plan;
+pub mod setup;
+
+use objects::LocalObjects;
 
 use super::{
     Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
 };
-use crate::identity::LABEL_MANAGED;
+use crate::host::is_not_found;
 use crate::node::{CgroupFs, CgroupLimits};
+use crate::wait;
 use anyhow::anyhow;
 use async_trait::async_trait;
 use bollard::Docker;
@@ -15,9 +20,7 @@ use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::VolumeCreateRequest;
 use bollard::query_parameters::{
-    InspectContainerOptions, ListContainersOptionsBuilder, ListVolumesOptionsBuilder,
-    LogsOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
-    StartContainerOptions,
+    InspectContainerOptions, LogsOptionsBuilder, StartContainerOptions,
 };
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -28,59 +31,28 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 
-/// Namespace name the local backend reports (it has no namespaces).
-pub const LOCAL_NAMESPACE: &str = "local";
+pub use setup::LOCAL_NAMESPACE;
 const MAX_LOG_BYTES: usize = 1 << 20;
 
 pub struct LocalBackend {
-    docker: Docker,
-    cgroups: Option<CgroupFs>,
+    objects: LocalObjects,
     infra_image: String,
     /// argv prefix of the exec bridge inside the main container.
     bridge: Vec<String>,
     pod_pids_limit: i64,
 }
 
-/// Is this a 404 from the engine?
-pub fn is_not_found(e: &bollard::errors::Error) -> bool {
-    matches!(
-        e,
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
-}
-
-/// Connects to the engine named by `DOCKER_HOST` (or the default socket) and negotiates the
-/// API version: Debian's engine speaks 1.41 and refuses newer clients.
-pub async fn connect_engine() -> Result<Docker> {
-    let endpoint =
-        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
-    let unreachable = |source| BackendError::EngineUnreachable {
-        endpoint: endpoint.clone(),
-        source,
-    };
-    let docker = Docker::connect_with_defaults().map_err(unreachable)?;
-    let docker = tokio::time::timeout(Duration::from_secs(10), docker.negotiate_version())
-        .await
-        .map_err(|_| BackendError::WaitTimedOut {
-            what: format!("the engine at {endpoint} to answer"),
-            waited: Duration::from_secs(10),
-        })?
-        .map_err(unreachable)?;
-    docker.ping().await.map_err(unreachable)?;
-    Ok(docker)
-}
-
-fn other(operation: impl Into<String>, source: impl Into<anyhow::Error>) -> BackendError {
+pub(super) fn other(
+    operation: impl Into<String>,
+    source: impl Into<anyhow::Error>,
+) -> BackendError {
     BackendError::Other {
         operation: operation.into(),
         source: source.into(),
     }
 }
 
-fn label_filter(pairs: &[(&str, &str)]) -> HashMap<String, Vec<String>> {
+pub(super) fn label_filter(pairs: &[(&str, &str)]) -> HashMap<String, Vec<String>> {
     HashMap::from([(
         "label".to_owned(),
         pairs.iter().map(|(k, v)| format!("{k}={v}")).collect(),
@@ -95,10 +67,8 @@ impl LocalBackend {
         bridge: Vec<String>,
         pod_pids_limit: i64,
     ) -> Self {
-        let cgroups = CgroupFs::host().ok();
         Self {
-            docker,
-            cgroups,
+            objects: LocalObjects::new(docker),
             infra_image,
             bridge,
             pod_pids_limit,
@@ -106,85 +76,15 @@ impl LocalBackend {
     }
 
     pub fn docker(&self) -> &Docker {
-        &self.docker
+        &self.objects.docker
     }
 
     pub fn cgroups(&self) -> Option<&CgroupFs> {
-        self.cgroups.as_ref()
-    }
-
-    /// Relative path of a Pod's cgroup in every hierarchy.
-    pub fn pod_cgroup(uid: &str) -> String {
-        format!("{}/pod{uid}", plan::CGROUP_ROOT)
+        self.objects.cgroups.as_ref()
     }
 
     fn engine_name(pod: &PodRef, container: &str) -> String {
         format!("{}-{container}", pod.name)
-    }
-
-    async fn containers_with(
-        &self,
-        pairs: &[(&str, &str)],
-    ) -> Result<Vec<bollard::models::ContainerSummary>> {
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&label_filter(pairs))
-            .build();
-        self.docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| other("list containers", e))
-    }
-
-    async fn volumes_with(&self, pairs: &[(&str, &str)]) -> Result<Vec<bollard::models::Volume>> {
-        let options = ListVolumesOptionsBuilder::default()
-            .filters(&label_filter(pairs))
-            .build();
-        let list = self
-            .docker
-            .list_volumes(Some(options))
-            .await
-            .map_err(|e| other("list volumes", e))?;
-        Ok(list.volumes.unwrap_or_default())
-    }
-
-    async fn remove_container(&self, name: &str) -> Result<()> {
-        let options = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(false)
-            .build();
-        match self.docker.remove_container(name, Some(options)).await {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(BackendError::Delete {
-                what: "container",
-                name: name.into(),
-                source: e.into(),
-            }),
-        }
-    }
-
-    async fn remove_volume(&self, name: &str) -> Result<()> {
-        let options = RemoveVolumeOptionsBuilder::default().force(false).build();
-        // A volume is briefly busy while the engine finishes removing its last container.
-        let started = Instant::now();
-        loop {
-            match self.docker.remove_volume(name, Some(options.clone())).await {
-                Ok(()) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
-                Err(e) if started.elapsed() < Duration::from_secs(10) => {
-                    tracing::debug!(volume = name, error = %e, "volume busy; retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => {
-                    return Err(BackendError::Delete {
-                        what: "volume",
-                        name: name.into(),
-                        source: e.into(),
-                    });
-                }
-            }
-        }
     }
 
     async fn check_image(
@@ -193,7 +93,7 @@ impl LocalBackend {
         require_non_root: bool,
         container: &str,
     ) -> Result<()> {
-        let inspect = match self.docker.inspect_image(image).await {
+        let inspect = match self.objects.docker.inspect_image(image).await {
             Ok(i) => i,
             Err(e) if is_not_found(&e) => {
                 return Err(BackendError::ImageMissing {
@@ -221,7 +121,8 @@ impl LocalBackend {
         let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
             .name(&container.engine_name)
             .build();
-        self.docker
+        self.objects
+            .docker
             .create_container(Some(options), container.body.clone())
             .await
             .map_err(|e| BackendError::Create {
@@ -229,7 +130,8 @@ impl LocalBackend {
                 name: container.engine_name.clone(),
                 source: e.into(),
             })?;
-        self.docker
+        self.objects
+            .docker
             .start_container(&container.engine_name, None::<StartContainerOptions>)
             .await
             .map_err(|e| BackendError::Create {
@@ -248,6 +150,7 @@ impl LocalBackend {
     ) -> anyhow::Result<ExecOutput> {
         let started = Instant::now();
         let created = self
+            .objects
             .docker
             .create_exec(
                 engine_name,
@@ -270,7 +173,11 @@ impl LocalBackend {
             if let StartExecResults::Attached {
                 mut output,
                 mut input,
-            } = self.docker.start_exec(&created.id, Some(options)).await?
+            } = self
+                .objects
+                .docker
+                .start_exec(&created.id, Some(options))
+                .await?
             {
                 if let Some(bytes) = stdin {
                     input.write_all(&bytes).await?;
@@ -294,7 +201,7 @@ impl LocalBackend {
             .map_err(|_| anyhow!("no exit within {timeout:?}"))??;
         // The stream can end a moment before the engine records the exit code.
         for _ in 0..50 {
-            let inspect = self.docker.inspect_exec(&created.id).await?;
+            let inspect = self.objects.docker.inspect_exec(&created.id).await?;
             if inspect.running != Some(true) {
                 out.exit_code = inspect.exit_code;
                 break;
@@ -309,6 +216,7 @@ impl LocalBackend {
     async fn verified_name(&self, pod: &PodRef, container: &str) -> Result<String> {
         let name = Self::engine_name(pod, container);
         let inspect = self
+            .objects
             .docker
             .inspect_container(&name, None::<InspectContainerOptions>)
             .await
@@ -339,7 +247,7 @@ impl LocalBackend {
     }
 
     async fn materialize(&self, plan: &PodPlan) -> Result<()> {
-        let cgroups = self.cgroups.as_ref().ok_or_else(|| BackendError::UnsupportedField {
+        let cgroups = self.objects.cgroups.as_ref().ok_or_else(|| BackendError::UnsupportedField {
             field: "the Pod-level cgroup".into(),
             reason: "no cgroup filesystem at /sys/fs/cgroup; run the local backend as root on the engine's host".into(),
         })?;
@@ -380,7 +288,8 @@ impl LocalBackend {
                         labels: Some(labels),
                         ..Default::default()
                     };
-                    self.docker
+                    self.objects
+                        .docker
                         .create_volume(request)
                         .await
                         .map_err(|e| BackendError::Create {
@@ -390,7 +299,7 @@ impl LocalBackend {
                         })?;
                 }
                 VolumeKind::Claim { .. } => {
-                    if let Err(e) = self.docker.inspect_volume(&volume.source).await {
+                    if let Err(e) = self.objects.docker.inspect_volume(&volume.source).await {
                         return Err(BackendError::Create {
                             what: "pod (claim lookup)",
                             name: volume.source.clone(),
@@ -465,146 +374,18 @@ impl LocalBackend {
     }
 
     async fn wait_exit(&self, name: &str, timeout: Duration) -> Result<i64> {
-        let started = Instant::now();
-        loop {
+        let what = format!("{name} to exit");
+        wait::until(&what, timeout, Duration::from_millis(200), || async {
             let inspect = self
+                .objects
                 .docker
                 .inspect_container(name, None::<InspectContainerOptions>)
                 .await
                 .map_err(|e| other(format!("inspect {name}"), e))?;
             let state = inspect.state.unwrap_or_default();
-            if state.running != Some(true) {
-                return Ok(state.exit_code.unwrap_or(-1));
-            }
-            if started.elapsed() > timeout {
-                return Err(BackendError::WaitTimedOut {
-                    what: format!("{name} to exit"),
-                    waited: timeout,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Removes every container and emptyDir of the Pod with this UID, then its cgroup.
-    async fn remove_pod_objects(&self, uid: &str) -> Result<Vec<String>> {
-        let mut removed = Vec::new();
-        let containers = self.containers_with(&[(LABEL_POD_UID, uid)]).await?;
-        // Workloads first, the infra container (which holds the volumes) last.
-        let (infra, workloads): (Vec<_>, Vec<_>) = containers.into_iter().partition(|c| {
-            c.labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_ROLE))
-                .map(String::as_str)
-                == Some("infra")
-        });
-        let remove_all = |list: Vec<bollard::models::ContainerSummary>| async move {
-            let names: Vec<String> = list
-                .iter()
-                .filter_map(|c| {
-                    c.names
-                        .as_ref()?
-                        .first()
-                        .map(|n| n.trim_start_matches('/').to_owned())
-                })
-                .collect();
-            let results =
-                futures_util::future::join_all(names.iter().map(|n| self.remove_container(n)))
-                    .await;
-            results.into_iter().collect::<Result<Vec<()>>>()?;
-            Ok::<_, BackendError>(names)
-        };
-        removed.extend(
-            remove_all(workloads)
-                .await?
-                .into_iter()
-                .map(|n| format!("container/{n}")),
-        );
-        removed.extend(
-            remove_all(infra)
-                .await?
-                .into_iter()
-                .map(|n| format!("container/{n}")),
-        );
-        for volume in self.volumes_with(&[(LABEL_POD_UID, uid)]).await? {
-            self.remove_volume(&volume.name).await?;
-            removed.push(format!("volume/{}", volume.name));
-        }
-        if let Some(cgroups) = &self.cgroups {
-            let relative = Self::pod_cgroup(uid);
-            if cgroups.exists(&relative) {
-                // Processes of a killed container leave their cgroup a moment after removal.
-                let started = Instant::now();
-                loop {
-                    match cgroups.remove(&relative) {
-                        Ok(()) => break,
-                        Err(_) if started.elapsed() < Duration::from_secs(10) => {
-                            tokio::time::sleep(Duration::from_millis(50)).await
-                        }
-                        Err(e) => {
-                            return Err(BackendError::Delete {
-                                what: "pod cgroup",
-                                name: relative,
-                                source: e.into(),
-                            });
-                        }
-                    }
-                }
-                removed.push(format!("cgroup/{relative}"));
-            }
-        }
-        Ok(removed)
-    }
-}
-
-impl LocalBackend {
-    /// Pod cgroups whose Pod has no container left in the engine, no process left in the tree
-    /// and that are older than `older_than` (what a killed run leaves; a Pod being created has its
-    /// cgroup a moment before its first container): a Pod cgroup carries no labels, so this is
-    /// how `gc` finds them. A cgroup with processes is never touched.
-    pub async fn sweep_orphan_cgroups(
-        &self,
-        older_than: Duration,
-        dry_run: bool,
-    ) -> Result<Vec<String>> {
-        let Some(cgroups) = &self.cgroups else {
-            return Ok(Vec::new());
-        };
-        let mut removed = Vec::new();
-        for name in cgroups.children(plan::CGROUP_ROOT) {
-            let Some(uid) = name.strip_prefix("pod") else {
-                continue;
-            };
-            if !self
-                .containers_with(&[(LABEL_POD_UID, uid)])
-                .await?
-                .is_empty()
-            {
-                continue;
-            }
-            let relative = Self::pod_cgroup(uid);
-            if cgroups.age(&relative).is_none_or(|age| age < older_than) {
-                continue;
-            }
-            if !cgroups.read_pod(&relative).pids.is_empty() {
-                tracing::warn!(
-                    cgroup = relative,
-                    "orphaned Pod cgroup still has processes; left alone"
-                );
-                continue;
-            }
-            if !dry_run {
-                cgroups
-                    .remove(&relative)
-                    .map_err(|e| BackendError::Delete {
-                        what: "pod cgroup",
-                        name: relative.clone(),
-                        source: e.into(),
-                    })?;
-            }
-            removed.push(format!("cgroup/{relative}"));
-        }
-        Ok(removed)
+            Ok((state.running != Some(true)).then(|| state.exit_code.unwrap_or(-1)))
+        })
+        .await
     }
 }
 
@@ -612,6 +393,14 @@ impl LocalBackend {
 impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
         "local"
+    }
+
+    fn keep_hint(&self, pod: &PodRef, container: &str) -> String {
+        format!("docker exec -it {} sh", Self::engine_name(pod, container))
+    }
+
+    fn unenforced(&self, pod: &Pod) -> Vec<String> {
+        plan::unenforced(pod)
     }
 
     async fn create_workspace(
@@ -631,14 +420,15 @@ impl Backend for LocalBackend {
             labels: Some(all),
             ..Default::default()
         };
-        if self.docker.inspect_volume(name).await.is_ok() {
+        if self.objects.docker.inspect_volume(name).await.is_ok() {
             return Err(BackendError::Create {
                 what: "workspace volume",
                 name: name.into(),
                 source: anyhow!("a volume of that name already exists"),
             });
         }
-        self.docker
+        self.objects
+            .docker
             .create_volume(request)
             .await
             .map_err(|e| BackendError::Create {
@@ -657,7 +447,7 @@ impl Backend for LocalBackend {
         if !workspace.created_by_run {
             return Ok(());
         }
-        let found = match self.docker.inspect_volume(&workspace.name).await {
+        let found = match self.objects.docker.inspect_volume(&workspace.name).await {
             Ok(v) => v,
             Err(e) if is_not_found(&e) => return Ok(()),
             Err(e) => return Err(other(format!("inspect volume {}", workspace.name), e)),
@@ -675,11 +465,11 @@ impl Backend for LocalBackend {
                 found: uid,
             });
         }
-        self.remove_volume(&workspace.name).await
+        self.objects.remove_volume(&workspace.name).await
     }
 
     async fn get_workspace(&self, name: &str) -> Result<Option<WorkspaceRef>> {
-        match self.docker.inspect_volume(name).await {
+        match self.objects.docker.inspect_volume(name).await {
             Ok(found) => Ok(Some(WorkspaceRef {
                 name: name.to_owned(),
                 uid: found
@@ -736,7 +526,7 @@ impl Backend for LocalBackend {
         };
         if let Err(e) = self.materialize(&plan).await {
             // Roll back exactly what this attempt created (by UID), then report the cause.
-            if let Err(rollback) = self.remove_pod_objects(&uid).await {
+            if let Err(rollback) = self.objects.remove_pod_objects(&uid).await {
                 tracing::warn!(error = %rollback, "rollback of a failed Pod create");
             }
             return Err(e);
@@ -746,35 +536,33 @@ impl Backend for LocalBackend {
 
     async fn wait_running(&self, pod: &PodRef, container: &str, timeout: Duration) -> Result<()> {
         let name = self.verified_name(pod, container).await?;
-        let started = Instant::now();
-        loop {
+        let what = format!("container {container} of {} to run", pod.name);
+        wait::until(&what, timeout, Duration::from_millis(25), || async {
             let inspect = self
+                .objects
                 .docker
                 .inspect_container(&name, None::<InspectContainerOptions>)
                 .await
                 .map_err(|e| other(format!("inspect {name}"), e))?;
-            if inspect.state.as_ref().and_then(|s| s.running) == Some(true) {
-                return Ok(());
-            }
-            if started.elapsed() > timeout {
-                return Err(BackendError::WaitTimedOut {
-                    what: format!("container {container} of {} to run", pod.name),
-                    waited: timeout,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+            Ok((inspect.state.as_ref().and_then(|s| s.running) == Some(true)).then_some(()))
+        })
+        .await
     }
 
     async fn container_states(&self, pod: &PodRef) -> Result<Vec<ContainerState>> {
         let mut states = Vec::new();
-        for c in self.containers_with(&[(LABEL_POD_UID, &pod.uid)]).await? {
+        for c in self
+            .objects
+            .containers_with(&[(LABEL_POD_UID, &pod.uid)])
+            .await?
+        {
             let labels = c.labels.clone().unwrap_or_default();
             if labels.get(LABEL_ROLE).map(String::as_str) != Some("container") {
                 continue;
             }
             let Some(id) = c.id.as_deref() else { continue };
             let inspect = self
+                .objects
                 .docker
                 .inspect_container(id, None::<InspectContainerOptions>)
                 .await
@@ -845,7 +633,7 @@ impl Backend for LocalBackend {
             .stderr(true)
             .tail("2000")
             .build();
-        let mut stream = self.docker.logs(&name, Some(options));
+        let mut stream = self.objects.docker.logs(&name, Some(options));
         let mut text = Vec::new();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| other(format!("logs of {name}"), e))?;
@@ -858,11 +646,12 @@ impl Backend for LocalBackend {
     }
 
     async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
-        self.remove_pod_objects(&pod.uid).await.map(|_| ())
+        self.objects.remove_pod_objects(&pod.uid).await.map(|_| ())
     }
 
     async fn pod_uid(&self, _namespace: &str, name: &str) -> Result<Option<String>> {
         let infra = self
+            .objects
             .containers_with(&[(LABEL_POD, name), (LABEL_ROLE, "infra")])
             .await?;
         Ok(infra
@@ -876,6 +665,7 @@ impl Backend for LocalBackend {
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>> {
         let infra = self
+            .objects
             .containers_with(&[(LABEL_POD, name), (LABEL_ROLE, "infra")])
             .await?;
         Ok(infra.first().and_then(|c| c.labels.clone()).map(|labels| {
@@ -892,6 +682,7 @@ impl Backend for LocalBackend {
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>> {
         let name = self.verified_name(pod, "infra").await?;
         let inspect = self
+            .objects
             .docker
             .inspect_container(&name, None::<InspectContainerOptions>)
             .await
@@ -907,23 +698,7 @@ impl Backend for LocalBackend {
     }
 
     async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>> {
-        let mut objects = Vec::new();
-        for c in self.containers_with(selector).await? {
-            let name = c.names.and_then(|n| n.first().cloned()).unwrap_or_default();
-            objects.push(format!("container/{}", name.trim_start_matches('/')));
-            if let Some(uid) = c.labels.and_then(|l| l.get(LABEL_POD_UID).cloned())
-                && let Some(cg) = &self.cgroups
-                && cg.exists(&Self::pod_cgroup(&uid))
-            {
-                objects.push(format!("cgroup/{}", Self::pod_cgroup(&uid)));
-            }
-        }
-        for v in self.volumes_with(selector).await? {
-            objects.push(format!("volume/{}", v.name));
-        }
-        objects.sort();
-        objects.dedup();
-        Ok(objects)
+        self.objects.list_labelled(selector).await
     }
 
     async fn remove_labelled(
@@ -931,48 +706,6 @@ impl Backend for LocalBackend {
         selector: &[(&str, &str)],
         dry_run: bool,
     ) -> Result<Vec<String>> {
-        let mut filter: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        filter.push(format!("{LABEL_MANAGED}=true"));
-        let filters = HashMap::from([("label".to_owned(), filter)]);
-        let containers = self
-            .docker
-            .list_containers(Some(
-                ListContainersOptionsBuilder::default()
-                    .all(true)
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| other("list containers", e))?;
-        let mut uids: Vec<String> = containers
-            .iter()
-            .filter_map(|c| c.labels.as_ref()?.get(LABEL_POD_UID).cloned())
-            .collect();
-        uids.sort();
-        uids.dedup();
-        let mut removed = Vec::new();
-        for uid in &uids {
-            if dry_run {
-                removed.push(format!("pod-uid/{uid}"));
-            } else {
-                removed.extend(self.remove_pod_objects(uid).await?);
-            }
-        }
-        let volumes = self
-            .docker
-            .list_volumes(Some(
-                ListVolumesOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| other("list volumes", e))?;
-        for v in volumes.volumes.unwrap_or_default() {
-            if !dry_run {
-                self.remove_volume(&v.name).await?;
-            }
-            removed.push(format!("volume/{}", v.name));
-        }
-        Ok(removed)
+        self.objects.remove_labelled(selector, dry_run).await
     }
 }

@@ -11,7 +11,7 @@
 //! Any field the engine cannot honour is an [`Unsupported`] naming its path; nothing is
 //! silently dropped. The allowlists below are the exact set of fields this backend honours.
 
-use crate::compose::parse_quantity;
+use crate::pod::compose::parse_quantity;
 use bollard::models::{
     ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions, RestartPolicy,
     RestartPolicyNameEnum,
@@ -301,7 +301,7 @@ pub fn unsupported_fields(pod: &Pod) -> Vec<Unsupported> {
     {
         let ok = match key.as_str() {
             "kubernetes.io/os" => value == "linux",
-            "kubernetes.io/arch" => value == crate::compose::Arch::of_this_machine().as_str(),
+            "kubernetes.io/arch" => value == crate::pod::compose::Arch::of_this_machine().as_str(),
             _ => false,
         };
         if !ok {
@@ -719,9 +719,9 @@ pub fn engine_labels(labels: &BTreeMap<String, String>) -> HashMap<String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
-    use crate::identity::SessionIdentity;
-    use crate::template;
+    use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+    use crate::pod::identity::SessionIdentity;
+    use crate::pod::template;
 
     fn full_worker_pod() -> Pod {
         let text = std::fs::read_to_string(crate::paths::default_template()).unwrap_or_default();

@@ -2,7 +2,7 @@
 //! rate of every scenario over those runs (`repeat-<first run id>/repeat.json`), so that a
 //! flaky promise shows as a rate rather than as a lucky green.
 
-use crate::cli::exit;
+use crate::report::exit;
 use crate::report::{Outcome, Report, Summary};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -6,8 +6,8 @@
 //! reserved mounts, and the reserved volumes are appended. Companions (such as
 //! `docker-engine`) are copied verbatim, workspace grant included. Every backend uses this.
 
-use crate::identity::{ANNOTATION_CREATE_NONCE, SessionIdentity};
-use crate::template::{AGENTCTL_PORT, AGENTCTL_PORT_NAME};
+use crate::pod::identity::{ANNOTATION_CREATE_NONCE, SessionIdentity};
+use crate::pod::template::{AGENTCTL_PORT, AGENTCTL_PORT_NAME};
 use k8s_openapi::api::core::v1::{
     ContainerPort, EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Pod, PodOS,
     PodTemplate, Volume, VolumeMount,
@@ -197,7 +197,7 @@ pub fn parse_quantity(quantity: &Quantity, milli: bool) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::template;
+    use crate::pod::template;
 
     fn full_worker() -> PodTemplate {
         let text = std::fs::read_to_string(crate::paths::default_template()).unwrap_or_default();

@@ -9,7 +9,7 @@
 //! `readOnly`). A mismatch means the created Pod is deleted by its exact UID and the launch
 //! fails naming what changed.
 
-use crate::template::{
+use crate::pod::template::{
     AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_VOLUMES, is_owned_label, is_workspace_grant,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume, VolumeMount};
@@ -362,12 +362,25 @@ fn compare_spec(
     }
 }
 
+/// An admitted object that differs from the requested one where Kandev owns it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "admission changed what Kandev owns on {what} {name} (deleted by its UID {uid}): {}",
+    .mismatches.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+)]
+pub struct AdmissionMutated {
+    pub what: &'static str,
+    pub name: String,
+    pub uid: String,
+    pub mismatches: Vec<AdmissionMismatch>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
-    use crate::identity::SessionIdentity;
-    use crate::template;
+    use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+    use crate::pod::identity::SessionIdentity;
+    use crate::pod::template;
     use k8s_openapi::api::core::v1::{EphemeralContainer, PersistentVolumeClaimVolumeSource};
 
     fn desired() -> Pod {

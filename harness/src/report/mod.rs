@@ -3,6 +3,11 @@
 //! CI, operators and release gating read this file; `schema_version` changes whenever a
 //! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
 
+pub mod assemble;
+pub mod exit;
+pub mod outputs;
+pub mod repeat;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -433,6 +438,73 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
     }
     out.push_str(&format!("  report: {}\n", path.display()));
     out
+}
+
+/// The run-level set-up steps as they happen (engine, images, cluster, preflight), each with
+/// its timing and evidence or error, for `report.setup`.
+pub struct SetupLog {
+    run_started: std::time::Instant,
+    steps: std::sync::Mutex<Vec<StepReport>>,
+}
+
+impl SetupLog {
+    pub fn new(run_started: std::time::Instant) -> Self {
+        Self {
+            run_started,
+            steps: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records step `name`, begun at `started`, with its evidence or its error.
+    pub fn record<E: std::fmt::Display>(
+        &self,
+        name: &str,
+        started: std::time::Instant,
+        result: Result<Value, E>,
+    ) {
+        let step = StepReport {
+            name: name.to_owned(),
+            outcome: if result.is_ok() {
+                StepOutcome::Passed
+            } else {
+                StepOutcome::Errored
+            },
+            offset_ms: started.duration_since(self.run_started).as_millis() as u64,
+            duration_ms: started.elapsed().as_millis() as u64,
+            // `{:#}`: an anyhow error with its causes.
+            error: result.as_ref().err().map(|e| format!("{e:#}")),
+            evidence: result.unwrap_or(Value::Null),
+        };
+        if let Ok(mut steps) = self.steps.lock() {
+            steps.push(step);
+        }
+    }
+
+    /// Records the step's `result` (with `evidence` of its value, or its error with every
+    /// cause) and returns it.
+    pub fn step<T, E: Into<anyhow::Error>>(
+        &self,
+        name: &str,
+        started: std::time::Instant,
+        result: Result<T, E>,
+        evidence: impl FnOnce(&T) -> Value,
+    ) -> anyhow::Result<T> {
+        match result {
+            Ok(value) => {
+                self.record::<&str>(name, started, Ok(evidence(&value)));
+                Ok(value)
+            }
+            Err(e) => {
+                let e = e.into();
+                self.record(name, started, Err::<Value, _>(&e));
+                Err(e)
+            }
+        }
+    }
+
+    pub fn steps(&self) -> Vec<StepReport> {
+        self.steps.lock().map(|s| s.clone()).unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

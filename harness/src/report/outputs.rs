@@ -4,6 +4,32 @@
 
 use crate::report::{CleanupOutcome, Outcome, Report, ScenarioReport, StepOutcome};
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// Renders a report in one format.
+pub type Render = fn(&Report) -> String;
+
+/// Every output format a run writes beside `report.json`: (file name, renderer). Adding a
+/// format is adding a line here.
+pub const FORMATS: &[(&str, Render)] = &[("junit.xml", junit), ("ctrf.json", ctrf_text)];
+
+fn ctrf_text(report: &Report) -> String {
+    serde_json::to_string_pretty(&ctrf(report)).unwrap_or_default()
+}
+
+/// Writes `report.json` and every format of [`FORMATS`] into `folder`; returns the path of
+/// `report.json`, or why it could not be written (a format that cannot be written is said on
+/// stderr: `report.json` is what gates read).
+pub fn write_all(report: &Report, folder: &Path) -> Result<PathBuf, String> {
+    let path = folder.join("report.json");
+    super::write(report, &path).map_err(|e| format!("write the report {}: {e}", path.display()))?;
+    for (name, render) in FORMATS {
+        if let Err(e) = std::fs::write(folder.join(name), render(report)) {
+            eprintln!("error: write {}: {e}", folder.join(name).display());
+        }
+    }
+    Ok(path)
+}
 
 fn xml_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

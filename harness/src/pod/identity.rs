@@ -131,8 +131,13 @@ pub fn harness_labels(run_id: &str, scenario: &str) -> BTreeMap<String, String> 
     BTreeMap::from([
         (LABEL_MANAGED.into(), "true".into()),
         (LABEL_RUN.into(), run_id.to_owned()),
-        (LABEL_SCENARIO.into(), scenario.replace("::", ".")),
+        (LABEL_SCENARIO.into(), scenario_label(scenario)),
     ])
+}
+
+/// The value of [`LABEL_SCENARIO`] for `scenario` (`area::name` is not a valid label value).
+pub fn scenario_label(scenario: &str) -> String {
+    scenario.replace("::", ".")
 }
 
 /// The first 8 bytes of SHA-256 of `text`, hex (16 characters): a stable, name-safe digest.

@@ -6,7 +6,7 @@
 //! static mock agent (the infra container and the fsGroup helper). Each tag carries a hash
 //! of everything that goes into the image, so a second run builds nothing.
 
-use crate::backend::local::is_not_found;
+use super::is_not_found;
 use crate::report::ImageRecord;
 use anyhow::{Context, anyhow, bail};
 use bollard::Docker;
@@ -386,7 +386,10 @@ async fn build_if_missing(
         return Ok(false);
     }
     let bar = spinner(progress, what);
-    let labels = HashMap::from([(crate::identity::LABEL_MANAGED.to_owned(), "true".to_owned())]);
+    let labels = HashMap::from([(
+        crate::pod::identity::LABEL_MANAGED.to_owned(),
+        "true".to_owned(),
+    )]);
     let options = BuildImageOptionsBuilder::default()
         .dockerfile("Dockerfile")
         .t(tag)

@@ -267,7 +267,7 @@ impl ClusterInspector {
     pub fn inspector_pod(&self, node: &str) -> k8s_openapi::api::core::v1::Pod {
         let name = format!(
             "kandev-acceptance-inspector-{}",
-            &crate::identity::short_digest(node)
+            &crate::pod::identity::short_digest(node)
         );
         let mut labels = crate::backend::kube::cluster::run_labels(&self.run_id);
         labels.insert("acceptance.kandev.ai/role".into(), "node-inspector".into());

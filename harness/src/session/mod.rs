@@ -9,13 +9,16 @@
 //!    `prepared` and `start` markers.
 //! 4. `agentctl_connect`: poll `/health`, then the one-shot nonce handshake.
 
-use crate::agent::{AgentClient, AgentExec, AgentExecResult};
+pub mod agent;
+pub mod cleanup;
+
 use crate::backend::{Backend, ExecOutput, ExecRequest, PodRef, WorkspaceRef};
-use crate::cleanup::{CleanupStack, CleanupTarget};
-use crate::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
-use crate::identity::{ANNOTATION_CREATE_NONCE, SessionIdentity, create_nonce};
+use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use crate::pod::identity::{ANNOTATION_CREATE_NONCE, SessionIdentity, create_nonce};
+use crate::pod::template::WorkspaceMode;
 use crate::report::SessionRecord;
-use crate::template::WorkspaceMode;
+use crate::session::agent::{AgentClient, AgentExec, AgentExecResult};
+use crate::session::cleanup::{CleanupStack, CleanupTarget};
 use anyhow::{Context, anyhow, bail};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate};
 use std::collections::BTreeMap;
@@ -69,11 +72,11 @@ pub struct RecordedSession {
     pub workspace: Option<WorkspaceRef>,
 }
 
-/// The labels Kandev owns ([`crate::template::is_owned_label`]).
+/// The labels Kandev owns ([`crate::pod::template::is_owned_label`]).
 pub fn owned_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     labels
         .iter()
-        .filter(|(k, _)| crate::template::is_owned_label(k))
+        .filter(|(k, _)| crate::pod::template::is_owned_label(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }

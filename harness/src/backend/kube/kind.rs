@@ -1,0 +1,126 @@
+//! Every `kind` command the harness runs: creating, loading, listing and deleting the Kind
+//! clusters of runs. Kind's nodes are containers on this host's engine.
+
+use super::cluster::ClusterError;
+use std::path::{Path, PathBuf};
+
+/// The Kind cluster name a run creates.
+pub fn run_kind_cluster(run_id: &str) -> String {
+    format!("kandev-acc-{run_id}")
+}
+
+#[derive(Debug, Clone)]
+pub struct KindOptions {
+    pub kind_bin: PathBuf,
+    pub name: String,
+    pub config: PathBuf,
+    /// Overrides the config's pinned node image.
+    pub node_image: Option<String>,
+    /// Leave the cluster when the run ends (a cluster that existed before is always left).
+    pub keep: bool,
+    /// Where the cluster's kubeconfig is written.
+    pub kubeconfig: PathBuf,
+}
+
+/// A Kind cluster the run uses.
+#[derive(Debug, Clone)]
+pub struct KindCluster {
+    pub options: KindOptions,
+    /// False when the cluster existed before the run (then it is never deleted).
+    pub created: bool,
+}
+
+impl KindCluster {
+    pub fn node_container(&self) -> String {
+        format!("{}-control-plane", self.options.name)
+    }
+
+    fn kind(&self, args: &[&str]) -> Result<String, ClusterError> {
+        run_kind(&self.options.kind_bin, args)
+    }
+
+    /// Creates the cluster unless one of that name exists.
+    pub fn up(options: KindOptions) -> Result<Self, ClusterError> {
+        let created = !clusters(&options.kind_bin)?.contains(&options.name);
+        let cluster = Self { options, created };
+        let o = &cluster.options;
+        if created {
+            let config = o.config.display().to_string();
+            let mut args = vec![
+                "create", "cluster", "--name", &o.name, "--config", &config, "--wait", "180s",
+            ];
+            if let Some(image) = &o.node_image {
+                args.extend(["--image", image]);
+            }
+            cluster.kind(&args)?;
+        }
+        write_kubeconfig(&o.kind_bin, &o.name, &o.kubeconfig)?;
+        Ok(cluster)
+    }
+
+    /// `kind load docker-image`: the images exist only in this host's engine.
+    pub fn load(&self, images: &[String]) -> Result<(), ClusterError> {
+        let mut args = vec!["load", "docker-image", "--name", &self.options.name];
+        args.extend(images.iter().map(String::as_str));
+        self.kind(&args).map(|_| ())
+    }
+
+    pub fn delete(&self) -> Result<(), ClusterError> {
+        delete_cluster(&self.options.kind_bin, &self.options.name)
+    }
+}
+
+/// `kind version`: checked before anything is built or created.
+pub fn check_kind(bin: &Path) -> Result<String, ClusterError> {
+    run_kind(bin, &["version"]).map(|v| v.trim().to_owned())
+}
+
+fn run_kind(bin: &Path, args: &[&str]) -> Result<String, ClusterError> {
+    let output = std::process::Command::new(bin)
+        .args(args)
+        .output()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                ClusterError::KindMissing {
+                    bin: bin.display().to_string(),
+                }
+            } else {
+                ClusterError::Kind {
+                    step: args.join(" "),
+                    output: e.to_string(),
+                }
+            }
+        })?;
+    if !output.status.success() {
+        return Err(ClusterError::Kind {
+            step: args.join(" "),
+            output: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The clusters `kind get clusters` lists.
+pub fn clusters(bin: &Path) -> Result<Vec<String>, ClusterError> {
+    Ok(run_kind(bin, &["get", "clusters"])?
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// `kind delete cluster --name NAME`.
+pub fn delete_cluster(bin: &Path, name: &str) -> Result<(), ClusterError> {
+    run_kind(bin, &["delete", "cluster", "--name", name]).map(|_| ())
+}
+
+/// The kubeconfig of cluster `name`, written to `path`; returns its context name.
+pub fn write_kubeconfig(bin: &Path, name: &str, path: &Path) -> Result<String, ClusterError> {
+    let kubeconfig = run_kind(bin, &["get", "kubeconfig", "--name", name])?;
+    std::fs::write(path, kubeconfig).map_err(|e| ClusterError::Setup {
+        what: format!("write {}", path.display()),
+        source: e.into(),
+    })?;
+    Ok(format!("kind-{name}"))
+}

@@ -1,0 +1,303 @@
+//! How a run prepares the `kind` and `kube` backends, what it tears down at the end, and `gc`
+//! of what killed runs left in a cluster.
+//!
+//! Order matters: an existing cluster's API server is reached before anything is built or
+//! created (an unreachable one fails in seconds); then the namespace and executor identity,
+//! images (Kind: built here and loaded), the preflight, the node view.
+
+use super::KubeBackend;
+use super::cluster::{self, Cluster};
+use super::inspector::ClusterInspector;
+use super::kind::{self, check_kind, run_kind_cluster};
+use crate::backend::{Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown};
+use crate::config::RunConfig;
+use crate::host::images::ImageSet;
+use crate::node::NodeView;
+use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use crate::pod::identity::{SessionIdentity, create_nonce};
+use crate::report::{CleanupRecord, Environment, ImageRecord};
+use anyhow::Context;
+use async_trait::async_trait;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// `--backend kind`: a Kind cluster on this host's engine.
+pub struct KindProvider;
+/// `--backend kube`: an existing cluster, named by an explicit context.
+pub struct KubeProvider;
+
+const IMAGES_NEEDED: &str = "--backend kube runs your images: pass --worker-image and --daemon-image references the cluster can pull (this harness never pushes to a registry)";
+
+/// With a remote cluster the operator's images are used as they are (the harness never
+/// pushes); their references must be ones the cluster can pull.
+fn operator_images(config: &RunConfig) -> anyhow::Result<ImageSet> {
+    let (Some(worker), Some(daemon)) = (&config.worker_image, &config.daemon_image) else {
+        anyhow::bail!(IMAGES_NEEDED);
+    };
+    let record = |role: &str, reference: &str| ImageRecord {
+        role: role.into(),
+        reference: reference.into(),
+        id: None,
+        built: false,
+    };
+    Ok(ImageSet {
+        worker: worker.clone(),
+        daemon: daemon.clone(),
+        mock_agent: String::new(),
+        records: vec![record("worker", worker), record("daemon", daemon)],
+    })
+}
+
+#[async_trait]
+impl Provider for KindProvider {
+    fn check(&self, _config: &RunConfig) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn prepare_first(&self) -> bool {
+        true
+    }
+
+    async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared> {
+        let settings = &input.config.cluster;
+        let kind = settings.kind.clone().unwrap_or_default();
+        let started = Instant::now();
+        input
+            .setup
+            .step("kind", started, check_kind(&kind.kind_bin), |v| json!(v))?;
+        // Kind's node runs on this host's engine, and the images are built there.
+        let (engine, mut environment) = crate::backend::local::setup::host_engine(input).await?;
+        let images = crate::backend::local::setup::host_images(&engine, input).await?;
+        let started = Instant::now();
+        let connected = Cluster::connect(
+            &settings.source(input.run_id, input.report_folder),
+            settings.namespace.as_deref(),
+            input.config.workspace_mode,
+            input.run_id,
+        )
+        .await;
+        let cluster = input
+            .setup
+            .step("cluster_setup", started, connected, setup_evidence)?;
+        let node = cluster.node_view(Some(engine.docker())).await;
+        finish(input, cluster, images, node, Some(engine), &mut environment).await
+    }
+
+    /// Kind clusters the harness created (`kandev-acc-<run>`) are deleted whole; in an
+    /// existing Kind cluster (`--kind-cluster`), labelled namespaces and objects go.
+    async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>> {
+        let settings = &request.cluster;
+        let kind = settings.kind.clone().unwrap_or_default();
+        let wanted = |name: &str| match &request.run {
+            Some(run) => name == run_kind_cluster(run),
+            None => name.starts_with(&run_kind_cluster("")),
+        };
+        let mut removed = Vec::new();
+        for name in kind::clusters(&kind.kind_bin)?.iter().filter(|n| wanted(n)) {
+            if !request.dry_run {
+                kind::delete_cluster(&kind.kind_bin, name)?;
+            }
+            removed.push(format!("kind-cluster/{name}"));
+        }
+        // An existing cluster the run used (--kind-cluster) keeps running: sweep inside it.
+        if let Some(name) = &kind.cluster {
+            let path = std::env::temp_dir().join(format!("kandev-acceptance-gc-{name}.kubeconfig"));
+            let context = kind::write_kubeconfig(&kind.kind_bin, name, &path)?;
+            let reached = cluster::open(Some(&path), Some(&context)).await?;
+            removed.extend(
+                cluster::gc(
+                    &reached.admin,
+                    settings.namespace.as_deref(),
+                    request.run.as_deref(),
+                    request.dry_run,
+                )
+                .await?,
+            );
+        }
+        Ok(removed)
+    }
+}
+
+#[async_trait]
+impl Provider for KubeProvider {
+    fn check(&self, config: &RunConfig) -> Result<(), String> {
+        if config.cluster.context.is_none() {
+            return Err("--backend kube needs --context NAME: the harness never uses the kubeconfig's current context implicitly".into());
+        }
+        if config.worker_image.is_none() || config.daemon_image.is_none() {
+            return Err(IMAGES_NEEDED.into());
+        }
+        Ok(())
+    }
+
+    fn prepare_first(&self) -> bool {
+        true
+    }
+
+    async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared> {
+        let settings = &input.config.cluster;
+        // Reached before anything is built or created: an unreachable cluster fails fast.
+        let started = Instant::now();
+        let opened =
+            cluster::open(settings.kubeconfig.as_deref(), settings.context.as_deref()).await;
+        let reached = input.setup.step(
+            "cluster",
+            started,
+            opened,
+            |r| json!({"context": r.context, "server": r.server, "version": r.server_version}),
+        )?;
+        let started = Instant::now();
+        let images = input
+            .setup
+            .step("images", started, operator_images(input.config), |i| {
+                json!(i.records)
+            })?;
+        let started = Instant::now();
+        let set_up = Cluster::set_up(
+            reached,
+            None,
+            settings.namespace.as_deref(),
+            input.config.workspace_mode,
+            input.run_id,
+        )
+        .await;
+        let cluster = input
+            .setup
+            .step("cluster_setup", started, set_up, setup_evidence)?;
+        let node = settings.node_inspector.then(|| {
+            Arc::new(ClusterInspector::new(
+                cluster.admin.clone(),
+                &cluster.namespace,
+                settings
+                    .node_inspector_image
+                    .as_deref()
+                    .unwrap_or(&images.daemon),
+                input.run_id,
+            )) as Arc<dyn NodeView>
+        });
+        finish(
+            input,
+            cluster,
+            images,
+            node,
+            None,
+            &mut Environment::default(),
+        )
+        .await
+    }
+
+    /// Labelled namespaces, and in `--namespace` the labelled Pods, claims and executor
+    /// objects.
+    async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>> {
+        let settings = &request.cluster;
+        let reached =
+            cluster::open(settings.kubeconfig.as_deref(), settings.context.as_deref()).await?;
+        Ok(cluster::gc(
+            &reached.admin,
+            settings.namespace.as_deref(),
+            request.run.as_deref(),
+            request.dry_run,
+        )
+        .await?)
+    }
+}
+
+fn setup_evidence(c: &Cluster) -> serde_json::Value {
+    json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace})
+}
+
+/// With the cluster set up: load the images (Kind), the preflight, the backend. A failure
+/// tears down what the run created in the cluster.
+async fn finish(
+    input: &PrepareInput<'_>,
+    mut cluster: Cluster,
+    images: ImageSet,
+    node: Option<Arc<dyn NodeView>>,
+    host_engine: Option<crate::host::HostEngine>,
+    environment: &mut Environment,
+) -> anyhow::Result<Prepared> {
+    if let Err(e) = preflight(input, &mut cluster, &images).await {
+        cluster.teardown().await;
+        return Err(e);
+    }
+    let settings = &input.config.cluster;
+    let name = if cluster.kind.is_some() {
+        "kind"
+    } else {
+        "kube"
+    };
+    let backend = KubeBackend::new(
+        cluster.session.clone(),
+        &cluster.namespace,
+        name,
+        &input.config.main_container,
+        settings.managed_pvc(),
+    )
+    .with_admin(cluster.admin.clone());
+    environment.kubernetes_version = Some(cluster.server_version.clone());
+    let backend: Arc<dyn Backend> = Arc::new(backend);
+    Ok(Prepared {
+        backend,
+        namespace: cluster.namespace.clone(),
+        images,
+        node,
+        host_engine,
+        environment: std::mem::take(environment),
+        teardown: Some(Box::new(cluster)),
+    })
+}
+
+/// Kind: `kind load`; then the executor's permissions and a server-side dry run of a
+/// composed Pod (the privileged companion must be admitted).
+async fn preflight(
+    input: &PrepareInput<'_>,
+    cluster: &mut Cluster,
+    images: &ImageSet,
+) -> anyhow::Result<()> {
+    if let Some(kind) = &cluster.kind {
+        let started = Instant::now();
+        let refs = vec![images.worker.clone(), images.daemon.clone()];
+        input
+            .setup
+            .step("kind_load", started, kind.load(&refs), |()| json!(refs))?;
+    }
+    let started = Instant::now();
+    let template = (input.template_for)(images)?;
+    let probe_identity = SessionIdentity::new(input.run_id, "preflight", 0);
+    let mut probe = compose_pod(&ComposeInput {
+        template: &template,
+        identity: &probe_identity,
+        namespace: &cluster.namespace,
+        main_container: &input.config.main_container,
+        arch: Arch::of_this_machine(),
+        workspace: WorkspaceSource::EmptyDir,
+        create_nonce: &create_nonce(),
+    })
+    .context("compose the preflight Pod")?;
+    probe
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .extend(probe_identity.harness_labels());
+    let checked = cluster.preflight(&probe, input.config.workspace_mode).await;
+    input
+        .setup
+        .step("preflight", started, checked, Clone::clone)?;
+    Ok(())
+}
+
+#[async_trait]
+impl RunTeardown for Cluster {
+    async fn teardown(&self) -> Vec<CleanupRecord> {
+        Cluster::teardown(self).await
+    }
+
+    fn kept_hint(&self, run_id: &str) -> String {
+        let backend = if self.kind.is_some() { "kind" } else { "kube" };
+        format!(
+            "kept the run's namespace {} (--keep); remove later: kandev-acceptance gc --backend {backend} --run {run_id}",
+            self.namespace
+        )
+    }
+}

@@ -1,0 +1,293 @@
+//! The objects the local backend leaves in the engine and the host's cgroup tree, found and
+//! removed by label or Pod UID: what teardown, the label sweep and `gc` share. `gc` needs
+//! only this, not a backend able to run Pods.
+
+use super::plan::{self, LABEL_POD_UID, LABEL_ROLE};
+use super::{label_filter, other};
+use crate::backend::{BackendError, Result};
+use crate::host::is_not_found;
+use crate::node::CgroupFs;
+use crate::pod::identity::LABEL_MANAGED;
+use bollard::Docker;
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListVolumesOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveVolumeOptionsBuilder,
+};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// This host's engine and cgroup tree, as the local backend labels them.
+pub struct LocalObjects {
+    pub(super) docker: Docker,
+    pub(super) cgroups: Option<CgroupFs>,
+}
+
+impl LocalObjects {
+    pub fn new(docker: Docker) -> Self {
+        Self {
+            docker,
+            cgroups: CgroupFs::host().ok(),
+        }
+    }
+
+    /// Relative path of a Pod's cgroup in every hierarchy.
+    pub fn pod_cgroup(uid: &str) -> String {
+        format!("{}/pod{uid}", plan::CGROUP_ROOT)
+    }
+
+    pub(super) async fn containers_with(
+        &self,
+        pairs: &[(&str, &str)],
+    ) -> Result<Vec<bollard::models::ContainerSummary>> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&label_filter(pairs))
+            .build();
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| other("list containers", e))
+    }
+
+    pub(super) async fn volumes_with(
+        &self,
+        pairs: &[(&str, &str)],
+    ) -> Result<Vec<bollard::models::Volume>> {
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&label_filter(pairs))
+            .build();
+        let list = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(|e| other("list volumes", e))?;
+        Ok(list.volumes.unwrap_or_default())
+    }
+
+    pub(super) async fn remove_container(&self, name: &str) -> Result<()> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(false)
+            .build();
+        match self.docker.remove_container(name, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(BackendError::Delete {
+                what: "container",
+                name: name.into(),
+                source: e.into(),
+            }),
+        }
+    }
+
+    pub(super) async fn remove_volume(&self, name: &str) -> Result<()> {
+        let options = RemoveVolumeOptionsBuilder::default().force(false).build();
+        // A volume is briefly busy while the engine finishes removing its last container.
+        let started = Instant::now();
+        loop {
+            match self.docker.remove_volume(name, Some(options.clone())).await {
+                Ok(()) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                    tracing::debug!(volume = name, error = %e, "volume busy; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => {
+                    return Err(BackendError::Delete {
+                        what: "volume",
+                        name: name.into(),
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Removes every container and emptyDir of the Pod with this UID, then its cgroup.
+    pub(super) async fn remove_pod_objects(&self, uid: &str) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        let containers = self.containers_with(&[(LABEL_POD_UID, uid)]).await?;
+        // Workloads first, the infra container (which holds the volumes) last.
+        let (infra, workloads): (Vec<_>, Vec<_>) = containers.into_iter().partition(|c| {
+            c.labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_ROLE))
+                .map(String::as_str)
+                == Some("infra")
+        });
+        let remove_all = |list: Vec<bollard::models::ContainerSummary>| async move {
+            let names: Vec<String> = list
+                .iter()
+                .filter_map(|c| {
+                    c.names
+                        .as_ref()?
+                        .first()
+                        .map(|n| n.trim_start_matches('/').to_owned())
+                })
+                .collect();
+            let results =
+                futures_util::future::join_all(names.iter().map(|n| self.remove_container(n)))
+                    .await;
+            results.into_iter().collect::<Result<Vec<()>>>()?;
+            Ok::<_, BackendError>(names)
+        };
+        removed.extend(
+            remove_all(workloads)
+                .await?
+                .into_iter()
+                .map(|n| format!("container/{n}")),
+        );
+        removed.extend(
+            remove_all(infra)
+                .await?
+                .into_iter()
+                .map(|n| format!("container/{n}")),
+        );
+        for volume in self.volumes_with(&[(LABEL_POD_UID, uid)]).await? {
+            self.remove_volume(&volume.name).await?;
+            removed.push(format!("volume/{}", volume.name));
+        }
+        if let Some(cgroups) = &self.cgroups {
+            let relative = Self::pod_cgroup(uid);
+            if cgroups.exists(&relative) {
+                // Processes of a killed container leave their cgroup a moment after removal.
+                let started = Instant::now();
+                loop {
+                    match cgroups.remove(&relative) {
+                        Ok(()) => break,
+                        Err(_) if started.elapsed() < Duration::from_secs(10) => {
+                            tokio::time::sleep(Duration::from_millis(50)).await
+                        }
+                        Err(e) => {
+                            return Err(BackendError::Delete {
+                                what: "pod cgroup",
+                                name: relative,
+                                source: e.into(),
+                            });
+                        }
+                    }
+                }
+                removed.push(format!("cgroup/{relative}"));
+            }
+        }
+        Ok(removed)
+    }
+    /// Pod cgroups whose Pod has no container left in the engine, no process left in the tree
+    /// and that are older than `older_than` (what a killed run leaves; a Pod being created has its
+    /// cgroup a moment before its first container): a Pod cgroup carries no labels, so this is
+    /// how `gc` finds them. A cgroup with processes is never touched.
+    pub async fn sweep_orphan_cgroups(
+        &self,
+        older_than: Duration,
+        dry_run: bool,
+    ) -> Result<Vec<String>> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(Vec::new());
+        };
+        let mut removed = Vec::new();
+        for name in cgroups.children(plan::CGROUP_ROOT) {
+            let Some(uid) = name.strip_prefix("pod") else {
+                continue;
+            };
+            if !self
+                .containers_with(&[(LABEL_POD_UID, uid)])
+                .await?
+                .is_empty()
+            {
+                continue;
+            }
+            let relative = Self::pod_cgroup(uid);
+            if cgroups.age(&relative).is_none_or(|age| age < older_than) {
+                continue;
+            }
+            if !cgroups.read_pod(&relative).pids.is_empty() {
+                tracing::warn!(
+                    cgroup = relative,
+                    "orphaned Pod cgroup still has processes; left alone"
+                );
+                continue;
+            }
+            if !dry_run {
+                cgroups
+                    .remove(&relative)
+                    .map_err(|e| BackendError::Delete {
+                        what: "pod cgroup",
+                        name: relative.clone(),
+                        source: e.into(),
+                    })?;
+            }
+            removed.push(format!("cgroup/{relative}"));
+        }
+        Ok(removed)
+    }
+
+    pub async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>> {
+        let mut objects = Vec::new();
+        for c in self.containers_with(selector).await? {
+            let name = c.names.and_then(|n| n.first().cloned()).unwrap_or_default();
+            objects.push(format!("container/{}", name.trim_start_matches('/')));
+            if let Some(uid) = c.labels.and_then(|l| l.get(LABEL_POD_UID).cloned())
+                && let Some(cg) = &self.cgroups
+                && cg.exists(&Self::pod_cgroup(&uid))
+            {
+                objects.push(format!("cgroup/{}", Self::pod_cgroup(&uid)));
+            }
+        }
+        for v in self.volumes_with(selector).await? {
+            objects.push(format!("volume/{}", v.name));
+        }
+        objects.sort();
+        objects.dedup();
+        Ok(objects)
+    }
+
+    pub async fn remove_labelled(
+        &self,
+        selector: &[(&str, &str)],
+        dry_run: bool,
+    ) -> Result<Vec<String>> {
+        let mut filter: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        filter.push(format!("{LABEL_MANAGED}=true"));
+        let filters = HashMap::from([("label".to_owned(), filter)]);
+        let containers = self
+            .docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| other("list containers", e))?;
+        let mut uids: Vec<String> = containers
+            .iter()
+            .filter_map(|c| c.labels.as_ref()?.get(LABEL_POD_UID).cloned())
+            .collect();
+        uids.sort();
+        uids.dedup();
+        let mut removed = Vec::new();
+        for uid in &uids {
+            if dry_run {
+                removed.push(format!("pod-uid/{uid}"));
+            } else {
+                removed.extend(self.remove_pod_objects(uid).await?);
+            }
+        }
+        let volumes = self
+            .docker
+            .list_volumes(Some(
+                ListVolumesOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| other("list volumes", e))?;
+        for v in volumes.volumes.unwrap_or_default() {
+            if !dry_run {
+                self.remove_volume(&v.name).await?;
+            }
+            removed.push(format!("volume/{}", v.name));
+        }
+        Ok(removed)
+    }
+}

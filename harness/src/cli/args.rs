@@ -1,0 +1,212 @@
+//! The command line's arguments (clap). What they mean is decided elsewhere: `run`, `gc` and
+//! `validate` in their own files, the backends through their providers.
+
+use crate::backend::BackendKind;
+use crate::config::Keep;
+use crate::pod::template::WorkspaceMode;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kandev-acceptance",
+    version,
+    about = "End-to-end acceptance of Kandev's Docker-workloads task Pods"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Run the acceptance scenarios (libtest-style filters, --list, --exact, --skip, --test-threads).
+    Run(Box<RunArgs>),
+    /// Check a Pod template with Kandev's rules; creates nothing.
+    Validate(ValidateArgs),
+    /// Remove what a killed run left behind, by label.
+    Gc(GcArgs),
+    /// Work with reports.
+    Report {
+        #[command(subcommand)]
+        command: ReportCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ReportCommand {
+    /// Print a report's summary.
+    Show { file: PathBuf },
+}
+
+/// Where a `kind`/`kube` cluster comes from (shared by `run` and `gc`).
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ClusterArgs {
+    /// Kubeconfig file for --backend kube (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context for --backend kube; required (the current context is never
+    /// used implicitly).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) context: Option<String>,
+    /// An existing namespace to run in (it must admit privileged Pods); default: the run
+    /// creates kandev-acceptance-<run id> and removes it.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) namespace: Option<String>,
+    /// The kind binary.
+    #[arg(long, value_name = "PATH", default_value = "kind")]
+    pub(crate) kind_bin: PathBuf,
+    /// Use (and never delete) this existing Kind cluster instead of creating kandev-acc-<run id>.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) kind_cluster: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    #[arg(long, value_enum, default_value = "local")]
+    pub(crate) backend: BackendKind,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
+    /// The Kind cluster configuration (node image pinned by digest).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) kind_config: Option<PathBuf>,
+    /// Override the configuration's Kind node image.
+    #[arg(long, value_name = "REF")]
+    pub(crate) kind_node_image: Option<String>,
+    /// Leave the Kind cluster the run created (remove later: kind delete cluster --name ...).
+    #[arg(long)]
+    pub(crate) keep_cluster: bool,
+    /// Size of a managed workspace claim (`workspace.size`).
+    #[arg(long, value_name = "QUANTITY", default_value = "10Gi")]
+    pub(crate) workspace_size: String,
+    /// Access modes of a managed workspace claim (`workspace.access_modes`).
+    #[arg(
+        long,
+        value_name = "MODES",
+        value_delimiter = ',',
+        default_value = "ReadWriteOnce"
+    )]
+    pub(crate) workspace_access_modes: Vec<String>,
+    /// Storage class of a managed workspace claim (default: the cluster's default class).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) storage_class: Option<String>,
+    /// --backend kube: admit a privileged inspector Pod (host PID, the node's cgroup tree
+    /// read-only) on each session's node for the node view; without it the scenarios that
+    /// need the node's own view are skipped.
+    #[arg(long)]
+    pub(crate) node_inspector: bool,
+    /// The inspector's image (default: the docker-engine image); needs sh, find, tr, dmesg.
+    #[arg(long, value_name = "REF")]
+    pub(crate) node_inspector_image: Option<String>,
+    /// The Pod template (a v1/PodTemplate document); default: Kandev's full-worker fixture.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) template: Option<PathBuf>,
+    /// The profile's prepare script; default: the full-worker prepare script.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) prepare_script: Option<PathBuf>,
+    /// Use this worker image (present in the engine) instead of building the fixture one.
+    #[arg(long, value_name = "REF")]
+    pub(crate) worker_image: Option<String>,
+    /// Use this docker-engine image (present in the engine) instead of building the fixture one.
+    #[arg(long, value_name = "REF")]
+    pub(crate) daemon_image: Option<String>,
+    /// Debian base for the fixture images if present in the engine; otherwise debootstrapped.
+    #[arg(long, value_name = "REF", default_value = "debian:bookworm")]
+    pub(crate) base_image: String,
+    #[arg(long, default_value = "kandev-agent")]
+    pub(crate) main_container: String,
+    #[arg(long, default_value = "docker-engine")]
+    pub(crate) daemon_container: String,
+    #[arg(long, value_enum, default_value = "managed-pvc")]
+    pub(crate) workspace_mode: WorkspaceMode,
+    /// The claim `--workspace-mode existing-claim` mounts (never created, relabelled or
+    /// deleted by the harness).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) workspace_claim: Option<String>,
+    /// Folder for reports (`<DIR>/<run-id>/report.json`).
+    #[arg(long = "report", value_name = "DIR")]
+    pub(crate) report_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "never")]
+    pub(crate) keep: Keep,
+    /// The prepare script's bound on waiting for `docker info` (1..=120).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=120))]
+    pub(crate) docker_ready_timeout: u32,
+    /// The Pod-level pids limit (the kubelet's podPidsLimit).
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) pod_pids_limit: i64,
+    /// Tools the worker image must carry (`worker::toolchain`; comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "git,python-venv,c,node,docker,compose"
+    )]
+    pub(crate) required_tools: Vec<String>,
+    /// Tools checked when present (a missing one is a finding).
+    #[arg(long, value_delimiter = ',', default_value = "buildx,go,rust,pnpm")]
+    pub(crate) optional_tools: Vec<String>,
+    /// Scenarios (and so sessions) at once; default: twice the cores, at most 8 (scenarios
+    /// mostly wait on the engine). `--test-threads` wins when both are given.
+    #[arg(long, value_name = "N")]
+    pub(crate) jobs: Option<usize>,
+    /// Run a failed, errored or timed-out scenario again up to N times; a later pass is
+    /// reported flaky.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) retries: u32,
+    /// Run the selection N times (each a run with its own report) and summarize the pass
+    /// rates in `<report dir>/repeat-<first run id>/repeat.json`.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub(crate) repeat: u32,
+    /// Override every scenario's deadline, in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) scenario_timeout: Option<u64>,
+    /// The longest one step of a scenario may take, in seconds (default: only the
+    /// scenario's deadline applies).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) step_timeout: Option<u64>,
+    /// The whole run's budget, in seconds: past it, running scenarios tear down and time
+    /// out, and no further scenario starts.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) deadline: Option<u64>,
+    #[command(flatten)]
+    pub(crate) libtest: libtest_mimic::Arguments,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ValidateArgs {
+    #[arg(long, value_name = "FILE")]
+    pub(crate) template: PathBuf,
+    #[arg(long, default_value = "kandev-agent")]
+    pub(crate) main_container: String,
+    #[arg(long, value_enum, default_value = "managed-pvc")]
+    pub(crate) workspace_mode: WorkspaceMode,
+    /// The workspace claim (PVC modes), for the rule that no other volume may alias it.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) workspace_claim: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub(crate) format: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct GcArgs {
+    /// Where to look: the local engine, Kind clusters, or a cluster (--context).
+    #[arg(long, value_enum, default_value = "local")]
+    pub(crate) backend: BackendKind,
+    #[command(flatten)]
+    pub(crate) cluster: ClusterArgs,
+    /// Only what this run created; default: everything the harness labelled.
+    #[arg(long, value_name = "ID")]
+    pub(crate) run: Option<String>,
+    /// List what would be removed; remove nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Orphaned Pod cgroups (their Pod's containers gone, no process left) are removed only
+    /// when older than this many seconds, so that a Pod being created right now is safe.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub(crate) older_than: u64,
+}

@@ -1,0 +1,337 @@
+//! `run`: the selected scenarios as libtest trials, once or `--repeat N` times, each run with
+//! its own id, report folder, signal and deadline watchers.
+
+use super::args::{ClusterArgs, RunArgs};
+use super::read_input;
+use super::validate::check_template;
+use crate::backend::BackendKind;
+use crate::config::{ClusterSettings, KindSettings, RunConfig};
+use crate::pod::template::Severity;
+use crate::report::{Outcome, Report, exit};
+use crate::runner::{Run, Scenario};
+use libtest_mimic::Trial;
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a `kind`/`kube` cluster comes from, for `run` (with `run`'s Kind and claim options)
+/// and `gc` (without them).
+pub(crate) fn cluster_settings(
+    backend: BackendKind,
+    c: &ClusterArgs,
+    run: Option<&RunArgs>,
+) -> ClusterSettings {
+    let kind = (backend == BackendKind::Kind).then(|| KindSettings {
+        kind_bin: c.kind_bin.clone(),
+        cluster: c.kind_cluster.clone(),
+        config: run
+            .and_then(|r| r.kind_config.clone())
+            .unwrap_or_else(|| crate::paths::workspace_root().join("kind/cluster.yaml")),
+        node_image: run.and_then(|r| r.kind_node_image.clone()),
+        keep_cluster: run.is_some_and(|r| r.keep_cluster),
+    });
+    let mut settings = ClusterSettings {
+        kind,
+        kubeconfig: c.kubeconfig.clone(),
+        context: c.context.clone(),
+        namespace: c.namespace.clone(),
+        ..Default::default()
+    };
+    if let Some(r) = run {
+        settings.workspace_size = r.workspace_size.clone();
+        settings.workspace_access_modes = r.workspace_access_modes.clone();
+        settings.storage_class = r.storage_class.clone();
+        settings.node_inspector = r.node_inspector;
+        settings.node_inspector_image = r.node_inspector_image.clone();
+    }
+    settings
+}
+
+pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime) -> u8 {
+    let registry = Arc::new(registry);
+    if args.libtest.list {
+        // Listing touches nothing: no engine, no template.
+        let trials = registry
+            .iter()
+            .map(|s| Trial::test(s.name, || Ok(())))
+            .collect();
+        let _ = libtest_mimic::run(&args.libtest, trials);
+        return exit::SUCCESS;
+    }
+    let config = RunConfig {
+        template: args
+            .template
+            .clone()
+            .unwrap_or_else(crate::paths::default_template),
+        prepare_script: args
+            .prepare_script
+            .clone()
+            .unwrap_or_else(crate::paths::default_prepare_script),
+        main_container: args.main_container.clone(),
+        daemon_container: args.daemon_container.clone(),
+        workspace_mode: args.workspace_mode,
+        base_image: args.base_image.clone(),
+        worker_image: args.worker_image.clone(),
+        daemon_image: args.daemon_image.clone(),
+        report_dir: args
+            .report_dir
+            .clone()
+            .unwrap_or_else(crate::paths::reports),
+        keep: args.keep,
+        docker_ready_timeout_seconds: args.docker_ready_timeout,
+        pod_pids_limit: args.pod_pids_limit,
+        scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
+        required_tools: args.required_tools.clone(),
+        optional_tools: args.optional_tools.clone(),
+        retries: args.retries,
+        workspace_claim: args.workspace_claim.clone(),
+        backend: args.backend,
+        cluster: cluster_settings(args.backend, &args.cluster, Some(&args)),
+        step_timeout: args.step_timeout.map(Duration::from_secs),
+        deadline: args.deadline.map(Duration::from_secs),
+    };
+    if let Err(message) = config.backend.provider().check(&config) {
+        eprintln!("error: {message}");
+        return exit::USAGE;
+    }
+    let template_text = match read_input(&config.template, "template") {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let prepare_text = match read_input(&config.prepare_script, "prepare script") {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    // Kandev's rules first: an invalid template creates nothing, and every problem is named.
+    let findings = check_template(
+        &template_text,
+        &config.main_container,
+        config.workspace_mode,
+        None,
+    );
+    if findings.iter().any(|f| f.severity == Severity::Error) {
+        eprintln!(
+            "error: the template {} breaks Kandev's rules; nothing was created:",
+            config.template.display()
+        );
+        for finding in &findings {
+            eprintln!("  {finding}");
+        }
+        return exit::USAGE;
+    }
+    for image in [&config.worker_image, &config.daemon_image]
+        .into_iter()
+        .flatten()
+    {
+        if !valid_reference(image) {
+            eprintln!(
+                "error: {image:?} is not a valid image reference\n  fix: pass name[:tag][@sha256:<64 hex>] of an image present in the engine"
+            );
+            return exit::USAGE;
+        }
+    }
+    if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
+        eprintln!(
+            "error: create the report folder {}: {e}\n  fix: pass a writable --report DIR",
+            config.report_dir.display()
+        );
+        return exit::USAGE;
+    }
+
+    let mut libtest = args.libtest;
+    if libtest.test_threads.is_none() {
+        let cores = std::thread::available_parallelism()
+            .map(usize::from)
+            .unwrap_or(2);
+        libtest.test_threads = Some(args.jobs.unwrap_or((cores * 2).min(8)).max(1));
+    }
+    let repeat = args.repeat.max(1);
+    let mut runs = Vec::new();
+    for iteration in 1..=repeat {
+        if repeat > 1 {
+            eprintln!("repeat {iteration}/{repeat}");
+        }
+        let (code, report) = run_once(
+            &config,
+            &libtest,
+            &registry,
+            runtime,
+            template_text.clone(),
+            prepare_text.clone(),
+        );
+        let stop =
+            code == exit::INTERRUPTED || code == exit::USAGE || code == exit::NOTHING_SELECTED;
+        runs.push((code, report));
+        if stop {
+            break;
+        }
+    }
+    if repeat == 1 {
+        return runs.first().map(|(code, _)| *code).unwrap_or(exit::SUCCESS);
+    }
+    crate::report::repeat::finish(&config.report_dir, &runs)
+}
+
+/// One run of the selected scenarios: its own id, report folder, signal and deadline
+/// watchers; returns the exit code and the report (None when nothing ran).
+fn run_once(
+    config: &RunConfig,
+    libtest: &libtest_mimic::Arguments,
+    registry: &Arc<Vec<Scenario>>,
+    runtime: &tokio::runtime::Runtime,
+    template_text: String,
+    prepare_text: String,
+) -> (u8, Option<Report>) {
+    let run = Arc::new(Run::new(
+        crate::pod::identity::new_run_id(),
+        config.clone(),
+        template_text,
+        prepare_text,
+    ));
+    // The run's folder exists from the start, so that the run id can be found (and `gc --run`
+    // used) even when the run is killed before it writes its report.
+    if let Err(e) = std::fs::create_dir_all(run.report_folder()) {
+        eprintln!(
+            "error: create {}: {e}\n  fix: pass a writable --report DIR",
+            run.report_folder().display()
+        );
+        return (exit::USAGE, None);
+    }
+    let mut libtest = libtest.clone();
+    // A live view on a terminal: libtest's own lines go to a log beside the report so that
+    // they do not tear the view (the view prints one line per finished scenario instead).
+    if std::io::stderr().is_terminal() && libtest.logfile.is_none() {
+        run.live.show(&run.progress);
+        libtest.logfile = Some(
+            run.report_folder()
+                .join("libtest.log")
+                .display()
+                .to_string(),
+        );
+    }
+    // A cluster is prepared before any trial: an unreachable API server or a failed
+    // preflight stops the run at once with one clear message, and nothing was created.
+    if config.backend.provider().prepare_first() {
+        let prepared = runtime.block_on(async {
+            tokio::select! {
+                env = run.env() => env.map(|_| ()),
+                _ = tokio::signal::ctrl_c() => Err("interrupted while preparing the cluster".to_owned()),
+            }
+        });
+        if let Err(e) = prepared {
+            run.live.finish();
+            eprintln!("error: {e}");
+            let (_, report) = runtime.block_on(run.finish(registry));
+            return (exit::ENVIRONMENT, report);
+        }
+    }
+    let handle = runtime.handle().clone();
+    let watchers = [
+        handle.spawn(watch_signals(run.clone())),
+        handle.spawn(run.clone().enforce_deadline()),
+    ];
+    let trials: Vec<Trial> = (0..registry.len())
+        .map(|index| {
+            let (run, registry, handle) = (run.clone(), registry.clone(), handle.clone());
+            let name = registry.get(index).map(|s| s.name).unwrap_or_default();
+            Trial::test(name, move || {
+                let Some(scenario) = registry.get(index) else {
+                    return Err("no such scenario".into());
+                };
+                let report = handle.block_on(run.run_scenario(scenario));
+                match report.outcome {
+                    Outcome::Passed => Ok(()),
+                    Outcome::Skipped | Outcome::Incompatible => {
+                        run.live.println(&format!(
+                            "{}: {} ({})",
+                            scenario.name,
+                            report.outcome.as_str(),
+                            report.diagnosis.unwrap_or_default()
+                        ));
+                        Ok(())
+                    }
+                    other => Err(format!(
+                        "{}: {}",
+                        other.as_str(),
+                        report.diagnosis.unwrap_or_default()
+                    )
+                    .into()),
+                }
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&libtest, trials);
+    run.live.finish();
+    for watcher in watchers {
+        watcher.abort();
+    }
+    if conclusion.num_passed + conclusion.num_failed == 0 {
+        eprintln!("no scenario matched the filter; see `kandev-acceptance run --list`");
+        // Nothing ran: leave no empty run folder behind.
+        let _ = std::fs::remove_dir_all(run.report_folder());
+        return (exit::NOTHING_SELECTED, None);
+    }
+    let (code, report) = runtime.block_on(run.finish(registry));
+    (code, report)
+}
+
+fn valid_reference(reference: &str) -> bool {
+    !reference.is_empty()
+        && reference.len() <= 255
+        && reference
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/:@".contains(c))
+        && !reference.starts_with(['.', '-', '/', ':', '@'])
+}
+
+async fn watch_signals(run: Arc<Run>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut seen = 0;
+    loop {
+        let term_signal = async {
+            match term.as_mut() {
+                Some(t) => {
+                    t.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            () = term_signal => {},
+        }
+        seen += 1;
+        if seen == 1 {
+            eprintln!(
+                "\ncancelling: tearing down what the run created (interrupt again to abort now; `kandev-acceptance gc --run {}` removes leftovers)",
+                run.id
+            );
+            run.cancel();
+        } else {
+            eprintln!(
+                "aborting without teardown; remove leftovers with: kandev-acceptance gc --run {}",
+                run.id
+            );
+            std::process::exit(i32::from(exit::INTERRUPTED));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_references_are_checked() {
+        for good in [
+            "kandev-acceptance/worker:abc",
+            "registry.example/w@sha256:0123",
+            "w",
+        ] {
+            assert!(valid_reference(good), "{good}");
+        }
+        for bad in ["", "Upper/Case", "-x", "a b", "/x"] {
+            assert!(!valid_reference(bad), "{bad}");
+        }
+    }
+}

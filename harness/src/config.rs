@@ -1,0 +1,81 @@
+//! The settings of a run, as the command line gave them: plain data, recorded in the report
+//! (its digest is the configuration's identity) and read by the runner and the backends.
+
+use crate::backend::BackendKind;
+use crate::pod::template::WorkspaceMode;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// When to leave a scenario's Pods running for debugging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Keep {
+    Never,
+    OnFailure,
+    Always,
+}
+
+/// Settings of a run (from the command line).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunConfig {
+    pub template: PathBuf,
+    pub prepare_script: PathBuf,
+    pub main_container: String,
+    pub daemon_container: String,
+    pub workspace_mode: WorkspaceMode,
+    pub base_image: String,
+    pub worker_image: Option<String>,
+    pub daemon_image: Option<String>,
+    pub report_dir: PathBuf,
+    pub keep: Keep,
+    pub docker_ready_timeout_seconds: u32,
+    pub pod_pids_limit: i64,
+    pub scenario_timeout: Option<Duration>,
+    /// Tools `worker::toolchain` requires of the worker image (a missing one fails it).
+    pub required_tools: Vec<String>,
+    /// Tools it checks when present (a missing one is a finding).
+    pub optional_tools: Vec<String>,
+    /// How often a failed, errored or timed-out scenario is run again.
+    pub retries: u32,
+    /// The claim `existing_claim` mode mounts.
+    pub workspace_claim: Option<String>,
+    /// The longest any one step of a scenario may take (`--step-timeout`).
+    pub step_timeout: Option<Duration>,
+    /// The whole run's budget (`--deadline`): past it, running scenarios time out (after
+    /// their teardown) and the rest are not started.
+    pub deadline: Option<Duration>,
+    /// Which backend runs the Pods.
+    pub backend: BackendKind,
+    /// `--backend kind|kube`: where the cluster comes from and how sessions use it.
+    pub cluster: ClusterSettings,
+}
+
+/// The `kind`/`kube` settings of a run (from the command line; recorded in the report).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClusterSettings {
+    /// Set for `--backend kind`.
+    pub kind: Option<KindSettings>,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    /// None: the run creates `kandev-acceptance-<run id>` and removes it.
+    pub namespace: Option<String>,
+    pub workspace_size: String,
+    pub workspace_access_modes: Vec<String>,
+    pub storage_class: Option<String>,
+    /// Admit a privileged inspector Pod on each session's node for the node view (clusters
+    /// whose nodes this host cannot see).
+    pub node_inspector: bool,
+    /// The inspector's image (default: the docker-engine image).
+    pub node_inspector_image: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KindSettings {
+    pub kind_bin: PathBuf,
+    /// None: `kandev-acc-<run id>`, created and deleted by the run.
+    pub cluster: Option<String>,
+    pub config: PathBuf,
+    pub node_image: Option<String>,
+    pub keep_cluster: bool,
+}

@@ -1,0 +1,105 @@
+//! This host's Docker engine: the connection (with API-version negotiation), the facts a
+//! report records about it, and the fixture images built there. The local backend runs its
+//! Pods on it; Kind runs its node on it.
+
+pub mod images;
+
+use crate::backend::BackendError;
+use crate::report::Environment;
+use crate::wait::WaitTimedOut;
+use bollard::Docker;
+use std::time::Duration;
+
+/// Is this a 404 from the engine?
+pub fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// Connects to the engine named by `DOCKER_HOST` (or the default socket) and negotiates the
+/// API version: Debian's engine speaks 1.41 and refuses newer clients.
+pub async fn connect_engine() -> Result<Docker, BackendError> {
+    let endpoint =
+        std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
+    let unreachable = |e: bollard::errors::Error| BackendError::EngineUnreachable {
+        endpoint: endpoint.clone(),
+        cause: crate::error_chain(&e),
+    };
+    let docker = Docker::connect_with_defaults().map_err(unreachable)?;
+    let docker = tokio::time::timeout(Duration::from_secs(10), docker.negotiate_version())
+        .await
+        .map_err(|_| WaitTimedOut {
+            what: format!("the engine at {endpoint} to answer"),
+            waited: Duration::from_secs(10),
+        })?
+        .map_err(unreachable)?;
+    docker.ping().await.map_err(unreachable)?;
+    Ok(docker)
+}
+
+/// This host's engine as scenarios may see it: questions whose answers are evidence that a
+/// session's daemon is its own (never the raw client).
+#[derive(Clone)]
+pub struct HostEngine {
+    docker: Docker,
+}
+
+impl HostEngine {
+    pub fn new(docker: Docker) -> Self {
+        Self { docker }
+    }
+
+    /// The engine's client, for the backends built on it.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The ID of the image `reference` (a tag or an ID) in this engine, if it has it.
+    pub async fn image_id(&self, reference: &str) -> Option<String> {
+        self.docker
+            .inspect_image(reference)
+            .await
+            .ok()
+            .and_then(|i| i.id)
+    }
+
+    /// The engine's daemon ID.
+    pub async fn daemon_id(&self) -> Option<String> {
+        self.docker.info().await.ok().and_then(|i| i.id)
+    }
+
+    /// Connects, and reads the facts the report records (version, kernel, cgroups).
+    pub async fn connect() -> anyhow::Result<(Self, Environment)> {
+        let docker = connect_engine().await?;
+        let version = docker
+            .version()
+            .await
+            .map_err(|e| anyhow::anyhow!("engine version: {}", crate::error_chain(&e)))?;
+        let info = docker
+            .info()
+            .await
+            .map_err(|e| anyhow::anyhow!("engine info: {}", crate::error_chain(&e)))?;
+        let environment = Environment {
+            engine_version: version.version,
+            engine_api_version: version.api_version,
+            kernel: info.kernel_version,
+            operating_system: info.operating_system,
+            architecture: info.architecture,
+            cgroup_version: info
+                .cgroup_version
+                .as_ref()
+                .map(|v| if format!("{v:?}").contains('2') { 2 } else { 1 }),
+            cgroup_driver: info
+                .cgroup_driver
+                .as_ref()
+                .map(|d| format!("{d:?}").to_lowercase()),
+            ..Default::default()
+        };
+        Ok((Self { docker }, environment))
+    }
+}

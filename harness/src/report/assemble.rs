@@ -1,0 +1,51 @@
+//! A run's report from its parts: the one place that fills in [`Report`].
+
+use super::{
+    CleanupRecord, Configuration, Environment, Report, SCHEMA_VERSION, ScenarioReport, StepReport,
+    Summary,
+};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, SystemTime};
+
+/// Everything a run knows at its end.
+pub struct RunParts {
+    pub run_id: String,
+    pub backend: String,
+    pub started_at: SystemTime,
+    pub duration: Duration,
+    pub interrupted: bool,
+    pub deadline_exceeded: bool,
+    pub environment: Environment,
+    /// The run's settings as recorded (their digest identifies the configuration).
+    pub settings: serde_json::Value,
+    pub setup: Vec<StepReport>,
+    /// In the order the report lists them.
+    pub scenarios: Vec<ScenarioReport>,
+    pub leftovers: Vec<String>,
+    pub teardown: Vec<CleanupRecord>,
+}
+
+pub fn assemble(parts: RunParts) -> Report {
+    let sha = hex::encode(Sha256::digest(parts.settings.to_string().as_bytes()));
+    Report {
+        schema_version: SCHEMA_VERSION,
+        run_id: parts.run_id,
+        harness_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: super::rfc3339(parts.started_at),
+        finished_at: super::rfc3339(SystemTime::now()),
+        duration_ms: parts.duration.as_millis() as u64,
+        interrupted: parts.interrupted,
+        deadline_exceeded: parts.deadline_exceeded,
+        backend: parts.backend,
+        environment: parts.environment,
+        configuration: Configuration {
+            sha256: format!("sha256:{sha}"),
+            settings: parts.settings,
+        },
+        summary: Summary::of(&parts.scenarios),
+        setup: parts.setup,
+        scenarios: parts.scenarios,
+        leftovers: parts.leftovers,
+        teardown: parts.teardown,
+    }
+}

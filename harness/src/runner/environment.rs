@@ -1,0 +1,134 @@
+//! The run's environment, prepared once: the backend (through its provider), the rendered
+//! template, and what every session shares. Nothing here knows which backend it is.
+
+use super::Run;
+use crate::backend::{Backend, PrepareInput, RunTeardown};
+use crate::host::HostEngine;
+use crate::host::images::ImageSet;
+use crate::node::NodeView;
+use crate::pod::template::{self, RenderedTemplate};
+use crate::report::{Environment, TemplateRecord};
+use crate::session::LaunchSettings;
+use anyhow::{Context, anyhow};
+use k8s_openapi::api::core::v1::PodTemplate;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Prepared once per run, by the first scenario that needs it (or before any, for a
+/// backend that must fail fast).
+pub struct RunEnv {
+    pub backend: Arc<dyn Backend>,
+    /// This host's engine, when the backend uses one.
+    pub host_engine: Option<HostEngine>,
+    pub images: ImageSet,
+    pub launch: LaunchSettings,
+    pub rendered: RenderedTemplate,
+    pub environment: Environment,
+    /// The node seen from outside the Pods, when the backend has one (leak ledger, evidence).
+    pub node: Option<Arc<dyn NodeView>>,
+    /// What the run set up beyond its sessions, removed when it ends.
+    pub teardown: Option<Box<dyn RunTeardown>>,
+}
+
+impl Run {
+    /// Prepares the environment once; later calls get the same (or the same error).
+    pub async fn env(&self) -> Result<Arc<RunEnv>, String> {
+        self.env
+            .get_or_init(|| async {
+                self.prepare_env()
+                    .await
+                    .map(Arc::new)
+                    .map_err(|e| crate::error_chain(e.as_ref()))
+            })
+            .await
+            .clone()
+    }
+
+    /// The run's environment if it was prepared (successfully).
+    pub fn prepared_env(&self) -> Option<Arc<RunEnv>> {
+        self.env.get().and_then(|r| r.as_ref().ok()).cloned()
+    }
+
+    /// The run's template rendered with `images`, parsed.
+    fn template_for(&self, images: &ImageSet) -> anyhow::Result<(RenderedTemplate, PodTemplate)> {
+        let rendered = template::render(&self.template_text, &images.worker, &images.daemon);
+        let parsed = template::parse(&rendered.text).map_err(|findings| {
+            anyhow!(
+                "template: {}",
+                findings
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        })?;
+        Ok((rendered, parsed))
+    }
+
+    async fn prepare_env(&self) -> anyhow::Result<RunEnv> {
+        let template_for = |images: &ImageSet| self.template_for(images).map(|(_, t)| t);
+        let input = PrepareInput {
+            run_id: &self.id,
+            config: &self.config,
+            report_folder: &self.report_folder(),
+            mock_agent: tokio::sync::OnceCell::new(),
+            setup: &self.setup,
+            progress: &self.progress,
+            template_for: &template_for,
+        };
+        let prepared = self.config.backend.provider().prepare(&input).await?;
+        let binary = input.mock_agent_binary().await;
+        let prepared_teardown = prepared.teardown;
+        let agent_binary = binary.and_then(|path| {
+            std::fs::read(&path).with_context(|| format!("read {}", path.display()))
+        });
+        let rendered = self.template_for(&prepared.images);
+        let (agent_binary, (rendered, parsed)) = match (agent_binary, rendered) {
+            (Ok(binary), Ok(rendered)) => (binary, rendered),
+            (Err(e), _) | (_, Err(e)) => {
+                // The backend set things up already: undo them before failing.
+                if let Some(teardown) = prepared_teardown {
+                    teardown.teardown().await;
+                }
+                return Err(e);
+            }
+        };
+        let mut environment = prepared.environment;
+        environment.images = prepared.images.records.clone();
+        environment.template = Some(TemplateRecord {
+            path: self.config.template.display().to_string(),
+            sha256: rendered.sha256.clone(),
+        });
+        let config = &self.config;
+        let launch = LaunchSettings {
+            backend: prepared.backend.clone(),
+            namespace: prepared.namespace,
+            template: parsed,
+            main_container: config.main_container.clone(),
+            daemon_container: config.daemon_container.clone(),
+            prepare_script: self.prepare_text.clone(),
+            agent_binary: Arc::new(agent_binary),
+            pod_ready_timeout: Duration::from_secs(60),
+            prepare_timeout: Duration::from_secs(
+                u64::from(config.docker_ready_timeout_seconds) + 120,
+            ),
+            connect_timeout: Duration::from_secs(30),
+            profile_env: BTreeMap::from([(
+                "DOCKER_READY_TIMEOUT_SECONDS".to_owned(),
+                config.docker_ready_timeout_seconds.to_string(),
+            )]),
+            existing_claim: config.workspace_claim.clone(),
+        };
+        Ok(RunEnv {
+            backend: prepared.backend,
+            host_engine: prepared.host_engine,
+            images: prepared.images,
+            launch,
+            rendered,
+            environment,
+            node: prepared.node,
+            teardown: prepared_teardown,
+        })
+    }
+}

@@ -1,0 +1,79 @@
+//! The end of a run: the node view shut down, what still carries the run's label, the
+//! run-level teardown, the report assembled and written in every format, the exit code.
+
+use super::scenario::Scenario;
+use super::{Keep, Run, StopReason};
+use crate::pod::identity::LABEL_RUN;
+use crate::report::assemble::{RunParts, assemble};
+use crate::report::{Report, exit};
+
+impl Run {
+    /// Assembles and writes the report (scenarios in `registry` order); returns the exit
+    /// code and the report.
+    pub async fn finish(&self, registry: &[Scenario]) -> (u8, Option<Report>) {
+        let mut scenarios = self.results();
+        let order = |name: &str| {
+            registry
+                .iter()
+                .position(|s| s.name == name)
+                .unwrap_or(usize::MAX)
+        };
+        scenarios.sort_by_key(|s| order(&s.name));
+        let env = self.prepared_env();
+        if let Some(node) = env.as_ref().and_then(|e| e.node.clone()) {
+            node.shutdown().await;
+        }
+        let leftovers = match &env {
+            Some(env) => env
+                .backend
+                .list_labelled(&[(LABEL_RUN, self.id.as_str())])
+                .await
+                .unwrap_or_else(|e| vec![format!("(inventory failed: {e})")]),
+            None => Vec::new(),
+        };
+        // What the run set up beyond its sessions; kept Pods (`--keep`) keep it, so that
+        // they stay reachable.
+        let teardown = match env.as_ref().and_then(|e| e.teardown.as_ref()) {
+            Some(teardown) if self.config.keep == Keep::Never || leftovers.is_empty() => {
+                teardown.teardown().await
+            }
+            Some(teardown) => {
+                eprintln!("{}", teardown.kept_hint(&self.id));
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        let report = assemble(RunParts {
+            run_id: self.id.clone(),
+            backend: env
+                .as_ref()
+                .map(|e| e.backend.name())
+                .unwrap_or(self.config.backend.name())
+                .into(),
+            started_at: self.started_at,
+            duration: self.started.elapsed(),
+            interrupted: self.stop_reason() == Some(StopReason::Signal),
+            deadline_exceeded: self.stop_reason() == Some(StopReason::Deadline),
+            environment: env
+                .as_ref()
+                .map(|e| e.environment.clone())
+                .unwrap_or_default(),
+            settings: serde_json::to_value(&self.config).unwrap_or_default(),
+            setup: self.setup_steps(),
+            scenarios,
+            leftovers,
+            teardown,
+        });
+        let path = match crate::report::outputs::write_all(&report, &self.report_folder()) {
+            Ok(path) => path,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return (exit::ENVIRONMENT, Some(report));
+            }
+        };
+        eprint!("{}", crate::report::human_summary(&report, &path));
+        // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
+        let code = exit::exit_code(&report, self.config.keep != Keep::Never);
+        (code, Some(report))
+    }
+}

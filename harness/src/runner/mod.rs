@@ -1,0 +1,166 @@
+//! The runner: a run's state and cancellation, and its scenarios as libtest-mimic trials,
+//! bridged to one tokio runtime on purpose.
+//!
+//! Rooms: [`environment`] prepares what every scenario shares (once, lazily, so `--list` and
+//! filtered-out runs touch nothing); [`attempt`] runs one scenario to its report, teardown
+//! and leak ledger included; [`context`] is the scenario API; [`evidence`] collects what a
+//! scenario that did not pass leaves for people to read; [`finish`] assembles the report.
+
+pub mod attempt;
+pub mod context;
+pub mod environment;
+pub mod evidence;
+pub mod finish;
+pub mod ledger;
+pub mod live;
+pub mod scenario;
+
+pub use crate::config::{Keep, RunConfig};
+pub use context::Ctx;
+pub use environment::RunEnv;
+pub use scenario::{Broken, Scenario, ScenarioFuture, Verdict, broken, promise};
+
+use crate::report::{Outcome, ScenarioReport, SetupLog, StepReport};
+use indicatif::MultiProgress;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+/// Why a run stops early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// Ctrl-C or SIGTERM.
+    Signal,
+    /// `--deadline` passed.
+    Deadline,
+}
+
+/// State shared by every trial of a run.
+pub struct Run {
+    pub id: String,
+    pub config: RunConfig,
+    pub template_text: String,
+    pub prepare_text: String,
+    pub progress: MultiProgress,
+    /// The live status view (hidden unless the CLI shows it on a terminal).
+    pub live: crate::runner::live::LiveView,
+    pub started: Instant,
+    pub started_at: SystemTime,
+    env: tokio::sync::OnceCell<Result<Arc<RunEnv>, String>>,
+    results: Mutex<Vec<ScenarioReport>>,
+    setup: SetupLog,
+    cancelled: AtomicBool,
+    stop_reason: Mutex<Option<StopReason>>,
+    cancel: tokio::sync::Notify,
+}
+
+impl Run {
+    pub fn new(id: String, config: RunConfig, template_text: String, prepare_text: String) -> Self {
+        let started = Instant::now();
+        Self {
+            id,
+            config,
+            template_text,
+            prepare_text,
+            progress: MultiProgress::new(),
+            live: crate::runner::live::LiveView::default(),
+            started,
+            started_at: SystemTime::now(),
+            env: tokio::sync::OnceCell::new(),
+            results: Mutex::new(Vec::new()),
+            setup: SetupLog::new(started),
+            cancelled: AtomicBool::new(false),
+            stop_reason: Mutex::new(None),
+            cancel: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Stops the run (Ctrl-C, SIGTERM): running scenarios tear down and end `cancelled`.
+    pub fn cancel(&self) {
+        self.stop(StopReason::Signal);
+    }
+
+    /// Stops the run for `reason`; the first reason given is the one reported.
+    pub fn stop(&self, reason: StopReason) {
+        if let Ok(mut current) = self.stop_reason.lock() {
+            current.get_or_insert(reason);
+        }
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.cancel.notify_waiters();
+    }
+
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop_reason.lock().ok().and_then(|r| *r)
+    }
+
+    /// Stops the run with [`StopReason::Deadline`] once `config.deadline` has passed.
+    pub async fn enforce_deadline(self: Arc<Self>) {
+        if let Some(deadline) = self.config.deadline {
+            tokio::time::sleep(deadline.saturating_sub(self.started.elapsed())).await;
+            if !self.is_cancelled() {
+                eprintln!(
+                    "deadline: the run's budget of {deadline:?} is used up; tearing down what runs, starting nothing more"
+                );
+                self.stop(StopReason::Deadline);
+            }
+        }
+    }
+
+    pub(super) fn stop_diagnosis(&self, started: bool) -> (Outcome, String) {
+        match (self.stop_reason(), started) {
+            (Some(StopReason::Deadline), true) => (
+                Outcome::TimedOut,
+                format!(
+                    "the run's --deadline of {:?} passed; teardown ran",
+                    self.config.deadline.unwrap_or_default()
+                ),
+            ),
+            (Some(StopReason::Deadline), false) => (
+                Outcome::Cancelled,
+                format!(
+                    "not started: the run's --deadline of {:?} had passed",
+                    self.config.deadline.unwrap_or_default()
+                ),
+            ),
+            (_, true) => (
+                Outcome::Cancelled,
+                "cancelled (Ctrl-C or SIGTERM); teardown ran".to_owned(),
+            ),
+            (_, false) => (
+                Outcome::Cancelled,
+                "the run was cancelled before this scenario started".to_owned(),
+            ),
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    pub(super) async fn cancelled(&self) {
+        let notified = self.cancel.notified();
+        if self.is_cancelled() {
+            return;
+        }
+        notified.await;
+    }
+
+    pub fn results(&self) -> Vec<ScenarioReport> {
+        self.results.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    pub fn setup_steps(&self) -> Vec<StepReport> {
+        self.setup.steps()
+    }
+
+    pub fn report_folder(&self) -> PathBuf {
+        self.config.report_dir.join(&self.id)
+    }
+
+    pub(super) fn record(&self, report: ScenarioReport) {
+        if let Ok(mut results) = self.results.lock() {
+            results.push(report);
+        }
+    }
+}

@@ -1,11 +1,33 @@
 //! The settings of a run, as the command line gave them: plain data, recorded in the report
 //! (its digest is the configuration's identity) and read by the runner and the backends.
 
-use crate::backend::BackendKind;
 use crate::pod::template::WorkspaceMode;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Which backend runs the Pods (`--backend`); each is registered in `backend::provider`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// The embedded default: a Docker engine on this host.
+    #[default]
+    Local,
+    /// A Kind cluster the run creates from kind/cluster.yaml (and deletes), images loaded.
+    Kind,
+    /// An existing cluster: --context (required) from --kubeconfig or KUBECONFIG.
+    Kube,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Kind => "kind",
+            Self::Kube => "kube",
+        }
+    }
+}
 
 /// When to leave a scenario's Pods running for debugging.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]

@@ -1,18 +1,22 @@
 //! kandev-acceptance: proves, on a real engine, that Kandev's Docker-workloads task Pod keeps
 //! the promises of its design, and writes a report CI and release gating can read.
 //!
-//! The layers, each a folder, each depending only on the ones above it in this list:
+//! The layers, each a folder (or file), each using only the ones listed before it
+//! (`harness/tests/layers.rs` enforces the order):
 //!
-//! - [`report`]: the report model (outcomes, exit codes) and its output formats.
+//! - [`report`]: the report model (outcomes, exit codes), its assembly and output formats.
+//! - [`wait`], [`paths`]: the one polling helper; where fixtures and reports live.
 //! - [`pod`]: Kandev's knowledge of a task Pod: template rules, identity, composition,
 //!   admission comparison. Pure: no I/O.
+//! - [`config`]: the settings of a run, as the command line gave them.
 //! - [`node`]: evidence from outside the Pods: processes and cgroups of a node.
 //! - [`host`]: this host's Docker engine and the fixture images built there.
 //! - [`backend`]: what runs a composed Pod (local engine, Kind, an existing cluster); each
-//!   backend owns its set-up, teardown, `gc` and node view.
+//!   backend owns its preparation, teardown, `gc` and node view, registered once in
+//!   [`backend::provider`].
 //! - [`session`]: one Kandev task session launched through Kandev's stages, and its agent.
-//! - [`runner`]: a run: scenarios as trials, their context (the scenario API), teardown,
-//!   the leak ledger and report assembly.
+//! - [`runner`]: a run: scenarios as trials, the scenario API ([`runner::Ctx`]), teardown,
+//!   the leak ledger, report assembly.
 //! - [`cli`]: argument parsing and dispatch.
 
 pub mod backend;

@@ -1,7 +1,7 @@
 //! Backends run a composed Pod. Each owns everything about itself in its folder: how a run
 //! prepares it (engine or cluster, images, node view, environment facts), what the run tears
 //! down at its end, `gc`, and its Pod operations behind the [`Backend`] trait. The runner and
-//! the command line reach a backend only through [`BackendKind::provider`], its one
+//! the command line reach a backend only through [`provider`], its one
 //! registration.
 
 pub mod kube;
@@ -19,35 +19,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Every backend: its command-line name and, in [`BackendKind::provider`], its registration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// The embedded default: a Docker engine on this host.
-    #[default]
-    Local,
-    /// A Kind cluster the run creates from kind/cluster.yaml (and deletes), images loaded.
-    Kind,
-    /// An existing cluster: --context (required) from --kubeconfig or KUBECONFIG.
-    Kube,
-}
+pub use crate::config::BackendKind;
 
-impl BackendKind {
-    /// The one place a backend is registered.
-    pub fn provider(self) -> &'static dyn Provider {
-        match self {
-            Self::Local => &local::setup::LocalProvider,
-            Self::Kind => &kube::setup::KindProvider,
-            Self::Kube => &kube::setup::KubeProvider,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Local => "local",
-            Self::Kind => "kind",
-            Self::Kube => "kube",
-        }
+/// The one place a backend is registered: its provider (preparation, teardown, `gc`).
+pub fn provider(kind: BackendKind) -> &'static dyn Provider {
+    match kind {
+        BackendKind::Local => &local::setup::LocalProvider,
+        BackendKind::Kind => &kube::setup::KindProvider,
+        BackendKind::Kube => &kube::setup::KubeProvider,
     }
 }
 
@@ -216,14 +195,6 @@ pub struct ContainerState {
 /// Errors of backend operations, each naming the operation and the object.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error(
-        "no container engine answers at {endpoint}: {cause}\n  fix: start one (bash harness/scripts/ensure-engine.sh) or set DOCKER_HOST"
-    )]
-    EngineUnreachable {
-        endpoint: String,
-        /// In the message (the fix follows it), so not a `source`: printed once.
-        cause: String,
-    },
     #[error("the local backend cannot honour {field}: {reason}")]
     UnsupportedField { field: String, reason: String },
     #[error(

@@ -13,7 +13,7 @@ pub(crate) async fn gc(args: &GcArgs) -> u8 {
         older_than: Duration::from_secs(args.older_than),
         cluster: cluster_settings(args.backend, &args.cluster, None),
     };
-    match args.backend.provider().gc(&request).await {
+    match crate::backend::provider(args.backend).gc(&request).await {
         Ok(removed) => {
             let verb = if args.dry_run {
                 "would remove"

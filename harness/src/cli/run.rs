@@ -90,7 +90,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         step_timeout: args.step_timeout.map(Duration::from_secs),
         deadline: args.deadline.map(Duration::from_secs),
     };
-    if let Err(message) = config.backend.provider().check(&config) {
+    if let Err(message) = crate::backend::provider(config.backend).check(&config) {
         eprintln!("error: {message}");
         return exit::USAGE;
     }
@@ -211,7 +211,7 @@ fn run_once(
     }
     // A cluster is prepared before any trial: an unreachable API server or a failed
     // preflight stops the run at once with one clear message, and nothing was created.
-    if config.backend.provider().prepare_first() {
+    if crate::backend::provider(config.backend).prepare_first() {
         let prepared = runtime.block_on(async {
             tokio::select! {
                 env = run.env() => env.map(|_| ()),

@@ -4,11 +4,25 @@
 
 pub mod images;
 
-use crate::backend::BackendError;
 use crate::report::Environment;
 use crate::wait::WaitTimedOut;
 use bollard::Docker;
 use std::time::Duration;
+
+/// Why this host's engine cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(
+        "no container engine answers at {endpoint}: {cause}\n  fix: start one (bash harness/scripts/ensure-engine.sh) or set DOCKER_HOST"
+    )]
+    Unreachable {
+        endpoint: String,
+        /// In the message (the fix follows it), so not a `source`: printed once.
+        cause: String,
+    },
+    #[error(transparent)]
+    NoAnswer(#[from] WaitTimedOut),
+}
 
 /// Is this a 404 from the engine?
 pub fn is_not_found(e: &bollard::errors::Error) -> bool {
@@ -23,10 +37,10 @@ pub fn is_not_found(e: &bollard::errors::Error) -> bool {
 
 /// Connects to the engine named by `DOCKER_HOST` (or the default socket) and negotiates the
 /// API version: Debian's engine speaks 1.41 and refuses newer clients.
-pub async fn connect_engine() -> Result<Docker, BackendError> {
+pub async fn connect_engine() -> Result<Docker, EngineError> {
     let endpoint =
         std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix:///var/run/docker.sock".into());
-    let unreachable = |e: bollard::errors::Error| BackendError::EngineUnreachable {
+    let unreachable = |e: bollard::errors::Error| EngineError::Unreachable {
         endpoint: endpoint.clone(),
         cause: crate::error_chain(&e),
     };

@@ -134,6 +134,15 @@ fn compare_spec(
     main_container: &str,
     push: &mut impl FnMut(&str, String),
 ) {
+    compare_invariants(d, a, push);
+    compare_reserved_volumes(d, a, push);
+    compare_main_container(d, a, main_container, push);
+    compare_env(d, a, push);
+    compare_grants(d, a, main_container, push);
+}
+
+/// Pod invariants: restart policy, node name, OS, token automount, platform selectors.
+fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
     if d.restart_policy != a.restart_policy {
         push(
             "spec.restartPolicy",
@@ -170,8 +179,10 @@ fn compare_spec(
             );
         }
     }
+}
 
-    // Reserved volumes: exactly as desired, exactly once. No other volume may alias the claim.
+/// Reserved volumes: exactly as desired, exactly once; no other volume aliases the claim.
+fn compare_reserved_volumes(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
     let claim = d
         .volumes
         .iter()
@@ -220,8 +231,15 @@ fn compare_spec(
             }
         }
     }
+}
 
-    // Container names must stay unique; the main container keeps Kandev's terms.
+/// Container names stay unique; the main container keeps Kandev's command, port and mounts.
+fn compare_main_container(
+    d: &PodSpec,
+    a: &PodSpec,
+    main_container: &str,
+    push: &mut impl FnMut(&str, String),
+) {
     let mut seen = BTreeMap::<&str, usize>::new();
     for c in a
         .containers
@@ -285,8 +303,10 @@ fn compare_spec(
             format!("the main container {main_container} is missing"),
         ),
     }
+}
 
-    // Every container: no new envFrom, no new reserved env keys.
+/// Every container: no new envFrom, no new reserved environment keys.
+fn compare_env(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
     for ac in &a.containers {
         let dc = d.containers.iter().find(|c| c.name == ac.name);
         if ac.env_from.is_some() && dc.and_then(|c| c.env_from.as_ref()).is_none() {
@@ -308,8 +328,15 @@ fn compare_spec(
             }
         }
     }
+}
 
-    // Workspace grants, by container name, both directions; never on init or ephemeral.
+/// Workspace grants by container name, both directions; never on init or ephemeral containers.
+fn compare_grants(
+    d: &PodSpec,
+    a: &PodSpec,
+    main_container: &str,
+    push: &mut impl FnMut(&str, String),
+) {
     for c in a
         .init_containers
         .iter()

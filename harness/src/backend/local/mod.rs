@@ -499,6 +499,9 @@ impl Backend for LocalBackend {
             infra_image: self.infra_image.clone(),
             infra_command: vec!["/kandev-mock-agent".into(), "pause".into()],
             pod_pids_limit: self.pod_pids_limit,
+            node_hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default(),
         };
         let plan = plan::plan(pod, &ctx).map_err(|problems| {
             let fields: Vec<String> = problems

@@ -1,0 +1,99 @@
+//! The node's processes (read from `/proc`) and the kernel's memcg OOM records.
+
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// A process on the node, with the cgroup path of each hierarchy it belongs to.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct NodeProcess {
+    pub pid: u32,
+    pub cmdline: String,
+    /// `controller list -> path` from `/proc/<pid>/cgroup` (v2: the key is empty).
+    pub cgroups: std::collections::BTreeMap<String, String>,
+}
+
+impl NodeProcess {
+    /// The path of the hierarchy holding `controller` (v2: the unified path).
+    pub fn cgroup_of(&self, controller: &str) -> Option<&str> {
+        self.cgroups
+            .iter()
+            .find(|(k, _)| k.split(',').any(|c| c == controller))
+            .or_else(|| self.cgroups.get_key_value(""))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Each process's pid and `/proc/<pid>` folder.
+pub(super) fn process_dirs(proc_root: &Path) -> impl Iterator<Item = (u32, PathBuf)> {
+    std::fs::read_dir(proc_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((pid, entry.path()))
+        })
+}
+
+/// Every process of the node (from `proc_root`, normally `/proc`) whose command line contains
+/// `needle`.
+pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
+    let mut found = Vec::new();
+    for (pid, dir) in process_dirs(proc_root) {
+        let Ok(raw) = std::fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&raw)
+            .replace('\0', " ")
+            .trim()
+            .to_owned();
+        if !cmdline.contains(needle) {
+            continue;
+        }
+        let cgroups = std::fs::read_to_string(dir.join("cgroup"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let _id = parts.next()?;
+                Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+            })
+            .collect();
+        found.push(NodeProcess {
+            pid,
+            cmdline,
+            cgroups,
+        });
+    }
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+/// Memory-cgroup OOM kills the kernel logged whose constraining cgroup (`oom_memcg=`) lies at
+/// or below `cgroup_path`: the node's own record of where a limit killed a process. None
+/// when the kernel log cannot be read (`dmesg` missing or not permitted).
+pub fn kernel_memcg_ooms(cgroup_path: &str) -> Option<Vec<String>> {
+    let output = std::process::Command::new("dmesg").output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    Some(memcg_ooms_in(
+        &String::from_utf8_lossy(&output.stdout),
+        cgroup_path,
+    ))
+}
+
+/// The memcg OOM records of a kernel log (`dmesg` text) at or below `cgroup_path`.
+pub fn memcg_ooms_in(log: &str, cgroup_path: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("oom-kill:constraint=CONSTRAINT_MEMCG"))
+        .filter(|l| {
+            l.split(',')
+                .find_map(|field| field.trim().strip_prefix("oom_memcg="))
+                .is_some_and(|memcg| {
+                    memcg == cgroup_path || memcg.starts_with(&format!("{cgroup_path}/"))
+                })
+        })
+        .map(|l| l.trim().to_owned())
+        .collect()
+}

@@ -2,7 +2,8 @@
 //! cgroup tree, as `--node-inspector` uses on clusters) agrees with reading this host
 //! directly: run on the local engine, both views see the same Pod cgroup, the same limits,
 //! cgroups and member processes, the same marked process, and the same remains (and none
-//! once the Pod is deleted). Needs a reachable engine (`harness/scripts/ensure-engine.sh`).
+//! once the Pod is deleted). Needs a reachable engine, so it is `#[ignore]`d: run it with
+//! `bash harness/scripts/ensure-engine.sh`, then `cargo test --workspace -- --include-ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use k8s_openapi::api::core::v1::Pod;
@@ -35,6 +36,7 @@ fn pod(name: &str, image: &str, spec: serde_json::Value) -> Pod {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn the_inspector_sees_what_the_host_sees() {
     let docker = connect_engine().await.unwrap();
     let root = kandev_harness::paths::workspace_root();

@@ -5,15 +5,13 @@
 //! afterwards and the preconditions each DELETE carried.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/fake_apiserver.rs"]
-mod fake_apiserver;
-
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
 use kandev_harness::backend::{Backend, BackendError, PodRef};
 use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::{SessionIdentity, create_nonce};
 use kandev_harness::session::{CleanupRefused, RecordedSession, owned_labels, terminal_cleanup};
+use kandev_test_support::fake_apiserver;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;

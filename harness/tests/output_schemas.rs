@@ -2,14 +2,12 @@
 //! harness reports (and the report's classes show up in each).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/schemas.rs"]
-mod schemas;
-
 use kandev_harness::report::outputs::{ctrf, junit};
 use kandev_harness::report::{
     CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport, StepOutcome, StepReport,
     Summary,
 };
+use kandev_test_support::schemas;
 use serde_json::Value;
 
 const EVERY_OUTCOME: [Outcome; 8] = [

@@ -1,14 +1,12 @@
-//! Validation of the harness's outputs against the formats' own schemas (shared by the
-//! harness's tests and the end-to-end tests through `#[path]`).
+//! Validation of the harness's outputs against the formats' own schemas (used by the
+//! harness's tests and the end-to-end tests).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The vendored schemas: `schemas/` beside this crate's manifest.
 fn schemas() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .join("harness/tests/support/schemas")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas")
 }
 
 /// The errors of `junit.xml` text against the JUnit XSD (xmllint; Debian's libxml2-utils).

@@ -82,8 +82,10 @@ impl State {
 }
 
 fn fixture(name: &str) -> Value {
+    // This crate is `harness/test-support/`: the workspace root is two folders up.
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+        .ancestors()
+        .nth(2)
         .unwrap()
         .join("fixtures/kube")
         .join(name);

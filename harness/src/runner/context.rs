@@ -121,7 +121,7 @@ impl Ctx {
     }
 
     /// Polls `probe` until it answers `Some`, spending what is left of the scenario's budget
-    /// (less a reserve, so the timeout reported is this one: a [`WaitTimedOut`] naming `what`).
+    /// (less a reserve, so the timeout reported is this one: a [`WaitTimedOut`](crate::wait::WaitTimedOut) naming `what`).
     pub async fn wait_for<T, F, Fut>(&self, what: &str, probe: F) -> anyhow::Result<T>
     where
         F: FnMut() -> Fut,

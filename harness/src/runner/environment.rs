@@ -77,7 +77,9 @@ impl Run {
             progress: &self.progress,
             template_for: &template_for,
         };
-        let prepared = crate::backend::provider(self.config.backend).prepare(&input).await?;
+        let prepared = crate::backend::provider(self.config.backend)
+            .prepare(&input)
+            .await?;
         let binary = input.mock_agent_binary().await;
         let prepared_teardown = prepared.teardown;
         let agent_binary = binary.and_then(|path| {

@@ -66,7 +66,7 @@ async fn the_inspector_sees_what_the_host_sees() {
         .create_pod(&pod(
             &format!("inspected-{suffix}"),
             &images.daemon,
-            json!({"containers": [{"name": "work", "command": ["sh", "-c", "while :; do sleep 1; done", &marker],
+            json!({"containers": [{"name": "work", "command": ["sh", "-c", "while :; do sleep 3600; done", &marker],
                 "resources": {"limits": {"memory": "256Mi", "cpu": "1"}}}]}),
         ))
         .await

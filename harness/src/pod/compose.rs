@@ -304,7 +304,9 @@ mod tests {
             Some("task-v1")
         );
         assert_eq!(
-            labels.get("acceptance.kandev.ai/run").map(String::as_str),
+            labels
+                .get(crate::pod::identity::LABEL_RUN)
+                .map(String::as_str),
             Some("run-1")
         );
         assert_eq!(

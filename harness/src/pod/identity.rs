@@ -15,6 +15,14 @@ pub const LABEL_RUN: &str = "acceptance.kandev.ai/run";
 pub const LABEL_SCENARIO: &str = "acceptance.kandev.ai/scenario";
 /// Label present on everything the harness manages; `gc` never touches objects without it.
 pub const LABEL_MANAGED: &str = "acceptance.kandev.ai/managed";
+
+/// Labels the local backend puts on the engine objects of a Pod (an engine has no Pods).
+pub const LABEL_POD: &str = "acceptance.kandev.ai/pod";
+pub const LABEL_POD_UID: &str = "acceptance.kandev.ai/pod-uid";
+pub const LABEL_CONTAINER: &str = "acceptance.kandev.ai/container";
+pub const LABEL_ROLE: &str = "acceptance.kandev.ai/role";
+/// The UID the local backend gives a workspace volume (engines give volumes none).
+pub const LABEL_WORKSPACE_UID: &str = "acceptance.kandev.ai/workspace-uid";
 /// Annotation Kandev stamps immediately before create.
 pub const ANNOTATION_CREATE_NONCE: &str = "kandev.ai/create-nonce";
 

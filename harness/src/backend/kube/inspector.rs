@@ -270,7 +270,10 @@ impl ClusterInspector {
             &crate::pod::identity::short_digest(node)
         );
         let mut labels = crate::backend::kube::cluster::run_labels(&self.run_id);
-        labels.insert("acceptance.kandev.ai/role".into(), "node-inspector".into());
+        labels.insert(
+            crate::pod::identity::LABEL_ROLE.into(),
+            "node-inspector".into(),
+        );
         serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",

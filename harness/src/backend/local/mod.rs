@@ -412,7 +412,7 @@ impl Backend for LocalBackend {
         let uid = uuid::Uuid::new_v4().to_string();
         let mut all = plan::engine_labels(labels);
         all.extend(plan::engine_labels(annotations));
-        all.insert("acceptance.kandev.ai/workspace-uid".into(), uid.clone());
+        all.insert(plan::LABEL_WORKSPACE_UID.into(), uid.clone());
         all.insert(LABEL_ROLE.into(), "workspace".into());
         let request = VolumeCreateRequest {
             name: Some(name.into()),
@@ -454,7 +454,7 @@ impl Backend for LocalBackend {
         };
         let uid = found
             .labels
-            .get("acceptance.kandev.ai/workspace-uid")
+            .get(plan::LABEL_WORKSPACE_UID)
             .cloned()
             .unwrap_or_default();
         if uid != workspace.uid {
@@ -474,7 +474,7 @@ impl Backend for LocalBackend {
                 name: name.to_owned(),
                 uid: found
                     .labels
-                    .get("acceptance.kandev.ai/workspace-uid")
+                    .get(plan::LABEL_WORKSPACE_UID)
                     .cloned()
                     .unwrap_or_default(),
                 created_by_run: false,

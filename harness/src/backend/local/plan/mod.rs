@@ -29,10 +29,9 @@ use resources::pod_cgroup_limits;
 use std::collections::{BTreeMap, HashMap};
 use volumes::volume_plans;
 
-pub const LABEL_POD: &str = "acceptance.kandev.ai/pod";
-pub const LABEL_POD_UID: &str = "acceptance.kandev.ai/pod-uid";
-pub const LABEL_CONTAINER: &str = "acceptance.kandev.ai/container";
-pub const LABEL_ROLE: &str = "acceptance.kandev.ai/role";
+pub use crate::pod::identity::{
+    LABEL_CONTAINER, LABEL_POD, LABEL_POD_UID, LABEL_ROLE, LABEL_WORKSPACE_UID,
+};
 /// Where the infra container mounts every Pod volume.
 pub const INFRA_VOLUME_ROOT: &str = "/kandev-volumes";
 /// The cgroup folder (below each hierarchy's root) that holds every local Pod cgroup.

@@ -92,7 +92,7 @@ pub struct ClusterSettings {
     pub node_inspector_image: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct KindSettings {
     pub kind_bin: PathBuf,
     /// None: `kandev-acc-<run id>`, created and deleted by the run.

@@ -455,31 +455,6 @@ impl SetupLog {
         }
     }
 
-    /// Records step `name`, begun at `started`, with its evidence or its error.
-    pub fn record<E: std::fmt::Display>(
-        &self,
-        name: &str,
-        started: std::time::Instant,
-        result: Result<Value, E>,
-    ) {
-        let step = StepReport {
-            name: name.to_owned(),
-            outcome: if result.is_ok() {
-                StepOutcome::Passed
-            } else {
-                StepOutcome::Errored
-            },
-            offset_ms: started.duration_since(self.run_started).as_millis() as u64,
-            duration_ms: started.elapsed().as_millis() as u64,
-            // `{:#}`: an anyhow error with its causes.
-            error: result.as_ref().err().map(|e| format!("{e:#}")),
-            evidence: result.unwrap_or(Value::Null),
-        };
-        if let Ok(mut steps) = self.steps.lock() {
-            steps.push(step);
-        }
-    }
-
     /// Records the step's `result` (with `evidence` of its value, or its error with every
     /// cause) and returns it.
     pub fn step<T, E: Into<anyhow::Error>>(
@@ -489,17 +464,24 @@ impl SetupLog {
         result: Result<T, E>,
         evidence: impl FnOnce(&T) -> Value,
     ) -> anyhow::Result<T> {
-        match result {
-            Ok(value) => {
-                self.record::<&str>(name, started, Ok(evidence(&value)));
-                Ok(value)
-            }
-            Err(e) => {
-                let e = e.into();
-                self.record(name, started, Err::<Value, _>(&e));
-                Err(e)
-            }
+        let result = result.map_err(Into::into);
+        let step = StepReport {
+            name: name.to_owned(),
+            outcome: if result.is_ok() {
+                StepOutcome::Passed
+            } else {
+                StepOutcome::Errored
+            },
+            offset_ms: started.duration_since(self.run_started).as_millis() as u64,
+            duration_ms: started.elapsed().as_millis() as u64,
+            evidence: result.as_ref().map(evidence).unwrap_or(Value::Null),
+            // `{:#}`: the error with its causes.
+            error: result.as_ref().err().map(|e| format!("{e:#}")),
+        };
+        if let Ok(mut steps) = self.steps.lock() {
+            steps.push(step);
         }
+        result
     }
 
     pub fn steps(&self) -> Vec<StepReport> {

@@ -74,7 +74,7 @@ impl Run {
         let result = self.body(scenario, &mut ctx, timeout).await;
         settle(&mut report, &mut ctx, result);
         if report.outcome != Outcome::Passed {
-            report.artifacts = super::evidence::collect(&ctx, self, &env).await;
+            report.artifacts = super::evidence::collect(&ctx).await;
         }
         let keep = match self.config.keep {
             Keep::Always => true,

@@ -29,8 +29,8 @@ struct OpenStep {
 /// what the run prepared. Scenarios reach the backend, the node and this host's engine only
 /// through these methods.
 pub struct Ctx {
-    run: Arc<Run>,
-    env: Arc<RunEnv>,
+    pub(super) run: Arc<Run>,
+    pub(super) env: Arc<RunEnv>,
     scenario: &'static str,
     pub(super) cleanup: Arc<CleanupStack>,
     /// The open step and when it started, watched for `--step-timeout`.

@@ -3,7 +3,6 @@
 //! cgroup's reading, under `reports/<run>/<scenario>/`, each capped at 1 MiB.
 
 use super::context::Ctx;
-use super::{Run, RunEnv};
 use serde_json::json;
 use std::time::Duration;
 
@@ -19,7 +18,8 @@ docker volume ls 2>&1; docker network ls 2>&1
 
 /// Before teardown of a scenario that did not pass: container logs and the nested
 /// daemon's state, under `reports/<run>/<scenario>/`, size-capped.
-pub(super) async fn collect(ctx: &Ctx, run: &Run, env: &RunEnv) -> Vec<String> {
+pub(super) async fn collect(ctx: &Ctx) -> Vec<String> {
+    let (run, env) = (ctx.run.as_ref(), ctx.env.as_ref());
     let folder = run.report_folder();
     let scenario_dir = ctx.scenario().replace("::", "-");
     let dir = folder.join(&scenario_dir);

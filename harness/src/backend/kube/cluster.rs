@@ -109,24 +109,20 @@ fn setup(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError {
 }
 
 impl ClusterSettings {
-    pub fn source(&self, run_id: &str, report_folder: &Path) -> Source {
-        match &self.kind {
-            Some(kind) => Source::Kind(KindOptions {
-                kind_bin: kind.kind_bin.clone(),
-                name: kind
-                    .cluster
-                    .clone()
-                    .unwrap_or_else(|| run_kind_cluster(run_id)),
-                config: kind.config.clone(),
-                node_image: kind.node_image.clone(),
-                keep: kind.keep_cluster,
-                kubeconfig: report_folder.join("kind.kubeconfig"),
-            }),
-            None => Source::Kubeconfig {
-                path: self.kubeconfig.clone(),
-                context: self.context.clone(),
-            },
-        }
+    /// The Kind cluster of `--backend kind` (None for other backends).
+    pub fn kind_options(&self, run_id: &str, report_folder: &Path) -> Option<KindOptions> {
+        let kind = self.kind.as_ref()?;
+        Some(KindOptions {
+            kind_bin: kind.kind_bin.clone(),
+            name: kind
+                .cluster
+                .clone()
+                .unwrap_or_else(|| run_kind_cluster(run_id)),
+            config: kind.config.clone(),
+            node_image: kind.node_image.clone(),
+            keep: kind.keep_cluster,
+            kubeconfig: report_folder.join("kind.kubeconfig"),
+        })
     }
 
     pub fn managed_pvc(&self) -> super::ManagedPvc {
@@ -136,16 +132,6 @@ impl ClusterSettings {
             storage_class: self.storage_class.clone(),
         }
     }
-}
-
-/// Where the cluster comes from.
-#[derive(Debug, Clone)]
-pub enum Source {
-    Kind(KindOptions),
-    Kubeconfig {
-        path: Option<PathBuf>,
-        context: Option<String>,
-    },
 }
 
 /// The kubeconfig client of an explicitly named context, with short connect timeouts so an
@@ -377,29 +363,18 @@ async fn can_i(
 }
 
 impl Cluster {
-    /// Connects (failing fast when the API server does not answer), then prepares the
-    /// namespace, the executor Role, its service account and binding, and the executor's
-    /// client. Nothing is created before the API server has answered.
-    pub async fn connect(
-        source: &Source,
+    /// Brings the Kind cluster up, reaches its API server, then prepares the namespace, the
+    /// executor Role, its service account and binding, and the executor's client.
+    pub async fn connect_kind(
+        options: &KindOptions,
         namespace: Option<&str>,
         mode: WorkspaceMode,
         run_id: &str,
     ) -> Result<Self, ClusterError> {
-        let (kind, path, context) = match source {
-            Source::Kind(options) => {
-                let cluster = KindCluster::up(options.clone())?;
-                let context = format!("kind-{}", options.name);
-                (
-                    Some(cluster),
-                    Some(options.kubeconfig.clone()),
-                    Some(context),
-                )
-            }
-            Source::Kubeconfig { path, context } => (None, path.clone(), context.clone()),
-        };
-        let reached = open(path.as_deref(), context.as_deref()).await?;
-        Self::set_up(reached, kind, namespace, mode, run_id).await
+        let kind = KindCluster::up(options.clone())?;
+        let context = format!("kind-{}", options.name);
+        let reached = open(Some(&options.kubeconfig), Some(&context)).await?;
+        Self::set_up(reached, Some(kind), namespace, mode, run_id).await
     }
 
     /// With the API server reached: the namespace and the executor.

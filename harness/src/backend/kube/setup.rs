@@ -9,7 +9,9 @@ use super::KubeBackend;
 use super::cluster::{self, Cluster};
 use super::inspector::ClusterInspector;
 use super::kind::{self, check_kind, run_kind_cluster};
-use crate::backend::{Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown};
+use crate::backend::{
+    Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, on_this_host,
+};
 use crate::config::RunConfig;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
@@ -61,17 +63,19 @@ impl Provider for KindProvider {
 
     async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared> {
         let settings = &input.config.cluster;
-        let kind = settings.kind.clone().unwrap_or_default();
+        let options = settings
+            .kind_options(input.run_id, input.report_folder)
+            .context("--backend kind without Kind settings")?;
         let started = Instant::now();
         input
             .setup
-            .step("kind", started, check_kind(&kind.kind_bin), |v| json!(v))?;
+            .step("kind", started, check_kind(&options.kind_bin), |v| json!(v))?;
         // Kind's node runs on this host's engine, and the images are built there.
-        let (engine, mut environment) = crate::backend::local::setup::host_engine(input).await?;
-        let images = crate::backend::local::setup::host_images(&engine, input).await?;
+        let (engine, environment) = on_this_host::engine(input).await?;
+        let images = on_this_host::images(&engine, input).await?;
         let started = Instant::now();
-        let connected = Cluster::connect(
-            &settings.source(input.run_id, input.report_folder),
+        let connected = Cluster::connect_kind(
+            &options,
             settings.namespace.as_deref(),
             input.config.workspace_mode,
             input.run_id,
@@ -81,14 +85,17 @@ impl Provider for KindProvider {
             .setup
             .step("cluster_setup", started, connected, setup_evidence)?;
         let node = cluster.node_view(Some(engine.docker())).await;
-        finish(input, cluster, images, node, Some(engine), &mut environment).await
+        finish(input, cluster, images, node, Some(engine), environment).await
     }
 
     /// Kind clusters the harness created (`kandev-acc-<run>`) are deleted whole; in an
     /// existing Kind cluster (`--kind-cluster`), labelled namespaces and objects go.
     async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>> {
         let settings = &request.cluster;
-        let kind = settings.kind.clone().unwrap_or_default();
+        let kind = settings
+            .kind
+            .as_ref()
+            .context("--backend kind without Kind settings")?;
         let wanted = |name: &str| match &request.run {
             Some(run) => name == run_kind_cluster(run),
             None => name.starts_with(&run_kind_cluster("")),
@@ -176,15 +183,7 @@ impl Provider for KubeProvider {
                 input.run_id,
             )) as Arc<dyn NodeView>
         });
-        finish(
-            input,
-            cluster,
-            images,
-            node,
-            None,
-            &mut Environment::default(),
-        )
-        .await
+        finish(input, cluster, images, node, None, Environment::default()).await
     }
 
     /// Labelled namespaces, and in `--namespace` the labelled Pods, claims and executor
@@ -215,7 +214,7 @@ async fn finish(
     images: ImageSet,
     node: Option<Arc<dyn NodeView>>,
     host_engine: Option<crate::host::HostEngine>,
-    environment: &mut Environment,
+    mut environment: Environment,
 ) -> anyhow::Result<Prepared> {
     if let Err(e) = preflight(input, &mut cluster, &images).await {
         cluster.teardown().await;
@@ -243,7 +242,7 @@ async fn finish(
         images,
         node,
         host_engine,
-        environment: std::mem::take(environment),
+        environment,
         teardown: Some(Box::new(cluster)),
     })
 }

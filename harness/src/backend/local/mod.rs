@@ -75,10 +75,6 @@ impl LocalBackend {
         }
     }
 
-    pub fn docker(&self) -> &Docker {
-        &self.objects.docker
-    }
-
     pub fn cgroups(&self) -> Option<&CgroupFs> {
         self.objects.cgroups.as_ref()
     }

@@ -3,57 +3,18 @@
 
 use super::LocalBackend;
 use super::objects::LocalObjects;
-use crate::backend::{Backend, GcRequest, PrepareInput, Prepared, Provider};
+use crate::backend::{Backend, GcRequest, PrepareInput, Prepared, Provider, on_this_host};
 use crate::config::RunConfig;
-use crate::host::HostEngine;
-use crate::host::images::{ImageConfig, ensure_images};
 use crate::node::{HostNode, NodeView};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use async_trait::async_trait;
-use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Namespace name the local backend reports (it has no namespaces).
 pub const LOCAL_NAMESPACE: &str = "local";
 
 pub struct LocalProvider;
-
-/// The fixture images (or the operator's, if given) in this host's engine: shared by the
-/// backends whose Pods run from this engine's images (local, and Kind after `kind load`).
-pub async fn host_images(
-    engine: &HostEngine,
-    input: &PrepareInput<'_>,
-) -> anyhow::Result<crate::host::images::ImageSet> {
-    let config = input.config;
-    let mock_agent_binary = input.mock_agent_binary().await?;
-    let image_config = ImageConfig {
-        base_image: config.base_image.clone(),
-        worker_image: config.worker_image.clone(),
-        daemon_image: config.daemon_image.clone(),
-        images_dir: crate::paths::fixtures().join("images"),
-        mock_agent_binary,
-    };
-    let started = Instant::now();
-    let images = ensure_images(engine.docker(), &image_config, input.progress).await;
-    input
-        .setup
-        .step("images", started, images, |i| json!(i.records))
-}
-
-/// This host's engine, reached and described (the `engine` set-up step).
-pub async fn host_engine(
-    input: &PrepareInput<'_>,
-) -> anyhow::Result<(HostEngine, crate::report::Environment)> {
-    let started = Instant::now();
-    input.setup.step(
-        "engine",
-        started,
-        HostEngine::connect().await,
-        |(_, e)| json!({"version": e.engine_version, "api_version": e.engine_api_version}),
-    )
-}
 
 #[async_trait]
 impl Provider for LocalProvider {
@@ -62,8 +23,8 @@ impl Provider for LocalProvider {
     }
 
     async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared> {
-        let (engine, mut environment) = host_engine(input).await?;
-        let images = host_images(&engine, input).await?;
+        let (engine, mut environment) = on_this_host::engine(input).await?;
+        let images = on_this_host::images(&engine, input).await?;
         let local = Arc::new(LocalBackend::new(
             engine.docker().clone(),
             images.mock_agent.clone(),

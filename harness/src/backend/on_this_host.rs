@@ -1,0 +1,39 @@
+//! Preparation steps shared by the backends whose Pods run from this host's engine: the
+//! local backend, and Kind (its node runs there and `kind load` takes the images from there).
+
+use super::PrepareInput;
+use crate::host::HostEngine;
+use crate::host::images::{ImageConfig, ImageSet, ensure_images};
+use crate::report::Environment;
+use serde_json::json;
+use std::time::Instant;
+
+/// The fixture images (or the operator's, if given) in this host's engine: shared by the
+/// backends whose Pods run from this engine's images (local, and Kind after `kind load`).
+pub async fn images(engine: &HostEngine, input: &PrepareInput<'_>) -> anyhow::Result<ImageSet> {
+    let config = input.config;
+    let mock_agent_binary = input.mock_agent_binary().await?;
+    let image_config = ImageConfig {
+        base_image: config.base_image.clone(),
+        worker_image: config.worker_image.clone(),
+        daemon_image: config.daemon_image.clone(),
+        images_dir: crate::paths::fixtures().join("images"),
+        mock_agent_binary,
+    };
+    let started = Instant::now();
+    let images = ensure_images(engine.docker(), &image_config, input.progress).await;
+    input
+        .setup
+        .step("images", started, images, |i| json!(i.records))
+}
+
+/// This host's engine, reached and described (the `engine` set-up step).
+pub async fn engine(input: &PrepareInput<'_>) -> anyhow::Result<(HostEngine, Environment)> {
+    let started = Instant::now();
+    input.setup.step(
+        "engine",
+        started,
+        HostEngine::connect().await,
+        |(_, e)| json!({"version": e.engine_version, "api_version": e.engine_api_version}),
+    )
+}

@@ -21,6 +21,10 @@ pub struct AgentExec {
     pub cwd: Option<String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// A session's environment file (`KEY='value'` lines) the agent loads for this command,
+    /// as agentctl starts a session's process with that session's environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env_file: Option<String>,
     pub timeout_ms: u64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub digests: Vec<String>,
@@ -105,6 +109,8 @@ pub struct AgentClient {
     pod: PodRef,
     container: String,
     token: Option<String>,
+    /// The session's environment file, loaded for every command run for the session.
+    session_env_file: Option<String>,
 }
 
 impl AgentClient {
@@ -114,7 +120,14 @@ impl AgentClient {
             pod,
             container: container.to_owned(),
             token: None,
+            session_env_file: None,
         }
+    }
+
+    /// Commands run with the session environment in `path` (its `auth.env`).
+    pub fn for_session(mut self, path: String) -> Self {
+        self.session_env_file = Some(path);
+        self
     }
 
     /// The bearer token from the handshake (Kandev records it to reattach after a Stop).
@@ -134,6 +147,7 @@ impl AgentClient {
             pod,
             container: container.to_owned(),
             token: Some(token),
+            session_env_file: None,
         }
     }
 
@@ -200,11 +214,15 @@ impl AgentClient {
     /// Runs a command as the agent.
     pub async fn exec(&self, exec: &AgentExec) -> anyhow::Result<AgentExecResult> {
         let timeout = Duration::from_millis(exec.timeout_ms) + Duration::from_secs(15);
+        let mut exec = exec.clone();
+        if exec.env_file.is_none() {
+            exec.env_file.clone_from(&self.session_env_file);
+        }
         let (status, body) = self
             .request(
                 "POST",
                 "/api/v1/exec",
-                Some(&serde_json::to_value(exec)?),
+                Some(&serde_json::to_value(&exec)?),
                 timeout,
             )
             .await?;

@@ -21,6 +21,7 @@ use crate::session::agent::{AgentClient, AgentExec, AgentExecResult};
 use crate::session::cleanup::{CleanupStack, CleanupTarget};
 use anyhow::{Context, anyhow, bail};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate};
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -185,6 +186,39 @@ fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "'\\''"))
 }
 
+/// The agent's own HOME in the main container (not a session's).
+pub const AGENT_HOME: &str = "/run/kandev/home";
+
+/// A session's home in a task-owned Pod (Kandev's `kubernetesSessionHome`).
+pub fn session_home(session_id: &str) -> String {
+    let digest = sha2::Sha256::digest(session_id.as_bytes());
+    format!(
+        "/run/kandev/sessions/{}/home",
+        hex::encode(digest.get(..16).unwrap_or_default())
+    )
+}
+
+/// `put DEST MODE`: stdin to DEST as Kandev writes files into a Pod: every folder on the
+/// path checked (a symlink or a non-folder is refused with exit 73, a missing one created),
+/// DEST itself neither a symlink nor a folder, written to a temporary file beside it and
+/// renamed into place.
+const PUT: &str = r#"put() {
+  dest=$1; mode=$2; dir=${1%/*}; cur=
+  old_ifs=$IFS; IFS=/; set -- $dir; IFS=$old_ifs
+  for part in "$@"; do
+    [ -n "$part" ] || continue
+    cur="$cur/$part"
+    [ ! -L "$cur" ] || exit 73
+    if [ -e "$cur" ]; then [ -d "$cur" ] || exit 73; else mkdir "$cur"; fi
+  done
+  [ ! -L "$dest" ] || exit 73
+  [ ! -d "$dest" ] || exit 73
+  tmp=$(mktemp "$dir/.kandev-upload.XXXXXX")
+  cat > "$tmp"
+  chmod "$mode" "$tmp"
+  mv -f "$tmp" "$dest"
+}"#;
+
 fn env_file(pairs: &[(&str, &str)]) -> String {
     pairs
         .iter()
@@ -342,16 +376,24 @@ impl Session {
     /// arguments (exact bytes). Ends by checking that the worker has the `docker` CLI, which
     /// the prepare gate and every scenario need.
     pub async fn write_bootstrap_files(&self) -> anyhow::Result<()> {
-        const SCRIPT: &str = r#"set -e
+        // Kandev's task-owned layout (executor_kubernetes_bootstrap.go): the agent binary and
+        // runtime files under /opt/kandev; the session's own environment in its home under
+        // /run/kandev/sessions/<hash>/home/auth.env; the shared /run/kandev/auth.env with the
+        // profile environment, the nonce and the session's HOME for the prepare script (it
+        // is reduced to the nonce once preparation is done).
+        let script = format!(
+            r#"set -e
 umask 077
-put() { if [ -L "$1" ]; then exit 73; fi; cat > "$1.tmp"; chmod "$2" "$1.tmp"; mv -f "$1.tmp" "$1"; }
+{PUT}
 head -c "$1" | put /opt/kandev/agentctl 0755
 printf '%s' "$2" | put /opt/kandev/runtime.env 0600
 printf '%s' "$3" | put /opt/kandev/prepare.sh 0600
 mkdir -p /run/kandev/home
 chmod 0700 /run/kandev/home
-printf '%s' "$4" | put /run/kandev/auth.env 0600
-command -v docker >/dev/null 2>&1 || exit 69"#;
+printf '%s' "$4" | put "$6/auth.env" 0600
+printf '%s' "$5" | put /run/kandev/auth.env 0600
+command -v docker >/dev/null 2>&1 || exit 69"#
+        );
         let id = &self.identity;
         let runtime = env_file(&[
             ("AGENTCTL_LISTEN_HOST", "127.0.0.1"),
@@ -362,24 +404,38 @@ command -v docker >/dev/null 2>&1 || exit 69"#;
             ("KANDEV_TASK_ID", &id.task_id),
             ("KANDEV_TASK_ENVIRONMENT_ID", &id.environment_id),
         ]);
-        let mut auth: Vec<(&str, &str)> = self
+        let home = self.home();
+        let profile: Vec<(&str, &str)> = self
             .session_env
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        auth.push(("AGENTCTL_BOOTSTRAP_NONCE", &self.bootstrap_nonce));
-        auth.push(("HOME", "/run/kandev/home"));
-        let auth = env_file(&auth);
+        let mut session = profile.clone();
+        session.extend([
+            ("HOME", home.as_str()),
+            ("KANDEV_SESSION_ID", id.session_id.as_str()),
+            ("KANDEV_TASK_ID", id.task_id.as_str()),
+            ("KANDEV_INSTANCE_ID", id.environment_id.as_str()),
+            ("KANDEV_TASK_ENVIRONMENT_ID", id.environment_id.as_str()),
+        ]);
+        let mut shared = profile;
+        shared.extend([
+            ("AGENTCTL_BOOTSTRAP_NONCE", self.bootstrap_nonce.as_str()),
+            ("HOME", home.as_str()),
+        ]);
+        let (session, shared) = (env_file(&session), env_file(&shared));
         let size = self.settings.agent_binary.len().to_string();
         let argv = [
             "sh",
             "-c",
-            SCRIPT,
+            &script,
             "sh",
             &size,
             &runtime,
             &self.settings.prepare_script,
-            &auth,
+            &session,
+            &shared,
+            &home,
         ];
         let out = self
             .main_exec(
@@ -408,9 +464,9 @@ command -v docker >/dev/null 2>&1 || exit 69"#;
                 }
                 .into())
             }
-            Some(73) => {
-                bail!("bootstrap: a path under /opt/kandev or /run/kandev is a symlink; refused")
-            }
+            Some(73) => bail!(
+                "bootstrap: a path under /opt/kandev or /run/kandev is a symlink (or not a folder); refused"
+            ),
             code => bail!(
                 "bootstrap: write the runtime files: exit {code:?}: {}",
                 out.stderr_text().trim()
@@ -430,25 +486,43 @@ command -v docker >/dev/null 2>&1 || exit 69"#;
         Ok(out)
     }
 
+    /// After preparation: the shared auth.env keeps only the control environment (the
+    /// nonce, the agent's own HOME), as Kandev rewrites it for task-owned Pods; then the
+    /// `prepared` and `start` markers.
     pub async fn mark_prepared_and_start(&self) -> anyhow::Result<()> {
+        let control = env_file(&[
+            ("AGENTCTL_BOOTSTRAP_NONCE", self.bootstrap_nonce.as_str()),
+            ("HOME", AGENT_HOME),
+        ]);
+        let script = format!(
+            r#"set -e
+umask 077
+{PUT}
+printf '%s' "$1" | put /run/kandev/auth.env 0600
+: > /opt/kandev/prepared
+: > /opt/kandev/start"#
+        );
         let out = self
             .main_exec(
-                &[
-                    "sh",
-                    "-c",
-                    "umask 077; : > /opt/kandev/prepared && : > /opt/kandev/start",
-                ],
+                &["sh", "-c", &script, "sh", &control],
                 None,
                 Duration::from_secs(30),
             )
             .await?;
         if !out.success() {
             bail!(
-                "bootstrap: write the start markers: {}",
+                "bootstrap: reduce auth.env and write the start markers: exit {:?}: {}",
+                out.exit_code,
                 out.stderr_text().trim()
             );
         }
         Ok(())
+    }
+
+    /// The session's own home, `/run/kandev/sessions/<first 16 bytes of SHA-256 of the
+    /// session id, hex>/home`, as Kandev derives it for task-owned Pods.
+    pub fn home(&self) -> String {
+        session_home(&self.identity.session_id)
     }
 
     /// Polls `/health` until the agent answers, then hands over the nonce.
@@ -457,7 +531,8 @@ command -v docker >/dev/null 2>&1 || exit 69"#;
             self.settings.backend.clone(),
             self.pod.clone(),
             &self.settings.main_container,
-        );
+        )
+        .for_session(format!("{}/auth.env", self.home()));
         let started = Instant::now();
         let mut last = anyhow!("not tried");
         while started.elapsed() < self.settings.connect_timeout {
@@ -493,7 +568,8 @@ command -v docker >/dev/null 2>&1 || exit 69"#;
             self.pod.clone(),
             &self.settings.main_container,
             token,
-        );
+        )
+        .for_session(format!("{}/auth.env", self.home()));
         client
             .identity()
             .await

@@ -1,0 +1,143 @@
+//! Kandev's bootstrap file layout for task-owned Pods (executor_kubernetes_bootstrap.go), on
+//! the local engine: the session's own environment in its home under
+//! `/run/kandev/sessions/<hash>/home/auth.env`; the shared `/run/kandev/auth.env` reduced to
+//! the control environment (nonce and the agent's HOME) once preparation is done; the agent
+//! runs a session's commands with that session's HOME; and a symlink anywhere on a written
+//! path is refused before anything is written through it. Needs a reachable engine, so it is
+//! `#[ignore]`d: run it with `bash harness/scripts/ensure-engine.sh`, then
+//! `cargo test --workspace -- --include-ignored`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use kandev_harness::backend::Backend;
+use kandev_harness::backend::local::{LOCAL_NAMESPACE, LocalBackend};
+use kandev_harness::host::connect_engine;
+use kandev_harness::host::images::{ImageConfig, ensure_images, mock_agent_binary};
+use kandev_harness::pod::identity::SessionIdentity;
+use kandev_harness::pod::template::{self, WorkspaceMode};
+use kandev_harness::session::cleanup::CleanupStack;
+use kandev_harness::session::{AGENT_HOME, LaunchSettings, Session, SessionOptions};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn settings() -> LaunchSettings {
+    let docker = connect_engine().await.unwrap();
+    let root = kandev_harness::paths::workspace_root();
+    let binary = mock_agent_binary(&root).await.unwrap();
+    let images = ensure_images(
+        &docker,
+        &ImageConfig {
+            base_image: "debian:bookworm".into(),
+            worker_image: None,
+            daemon_image: None,
+            images_dir: root.join("fixtures/images"),
+            mock_agent_binary: binary.clone(),
+        },
+        &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
+    )
+    .await
+    .unwrap();
+    let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
+    let rendered = template::render(&text, &images.worker, &images.daemon);
+    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(
+        docker,
+        images.mock_agent.clone(),
+        vec!["/opt/kandev/agentctl".into(), "bridge".into()],
+        4096,
+    ));
+    LaunchSettings {
+        backend,
+        namespace: LOCAL_NAMESPACE.into(),
+        template: template::parse(&rendered.text).unwrap(),
+        main_container: "kandev-agent".into(),
+        daemon_container: "docker-engine".into(),
+        prepare_script: std::fs::read_to_string(kandev_harness::paths::default_prepare_script())
+            .unwrap(),
+        agent_binary: Arc::new(std::fs::read(binary).unwrap()),
+        pod_ready_timeout: Duration::from_secs(60),
+        prepare_timeout: Duration::from_secs(180),
+        connect_timeout: Duration::from_secs(30),
+        profile_env: BTreeMap::from([("DOCKER_READY_TIMEOUT_SECONDS".into(), "60".into())]),
+        existing_claim: None,
+    }
+}
+
+fn options() -> SessionOptions {
+    SessionOptions {
+        workspace_mode: Some(WorkspaceMode::EmptyDir),
+        ..Default::default()
+    }
+}
+
+async fn main_sh(session: &Session, script: &str) -> String {
+    let out = session
+        .in_main(&["sh", "-c", script], Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(out.success(), "{script}: {}", out.stderr_text());
+    out.stdout_text()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn bootstrap_lays_out_files_as_kandev_does_and_refuses_symlinks() {
+    let settings = settings().await;
+    let run = format!("bootstrap-{}", kandev_harness::pod::identity::random_hex(4));
+    let cleanup = CleanupStack::default();
+    let result = std::panic::AssertUnwindSafe(async {
+        let identity = SessionIdentity::new(&run, "bootstrap::layout", 1);
+        let session = Session::launch(&settings, &cleanup, identity, &options())
+            .await
+            .unwrap();
+        let home = session.home();
+        assert!(home.starts_with("/run/kandev/sessions/") && home.ends_with("/home"));
+
+        // The shared file keeps only the control environment after preparation.
+        let shared = main_sh(&session, "cat /run/kandev/auth.env").await;
+        let mut keys: Vec<&str> = shared.lines().filter_map(|l| l.split('=').next()).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["AGENTCTL_BOOTSTRAP_NONCE", "HOME"], "{shared}");
+        assert!(shared.contains(&format!("HOME='{AGENT_HOME}'")), "{shared}");
+
+        // The session's own environment, 0600, in its home.
+        let own = main_sh(
+            &session,
+            &format!("stat -c %a {home}/auth.env; cat {home}/auth.env"),
+        )
+        .await;
+        assert!(own.starts_with("600\n"), "{own}");
+        assert!(own.contains(&format!("HOME='{home}'")), "{own}");
+        assert!(own.contains("KANDEV_SESSION_ID='"), "{own}");
+        assert!(own.contains("DOCKER_READY_TIMEOUT_SECONDS='60'"), "{own}");
+        assert!(!own.contains("AGENTCTL_BOOTSTRAP_NONCE"), "{own}");
+
+        // The agent runs the session's commands with the session's HOME.
+        let seen = session
+            .agent_sh("echo \"$HOME\"", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(seen.stdout.trim(), home);
+
+        // A symlink on the path of a file about to be written: refused, nothing written
+        // through it.
+        let identity = SessionIdentity::new(&run, "bootstrap::layout", 2);
+        let planted = Session::create(&settings, &cleanup, identity, &options())
+            .await
+            .unwrap();
+        main_sh(
+            &planted,
+            "mkdir -p /tmp/elsewhere && ln -s /tmp/elsewhere /run/kandev/sessions",
+        )
+        .await;
+        let refused = planted.write_bootstrap_files().await.unwrap_err();
+        assert!(format!("{refused:#}").contains("symlink"), "{refused:#}");
+        assert_eq!(main_sh(&planted, "ls -A /tmp/elsewhere").await, "");
+    });
+    let outcome = futures_util::FutureExt::catch_unwind(result).await;
+    cleanup
+        .teardown(settings.backend.as_ref(), Duration::from_secs(120), false)
+        .await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}

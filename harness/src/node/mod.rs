@@ -50,6 +50,18 @@ pub struct HostNode {
     pub description: String,
 }
 
+/// How many levels below the hierarchy root (or below a node's scope) a Pod's cgroup folder
+/// is searched. Kind on a cgroup v2 host puts it 6 levels down (`system.slice/
+/// docker-<id>.scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-<qos>.slice/
+/// kubelet-kubepods-<qos>-pod<u_i_d>.slice`; guaranteed Pods one less), the cgroupfs driver
+/// as deep (`docker/<id>/kubelet/kubepods/<qos>/pod<uid>`); the rest is room for an engine
+/// whose containers sit deeper (rootless: `user.slice/user-<uid>.slice/user@<uid>.service/…`).
+pub const POD_CGROUP_DEPTH: usize = 10;
+/// How many levels below the hierarchy root a nested container's cgroup is searched: 3 below
+/// its Pod's (`cri-containerd-<id>.scope/docker/<64 hex>`, 9 on Kind on v2), and room for a
+/// nested daemon's own sub-cgroups.
+pub const NESTED_CGROUP_DEPTH: usize = 14;
+
 fn pod_cgroup_names(pod_uid: &str) -> Vec<String> {
     vec![
         format!("pod{pod_uid}"),
@@ -66,7 +78,7 @@ impl NodeView for HostNode {
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
         Ok(self
             .cgroups
-            .find(&self.scope, &pod_cgroup_names(pod_uid), 6))
+            .find(&self.scope, &pod_cgroup_names(pod_uid), POD_CGROUP_DEPTH))
     }
 
     async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading> {
@@ -140,17 +152,61 @@ pub fn pod_remains(
     }
     remains.extend(
         cgroups
-            .dirs_named(&pod_dirs, 6)
+            .dirs_named(&pod_dirs, POD_CGROUP_DEPTH)
             .into_iter()
             .map(|dir| format!("cgroup/{dir}")),
     );
     remains.extend(
         cgroups
-            .dirs_named(nested_ids, 8)
+            .dirs_named(nested_ids, NESTED_CGROUP_DEPTH)
             .into_iter()
             .map(|dir| format!("cgroup/{dir} (a nested container's)")),
     );
     remains.sort();
     remains.dedup();
     remains
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{Driver, KindNode, assert_kind_view, kind_node_with_pods};
+    use super::*;
+
+    fn view(node: &KindNode) -> HostNode {
+        HostNode {
+            cgroups: CgroupFs::at(&node.cgroup_root()).unwrap(),
+            proc_root: node.proc_root(),
+            scope: node.node_cgroup.clone(),
+            description: format!("fixture node {}", node.node_cgroup),
+        }
+    }
+
+    /// Kind on a cgroup v2 host with the systemd driver: Pods in `kubelet.slice` beside the
+    /// node's `init.scope`, a nested container 9 levels below the hierarchy root.
+    #[tokio::test]
+    async fn kind_on_v2_systemd_pods_limits_and_remains() {
+        let node = kind_node_with_pods(true, Driver::Systemd);
+        assert_kind_view(&node, &view(&node)).await;
+    }
+
+    #[tokio::test]
+    async fn kind_on_v2_cgroupfs_pods_limits_and_remains() {
+        let node = kind_node_with_pods(true, Driver::Cgroupfs);
+        assert_kind_view(&node, &view(&node)).await;
+    }
+
+    #[tokio::test]
+    async fn kind_on_v1_systemd_pods_limits_and_remains() {
+        let node = kind_node_with_pods(false, Driver::Systemd);
+        assert_kind_view(&node, &view(&node)).await;
+    }
+
+    #[tokio::test]
+    async fn kind_on_v1_cgroupfs_pods_limits_and_remains() {
+        let node = kind_node_with_pods(false, Driver::Cgroupfs);
+        assert_kind_view(&node, &view(&node)).await;
+    }
 }

@@ -7,7 +7,9 @@
 //! out like the node's, and read there with the same [`CgroupFs`] code as on this host.
 
 use crate::backend::{Backend, ExecRequest, PodRef};
-use crate::node::{CgroupFs, NodeProcess, NodeView, PodCgroupReading};
+use crate::node::{
+    CgroupFs, NESTED_CGROUP_DEPTH, NodeProcess, NodeView, POD_CGROUP_DEPTH, PodCgroupReading,
+};
 use anyhow::{Context, bail};
 use async_trait::async_trait;
 use std::collections::BTreeMap;
@@ -115,8 +117,9 @@ impl NodeView for ExecNode {
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
         let [plain, slice] = pod_cgroup_patterns(pod_uid);
         let script = format!(
-            "{}\nfor h in \"$@\"; do d=$(find \"/host/cgroup/$h\" -maxdepth 7 -type d \\( -name {} -o -name {} \\) -print 2>/dev/null | head -n 1); if [ -n \"$d\" ]; then echo \"${{d#/host/cgroup/$h}}\"; exit 0; fi; done",
+            "{}\nfor h in \"$@\"; do d=$(find \"/host/cgroup/$h\" -maxdepth {} -type d \\( -name {} -o -name {} \\) -print 2>/dev/null | head -n 1); if [ -n \"$d\" ]; then echo \"${{d#/host/cgroup/$h}}\"; exit 0; fi; done",
             ExecNode::HIERARCHIES,
+            POD_CGROUP_DEPTH,
             quote(&plain),
             quote(&slice)
         );
@@ -214,8 +217,10 @@ impl NodeView for ExecNode {
                 .map(|i| format!("-name {}", quote(&format!("*{i}*")))),
         );
         let script = format!(
-            "host={}\nfor p in /proc/[0-9]*; do cg=$(cat \"$p/cgroup\" 2>/dev/null) || continue; hit=; case \"$cg\" in {cases}) hit=1 ;; esac; if [ -z \"$hit\" ] && tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"$host\"; then hit=1; fi; [ -n \"$hit\" ] && echo \"process/${{p#/proc/}} \\`$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null)\\`\"; done\nfind /host/cgroup -maxdepth 8 -type d \\( {} \\) 2>/dev/null | sed 's#^/host/cgroup/#cgroup/#'",
+            "host={}\nfor p in /proc/[0-9]*; do cg=$(cat \"$p/cgroup\" 2>/dev/null) || continue; hit=; case \"$cg\" in {cases}) hit=1 ;; esac; if [ -z \"$hit\" ] && tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"$host\"; then hit=1; fi; [ -n \"$hit\" ] && echo \"process/${{p#/proc/}} \\`$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null)\\`\"; done\nfind /host/cgroup -maxdepth {} -type d \\( {} \\) 2>/dev/null | sed 's#^/host/cgroup/#cgroup/#'",
             quote(&format!("HOSTNAME={pod_name}")),
+            // One more level on v1: the hierarchy's folder.
+            NESTED_CGROUP_DEPTH + 1,
             names.join(" -o ")
         );
         let text = self.sh(&script).await?;

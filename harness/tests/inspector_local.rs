@@ -96,6 +96,7 @@ async fn the_inspector_sees_what_the_host_sees() {
             proc_root: PathBuf::from("/proc"),
             scope: CGROUP_ROOT.into(),
             description: "host".into(),
+            settle: kandev_harness::node::ENGINE_SETTLE,
         };
         let inspector = ExecNode::new(
             backend.clone(),

@@ -8,6 +8,11 @@ pub use process::{NodeProcess, kernel_memcg_ooms, memcg_ooms_in, processes_match
 
 use process::process_dirs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a node may still show a deleted Pod before what is left counts: a local engine
+/// removes a container's cgroup with the container, and its processes die within moments.
+pub const ENGINE_SETTLE: Duration = Duration::from_secs(3);
 
 /// The node as seen from outside the Pods: the scenarios' evidence of processes, cgroups and
 /// kernel records, and the leak ledger's inventory. Paths are cgroup paths as the node's
@@ -32,6 +37,9 @@ pub trait NodeView: Send + Sync {
         pod_uid: &str,
         nested_ids: &[String],
     ) -> anyhow::Result<Vec<String>>;
+    /// How long this node may still show a deleted Pod (its processes dying, its cgroup
+    /// being removed) before what is left of it counts: polled that long, not longer.
+    fn settle_time(&self) -> Duration;
     /// A Pod the scenario created, seen before it is torn down (so that a view that works
     /// per node knows where to look afterwards).
     async fn track_pod(&self, _pod_uid: &str) {}
@@ -48,6 +56,8 @@ pub struct HostNode {
     /// Where Pod cgroups are searched (`kandev-acceptance` locally; a Kind node's cgroup).
     pub scope: String,
     pub description: String,
+    /// [`NodeView::settle_time`].
+    pub settle: Duration,
 }
 
 /// How many levels below the hierarchy root (or below a node's scope) a Pod's cgroup folder
@@ -73,6 +83,10 @@ fn pod_cgroup_names(pod_uid: &str) -> Vec<String> {
 impl NodeView for HostNode {
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    fn settle_time(&self) -> Duration {
+        self.settle
     }
 
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
@@ -181,6 +195,7 @@ mod tests {
             proc_root: node.proc_root(),
             scope: node.node_cgroup.clone(),
             description: format!("fixture node {}", node.node_cgroup),
+            settle: ENGINE_SETTLE,
         }
     }
 

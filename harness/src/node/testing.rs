@@ -224,7 +224,7 @@ pub(crate) const BURSTABLE: &str = "11111111-2222-3333-4444-555555555555";
 pub(crate) const BESTEFFORT: &str = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
 /// The nested container (a DinD companion's) of the burstable Pod.
 pub(crate) const NESTED: &str = "9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b";
-const NESTED_PID: u32 = 5001;
+pub(crate) const NESTED_PID: u32 = 5001;
 
 /// A Kind node with a guaranteed, a burstable and a best-effort Pod, the burstable one with
 /// a nested container (and its process) below its DinD companion.

@@ -604,14 +604,14 @@ impl Cluster {
             .ok()?
             .state?
             .pid?;
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-        let scope = node_cgroup_scope(&cgroup)?;
-        Some(Arc::new(HostNode {
-            cgroups: CgroupFs::host().ok()?,
-            proc_root: PathBuf::from("/proc"),
-            scope,
-            description: format!("Kind node {node} (read from this host)"),
-        }))
+        let init_cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let view = kind_node(
+            CgroupFs::host().ok()?,
+            PathBuf::from("/proc"),
+            &node,
+            &init_cgroup,
+        )?;
+        Some(Arc::new(view))
     }
 
     /// Removes what the run created, newest first: the namespace it created (which takes
@@ -680,6 +680,23 @@ where
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// A Kind node container seen from this host: its cgroups below the node container's
+/// (from its PID 1's `/proc/<pid>/cgroup` text, `init_cgroup`), its processes in `proc_root`.
+pub fn kind_node(
+    cgroups: CgroupFs,
+    proc_root: PathBuf,
+    node_container: &str,
+    init_cgroup: &str,
+) -> Option<HostNode> {
+    Some(HostNode {
+        cgroups,
+        proc_root,
+        scope: node_cgroup_scope(init_cgroup)?,
+        description: format!("Kind node {node_container} (read from this host)"),
+        settle: crate::node::ENGINE_SETTLE,
+    })
 }
 
 /// The node container's cgroup as this host sees it, from its init's `/proc/<pid>/cgroup`:
@@ -895,12 +912,13 @@ mod tests {
             (false, Driver::Cgroupfs),
         ] {
             let node = kind_node_with_pods(v2, driver);
-            let view = HostNode {
-                cgroups: CgroupFs::at(&node.cgroup_root()).unwrap(),
-                proc_root: node.proc_root(),
-                scope: node_cgroup_scope(&node.init_cgroup()).unwrap(),
-                description: format!("Kind node (v2 {v2}, {driver:?})"),
-            };
+            let view = kind_node(
+                CgroupFs::at(&node.cgroup_root()).unwrap(),
+                node.proc_root(),
+                &format!("(v2 {v2}, {driver:?})"),
+                &node.init_cgroup(),
+            )
+            .unwrap();
             assert_kind_view(&node, &view).await;
         }
     }

@@ -307,6 +307,10 @@ impl NodeView for ExecNode {
         }
     }
 
+    fn settle_time(&self) -> Duration {
+        crate::node::ENGINE_SETTLE
+    }
+
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
         let [plain, slice] = pod_cgroup_patterns(pod_uid);
         let script = format!(
@@ -544,6 +548,10 @@ impl ClusterInspector {
 impl NodeView for ClusterInspector {
     fn describe(&self) -> String {
         "inspector Pods on the sessions' nodes (--node-inspector)".into()
+    }
+
+    fn settle_time(&self) -> Duration {
+        crate::node::ENGINE_SETTLE
     }
 
     async fn track_pod(&self, pod_uid: &str) {

@@ -13,6 +13,9 @@ use std::time::Duration;
 /// How long a node may still show a deleted Pod before what is left counts: a local engine
 /// removes a container's cgroup with the container, and its processes die within moments.
 pub const ENGINE_SETTLE: Duration = Duration::from_secs(3);
+/// How long a Kubernetes node may still show a deleted Pod: the kubelet removes the Pod's
+/// cgroup in its housekeeping, seconds after the Pod object is gone from the API.
+pub const KUBELET_SETTLE: Duration = Duration::from_secs(30);
 
 /// The node as seen from outside the Pods: the scenarios' evidence of processes, cgroups and
 /// kernel records, and the leak ledger's inventory. Paths are cgroup paths as the node's

@@ -175,6 +175,86 @@ async fn node_inventory(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::testing::{
+        BURSTABLE, Driver, KindNode, NESTED, NESTED_PID, Qos, kind_node_with_pods,
+    };
+
+    /// The Kind node view as the kind backend builds it, on a fixture Kind-on-v2 node.
+    fn kind_view(node: &KindNode) -> crate::node::HostNode {
+        crate::backend::kube::cluster::kind_node(
+            crate::node::CgroupFs::at(&node.cgroup_root()).unwrap(),
+            node.proc_root(),
+            "kandev-acc-test-control-plane",
+            &node.init_cgroup(),
+        )
+        .unwrap()
+    }
+
+    fn burstable_pod() -> (Vec<(String, String)>, Vec<NestedInventory>) {
+        (
+            vec![("kandev-pod".to_owned(), BURSTABLE.to_owned())],
+            vec![NestedInventory {
+                pod: "kandev-pod".into(),
+                containers: vec![NESTED.into()],
+                ..Default::default()
+            }],
+        )
+    }
+
+    /// The Pod object is gone and its nested process with it; the kubelet removes the Pod's
+    /// cgroup in housekeeping 8 s later: nothing is left, nothing leaked.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_cgroup_the_kubelet_removes_seconds_later_is_not_a_leak() {
+        let node = kind_node_with_pods(true, Driver::Systemd);
+        let view = kind_view(&node);
+        std::fs::remove_dir_all(node.proc_root().join(NESTED_PID.to_string())).unwrap();
+        let folders = node.folder(&node.pod_cgroup(Qos::Burstable, BURSTABLE));
+        assert!(folders.iter().all(|f| f.is_dir()));
+        let housekeeping = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            for folder in folders {
+                std::fs::remove_dir_all(folder).unwrap();
+            }
+        });
+        let (pods, nested) = burstable_pod();
+        let started = tokio::time::Instant::now();
+        let left = node_remains_after_teardown(&view, &pods, &nested).await;
+        assert_eq!(left, Vec::<String>::new());
+        // Decided once the cgroup went, not at the end of the bound.
+        assert!(
+            started.elapsed() < Duration::from_secs(9),
+            "{:?}",
+            started.elapsed()
+        );
+        housekeeping.await.unwrap();
+    }
+
+    /// A Pod cgroup that never goes is reported, once the node had its time to settle.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_cgroup_that_stays_is_reported() {
+        let node = kind_node_with_pods(true, Driver::Systemd);
+        let view = kind_view(&node);
+        std::fs::remove_dir_all(node.proc_root().join(NESTED_PID.to_string())).unwrap();
+        let (pods, nested) = burstable_pod();
+        let started = tokio::time::Instant::now();
+        let left = node_remains_after_teardown(&view, &pods, &nested).await;
+        let pod_folder = node.pod_cgroup(Qos::Burstable, BURSTABLE);
+        assert!(
+            left.iter()
+                .any(|l| l == &format!("node: cgroup{pod_folder}")),
+            "{left:#?}"
+        );
+        assert!(
+            left.iter()
+                .any(|l| l.contains(NESTED) && l.ends_with("(a nested container's)")),
+            "{left:#?}"
+        );
+        assert!(
+            started.elapsed() >= view.settle_time(),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 
     #[test]
     fn inventory_sections_are_parsed_and_unknown_ones_ignored() {

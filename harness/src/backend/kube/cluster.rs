@@ -695,7 +695,7 @@ pub fn kind_node(
         proc_root,
         scope: node_cgroup_scope(init_cgroup)?,
         description: format!("Kind node {node_container} (read from this host)"),
-        settle: crate::node::ENGINE_SETTLE,
+        settle: crate::node::KUBELET_SETTLE,
     })
 }
 

@@ -308,7 +308,7 @@ impl NodeView for ExecNode {
     }
 
     fn settle_time(&self) -> Duration {
-        crate::node::ENGINE_SETTLE
+        crate::node::KUBELET_SETTLE
     }
 
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
@@ -551,7 +551,7 @@ impl NodeView for ClusterInspector {
     }
 
     fn settle_time(&self) -> Duration {
-        crate::node::ENGINE_SETTLE
+        crate::node::KUBELET_SETTLE
     }
 
     async fn track_pod(&self, pod_uid: &str) {

@@ -2,7 +2,9 @@
 //! budget, and say what was waited for when the budget runs out.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// The runtime's clock (the system's, unless a test pauses it).
+use tokio::time::Instant;
 
 /// A wait whose budget ran out, naming what it waited for.
 #[derive(Debug, Clone, thiserror::Error)]

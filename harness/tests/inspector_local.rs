@@ -96,13 +96,14 @@ async fn the_inspector_sees_what_the_host_sees() {
             proc_root: PathBuf::from("/proc"),
             scope: CGROUP_ROOT.into(),
             description: "host".into(),
+            settle: kandev_harness::node::ENGINE_SETTLE,
         };
-        let inspector = ExecNode {
-            backend: backend.clone(),
-            pod: inspector_pod.clone(),
-            container: "inspector".into(),
-            description: "inspector".into(),
-        };
+        let inspector = ExecNode::new(
+            backend.clone(),
+            inspector_pod.clone(),
+            "inspector",
+            "inspector",
+        );
         let path = host.pod_cgroup(&target.uid).await?.unwrap();
         assert_eq!(inspector.pod_cgroup(&target.uid).await?, Some(path.clone()));
         let (a, b) = (

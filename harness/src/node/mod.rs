@@ -8,6 +8,14 @@ pub use process::{NodeProcess, kernel_memcg_ooms, memcg_ooms_in, processes_match
 
 use process::process_dirs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long a node may still show a deleted Pod before what is left counts: a local engine
+/// removes a container's cgroup with the container, and its processes die within moments.
+pub const ENGINE_SETTLE: Duration = Duration::from_secs(3);
+/// How long a Kubernetes node may still show a deleted Pod: the kubelet removes the Pod's
+/// cgroup in its housekeeping, seconds after the Pod object is gone from the API.
+pub const KUBELET_SETTLE: Duration = Duration::from_secs(30);
 
 /// The node as seen from outside the Pods: the scenarios' evidence of processes, cgroups and
 /// kernel records, and the leak ledger's inventory. Paths are cgroup paths as the node's
@@ -32,6 +40,9 @@ pub trait NodeView: Send + Sync {
         pod_uid: &str,
         nested_ids: &[String],
     ) -> anyhow::Result<Vec<String>>;
+    /// How long this node may still show a deleted Pod (its processes dying, its cgroup
+    /// being removed) before what is left of it counts: polled that long, not longer.
+    fn settle_time(&self) -> Duration;
     /// A Pod the scenario created, seen before it is torn down (so that a view that works
     /// per node knows where to look afterwards).
     async fn track_pod(&self, _pod_uid: &str) {}
@@ -48,7 +59,21 @@ pub struct HostNode {
     /// Where Pod cgroups are searched (`kandev-acceptance` locally; a Kind node's cgroup).
     pub scope: String,
     pub description: String,
+    /// [`NodeView::settle_time`].
+    pub settle: Duration,
 }
+
+/// How many levels below the hierarchy root (or below a node's scope) a Pod's cgroup folder
+/// is searched. Kind on a cgroup v2 host puts it 6 levels down (`system.slice/
+/// docker-<id>.scope/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-<qos>.slice/
+/// kubelet-kubepods-<qos>-pod<u_i_d>.slice`; guaranteed Pods one less), the cgroupfs driver
+/// as deep (`docker/<id>/kubelet/kubepods/<qos>/pod<uid>`); the rest is room for an engine
+/// whose containers sit deeper (rootless: `user.slice/user-<uid>.slice/user@<uid>.service/…`).
+pub const POD_CGROUP_DEPTH: usize = 10;
+/// How many levels below the hierarchy root a nested container's cgroup is searched: 3 below
+/// its Pod's (`cri-containerd-<id>.scope/docker/<64 hex>`, 9 on Kind on v2), and room for a
+/// nested daemon's own sub-cgroups.
+pub const NESTED_CGROUP_DEPTH: usize = 14;
 
 fn pod_cgroup_names(pod_uid: &str) -> Vec<String> {
     vec![
@@ -63,10 +88,14 @@ impl NodeView for HostNode {
         self.description.clone()
     }
 
+    fn settle_time(&self) -> Duration {
+        self.settle
+    }
+
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
         Ok(self
             .cgroups
-            .find(&self.scope, &pod_cgroup_names(pod_uid), 6))
+            .find(&self.scope, &pod_cgroup_names(pod_uid), POD_CGROUP_DEPTH))
     }
 
     async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading> {
@@ -140,17 +169,62 @@ pub fn pod_remains(
     }
     remains.extend(
         cgroups
-            .dirs_named(&pod_dirs, 6)
+            .dirs_named(&pod_dirs, POD_CGROUP_DEPTH)
             .into_iter()
             .map(|dir| format!("cgroup/{dir}")),
     );
     remains.extend(
         cgroups
-            .dirs_named(nested_ids, 8)
+            .dirs_named(nested_ids, NESTED_CGROUP_DEPTH)
             .into_iter()
             .map(|dir| format!("cgroup/{dir} (a nested container's)")),
     );
     remains.sort();
     remains.dedup();
     remains
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{Driver, KindNode, assert_kind_view, kind_node_with_pods};
+    use super::*;
+
+    fn view(node: &KindNode) -> HostNode {
+        HostNode {
+            cgroups: CgroupFs::at(&node.cgroup_root()).unwrap(),
+            proc_root: node.proc_root(),
+            scope: node.node_cgroup.clone(),
+            description: format!("fixture node {}", node.node_cgroup),
+            settle: ENGINE_SETTLE,
+        }
+    }
+
+    /// Kind on a cgroup v2 host with the systemd driver: Pods in `kubelet.slice` beside the
+    /// node's `init.scope`, a nested container 9 levels below the hierarchy root.
+    #[tokio::test]
+    async fn kind_on_v2_systemd_pods_limits_and_remains() {
+        let node = kind_node_with_pods(true, Driver::Systemd);
+        assert_kind_view(&node, &view(&node)).await;
+    }
+
+    #[tokio::test]
+    async fn kind_on_v2_cgroupfs_pods_limits_and_remains() {
+        let node = kind_node_with_pods(true, Driver::Cgroupfs);
+        assert_kind_view(&node, &view(&node)).await;
+    }
+
+    #[tokio::test]
+    async fn kind_on_v1_systemd_pods_limits_and_remains() {
+        let node = kind_node_with_pods(false, Driver::Systemd);
+        assert_kind_view(&node, &view(&node)).await;
+    }
+
+    #[tokio::test]
+    async fn kind_on_v1_cgroupfs_pods_limits_and_remains() {
+        let node = kind_node_with_pods(false, Driver::Cgroupfs);
+        assert_kind_view(&node, &view(&node)).await;
+    }
 }

@@ -195,7 +195,6 @@ impl Run {
             &selector,
             &pods,
             &report.nested_inventory,
-            Duration::from_secs(3),
         )
         .await;
         if !report.leaks.is_empty() && report.outcome.is_acceptable() {

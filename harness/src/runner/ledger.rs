@@ -9,7 +9,7 @@
 use crate::backend::{Backend, ExecRequest, PodRef};
 use crate::node::NodeView;
 use crate::report::NestedInventory;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One exec in the companion lists the nested daemon's objects, a section each.
 const INVENTORY_SCRIPT: &str = r#"export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"
@@ -100,48 +100,161 @@ pub fn parse_inventory(pod: &str, text: &str) -> NestedInventory {
 }
 
 /// The ledger after teardown: what still carries the scenario's labels (engine or cluster)
-/// and what the node still holds of each of its Pods. Processes die asynchronously after a
-/// container is removed, so the node is asked again for up to `grace` before anything counts.
+/// and what the node still holds of each of its Pods ([`node_remains_after_teardown`]).
 pub async fn remains_after_teardown(
     backend: &dyn Backend,
     node: Option<&dyn NodeView>,
     selector: &[(&str, &str)],
     pods: &[(String, String)],
     nested: &[NestedInventory],
-    grace: Duration,
 ) -> Vec<String> {
     let mut leaks = match backend.list_labelled(selector).await {
         Ok(objects) => objects,
         Err(e) => vec![format!("(labelled-object inventory failed: {e})")],
     };
-    let Some(node) = node else {
-        return leaks;
-    };
-    let started = Instant::now();
-    loop {
-        let mut on_node = Vec::new();
-        for (name, uid) in pods {
-            let nested_ids: Vec<String> = nested
-                .iter()
-                .filter(|n| &n.pod == name)
-                .flat_map(|n| n.containers.iter().cloned())
-                .collect();
-            match node.pod_remains(name, uid, &nested_ids).await {
-                Ok(found) => on_node.extend(found.into_iter().map(|f| format!("node: {f}"))),
-                Err(e) => on_node.push(format!("(node inventory of pod {name} failed: {e:#})")),
-            }
-        }
-        if on_node.is_empty() || started.elapsed() >= grace {
-            leaks.extend(on_node);
-            return leaks;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    if let Some(node) = node {
+        leaks.extend(node_remains_after_teardown(node, pods, nested).await);
     }
+    leaks
+}
+
+/// How often the node is asked again while what it shows of the deleted Pods settles.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
+
+/// What the node still holds of each of the scenario's (deleted) Pods: their processes, their
+/// cgroups, their nested containers' cgroups. A node forgets a deleted Pod asynchronously
+/// (processes die after their container is removed; a kubelet removes the Pod's cgroup in
+/// housekeeping), so the node is asked again for up to its [`NodeView::settle_time`]: nothing
+/// left as soon as it shows nothing, what it still shows when that time is up.
+pub async fn node_remains_after_teardown(
+    node: &dyn NodeView,
+    pods: &[(String, String)],
+    nested: &[NestedInventory],
+) -> Vec<String> {
+    let last = std::sync::Mutex::new(Vec::new());
+    let settled = crate::wait::until(
+        "the node to forget the deleted Pods",
+        node.settle_time(),
+        SETTLE_POLL,
+        || async {
+            let on_node = node_inventory(node, pods, nested).await;
+            let gone = on_node.is_empty();
+            if let Ok(mut last) = last.lock() {
+                *last = on_node;
+            }
+            Ok::<_, crate::wait::WaitTimedOut>(gone.then_some(()))
+        },
+    )
+    .await;
+    match settled {
+        Ok(()) => Vec::new(),
+        Err(_) => last.into_inner().unwrap_or_default(),
+    }
+}
+
+async fn node_inventory(
+    node: &dyn NodeView,
+    pods: &[(String, String)],
+    nested: &[NestedInventory],
+) -> Vec<String> {
+    let mut on_node = Vec::new();
+    for (name, uid) in pods {
+        let nested_ids: Vec<String> = nested
+            .iter()
+            .filter(|n| &n.pod == name)
+            .flat_map(|n| n.containers.iter().cloned())
+            .collect();
+        match node.pod_remains(name, uid, &nested_ids).await {
+            Ok(found) => on_node.extend(found.into_iter().map(|f| format!("node: {f}"))),
+            Err(e) => on_node.push(format!("(node inventory of pod {name} failed: {e:#})")),
+        }
+    }
+    on_node
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::testing::{
+        BURSTABLE, Driver, KindNode, NESTED, NESTED_PID, Qos, kind_node_with_pods,
+    };
+
+    /// The Kind node view as the kind backend builds it, on a fixture Kind-on-v2 node.
+    fn kind_view(node: &KindNode) -> crate::node::HostNode {
+        crate::backend::kube::cluster::kind_node(
+            crate::node::CgroupFs::at(&node.cgroup_root()).unwrap(),
+            node.proc_root(),
+            "kandev-acc-test-control-plane",
+            &node.init_cgroup(),
+        )
+        .unwrap()
+    }
+
+    fn burstable_pod() -> (Vec<(String, String)>, Vec<NestedInventory>) {
+        (
+            vec![("kandev-pod".to_owned(), BURSTABLE.to_owned())],
+            vec![NestedInventory {
+                pod: "kandev-pod".into(),
+                containers: vec![NESTED.into()],
+                ..Default::default()
+            }],
+        )
+    }
+
+    /// The Pod object is gone and its nested process with it; the kubelet removes the Pod's
+    /// cgroup in housekeeping 8 s later: nothing is left, nothing leaked.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_cgroup_the_kubelet_removes_seconds_later_is_not_a_leak() {
+        let node = kind_node_with_pods(true, Driver::Systemd);
+        let view = kind_view(&node);
+        std::fs::remove_dir_all(node.proc_root().join(NESTED_PID.to_string())).unwrap();
+        let folders = node.folder(&node.pod_cgroup(Qos::Burstable, BURSTABLE));
+        assert!(folders.iter().all(|f| f.is_dir()));
+        let housekeeping = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            for folder in folders {
+                std::fs::remove_dir_all(folder).unwrap();
+            }
+        });
+        let (pods, nested) = burstable_pod();
+        let started = tokio::time::Instant::now();
+        let left = node_remains_after_teardown(&view, &pods, &nested).await;
+        assert_eq!(left, Vec::<String>::new());
+        // Decided once the cgroup went, not at the end of the bound.
+        assert!(
+            started.elapsed() < Duration::from_secs(9),
+            "{:?}",
+            started.elapsed()
+        );
+        housekeeping.await.unwrap();
+    }
+
+    /// A Pod cgroup that never goes is reported, once the node had its time to settle.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_cgroup_that_stays_is_reported() {
+        let node = kind_node_with_pods(true, Driver::Systemd);
+        let view = kind_view(&node);
+        std::fs::remove_dir_all(node.proc_root().join(NESTED_PID.to_string())).unwrap();
+        let (pods, nested) = burstable_pod();
+        let started = tokio::time::Instant::now();
+        let left = node_remains_after_teardown(&view, &pods, &nested).await;
+        let pod_folder = node.pod_cgroup(Qos::Burstable, BURSTABLE);
+        assert!(
+            left.iter()
+                .any(|l| l == &format!("node: cgroup{pod_folder}")),
+            "{left:#?}"
+        );
+        assert!(
+            left.iter()
+                .any(|l| l.contains(NESTED) && l.ends_with("(a nested container's)")),
+            "{left:#?}"
+        );
+        assert!(
+            started.elapsed() >= view.settle_time(),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 
     #[test]
     fn inventory_sections_are_parsed_and_unknown_ones_ignored() {

@@ -23,6 +23,10 @@ const SURVIVE: &str = "look-alike objects the run did not tear down survive unto
 const FAIL_CLOSED: &str =
     "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label";
 
+/// How long nested processes may take to die after their Pod is deleted (at least; a node
+/// whose settle time is longer gets that).
+const PROCESSES_VANISH: Duration = Duration::from_secs(10);
+
 /// Marker prefix of nested processes this scenario starts (tests kill leftovers by it).
 pub const MARKER_PREFIX: &str = "kandev-teardown-";
 
@@ -98,16 +102,18 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 .err(),
         );
         ctx.step("nested processes and cgroups vanish from the node");
+        // The node forgets a deleted Pod asynchronously: processes die after their container,
+        // and a kubelet removes the Pod's cgroup in housekeeping, seconds after the Pod
+        // object is gone. Both are polled for the node's settle time (at least
+        // PROCESSES_VANISH), and judged on what the node shows then.
         let _ = ctx
             .wait_within(
-                "the nested processes to vanish from the node",
-                Duration::from_secs(10),
+                "the nested processes and the Pod cgroup to vanish from the node",
+                node.settle_time().max(PROCESSES_VANISH),
                 || async {
-                    Ok(node
-                        .processes_matching(&marker)
-                        .await?
-                        .is_empty()
-                        .then_some(()))
+                    let gone = node.processes_matching(&marker).await?.is_empty()
+                        && node.pod_cgroup(&recorded.pod.uid).await?.is_none();
+                    Ok(gone.then_some(()))
                 },
             )
             .await;

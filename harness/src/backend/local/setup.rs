@@ -41,6 +41,7 @@ impl Provider for LocalProvider {
                 proc_root: PathBuf::from("/proc"),
                 scope: super::plan::CGROUP_ROOT.into(),
                 description: "this host (the local engine runs the Pods)".into(),
+                settle: crate::node::ENGINE_SETTLE,
             }) as Arc<dyn NodeView>
         });
         let backend: Arc<dyn Backend> = local;

@@ -6,11 +6,12 @@
 //! workspace grants, which are compared by container name in both directions.
 //!
 //! Only documented neutral defaults are normalised (`readOnly: false` equals an absent
-//! `readOnly`). A mismatch means the created Pod is deleted by its exact UID and the launch
+//! `readOnly`, an empty `subPath` an absent one, as Kandev's Go types cannot tell them apart). A mismatch means the created Pod is deleted by its exact UID and the launch
 //! fails naming what changed.
 
 use crate::pod::template::{
-    AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_VOLUMES, is_owned_label, is_workspace_grant,
+    AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_ROOTS, RESERVED_VOLUMES, clean_path,
+    is_owned_label, is_workspace_grant,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume, VolumeMount};
 use std::collections::BTreeMap;
@@ -279,29 +280,128 @@ fn compare_main_container(
                     format!("the kandev-agentctl port appears {ports} times"),
                 );
             }
-            for (name, path) in [
-                ("kandev-runtime", "/opt/kandev"),
-                ("kandev-auth", "/run/kandev"),
-                ("kandev-workspace", "/workspace"),
-            ] {
-                let n = ac
-                    .volume_mounts
-                    .iter()
-                    .flatten()
-                    .filter(|m| m.name == name && m.mount_path == path)
-                    .count();
-                if n != 1 {
-                    push(
-                        &format!("spec.containers[{main_container}].volumeMounts"),
-                        format!("{name} at {path} appears {n} times"),
-                    );
-                }
-            }
+            compare_main_mounts(dc, ac, main_container, push);
         }
         _ => push(
             "spec.containers",
             format!("the main container {main_container} is missing"),
         ),
+    }
+}
+
+/// A mount as compared: every field, with only the neutral defaults normalised (an absent
+/// `readOnly` is `false`, an absent `subPath`/`subPathExpr` is empty, as in Kandev's Go types).
+fn mount_key(m: &VolumeMount) -> impl Ord + '_ {
+    (
+        m.name.as_str(),
+        m.mount_path.as_str(),
+        m.read_only.unwrap_or(false),
+        m.sub_path.as_deref().unwrap_or(""),
+        m.sub_path_expr.as_deref().unwrap_or(""),
+        m.mount_propagation.as_deref(),
+        m.recursive_read_only.as_deref(),
+    )
+}
+
+/// `name at path` and every field that is not a neutral default.
+fn describe_mount(m: &VolumeMount) -> String {
+    let mut text = format!("{} at {}", m.name, m.mount_path);
+    if m.read_only == Some(true) {
+        text.push_str(" readOnly");
+    }
+    for (field, value) in [
+        ("subPath", m.sub_path.as_deref().filter(|v| !v.is_empty())),
+        (
+            "subPathExpr",
+            m.sub_path_expr.as_deref().filter(|v| !v.is_empty()),
+        ),
+        ("mountPropagation", m.mount_propagation.as_deref()),
+        ("recursiveReadOnly", m.recursive_read_only.as_deref()),
+    ] {
+        if let Some(value) = value {
+            text.push_str(&format!(" {field}={value}"));
+        }
+    }
+    text
+}
+
+fn describe_mounts(mounts: &[&VolumeMount]) -> String {
+    if mounts.is_empty() {
+        return "nothing".into();
+    }
+    mounts
+        .iter()
+        .map(|m| describe_mount(m))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether a path is at or below one of Kandev's reserved mount roots (cleaned first).
+fn is_reserved_path(path: &str) -> bool {
+    let cleaned = clean_path(path);
+    RESERVED_ROOTS
+        .iter()
+        .any(|root| cleaned == *root || cleaned.starts_with(&format!("{root}/")))
+}
+
+/// The main container's reserved mounts, exactly as requested and exactly once each
+/// (upstream counts them with `reflect.DeepEqual`): per reserved volume, the admitted
+/// mounts of that volume must be the requested ones, field by field; any other mount under
+/// a reserved root must have been requested as it is.
+fn compare_main_mounts(
+    dc: &Container,
+    ac: &Container,
+    main_container: &str,
+    push: &mut impl FnMut(&str, String),
+) {
+    let of = |c: &'_ Container, name: &str| -> Vec<VolumeMount> {
+        let mut mounts: Vec<VolumeMount> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.name == name)
+            .cloned()
+            .collect();
+        mounts.sort_by(|a, b| mount_key(a).cmp(&mount_key(b)));
+        mounts
+    };
+    for name in RESERVED_VOLUMES {
+        let (want, got) = (of(dc, name), of(ac, name));
+        let same = want.len() == got.len()
+            && want
+                .iter()
+                .zip(&got)
+                .all(|(w, g)| mount_key(w) == mount_key(g));
+        if !same {
+            push(
+                &format!("spec.containers[{main_container}].volumeMounts[{name}]"),
+                format!(
+                    "the reserved mount changed from {} to {}",
+                    describe_mounts(&want.iter().collect::<Vec<_>>()),
+                    describe_mounts(&got.iter().collect::<Vec<_>>())
+                ),
+            );
+        }
+    }
+    for m in
+        ac.volume_mounts.iter().flatten().filter(|m| {
+            !RESERVED_VOLUMES.contains(&m.name.as_str()) && is_reserved_path(&m.mount_path)
+        })
+    {
+        let requested = dc
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|w| mount_key(w) == mount_key(m));
+        if !requested {
+            push(
+                &format!("spec.containers[{main_container}].volumeMounts[{}]", m.name),
+                format!(
+                    "admission added a mount under a path reserved for Kandev: {}",
+                    describe_mount(m)
+                ),
+            );
+        }
     }
 }
 
@@ -456,6 +556,68 @@ mod tests {
             .unwrap()
             .retain(|m| m.name != "kandev-workspace");
         grant
+    }
+
+    fn agent(p: &mut Pod) -> &mut Container {
+        containers(p)
+            .iter_mut()
+            .find(|c| c.name == "kandev-agent")
+            .unwrap()
+    }
+
+    /// The paths of what `compare` found, in order.
+    fn paths_after(mutate: impl FnOnce(&mut Pod)) -> Vec<String> {
+        let want = desired();
+        let mut got = want.clone();
+        mutate(&mut got);
+        compare(&want, &got, "kandev-agent")
+            .into_iter()
+            .map(|m| m.path)
+            .collect()
+    }
+
+    /// Upstream `validateRequiredMainContainerFields` counts each reserved mount with
+    /// `reflect.DeepEqual`: readOnly, subPath and mountPropagation are part of the mount.
+    #[test]
+    fn main_reserved_mounts_are_compared_exactly() {
+        type Change = fn(&mut VolumeMount);
+        let changes: [(&str, Change); 4] = [
+            ("readOnly", |m| m.read_only = Some(true)),
+            ("subPath", |m| m.sub_path = Some("sub".into())),
+            ("mountPropagation", |m| {
+                m.mount_propagation = Some("HostToContainer".into())
+            }),
+            ("mountPath", |m| m.mount_path = "/opt/kandev/x".into()),
+        ];
+        for (field, change) in changes {
+            let found = paths_after(|p| {
+                let mount = agent(p)
+                    .volume_mounts
+                    .as_mut()
+                    .unwrap()
+                    .iter_mut()
+                    .find(|m| m.name == "kandev-runtime")
+                    .unwrap();
+                change(mount);
+            });
+            assert_eq!(
+                found,
+                vec!["spec.containers[kandev-agent].volumeMounts[kandev-runtime]"],
+                "{field}"
+            );
+        }
+        // An extra mount under a reserved root on the main container is a change too.
+        let found = paths_after(|p| {
+            agent(p).volume_mounts.as_mut().unwrap().push(VolumeMount {
+                name: "cache".into(),
+                mount_path: "/run/kandev/cache".into(),
+                ..Default::default()
+            })
+        });
+        assert_eq!(
+            found,
+            vec!["spec.containers[kandev-agent].volumeMounts[cache]"]
+        );
     }
 
     /// The upstream AC-001.3 mutations: each must be caught.

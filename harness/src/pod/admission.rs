@@ -2,8 +2,11 @@
 //! Kandev's `ValidateAdmittedPod` does (kandev-contract.md §5). Mutating admission may add
 //! unrelated labels, annotations and compatible fields; it may not touch what Kandev owns:
 //! identity, owned labels and `kandev.ai/*` annotations (the create nonce), Pod invariants,
-//! the main container's command, port and reserved mounts, reserved volumes, and the
-//! workspace grants, which are compared by container name in both directions.
+//! the main container's command, port and reserved mounts (each compared field by field),
+//! reserved volumes, and the workspace grants, which are compared by container name in both
+//! directions. No other container (companion, init, ephemeral) may hold a reserved volume, a
+//! mount under a reserved root (the exact grant aside) or the agentctl port, and no container
+//! a reserved volume device, whatever was requested.
 //!
 //! Only documented neutral defaults are normalised (`readOnly: false` equals an absent
 //! `readOnly`, an empty `subPath` an absent one, as Kandev's Go types cannot tell them apart). A mismatch means the created Pod is deleted by its exact UID and the launch
@@ -13,7 +16,9 @@ use crate::pod::template::{
     AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_ROOTS, RESERVED_VOLUMES, clean_path,
     is_owned_label, is_workspace_grant,
 };
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodSpec, Volume, VolumeDevice, VolumeMount,
+};
 use std::collections::BTreeMap;
 
 /// One thing admission changed that Kandev owns.
@@ -140,6 +145,7 @@ fn compare_spec(
     compare_main_container(d, a, main_container, push);
     compare_env(d, a, push);
     compare_grants(d, a, main_container, push);
+    compare_reserved_access(a, main_container, push);
 }
 
 /// Pod invariants: restart policy, node name, OS, token automount, platform selectors.
@@ -265,21 +271,7 @@ fn compare_main_container(
                     "command, args or workingDir changed".into(),
                 );
             }
-            let ports = ac
-                .ports
-                .iter()
-                .flatten()
-                .filter(|p| {
-                    p.container_port == AGENTCTL_PORT
-                        && p.name.as_deref() == Some(AGENTCTL_PORT_NAME)
-                })
-                .count();
-            if ports != 1 {
-                push(
-                    &format!("spec.containers[{main_container}].ports"),
-                    format!("the kandev-agentctl port appears {ports} times"),
-                );
-            }
+            compare_main_ports(dc, ac, main_container, push);
             compare_main_mounts(dc, ac, main_container, push);
         }
         _ => push(
@@ -405,6 +397,199 @@ fn compare_main_mounts(
     }
 }
 
+fn is_agentctl_port(p: &ContainerPort) -> bool {
+    p.container_port == AGENTCTL_PORT || p.name.as_deref() == Some(AGENTCTL_PORT_NAME)
+}
+
+/// A port as compared: every field, an absent protocol being TCP (the API server's default).
+fn port_key(p: &ContainerPort) -> impl Ord + '_ {
+    (
+        p.container_port,
+        p.name.as_deref(),
+        p.protocol.as_deref().unwrap_or("TCP"),
+        p.host_port,
+        p.host_ip.as_deref(),
+    )
+}
+
+fn describe_port(p: &ContainerPort) -> String {
+    let mut text = format!(
+        "{}/{}",
+        p.container_port,
+        p.protocol.as_deref().unwrap_or("TCP")
+    );
+    if let Some(name) = &p.name {
+        text.push_str(&format!(" named {name}"));
+    }
+    if let Some(host) = p.host_port {
+        text.push_str(&format!(" hostPort {host}"));
+    }
+    if let Some(ip) = &p.host_ip {
+        text.push_str(&format!(" hostIP {ip}"));
+    }
+    text
+}
+
+/// The main container's agentctl port: exactly as requested, exactly once (upstream counts
+/// ports on 8765 or named `kandev-agentctl` with `reflect.DeepEqual`).
+fn compare_main_ports(
+    dc: &Container,
+    ac: &Container,
+    main_container: &str,
+    push: &mut impl FnMut(&str, String),
+) {
+    let of = |c: &'_ Container| -> Vec<ContainerPort> {
+        let mut ports: Vec<ContainerPort> = c
+            .ports
+            .iter()
+            .flatten()
+            .filter(|p| is_agentctl_port(p))
+            .cloned()
+            .collect();
+        ports.sort_by(|a, b| port_key(a).cmp(&port_key(b)));
+        ports
+    };
+    let (want, got) = (of(dc), of(ac));
+    let same = want.len() == got.len()
+        && want
+            .iter()
+            .zip(&got)
+            .all(|(w, g)| port_key(w) == port_key(g));
+    if !same {
+        let list = |ports: &[ContainerPort]| {
+            if ports.is_empty() {
+                "nothing".to_owned()
+            } else {
+                ports
+                    .iter()
+                    .map(describe_port)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        push(
+            &format!("spec.containers[{main_container}].ports[{AGENTCTL_PORT}]"),
+            format!(
+                "the agentctl port changed from {} to {}",
+                list(&want),
+                list(&got)
+            ),
+        );
+    }
+}
+
+/// The mounts of a companion (a regular container other than the main one) that the
+/// reserved-access rules apply to: all but its workspace grant.
+fn companion_mounts_without_grant(c: &Container) -> Vec<&VolumeMount> {
+    c.volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| !is_workspace_grant(m))
+        .collect()
+}
+
+/// One container as the reserved-access rules see it.
+struct Holder<'a> {
+    /// `spec.containers[name]`, `spec.initContainers[name]` or `spec.ephemeralContainers[name]`.
+    base: String,
+    /// The mounts and ports the rules apply to (none on the main container, whose own are
+    /// compared exactly with the request).
+    mounts: Vec<&'a VolumeMount>,
+    ports: Vec<&'a ContainerPort>,
+    devices: Vec<&'a VolumeDevice>,
+    /// Said after a reserved mount: why this container may not have it.
+    why: &'static str,
+}
+
+/// Every container of the Pod, main, companions, init and ephemeral.
+fn holders<'a>(a: &'a PodSpec, main_container: &str) -> Vec<Holder<'a>> {
+    let mut out = Vec::new();
+    for c in &a.containers {
+        let main = c.name == main_container;
+        out.push(Holder {
+            base: format!("spec.containers[{}]", c.name),
+            mounts: if main {
+                Vec::new()
+            } else {
+                companion_mounts_without_grant(c)
+            },
+            ports: if main {
+                Vec::new()
+            } else {
+                c.ports.iter().flatten().collect()
+            },
+            devices: c.volume_devices.iter().flatten().collect(),
+            why: "only the main container may mount them; a companion only the exact workspace grant",
+        });
+    }
+    for c in a.init_containers.iter().flatten() {
+        out.push(Holder {
+            base: format!("spec.initContainers[{}]", c.name),
+            mounts: c.volume_mounts.iter().flatten().collect(),
+            ports: c.ports.iter().flatten().collect(),
+            devices: c.volume_devices.iter().flatten().collect(),
+            why: "init containers never receive them, the workspace grant included",
+        });
+    }
+    for c in a.ephemeral_containers.iter().flatten() {
+        out.push(Holder {
+            base: format!("spec.ephemeralContainers[{}]", c.name),
+            mounts: c.volume_mounts.iter().flatten().collect(),
+            ports: c.ports.iter().flatten().collect(),
+            devices: c.volume_devices.iter().flatten().collect(),
+            why: "ephemeral containers never receive them, the workspace grant included",
+        });
+    }
+    out
+}
+
+/// No container but the main one holds a reserved volume, a mount under a reserved root
+/// (the exact grant aside) or the agentctl port; no container at all a reserved volume
+/// device. Absolute, as upstream's `validateAdmittedContainers`: the template rules never
+/// let a request hold them, so any found was added by admission.
+fn compare_reserved_access(a: &PodSpec, main_container: &str, push: &mut impl FnMut(&str, String)) {
+    for Holder {
+        base,
+        mounts,
+        ports,
+        devices,
+        why,
+    } in holders(a, main_container)
+    {
+        for m in mounts {
+            if RESERVED_VOLUMES.contains(&m.name.as_str()) || is_reserved_path(&m.mount_path) {
+                push(
+                    &format!("{base}.volumeMounts[{}]", m.name),
+                    format!(
+                        "{} mounts a volume or path reserved for Kandev ({why})",
+                        describe_mount(m)
+                    ),
+                );
+            }
+        }
+        for p in ports.into_iter().filter(|p| is_agentctl_port(p)) {
+            push(
+                &format!("{base}.ports[{}]", p.container_port),
+                format!(
+                    "only the main container may carry the agentctl port: {}",
+                    describe_port(p)
+                ),
+            );
+        }
+        for d in devices {
+            if RESERVED_VOLUMES.contains(&d.name.as_str()) || is_reserved_path(&d.device_path) {
+                push(
+                    &format!("{base}.volumeDevices[{}]", d.name),
+                    format!(
+                        "a volume device may not use Kandev's reserved volumes or paths: {} at {}",
+                        d.name, d.device_path
+                    ),
+                );
+            }
+        }
+    }
+}
+
 /// Every container: no new envFrom, no new reserved environment keys.
 fn compare_env(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
     for ac in &a.containers {
@@ -430,35 +615,14 @@ fn compare_env(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
     }
 }
 
-/// Workspace grants by container name, both directions; never on init or ephemeral containers.
+/// Workspace grants by container name, both directions. (Init and ephemeral containers never
+/// hold one: [`compare_reserved_access`] refuses any workspace mount there.)
 fn compare_grants(
     d: &PodSpec,
     a: &PodSpec,
     main_container: &str,
     push: &mut impl FnMut(&str, String),
 ) {
-    for c in a
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| touches_workspace(c.volume_mounts.as_ref()))
-    {
-        push(
-            &format!("spec.initContainers[{}]", c.name),
-            "an init container received the workspace".into(),
-        );
-    }
-    for c in a
-        .ephemeral_containers
-        .iter()
-        .flatten()
-        .filter(|c| touches_workspace(c.volume_mounts.as_ref()))
-    {
-        push(
-            &format!("spec.ephemeralContainers[{}]", c.name),
-            "an ephemeral container received the workspace".into(),
-        );
-    }
     for dc in d.containers.iter().filter(|c| c.name != main_container) {
         let want = grant_modes(dc);
         let got = a
@@ -508,7 +672,9 @@ mod tests {
     use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
     use crate::pod::identity::SessionIdentity;
     use crate::pod::template;
-    use k8s_openapi::api::core::v1::{EphemeralContainer, PersistentVolumeClaimVolumeSource};
+    use k8s_openapi::api::core::v1::{
+        ContainerPort, EphemeralContainer, PersistentVolumeClaimVolumeSource, VolumeDevice,
+    };
 
     fn desired() -> Pod {
         let text = std::fs::read_to_string(crate::paths::default_template()).unwrap();
@@ -545,6 +711,10 @@ mod tests {
             .iter_mut()
             .find(|m| m.name == "kandev-workspace")
             .unwrap()
+    }
+
+    fn push_mount(c: &mut Container, m: VolumeMount) {
+        c.volume_mounts.get_or_insert_default().push(m);
     }
 
     /// Removes the companion's grant and returns it.
@@ -618,6 +788,175 @@ mod tests {
             found,
             vec!["spec.containers[kandev-agent].volumeMounts[cache]"]
         );
+    }
+
+    fn mount(name: &str, path: &str) -> VolumeMount {
+        VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    fn port(name: Option<&str>, number: i32) -> ContainerPort {
+        ContainerPort {
+            name: name.map(Into::into),
+            container_port: number,
+            ..Default::default()
+        }
+    }
+
+    fn init_with(p: &mut Pod, c: Container) {
+        p.spec.as_mut().unwrap().init_containers = Some(vec![c]);
+    }
+
+    fn ephemeral_with(p: &mut Pod, c: Container) {
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![EphemeralContainer {
+            name: c.name,
+            image: c.image,
+            ports: c.ports,
+            volume_mounts: c.volume_mounts,
+            volume_devices: c.volume_devices,
+            ..Default::default()
+        }]);
+    }
+
+    fn named(name: &str, mounts: Vec<VolumeMount>, ports: Vec<ContainerPort>) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("busybox".into()),
+            volume_mounts: Some(mounts),
+            ports: Some(ports),
+            ..Default::default()
+        }
+    }
+
+    /// Upstream `validateAdmittedContainers`: no container but the main one may hold a
+    /// reserved volume, a mount under a reserved root (the exact grant aside) or the
+    /// agentctl port, whatever the template asked for.
+    #[test]
+    fn companions_init_and_ephemeral_containers_gain_no_reserved_access() {
+        type Mutation = fn(&mut Pod);
+        let cases: Vec<(&str, Mutation, &str)> = vec![
+            (
+                "companion gains kandev-runtime",
+                |p| push_mount(engine(p), mount("kandev-runtime", "/rt")),
+                "spec.containers[docker-engine].volumeMounts[kandev-runtime]",
+            ),
+            (
+                "companion gains kandev-auth",
+                |p| push_mount(engine(p), mount("kandev-auth", "/run/kandev")),
+                "spec.containers[docker-engine].volumeMounts[kandev-auth]",
+            ),
+            (
+                "companion mounts under /opt/kandev",
+                |p| push_mount(engine(p), mount("docker-data", "/opt/kandev/bin")),
+                "spec.containers[docker-engine].volumeMounts[docker-data]",
+            ),
+            (
+                "companion mounts /run/kandev (uncleaned)",
+                |p| push_mount(engine(p), mount("docker-socket", "/run//kandev/")),
+                "spec.containers[docker-engine].volumeMounts[docker-socket]",
+            ),
+            (
+                "companion gains port 8765",
+                |p| {
+                    engine(p)
+                        .ports
+                        .get_or_insert_default()
+                        .push(port(None, 8765))
+                },
+                "spec.containers[docker-engine].ports[8765]",
+            ),
+            (
+                "companion gains a port named kandev-agentctl",
+                |p| {
+                    engine(p)
+                        .ports
+                        .get_or_insert_default()
+                        .push(port(Some("kandev-agentctl"), 9000))
+                },
+                "spec.containers[docker-engine].ports[9000]",
+            ),
+            (
+                "init gains kandev-auth",
+                |p| init_with(p, named("setup", vec![mount("kandev-auth", "/a")], vec![])),
+                "spec.initContainers[setup].volumeMounts[kandev-auth]",
+            ),
+            (
+                "init mounts under /run/kandev",
+                |p| init_with(p, named("setup", vec![mount("d", "/run/kandev/x")], vec![])),
+                "spec.initContainers[setup].volumeMounts[d]",
+            ),
+            (
+                "init gains port 8765",
+                |p| init_with(p, named("setup", vec![], vec![port(None, 8765)])),
+                "spec.initContainers[setup].ports[8765]",
+            ),
+            (
+                "ephemeral gains kandev-runtime",
+                |p| {
+                    ephemeral_with(
+                        p,
+                        named("debug", vec![mount("kandev-runtime", "/r")], vec![]),
+                    )
+                },
+                "spec.ephemeralContainers[debug].volumeMounts[kandev-runtime]",
+            ),
+            (
+                "ephemeral mounts /opt/kandev",
+                |p| ephemeral_with(p, named("debug", vec![mount("d", "/opt/kandev")], vec![])),
+                "spec.ephemeralContainers[debug].volumeMounts[d]",
+            ),
+            (
+                "ephemeral gains port 8765",
+                |p| ephemeral_with(p, named("debug", vec![], vec![port(None, 8765)])),
+                "spec.ephemeralContainers[debug].ports[8765]",
+            ),
+        ];
+        for (name, mutate, path) in cases {
+            assert_eq!(paths_after(mutate), vec![path], "{name}");
+        }
+    }
+
+    /// Upstream `validateAdmittedContainerDevices`: on every container, the main one too.
+    #[test]
+    fn no_container_gains_a_reserved_volume_device() {
+        let device = |name: &str, path: &str| VolumeDevice {
+            name: name.into(),
+            device_path: path.into(),
+        };
+        let found = paths_after(|p| {
+            agent(p).volume_devices = Some(vec![device("kandev-runtime", "/dev/rt")]);
+            engine(p).volume_devices = Some(vec![device("blk", "/workspace/dev")]);
+        });
+        assert_eq!(
+            found,
+            vec![
+                "spec.containers[kandev-agent].volumeDevices[kandev-runtime]",
+                "spec.containers[docker-engine].volumeDevices[blk]",
+            ]
+        );
+    }
+
+    /// Upstream counts the agentctl port with `reflect.DeepEqual` on the main container
+    /// too: a changed field, or a second port on 8765, is a change.
+    #[test]
+    fn the_main_agentctl_port_is_compared_exactly() {
+        let found = paths_after(|p| {
+            let ports = agent(p).ports.as_mut().unwrap();
+            let agentctl = ports.iter_mut().find(|p| p.container_port == 8765).unwrap();
+            agentctl.host_port = Some(8765);
+        });
+        assert_eq!(found, vec!["spec.containers[kandev-agent].ports[8765]"]);
+        let found = paths_after(|p| {
+            agent(p)
+                .ports
+                .as_mut()
+                .unwrap()
+                .push(port(Some("metrics"), 8765))
+        });
+        assert_eq!(found, vec!["spec.containers[kandev-agent].ports[8765]"]);
     }
 
     /// The upstream AC-001.3 mutations: each must be caught.

@@ -478,14 +478,42 @@ fn compare_main_ports(
     }
 }
 
-/// The mounts of a companion (a regular container other than the main one) that the
-/// reserved-access rules apply to: all but its workspace grant.
-fn companion_mounts_without_grant(c: &Container) -> Vec<&VolumeMount> {
-    c.volume_mounts
-        .iter()
-        .flatten()
-        .filter(|m| !is_workspace_grant(m))
-        .collect()
+/// A companion's mounts with its workspace grant taken out, as upstream's
+/// `companionWithoutWorkspaceGrant`: at most one `kandev-workspace` mount, of exactly the
+/// grant's shape; with a grant, no other mount at `/`, at `/workspace` or below it. Returns
+/// the remaining mounts (which the reserved-access rules then see) and each mount that broke
+/// the grant's rules, with why.
+fn companion_mounts_without_grant(
+    c: &Container,
+) -> (Vec<&VolumeMount>, Vec<(&VolumeMount, &'static str)>) {
+    let (mut rest, mut broken) = (Vec::new(), Vec::new());
+    let mut grant = None;
+    for m in c.volume_mounts.iter().flatten() {
+        if m.name != "kandev-workspace" {
+            rest.push(m);
+        } else if grant.is_some() || !is_workspace_grant(m) {
+            broken.push((
+                m,
+                "workspace grant must be one direct RO/RW mount at /workspace",
+            ));
+        } else {
+            grant = Some(m);
+        }
+    }
+    if grant.is_some() {
+        rest.retain(|m| {
+            let path = clean_path(&m.mount_path);
+            let overlaps = path == "/"
+                || path == "/workspace"
+                || path.starts_with("/workspace/")
+                || "/workspace".starts_with(&format!("{path}/"));
+            if overlaps {
+                broken.push((m, "workspace grant overlaps another mount"));
+            }
+            !overlaps
+        });
+    }
+    (rest, broken)
 }
 
 /// One container as the reserved-access rules see it.
@@ -497,6 +525,8 @@ struct Holder<'a> {
     mounts: Vec<&'a VolumeMount>,
     ports: Vec<&'a ContainerPort>,
     devices: Vec<&'a VolumeDevice>,
+    /// Mounts that broke the workspace grant's rules (companions only), with why.
+    grant_broken: Vec<(&'a VolumeMount, &'static str)>,
     /// Said after a reserved mount: why this container may not have it.
     why: &'static str,
 }
@@ -506,19 +536,21 @@ fn holders<'a>(a: &'a PodSpec, main_container: &str) -> Vec<Holder<'a>> {
     let mut out = Vec::new();
     for c in &a.containers {
         let main = c.name == main_container;
+        let (mounts, grant_broken) = if main {
+            (Vec::new(), Vec::new())
+        } else {
+            companion_mounts_without_grant(c)
+        };
         out.push(Holder {
             base: format!("spec.containers[{}]", c.name),
-            mounts: if main {
-                Vec::new()
-            } else {
-                companion_mounts_without_grant(c)
-            },
+            mounts,
             ports: if main {
                 Vec::new()
             } else {
                 c.ports.iter().flatten().collect()
             },
             devices: c.volume_devices.iter().flatten().collect(),
+            grant_broken,
             why: "only the main container may mount them; a companion only the exact workspace grant",
         });
     }
@@ -528,6 +560,7 @@ fn holders<'a>(a: &'a PodSpec, main_container: &str) -> Vec<Holder<'a>> {
             mounts: c.volume_mounts.iter().flatten().collect(),
             ports: c.ports.iter().flatten().collect(),
             devices: c.volume_devices.iter().flatten().collect(),
+            grant_broken: Vec::new(),
             why: "init containers never receive them, the workspace grant included",
         });
     }
@@ -537,15 +570,16 @@ fn holders<'a>(a: &'a PodSpec, main_container: &str) -> Vec<Holder<'a>> {
             mounts: c.volume_mounts.iter().flatten().collect(),
             ports: c.ports.iter().flatten().collect(),
             devices: c.volume_devices.iter().flatten().collect(),
+            grant_broken: Vec::new(),
             why: "ephemeral containers never receive them, the workspace grant included",
         });
     }
     out
 }
 
-/// No container but the main one holds a reserved volume, a mount under a reserved root
-/// (the exact grant aside) or the agentctl port; no container at all a reserved volume
-/// device. Absolute, as upstream's `validateAdmittedContainers`: the template rules never
+/// A companion holds at most its one exact workspace grant, with no mount overlapping it; no
+/// container but the main one holds a reserved volume, a mount under a reserved root (the
+/// exact grant aside) or the agentctl port; no container at all a reserved volume device. Absolute, as upstream's `validateAdmittedContainers`: the template rules never
 /// let a request hold them, so any found was added by admission.
 fn compare_reserved_access(a: &PodSpec, main_container: &str, push: &mut impl FnMut(&str, String)) {
     for Holder {
@@ -553,9 +587,16 @@ fn compare_reserved_access(a: &PodSpec, main_container: &str, push: &mut impl Fn
         mounts,
         ports,
         devices,
+        grant_broken,
         why,
     } in holders(a, main_container)
     {
+        for (m, rule) in grant_broken {
+            push(
+                &format!("{base}.volumeMounts[{}]", m.name),
+                format!("{rule}: {}", describe_mount(m)),
+            );
+        }
         for m in mounts {
             if RESERVED_VOLUMES.contains(&m.name.as_str()) || is_reserved_path(&m.mount_path) {
                 push(
@@ -916,6 +957,64 @@ mod tests {
         ];
         for (name, mutate, path) in cases {
             assert_eq!(paths_after(mutate), vec![path], "{name}");
+        }
+    }
+
+    /// Upstream `companionWithoutWorkspaceGrant` on every admitted companion: one exact
+    /// grant at most, and on its recipient no other mount at `/`, at `/workspace` or below it.
+    #[test]
+    fn a_grant_recipient_gains_no_other_workspace_mount_and_no_overlapping_mount() {
+        type Mutation = fn(&mut Pod);
+        const SHAPE: &str = "workspace grant must be one direct RO/RW mount at /workspace";
+        const OVERLAP: &str = "workspace grant overlaps another mount";
+        let cases: Vec<(&str, Mutation, &str, &str)> = vec![
+            (
+                "extra kandev-workspace mount elsewhere",
+                |p| push_mount(engine(p), mount("kandev-workspace", "/data")),
+                "spec.containers[docker-engine].volumeMounts[kandev-workspace]",
+                SHAPE,
+            ),
+            (
+                "extra kandev-workspace mount with a subPath",
+                |p| {
+                    let mut m = mount("kandev-workspace", "/workspace");
+                    m.sub_path = Some("repo".into());
+                    push_mount(engine(p), m)
+                },
+                "spec.containers[docker-engine].volumeMounts[kandev-workspace]",
+                SHAPE,
+            ),
+            (
+                "another volume at /",
+                |p| push_mount(engine(p), mount("docker-data", "/")),
+                "spec.containers[docker-engine].volumeMounts[docker-data]",
+                OVERLAP,
+            ),
+            (
+                "another volume at /workspace",
+                |p| push_mount(engine(p), mount("docker-data", "/workspace/")),
+                "spec.containers[docker-engine].volumeMounts[docker-data]",
+                OVERLAP,
+            ),
+            (
+                "another volume below /workspace",
+                |p| push_mount(engine(p), mount("docker-data", "/workspace/cache")),
+                "spec.containers[docker-engine].volumeMounts[docker-data]",
+                OVERLAP,
+            ),
+        ];
+        for (name, mutate, path, message) in cases {
+            let want = desired();
+            let mut got = want.clone();
+            mutate(&mut got);
+            let found: Vec<(String, String)> = compare(&want, &got, "kandev-agent")
+                .into_iter()
+                .map(|m| (m.path, m.message))
+                .collect();
+            assert!(
+                found.len() == 1 && found[0].0 == path && found[0].1.starts_with(message),
+                "{name}: want [{path}: {message}...], got {found:?}"
+            );
         }
     }
 

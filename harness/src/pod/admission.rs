@@ -17,7 +17,8 @@ use crate::pod::template::{
     is_owned_label, is_workspace_grant,
 };
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodSpec, Volume, VolumeDevice, VolumeMount,
+    Container, ContainerPort, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Volume,
+    VolumeDevice, VolumeMount,
 };
 use std::collections::BTreeMap;
 
@@ -148,7 +149,8 @@ fn compare_spec(
     compare_reserved_access(a, main_container, push);
 }
 
-/// Pod invariants: restart policy, node name, OS, token automount, platform selectors.
+/// Pod invariants: restart policy, node name, OS, token automount, platform selectors and
+/// platform node affinity.
 fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
     if d.restart_policy != a.restart_policy {
         push(
@@ -159,7 +161,7 @@ fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, Stri
             ),
         );
     }
-    if d.node_name.is_some() && d.node_name != a.node_name {
+    if d.node_name != a.node_name {
         push(
             "spec.nodeName",
             format!("changed from {:?} to {:?}", d.node_name, a.node_name),
@@ -177,7 +179,7 @@ fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, Stri
             ),
         );
     }
-    for key in ["kubernetes.io/os", "kubernetes.io/arch"] {
+    for key in PLATFORM_KEYS {
         let get = |s: &PodSpec| s.node_selector.as_ref().and_then(|n| n.get(key)).cloned();
         if get(d) != get(a) {
             push(
@@ -185,6 +187,155 @@ fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, Stri
                 format!("changed from {:?} to {:?}", get(d), get(a)),
             );
         }
+    }
+    compare_platform_affinity(d, a, push);
+}
+
+/// The node labels that carry the profile's platform.
+const PLATFORM_KEYS: [&str; 2] = ["kubernetes.io/os", "kubernetes.io/arch"];
+
+/// One node-affinity requirement on a platform key, where it sits.
+struct PlatformRequirement<'a> {
+    requirement: &'a NodeSelectorRequirement,
+    path: String,
+    preferred: bool,
+    field: bool,
+}
+
+impl PlatformRequirement<'_> {
+    /// Compared as upstream's `reflect.DeepEqual` (absent values equal an empty list).
+    fn same(&self, other: &PlatformRequirement<'_>) -> bool {
+        let values = |r: &NodeSelectorRequirement| r.values.clone().unwrap_or_default();
+        self.preferred == other.preferred
+            && self.field == other.field
+            && self.requirement.key == other.requirement.key
+            && self.requirement.operator == other.requirement.operator
+            && values(self.requirement) == values(other.requirement)
+    }
+
+    /// Whether the Pod's node selector already satisfies it (upstream's
+    /// `platformRequirementAllows`): only match expressions `In`, `NotIn`, `Exists`.
+    fn allowed_by(&self, selector: Option<&BTreeMap<String, String>>) -> bool {
+        let Some(want) = selector
+            .and_then(|s| s.get(&self.requirement.key))
+            .filter(|v| !v.is_empty())
+        else {
+            return false;
+        };
+        let values = self.requirement.values.iter().flatten();
+        !self.field
+            && match self.requirement.operator.as_str() {
+                "In" => values.clone().any(|v| v == want),
+                "NotIn" => !values.clone().any(|v| v == want),
+                "Exists" => true,
+                _ => false,
+            }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} {} {:?}",
+            self.requirement.key,
+            self.requirement.operator,
+            self.requirement.values.clone().unwrap_or_default()
+        )
+    }
+}
+
+/// The platform requirements of a Pod's node affinity, required and preferred terms, match
+/// expressions and match fields (upstream's `platformNodeRequirements`).
+fn platform_requirements(spec: &PodSpec) -> Vec<PlatformRequirement<'_>> {
+    let mut out = Vec::new();
+    let Some(affinity) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+    else {
+        return out;
+    };
+    fn add<'a>(
+        out: &mut Vec<PlatformRequirement<'a>>,
+        term: &'a NodeSelectorTerm,
+        base: &str,
+        preferred: bool,
+    ) {
+        for (field, list, requirements) in [
+            (false, "matchExpressions", term.match_expressions.as_ref()),
+            (true, "matchFields", term.match_fields.as_ref()),
+        ] {
+            for (i, r) in requirements.into_iter().flatten().enumerate() {
+                if PLATFORM_KEYS.contains(&r.key.as_str()) {
+                    out.push(PlatformRequirement {
+                        requirement: r,
+                        path: format!("{base}.{list}[{i}]"),
+                        preferred,
+                        field,
+                    });
+                }
+            }
+        }
+    }
+    let root = "spec.affinity.nodeAffinity";
+    if let Some(required) = &affinity.required_during_scheduling_ignored_during_execution {
+        for (t, term) in required.node_selector_terms.iter().enumerate() {
+            add(
+                &mut out,
+                term,
+                &format!(
+                    "{root}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{t}]"
+                ),
+                false,
+            );
+        }
+    }
+    for (t, term) in affinity
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        add(
+            &mut out,
+            &term.preference,
+            &format!("{root}.preferredDuringSchedulingIgnoredDuringExecution[{t}].preference"),
+            true,
+        );
+    }
+    out
+}
+
+/// Platform node affinity (upstream's `validateAdmittedNodeAffinity`): each requested
+/// requirement stays exactly as it was; one admission added must be a match expression the
+/// requested node selector satisfies (so it cannot move the Pod to another platform).
+fn compare_platform_affinity(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
+    let want = platform_requirements(d);
+    let mut matched = vec![false; want.len()];
+    for got in platform_requirements(a) {
+        let found = want
+            .iter()
+            .enumerate()
+            .find(|(i, w)| !matched[*i] && w.same(&got))
+            .map(|(i, _)| i);
+        if let Some(i) = found {
+            matched[i] = true;
+        } else if !got.allowed_by(d.node_selector.as_ref()) {
+            push(
+                &got.path,
+                format!(
+                    "admission added platform node affinity {} that the requested node selector does not satisfy",
+                    got.describe()
+                ),
+            );
+        }
+    }
+    for (w, _) in want.iter().zip(&matched).filter(|(_, m)| !**m) {
+        push(
+            &w.path,
+            format!(
+                "the requested platform node affinity {} was removed or changed",
+                w.describe()
+            ),
+        );
     }
 }
 
@@ -714,7 +865,9 @@ mod tests {
     use crate::pod::identity::SessionIdentity;
     use crate::pod::template;
     use k8s_openapi::api::core::v1::{
-        ContainerPort, EphemeralContainer, PersistentVolumeClaimVolumeSource, VolumeDevice,
+        Affinity, ContainerPort, EphemeralContainer, NodeAffinity, NodeSelector,
+        NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimVolumeSource,
+        PreferredSchedulingTerm, VolumeDevice,
     };
 
     fn desired() -> Pod {
@@ -1016,6 +1169,161 @@ mod tests {
                 "{name}: want [{path}: {message}...], got {found:?}"
             );
         }
+    }
+
+    /// Upstream `validateAdmittedPodSpec` compares `nodeName` as it is, also when none was
+    /// requested: admission may not pin the Pod to a node.
+    #[test]
+    fn a_node_name_set_by_admission_is_a_change() {
+        let found = paths_after(|p| p.spec.as_mut().unwrap().node_name = Some("node-7".into()));
+        assert_eq!(found, vec!["spec.nodeName"]);
+    }
+
+    fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequirement {
+        NodeSelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: Some(values.iter().map(|v| (*v).to_owned()).collect()),
+        }
+    }
+
+    fn required(p: &mut Pod, terms: Vec<NodeSelectorTerm>) {
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: terms,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+
+    fn expressions(requirements: Vec<NodeSelectorRequirement>) -> NodeSelectorTerm {
+        NodeSelectorTerm {
+            match_expressions: Some(requirements),
+            match_fields: None,
+        }
+    }
+
+    /// Upstream `validateAdmittedNodeAffinity`: a platform (`kubernetes.io/os`,
+    /// `kubernetes.io/arch`) requirement admission adds must be a match expression the
+    /// requested node selector satisfies; a requested one must stay as it is.
+    #[test]
+    fn platform_node_affinity_is_compared() {
+        const REQUIRED: &str =
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+        let found = paths_after(|p| {
+            required(
+                p,
+                vec![expressions(vec![requirement(
+                    "kubernetes.io/arch",
+                    "In",
+                    &["arm64"],
+                )])],
+            )
+        });
+        assert_eq!(
+            found,
+            vec![format!(
+                "{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0]"
+            )]
+        );
+        let found = paths_after(|p| {
+            required(
+                p,
+                vec![
+                    expressions(vec![requirement(
+                        "topology.kubernetes.io/zone",
+                        "In",
+                        &["a"],
+                    )]),
+                    expressions(vec![
+                        requirement("kubernetes.io/arch", "In", &["amd64"]),
+                        requirement("kubernetes.io/os", "NotIn", &["linux"]),
+                    ]),
+                ],
+            )
+        });
+        assert_eq!(
+            found,
+            vec![format!(
+                "{REQUIRED}.nodeSelectorTerms[1].matchExpressions[1]"
+            )]
+        );
+        let found = paths_after(|p| {
+            required(
+                p,
+                vec![NodeSelectorTerm {
+                    match_expressions: None,
+                    match_fields: Some(vec![requirement("kubernetes.io/arch", "In", &["amd64"])]),
+                }],
+            )
+        });
+        assert_eq!(
+            found,
+            vec![format!("{REQUIRED}.nodeSelectorTerms[0].matchFields[0]")]
+        );
+        let found = paths_after(|p| {
+            p.spec.as_mut().unwrap().affinity = Some(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    preferred_during_scheduling_ignored_during_execution: Some(vec![
+                        PreferredSchedulingTerm {
+                            weight: 1,
+                            preference: expressions(vec![requirement(
+                                "kubernetes.io/os",
+                                "In",
+                                &["windows"],
+                            )]),
+                        },
+                    ]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        });
+        assert_eq!(
+            found,
+            vec![
+                "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0]"
+            ]
+        );
+        // Compatible with the requested selector (linux/amd64), or not about the platform:
+        // neutral.
+        let found = paths_after(|p| {
+            required(
+                p,
+                vec![expressions(vec![
+                    requirement("kubernetes.io/arch", "In", &["amd64", "arm64"]),
+                    requirement("kubernetes.io/os", "Exists", &[]),
+                    requirement("kubernetes.io/arch", "NotIn", &["s390x"]),
+                    requirement("topology.kubernetes.io/zone", "In", &["a"]),
+                ])],
+            )
+        });
+        assert_eq!(found, Vec::<String>::new());
+        // A requested platform requirement that admission dropped.
+        let mut want = desired();
+        required(
+            &mut want,
+            vec![expressions(vec![requirement(
+                "kubernetes.io/arch",
+                "In",
+                &["amd64"],
+            )])],
+        );
+        let mut got = want.clone();
+        got.spec.as_mut().unwrap().affinity = None;
+        let found: Vec<String> = compare(&want, &got, "kandev-agent")
+            .into_iter()
+            .map(|m| m.path)
+            .collect();
+        assert_eq!(
+            found,
+            vec![format!(
+                "{REQUIRED}.nodeSelectorTerms[0].matchExpressions[0]"
+            )]
+        );
     }
 
     /// Upstream `validateAdmittedContainerDevices`: on every container, the main one too.

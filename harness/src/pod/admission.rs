@@ -9,8 +9,9 @@
 //! a reserved volume device, whatever was requested.
 //!
 //! Only documented neutral defaults are normalised (`readOnly: false` equals an absent
-//! `readOnly`, an empty `subPath` an absent one, as Kandev's Go types cannot tell them apart). A mismatch means the created Pod is deleted by its exact UID and the launch
-//! fails naming what changed.
+//! `readOnly`, an empty `subPath` an absent one, as Kandev's Go types cannot tell them
+//! apart; an absent port protocol is TCP, the API server's default). A mismatch means the
+//! created Pod is deleted by its exact UID and the launch fails naming what changed.
 
 use crate::pod::template::{
     AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_ROOTS, RESERVED_VOLUMES, clean_path,

@@ -5,8 +5,11 @@
 //! afterwards and the preconditions each DELETE carried.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use k8s_openapi::api::core::v1::Pod;
-use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kandev_harness::backend::kube::{KubeBackend, ManagedPvc, compare_pvc};
 use kandev_harness::backend::{Backend, BackendError, PodRef};
 use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::{SessionIdentity, create_nonce};
@@ -286,6 +289,106 @@ async fn a_claim_whose_storage_class_admission_changed_is_rolled_back() {
             .unwrap()
             .get("persistentvolumeclaims", &id.workspace_claim_name())
             .is_none()
+    );
+}
+
+fn claim(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> PersistentVolumeClaim {
+    let list = |entries: &[(&str, &str)]| {
+        (!entries.is_empty()).then(|| {
+            entries
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                .collect()
+        })
+    };
+    PersistentVolumeClaim {
+        spec: Some(PersistentVolumeClaimSpec {
+            resources: Some(VolumeResourceRequirements {
+                requests: list(requests),
+                limits: list(limits),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Upstream `sameResourceList` compares claim resources with `Quantity.Cmp`: an API server
+/// that writes a size back in another unit changed nothing; `1G` is not `1Gi`.
+#[test]
+fn claim_sizes_are_compared_as_quantities() {
+    let paths = |desired: &PersistentVolumeClaim, admitted: &PersistentVolumeClaim| {
+        compare_pvc(desired, admitted)
+            .into_iter()
+            .map(|m| m.path)
+            .collect::<Vec<_>>()
+    };
+    let want = claim(&[("storage", "1Gi")], &[("storage", "2Gi")]);
+    assert_eq!(
+        paths(
+            &want,
+            &claim(&[("storage", "1024Mi")], &[("storage", "2048Mi")])
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        paths(
+            &want,
+            &claim(&[("storage", "1073741824")], &[("storage", "2Gi")])
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        paths(&want, &claim(&[("storage", "1G")], &[("storage", "2Gi")])),
+        vec!["spec.resources.requests[storage]"]
+    );
+    assert_eq!(
+        paths(&want, &claim(&[("storage", "1Gi")], &[])),
+        vec!["spec.resources.limits[storage]"]
+    );
+    assert_eq!(
+        paths(
+            &want,
+            &claim(
+                &[("storage", "1Gi"), ("example.com/iops", "100")],
+                &[("storage", "2Gi")]
+            )
+        ),
+        vec!["spec.resources.requests[example.com/iops]"]
+    );
+}
+
+#[tokio::test]
+async fn a_claim_whose_size_admission_rewrote_in_another_unit_is_kept() {
+    let (client, state) = fake_apiserver::start(NS);
+    state.lock().unwrap().mutate_pvc = Some(Box::new(|pvc: &mut Value| {
+        pvc["spec"]["resources"]["requests"]["storage"] = json!("5120Mi");
+    }));
+    let backend = KubeBackend::new(
+        client,
+        NS,
+        "kube",
+        "kandev-agent",
+        ManagedPvc {
+            size: "5Gi".into(),
+            access_modes: vec!["ReadWriteOnce".into()],
+            storage_class: None,
+        },
+    );
+    let id = identity();
+    let created = backend
+        .create_workspace(
+            &id.workspace_claim_name(),
+            &id.all_labels(),
+            &BTreeMap::new(),
+        )
+        .await
+        .unwrap();
+    let state = state.lock().unwrap();
+    assert!(
+        state
+            .deletes("persistentvolumeclaims", &created.name)
+            .is_empty()
     );
 }
 

@@ -5,4 +5,5 @@
 pub mod admission;
 pub mod compose;
 pub mod identity;
+pub mod quantity;
 pub mod template;

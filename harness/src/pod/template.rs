@@ -4,7 +4,7 @@
 //! (kandev-contract.md §3). Every finding carries its field path under
 //! `config.pod_template_yaml`, as Kandev reports it, and all findings are reported at once.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplate, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, NodeSelectorTerm, PodSpec, PodTemplate, VolumeMount};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -375,6 +375,7 @@ fn validate_spec(
             ));
         }
     }
+    validate_node_affinity(spec, s, findings);
     for (i, volume) in spec.volumes.iter().flatten().enumerate() {
         let v = format!("{s}.volumes[{i}]");
         if RESERVED_VOLUMES.contains(&volume.name.as_str()) {
@@ -469,6 +470,57 @@ fn validate_spec(
             format!("{s}.containers"),
             format!("must contain the main container {}", options.main_container),
         ));
+    }
+}
+
+/// Node affinity on the platform keys is the profile's (upstream's `validateNodeAffinity`):
+/// every match expression or match field on `kubernetes.io/os` / `kubernetes.io/arch`, in
+/// required and preferred terms, is refused at its `key`.
+fn validate_node_affinity(spec: &PodSpec, s: &str, findings: &mut Vec<TemplateFinding>) {
+    let Some(affinity) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+    else {
+        return;
+    };
+    let base = format!("{s}.affinity.nodeAffinity");
+    let mut terms: Vec<(String, &NodeSelectorTerm)> = Vec::new();
+    if let Some(required) = &affinity.required_during_scheduling_ignored_during_execution {
+        for (i, term) in required.node_selector_terms.iter().enumerate() {
+            terms.push((
+                format!(
+                    "{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+                ),
+                term,
+            ));
+        }
+    }
+    for (i, term) in affinity
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        terms.push((
+            format!("{base}.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"),
+            &term.preference,
+        ));
+    }
+    for (path, term) in terms {
+        for (list, requirements) in [
+            ("matchExpressions", term.match_expressions.as_ref()),
+            ("matchFields", term.match_fields.as_ref()),
+        ] {
+            for (j, r) in requirements.into_iter().flatten().enumerate() {
+                if r.key == "kubernetes.io/os" || r.key == "kubernetes.io/arch" {
+                    findings.push(error(
+                        format!("{path}.{list}[{j}].key"),
+                        "is reserved for Kandev (set by the profile platform)",
+                    ));
+                }
+            }
+        }
     }
 }
 
@@ -705,6 +757,47 @@ template:
             .replace("image: worker", "image: worker\n        command: [x]");
         let findings = check(&text);
         assert!(errors(&findings).count() >= 2, "{findings:?}");
+    }
+
+    /// Upstream `validateNodeAffinity` / `reservedSelectorPath`: the platform keys are the
+    /// profile's, in required and preferred terms, match expressions and match fields.
+    #[test]
+    fn platform_node_affinity_is_reserved() {
+        let text = GOOD.replace(
+            "    containers:",
+            r#"    affinity:
+      nodeAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+            - matchExpressions:
+                - {key: topology.kubernetes.io/zone, operator: In, values: [a]}
+            - matchFields:
+                - {key: kubernetes.io/arch, operator: In, values: [amd64]}
+        preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 1
+            preference:
+              matchExpressions:
+                - {key: kubernetes.io/os, operator: In, values: [linux]}
+    containers:"#,
+        );
+        let findings = check(&text);
+        let found: Vec<(&str, &str)> = errors(&findings)
+            .map(|f| (f.path.as_str(), f.message.as_str()))
+            .collect();
+        let base = "config.pod_template_yaml.template.spec.affinity.nodeAffinity";
+        assert_eq!(
+            found,
+            vec![
+                (
+                    format!("{base}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[1].matchFields[0].key").as_str(),
+                    "is reserved for Kandev (set by the profile platform)"
+                ),
+                (
+                    format!("{base}.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].key").as_str(),
+                    "is reserved for Kandev (set by the profile platform)"
+                ),
+            ]
+        );
     }
 
     #[test]

@@ -343,11 +343,32 @@ pub fn compare_pvc(
             format!("{:?} became {:?}", d.volume_mode, a.volume_mode),
         );
     }
-    if d.resources != a.resources {
-        mismatch(
-            "spec.resources",
-            format!("{:?} became {:?}", d.resources, a.resources),
-        );
+    // Compared by value, as upstream's `sameResourceList` (`Quantity.Cmp`): an API server
+    // may write `5Gi` back as `5120Mi`. An absent list equals an empty one.
+    let (dr, ar) = (
+        d.resources.clone().unwrap_or_default(),
+        a.resources.clone().unwrap_or_default(),
+    );
+    for (list, want, got) in [
+        ("requests", dr.requests, ar.requests),
+        ("limits", dr.limits, ar.limits),
+    ] {
+        let (want, got) = (want.unwrap_or_default(), got.unwrap_or_default());
+        let names: std::collections::BTreeSet<&String> = want.keys().chain(got.keys()).collect();
+        for name in names {
+            let (w, g) = (want.get(name), got.get(name));
+            let same = match (w, g) {
+                (Some(w), Some(g)) => crate::pod::quantity::same(&w.0, &g.0),
+                _ => false,
+            };
+            if !same {
+                let show = |q: Option<&Quantity>| q.map_or("nothing".to_owned(), |q| q.0.clone());
+                mismatch(
+                    &format!("spec.resources.{list}[{name}]"),
+                    format!("{} became {}", show(w), show(g)),
+                );
+            }
+        }
     }
     // A default storage class being filled in is allowed; an explicit one must stay.
     if d.storage_class_name.is_some() && d.storage_class_name != a.storage_class_name {

@@ -492,7 +492,7 @@ impl Cluster {
                 &RoleBinding {
                     metadata: meta(),
                     role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
+                        api_group: Some("rbac.authorization.k8s.io".into()),
                         kind: "Role".into(),
                         name: EXECUTOR.into(),
                     },
@@ -511,11 +511,11 @@ impl Cluster {
                 EXECUTOR,
                 &pp,
                 &TokenRequest {
-                    spec: TokenRequestSpec {
-                        audiences: Vec::new(),
+                    spec: Some(TokenRequestSpec {
+                        audiences: Some(Vec::new()),
                         expiration_seconds: Some(4 * 3600),
                         ..Default::default()
-                    },
+                    }),
                     ..Default::default()
                 },
             )

@@ -124,3 +124,38 @@ pub fn write_kubeconfig(bin: &Path, name: &str, path: &Path) -> Result<String, C
     })?;
     Ok(format!("kind-{name}"))
 }
+
+#[cfg(test)]
+mod tests {
+    /// The Kubernetes minor version of `kindest/node:v1.<minor>.<patch>` in the Kind config.
+    fn pinned_node_minor(config: &str) -> Option<u32> {
+        let tag = config.split("kindest/node:v1.").nth(1)?;
+        tag.split('.').next()?.parse().ok()
+    }
+
+    /// The Kubernetes minor version k8s-openapi was built for (its `v1_*` feature; exactly one
+    /// of these macros expands).
+    #[allow(clippy::vec_init_then_push)]
+    fn compiled_minor() -> Vec<u32> {
+        let mut compiled = Vec::new();
+        k8s_openapi::k8s_if_1_33! { compiled.push(33); }
+        k8s_openapi::k8s_if_1_34! { compiled.push(34); }
+        k8s_openapi::k8s_if_1_35! { compiled.push(35); }
+        k8s_openapi::k8s_if_1_36! { compiled.push(36); }
+        k8s_openapi::k8s_if_1_37! { compiled.push(37); }
+        compiled
+    }
+
+    #[test]
+    fn the_api_types_are_those_of_the_pinned_kind_node() {
+        let path = crate::paths::workspace_root().join("kind/cluster.yaml");
+        let config = std::fs::read_to_string(&path).unwrap_or_default();
+        let pinned = pinned_node_minor(&config);
+        assert!(pinned.is_some(), "no kindest/node:v1.N pin in {path:?}");
+        assert_eq!(
+            compiled_minor(),
+            pinned.into_iter().collect::<Vec<_>>(),
+            "k8s-openapi's feature (workspace Cargo.toml) must be the pinned node's v1_N"
+        );
+    }
+}

@@ -680,3 +680,64 @@ async fn a_named_namespace_must_exist_and_only_the_executor_objects_are_removed_
         assert!(state.get(kind, EXECUTOR).is_none(), "{kind} removed");
     }
 }
+
+#[tokio::test]
+async fn the_client_has_no_read_timeout_that_would_cut_exec_and_port_forward_streams() {
+    use kandev_harness::backend::kube::cluster::client_for;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:6443'}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: t}\n",
+    )
+    .unwrap();
+    let (_client, config, _) = client_for(Some(&path), Some("c")).await.unwrap();
+    // kube's read timeout wraps the socket, which exec and port-forward keep after the
+    // upgrade: a command answering after it would be cut. Each call has its own deadline.
+    assert_eq!(config.read_timeout, None);
+    let connect = config.connect_timeout.unwrap();
+    assert!(
+        connect <= std::time::Duration::from_secs(10),
+        "an unreachable cluster still fails fast: {connect:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_api_server_never_answers_ends_at_the_answer_bound() {
+    use kandev_harness::backend::kube::cluster::{ClientBounds, client_for_bounded};
+    // Accepts connections and never answers (a hung API server).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{token: t}}\n"),
+    )
+    .unwrap();
+    let bounds = ClientBounds {
+        connect: Duration::from_secs(2),
+        answer: Duration::from_millis(300),
+    };
+    let (client, config, _) = client_for_bounded(Some(&path), Some("c"), bounds)
+        .await
+        .unwrap();
+    assert_eq!(config.read_timeout, None);
+    let started = std::time::Instant::now();
+    let answered = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await;
+    assert!(
+        matches!(answered, Ok(Err(_))),
+        "the request fails by itself: {answered:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

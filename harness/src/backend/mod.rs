@@ -143,6 +143,8 @@ pub struct ExecRequest {
     pub container: String,
     pub argv: Vec<String>,
     pub stdin: Option<Vec<u8>>,
+    /// The exec's deadline (the `kube` backend applies its `EXEC_DEADLINE` when none is
+    /// given: its client has no read timeout, so nothing else would end a hung exec).
     pub timeout: Option<Duration>,
 }
 

@@ -134,11 +134,50 @@ impl ClusterSettings {
     }
 }
 
-/// The kubeconfig client of an explicitly named context, with short connect timeouts so an
-/// unreachable cluster fails fast.
+/// How a client bounds its calls. Deliberately no read timeout: kube's `read_timeout` wraps
+/// the socket, and an exec or a port-forward keeps that socket after the upgrade, so any
+/// command answering after it would be cut (kube 5 leaves it unset for that reason). Each
+/// exec and port-forward is bounded by its own deadline instead (as Kandev bounds each exec by
+/// its context), and every request by how long the API server may take to start answering.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientBounds {
+    /// Establishing the connection (an unreachable cluster fails fast).
+    pub connect: Duration,
+    /// Until the response head arrives (for exec and port-forward: the upgrade), retries
+    /// included; the stream after an upgrade is not bounded by it.
+    pub answer: Duration,
+}
+
+impl Default for ClientBounds {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(5),
+            answer: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The client of `config`, every request bounded by `bounds.answer` (a tower timeout around
+/// the request future, which ends at the response head).
+pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
+        .build())
+}
+
+/// The kubeconfig client of an explicitly named context, with the default [`ClientBounds`].
 pub async fn client_for(
     path: Option<&Path>,
     context: Option<&str>,
+) -> Result<(Client, Config, String), ClusterError> {
+    client_for_bounded(path, context, ClientBounds::default()).await
+}
+
+/// [`client_for`] with explicit bounds.
+pub async fn client_for_bounded(
+    path: Option<&Path>,
+    context: Option<&str>,
+    bounds: ClientBounds,
 ) -> Result<(Client, Config, String), ClusterError> {
     let shown = path
         .map(|p| p.display().to_string())
@@ -172,9 +211,8 @@ pub async fn client_for(
             path: shown,
             cause: crate::error_chain(&e),
         })?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(60));
-    let client = Client::try_from(config.clone()).map_err(|e| ClusterError::Setup {
+    config.connect_timeout = Some(bounds.connect);
+    let client = client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
         what: format!("a client for context {context}"),
         source: e.into(),
     })?;
@@ -531,7 +569,7 @@ impl Cluster {
                 what: "the executor's credentials".into(),
                 source: e.into(),
             })?;
-        Client::try_from(session_config).map_err(|e| ClusterError::Setup {
+        client_of(session_config, ClientBounds::default()).map_err(|e| ClusterError::Setup {
             what: "the executor's client".into(),
             source: e.into(),
         })

@@ -449,6 +449,7 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         kind: None,
         run_id: "20261130t000000-abcdef".into(),
         access: BTreeMap::new(),
+        settle: Duration::from_millis(600),
     }
 }
 
@@ -739,5 +740,113 @@ async fn a_request_the_api_server_never_answers_ends_at_the_answer_bound() {
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn preflight_waits_until_a_just_created_role_binding_is_effective() {
+    use kandev_harness::backend::kube::cluster::required_access;
+    use kandev_harness::pod::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    // The authorizer has not seen the binding yet: two whole rounds of reviews say no.
+    state.lock().unwrap().ssar_denials = 2 * required_access(WorkspaceMode::ManagedPvc).len();
+    let mut cluster = cluster(client);
+    cluster.settle = Duration::from_secs(10);
+    let evidence = cluster
+        .preflight(&composed(&identity(), "c"), WorkspaceMode::ManagedPvc)
+        .await
+        .unwrap();
+    for (verb, resource) in required_access(WorkspaceMode::ManagedPvc) {
+        assert_eq!(
+            evidence["executor_access"][format!("{verb} {resource}")],
+            json!(true),
+            "{evidence}"
+        );
+    }
+    let state = state.lock().unwrap();
+    assert_eq!(state.ssar_denials, 0, "the denials were asked through");
+    assert!(
+        state
+            .requests
+            .iter()
+            .any(|(m, p, _)| m == "POST" && p.contains("/pods?") && p.contains("dryRun=All")),
+        "the dry run followed"
+    );
+}
+
+#[tokio::test]
+async fn preflight_reports_a_permission_still_refused_after_the_bound_as_forbidden() {
+    use kandev_harness::backend::kube::cluster::ClusterError;
+    use kandev_harness::pod::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    state
+        .lock()
+        .unwrap()
+        .allowed
+        .retain(|a| a != "create pods/portforward");
+    let mut cluster = cluster(client);
+    let started = std::time::Instant::now();
+    let error = cluster
+        .preflight(&composed(&identity(), "c"), WorkspaceMode::ManagedPvc)
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    match &error {
+        ClusterError::Forbidden { missing, .. } => {
+            assert_eq!(
+                missing,
+                &vec!["create pods/portforward".to_owned()],
+                "{error}"
+            );
+        }
+        other => panic!("not Forbidden: {other}"),
+    }
+    assert!(
+        waited >= cluster.settle && waited < Duration::from_secs(5),
+        "refused after the bound, not at once and not forever: {waited:?}"
+    );
+    assert!(
+        !state
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .any(|(m, p, _)| m == "POST" && p.contains("dryRun=All")),
+        "no dry run without the permissions"
+    );
+}
+
+#[tokio::test]
+async fn preflight_waits_for_the_namespaces_default_service_account_before_the_dry_run() {
+    use kandev_harness::pod::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    // A namespace just created: the service-account controller has not made `default` yet.
+    state.lock().unwrap().default_service_account_missing_gets = 1;
+    let mut cluster = cluster(client);
+    cluster.settle = Duration::from_secs(10);
+    cluster
+        .preflight(&composed(&identity(), "c"), WorkspaceMode::ManagedPvc)
+        .await
+        .unwrap();
+    let state = state.lock().unwrap();
+    let sa_reads: Vec<usize> = state
+        .requests
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, p, _))| m == "GET" && p.contains("/serviceaccounts/default"))
+        .map(|(i, _)| i)
+        .collect();
+    let dry_run = state
+        .requests
+        .iter()
+        .position(|(m, p, _)| m == "POST" && p.contains("dryRun=All"))
+        .expect("the dry run ran");
+    assert_eq!(sa_reads.len(), 2, "one 404, then found: {sa_reads:?}");
+    assert!(
+        sa_reads.iter().all(|i| *i < dry_run),
+        "the dry run follows the service account"
     );
 }

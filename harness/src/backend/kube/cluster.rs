@@ -19,6 +19,7 @@ use crate::node::{CgroupFs, HostNode, NodeView};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use crate::pod::template::WorkspaceMode;
 use crate::report::{CleanupOutcome, CleanupRecord};
+use crate::wait::{self, WaitTimedOut};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -36,6 +37,10 @@ use std::time::{Duration, Instant};
 
 /// The service account, Role and RoleBinding the sessions run as.
 pub const EXECUTOR: &str = "kandev-acceptance-executor";
+/// How long the preflight waits for a fresh namespace to settle ([`Cluster::settle`]).
+pub const SETTLE: Duration = Duration::from_secs(10);
+/// How often the preflight asks again while a fresh namespace settles.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
 /// How long the first answer of the API server may take before the run gives up.
 pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -92,6 +97,17 @@ pub enum ClusterError {
         "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
     )]
     PrivilegedRejected { namespace: String, message: String },
+    #[error(
+        "the service account {account} of the task Pods does not exist in namespace {namespace} (waited {waited:?}; the service-account controller creates `default` in every namespace)\n  fix: check that the controller manager runs, or create the account the template names"
+    )]
+    ServiceAccountMissing {
+        namespace: String,
+        account: String,
+        waited: Duration,
+    },
+    /// A bounded wait of the set-up ran out (mapped to the error it means where it ends).
+    #[error(transparent)]
+    TimedOut(#[from] WaitTimedOut),
     #[error("{what}")]
     Setup {
         what: String,
@@ -279,6 +295,9 @@ pub struct Cluster {
     pub run_id: String,
     /// Permission checks of the executor identity (`verb resource`: allowed).
     pub access: BTreeMap<String, bool>,
+    /// How long the preflight waits for what a fresh namespace settles into: a RoleBinding
+    /// just created becoming effective, the namespace's `default` ServiceAccount.
+    pub settle: Duration,
 }
 
 /// Labels of everything the run creates in the cluster (for `gc`).
@@ -480,6 +499,7 @@ impl Cluster {
             kind,
             run_id: run_id.to_owned(),
             access: BTreeMap::new(),
+            settle: SETTLE,
         };
         // From here on the run owns objects: a failure tears them down before returning.
         match cluster.set_up_executor(&config, mode, &labels).await {
@@ -575,6 +595,89 @@ impl Cluster {
         })
     }
 
+    /// Polls SelfSubjectAccessReviews (as the executor) until every permission Kandev needs
+    /// is allowed: a RoleBinding just created takes a moment to reach the authorizer. A
+    /// permission still refused after [`Cluster::settle`] is a genuine refusal.
+    async fn await_executor_access(&mut self, mode: WorkspaceMode) -> Result<(), ClusterError> {
+        let needed = required_access(mode);
+        let access = std::sync::Mutex::new(std::mem::take(&mut self.access));
+        let (session, namespace) = (&self.session, self.namespace.as_str());
+        let settled = wait::until(
+            "the executor's permissions to take effect",
+            self.settle,
+            SETTLE_POLL,
+            || async {
+                let mut all = true;
+                for (verb, resource) in &needed {
+                    let key = format!("{verb} {resource}");
+                    let known = access
+                        .lock()
+                        .map(|a| a.get(&key) == Some(&true))
+                        .unwrap_or(false);
+                    if known {
+                        continue;
+                    }
+                    let allowed = can_i(session, namespace, verb, resource).await?;
+                    if let Ok(mut a) = access.lock() {
+                        a.insert(key, allowed);
+                    }
+                    all &= allowed;
+                }
+                Ok::<_, ClusterError>(all.then_some(()))
+            },
+        )
+        .await;
+        self.access = access.into_inner().unwrap_or_default();
+        match settled {
+            Ok(()) => Ok(()),
+            Err(ClusterError::TimedOut(_)) => Err(ClusterError::Forbidden {
+                namespace: self.namespace.clone(),
+                missing: needed
+                    .iter()
+                    .map(|(verb, resource)| format!("{verb} {resource}"))
+                    .filter(|key| self.access.get(key) != Some(&true))
+                    .collect(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits (with the operator's identity: Kandev's Role reads no service accounts) until the
+    /// service account `pod` runs as exists: the controller creates a namespace's `default`
+    /// a moment after the namespace, and until then the ServiceAccount admission refuses
+    /// every Pod, dry runs included. Returns its name.
+    async fn await_service_account(&self, pod: &Pod) -> Result<String, ClusterError> {
+        let account = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), &self.namespace);
+        let found = wait::until(
+            &format!("service account {account} in {}", self.namespace),
+            self.settle,
+            SETTLE_POLL,
+            || async {
+                match accounts.get_opt(&account).await {
+                    Ok(found) => Ok(found.map(|_| ())),
+                    // Not readable with this identity: the dry run will say what it lacks.
+                    Err(kube::Error::Api(status)) if status.code == 403 => Ok(Some(())),
+                    Err(e) => Err(setup(format!("get service account {account}"))(e)),
+                }
+            },
+        )
+        .await;
+        match found {
+            Ok(()) => Ok(account),
+            Err(ClusterError::TimedOut(_)) => Err(ClusterError::ServiceAccountMissing {
+                namespace: self.namespace.clone(),
+                account,
+                waited: self.settle,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Before any session: the executor may do what Kandev needs (SelfSubjectAccessReview as
     /// the executor), and the API server admits the privileged companion (server-side dry run
     /// of a composed Pod, as the executor). Returns the evidence.
@@ -583,26 +686,16 @@ impl Cluster {
         pod: &Pod,
         mode: WorkspaceMode,
     ) -> Result<Value, ClusterError> {
-        let mut missing = Vec::new();
-        for (verb, resource) in required_access(mode) {
-            let allowed = can_i(&self.session, &self.namespace, verb, resource).await?;
-            self.access.insert(format!("{verb} {resource}"), allowed);
-            if !allowed {
-                missing.push(format!("{verb} {resource}"));
-            }
-        }
-        if !missing.is_empty() {
-            return Err(ClusterError::Forbidden {
-                namespace: self.namespace.clone(),
-                missing,
-            });
-        }
+        let started = Instant::now();
+        self.await_executor_access(mode).await?;
+        let access_effective_ms = started.elapsed().as_millis() as u64;
         let mut broader = Vec::new();
         for (verb, resource) in NOT_NEEDED {
             if can_i(&self.session, &self.namespace, verb, resource).await? {
                 broader.push(format!("{verb} {resource}"));
             }
         }
+        let account = self.await_service_account(pod).await?;
         let dry_run = PostParams {
             dry_run: true,
             field_manager: Some(super::FIELD_MANAGER.into()),
@@ -622,6 +715,8 @@ impl Cluster {
             "namespace_created_by_run": self.created_namespace,
             "executor": format!("system:serviceaccount:{}:{EXECUTOR}", self.namespace),
             "executor_access": self.access,
+            "executor_access_effective_after_ms": access_effective_ms,
+            "pod_service_account": account,
             "executor_granted_more_than_kandev_needs": broader,
             "privileged_companion_admitted": "server-side dry run passed",
         }))

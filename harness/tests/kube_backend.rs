@@ -300,6 +300,7 @@ async fn terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label
         pod: created.clone(),
         owned_labels: owned_labels(&id.kandev_labels()),
         workspace: None,
+        cleanup: None,
     };
     // Someone stamps a kandev.ai label Kandev did not set: the identity no longer matches.
     state
@@ -848,5 +849,164 @@ async fn preflight_waits_for_the_namespaces_default_service_account_before_the_d
     assert!(
         sa_reads.iter().all(|i| *i < dry_run),
         "the dry run follows the service account"
+    );
+}
+
+fn claim_uid(state: &std::sync::Mutex<fake_apiserver::State>, name: &str) -> Value {
+    state
+        .lock()
+        .unwrap()
+        .get("persistentvolumeclaims", name)
+        .unwrap()["metadata"]["uid"]
+        .clone()
+}
+
+fn edit_claim(
+    state: &std::sync::Mutex<fake_apiserver::State>,
+    name: &str,
+    edit: impl FnOnce(&mut Value),
+) {
+    edit(
+        state
+            .lock()
+            .unwrap()
+            .objects
+            .get_mut("persistentvolumeclaims")
+            .unwrap()
+            .get_mut(name)
+            .unwrap(),
+    );
+}
+
+/// The position of the first request matching, in the fake's log.
+fn first_request(
+    state: &fake_apiserver::State,
+    what: impl Fn(&str, &str) -> bool,
+) -> Option<usize> {
+    state.requests.iter().position(|(m, p, _)| what(m, p))
+}
+
+#[tokio::test]
+async fn terminal_cleanup_deletes_nothing_when_the_claim_has_a_foreign_uid() {
+    use kandev_harness::session::CleanupScript;
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let annotations = BTreeMap::from([("kandev.ai/create-nonce".to_owned(), create_nonce())]);
+    let workspace = backend
+        .create_workspace(&id.workspace_claim_name(), &id.all_labels(), &annotations)
+        .await
+        .unwrap();
+    let pod = backend
+        .create_pod(&composed(&id, &workspace.name))
+        .await
+        .unwrap();
+    let recorded = RecordedSession {
+        pod: pod.clone(),
+        owned_labels: owned_labels(&id.kandev_labels()),
+        workspace: Some(workspace.clone()),
+        cleanup: Some(CleanupScript {
+            container: "kandev-agent".into(),
+            script: "rm -rf /workspace/.cache".into(),
+            timeout: Duration::from_secs(5),
+        }),
+    };
+    let exec = |m: &str, p: &str| {
+        let _ = m;
+        p.contains(&format!("/pods/{}/exec", pod.name))
+    };
+    // The claim of that name is another object now (deleted and re-created by someone else).
+    let ours = claim_uid(&state, &workspace.name);
+    edit_claim(&state, &workspace.name, |c| {
+        c["metadata"]["uid"] = json!("00000000-0000-4000-8000-0000000000cc")
+    });
+    let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
+    {
+        let state = state.lock().unwrap();
+        assert!(
+            state.get("pods", &pod.name).is_some(),
+            "the Pod is NOT deleted either ({refused:#})"
+        );
+        assert!(
+            matches!(
+                refused.downcast_ref::<CleanupRefused>(),
+                Some(CleanupRefused::WorkspaceUidMismatch { .. })
+            ),
+            "a refusal naming the claim, not a failed delete: {refused:#}"
+        );
+        assert!(
+            state.deletes("pods", &pod.name).is_empty(),
+            "no Pod delete was sent"
+        );
+        assert!(
+            state
+                .deletes("persistentvolumeclaims", &workspace.name)
+                .is_empty(),
+            "no claim delete was sent"
+        );
+        assert_eq!(first_request(&state, exec), None, "no cleanup script ran");
+    }
+
+    // Our claim again, but stamped with a kandev.ai label Kandev did not set.
+    edit_claim(&state, &workspace.name, |c| {
+        c["metadata"]["uid"] = ours.clone();
+        c["metadata"]["labels"]["kandev.ai/foreign-owner"] = json!("someone-else");
+    });
+    let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
+    assert!(
+        matches!(
+            refused.downcast_ref::<CleanupRefused>(),
+            Some(CleanupRefused::WorkspaceLabelsDiffer { .. })
+        ),
+        "{refused:#}"
+    );
+    assert!(
+        format!("{refused:#}").contains("kandev.ai/foreign-owner"),
+        "{refused:#}"
+    );
+    {
+        let state = state.lock().unwrap();
+        assert!(state.get("pods", &pod.name).is_some());
+        assert!(state.deletes("pods", &pod.name).is_empty());
+        assert_eq!(first_request(&state, exec), None, "no cleanup script ran");
+    }
+
+    // The recorded identity, intact: verify both, run the cleanup step, then delete.
+    edit_claim(&state, &workspace.name, |c| {
+        c["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("kandev.ai/foreign-owner");
+    });
+    let verified_from = state.lock().unwrap().requests.len();
+    terminal_cleanup(&backend, &recorded).await.unwrap();
+    let state = state.lock().unwrap();
+    assert!(state.get("pods", &pod.name).is_none());
+    assert!(
+        state
+            .get("persistentvolumeclaims", &workspace.name)
+            .is_none()
+    );
+    let position = |what: &dyn Fn(&str, &str) -> bool| {
+        state
+            .requests
+            .iter()
+            .enumerate()
+            .skip(verified_from)
+            .find(|(_, (m, p, _))| what(m, p))
+            .map(|(i, _)| i)
+            .unwrap()
+    };
+    let claim_read = position(&|m, p| {
+        m == "GET" && p.contains(&format!("/persistentvolumeclaims/{}", workspace.name))
+    });
+    let script = position(&exec);
+    let pod_delete = position(&|m, p| m == "DELETE" && p.contains(&format!("/pods/{}", pod.name)));
+    let claim_delete = position(&|m, p| {
+        m == "DELETE" && p.contains(&format!("/persistentvolumeclaims/{}", workspace.name))
+    });
+    assert!(
+        claim_read < script && script < pod_delete && pod_delete < claim_delete,
+        "verify the claim, run the cleanup step, delete the Pod, then the claim: {claim_read} {script} {pod_delete} {claim_delete}"
     );
 }

@@ -519,6 +519,14 @@ impl Backend for KubeBackend {
         }))
     }
 
+    async fn workspace_labels(&self, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        self.pvcs()
+            .get_opt(name)
+            .await
+            .map(|pvc| pvc.map(|pvc| pvc.labels().clone()))
+            .map_err(|e| other(format!("get workspace claim {name}"), e))
+    }
+
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let admitted = match self.pods().create(&Self::post_params(), pod).await {

@@ -147,6 +147,34 @@ mod tests {
     }
 
     #[test]
+    fn the_kind_cluster_gives_every_pod_a_pids_limit() {
+        // A kubelet writes a Pod cgroup's pids.max only with podPidsLimit > 0, which
+        // cgroup::accounting reads from the node.
+        let path = crate::paths::workspace_root().join("kind/cluster.yaml");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_default();
+        let kubelet: Vec<serde_yaml::Value> = config["kubeadmConfigPatches"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|patch| serde_yaml::from_str(patch.as_str()?).ok())
+            .filter(|patch: &serde_yaml::Value| patch["kind"] == "KubeletConfiguration")
+            .collect();
+        assert_eq!(
+            kubelet.len(),
+            1,
+            "one KubeletConfiguration patch in {path:?}"
+        );
+        let limit = kubelet[0]["podPidsLimit"].as_i64().unwrap_or(0);
+        assert!(limit > 0, "podPidsLimit {limit} in {path:?}");
+        assert_eq!(
+            kubelet[0]["featureGates"]["KubeletInUserNamespace"],
+            serde_yaml::Value::Bool(true),
+            "the patch Kandev's fixture sets stays"
+        );
+    }
+
+    #[test]
     fn the_api_types_are_those_of_the_pinned_kind_node() {
         let path = crate::paths::workspace_root().join("kind/cluster.yaml");
         let config = std::fs::read_to_string(&path).unwrap_or_default();

@@ -1,8 +1,8 @@
 //! Where the `kube` backend's cluster comes from and what the run sets up in it.
 //!
 //! - `--backend kind`: a Kind cluster from `kind/cluster.yaml` (single node, node image pinned
-//!   by digest), the locally built images loaded with `kind load docker-image`, deleted at the
-//!   end unless kept. Its node is a container on this host's engine, so the node view reads
+//!   by digest), the locally built images loaded with `docker save` + `kind load
+//!   image-archive`, deleted at the end unless kept. Its node is a container on this host's engine, so the node view reads
 //!   the node's processes and cgroups from this host.
 //! - `--backend kube`: a kubeconfig and a context the operator names (never the ambient
 //!   current context), in a namespace the operator names or one the run creates and removes.
@@ -55,6 +55,10 @@ pub enum ClusterError {
         "kind {step} failed: {output}\n  fix: check that this host's Docker engine can run Kind nodes (`kind create cluster` by hand shows the same)"
     )]
     Kind { step: String, output: String },
+    #[error(
+        "docker {step} failed: {output}\n  fix: loading images into Kind needs the docker CLI of this host's engine on PATH"
+    )]
+    Docker { step: String, output: String },
     #[error(
         "read the kubeconfig {path}: {cause}\n  fix: pass --kubeconfig FILE (or set KUBECONFIG)"
     )]
@@ -138,6 +142,7 @@ impl ClusterSettings {
             node_image: kind.node_image.clone(),
             keep: kind.keep_cluster,
             kubeconfig: report_folder.join("kind.kubeconfig"),
+            docker_bin: PathBuf::from("docker"),
         })
     }
 

@@ -2,8 +2,8 @@
 //!
 //! - `--backend kind`: a Kind cluster from `kind/cluster.yaml` (single node, node image pinned
 //!   by digest), the locally built images loaded with `docker save` + `kind load
-//!   image-archive`, deleted at the end unless kept. Its node is a container on this host's engine, so the node view reads
-//!   the node's processes and cgroups from this host.
+//!   image-archive`, deleted at the end unless kept. Its node is a container on this host's
+//!   engine, so the node view reads the node's processes and cgroups from this host.
 //! - `--backend kube`: a kubeconfig and a context the operator names (never the ambient
 //!   current context), in a namespace the operator names or one the run creates and removes.
 //!

@@ -403,6 +403,7 @@ async fn terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label
         pod: created.clone(),
         owned_labels: owned_labels(&id.kandev_labels()),
         workspace: None,
+        cleanup: None,
     };
     // Someone stamps a kandev.ai label Kandev did not set: the identity no longer matches.
     state
@@ -552,6 +553,7 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         kind: None,
         run_id: "20261130t000000-abcdef".into(),
         access: BTreeMap::new(),
+        settle: Duration::from_millis(600),
     }
 }
 
@@ -782,4 +784,332 @@ async fn a_named_namespace_must_exist_and_only_the_executor_objects_are_removed_
     for kind in ["roles", "rolebindings", "serviceaccounts"] {
         assert!(state.get(kind, EXECUTOR).is_none(), "{kind} removed");
     }
+}
+
+#[tokio::test]
+async fn the_client_has_no_read_timeout_that_would_cut_exec_and_port_forward_streams() {
+    use kandev_harness::backend::kube::cluster::client_for;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:6443'}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: t}\n",
+    )
+    .unwrap();
+    let (_client, config, _) = client_for(Some(&path), Some("c")).await.unwrap();
+    // kube's read timeout wraps the socket, which exec and port-forward keep after the
+    // upgrade: a command answering after it would be cut. Each call has its own deadline.
+    assert_eq!(config.read_timeout, None);
+    let connect = config.connect_timeout.unwrap();
+    assert!(
+        connect <= std::time::Duration::from_secs(10),
+        "an unreachable cluster still fails fast: {connect:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_api_server_never_answers_ends_at_the_answer_bound() {
+    use kandev_harness::backend::kube::cluster::{ClientBounds, client_for_bounded};
+    // Accepts connections and never answers (a hung API server).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\nusers:\n- name: u\n  user: {{token: t}}\n"),
+    )
+    .unwrap();
+    let bounds = ClientBounds {
+        connect: Duration::from_secs(2),
+        answer: Duration::from_millis(300),
+    };
+    let (client, config, _) = client_for_bounded(Some(&path), Some("c"), bounds)
+        .await
+        .unwrap();
+    assert_eq!(config.read_timeout, None);
+    let started = std::time::Instant::now();
+    let answered = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await;
+    assert!(
+        matches!(answered, Ok(Err(_))),
+        "the request fails by itself: {answered:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn preflight_waits_until_a_just_created_role_binding_is_effective() {
+    use kandev_harness::backend::kube::cluster::required_access;
+    use kandev_harness::pod::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    // The authorizer has not seen the binding yet: two whole rounds of reviews say no.
+    state.lock().unwrap().ssar_denials = 2 * required_access(WorkspaceMode::ManagedPvc).len();
+    let mut cluster = cluster(client);
+    cluster.settle = Duration::from_secs(10);
+    let evidence = cluster
+        .preflight(&composed(&identity(), "c"), WorkspaceMode::ManagedPvc)
+        .await
+        .unwrap();
+    for (verb, resource) in required_access(WorkspaceMode::ManagedPvc) {
+        assert_eq!(
+            evidence["executor_access"][format!("{verb} {resource}")],
+            json!(true),
+            "{evidence}"
+        );
+    }
+    let state = state.lock().unwrap();
+    assert_eq!(state.ssar_denials, 0, "the denials were asked through");
+    assert!(
+        state
+            .requests
+            .iter()
+            .any(|(m, p, _)| m == "POST" && p.contains("/pods?") && p.contains("dryRun=All")),
+        "the dry run followed"
+    );
+}
+
+#[tokio::test]
+async fn preflight_reports_a_permission_still_refused_after_the_bound_as_forbidden() {
+    use kandev_harness::backend::kube::cluster::ClusterError;
+    use kandev_harness::pod::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    state
+        .lock()
+        .unwrap()
+        .allowed
+        .retain(|a| a != "create pods/portforward");
+    let mut cluster = cluster(client);
+    let started = std::time::Instant::now();
+    let error = cluster
+        .preflight(&composed(&identity(), "c"), WorkspaceMode::ManagedPvc)
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    match &error {
+        ClusterError::Forbidden { missing, .. } => {
+            assert_eq!(
+                missing,
+                &vec!["create pods/portforward".to_owned()],
+                "{error}"
+            );
+        }
+        other => panic!("not Forbidden: {other}"),
+    }
+    assert!(
+        waited >= cluster.settle && waited < Duration::from_secs(5),
+        "refused after the bound, not at once and not forever: {waited:?}"
+    );
+    assert!(
+        !state
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .any(|(m, p, _)| m == "POST" && p.contains("dryRun=All")),
+        "no dry run without the permissions"
+    );
+}
+
+#[tokio::test]
+async fn preflight_waits_for_the_namespaces_default_service_account_before_the_dry_run() {
+    use kandev_harness::pod::template::WorkspaceMode;
+    let (client, state) = fake_apiserver::start(NS);
+    grant_kandev_role(&state);
+    // A namespace just created: the service-account controller has not made `default` yet.
+    state.lock().unwrap().default_service_account_missing_gets = 1;
+    let mut cluster = cluster(client);
+    cluster.settle = Duration::from_secs(10);
+    cluster
+        .preflight(&composed(&identity(), "c"), WorkspaceMode::ManagedPvc)
+        .await
+        .unwrap();
+    let state = state.lock().unwrap();
+    let sa_reads: Vec<usize> = state
+        .requests
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, p, _))| m == "GET" && p.contains("/serviceaccounts/default"))
+        .map(|(i, _)| i)
+        .collect();
+    let dry_run = state
+        .requests
+        .iter()
+        .position(|(m, p, _)| m == "POST" && p.contains("dryRun=All"))
+        .expect("the dry run ran");
+    assert_eq!(sa_reads.len(), 2, "one 404, then found: {sa_reads:?}");
+    assert!(
+        sa_reads.iter().all(|i| *i < dry_run),
+        "the dry run follows the service account"
+    );
+}
+
+fn claim_uid(state: &std::sync::Mutex<fake_apiserver::State>, name: &str) -> Value {
+    state
+        .lock()
+        .unwrap()
+        .get("persistentvolumeclaims", name)
+        .unwrap()["metadata"]["uid"]
+        .clone()
+}
+
+fn edit_claim(
+    state: &std::sync::Mutex<fake_apiserver::State>,
+    name: &str,
+    edit: impl FnOnce(&mut Value),
+) {
+    edit(
+        state
+            .lock()
+            .unwrap()
+            .objects
+            .get_mut("persistentvolumeclaims")
+            .unwrap()
+            .get_mut(name)
+            .unwrap(),
+    );
+}
+
+/// The position of the first request matching, in the fake's log.
+fn first_request(
+    state: &fake_apiserver::State,
+    what: impl Fn(&str, &str) -> bool,
+) -> Option<usize> {
+    state.requests.iter().position(|(m, p, _)| what(m, p))
+}
+
+#[tokio::test]
+async fn terminal_cleanup_deletes_nothing_when_the_claim_has_a_foreign_uid() {
+    use kandev_harness::session::CleanupScript;
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let annotations = BTreeMap::from([("kandev.ai/create-nonce".to_owned(), create_nonce())]);
+    let workspace = backend
+        .create_workspace(&id.workspace_claim_name(), &id.all_labels(), &annotations)
+        .await
+        .unwrap();
+    let pod = backend
+        .create_pod(&composed(&id, &workspace.name))
+        .await
+        .unwrap();
+    let recorded = RecordedSession {
+        pod: pod.clone(),
+        owned_labels: owned_labels(&id.kandev_labels()),
+        workspace: Some(workspace.clone()),
+        cleanup: Some(CleanupScript {
+            container: "kandev-agent".into(),
+            script: "rm -rf /workspace/.cache".into(),
+            timeout: Duration::from_secs(5),
+        }),
+    };
+    let exec = |m: &str, p: &str| {
+        let _ = m;
+        p.contains(&format!("/pods/{}/exec", pod.name))
+    };
+    // The claim of that name is another object now (deleted and re-created by someone else).
+    let ours = claim_uid(&state, &workspace.name);
+    edit_claim(&state, &workspace.name, |c| {
+        c["metadata"]["uid"] = json!("00000000-0000-4000-8000-0000000000cc")
+    });
+    let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
+    {
+        let state = state.lock().unwrap();
+        assert!(
+            state.get("pods", &pod.name).is_some(),
+            "the Pod is NOT deleted either ({refused:#})"
+        );
+        assert!(
+            matches!(
+                refused.downcast_ref::<CleanupRefused>(),
+                Some(CleanupRefused::WorkspaceUidMismatch { .. })
+            ),
+            "a refusal naming the claim, not a failed delete: {refused:#}"
+        );
+        assert!(
+            state.deletes("pods", &pod.name).is_empty(),
+            "no Pod delete was sent"
+        );
+        assert!(
+            state
+                .deletes("persistentvolumeclaims", &workspace.name)
+                .is_empty(),
+            "no claim delete was sent"
+        );
+        assert_eq!(first_request(&state, exec), None, "no cleanup script ran");
+    }
+
+    // Our claim again, but stamped with a kandev.ai label Kandev did not set.
+    edit_claim(&state, &workspace.name, |c| {
+        c["metadata"]["uid"] = ours.clone();
+        c["metadata"]["labels"]["kandev.ai/foreign-owner"] = json!("someone-else");
+    });
+    let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
+    assert!(
+        matches!(
+            refused.downcast_ref::<CleanupRefused>(),
+            Some(CleanupRefused::WorkspaceLabelsDiffer { .. })
+        ),
+        "{refused:#}"
+    );
+    assert!(
+        format!("{refused:#}").contains("kandev.ai/foreign-owner"),
+        "{refused:#}"
+    );
+    {
+        let state = state.lock().unwrap();
+        assert!(state.get("pods", &pod.name).is_some());
+        assert!(state.deletes("pods", &pod.name).is_empty());
+        assert_eq!(first_request(&state, exec), None, "no cleanup script ran");
+    }
+
+    // The recorded identity, intact: verify both, run the cleanup step, then delete.
+    edit_claim(&state, &workspace.name, |c| {
+        c["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("kandev.ai/foreign-owner");
+    });
+    let verified_from = state.lock().unwrap().requests.len();
+    terminal_cleanup(&backend, &recorded).await.unwrap();
+    let state = state.lock().unwrap();
+    assert!(state.get("pods", &pod.name).is_none());
+    assert!(
+        state
+            .get("persistentvolumeclaims", &workspace.name)
+            .is_none()
+    );
+    let position = |what: &dyn Fn(&str, &str) -> bool| {
+        state
+            .requests
+            .iter()
+            .enumerate()
+            .skip(verified_from)
+            .find(|(_, (m, p, _))| what(m, p))
+            .map(|(i, _)| i)
+            .unwrap()
+    };
+    let claim_read = position(&|m, p| {
+        m == "GET" && p.contains(&format!("/persistentvolumeclaims/{}", workspace.name))
+    });
+    let script = position(&exec);
+    let pod_delete = position(&|m, p| m == "DELETE" && p.contains(&format!("/pods/{}", pod.name)));
+    let claim_delete = position(&|m, p| {
+        m == "DELETE" && p.contains(&format!("/persistentvolumeclaims/{}", workspace.name))
+    });
+    assert!(
+        claim_read < script && script < pod_delete && pod_delete < claim_delete,
+        "verify the claim, run the cleanup step, delete the Pod, then the claim: {claim_read} {script} {pod_delete} {claim_delete}"
+    );
 }

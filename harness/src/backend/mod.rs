@@ -143,6 +143,8 @@ pub struct ExecRequest {
     pub container: String,
     pub argv: Vec<String>,
     pub stdin: Option<Vec<u8>>,
+    /// The exec's deadline (the `kube` backend applies its `EXEC_DEADLINE` when none is
+    /// given: its client has no read timeout, so nothing else would end a hung exec).
     pub timeout: Option<Duration>,
 }
 
@@ -268,6 +270,9 @@ pub trait Backend: Send + Sync {
     /// The workspace (claim) of that name, if it exists; the run did not create it
     /// (`existing_claim` mode, and checks that a deleted workspace is gone).
     async fn get_workspace(&self, name: &str) -> Result<Option<WorkspaceRef>>;
+    /// The labels of the workspace (claim) of that name (None when absent), for fail-closed
+    /// checks before a terminal cleanup.
+    async fn workspace_labels(&self, name: &str) -> Result<Option<BTreeMap<String, String>>>;
     /// Creates the Pod and starts it (the local backend also creates its emptyDirs).
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef>;
     /// Waits until `container` is running.

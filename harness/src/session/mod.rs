@@ -65,12 +65,29 @@ pub struct SessionOptions {
 }
 
 /// What Kandev records of a session to tear it down later: the exact Pod (UID), its owned
-/// labels, and the workspace.
+/// labels, the workspace (UID, and whether the run created it), and the profile's cleanup
+/// script.
 #[derive(Debug, Clone)]
 pub struct RecordedSession {
     pub pod: PodRef,
     pub owned_labels: BTreeMap<String, String>,
     pub workspace: Option<WorkspaceRef>,
+    /// Run in the verified Pod before anything is deleted (Kandev's profile cleanup script).
+    pub cleanup: Option<CleanupScript>,
+}
+
+/// A profile's cleanup script: run with `sh -c` in `container` of the verified Pod, bounded by
+/// `timeout` (Kandev: one minute); its failure is recorded, never fatal.
+#[derive(Debug, Clone)]
+pub struct CleanupScript {
+    pub container: String,
+    pub script: String,
+    pub timeout: Duration,
+}
+
+impl CleanupScript {
+    /// Kandev's bound on the cleanup script.
+    pub const TIMEOUT: Duration = Duration::from_secs(60);
 }
 
 /// The labels Kandev owns ([`crate::pod::template::is_owned_label`]).
@@ -97,49 +114,131 @@ pub enum CleanupRefused {
         "Pod {name}'s owned labels differ from the recorded ones ({difference}); nothing was deleted"
     )]
     LabelsDiffer { name: String, difference: String },
+    #[error(
+        "workspace claim {name} is not the recorded one (recorded uid {recorded}, found {found}); nothing was deleted"
+    )]
+    WorkspaceUidMismatch {
+        name: String,
+        recorded: String,
+        found: String,
+    },
+    #[error(
+        "workspace claim {name}'s owned labels differ from the recorded ones ({difference}); nothing was deleted"
+    )]
+    WorkspaceLabelsDiffer { name: String, difference: String },
 }
 
-/// Kandev's terminal cleanup: verify the recorded Pod (UID and the exact owned label set,
-/// no extra `kandev.ai/*` label), then delete it by UID and the workspace the run created.
-/// A missing Pod is success; any mismatch fails closed.
+/// `found` against `recorded` owned labels: what differs, or None.
+fn label_difference(
+    found: &BTreeMap<String, String>,
+    recorded: &BTreeMap<String, String>,
+) -> Option<String> {
+    let owned = owned_labels(found);
+    if &owned == recorded {
+        return None;
+    }
+    let mut difference: Vec<String> = owned
+        .iter()
+        .filter(|(k, v)| recorded.get(*k) != Some(*v))
+        .map(|(k, v)| format!("found {k}={v}"))
+        .collect();
+    difference.extend(
+        recorded
+            .keys()
+            .filter(|k| !owned.contains_key(*k))
+            .map(|k| format!("missing {k}")),
+    );
+    Some(difference.join(", "))
+}
+
+/// Kandev's terminal cleanup, in its order (`StopInstance` in kdlbs/kandev
+/// `apps/backend/internal/agent/runtime/lifecycle/executor_kubernetes_cleanup.go`):
+///
+/// 1. verify the recorded Pod, if it exists: its UID and its exact owned label set (no extra
+///    `kandev.ai/*` label);
+/// 2. verify the recorded workspace claim, if there is one and it exists: its UID, and for a
+///    claim the run created its exact owned label set;
+/// 3. run the cleanup script in the verified Pod (bounded; a failure is logged, not fatal);
+/// 4. delete the Pod by UID, then the claim only if the run created it.
+///
+/// A missing Pod or claim is success; any mismatch fails closed before anything runs or is
+/// deleted ([`CleanupRefused`]).
 pub async fn terminal_cleanup(
     backend: &dyn Backend,
     recorded: &RecordedSession,
 ) -> anyhow::Result<()> {
     let pod = &recorded.pod;
-    if let Some(labels) = backend.pod_labels(&pod.namespace, &pod.name).await? {
-        let found = backend
-            .pod_uid(&pod.namespace, &pod.name)
-            .await?
-            .unwrap_or_default();
-        if found != pod.uid {
-            return Err(CleanupRefused::UidMismatch {
-                name: pod.name.clone(),
-                recorded: pod.uid.clone(),
-                found,
+    let pod_present = match backend.pod_labels(&pod.namespace, &pod.name).await? {
+        None => false,
+        Some(labels) => {
+            let found = backend
+                .pod_uid(&pod.namespace, &pod.name)
+                .await?
+                .unwrap_or_default();
+            if found != pod.uid {
+                return Err(CleanupRefused::UidMismatch {
+                    name: pod.name.clone(),
+                    recorded: pod.uid.clone(),
+                    found,
+                }
+                .into());
+            }
+            if let Some(difference) = label_difference(&labels, &recorded.owned_labels) {
+                return Err(CleanupRefused::LabelsDiffer {
+                    name: pod.name.clone(),
+                    difference,
+                }
+                .into());
+            }
+            true
+        }
+    };
+    if let Some(workspace) = &recorded.workspace
+        && let Some(found) = backend.get_workspace(&workspace.name).await?
+    {
+        if found.uid != workspace.uid {
+            return Err(CleanupRefused::WorkspaceUidMismatch {
+                name: workspace.name.clone(),
+                recorded: workspace.uid.clone(),
+                found: found.uid,
             }
             .into());
         }
-        let owned = owned_labels(&labels);
-        if owned != recorded.owned_labels {
-            let mut difference: Vec<String> = owned
-                .iter()
-                .filter(|(k, v)| recorded.owned_labels.get(*k) != Some(*v))
-                .map(|(k, v)| format!("found {k}={v}"))
-                .collect();
-            difference.extend(
-                recorded
-                    .owned_labels
-                    .iter()
-                    .filter(|(k, _)| !owned.contains_key(*k))
-                    .map(|(k, _)| format!("missing {k}")),
-            );
-            return Err(CleanupRefused::LabelsDiffer {
-                name: pod.name.clone(),
-                difference: difference.join(", "),
+        // Ownership labels are Kandev's only on a claim it created; an existing claim is
+        // the operator's (checked by UID only, and never deleted).
+        if workspace.created_by_run {
+            let labels = backend
+                .workspace_labels(&workspace.name)
+                .await?
+                .unwrap_or_default();
+            if let Some(difference) = label_difference(&labels, &recorded.owned_labels) {
+                return Err(CleanupRefused::WorkspaceLabelsDiffer {
+                    name: workspace.name.clone(),
+                    difference,
+                }
+                .into());
             }
-            .into());
         }
+    }
+    if pod_present && let Some(cleanup) = &recorded.cleanup {
+        let request = ExecRequest::new(&cleanup.container, &["sh", "-c", &cleanup.script])
+            .timeout(cleanup.timeout);
+        match backend.exec(pod, request).await {
+            Ok(out) if out.success() => {}
+            Ok(out) => tracing::warn!(
+                pod = %pod.name,
+                exit_code = ?out.exit_code,
+                stderr = %out.stderr_text().trim(),
+                "the cleanup script failed; deleting anyway"
+            ),
+            Err(e) => tracing::warn!(
+                pod = %pod.name,
+                error = %crate::error_chain(&e),
+                "the cleanup script failed; deleting anyway"
+            ),
+        }
+    }
+    if pod_present {
         backend.delete_pod(pod).await?;
     }
     if let Some(workspace) = &recorded.workspace {
@@ -622,6 +721,8 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
             pod: self.pod.clone(),
             owned_labels: owned_labels(&self.identity.kandev_labels()),
             workspace: self.workspace.clone(),
+            // The harness's profile has no cleanup script.
+            cleanup: None,
         }
     }
 

@@ -33,6 +33,13 @@ pub struct State {
     pub reject_privileged: bool,
     /// Service accounts a token was requested for.
     pub tokens: Vec<String>,
+    /// How many SelfSubjectAccessReviews still answer "not allowed" whatever `allowed` says
+    /// (a RoleBinding just created, not yet seen by the authorizer's cache).
+    pub ssar_denials: usize,
+    /// How many more GETs of the namespace's `default` ServiceAccount answer 404 before the
+    /// service-account controller has created it (a namespace just created). Unless stored
+    /// explicitly, `default` exists, as in every namespace of a real cluster.
+    pub default_service_account_missing_gets: usize,
     next_uid: u64,
     next_version: u64,
 }
@@ -132,7 +139,13 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
             asked.push_str(sub);
         }
         let mut review = body.clone();
-        review["status"] = json!({"allowed": state.allowed.contains(&asked)});
+        let allowed = if state.ssar_denials > 0 {
+            state.ssar_denials -= 1;
+            false
+        } else {
+            state.allowed.contains(&asked)
+        };
+        review["status"] = json!({"allowed": allowed});
         return (201, review);
     }
     // /api/v1/... or /apis/<group>/<version>/...; then namespaces[/ns[/resource[/name[/sub]]]].
@@ -172,6 +185,17 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
                 .any(|c| c["securityContext"]["privileged"] == json!(true));
             if resource == "pods" && privileged && state.reject_privileged {
                 return (403, status("status-403-pod-security.json", &name));
+            }
+            // The ServiceAccount admission plugin: a Pod needs its account (dry runs too).
+            if resource == "pods"
+                && state.default_service_account_missing_gets > 0
+                && object["spec"]["serviceAccountName"].is_null()
+            {
+                let namespace = rest.get(1).copied().unwrap_or_default();
+                let text = status("status-403-service-account.json", &name)
+                    .to_string()
+                    .replace("POD_NS", namespace);
+                return (403, serde_json::from_str(&text).unwrap());
             }
             if query.contains("dryRun=All") {
                 return (201, object);
@@ -226,6 +250,20 @@ fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value)
         ("GET", Some(name)) => {
             let answer = match state.get(&resource, &name) {
                 Some(o) => (200, o.clone()),
+                None if resource == "serviceaccounts" && name == "default" => {
+                    if state.default_service_account_missing_gets > 0 {
+                        state.default_service_account_missing_gets -= 1;
+                        (404, status("status-404.json", &name))
+                    } else {
+                        let namespace = rest.get(1).copied().unwrap_or_default();
+                        (
+                            200,
+                            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                                "metadata": {"name": "default", "namespace": namespace,
+                                    "uid": "00000000-0000-4000-8000-00000000d0d0", "resourceVersion": "1"}}),
+                        )
+                    }
+                }
                 None => (404, status("status-404.json", &name)),
             };
             // The object changes right after this read was answered (a status update).

@@ -5,12 +5,17 @@
 //! peak within its limit) and the Pod's agent and daemon are unharmed. Reports the measured
 //! limit, usage, peak and OOM kills.
 //!
+//! A Pod `pids.max` is required where the backend always sets one (local); a kubelet sets one
+//! only with `podPidsLimit` configured, so on a cluster an unlimited one is the finding
+//! `cgroup.pids_unlimited` (memory and cpu stay required everywhere).
+//!
 //! Can fail when a container has no limit (the Pod's budget becomes unlimited), when the
 //! daemon places nested containers outside the Pod's cgroup (they escape the measured
 //! budget), or when a hog beyond the budget survives.
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::node::PodCgroupReading;
+use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
@@ -41,6 +46,40 @@ fn figures(r: &PodCgroupReading) -> serde_json::Value {
     })
 }
 
+/// The Pod cgroup's limits judged against the promise.
+#[derive(Debug, PartialEq, Eq)]
+struct LimitsVerdict {
+    /// Limits the promise needs that the Pod cgroup lacks.
+    missing: Vec<&'static str>,
+    /// The pids limit is unlimited where it is not required: a finding, not a failure.
+    pids_unlimited: bool,
+}
+
+/// Whether a finite Pod `pids.max` is required on `backend`: the local backend always sets
+/// one (`--pod-pids-limit`); a kubelet sets one only with `podPidsLimit` > 0 configured.
+fn pids_required(backend: &str) -> bool {
+    backend == "local"
+}
+
+/// Memory and cpu are always required; pids only where [`pids_required`].
+fn judge_limits(reading: &PodCgroupReading, pids_required: bool) -> LimitsVerdict {
+    let mut missing = Vec::new();
+    if !reading.exists || reading.memory_limit_bytes.is_none() {
+        missing.push("memory");
+    }
+    if !reading.exists || reading.cpu_quota_micros.is_none() {
+        missing.push("cpu");
+    }
+    let pids_unlimited = reading.exists && reading.pids_limit.is_none();
+    if pids_unlimited && pids_required {
+        missing.push("pids");
+    }
+    LimitsVerdict {
+        missing,
+        pids_unlimited: pids_unlimited && !pids_required,
+    }
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         let Some(node) = ctx.node() else {
@@ -64,14 +103,23 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let reading = node.read_cgroup(&pod_path).await?;
         ctx.evidence("pod_cgroup", &pod_path);
         ctx.evidence("figures", figures(&reading));
-        promise(
-            reading.exists
-                && reading.memory_limit_bytes.is_some()
-                && reading.cpu_quota_micros.is_some()
-                && reading.pids_limit.is_some(),
-            FINITE,
-            || format!("Pod cgroup {pod_path}: {}", figures(&reading)),
-        )?;
+        let backend = ctx.backend().name();
+        let verdict = judge_limits(&reading, pids_required(backend));
+        promise(verdict.missing.is_empty(), FINITE, || {
+            format!(
+                "Pod cgroup {pod_path} has no {} limit: {}",
+                verdict.missing.join(", "),
+                figures(&reading)
+            )
+        })?;
+        if verdict.pids_unlimited {
+            ctx.finding(
+                FindingLevel::Warning,
+                "cgroup.pids_unlimited",
+                "the Pod cgroup has no pids limit: the node's kubelet sets pids.max only with podPidsLimit > 0 in its configuration (kind/cluster.yaml sets 4096), so nested processes can exhaust the node's pids",
+                json!({"backend": backend, "pod_cgroup": pod_path, "pids_limit": reading.pids_limit, "pids_current": reading.pids_current}),
+            );
+        }
 
         ctx.step("nested processes from the node");
         let tag = probe_tag(ctx, "accounting");
@@ -203,4 +251,74 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(alive.success(), UNHARMED, || alive.summary())?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(memory: bool, cpu: bool, pids: bool) -> PodCgroupReading {
+        PodCgroupReading {
+            exists: true,
+            memory_limit_bytes: memory.then_some(4 << 30),
+            cpu_quota_micros: cpu.then_some(200_000),
+            cpu_period_micros: Some(100_000),
+            pids_limit: pids.then_some(4096),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn finite_limits_pass_everywhere() {
+        for pids_required in [true, false] {
+            assert_eq!(
+                judge_limits(&reading(true, true, true), pids_required),
+                LimitsVerdict {
+                    missing: vec![],
+                    pids_unlimited: false
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn an_unlimited_pids_max_is_a_finding_where_a_kubelet_may_lack_pod_pids_limit() {
+        assert!(!pids_required("kind") && !pids_required("kube"));
+        assert_eq!(
+            judge_limits(&reading(true, true, false), false),
+            LimitsVerdict {
+                missing: vec![],
+                pids_unlimited: true
+            }
+        );
+    }
+
+    #[test]
+    fn the_local_backend_always_sets_a_pids_limit_so_it_stays_required() {
+        assert!(pids_required("local"));
+        assert_eq!(
+            judge_limits(&reading(true, true, false), true).missing,
+            vec!["pids"]
+        );
+    }
+
+    #[test]
+    fn memory_and_cpu_stay_required_on_every_backend() {
+        for pids_required in [true, false] {
+            assert_eq!(
+                judge_limits(&reading(false, true, true), pids_required).missing,
+                vec!["memory"]
+            );
+            assert_eq!(
+                judge_limits(&reading(true, false, true), pids_required).missing,
+                vec!["cpu"]
+            );
+        }
+        let absent = PodCgroupReading::default();
+        assert_eq!(
+            judge_limits(&absent, false).missing,
+            vec!["memory", "cpu"],
+            "a cgroup that is not there has no limits"
+        );
+    }
 }

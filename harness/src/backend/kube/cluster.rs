@@ -1,9 +1,9 @@
 //! Where the `kube` backend's cluster comes from and what the run sets up in it.
 //!
 //! - `--backend kind`: a Kind cluster from `kind/cluster.yaml` (single node, node image pinned
-//!   by digest), the locally built images loaded with `kind load docker-image`, deleted at the
-//!   end unless kept. Its node is a container on this host's engine, so the node view reads
-//!   the node's processes and cgroups from this host.
+//!   by digest), the locally built images loaded with `docker save` + `kind load
+//!   image-archive`, deleted at the end unless kept. Its node is a container on this host's
+//!   engine, so the node view reads the node's processes and cgroups from this host.
 //! - `--backend kube`: a kubeconfig and a context the operator names (never the ambient
 //!   current context), in a namespace the operator names or one the run creates and removes.
 //!
@@ -19,6 +19,7 @@ use crate::node::{CgroupFs, HostNode, NodeView};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use crate::pod::template::WorkspaceMode;
 use crate::report::{CleanupOutcome, CleanupRecord};
+use crate::wait::{self, WaitTimedOut};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -36,6 +37,10 @@ use std::time::{Duration, Instant};
 
 /// The service account, Role and RoleBinding the sessions run as.
 pub const EXECUTOR: &str = "kandev-acceptance-executor";
+/// How long the preflight waits for a fresh namespace to settle ([`Cluster::settle`]).
+pub const SETTLE: Duration = Duration::from_secs(10);
+/// How often the preflight asks again while a fresh namespace settles.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
 /// How long the first answer of the API server may take before the run gives up.
 pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -50,6 +55,10 @@ pub enum ClusterError {
         "kind {step} failed: {output}\n  fix: check that this host's Docker engine can run Kind nodes (`kind create cluster` by hand shows the same)"
     )]
     Kind { step: String, output: String },
+    #[error(
+        "docker {step} failed: {output}\n  fix: loading images into Kind needs the docker CLI of this host's engine on PATH"
+    )]
+    Docker { step: String, output: String },
     #[error(
         "read the kubeconfig {path}: {cause}\n  fix: pass --kubeconfig FILE (or set KUBECONFIG)"
     )]
@@ -92,6 +101,17 @@ pub enum ClusterError {
         "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
     )]
     PrivilegedRejected { namespace: String, message: String },
+    #[error(
+        "the service account {account} of the task Pods does not exist in namespace {namespace} (waited {waited:?}; the service-account controller creates `default` in every namespace)\n  fix: check that the controller manager runs, or create the account the template names"
+    )]
+    ServiceAccountMissing {
+        namespace: String,
+        account: String,
+        waited: Duration,
+    },
+    /// A bounded wait of the set-up ran out (mapped to the error it means where it ends).
+    #[error(transparent)]
+    TimedOut(#[from] WaitTimedOut),
     #[error("{what}")]
     Setup {
         what: String,
@@ -122,6 +142,7 @@ impl ClusterSettings {
             node_image: kind.node_image.clone(),
             keep: kind.keep_cluster,
             kubeconfig: report_folder.join("kind.kubeconfig"),
+            docker_bin: PathBuf::from("docker"),
         })
     }
 
@@ -134,11 +155,50 @@ impl ClusterSettings {
     }
 }
 
-/// The kubeconfig client of an explicitly named context, with short connect timeouts so an
-/// unreachable cluster fails fast.
+/// How a client bounds its calls. Deliberately no read timeout: kube's `read_timeout` wraps
+/// the socket, and an exec or a port-forward keeps that socket after the upgrade, so any
+/// command answering after it would be cut (kube 5 leaves it unset for that reason). Each
+/// exec and port-forward is bounded by its own deadline instead (as Kandev bounds each exec by
+/// its context), and every request by how long the API server may take to start answering.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientBounds {
+    /// Establishing the connection (an unreachable cluster fails fast).
+    pub connect: Duration,
+    /// Until the response head arrives (for exec and port-forward: the upgrade), retries
+    /// included; the stream after an upgrade is not bounded by it.
+    pub answer: Duration,
+}
+
+impl Default for ClientBounds {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(5),
+            answer: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The client of `config`, every request bounded by `bounds.answer` (a tower timeout around
+/// the request future, which ends at the response head).
+pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
+        .build())
+}
+
+/// The kubeconfig client of an explicitly named context, with the default [`ClientBounds`].
 pub async fn client_for(
     path: Option<&Path>,
     context: Option<&str>,
+) -> Result<(Client, Config, String), ClusterError> {
+    client_for_bounded(path, context, ClientBounds::default()).await
+}
+
+/// [`client_for`] with explicit bounds.
+pub async fn client_for_bounded(
+    path: Option<&Path>,
+    context: Option<&str>,
+    bounds: ClientBounds,
 ) -> Result<(Client, Config, String), ClusterError> {
     let shown = path
         .map(|p| p.display().to_string())
@@ -172,9 +232,8 @@ pub async fn client_for(
             path: shown,
             cause: crate::error_chain(&e),
         })?;
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(60));
-    let client = Client::try_from(config.clone()).map_err(|e| ClusterError::Setup {
+    config.connect_timeout = Some(bounds.connect);
+    let client = client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
         what: format!("a client for context {context}"),
         source: e.into(),
     })?;
@@ -241,6 +300,9 @@ pub struct Cluster {
     pub run_id: String,
     /// Permission checks of the executor identity (`verb resource`: allowed).
     pub access: BTreeMap<String, bool>,
+    /// How long the preflight waits for what a fresh namespace settles into: a RoleBinding
+    /// just created becoming effective, the namespace's `default` ServiceAccount.
+    pub settle: Duration,
 }
 
 /// Labels of everything the run creates in the cluster (for `gc`).
@@ -442,6 +504,7 @@ impl Cluster {
             kind,
             run_id: run_id.to_owned(),
             access: BTreeMap::new(),
+            settle: SETTLE,
         };
         // From here on the run owns objects: a failure tears them down before returning.
         match cluster.set_up_executor(&config, mode, &labels).await {
@@ -492,7 +555,7 @@ impl Cluster {
                 &RoleBinding {
                     metadata: meta(),
                     role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
+                        api_group: Some("rbac.authorization.k8s.io".into()),
                         kind: "Role".into(),
                         name: EXECUTOR.into(),
                     },
@@ -511,11 +574,11 @@ impl Cluster {
                 EXECUTOR,
                 &pp,
                 &TokenRequest {
-                    spec: TokenRequestSpec {
-                        audiences: Vec::new(),
+                    spec: Some(TokenRequestSpec {
+                        audiences: Some(Vec::new()),
                         expiration_seconds: Some(4 * 3600),
                         ..Default::default()
-                    },
+                    }),
                     ..Default::default()
                 },
             )
@@ -531,10 +594,93 @@ impl Cluster {
                 what: "the executor's credentials".into(),
                 source: e.into(),
             })?;
-        Client::try_from(session_config).map_err(|e| ClusterError::Setup {
+        client_of(session_config, ClientBounds::default()).map_err(|e| ClusterError::Setup {
             what: "the executor's client".into(),
             source: e.into(),
         })
+    }
+
+    /// Polls SelfSubjectAccessReviews (as the executor) until every permission Kandev needs
+    /// is allowed: a RoleBinding just created takes a moment to reach the authorizer. A
+    /// permission still refused after [`Cluster::settle`] is a genuine refusal.
+    async fn await_executor_access(&mut self, mode: WorkspaceMode) -> Result<(), ClusterError> {
+        let needed = required_access(mode);
+        let access = std::sync::Mutex::new(std::mem::take(&mut self.access));
+        let (session, namespace) = (&self.session, self.namespace.as_str());
+        let settled = wait::until(
+            "the executor's permissions to take effect",
+            self.settle,
+            SETTLE_POLL,
+            || async {
+                let mut all = true;
+                for (verb, resource) in &needed {
+                    let key = format!("{verb} {resource}");
+                    let known = access
+                        .lock()
+                        .map(|a| a.get(&key) == Some(&true))
+                        .unwrap_or(false);
+                    if known {
+                        continue;
+                    }
+                    let allowed = can_i(session, namespace, verb, resource).await?;
+                    if let Ok(mut a) = access.lock() {
+                        a.insert(key, allowed);
+                    }
+                    all &= allowed;
+                }
+                Ok::<_, ClusterError>(all.then_some(()))
+            },
+        )
+        .await;
+        self.access = access.into_inner().unwrap_or_default();
+        match settled {
+            Ok(()) => Ok(()),
+            Err(ClusterError::TimedOut(_)) => Err(ClusterError::Forbidden {
+                namespace: self.namespace.clone(),
+                missing: needed
+                    .iter()
+                    .map(|(verb, resource)| format!("{verb} {resource}"))
+                    .filter(|key| self.access.get(key) != Some(&true))
+                    .collect(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits (with the operator's identity: Kandev's Role reads no service accounts) until the
+    /// service account `pod` runs as exists: the controller creates a namespace's `default`
+    /// a moment after the namespace, and until then the ServiceAccount admission refuses
+    /// every Pod, dry runs included. Returns its name.
+    async fn await_service_account(&self, pod: &Pod) -> Result<String, ClusterError> {
+        let account = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), &self.namespace);
+        let found = wait::until(
+            &format!("service account {account} in {}", self.namespace),
+            self.settle,
+            SETTLE_POLL,
+            || async {
+                match accounts.get_opt(&account).await {
+                    Ok(found) => Ok(found.map(|_| ())),
+                    // Not readable with this identity: the dry run will say what it lacks.
+                    Err(kube::Error::Api(status)) if status.code == 403 => Ok(Some(())),
+                    Err(e) => Err(setup(format!("get service account {account}"))(e)),
+                }
+            },
+        )
+        .await;
+        match found {
+            Ok(()) => Ok(account),
+            Err(ClusterError::TimedOut(_)) => Err(ClusterError::ServiceAccountMissing {
+                namespace: self.namespace.clone(),
+                account,
+                waited: self.settle,
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     /// Before any session: the executor may do what Kandev needs (SelfSubjectAccessReview as
@@ -545,26 +691,16 @@ impl Cluster {
         pod: &Pod,
         mode: WorkspaceMode,
     ) -> Result<Value, ClusterError> {
-        let mut missing = Vec::new();
-        for (verb, resource) in required_access(mode) {
-            let allowed = can_i(&self.session, &self.namespace, verb, resource).await?;
-            self.access.insert(format!("{verb} {resource}"), allowed);
-            if !allowed {
-                missing.push(format!("{verb} {resource}"));
-            }
-        }
-        if !missing.is_empty() {
-            return Err(ClusterError::Forbidden {
-                namespace: self.namespace.clone(),
-                missing,
-            });
-        }
+        let started = Instant::now();
+        self.await_executor_access(mode).await?;
+        let access_effective_ms = started.elapsed().as_millis() as u64;
         let mut broader = Vec::new();
         for (verb, resource) in NOT_NEEDED {
             if can_i(&self.session, &self.namespace, verb, resource).await? {
                 broader.push(format!("{verb} {resource}"));
             }
         }
+        let account = self.await_service_account(pod).await?;
         let dry_run = PostParams {
             dry_run: true,
             field_manager: Some(super::FIELD_MANAGER.into()),
@@ -584,6 +720,8 @@ impl Cluster {
             "namespace_created_by_run": self.created_namespace,
             "executor": format!("system:serviceaccount:{}:{EXECUTOR}", self.namespace),
             "executor_access": self.access,
+            "executor_access_effective_after_ms": access_effective_ms,
+            "pod_service_account": account,
             "executor_granted_more_than_kandev_needs": broader,
             "privileged_companion_admitted": "server-side dry run passed",
         }))

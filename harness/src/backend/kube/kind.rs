@@ -2,6 +2,7 @@
 //! clusters of runs. Kind's nodes are containers on this host's engine.
 
 use super::cluster::ClusterError;
+use crate::pod::compose::Arch;
 use std::path::{Path, PathBuf};
 
 /// The Kind cluster name a run creates.
@@ -20,6 +21,8 @@ pub struct KindOptions {
     pub keep: bool,
     /// Where the cluster's kubeconfig is written.
     pub kubeconfig: PathBuf,
+    /// The docker CLI of this host's engine (`docker save` for `kind load image-archive`).
+    pub docker_bin: PathBuf,
 }
 
 /// A Kind cluster the run uses.
@@ -58,16 +61,85 @@ impl KindCluster {
         Ok(cluster)
     }
 
-    /// `kind load docker-image`: the images exist only in this host's engine.
-    pub fn load(&self, images: &[String]) -> Result<(), ClusterError> {
-        let mut args = vec!["load", "docker-image", "--name", &self.options.name];
-        args.extend(images.iter().map(String::as_str));
-        self.kind(&args).map(|_| ())
+    /// Loads `images` (they exist only in this host's engine) into the node through an
+    /// archive: `docker save` into a temporary file, then `kind load image-archive`.
+    ///
+    /// Not `kind load docker-image`: with Docker's containerd image store (the default of
+    /// fresh Docker 29 installs) its plain `docker save` carries an image's whole
+    /// multi-platform index while only this platform's blobs are present, and the node's
+    /// `ctr images import --all-platforms` fails on the first missing digest
+    /// (kubernetes-sigs/kind#3795, #4066). Kind's maintainers point to `docker save
+    /// --platform` + `kind load image-archive`; `--platform` needs engine API 1.48, and an
+    /// older engine (the classic store) saves one platform anyway. `engine_api` is this
+    /// host's engine API version.
+    pub fn load(&self, images: &[String], engine_api: Option<&str>) -> Result<(), ClusterError> {
+        let folder = tempfile::Builder::new()
+            .prefix("kandev-acceptance-kind-load-")
+            .tempdir()
+            .map_err(|e| ClusterError::Setup {
+                what: "a temporary folder for the image archive".into(),
+                source: e.into(),
+            })?;
+        let archive = folder.path().join("images.tar");
+        let save = save_args(&archive, images, save_platform(engine_api).as_deref());
+        run_docker(&self.options.docker_bin, &save)?;
+        let archive = archive.display().to_string();
+        self.kind(&[
+            "load",
+            "image-archive",
+            &archive,
+            "--name",
+            &self.options.name,
+        ])
+        .map(|_| ())
+        // `folder` (and the archive) is removed when it goes out of scope.
     }
 
     pub fn delete(&self) -> Result<(), ClusterError> {
         delete_cluster(&self.options.kind_bin, &self.options.name)
     }
+}
+
+/// The platform `docker save` selects: this machine's, where the engine can select one
+/// (API 1.48 and later); None leaves `--platform` out.
+pub fn save_platform(engine_api: Option<&str>) -> Option<String> {
+    let (major, minor) = engine_api?.trim().split_once('.')?;
+    let version = (major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?);
+    (version >= (1, 48)).then(|| format!("linux/{}", Arch::of_this_machine().as_str()))
+}
+
+/// `docker save [--platform P] -o ARCHIVE IMAGE...`.
+pub fn save_args(archive: &Path, images: &[String], platform: Option<&str>) -> Vec<String> {
+    let mut args = vec!["save".to_owned()];
+    if let Some(platform) = platform {
+        args.extend(["--platform".to_owned(), platform.to_owned()]);
+    }
+    args.extend(["-o".to_owned(), archive.display().to_string()]);
+    args.extend(images.iter().cloned());
+    args
+}
+
+fn run_docker(bin: &Path, args: &[String]) -> Result<String, ClusterError> {
+    let step = args
+        .iter()
+        .take_while(|a| !a.starts_with('-'))
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = std::process::Command::new(bin)
+        .args(args)
+        .output()
+        .map_err(|e| ClusterError::Docker {
+            step: step.clone(),
+            output: format!("{}: {e}", bin.display()),
+        })?;
+    if !output.status.success() {
+        return Err(ClusterError::Docker {
+            step,
+            output: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// `kind version`: checked before anything is built or created.
@@ -123,4 +195,176 @@ pub fn write_kubeconfig(bin: &Path, name: &str, path: &Path) -> Result<String, C
         source: e.into(),
     })?;
     Ok(format!("kind-{name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    /// The Kubernetes minor version of `kindest/node:v1.<minor>.<patch>` in the Kind config.
+    fn pinned_node_minor(config: &str) -> Option<u32> {
+        let tag = config.split("kindest/node:v1.").nth(1)?;
+        tag.split('.').next()?.parse().ok()
+    }
+
+    /// The Kubernetes minor version k8s-openapi was built for (its `v1_*` feature; exactly one
+    /// of these macros expands).
+    #[allow(clippy::vec_init_then_push)]
+    fn compiled_minor() -> Vec<u32> {
+        let mut compiled = Vec::new();
+        k8s_openapi::k8s_if_1_33! { compiled.push(33); }
+        k8s_openapi::k8s_if_1_34! { compiled.push(34); }
+        k8s_openapi::k8s_if_1_35! { compiled.push(35); }
+        k8s_openapi::k8s_if_1_36! { compiled.push(36); }
+        k8s_openapi::k8s_if_1_37! { compiled.push(37); }
+        compiled
+    }
+
+    /// An executable shell script `name` in `dir` that appends its arguments to `log` and
+    /// then runs `body`.
+    fn fake_tool(dir: &Path, name: &str, log: &Path, body: &str) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        let script = format!(
+            "#!/bin/sh\necho \"{name} $*\" >> '{}'\n{body}\n",
+            log.display()
+        );
+        std::fs::write(&path, script)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        Ok(path)
+    }
+
+    #[test]
+    fn kind_load_goes_through_an_image_archive() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let log = dir.path().join("calls.log");
+        // docker writes the archive `-o` names; kind records whether it exists when loading.
+        let docker_bin = fake_tool(
+            dir.path(),
+            "docker",
+            &log,
+            r#"while [ "$1" != "-o" ]; do shift; done; echo archive > "$2""#,
+        )?;
+        let kind_bin = fake_tool(
+            dir.path(),
+            "kind",
+            &log,
+            r#"if [ -f "$3" ]; then echo "archive present" >> CALLS; fi"#
+                .replace("CALLS", &log.display().to_string())
+                .as_str(),
+        )?;
+        let cluster = KindCluster {
+            options: KindOptions {
+                kind_bin,
+                name: "kandev-acc-test".into(),
+                config: dir.path().join("cluster.yaml"),
+                node_image: None,
+                keep: false,
+                kubeconfig: dir.path().join("kubeconfig"),
+                docker_bin,
+            },
+            created: true,
+        };
+        let images = vec![
+            "kandev-acceptance/worker:1".to_owned(),
+            "kandev-acceptance/daemon:1".to_owned(),
+        ];
+        let loaded = cluster.load(&images, Some("1.51"));
+        let calls = std::fs::read_to_string(&log)?;
+        assert!(loaded.is_ok(), "{loaded:?} {calls}");
+        let lines: Vec<&str> = calls.lines().collect();
+        let platform = format!("linux/{}", Arch::of_this_machine().as_str());
+        assert_eq!(lines.len(), 3, "{calls}");
+        let archive = lines[0]
+            .split(" -o ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(
+            lines[0],
+            format!(
+                "docker save --platform {platform} -o {archive} kandev-acceptance/worker:1 kandev-acceptance/daemon:1"
+            )
+        );
+        assert_eq!(
+            lines[1],
+            format!("kind load image-archive {archive} --name kandev-acc-test"),
+            "not `kind load docker-image`, which fails with Docker's containerd image store"
+        );
+        assert_eq!(lines[2], "archive present", "saved before it was loaded");
+        assert!(
+            !Path::new(&archive).exists(),
+            "the archive is removed afterwards"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn docker_save_selects_this_platform_only_where_the_engine_can() {
+        let platform = format!("linux/{}", Arch::of_this_machine().as_str());
+        assert_eq!(save_platform(Some("1.48")), Some(platform.clone()));
+        assert_eq!(save_platform(Some("1.52")), Some(platform.clone()));
+        // Debian bookworm's engine (API 1.41) has no --platform; its classic store saves one.
+        assert_eq!(save_platform(Some("1.41")), None);
+        assert_eq!(save_platform(None), None);
+        assert_eq!(save_platform(Some("garbage")), None);
+        let archive = Path::new("/tmp/x/images.tar");
+        let images = ["a:1".to_owned()];
+        assert_eq!(
+            save_args(archive, &images, None),
+            ["save", "-o", "/tmp/x/images.tar", "a:1"]
+        );
+        assert_eq!(
+            save_args(archive, &images, Some(&platform)),
+            [
+                "save",
+                "--platform",
+                &platform,
+                "-o",
+                "/tmp/x/images.tar",
+                "a:1"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_kind_cluster_gives_every_pod_a_pids_limit() {
+        // A kubelet writes a Pod cgroup's pids.max only with podPidsLimit > 0, which
+        // cgroup::accounting reads from the node.
+        let path = crate::paths::workspace_root().join("kind/cluster.yaml");
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_default();
+        let kubelet: Vec<serde_yaml::Value> = config["kubeadmConfigPatches"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|patch| serde_yaml::from_str(patch.as_str()?).ok())
+            .filter(|patch: &serde_yaml::Value| patch["kind"] == "KubeletConfiguration")
+            .collect();
+        assert_eq!(
+            kubelet.len(),
+            1,
+            "one KubeletConfiguration patch in {path:?}"
+        );
+        let limit = kubelet[0]["podPidsLimit"].as_i64().unwrap_or(0);
+        assert!(limit > 0, "podPidsLimit {limit} in {path:?}");
+        assert_eq!(
+            kubelet[0]["featureGates"]["KubeletInUserNamespace"],
+            serde_yaml::Value::Bool(true),
+            "the patch Kandev's fixture sets stays"
+        );
+    }
+
+    #[test]
+    fn the_api_types_are_those_of_the_pinned_kind_node() {
+        let path = crate::paths::workspace_root().join("kind/cluster.yaml");
+        let config = std::fs::read_to_string(&path).unwrap_or_default();
+        let pinned = pinned_node_minor(&config);
+        assert!(pinned.is_some(), "no kindest/node:v1.N pin in {path:?}");
+        assert_eq!(
+            compiled_minor(),
+            pinned.into_iter().collect::<Vec<_>>(),
+            "k8s-openapi's feature (workspace Cargo.toml) must be the pinned node's v1_N"
+        );
+    }
 }

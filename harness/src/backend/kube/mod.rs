@@ -36,6 +36,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// How often waits read the object again (Kandev polls every 100 ms; this is gentler).
 const POLL: Duration = Duration::from_millis(250);
 
+/// The deadline of an exec whose request names none. The client has no read timeout (it would
+/// cut exec and port-forward streams), so every exec is bounded by its own deadline.
+pub const EXEC_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The deadline of a log read (the evidence of a failed scenario).
+const LOGS_DEADLINE: Duration = Duration::from_secs(60);
+
 /// The field manager every write carries (visible in `managedFields`).
 pub const FIELD_MANAGER: &str = "kandev-acceptance";
 
@@ -533,6 +540,14 @@ impl Backend for KubeBackend {
         }))
     }
 
+    async fn workspace_labels(&self, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        self.pvcs()
+            .get_opt(name)
+            .await
+            .map(|pvc| pvc.map(|pvc| pvc.labels().clone()))
+            .map_err(|e| other(format!("get workspace claim {name}"), e))
+    }
+
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let admitted = match self.pods().create(&Self::post_params(), pod).await {
@@ -727,18 +742,16 @@ impl Backend for KubeBackend {
                 duration: started.elapsed(),
             })
         };
-        match request.timeout {
-            Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| {
-                BackendError::from(WaitTimedOut {
-                    what: format!(
-                        "exec {:?} in {}/{}",
-                        request.argv, pod.name, request.container
-                    ),
-                    waited: limit,
-                })
-            })?,
-            None => run.await,
-        }
+        let limit = request.timeout.unwrap_or(EXEC_DEADLINE);
+        tokio::time::timeout(limit, run).await.map_err(|_| {
+            BackendError::from(WaitTimedOut {
+                what: format!(
+                    "exec {:?} in {}/{}",
+                    request.argv, pod.name, request.container
+                ),
+                waited: limit,
+            })
+        })?
     }
 
     async fn port_exchange(
@@ -781,16 +794,23 @@ impl Backend for KubeBackend {
     }
 
     async fn logs(&self, pod: &PodRef, container: &str) -> Result<String> {
-        self.admin_pods()
-            .logs(
-                &pod.name,
-                &LogParams {
-                    container: Some(container.to_owned()),
-                    limit_bytes: Some(1 << 20),
-                    ..Default::default()
-                },
-            )
+        let (pods, params) = (
+            self.admin_pods(),
+            LogParams {
+                container: Some(container.to_owned()),
+                limit_bytes: Some(1 << 20),
+                ..Default::default()
+            },
+        );
+        let read = pods.logs(&pod.name, &params);
+        tokio::time::timeout(LOGS_DEADLINE, read)
             .await
+            .map_err(|_| {
+                BackendError::from(WaitTimedOut {
+                    what: format!("the logs of {}/{container}", pod.name),
+                    waited: LOGS_DEADLINE,
+                })
+            })?
             .map_err(|e| other(format!("logs of {}/{container}", pod.name), e))
     }
 
@@ -815,7 +835,9 @@ impl Backend for KubeBackend {
                     limit_bytes: Some(1 << 20),
                     ..Default::default()
                 };
-                if let Ok(text) = self.admin_pods().logs(&pod.name, &previous).await {
+                let pods = self.admin_pods();
+                let read = pods.logs(&pod.name, &previous);
+                if let Ok(Ok(text)) = tokio::time::timeout(LOGS_DEADLINE, read).await {
                     files.push((format!("{name}.previous.log"), text));
                 }
             }

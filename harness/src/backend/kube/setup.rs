@@ -216,7 +216,8 @@ async fn finish(
     host_engine: Option<crate::host::HostEngine>,
     mut environment: Environment,
 ) -> anyhow::Result<Prepared> {
-    if let Err(e) = preflight(input, &mut cluster, &images).await {
+    let engine_api = environment.engine_api_version.clone();
+    if let Err(e) = preflight(input, &mut cluster, &images, engine_api.as_deref()).await {
         cluster.teardown().await;
         return Err(e);
     }
@@ -247,19 +248,25 @@ async fn finish(
     })
 }
 
-/// Kind: `kind load`; then the executor's permissions and a server-side dry run of a
-/// composed Pod (the privileged companion must be admitted).
+/// Kind: `kind load` (through an image archive, see [`kind::KindCluster::load`]); then the
+/// executor's permissions and a server-side dry run of a composed Pod (the privileged
+/// companion must be admitted).
 async fn preflight(
     input: &PrepareInput<'_>,
     cluster: &mut Cluster,
     images: &ImageSet,
+    engine_api: Option<&str>,
 ) -> anyhow::Result<()> {
     if let Some(kind) = &cluster.kind {
         let started = Instant::now();
         let refs = vec![images.worker.clone(), images.daemon.clone()];
-        input
-            .setup
-            .step("kind_load", started, kind.load(&refs), |()| json!(refs))?;
+        let platform = kind::save_platform(engine_api);
+        input.setup.step(
+            "kind_load",
+            started,
+            kind.load(&refs, engine_api),
+            |()| json!({"images": refs, "via": "docker save + kind load image-archive", "platform": platform}),
+        )?;
     }
     let started = Instant::now();
     let template = (input.template_for)(images)?;

@@ -480,6 +480,29 @@ impl Backend for LocalBackend {
         }
     }
 
+    async fn workspace_labels(&self, name: &str) -> Result<Option<BTreeMap<String, String>>> {
+        match self.objects.docker.inspect_volume(name).await {
+            // The claim's labels: the volume's, minus this backend's bookkeeping and the
+            // annotations it keeps among them (the create nonce).
+            Ok(found) => Ok(Some(
+                found
+                    .labels
+                    .into_iter()
+                    .filter(|(k, _)| {
+                        ![
+                            plan::LABEL_WORKSPACE_UID,
+                            LABEL_ROLE,
+                            crate::pod::identity::ANNOTATION_CREATE_NONCE,
+                        ]
+                        .contains(&k.as_str())
+                    })
+                    .collect(),
+            )),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(other(format!("inspect volume {name}"), e)),
+        }
+    }
+
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
         let uid = uuid::Uuid::new_v4().to_string();
         let name = pod.metadata.name.clone().unwrap_or_default();

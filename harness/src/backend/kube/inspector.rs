@@ -221,7 +221,7 @@ echo "self $own"
 echo "base $base"
 echo "at $(grep -rlx --include=cgroup.procs "$$" "$base" 2>/dev/null | head -n 1)""#;
 
-/// The reader [`READER_PROBE`]'s output describes.
+/// The reader that `READER_PROBE`'s output describes.
 pub fn cgroup_reader(probe: &str) -> CgroupReader {
     let parsed = sections(probe);
     let Some((key, body)) = parsed.first() else {

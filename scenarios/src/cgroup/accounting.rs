@@ -14,6 +14,7 @@
 //! budget), or when a hog beyond the budget survives.
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
+use kandev_harness::backend::BackendKind;
 use kandev_harness::node::PodCgroupReading;
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
@@ -57,8 +58,8 @@ struct LimitsVerdict {
 
 /// Whether a finite Pod `pids.max` is required on `backend`: the local backend always sets
 /// one (`--pod-pids-limit`); a kubelet sets one only with `podPidsLimit` > 0 configured.
-fn pids_required(backend: &str) -> bool {
-    backend == "local"
+fn pids_required(backend: BackendKind) -> bool {
+    backend == BackendKind::Local
 }
 
 /// Memory and cpu are always required; pids only where [`pids_required`].
@@ -103,7 +104,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let reading = node.read_cgroup(&pod_path).await?;
         ctx.evidence("pod_cgroup", &pod_path);
         ctx.evidence("figures", figures(&reading));
-        let backend = ctx.backend().name();
+        let backend = ctx.config().backend;
         let verdict = judge_limits(&reading, pids_required(backend));
         promise(verdict.missing.is_empty(), FINITE, || {
             format!(
@@ -283,7 +284,7 @@ mod tests {
 
     #[test]
     fn an_unlimited_pids_max_is_a_finding_where_a_kubelet_may_lack_pod_pids_limit() {
-        assert!(!pids_required("kind") && !pids_required("kube"));
+        assert!(!pids_required(BackendKind::Kind) && !pids_required(BackendKind::Kube));
         assert_eq!(
             judge_limits(&reading(true, true, false), false),
             LimitsVerdict {
@@ -295,7 +296,7 @@ mod tests {
 
     #[test]
     fn the_local_backend_always_sets_a_pids_limit_so_it_stays_required() {
-        assert!(pids_required("local"));
+        assert!(pids_required(BackendKind::Local));
         assert_eq!(
             judge_limits(&reading(true, true, false), true).missing,
             vec!["pids"]

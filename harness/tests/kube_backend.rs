@@ -1113,3 +1113,69 @@ async fn terminal_cleanup_deletes_nothing_when_the_claim_has_a_foreign_uid() {
         "verify the claim, run the cleanup step, delete the Pod, then the claim: {claim_read} {script} {pod_delete} {claim_delete}"
     );
 }
+
+/// A Pod of the harness itself (the shape of `network::mtu`'s HTTPS peer): no main
+/// container, no Kandev labels.
+fn helper_pod(name: &str, labels: Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": false,
+            "containers": [{"name": "peer", "image": "kandev-acceptance/daemon:0",
+                "command": ["/bin/sh", "-c", "exec sleep 600"]}]},
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn helper_pods_are_not_compared_as_task_pods_and_must_be_findable() {
+    let (client, state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let labels = json!({"acceptance.kandev.ai/managed": "true",
+        "acceptance.kandev.ai/run": "20261130t000000-abcdef",
+        "acceptance.kandev.ai/scenario": "network.mtu"});
+    // As a task Pod it could never pass Kandev's comparison: it has no main container.
+    let as_task = backend
+        .create_pod(&helper_pod("kandev-acceptance-peer-0a1b", labels.clone()))
+        .await;
+    let text = kandev_harness::error_chain(&as_task.unwrap_err());
+    assert!(
+        text.contains("admission changed what Kandev owns"),
+        "{text}"
+    );
+    assert!(
+        state
+            .lock()
+            .unwrap()
+            .get("pods", "kandev-acceptance-peer-0a1b")
+            .is_none(),
+        "rolled back"
+    );
+    // As a helper it is created as requested, and stays.
+    let created = backend
+        .create_helper_pod(&helper_pod("kandev-acceptance-peer-0a1b", labels))
+        .await
+        .unwrap();
+    {
+        let state = state.lock().unwrap();
+        let stored = state.get("pods", &created.name).unwrap();
+        assert_eq!(stored["metadata"]["uid"], json!(created.uid));
+        assert_eq!(
+            stored["metadata"]["labels"]["acceptance.kandev.ai/run"],
+            json!("20261130t000000-abcdef")
+        );
+    }
+    // One that teardown, the sweep and gc could not find is refused before any write.
+    let unlabelled = helper_pod("kandev-acceptance-peer-9z9z", json!({"app": "peer"}));
+    let refused = backend.create_helper_pod(&unlabelled).await.unwrap_err();
+    let text = kandev_harness::error_chain(&refused);
+    assert!(text.contains("acceptance.kandev.ai/managed"), "{text}");
+    assert!(
+        state
+            .lock()
+            .unwrap()
+            .get("pods", "kandev-acceptance-peer-9z9z")
+            .is_none(),
+        "refused before it reached the API server"
+    );
+}

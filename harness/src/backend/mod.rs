@@ -195,6 +195,28 @@ pub struct ContainerState {
     pub exit_code: Option<i64>,
 }
 
+/// Refuses a helper Pod that teardown, the label sweep and `gc` could not find.
+pub fn check_helper_labels(pod: &Pod) -> Result<()> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let missing: Vec<&str> = [
+        crate::pod::identity::LABEL_MANAGED,
+        crate::pod::identity::LABEL_RUN,
+    ]
+    .into_iter()
+    .filter(|key| !labels.contains_key(*key))
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(BackendError::Create {
+        what: "helper pod",
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        source: anyhow::anyhow!(
+            "it lacks the labels {missing:?}: nothing could find it to remove it"
+        ),
+    })
+}
+
 /// Errors of backend operations, each naming the operation and the object.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -273,8 +295,13 @@ pub trait Backend: Send + Sync {
     /// The labels of the workspace (claim) of that name (None when absent), for fail-closed
     /// checks before a terminal cleanup.
     async fn workspace_labels(&self, name: &str) -> Result<Option<BTreeMap<String, String>>>;
-    /// Creates the Pod and starts it (the local backend also creates its emptyDirs).
+    /// Creates a Kandev task Pod and starts it (the local backend also creates its
+    /// emptyDirs); on Kubernetes the admitted Pod is compared with the requested one.
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef>;
+    /// Creates one of the harness's own Pods (a transfer peer, a node inspector). It is no
+    /// task Pod, so Kandev's admission comparison does not apply; it must carry the harness's
+    /// managed and run labels, so that teardown, the label sweep and `gc` find it.
+    async fn create_helper_pod(&self, pod: &Pod) -> Result<PodRef>;
     /// Waits until `container` is running.
     async fn wait_running(&self, pod: &PodRef, container: &str, timeout: Duration) -> Result<()>;
     async fn container_states(&self, pod: &PodRef) -> Result<Vec<ContainerState>>;

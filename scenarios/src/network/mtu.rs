@@ -74,7 +74,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch the session and the peer outside it");
         let backend = ctx.backend();
-        let peer = backend.create_pod(&peer_pod(ctx)).await?;
+        let peer = backend.create_helper_pod(&peer_pod(ctx)).await?;
         ctx.on_teardown(CleanupTarget::Pod(peer.clone()));
         let session = ctx.launch(SessionOptions::default()).await?;
 

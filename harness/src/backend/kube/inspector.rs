@@ -518,7 +518,10 @@ impl ClusterInspector {
         if let Some(found) = nodes.get(node) {
             return Ok(found.clone());
         }
-        let pod = self.backend.create_pod(&self.inspector_pod(node)).await?;
+        let pod = self
+            .backend
+            .create_helper_pod(&self.inspector_pod(node))
+            .await?;
         self.backend
             .wait_running(&pod, "inspector", Duration::from_secs(120))
             .await?;

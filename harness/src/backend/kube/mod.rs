@@ -548,6 +548,28 @@ impl Backend for KubeBackend {
             .map_err(|e| other(format!("get workspace claim {name}"), e))
     }
 
+    /// Created as requested, with no admission comparison (a helper has no main container
+    /// or Kandev labels to compare); an ambiguous create is not retried by name, since a
+    /// helper carries no create nonce to prove the object is this create's.
+    async fn create_helper_pod(&self, pod: &Pod) -> Result<PodRef> {
+        super::check_helper_labels(pod)?;
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let created = self
+            .pods()
+            .create(&Self::post_params(), pod)
+            .await
+            .map_err(|e| BackendError::Create {
+                what: "helper pod",
+                name: name.clone(),
+                source: e.into(),
+            })?;
+        Ok(PodRef {
+            namespace: self.namespace.clone(),
+            name,
+            uid: created.uid().unwrap_or_default(),
+        })
+    }
+
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let admitted = match self.pods().create(&Self::post_params(), pod).await {

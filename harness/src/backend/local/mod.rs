@@ -503,6 +503,12 @@ impl Backend for LocalBackend {
         }
     }
 
+    /// A helper Pod runs like any other here: the local backend compares nothing.
+    async fn create_helper_pod(&self, pod: &Pod) -> Result<PodRef> {
+        super::check_helper_labels(pod)?;
+        self.create_pod(pod).await
+    }
+
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
         let uid = uuid::Uuid::new_v4().to_string();
         let name = pod.metadata.name.clone().unwrap_or_default();

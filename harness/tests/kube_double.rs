@@ -128,6 +128,101 @@ async fn the_executor_is_refused_what_kandevs_role_does_not_grant() {
     assert!(double.state.object("namespaces", "", ns).is_none());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_double_answers_with_kubernetes_status_codes_and_selectors() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{DeleteParams, Preconditions};
+    let double = cluster_double::start(None).await.unwrap();
+    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap();
+    assert_eq!(reached.server_version, "v1.36.0-kube-double");
+    let admin = reached.admin.clone();
+    let code = |e: kube::Error| match e {
+        kube::Error::Api(status) => status.code,
+        other => panic!("not an API status: {other:?}"),
+    };
+    let pods = Api::<Pod>::namespaced(admin.clone(), "default");
+    let spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+    let mut a = pod("a", spec.clone());
+    a.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("tier".into(), "one".into());
+    let created = pods.create(&PostParams::default(), &a).await.unwrap();
+    pods.create(&PostParams::default(), &pod("b", spec.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        code(pods.create(&PostParams::default(), &a).await.unwrap_err()),
+        409
+    );
+    assert_eq!(code(pods.get("missing").await.unwrap_err()), 404);
+    let selected = pods
+        .list(&ListParams::default().labels("tier=one"))
+        .await
+        .unwrap();
+    assert_eq!(selected.items.len(), 1);
+    let not_one = pods
+        .list(&ListParams::default().labels("tier!=one"))
+        .await
+        .unwrap();
+    assert_eq!(not_one.items.len(), 1);
+    // A namespace that does not exist; a resource the double does not serve.
+    let elsewhere = Api::<Pod>::namespaced(admin.clone(), "nowhere");
+    assert_eq!(
+        code(
+            elsewhere
+                .create(&PostParams::default(), &a)
+                .await
+                .unwrap_err()
+        ),
+        404
+    );
+    assert_eq!(
+        code(
+            Api::<ConfigMap>::namespaced(admin.clone(), "default")
+                .list(&ListParams::default())
+                .await
+                .unwrap_err()
+        ),
+        404
+    );
+    // DELETE preconditions: a stale resourceVersion or another UID is a 409.
+    let uid = created.metadata.uid.clone().unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let with = |uid: &str, rv: &str| DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.into()),
+            resource_version: Some(rv.into()),
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(pods.delete("a", &with("other", &rv)).await.unwrap_err()),
+        409
+    );
+    assert_eq!(
+        code(pods.delete("a", &with(&uid, "1")).await.unwrap_err()),
+        409
+    );
+    pods.delete("a", &with(&uid, &rv)).await.unwrap();
+    assert_eq!(code(pods.get("a").await.unwrap_err()), 404);
+    // An unknown token is a 401.
+    let mut config = reached.config.clone();
+    config.auth_info = serde_json::from_value(json!({"token": "not-issued"})).unwrap();
+    let stranger = kube::Client::try_from(config).unwrap();
+    assert_eq!(
+        code(
+            Api::<Pod>::namespaced(stranger, "default")
+                .get("b")
+                .await
+                .unwrap_err()
+        ),
+        401
+    );
+}
+
 /// A Pod composed from the default template as a session composes it (main container
 /// `kandev-agent`), in `namespace`.
 fn composed(namespace: &str, session: &str) -> Pod {

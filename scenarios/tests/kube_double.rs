@@ -102,4 +102,31 @@ async fn catalogue_on_kube_double() {
     }
     assert!(failures.is_empty(), "{failures:#?}\n{text}");
     assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
+    // Nothing of the run is left on the engine behind the double (claims' volumes are
+    // removed once their Pod is gone: polled briefly).
+    let label = format!("label=acceptance.kandev.ai/run={}", report.run_id);
+    let mut left = Vec::new();
+    for _ in 0..60 {
+        left = ["ps -aq", "volume ls -q"]
+            .iter()
+            .flat_map(|command| {
+                let mut args: Vec<&str> = command.split(' ').collect();
+                args.extend(["--filter", &label]);
+                let out = std::process::Command::new("docker")
+                    .args(&args)
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    assert!(left.is_empty(), "left on the engine: {left:?}");
 }

@@ -1,10 +1,10 @@
-//! The whole catalogue through `--backend kube` against the wire-level cluster double
-//! (`kandev_test_support::cluster_double`): the harness binary reaches the double only through
-//! the kubeconfig it wrote (HTTPS, its own CA, a token), sets the executor up with real RBAC
-//! and runs every session over the double's websockets; the double runs the Pods on this
-//! host's engine through the local backend. Needs a reachable engine, so it is `#[ignore]`d.
-//! Scenarios that need a node view are `skipped` on `--backend kube` without
-//! `--node-inspector` and are accepted as such here.
+//! The whole catalogue through `--backend kube --node-inspector` against the wire-level
+//! cluster double (`kandev_test_support::cluster_double`): the harness binary reaches the double
+//! only through the kubeconfig it wrote (HTTPS, its own CA, a token), sets the executor up with
+//! real RBAC and runs every session over the double's websockets; the double runs the Pods on
+//! this host's engine through the local backend (with the UIDs it assigned, so the inspector
+//! Pod finds each Pod's `pod<uid>` cgroup on the one node). Every scenario must pass and
+//! nothing of the run may be left on the engine. Needs a reachable engine, so it is `#[ignore]`d.
 
 // A test file: failing loudly with unwrap/panic is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -61,6 +61,7 @@ async fn catalogue_on_kube_double() {
         .args(["--context", &double.context])
         .args(["--worker-image", &images.worker])
         .args(["--daemon-image", &images.daemon])
+        .arg("--node-inspector")
         .env("KANDEV_ACCEPTANCE_ROOT", &root)
         .output()
         .await
@@ -89,18 +90,15 @@ async fn catalogue_on_kube_double() {
             scenario.name, scenario.outcome, scenario.duration_ms
         );
     }
-    let mut failures = Vec::new();
-    for scenario in &report.scenarios {
-        match scenario.outcome {
-            Outcome::Passed => {}
-            Outcome::Skipped => eprintln!("skipped {}: {:?}", scenario.name, scenario.diagnosis),
-            _ => failures.push(format!(
-                "{}: {:?} {:?}",
-                scenario.name, scenario.outcome, scenario.diagnosis
-            )),
-        }
-    }
+    let failures: Vec<String> = report
+        .scenarios
+        .iter()
+        .filter(|s| s.outcome != Outcome::Passed)
+        .map(|s| format!("{}: {:?} {:?}", s.name, s.outcome, s.diagnosis))
+        .collect();
     assert!(failures.is_empty(), "{failures:#?}\n{text}");
+    assert_eq!(report.summary.passed, kandev_scenarios::registry().len());
+    assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
     // Nothing of the run is left on the engine behind the double (claims' volumes are
     // removed once their Pod is gone: polled briefly).

@@ -510,7 +510,15 @@ impl Backend for LocalBackend {
     }
 
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
-        let uid = uuid::Uuid::new_v4().to_string();
+        // A composed Pod has no UID (an API server assigns it): a fresh one. A test's API
+        // server double that runs its Pods here passes the UID it assigned, so that the Pod's
+        // cgroup (`pod<uid>`) is the one its clients know.
+        let uid = pod
+            .metadata
+            .uid
+            .clone()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let name = pod.metadata.name.clone().unwrap_or_default();
         if self.pod_uid(LOCAL_NAMESPACE, &name).await?.is_some() {
             return Err(BackendError::Create {

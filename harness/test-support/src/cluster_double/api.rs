@@ -687,6 +687,13 @@ impl Ctx<'_> {
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
+            // The runtime's Pod carries the double's UID (its cgroup is `pod<uid>`, as a
+            // kubelet names it); scheduling is the double's business, not the runtime's.
+            let mut for_runtime = for_runtime;
+            for_runtime["metadata"]["uid"] = json!(uid);
+            if let Some(spec) = for_runtime["spec"].as_object_mut() {
+                spec.remove("nodeName");
+            }
             let state = self.state.clone();
             tokio::spawn(run_pod(state, runtime, uid, for_runtime));
         }
@@ -861,6 +868,19 @@ async fn run_pod(state: Arc<DoubleState>, runtime: Arc<dyn Backend>, uid: String
     let mut store = state.store();
     match created {
         Ok(pod) => {
+            // Scheduled (after the create, as a scheduler binds it) onto the one node.
+            let rv = store.next_version();
+            if let Some(object) = store
+                .objects
+                .values_mut()
+                .find(|o| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+                && object["spec"]["nodeName"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
+            {
+                object["spec"]["nodeName"] = json!(super::NODE);
+                object["metadata"]["resourceVersion"] = json!(rv);
+            }
             store.running.insert(uid, Running::Ready(pod));
         }
         Err(e) => {

@@ -10,7 +10,9 @@
 //! answered from the same Roles), pods/log, and **pods/exec and pods/portforward over
 //! websockets** (`v5.channel.k8s.io` / `v4.channel.k8s.io` framing, the exit code in the
 //! status channel, no client read timeout on long commands). Pods run on the local Docker
-//! engine through the harness's local backend (any [`Backend`] given to [`start`]).
+//! engine through the harness's local backend (any [`Backend`] given to [`start`]), with the
+//! UID the double assigned, bound after their create to one node ([`NODE`]); claims are
+//! volumes there.
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restarts), real admission plugins (Pod Security, the
@@ -36,6 +38,9 @@ use tokio::net::TcpListener;
 
 /// The context (and cluster and user) name in the kubeconfig [`start`] writes.
 pub const CONTEXT: &str = "kube-double";
+
+/// The double's one node: every Pod's `spec.nodeName` (its Pods run on this host's engine).
+pub const NODE: &str = "kube-double-node";
 
 /// Who a request is from (its bearer token).
 #[derive(Debug, Clone, PartialEq, Eq)]

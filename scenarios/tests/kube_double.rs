@@ -12,7 +12,8 @@
 use kandev_harness::backend::Backend;
 use kandev_harness::backend::local::LocalBackend;
 use kandev_harness::host::connect_engine;
-use kandev_harness::host::images::{ImageConfig, ensure_images, mock_agent_binary};
+use kandev_harness::host::images::{ImageConfig, ImageSet, ensure_images, mock_agent_binary};
+use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use kandev_harness::report::{Outcome, Report};
 use kandev_test_support::cluster_double;
 use std::path::{Path, PathBuf};
@@ -25,9 +26,8 @@ fn root() -> PathBuf {
         .to_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
-async fn catalogue_on_kube_double() {
+/// The fixture images, and the double with Pods on the local engine behind it.
+async fn engine_double() -> (cluster_double::KubeDouble, ImageSet) {
     let docker = connect_engine().await.unwrap();
     let root = root();
     let binary = mock_agent_binary(&root).await.unwrap();
@@ -51,18 +51,158 @@ async fn catalogue_on_kube_double() {
         4096,
     ));
     let double = cluster_double::start(Some(runtime)).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .arg("run")
-        .arg("--report")
-        .arg(dir.path())
+    (double, images)
+}
+
+/// `kandev-acceptance <subcommand>` against the double (kubeconfig and context), with `args`.
+fn command(double: &cluster_double::KubeDouble, subcommand: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"));
+    command
+        .arg(subcommand)
         .args(["--backend", "kube", "--kubeconfig"])
         .arg(&double.kubeconfig)
         .args(["--context", &double.context])
+        .env("KANDEV_ACCEPTANCE_ROOT", root());
+    command
+}
+
+/// `kandev-acceptance run` against the double with `args`, into `dir`.
+fn run_command(
+    double: &cluster_double::KubeDouble,
+    images: &ImageSet,
+    dir: &Path,
+    args: &[&str],
+) -> tokio::process::Command {
+    let mut command = command(double, "run");
+    command
+        .arg("--report")
+        .arg(dir)
         .args(["--worker-image", &images.worker])
         .args(["--daemon-image", &images.daemon])
-        .arg("--node-inspector")
-        .env("KANDEV_ACCEPTANCE_ROOT", &root)
+        .args(args);
+    command
+}
+
+struct Run {
+    code: Option<i32>,
+    report: Report,
+    report_dir: PathBuf,
+    text: String,
+    _dir: tempfile::TempDir,
+}
+
+/// Runs `kandev-acceptance run` against the double with `args`; its report.
+async fn run(double: &cluster_double::KubeDouble, images: &ImageSet, args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run_command(double, images, dir.path(), args)
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let run_dir = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().join("report.json").is_file())
+        .unwrap_or_else(|| panic!("no report was written; output:\n{text}"));
+    let report: Report =
+        serde_json::from_slice(&std::fs::read(run_dir.path().join("report.json")).unwrap())
+            .unwrap();
+    Run {
+        code: output.status.code(),
+        report,
+        report_dir: run_dir.path(),
+        text,
+        _dir: dir,
+    }
+}
+
+/// What the engine still holds of `run_id` (containers and volumes), polled briefly: claims'
+/// volumes are removed once their Pod is gone.
+async fn left_on_engine(run_id: &str) -> Vec<String> {
+    let label = format!("label=acceptance.kandev.ai/run={run_id}");
+    let mut left = Vec::new();
+    for _ in 0..60 {
+        left = ["ps -aq", "volume ls -q"]
+            .iter()
+            .flat_map(|command| {
+                let mut args: Vec<&str> = command.split(' ').collect();
+                args.extend(["--filter", &label]);
+                let out = std::process::Command::new("docker")
+                    .args(&args)
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    left
+}
+
+/// Asserts `scenario` failed (exit 1) with a diagnosis containing `promise`, kept its
+/// evidence, and left nothing on the double's engine; the diagnosis.
+async fn assert_fails(run: &Run, scenario: &str, promise: &str, evidence: bool) -> String {
+    let report = run
+        .report
+        .scenarios
+        .iter()
+        .find(|s| s.name == scenario)
+        .unwrap_or_else(|| panic!("{scenario} did not run:\n{}", run.text));
+    assert_eq!(
+        report.outcome,
+        Outcome::Failed,
+        "{scenario}: {:?}\n{}",
+        report.diagnosis,
+        run.text
+    );
+    let diagnosis = report.diagnosis.clone().unwrap_or_default();
+    assert!(
+        diagnosis.contains(promise),
+        "{scenario} failed, but the diagnosis does not name the promise {promise:?}: {diagnosis}"
+    );
+    assert_eq!(
+        run.code,
+        Some(1),
+        "exit code of a failed scenario\n{}",
+        run.text
+    );
+    assert!(
+        !evidence || !report.artifacts.is_empty(),
+        "a failed scenario keeps evidence"
+    );
+    for artifact in &report.artifacts {
+        assert!(
+            run.report_dir.join(artifact).is_file(),
+            "artifact {artifact} is missing"
+        );
+    }
+    assert!(
+        run.report.leftovers.is_empty(),
+        "{:?}",
+        run.report.leftovers
+    );
+    let left = left_on_engine(&run.report.run_id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+    diagnosis
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn catalogue_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let dir = tempfile::tempdir().unwrap();
+    let output = run_command(&double, &images, dir.path(), &["--node-inspector"])
         .output()
         .await
         .unwrap();
@@ -100,31 +240,238 @@ async fn catalogue_on_kube_double() {
     assert_eq!(report.summary.passed, kandev_scenarios::registry().len());
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
-    // Nothing of the run is left on the engine behind the double (claims' volumes are
-    // removed once their Pod is gone: polled briefly).
-    let label = format!("label=acceptance.kandev.ai/run={}", report.run_id);
-    let mut left = Vec::new();
-    for _ in 0..60 {
-        left = ["ps -aq", "volume ls -q"]
-            .iter()
-            .flat_map(|command| {
-                let mut args: Vec<&str> = command.split(' ').collect();
-                args.extend(["--filter", &label]);
-                let out = std::process::Command::new("docker")
-                    .args(&args)
-                    .output()
-                    .unwrap();
-                String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .map(str::to_owned)
-                    .filter(|l| !l.is_empty())
-                    .collect::<Vec<_>>()
+    // Nothing of the run is left on the engine behind the double.
+    let left = left_on_engine(&report.run_id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+}
+
+fn fixture(path: &str) -> String {
+    root().join("fixtures").join(path).display().to_string()
+}
+
+/// The broken templates fail, over the double, exactly the scenario they target, with the
+/// diagnosis the local tests expect for them; a mutating admission fails the launching
+/// scenario and the mutated Pod is rolled back by its exact UID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn broken_fixtures_fail_the_right_scenario_on_kube_double() {
+    let (double, images) = engine_double().await;
+    for (template, scenario, promise) in [
+        (
+            "templates/broken/daemon-tcp-listener.yaml",
+            "daemon::socket_only",
+            "no TCP listener in the Pod besides the loopback control port",
+        ),
+        (
+            "templates/broken/no-workspace-grant.yaml",
+            "workspace::shared",
+            "both containers see one /workspace",
+        ),
+        (
+            "templates/broken/daemon-runtime-broken.yaml",
+            "image::build_run",
+            "the agent runs the built image and its output matches",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let run = run(
+            &double,
+            &images,
+            &["--template", &fixture(template), "--exact", scenario],
+        )
+        .await;
+        assert_eq!(run.report.scenarios.len(), 1, "{}", run.text);
+        assert_fails(&run, scenario, promise, true).await;
+        eprintln!("{template}: {scenario} failed in {:?}", started.elapsed());
+    }
+
+    // A mutating admission strips the companion's workspace grant from every task Pod.
+    let mutated = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let seen = mutated.clone();
+    double
+        .state
+        .set_pod_mutator(Some(Box::new(move |pod: &mut serde_json::Value| {
+            let name = pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let Some(containers) = pod["spec"]["containers"].as_array_mut() else {
+                return;
+            };
+            for container in containers
+                .iter_mut()
+                .filter(|c| c["name"] != "kandev-agent")
+            {
+                if let Some(mounts) = container["volumeMounts"].as_array_mut() {
+                    let before = mounts.len();
+                    mounts.retain(|m| m["name"] != "kandev-workspace");
+                    if mounts.len() != before {
+                        seen.lock().unwrap().push(name.clone());
+                    }
+                }
+            }
+        })));
+    let started = std::time::Instant::now();
+    let run = run(&double, &images, &["--exact", "workspace::shared"]).await;
+    double.state.set_pod_mutator(None);
+    let diagnosis = assert_fails(
+        &run,
+        "workspace::shared",
+        "admission changed what Kandev owns",
+        // A Pod rolled back at its create has no session to take evidence from.
+        false,
+    )
+    .await;
+    assert!(diagnosis.contains("docker-engine"), "{diagnosis}");
+    // Every stored mutated Pod (a server-side dry run stores nothing) was rolled back by its
+    // exact UID.
+    let names = mutated.lock().unwrap().clone();
+    let deletions = double.state.deletions();
+    let rolled_back: Vec<_> = deletions
+        .iter()
+        .filter(|d| d.resource == "pods" && names.contains(&d.name))
+        .collect();
+    assert!(
+        !rolled_back.is_empty(),
+        "no mutated Pod was rolled back: {names:?} {deletions:?}\n{}",
+        run.text
+    );
+    for deletion in &rolled_back {
+        assert_eq!(
+            deletion.precondition_uid.as_deref(),
+            Some(deletion.uid.as_str()),
+            "the rollback named the exact UID: {deletion:?}"
+        );
+    }
+    for name in &names {
+        assert!(
+            double
+                .state
+                .objects("pods")
+                .iter()
+                .all(|p| p["metadata"]["name"] != name.as_str()),
+            "the mutated Pod {name} is still stored"
+        );
+    }
+    assert!(
+        rolled_back.iter().any(|d| diagnosis.contains(&d.uid)),
+        "the diagnosis names the rolled-back UID: {diagnosis}"
+    );
+    eprintln!(
+        "mutating admission: workspace::shared failed in {:?}",
+        started.elapsed()
+    );
+}
+
+/// The run's namespaces in the double (labelled with `run_id`).
+fn run_namespaces(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
+    double
+        .state
+        .objects("namespaces")
+        .into_iter()
+        .filter(|ns| ns["metadata"]["labels"][LABEL_RUN] == run_id)
+        .filter_map(|ns| ns["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A run killed (SIGKILL) once its first Pod runs leaves its namespace behind; `gc --run`
+/// removes it, its objects and its containers, and nothing of another run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn gc_after_a_killed_run_on_kube_double() {
+    let (double, images) = engine_double().await;
+    // A namespace of another run, as the harness labels them.
+    let other = "kandev-acceptance-some-other-run";
+    double.state.create_namespace(
+        other,
+        &[(LABEL_MANAGED, "true"), (LABEL_RUN, "some-other-run")],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = run_command(
+        &double,
+        &images,
+        dir.path(),
+        &["--skip", "template::grant_rules"],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let started = std::time::Instant::now();
+    let id = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "the run never created a Pod"
+        );
+        let id = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .next()
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        if let Some(id) = id
+            && double.state.objects("pods").iter().any(|pod| {
+                pod["metadata"]["labels"][LABEL_RUN] == id.as_str()
+                    && pod["metadata"]["uid"]
+                        .as_str()
+                        .and_then(|uid| double.state.runtime_pod(uid))
+                        .is_some()
             })
-            .collect();
-        if left.is_empty() {
+        {
+            break id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    child.kill().await.unwrap();
+    // Let in-flight requests of the dead run settle.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let namespaces = run_namespaces(&double, &id);
+    assert!(!namespaces.is_empty(), "the killed run left no namespace");
+    let gc = command(&double, "gc")
+        .args(["--run", &id])
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&gc.stdout),
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    assert!(gc.status.success(), "{text}");
+    for ns in &namespaces {
+        assert!(text.contains(&format!("namespace/{ns}")), "{text}");
+    }
+    // The namespace goes once its Pods are removed from the engine.
+    let mut remaining = Vec::new();
+    for _ in 0..120 {
+        remaining = [
+            "namespaces",
+            "pods",
+            "persistentvolumeclaims",
+            "serviceaccounts",
+            "roles",
+            "rolebindings",
+        ]
+        .iter()
+        .flat_map(|resource| double.state.objects(resource))
+        .filter(|o| {
+            o["metadata"]["labels"][LABEL_RUN] == id.as_str()
+                || o["metadata"]["namespace"]
+                    .as_str()
+                    .is_some_and(|ns| namespaces.iter().any(|n| n == ns))
+        })
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+        if remaining.is_empty() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
+    assert!(remaining.is_empty(), "left in the double: {remaining:?}");
+    let left = left_on_engine(&id).await;
     assert!(left.is_empty(), "left on the engine: {left:?}");
+    assert!(
+        double.state.object("namespaces", "", other).is_some(),
+        "gc --run removed another run's namespace"
+    );
+    eprintln!("killed run and gc in {:?}", started.elapsed());
 }

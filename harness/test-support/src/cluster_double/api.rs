@@ -647,6 +647,7 @@ impl Ctx<'_> {
                     );
                 }
                 object["spec"]["serviceAccountName"] = json!(account);
+                super::defaults::default_pod(&mut object);
                 object["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
             }
             if self.route.resource == "persistentvolumeclaims" {
@@ -921,6 +922,7 @@ async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
 
 /// Removes everything in the namespace (Pods through the runtime), then the namespace.
 async fn remove_namespace(state: Arc<DoubleState>, name: String) {
+    let mut volumes: Vec<kandev_harness::backend::WorkspaceRef> = Vec::new();
     let pods: Vec<(Key, String)> = {
         let mut store = state.store();
         let pods: Vec<(Key, String)> = store
@@ -934,6 +936,18 @@ async fn remove_namespace(state: Arc<DoubleState>, name: String) {
                 )
             })
             .collect();
+        // The claims' volumes are taken before their objects go, and removed after the Pods.
+        let claims: Vec<String> = store
+            .objects
+            .iter()
+            .filter(|((r, ns, _), _)| r == "/persistentvolumeclaims" && *ns == name)
+            .filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(str::to_owned))
+            .collect();
+        let taken: Vec<kandev_harness::backend::WorkspaceRef> = claims
+            .iter()
+            .filter_map(|uid| store.volumes.remove(uid))
+            .collect();
+        volumes.extend(taken);
         store
             .objects
             .retain(|(r, ns, _), _| *ns != name || r == "/pods");
@@ -942,22 +956,15 @@ async fn remove_namespace(state: Arc<DoubleState>, name: String) {
     for (key, uid) in pods {
         remove_pod(state.clone(), key, uid).await;
     }
-    let volumes: Vec<kandev_harness::backend::WorkspaceRef> = {
-        let mut store = state.store();
-        let claims: Vec<String> = store
-            .objects
-            .iter()
-            .filter(|((r, ns, _), _)| r == "/persistentvolumeclaims" && *ns == name)
-            .filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(str::to_owned))
-            .collect();
-        claims
-            .iter()
-            .filter_map(|uid| store.volumes.remove(uid))
-            .collect()
-    };
     if let Some(runtime) = state.runtime.clone() {
         for volume in volumes {
-            let _ = runtime.delete_workspace(&volume).await;
+            // In use until the runtime has removed its Pod's containers: retried until free.
+            for _ in 0..120 {
+                if runtime.delete_workspace(&volume).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
         }
     }
     let mut store = state.store();

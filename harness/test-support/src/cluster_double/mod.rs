@@ -5,9 +5,11 @@
 //! **This is a double, not a cluster.** What it proves: the harness's `kube` backend speaks the
 //! API server's wire protocol as kube-rs 5 does with a real one — TLS and kubeconfig loading,
 //! JSON `Status` errors and their codes, UIDs, resourceVersions, DELETE preconditions (409),
-//! label selectors, `dryRun=All`, the TokenRequest and RBAC path (the executor's token only
-//! gets what the Roles bound to its service account grant, and SelfSubjectAccessReviews are
-//! answered from the same Roles), pods/log, and **pods/exec and pods/portforward over
+//! label selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.33's
+//! defaulting and the `Priority` and `DefaultTolerationSeconds` plugins, so a client compares
+//! what it asked for against a defaulted Pod), the TokenRequest and RBAC path (the executor's
+//! token only gets what the Roles bound to its service account grant, and
+//! SelfSubjectAccessReviews are answered from the same Roles), pods/log, and **pods/exec and pods/portforward over
 //! websockets** (`v5.channel.k8s.io` / `v4.channel.k8s.io` framing, the exit code in the
 //! status channel, no client read timeout on long commands). Pods run on the local Docker
 //! engine through the harness's local backend (any [`Backend`] given to [`start`]), with the
@@ -22,6 +24,7 @@
 //! the one local engine), and storage classes (claims are stored and reported `Bound`).
 
 mod api;
+mod defaults;
 mod streams;
 
 use anyhow::Context;
@@ -143,6 +146,32 @@ impl DoubleState {
                 r.rsplit('/').next() == Some(resource) && ns == namespace && n == name
             })
             .map(|(_, v)| v.clone())
+    }
+
+    /// Every stored object of `resource` (`pods`, `namespaces`, ...), in every namespace.
+    pub fn objects(&self, resource: &str) -> Vec<Value> {
+        self.store()
+            .objects
+            .iter()
+            .filter(|((r, _, _), _)| r.rsplit('/').next() == Some(resource))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Creates a Namespace with `labels` (as another client of the API server would), with
+    /// its `default` ServiceAccount.
+    pub fn create_namespace(&self, name: &str, labels: &[(&str, &str)]) {
+        let mut store = self.store();
+        api::create_namespace_objects(&mut store, name);
+        if let Some(namespace) =
+            store
+                .objects
+                .get_mut(&("/namespaces".into(), String::new(), name.into()))
+        {
+            for (k, v) in labels {
+                namespace["metadata"]["labels"][*k] = json!(v);
+            }
+        }
     }
 
     /// Every DELETE carried out so far.

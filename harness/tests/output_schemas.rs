@@ -4,8 +4,8 @@
 
 use kandev_harness::report::outputs::{ctrf, junit};
 use kandev_harness::report::{
-    CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport, StepOutcome, StepReport,
-    Summary,
+    CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport,
+    StepOutcome, StepReport, Summary,
 };
 use kandev_test_support::schemas;
 use serde_json::Value;
@@ -43,6 +43,16 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
         promise: "a promise with <markup>".into(),
         outcome,
         diagnosis: (outcome != Outcome::Passed).then(|| format!("{}: why \u{7}", outcome.as_str())),
+        checks: vec![CheckReport {
+            id: format!("area{i}::x/holds"),
+            promise: "it holds".into(),
+            outcome: if outcome == Outcome::Failed {
+                CheckOutcome::Failed
+            } else {
+                CheckOutcome::Passed
+            },
+            twin: "fixtures/templates/broken/x.yaml".into(),
+        }],
         started_at: "2026-11-30T00:00:01.250Z".into(),
         duration_ms: 61_001,
         steps,

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, anyhow};
 use k8s_openapi::api::core::v1::{Container, PodTemplate};
-use kandev_harness::runner::{Ctx, broken};
+use kandev_harness::runner::{Check, Ctx, broken};
 use kandev_harness::session::Session;
 use kandev_harness::session::agent::{AgentExecResult, FileDigest};
 use std::time::Duration;
@@ -30,12 +30,13 @@ pub fn with_daemon_command(ctx: &Ctx, argv: &[&str]) -> anyhow::Result<PodTempla
     Ok(template)
 }
 
-/// Fails with `promise` when an agent command did not succeed.
-pub fn require_success(result: &AgentExecResult, promise: &str, what: &str) -> anyhow::Result<()> {
+/// Fails `check` when an agent command did not succeed (a step towards judging it, not a pass
+/// of it).
+pub fn require_success(result: &AgentExecResult, check: &Check, what: &str) -> anyhow::Result<()> {
     if result.success() {
         Ok(())
     } else {
-        Err(broken(promise, format!("{what}: {}", result.summary())))
+        Err(broken(check, format!("{what}: {}", result.summary())))
     }
 }
 
@@ -75,13 +76,13 @@ pub fn probe_tag(ctx: &Ctx, what: &str) -> String {
     )
 }
 
-/// The ID of the daemon the session's agent reaches (`docker info`); fails `promise` when the
+/// The ID of the daemon the session's agent reaches (`docker info`); fails `check` when the
 /// agent cannot ask.
-pub async fn daemon_id(session: &Session, promise: &str) -> anyhow::Result<String> {
+pub async fn daemon_id(session: &Session, check: &Check) -> anyhow::Result<String> {
     let info = session
         .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
         .await?;
-    require_success(&info, promise, "docker info")?;
+    require_success(&info, check, "docker info")?;
     Ok(info.stdout.trim().to_owned())
 }
 

@@ -26,6 +26,9 @@ pub(crate) enum Command {
     Validate(ValidateArgs),
     /// Remove what a killed run left behind, by label.
     Gc(GcArgs),
+    /// List every scenario's promise checks and the broken twin that shows each can fail
+    /// (a Markdown table).
+    Checks,
     /// Work with reports.
     Report {
         #[command(subcommand)]

@@ -52,6 +52,10 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
         Command::Run(args) => run::run(*args, registry, &runtime),
         Command::Validate(args) => validate::validate(&args),
         Command::Gc(args) => runtime.block_on(gc::gc(&args)),
+        Command::Checks => {
+            print!("{}", crate::runner::scenario::checks_table(&registry));
+            exit::SUCCESS
+        }
         Command::Report {
             command: ReportCommand::Show { file },
         } => match crate::report::read(&file) {

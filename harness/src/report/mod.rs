@@ -105,6 +105,22 @@ pub struct Summary {
     pub leaked: usize,
     /// Passed after a retry (counted in `passed` too).
     pub flaky: usize,
+    /// The promise checks of the scenarios run.
+    #[serde(default)]
+    pub checks: CheckSummary,
+}
+
+/// How many promise checks the run judged, and how many of them have a broken twin.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSummary {
+    pub total: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub not_reached: usize,
+    /// Checks with a broken fixture that shows they can fail (the rest are exempt, with the
+    /// reason in `twin`).
+    pub with_twin: usize,
 }
 
 impl Summary {
@@ -115,6 +131,15 @@ impl Summary {
         };
         for scenario in scenarios {
             s.flaky += usize::from(scenario.flaky);
+            for check in &scenario.checks {
+                s.checks.total += 1;
+                s.checks.with_twin += usize::from(!check.twin.starts_with("exempt"));
+                match check.outcome {
+                    CheckOutcome::Passed => s.checks.passed += 1,
+                    CheckOutcome::Failed => s.checks.failed += 1,
+                    CheckOutcome::NotReached => s.checks.not_reached += 1,
+                }
+            }
             match scenario.outcome {
                 Outcome::Passed => s.passed += 1,
                 Outcome::Failed => s.failed += 1,
@@ -184,6 +209,10 @@ pub struct ScenarioReport {
     /// For anything but `passed`: which promise broke (or why it was not judged), with the
     /// evidence that shows it.
     pub diagnosis: Option<String>,
+    /// Its promise checks in the order the body reaches them, each with its outcome (absent
+    /// in reports written before checks had ids).
+    #[serde(default)]
+    pub checks: Vec<CheckReport>,
     pub started_at: String,
     pub duration_ms: u64,
     pub steps: Vec<StepReport>,
@@ -205,6 +234,42 @@ pub struct ScenarioReport {
     /// cluster (by label) or on the node (processes, cgroups of its Pods and their nested
     /// containers). Not empty means `leaked` (unless a worse outcome came first).
     pub leaks: Vec<String>,
+}
+
+/// One promise check of a scenario, as the run judged it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckReport {
+    /// `<scenario>/<check>`, stable across runs.
+    pub id: String,
+    pub promise: String,
+    pub outcome: CheckOutcome,
+    /// The broken fixture that proves this check can fail (`fixtures/...`), or
+    /// `exempt: <reason>`.
+    pub twin: String,
+}
+
+/// How one check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckOutcome {
+    /// The body judged it and it held.
+    Passed,
+    /// It broke: the scenario's diagnosis names it.
+    Failed,
+    /// The body never judged it (it ended before, or the scenario was skipped, incompatible,
+    /// errored or timed out): nothing is claimed.
+    NotReached,
+}
+
+impl CheckOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckOutcome::Passed => "passed",
+            CheckOutcome::Failed => "failed",
+            CheckOutcome::NotReached => "not reached",
+        }
+    }
 }
 
 /// The nested daemon's objects in one session's Pod.
@@ -399,8 +464,8 @@ pub fn rfc3339(time: std::time::SystemTime) -> String {
 pub fn human_summary(report: &Report, path: &Path) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "\nkandev-acceptance run {} on {}\n",
-        report.run_id, report.backend
+        "\nkandev-acceptance run {} on {}: {} checks, {} with a twin\n",
+        report.run_id, report.backend, report.summary.checks.total, report.summary.checks.with_twin
     ));
     for s in &report.scenarios {
         out.push_str(&format!(
@@ -417,6 +482,9 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
             out.push_str(&format!("  {first}"));
         }
         out.push('\n');
+        if let Some(check) = s.checks.iter().find(|c| c.outcome == CheckOutcome::Failed) {
+            out.push_str(&format!("               failed check {}\n", check.id));
+        }
         for leak in &s.leaks {
             out.push_str(&format!("               leaked {leak}\n"));
         }
@@ -432,6 +500,11 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
         "  {} scenarios: {} passed, {} failed, {} leaked, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1}s)\n",
         s.total, s.passed, s.failed, s.leaked, s.errored, s.timed_out, s.cancelled, s.skipped, s.incompatible,
         report.duration_ms as f64 / 1000.0
+    ));
+    let c = &s.checks;
+    out.push_str(&format!(
+        "  {} checks: {} passed, {} failed, {} not reached\n",
+        c.total, c.passed, c.failed, c.not_reached
     ));
     if !report.leftovers.is_empty() {
         out.push_str(&format!("  LEFT BEHIND: {}\n", report.leftovers.join(", ")));

@@ -308,6 +308,7 @@ mod tests {
             promise: "p".into(),
             outcome,
             diagnosis: diagnosis.map(str::to_owned),
+            checks: Vec::new(),
             started_at: String::new(),
             duration_ms: 1500,
             steps: vec![StepReport {

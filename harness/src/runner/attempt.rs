@@ -3,11 +3,13 @@
 //! pass; then always teardown, the label sweep and the leak ledger.
 
 use super::context::Ctx;
-use super::scenario::{Broken, Scenario, Verdict};
+use super::scenario::{Broken, JUDGED, JudgedChecks, Scenario, Verdict};
 use super::{Keep, Run, RunEnv};
 use crate::pod::admission::AdmissionMutated;
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
-use crate::report::{CleanupOutcome, CleanupRecord, Outcome, ScenarioReport, StepOutcome};
+use crate::report::{
+    CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport, StepOutcome,
+};
 use futures_util::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -71,8 +73,22 @@ impl Run {
         report.started_at = crate::report::rfc3339(SystemTime::now());
         let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
         let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name, timeout);
-        let result = self.body(scenario, &mut ctx, timeout).await;
+        let judged = JudgedChecks::default();
+        let result = JUDGED
+            .scope(judged.clone(), self.body(scenario, &mut ctx, timeout))
+            .await;
+        report.checks = judged_checks(scenario, &judged);
         settle(&mut report, &mut ctx, result);
+        // A broken promise is named by its check's id first: what people grep and gate on.
+        if let (Some(check), Some(diagnosis)) = (
+            report
+                .checks
+                .iter()
+                .find(|c| c.outcome == CheckOutcome::Failed),
+            &report.diagnosis,
+        ) {
+            report.diagnosis = Some(format!("{}: {diagnosis}", check.id));
+        }
         if report.outcome != Outcome::Passed {
             report.artifacts = super::evidence::collect(&ctx).await;
         }
@@ -99,7 +115,10 @@ impl Run {
         tokio::select! {
             result = tokio::time::timeout(timeout, body) => match result {
                 Ok(Ok(Ok(verdict))) => Ok(verdict),
-                Ok(Ok(Err(error))) => Err(classify(&error)),
+                Ok(Ok(Err(error))) => {
+                    note_broken_check(&error);
+                    Err(classify(&error))
+                }
                 Ok(Err(panic)) => Err((Outcome::Errored, format!("the scenario panicked: {}", panic_message(&panic)))),
                 Err(_) => Err((Outcome::TimedOut, format!("no result within the scenario's deadline of {timeout:?}"))),
             },
@@ -214,6 +233,7 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         promise: scenario.promise.into(),
         outcome: Outcome::Errored,
         diagnosis: None,
+        checks: not_reached(scenario),
         started_at: crate::report::rfc3339(SystemTime::now()),
         duration_ms: 0,
         steps: Vec::new(),
@@ -227,6 +247,47 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         nested_inventory: Vec::new(),
         leaks: Vec::new(),
     }
+}
+
+/// Every check of `scenario`, none judged (a scenario that never started its body).
+fn not_reached(scenario: &Scenario) -> Vec<CheckReport> {
+    judged_checks(scenario, &JudgedChecks::default())
+}
+
+/// Records in the body's log which check the error broke, if it is a broken promise.
+fn note_broken_check(error: &anyhow::Error) {
+    let Some(broken) = error.chain().find_map(|e| e.downcast_ref::<Broken>()) else {
+        return;
+    };
+    let _ = JUDGED.try_with(|judged| {
+        if let Ok(mut judged) = judged.lock() {
+            judged.broke = Some(broken.check);
+        }
+    });
+}
+
+/// Each declared check with its outcome: failed when the body broke it, passed when the body
+/// judged it and it held (and did not break later), else not reached.
+fn judged_checks(scenario: &Scenario, judged: &JudgedChecks) -> Vec<CheckReport> {
+    let Ok(judged) = judged.lock() else {
+        return Vec::new();
+    };
+    scenario
+        .checks
+        .iter()
+        .map(|check| CheckReport {
+            id: scenario.check_id(check),
+            promise: check.promise.into(),
+            outcome: if judged.broke == Some(check.id) {
+                CheckOutcome::Failed
+            } else if judged.held.contains(&check.id) {
+                CheckOutcome::Passed
+            } else {
+                CheckOutcome::NotReached
+            },
+            twin: check.twin.describe(),
+        })
+        .collect()
 }
 
 /// The body's result as the report's outcome, closing the open step accordingly.

@@ -18,7 +18,7 @@ pub mod scenario;
 pub use crate::config::{Keep, RunConfig};
 pub use context::Ctx;
 pub use environment::RunEnv;
-pub use scenario::{Broken, Scenario, ScenarioFuture, Verdict, broken, promise};
+pub use scenario::{Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, promise};
 
 use crate::report::{Outcome, ScenarioReport, SetupLog, StepReport};
 use indicatif::MultiProgress;

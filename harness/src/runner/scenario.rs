@@ -14,7 +14,86 @@ pub struct Scenario {
     /// The promise of the design it checks, as the report states it.
     pub promise: &'static str,
     pub timeout: Duration,
+    /// Its promise checks, in the order the body reaches them.
+    pub checks: &'static [Check],
     pub run: for<'a> fn(&'a mut Ctx) -> ScenarioFuture<'a>,
+}
+
+impl Scenario {
+    /// The report's id of one of its checks: `<scenario>/<check>`.
+    pub fn check_id(&self, check: &Check) -> String {
+        format!("{}/{}", self.name, check.id)
+    }
+}
+
+/// One promise check of a scenario: what must hold, and the broken twin that shows the check
+/// can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Check {
+    /// Stable, unique within its scenario (`snake_case`); reports name `<scenario>/<id>`.
+    pub id: &'static str,
+    /// What must hold, as the diagnosis states it when it does not.
+    pub promise: &'static str,
+    pub twin: Twin,
+}
+
+/// The broken fixture that breaks exactly one check's promise in the system under test (never
+/// the harness or the mock agent); `scenarios/tests/twins.rs` runs each and asserts that
+/// exactly that check fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Twin {
+    /// `fixtures/templates/broken/<name>.yaml`, run as `--template`.
+    Template(&'static str),
+    /// `fixtures/images/broken/<name>/`, built `FROM` the fixture worker, run as
+    /// `--worker-image`.
+    Worker(&'static str),
+    /// `fixtures/prepare/broken/<name>.sh`, run as `--prepare-script`.
+    Prepare(&'static str),
+    /// No fixture of the system under test can break it; the reason, also listed in README's
+    /// exemptions.
+    Exempt(&'static str),
+}
+
+impl Twin {
+    /// The fixture's path under `fixtures/`, or `None` for an exemption.
+    pub fn fixture(&self) -> Option<String> {
+        match self {
+            Twin::Template(name) => Some(format!("templates/broken/{name}.yaml")),
+            Twin::Worker(name) => Some(format!("images/broken/{name}")),
+            Twin::Prepare(name) => Some(format!("prepare/broken/{name}.sh")),
+            Twin::Exempt(_) => None,
+        }
+    }
+
+    /// As the report and README state it.
+    pub fn describe(&self) -> String {
+        match (self, self.fixture()) {
+            (_, Some(path)) => format!("fixtures/{path}"),
+            (Twin::Exempt(reason), None) => format!("exempt: {reason}"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// The catalogue's checks and their twins as a Markdown table (`kandev-acceptance checks`;
+/// README carries the same table, and a test keeps the two equal).
+pub fn checks_table(registry: &[Scenario]) -> String {
+    let mut out = String::from("| check | promise | broken twin |\n| --- | --- | --- |\n");
+    for scenario in registry {
+        for check in scenario.checks {
+            let twin = match (check.twin, check.twin.fixture()) {
+                (_, Some(path)) => format!("`fixtures/{path}`"),
+                (Twin::Exempt(_), None) => "exempt (see below)".to_owned(),
+                _ => String::new(),
+            };
+            out.push_str(&format!(
+                "| `{}` | {} | {twin} |\n",
+                scenario.check_id(check),
+                check.promise.replace('|', "\\|")
+            ));
+        }
+    }
+    out
 }
 
 /// How a scenario body ends when it does not fail.
@@ -29,28 +108,53 @@ pub enum Verdict {
 #[derive(Debug, thiserror::Error)]
 #[error("{promise}: {evidence}")]
 pub struct Broken {
-    pub promise: String,
+    /// The check's id within its scenario.
+    pub check: &'static str,
+    pub promise: &'static str,
     pub evidence: String,
 }
 
-/// Fails the scenario: `promise` broke, `evidence` shows how.
-pub fn broken(promise: impl Into<String>, evidence: impl Into<String>) -> anyhow::Error {
+/// Fails the scenario: `check` broke, `evidence` shows how.
+pub fn broken(check: &Check, evidence: impl Into<String>) -> anyhow::Error {
     Broken {
-        promise: promise.into(),
+        check: check.id,
+        promise: check.promise,
         evidence: evidence.into(),
     }
     .into()
 }
 
-/// `Ok(())` when `holds`, else a [`Broken`] with the evidence.
+/// `Ok(())` when `holds` (recorded as a pass of `check`), else a [`Broken`] with the evidence.
 pub fn promise(
     holds: bool,
-    promise: &str,
+    check: &Check,
     evidence: impl FnOnce() -> String,
 ) -> anyhow::Result<()> {
     if holds {
+        // Outside a scenario body (unit tests) there is no log: nothing to record.
+        let _ = JUDGED.try_with(|judged| {
+            if let Ok(mut judged) = judged.lock() {
+                judged.held.push(check.id);
+            }
+        });
         Ok(())
     } else {
-        Err(broken(promise, evidence()))
+        Err(broken(check, evidence()))
     }
+}
+
+/// What a scenario body judged: the checks that held, as it reached them, and the one that
+/// broke.
+#[derive(Debug, Default)]
+pub struct Judged {
+    pub held: Vec<&'static str>,
+    pub broke: Option<&'static str>,
+}
+
+pub type JudgedChecks = std::sync::Arc<std::sync::Mutex<Judged>>;
+
+tokio::task_local! {
+    /// Set by the runner around a scenario body: [`promise`] records what held here, so a
+    /// scenario's report lists a check as passed only when its body really judged it.
+    pub(super) static JUDGED: JudgedChecks;
 }

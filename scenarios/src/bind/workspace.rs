@@ -9,20 +9,33 @@
 
 use crate::support::{build_workload, probe_tag, require_success, workload_digest};
 use kandev_harness::report::FindingLevel;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use kandev_harness::session::agent::AgentExec;
 use serde_json::json;
 use std::time::Duration;
 
-const READS: &str = "a nested bind of /workspace reads the bytes the agent wrote";
-const WRITES: &str = "the agent sees the bytes a nested container wrote through a /workspace bind";
-const PRIVATE_HOME: &str = "the agent's private HOME is not visible to the Pod's daemon";
+const READS: Check = Check {
+    id: "reads",
+    promise: "a nested bind of /workspace reads the bytes the agent wrote",
+    twin: Twin::Template("daemon-private-workspace"),
+};
+const WRITES: Check = Check {
+    id: "writes",
+    promise: "the agent sees the bytes a nested container wrote through a /workspace bind",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const PRIVATE_HOME: Check = Check {
+    id: "private_home",
+    promise: "the agent's private HOME is not visible to the Pod's daemon",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 pub fn scenario() -> Scenario {
     Scenario {
         name: "bind::workspace",
         promise: "a nested container's bind mount of a `/workspace` path reads and writes the same bytes the agent sees; ownership of nested writes is reported; a bind source outside `/workspace` is reported incompatible",
+        checks: &[READS, WRITES, PRIVATE_HOME],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -34,11 +47,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let session = ctx.launch(SessionOptions::default()).await?;
         let tag = probe_tag(ctx, "bind");
         let build = build_workload(&session, &tag).await?;
-        require_success(
-            &build,
-            "the agent builds the nested workload image",
-            "docker build",
-        )?;
+        require_success(&build, &READS, "docker build")?;
 
         ctx.step("nested container reads the agent's bytes");
         let dir = "/workspace/bind-probe";
@@ -48,7 +57,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 Duration::from_secs(60),
             )
             .await?;
-        require_success(&wrote, READS, "the agent writes the probe file")?;
+        require_success(&wrote, &READS, "the agent writes the probe file")?;
         let agent_in = workload_digest(&wrote.stdout)?;
         let nested = session
             .agent_sh(
@@ -58,11 +67,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .await?;
         ctx.evidence("agent", &agent_in);
         ctx.evidence("nested", &nested);
-        require_success(&nested, READS, "the nested container reads /data/in.bin")?;
+        require_success(&nested, &READS, "the nested container reads /data/in.bin")?;
         let nested_in = workload_digest(&nested.stdout)?;
         promise(
             nested_in.sha256 == agent_in.sha256 && nested_in.size == agent_in.size,
-            READS,
+            &READS,
             || {
                 format!(
                     "agent sha256 {:?}, nested sha256 {:?}",
@@ -73,7 +82,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         ctx.step("agent reads the nested container's bytes");
         let out = session.agent_sh(&format!("docker run --rm --network none -v {dir}:/data {tag} write /data/out.bin 1048576 99"), Duration::from_secs(120)).await?;
-        require_success(&out, WRITES, "the nested container writes /data/out.bin")?;
+        require_success(&out, &WRITES, "the nested container writes /data/out.bin")?;
         let nested_out = workload_digest(&out.stdout)?;
         let seen = session
             .agent()?
@@ -87,7 +96,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("agent", &agent_out);
         promise(
             agent_out.as_ref().and_then(|d| d.sha256.clone()) == nested_out.sha256,
-            WRITES,
+            &WRITES,
             || {
                 format!(
                     "nested sha256 {:?}, the agent saw {agent_out:?}",
@@ -117,11 +126,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let home = session
             .agent_sh("mkdir -p \"$HOME/bind-probe\" && /opt/kandev/agentctl write \"$HOME/bind-probe/private.bin\" 4096 3 && echo \"$HOME\"", Duration::from_secs(30))
             .await?;
-        require_success(
-            &home,
-            "the agent writes in its HOME",
-            "write $HOME/bind-probe/private.bin",
-        )?;
+        require_success(&home, &PRIVATE_HOME, "write $HOME/bind-probe/private.bin")?;
         let home_dir = home
             .stdout
             .lines()
@@ -141,7 +146,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         };
         promise(
             nested_view.as_ref().and_then(|d| d.sha256.clone()) != private.sha256,
-            PRIVATE_HOME,
+            &PRIVATE_HOME,
             || {
                 format!(
                     "a nested container read {home_dir}/bind-probe/private.bin with the agent's bytes"

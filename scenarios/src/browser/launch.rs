@@ -8,13 +8,21 @@
 //! missing, empty or the wrong size. A worker without a browser is `incompatible`.
 
 use kandev_harness::report::FindingLevel;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
 use std::time::Duration;
 
-const RENDERS: &str = "a headless browser renders a page from /workspace and runs its script";
-const SCREENSHOT: &str = "the browser writes a PNG screenshot of the requested size";
+const RENDERS: Check = Check {
+    id: "renders",
+    promise: "a headless browser renders a page from /workspace and runs its script",
+    twin: Twin::Template("agent-readonly-rootfs"),
+};
+const SCREENSHOT: Check = Check {
+    id: "screenshot",
+    promise: "the browser writes a PNG screenshot of the requested size",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 const WIDTH: u32 = 800;
 const HEIGHT: u32 = 600;
 /// Flags every start needs on a machine with no network beyond package registries.
@@ -24,6 +32,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "browser::launch",
         promise: "a headless browser from the worker image renders a page from `/workspace`, runs its script, and writes a screenshot whose PNG header and size are checked",
+        checks: &[RENDERS, SCREENSHOT],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -73,7 +82,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "<!doctype html><html><head><title>pending</title><style>body{{background:#2b6cb0;color:#fff;font:32px sans-serif}}</style></head><body><h1 id=status>script did not run</h1><script>document.getElementById('status').textContent='script-ran-{marker}-'+(6*7);document.title='done';</script></body></html>"
         );
         let write = session.agent_sh(&format!("mkdir -p /workspace/browser-probe && cat > /workspace/browser-probe/index.html <<'EOF'\n{page}\nEOF"), Duration::from_secs(10)).await?;
-        promise(write.success(), RENDERS, || write.summary())?;
+        promise(write.success(), &RENDERS, || write.summary())?;
         let url = "file:///workspace/browser-probe/index.html";
         let render = |sandbox: bool| {
             let flags = if sandbox {
@@ -114,7 +123,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         );
         promise(
             dom.stdout.contains(&format!("script-ran-{marker}-42")),
-            RENDERS,
+            &RENDERS,
             || {
                 format!(
                     "the rendered DOM lacks the script's text: {}",
@@ -157,7 +166,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("png", json!({"dimensions": dims, "bytes": size}));
         promise(
             dims == Some((WIDTH, HEIGHT)) && size.unwrap_or(0) > 2048,
-            SCREENSHOT,
+            &SCREENSHOT,
             || {
                 format!(
                     "screenshot {shot}: dimensions {dims:?}, {size:?} bytes; {}",

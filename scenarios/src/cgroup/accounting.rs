@@ -17,22 +17,45 @@ use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::backend::BackendKind;
 use kandev_harness::node::PodCgroupReading;
 use kandev_harness::report::FindingLevel;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
 use std::time::Duration;
 
-const FINITE: &str = "the Pod's memory, cpu and pids limits are finite";
-const INSIDE: &str = "every nested process's cgroup lies under the Pod's cgroup";
-const CHARGED: &str = "nested memory is charged to the Pod's cgroup";
-const KILLED: &str = "a nested memory hog beyond the Pod's budget is killed inside the budget";
-const UNHARMED: &str = "the Pod's agent and daemon survive the nested hog";
+const FINITE: Check = Check {
+    id: "limits_finite",
+    promise: "the Pod's memory, cpu and pids limits are finite",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const INSIDE: Check = Check {
+    id: "nested_inside",
+    promise: "every nested process's cgroup lies under the Pod's cgroup",
+    twin: Twin::Template("daemon-escapes-pod-cgroup"),
+};
+const CHARGED: Check = Check {
+    id: "charged",
+    promise: "nested memory is charged to the Pod's cgroup",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const KILLED: Check = Check {
+    id: "hog_killed",
+    promise: "a nested memory hog beyond the Pod's budget is killed inside the budget",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const UNHARMED: Check = Check {
+    id: "pod_unharmed",
+    promise: "the Pod's agent and daemon survive the nested hog",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 const HELD_MIB: u64 = 32;
 
 pub fn scenario() -> Scenario {
     Scenario {
         name: "cgroup::accounting",
         promise: "every nested process's cgroup lies under the Pod's cgroup; the Pod's limits are finite; a nested memory hog beyond the budget is killed inside the Pod budget; nothing escapes the measured Pod budget",
+        checks: &[FINITE, INSIDE, CHARGED, KILLED, UNHARMED],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -90,7 +113,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let session = ctx.launch(SessionOptions::default()).await?;
         let pod_path = node.pod_cgroup(&session.pod.uid).await?.ok_or_else(|| {
             broken(
-                FINITE,
+                &FINITE,
                 format!(
                     "no cgroup of Pod {} on {}",
                     session.pod.uid,
@@ -106,7 +129,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("figures", figures(&reading));
         let backend = ctx.config().backend;
         let verdict = judge_limits(&reading, pids_required(backend));
-        promise(verdict.missing.is_empty(), FINITE, || {
+        promise(verdict.missing.is_empty(), &FINITE, || {
             format!(
                 "Pod cgroup {pod_path} has no {} limit: {}",
                 verdict.missing.join(", "),
@@ -126,7 +149,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let tag = probe_tag(ctx, "accounting");
         require_success(
             &build_workload(&session, &tag).await?,
-            INSIDE,
+            &INSIDE,
             "build the workload image",
         )?;
         let marker = format!(
@@ -139,7 +162,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 Duration::from_secs(60),
             )
             .await?;
-        require_success(&held, INSIDE, "start the nested accounting container")?;
+        require_success(&held, &INSIDE, "start the nested accounting container")?;
         // The nested process holding its memory, seen from the node (within 10 s); when it
         // never shows, the checks below say what was seen.
         let _ = ctx
@@ -159,7 +182,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .await;
         let nested = node.processes_matching(&marker).await?;
         ctx.evidence("nested_processes", &nested);
-        promise(!nested.is_empty(), INSIDE, || {
+        promise(!nested.is_empty(), &INSIDE, || {
             format!("no process with {marker} on the node")
         })?;
         let outside: Vec<String> = nested
@@ -172,14 +195,14 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 })
             })
             .collect();
-        promise(outside.is_empty(), INSIDE, || {
+        promise(outside.is_empty(), &INSIDE, || {
             format!("outside {pod_path}: {outside:?}")
         })?;
         let with_nested = node.read_cgroup(&pod_path).await?;
         ctx.evidence("figures_with_nested", figures(&with_nested));
         promise(
             with_nested.memory_usage_bytes.unwrap_or(0) >= HELD_MIB << 20,
-            CHARGED,
+            &CHARGED,
             || {
                 format!(
                     "the Pod's usage {:?} is below the {HELD_MIB} MiB a nested process holds",
@@ -206,7 +229,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let completed = hog
             .stdout
             .contains(&format!("allocated {hog_mib} MiB in total"));
-        promise(!completed && hog.exit_code != Some(0), KILLED, || {
+        promise(!completed && hog.exit_code != Some(0), &KILLED, || {
             format!(
                 "the hog allocated all {hog_mib} MiB (the Pod's limit is {limit} bytes): its memory was not charged to the Pod"
             )
@@ -222,7 +245,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let killed_in_pod = after.oom_kills.unwrap_or(0) > before.oom_kills.unwrap_or(0)
             || after.memory_limit_hits.unwrap_or(0) > before.memory_limit_hits.unwrap_or(0)
             || !new_log_lines.is_empty();
-        promise(killed_in_pod, KILLED, || {
+        promise(killed_in_pod, &KILLED, || {
             format!(
                 "no OOM kill, memory-limit hit or kernel OOM record in the Pod's subtree ({} -> {}); hog: {}",
                 figures(&before),
@@ -232,7 +255,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         })?;
         promise(
             after.memory_peak_bytes.unwrap_or(0) <= limit,
-            KILLED,
+            &KILLED,
             || {
                 format!(
                     "the Pod's peak {:?} exceeds its limit {limit}",
@@ -249,7 +272,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let alive = session
             .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
             .await?;
-        promise(alive.success(), UNHARMED, || alive.summary())?;
+        promise(alive.success(), &UNHARMED, || alive.summary())?;
         Ok(Verdict::Passed)
     })
 }

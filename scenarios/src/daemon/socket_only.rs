@@ -8,23 +8,42 @@
 //! when the socket is world-accessible or owned by another group, when the agent gains
 //! capabilities, or when the Pod reaches a host daemon.
 
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const SOCKET: &str =
-    "the daemon socket is /run/docker/docker.sock, group 1000, not world-accessible";
-const NO_TCP: &str = "no TCP listener in the Pod besides the loopback control port";
-const NO_TCP_CONFIG: &str = "no daemon process is configured with a tcp:// host";
-const AGENT: &str = "the agent stays UID 1000 with no capabilities and no privilege escalation";
-const NO_HOST: &str =
-    "no host socket, host path or host namespace; the agent's daemon is the Pod's own";
+const SOCKET: Check = Check {
+    id: "socket_private",
+    promise: "the daemon socket is /run/docker/docker.sock, group 1000, not world-accessible",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const NO_TCP: Check = Check {
+    id: "no_tcp_listener",
+    promise: "no TCP listener in the Pod besides the loopback control port",
+    twin: Twin::Template("daemon-tcp-listener"),
+};
+const NO_TCP_CONFIG: Check = Check {
+    id: "no_tcp_host",
+    promise: "no daemon process is configured with a tcp:// host",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const AGENT: Check = Check {
+    id: "agent_unprivileged",
+    promise: "the agent stays UID 1000 with no capabilities and no privilege escalation",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const NO_HOST: Check = Check {
+    id: "no_host_access",
+    promise: "no host socket, host path or host namespace; the agent's daemon is the Pod's own",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 pub fn scenario() -> Scenario {
     Scenario {
         name: "daemon::socket_only",
         promise: "the daemon is reachable only through `/run/docker/docker.sock` (group 1000); no TCP listener in the Pod; agent stays UID 1000 without capabilities",
+        checks: &[SOCKET, NO_TCP, NO_TCP_CONFIG, AGENT, NO_HOST],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -83,7 +102,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 && fields.get(2) == Some(&"1000")
                 && mode & 0o007 == 0
                 && docker_host == "unix:///run/docker/docker.sock",
-            SOCKET,
+            &SOCKET,
             || format!("stat {:?}, DOCKER_HOST={docker_host:?}", stat.stdout.trim()),
         )?;
 
@@ -100,7 +119,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .iter()
             .filter(|l| l.as_str() != "127.0.0.1:8765")
             .collect();
-        promise(unexpected.is_empty(), NO_TCP, || {
+        promise(unexpected.is_empty(), &NO_TCP, || {
             format!("listening: {unexpected:?}")
         })?;
 
@@ -111,7 +130,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let text = cmdlines.stdout_text();
         let dockerd: Vec<&str> = text.lines().filter(|l| l.contains("dockerd")).collect();
         ctx.evidence("dockerd_cmdlines", &dockerd);
-        promise(!text.contains("tcp://"), NO_TCP_CONFIG, || {
+        promise(!text.contains("tcp://"), &NO_TCP_CONFIG, || {
             format!("the companion's processes or daemon.json name tcp://: {dockerd:?}")
         })?;
 
@@ -130,7 +149,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             && field("capprm").trim_start_matches('0').is_empty();
         promise(
             uid_all_1000 && no_caps && field("nonewprivs") == "1",
-            AGENT,
+            &AGENT,
             || format!("{identity}"),
         )?;
 
@@ -167,12 +186,14 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "daemon_ids",
             json!({"pod": nested.stdout.trim(), "engine_running_the_pod": host}),
         );
-        promise(host_paths.is_empty() && host_ns.is_empty(), NO_HOST, || {
-            format!("hostPath volumes {host_paths:?}, host namespaces {host_ns:?}")
-        })?;
+        promise(
+            host_paths.is_empty() && host_ns.is_empty(),
+            &NO_HOST,
+            || format!("hostPath volumes {host_paths:?}, host namespaces {host_ns:?}"),
+        )?;
         promise(
             nested.success() && Some(nested.stdout.trim().to_owned()) != host,
-            NO_HOST,
+            &NO_HOST,
             || {
                 format!(
                     "the agent's daemon {:?} is the engine that runs the Pod ({host:?})",

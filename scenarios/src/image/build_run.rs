@@ -7,18 +7,31 @@
 //! (a shared host socket instead of a Pod-local daemon).
 
 use crate::support::{build_workload, probe_tag, require_success};
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use std::time::Duration;
 
-const BUILDS: &str = "the agent builds an image from a context in /workspace with the Pod's daemon";
-const RUNS: &str = "the agent runs the built image and its output matches";
-const LOCAL: &str = "the built image exists only in this session's daemon";
+const BUILDS: Check = Check {
+    id: "builds",
+    promise: "the agent builds an image from a context in /workspace with the Pod's daemon",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const RUNS: Check = Check {
+    id: "runs",
+    promise: "the agent runs the built image and its output matches",
+    twin: Twin::Template("daemon-runtime-broken"),
+};
+const LOCAL: Check = Check {
+    id: "image_local",
+    promise: "the built image exists only in this session's daemon",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 pub fn scenario() -> Scenario {
     Scenario {
         name: "image::build_run",
         promise: "`docker build` from a context in `/workspace`, then `docker run`; output matches; the image exists only in this session's daemon",
+        checks: &[BUILDS, RUNS, LOCAL],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -34,7 +47,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let build = build_workload(&session, &tag).await?;
         ctx.evidence("tag", &tag);
         ctx.evidence("build", &build);
-        require_success(&build, BUILDS, "docker build --network none")?;
+        require_success(&build, &BUILDS, "docker build --network none")?;
         let image_id = build
             .stdout
             .trim()
@@ -42,6 +55,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .last()
             .unwrap_or_default()
             .to_owned();
+        promise(image_id.starts_with("sha256:"), &BUILDS, || {
+            format!("the build printed no image id: {:?}", build.stdout)
+        })?;
 
         ctx.step("run");
         let nonce = kandev_harness::pod::identity::random_hex(8);
@@ -52,8 +68,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             )
             .await?;
         ctx.evidence("run", &run);
-        require_success(&run, RUNS, "docker run")?;
-        promise(run.stdout.trim() == nonce, RUNS, || {
+        require_success(&run, &RUNS, "docker run")?;
+        promise(run.stdout.trim() == nonce, &RUNS, || {
             format!("expected {nonce:?}, got {:?}", run.stdout.trim())
         })?;
 
@@ -67,7 +83,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("nested_image_id", nested.stdout.trim());
         promise(
             nested.success() && nested.stdout.trim() == image_id,
-            LOCAL,
+            &LOCAL,
             || {
                 format!(
                     "the session's daemon does not list {tag}: {}",
@@ -87,7 +103,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let by_id = engine.image_id(&image_id).await;
         ctx.evidence("host_engine_by_tag", &by_tag);
         ctx.evidence("host_engine_by_id", &by_id);
-        promise(by_tag.is_none() && by_id.is_none(), LOCAL, || {
+        promise(by_tag.is_none() && by_id.is_none(), &LOCAL, || {
             format!(
                 "the host's engine also has {tag} ({by_tag:?} / {by_id:?}): the daemon is not Pod-local"
             )

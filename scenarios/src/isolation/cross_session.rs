@@ -6,21 +6,37 @@
 //! when one session's objects show up in the other, or when a daemon answers over the network.
 
 use crate::support::{build_workload, daemon_id, probe_tag, require_success};
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
 use std::time::Duration;
 
-const DISTINCT: &str = "two sessions have distinct daemon IDs";
-const INVISIBLE: &str =
-    "containers, images, volumes and networks of one session are invisible to the other";
-const UNREACHABLE: &str = "neither session can reach the other's daemon";
-const WORKSPACES: &str = "the two sessions' workspaces are separate";
+const DISTINCT: Check = Check {
+    id: "distinct_daemons",
+    promise: "two sessions have distinct daemon IDs",
+    twin: Twin::Template("shared-host-socket"),
+};
+const INVISIBLE: Check = Check {
+    id: "objects_invisible",
+    promise: "containers, images, volumes and networks of one session are invisible to the other",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const UNREACHABLE: Check = Check {
+    id: "daemons_unreachable",
+    promise: "neither session can reach the other's daemon",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const WORKSPACES: Check = Check {
+    id: "workspaces_separate",
+    promise: "the two sessions' workspaces are separate",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 pub fn scenario() -> Scenario {
     Scenario {
         name: "isolation::cross_session",
         promise: "two concurrent sessions have distinct daemon IDs; containers, images and volumes of one are invisible to the other; neither can reach the other's daemon; workspaces are separate",
+        checks: &[DISTINCT, INVISIBLE, UNREACHABLE, WORKSPACES],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -38,11 +54,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         ctx.step("daemon IDs");
         let (id_a, id_b) = (
-            daemon_id(&a, DISTINCT).await?,
-            daemon_id(&b, DISTINCT).await?,
+            daemon_id(&a, &DISTINCT).await?,
+            daemon_id(&b, &DISTINCT).await?,
         );
         ctx.evidence("daemon_ids", json!({"a": id_a, "b": id_b}));
-        promise(id_a != id_b, DISTINCT, || {
+        promise(id_a != id_b, &DISTINCT, || {
             format!("both sessions report daemon {id_a}")
         })?;
 
@@ -50,7 +66,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let tag = probe_tag(ctx, "isolation");
         require_success(
             &build_workload(&a, &tag).await?,
-            INVISIBLE,
+            &INVISIBLE,
             "build in session A",
         )?;
         let suffix = kandev_harness::pod::identity::random_hex(4);
@@ -58,7 +74,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "set -e; docker volume create iso-vol-{suffix} >/dev/null; docker network create iso-net-{suffix} >/dev/null; docker create --name iso-ctr-{suffix} --network none {tag} sleep 60 >/dev/null; echo created"
         );
         let created = a.agent_sh(&create, Duration::from_secs(60)).await?;
-        require_success(&created, INVISIBLE, "create objects in session A")?;
+        require_success(&created, &INVISIBLE, "create objects in session A")?;
         let probe = format!(
             "for o in 'container inspect iso-ctr-{suffix}' 'image inspect {tag}' 'volume inspect iso-vol-{suffix}' 'network inspect iso-net-{suffix}'; do if docker $o >/dev/null 2>&1; then echo \"visible: $o\"; else echo \"absent: $o\"; fi; done"
         );
@@ -68,7 +84,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("seen_from_b", in_b.stdout.lines().collect::<Vec<_>>());
         promise(
             in_a.stdout.matches("visible:").count() == 4,
-            INVISIBLE,
+            &INVISIBLE,
             || {
                 format!(
                     "session A does not see its own objects: {}",
@@ -81,7 +97,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .lines()
             .filter(|l| l.starts_with("visible:"))
             .collect();
-        promise(leaked.is_empty(), INVISIBLE, || {
+        promise(leaked.is_empty(), &INVISIBLE, || {
             format!("session B sees session A's {leaked:?}")
         })?;
 
@@ -112,7 +128,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             );
         }
         ctx.evidence("pod_ips", json!({"a": ip_a, "b": ip_b}));
-        promise(reached.is_empty(), UNREACHABLE, || reached.join("; "))?;
+        promise(reached.is_empty(), &UNREACHABLE, || reached.join("; "))?;
 
         ctx.step("workspaces are separate");
         let marker = format!("/workspace/isolation-marker-{suffix}");
@@ -125,7 +141,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             )
             .await?;
         ctx.evidence("marker_in_b", seen.stdout.trim());
-        promise(seen.stdout.trim() == "absent", WORKSPACES, || {
+        promise(seen.stdout.trim() == "absent", &WORKSPACES, || {
             format!("session B sees {marker}")
         })?;
         Ok(Verdict::Passed)

@@ -10,18 +10,32 @@
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::pod::template::WorkspaceMode;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::{CleanupRefused, SessionOptions, terminal_cleanup};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const REMOVES: &str = "terminal cleanup removes exactly the owned Pod and its workspace";
-const VANISH: &str =
-    "nested processes and their cgroups vanish from the node when the Pod is deleted";
-const SURVIVE: &str = "look-alike objects the run did not tear down survive untouched";
-const FAIL_CLOSED: &str =
-    "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label";
+const REMOVES: Check = Check {
+    id: "removes_owned",
+    promise: "terminal cleanup removes exactly the owned Pod and its workspace",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const VANISH: Check = Check {
+    id: "nested_vanish",
+    promise: "nested processes and their cgroups vanish from the node when the Pod is deleted",
+    twin: Twin::Template("daemon-escapes-pod"),
+};
+const SURVIVE: Check = Check {
+    id: "look_alikes_survive",
+    promise: "look-alike objects the run did not tear down survive untouched",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const FAIL_CLOSED: Check = Check {
+    id: "fails_closed",
+    promise: "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 /// How long nested processes may take to die after their Pod is deleted (at least; a node
 /// whose settle time is longer gets that).
@@ -34,6 +48,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "lifecycle::teardown_exact",
         promise: "terminal delete removes exactly the owned Pod and volume (UID-checked), nested processes and their cgroups vanish from the node, and look-alike objects the run does not own survive untouched",
+        checks: &[VANISH, REMOVES, SURVIVE, FAIL_CLOSED],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -54,7 +69,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let tag = probe_tag(ctx, "teardown");
         require_success(
             &build_workload(&owned, &tag).await?,
-            VANISH,
+            &VANISH,
             "build the workload image",
         )?;
         let marker = format!(
@@ -68,7 +83,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                     Duration::from_secs(60),
                 )
                 .await?,
-            VANISH,
+            &VANISH,
             "start a nested process",
         )?;
         let nested = ctx
@@ -83,7 +98,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .await
             .unwrap_or_default();
         ctx.evidence("nested_processes", &nested);
-        promise(!nested.is_empty(), VANISH, || {
+        promise(!nested.is_empty(), &VANISH, || {
             format!("no nested process with {marker} on the node")
         })?;
 
@@ -121,10 +136,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let cgroup_left = node.pod_cgroup(&recorded.pod.uid).await?;
         ctx.evidence("survivors", &survivors);
         ctx.evidence("pod_cgroup_left", &cgroup_left);
-        promise(survivors.is_empty(), VANISH, || {
+        promise(survivors.is_empty(), &VANISH, || {
             format!("still running after the Pod was deleted: {survivors:?}")
         })?;
-        promise(cgroup_left.is_none(), VANISH, || {
+        promise(cgroup_left.is_none(), &VANISH, || {
             format!("the Pod cgroup {cgroup_left:?} is still on the node")
         })?;
         cleanup?;
@@ -143,7 +158,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "after",
             json!({"pod": pod_left, "workspace_volume_exists": volume_left}),
         );
-        promise(pod_left.is_none() && !volume_left, REMOVES, || {
+        promise(pod_left.is_none() && !volume_left, &REMOVES, || {
             format!("left: Pod {pod_left:?}, workspace volume {workspace} exists: {volume_left}")
         })?;
 
@@ -165,7 +180,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             neighbour_uid.as_deref() == Some(neighbour.pod.uid.as_str())
                 && alive.success()
                 && volume_ok,
-            SURVIVE,
+            &SURVIVE,
             || {
                 format!(
                     "the neighbour {} was disturbed: uid {neighbour_uid:?}, daemon {}, workspace exists {volume_ok}",
@@ -208,7 +223,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         };
         promise(
             is_refusal(&refused_uid) && is_refusal(&refused_label),
-            FAIL_CLOSED,
+            &FAIL_CLOSED,
             || {
                 format!(
                     "same-name Pod: {}; foreign label: {}",
@@ -228,7 +243,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(
             still.0.as_deref() == Some(same_name.pod.uid.as_str())
                 && still.1.as_deref() == Some(foreign.pod.uid.as_str()),
-            SURVIVE,
+            &SURVIVE,
             || {
                 format!(
                     "after the refused cleanups: same-name Pod {:?}, foreign-label Pod {:?}",

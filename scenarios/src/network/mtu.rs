@@ -10,14 +10,24 @@ use crate::support::require_success;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kandev_harness::backend::ExecRequest;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+};
 use kandev_harness::session::SessionOptions;
 use kandev_harness::session::cleanup::CleanupTarget;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const MTU: &str = "nested bridge MTU is no higher than the Pod interface MTU";
-const TRANSFER: &str = "a 64 MiB HTTPS transfer from a nested container to a peer outside the Pod completes with a matching digest";
+const MTU: Check = Check {
+    id: "bridge_mtu",
+    promise: "nested bridge MTU is no higher than the Pod interface MTU",
+    twin: Twin::Template("daemon-mtu-above-pod"),
+};
+const TRANSFER: Check = Check {
+    id: "transfer",
+    promise: "a 64 MiB HTTPS transfer from a nested container to a peer outside the Pod completes with a matching digest",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 const TRANSFER_BYTES: u64 = 64 << 20;
 const TRANSFER_BOUND: Duration = Duration::from_secs(120);
 
@@ -25,6 +35,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "network::mtu",
         promise: "nested bridge MTU is no higher than the Pod interface MTU; a large transfer (tens of MiB, HTTPS) from a nested container completes with a matching digest",
+        checks: &[MTU, TRANSFER],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -89,7 +100,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         );
         let Some(pod) = pod else {
             return Err(broken(
-                MTU,
+                &MTU,
                 format!(
                     "no MTU for the Pod's default-route interface: {}",
                     pod_mtu.summary()
@@ -126,7 +137,7 @@ docker run --rm --network {net} {client} /workload netinfo"#
         let nested = session.agent_sh(&build, Duration::from_secs(180)).await?;
         require_success(
             &nested,
-            TRANSFER,
+            &TRANSFER,
             "build the TLS client image and read nested MTUs",
         )?;
         let mut infos = nested.stdout.lines().filter(|l| l.starts_with('{'));
@@ -144,10 +155,10 @@ docker run --rm --network {net} {client} /workload netinfo"#
         .collect();
         promise(
             bridge.is_some() && default_net.is_some() && user_net.is_some(),
-            MTU,
+            &MTU,
             || format!("could not read every nested MTU: {mtus}"),
         )?;
-        promise(over.is_empty(), MTU, || {
+        promise(over.is_empty(), &MTU, || {
             format!("above the Pod's {pod}: {over:?}")
         })?;
 
@@ -189,7 +200,7 @@ docker run --rm --network {net} {client} /workload netinfo"#
         ctx.evidence("peer", json!({"ip": peer_ip, "sha256": expected}));
         ctx.evidence("transfer", &transfer);
         ctx.evidence("elapsed_ms", elapsed.as_millis() as u64);
-        require_success(&transfer, TRANSFER, "the nested HTTPS fetch")?;
+        require_success(&transfer, &TRANSFER, "the nested HTTPS fetch")?;
         let got: Value = transfer
             .stdout
             .lines()
@@ -212,14 +223,14 @@ docker run --rm --network {net} {client} /workload netinfo"#
         );
         promise(
             size == Some(TRANSFER_BYTES) && sha == Some(expected.as_str()),
-            TRANSFER,
+            &TRANSFER,
             || {
                 format!(
                     "received {size:?} bytes with sha256 {sha:?} ({status}), the peer served {TRANSFER_BYTES} bytes with {expected}"
                 )
             },
         )?;
-        promise(elapsed <= TRANSFER_BOUND, TRANSFER, || {
+        promise(elapsed <= TRANSFER_BOUND, &TRANSFER, || {
             format!("took {elapsed:?}, bound {TRANSFER_BOUND:?}")
         })?;
         Ok(Verdict::Passed)

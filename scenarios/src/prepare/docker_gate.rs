@@ -7,19 +7,38 @@
 //! wait is unbounded, or when the failure does not name the daemon.
 
 use crate::support::with_daemon_command;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+};
 use kandev_harness::session::{PrepareFailed, SessionOptions};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-const READY: &str =
-    "the Pod's Docker daemon becomes ready within the preparation bound and the agent can use it";
-const FAILS: &str = "with no daemon, preparation fails instead of starting the agent";
-const BOUNDED: &str =
-    "with no daemon, preparation fails within DOCKER_READY_TIMEOUT_SECONDS (plus one probe)";
-const MESSAGE: &str =
-    "the preparation failure names the daemon (\"Docker daemon did not become ready\")";
-const NEVER_STARTS: &str = "after a failed preparation the agent never starts";
+const READY: Check = Check {
+    id: "ready",
+    promise: "the Pod's Docker daemon becomes ready within the preparation bound and the agent can use it",
+    twin: Twin::Template("daemon-unprivileged"),
+};
+const FAILS: Check = Check {
+    id: "fails",
+    promise: "with no daemon, preparation fails instead of starting the agent",
+    twin: Twin::Prepare("no-docker-gate"),
+};
+const BOUNDED: Check = Check {
+    id: "bounded",
+    promise: "with no daemon, preparation fails within DOCKER_READY_TIMEOUT_SECONDS (plus one probe)",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const MESSAGE: Check = Check {
+    id: "message",
+    promise: "the preparation failure names the daemon (\"Docker daemon did not become ready\")",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const NEVER_STARTS: Check = Check {
+    id: "never_starts",
+    promise: "after a failed preparation the agent never starts",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 /// The bound the unavailable-daemon check sets, as the upstream acceptance does.
 const ABSENT_DAEMON_TIMEOUT_SECONDS: u64 = 2;
@@ -28,6 +47,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "prepare::docker_gate",
         promise: "preparation waits (bounded) for `docker info` before the normal prepare flow; an absent daemon fails within the bound with a clear message and the agent never starts",
+        checks: &[READY, FAILS, BOUNDED, MESSAGE, NEVER_STARTS],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -39,7 +59,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let session = match ctx.launch(SessionOptions::default()).await {
             Ok(session) => session,
             Err(e) => match e.downcast_ref::<PrepareFailed>() {
-                Some(failed) => return Err(broken(READY, format!("preparation failed: {failed}"))),
+                Some(failed) => {
+                    return Err(broken(&READY, format!("preparation failed: {failed}")));
+                }
                 None => return Err(e),
             },
         };
@@ -50,7 +72,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             )
             .await?;
         ctx.evidence("agent_docker_info", &info);
-        promise(info.success(), READY, || {
+        promise(info.success(), &READY, || {
             format!(
                 "`docker info` as the agent after preparation: {}",
                 info.summary()
@@ -78,7 +100,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("exit_code", prepared.exit_code);
         ctx.evidence("elapsed_ms", elapsed.as_millis() as u64);
         ctx.evidence("output", output.trim());
-        promise(prepared.exit_code != Some(0), FAILS, || {
+        promise(prepared.exit_code != Some(0), &FAILS, || {
             format!(
                 "the prepare script exited 0 after {elapsed:?} with no daemon in the Pod; output: {}",
                 output.trim()
@@ -87,12 +109,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         // Each probe is `timeout 3 docker info`, one per second: allow the bound, one probe
         // and the exec round trips.
         let bound = Duration::from_secs(ABSENT_DAEMON_TIMEOUT_SECONDS + 3 + 5);
-        promise(elapsed <= bound, BOUNDED, || {
+        promise(elapsed <= bound, &BOUNDED, || {
             format!("failed only after {elapsed:?} (bound {bound:?})")
         })?;
         promise(
             output.contains("Docker daemon did not become ready"),
-            MESSAGE,
+            &MESSAGE,
             || format!("output: {}", output.trim()),
         )?;
 
@@ -116,7 +138,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             !text.contains("start-marker")
                 && !text.contains("prepared-marker")
                 && agent_processes == 0,
-            NEVER_STARTS,
+            &NEVER_STARTS,
             || format!("markers/processes in the main container: {}", text.trim()),
         )?;
         Ok(Verdict::Passed)

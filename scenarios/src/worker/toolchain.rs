@@ -8,16 +8,29 @@
 //! the caches are not writable, or when a tool lives on a mounted path.
 
 use kandev_harness::report::FindingLevel;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, broken, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const TOOLS: &str = "each required tool of the worker image runs a real job as the agent user";
-const CACHES: &str =
-    "the tool caches under /workspace exist after preparation and are writable by the agent";
-const BAKED: &str = "baked tools live outside the mounted paths";
+const TOOLS: Check = Check {
+    id: "tools",
+    promise: "each required tool of the worker image runs a real job as the agent user",
+    twin: Twin::Worker("worker-without-node"),
+};
+const CACHES: Check = Check {
+    id: "caches",
+    promise: "the tool caches under /workspace exist after preparation and are writable by the agent",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
+const BAKED: Check = Check {
+    id: "baked_outside_mounts",
+    promise: "baked tools live outside the mounted paths",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 /// Caches the full-worker recipe keeps under the workspace, and the variables that point there.
 const CACHE_ENV: &str = "export npm_config_cache=/workspace/.cache/npm PIP_CACHE_DIR=/workspace/.cache/pip GOCACHE=/workspace/.cache/go-build GOMODCACHE=/workspace/.cache/go-mod CARGO_HOME=/workspace/.cache/cargo PNPM_HOME=/workspace/.pnpm npm_config_store_dir=/workspace/.pnpm-store";
@@ -36,6 +49,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "worker::toolchain",
         promise: "the worker image's toolchain works as the agent user with caches under `/workspace`; tool versions go into the report; baked tools live outside mounted paths",
+        checks: &[CACHES, TOOLS, BAKED],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -122,7 +136,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .filter(|l| l.starts_with("missing"))
             .collect();
         ctx.evidence("caches", caches.stdout.lines().collect::<Vec<_>>());
-        promise(missing.is_empty(), CACHES, || format!("{missing:?}"))?;
+        promise(missing.is_empty(), &CACHES, || format!("{missing:?}"))?;
 
         ctx.step("tool jobs as the agent");
         let required = ctx.config().required_tools.clone();
@@ -137,7 +151,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         {
             let Some(t) = tool(name) else {
                 return Err(broken(
-                    TOOLS,
+                    &TOOLS,
                     format!(
                         "unknown tool {name:?}; known: git, python-venv, c, node, docker, compose, buildx, go, rust, pnpm"
                     ),
@@ -199,8 +213,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             }
         }
         ctx.evidence("tools", &versions);
-        promise(failures.is_empty(), TOOLS, || failures.join("; "))?;
-        promise(on_mounts.is_empty(), BAKED, || on_mounts.join("; "))?;
+        promise(failures.is_empty(), &TOOLS, || failures.join("; "))?;
+        promise(on_mounts.is_empty(), &BAKED, || on_mounts.join("; "))?;
         Ok(Verdict::Passed)
     })
 }

@@ -7,17 +7,26 @@
 
 use crate::support::container_mut;
 use kandev_harness::pod::template::is_workspace_grant;
-use kandev_harness::runner::{Ctx, Scenario, ScenarioFuture, Verdict, promise};
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::{Session, SessionOptions};
 use std::time::Duration;
 
-const SHARED: &str = "both containers see one /workspace";
-const READ_ONLY: &str = "a read-only workspace grant cannot write";
+const SHARED: Check = Check {
+    id: "shared",
+    promise: "both containers see one /workspace",
+    twin: Twin::Template("no-workspace-grant"),
+};
+const READ_ONLY: Check = Check {
+    id: "read_only_grant",
+    promise: "a read-only workspace grant cannot write",
+    twin: Twin::Exempt("TODO: twin not written yet"),
+};
 
 pub fn scenario() -> Scenario {
     Scenario {
         name: "workspace::shared",
         promise: "both containers see one `/workspace`; a read-only grant cannot write",
+        checks: &[SHARED, READ_ONLY],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -81,7 +90,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("companion_sha256", &companion);
         promise(
             companion.is_some() && companion == agent_digest.sha256,
-            SHARED,
+            &SHARED,
             || {
                 format!(
                     "the agent wrote {path} (sha256 {:?}); the companion read: {output}",
@@ -119,7 +128,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("agent", &agent_view);
         promise(
             out.success() && agent_view.as_ref().and_then(|d| d.sha256.clone()) == engine_sha,
-            SHARED,
+            &SHARED,
             || {
                 format!(
                     "the companion wrote {path} ({}); the agent saw {agent_view:?}",
@@ -138,7 +147,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .await?;
         ctx.evidence("agent_write", &written);
         let (read, output) = companion_sha(&ro, path).await?;
-        promise(read.is_some(), SHARED, || {
+        promise(read.is_some(), &SHARED, || {
             format!("with a read-only grant the companion cannot read the agent's {path}: {output}")
         })?;
         let attempt = ro
@@ -153,7 +162,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .await?;
         ctx.evidence("companion_write_exit", attempt.exit_code);
         ctx.evidence("companion_write_stderr", attempt.stderr_text().trim());
-        promise(!attempt.success(), READ_ONLY, || {
+        promise(!attempt.success(), &READ_ONLY, || {
             "the companion wrote /workspace/shared-probe/engine-write.txt through a read-only grant"
                 .into()
         })?;

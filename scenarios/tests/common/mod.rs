@@ -1,0 +1,245 @@
+//! What the end-to-end test files share: running the harness binary into a fresh report
+//! folder, the fixtures' paths, and the checks and clean-ups every engine test needs.
+
+// Each test file uses a part of this module.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use kandev_harness::report::{Outcome, Report};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+pub struct Run {
+    pub code: i32,
+    pub report: Report,
+    pub report_path: PathBuf,
+    pub output: String,
+    pub _dir: tempfile::TempDir,
+}
+
+/// Runs `kandev-acceptance run` with `args` into a fresh report folder.
+pub fn run(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .arg("run")
+        .arg("--report")
+        .arg(dir.path())
+        .args(args)
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let run_dir = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().join("report.json").is_file())
+        .unwrap_or_else(|| panic!("no report was written; output:\n{text}"));
+    let report_path = run_dir.path().join("report.json");
+    // `Report` denies unknown fields: this also checks the writer and the types agree.
+    let report: Report = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        report,
+        report_path,
+        output: text,
+        _dir: dir,
+    }
+}
+
+pub fn fixture(path: &str) -> String {
+    root().join("fixtures").join(path).display().to_string()
+}
+
+pub fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = Command::new("docker").args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Asserts `scenario` failed (exit 1) with a diagnosis containing `promise`.
+pub fn assert_fails(run: &Run, scenario: &str, promise: &str) {
+    let report = run
+        .report
+        .scenarios
+        .iter()
+        .find(|s| s.name == scenario)
+        .unwrap_or_else(|| panic!("{scenario} did not run:\n{}", run.output));
+    assert_eq!(
+        report.outcome,
+        Outcome::Failed,
+        "{scenario}: {:?}\n{}",
+        report.diagnosis,
+        run.output
+    );
+    let diagnosis = report.diagnosis.clone().unwrap_or_default();
+    assert!(
+        diagnosis.contains(promise),
+        "{scenario} failed, but the diagnosis does not name the promise {promise:?}: {diagnosis}"
+    );
+    assert_eq!(
+        run.code, 1,
+        "exit code of a failed scenario\n{}",
+        run.output
+    );
+    assert!(
+        !report.artifacts.is_empty(),
+        "a failed scenario keeps evidence"
+    );
+    for artifact in &report.artifacts {
+        assert!(
+            run.report_path.parent().unwrap().join(artifact).is_file(),
+            "artifact {artifact} is missing"
+        );
+    }
+    assert_nothing_left(&run.report);
+}
+
+pub fn assert_nothing_left(report: &Report) {
+    let label = format!("label=acceptance.kandev.ai/run={}", report.run_id);
+    assert_eq!(
+        docker_lines(&["ps", "-aq", "--filter", &label]),
+        Vec::<String>::new(),
+        "containers left behind"
+    );
+    assert_eq!(
+        docker_lines(&["volume", "ls", "-q", "--filter", &label]),
+        Vec::<String>::new(),
+        "volumes left behind"
+    );
+    assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
+    for session in report.scenarios.iter().flat_map(|s| &s.sessions) {
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+            let pod = hierarchy
+                .path()
+                .join(format!("kandev-acceptance/pod{}", session.pod_uid));
+            assert!(!pod.exists(), "cgroup {} left behind", pod.display());
+            let unified = Path::new("/sys/fs/cgroup")
+                .join(format!("kandev-acceptance/pod{}", session.pod_uid));
+            assert!(
+                !unified.exists(),
+                "cgroup {} left behind",
+                unified.display()
+            );
+        }
+    }
+}
+
+/// Removes what the escape fixtures leave on the node by design: processes that outlived
+/// their Pod and the cgroups they were moved into, then the orphaned Pod cgroups (`gc`).
+/// Only this run's processes are killed: their exact marker is in the report's evidence.
+pub fn clean_escaped(run: &Run, prefix: &str) {
+    let text = std::fs::read_to_string(&run.report_path).unwrap();
+    let mut markers: Vec<String> = text
+        .match_indices(prefix)
+        .map(|(i, _)| {
+            text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect()
+        })
+        .collect();
+    markers.sort();
+    markers.dedup();
+    for marker in markers.iter().filter(|m| m.len() > prefix.len()) {
+        let _ = Command::new("pkill").args(["-9", "-f", marker]).status();
+    }
+    // This run's Pod cgroups only (never another test's): the fixtures move processes out of
+    // some hierarchies and not others, so kill whatever is still inside, then remove them.
+    let uids: Vec<String> = run
+        .report
+        .scenarios
+        .iter()
+        .flat_map(|s| &s.sessions)
+        .map(|s| s.pod_uid.clone())
+        .collect();
+    let mut left = Vec::new();
+    for _ in 0..40 {
+        left.clear();
+        for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
+            let _ = std::fs::remove_dir(hierarchy.path().join("kandev-acceptance-escaped"));
+            for uid in &uids {
+                let pod = hierarchy.path().join(format!("kandev-acceptance/pod{uid}"));
+                if !pod.is_dir() {
+                    continue;
+                }
+                let mut dirs = Vec::new();
+                let mut stack = vec![pod.clone()];
+                while let Some(dir) = stack.pop() {
+                    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                            stack.push(entry.path());
+                        }
+                    }
+                    dirs.push(dir);
+                }
+                for dir in &dirs {
+                    let procs =
+                        std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                    for pid in procs.split_whitespace() {
+                        let _ = Command::new("kill").args(["-9", pid]).status();
+                    }
+                }
+                dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+                for dir in &dirs {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                if pod.exists() {
+                    left.push(pod.display().to_string());
+                }
+            }
+        }
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    assert!(
+        left.is_empty(),
+        "Pod cgroups of this run could not be removed: {left:?}"
+    );
+}
+
+/// Builds `fixtures/images/broken/<name>` FROM the fixture worker this machine has built.
+pub fn broken_worker(name: &str) -> String {
+    let base = run(&["--exact", "template::grant_rules"]);
+    let worker = base
+        .report
+        .environment
+        .images
+        .iter()
+        .find(|i| i.role == "worker")
+        .map(|i| i.reference.clone())
+        .unwrap();
+    let tag = format!("kandev-acceptance/broken-{name}:test");
+    let build = Command::new("docker")
+        .args([
+            "build",
+            "-q",
+            "--build-arg",
+            &format!("WORKER_IMAGE={worker}"),
+            "-t",
+            &tag,
+        ])
+        .arg(root().join("fixtures/images/broken").join(name))
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    tag
+}

@@ -173,12 +173,15 @@ fn judge(run: &Run, scenario: &Scenario, check: &Check) -> Vec<String> {
     wrong
 }
 
+/// A twin and the checks (of different scenarios) it must fail in one run.
+type TwinRun<'a> = (Twin, Vec<(&'a Scenario, Check)>);
+
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn every_twin_fails_exactly_its_check() {
     let only = std::env::var("KANDEV_TWINS").unwrap_or_default();
     let registry = kandev_scenarios::registry();
-    let mut by_fixture: BTreeMap<String, (Twin, Vec<(&Scenario, Check)>)> = BTreeMap::new();
+    let mut by_fixture: BTreeMap<String, TwinRun> = BTreeMap::new();
     for scenario in &registry {
         for check in scenario.checks {
             if let Some(path) = check.twin.fixture() {

@@ -2,6 +2,7 @@
 //! (its digest is the configuration's identity) and read by the runner and the backends.
 
 use crate::pod::template::WorkspaceMode;
+pub use crate::report::gate::{Capability, Gate, GateProfile};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,6 +72,8 @@ pub struct RunConfig {
     pub backend: BackendKind,
     /// `--backend kind|kube`: where the cluster comes from and how sessions use it.
     pub cluster: ClusterSettings,
+    /// What the run is judged by (`--gate`, `--require`, the template's declaration).
+    pub gate: Gate,
 }
 
 /// The `kind`/`kube` settings of a run (from the command line; recorded in the report).

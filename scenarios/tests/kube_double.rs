@@ -11,6 +11,9 @@
 
 use kandev_harness::backend::Backend;
 use kandev_harness::backend::local::LocalBackend;
+mod common;
+
+use kandev_harness::config::Capability;
 use kandev_harness::host::connect_engine;
 use kandev_harness::host::images::{ImageConfig, ImageSet, ensure_images, mock_agent_binary};
 use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
@@ -284,6 +287,36 @@ async fn broken_fixtures_fail_the_right_scenario_on_kube_double() {
         assert_fails(&run, scenario, promise, true).await;
         eprintln!("{template}: {scenario} failed in {:?}", started.elapsed());
     }
+
+    // Without a node view (no --node-inspector), a gate that requires it fails the two
+    // scenarios that read the node, instead of letting them pass as skipped.
+    let gated = run(
+        &double,
+        &images,
+        &[
+            vec!["--require".to_owned(), "node-view".to_owned()],
+            common::only(&["cgroup::accounting", "lifecycle::teardown_exact"]),
+        ]
+        .concat()
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
+    )
+    .await;
+    assert_eq!(gated.report.scenarios.len(), 2, "{}", gated.text);
+    for scenario in &gated.report.scenarios {
+        let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
+        assert!(
+            scenario.outcome == Outcome::Failed
+                && scenario.lacking == Some(Capability::NodeView)
+                && diagnosis.starts_with("required capability node-view is missing")
+                && diagnosis.contains("--node-inspector"),
+            "{}: {:?} {diagnosis}",
+            scenario.name,
+            scenario.outcome
+        );
+    }
+    assert_eq!(gated.code, Some(1), "{}", gated.text);
 
     // A mutating admission strips the companion's workspace grant from every task Pod.
     let mutated = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));

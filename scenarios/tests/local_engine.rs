@@ -11,6 +11,7 @@
 mod common;
 
 use common::*;
+use kandev_harness::config::Capability;
 use kandev_harness::report::{CheckOutcome, Outcome, Report};
 use kandev_test_support::schemas;
 use std::path::Path;
@@ -480,29 +481,56 @@ fn a_terminal_gets_the_live_view_and_libtest_lines_go_to_a_log() {
 
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
-fn a_worker_without_docker_is_incompatible_with_the_fix() {
+fn a_worker_without_docker_fails_the_gate_or_is_incompatible_with_the_fix() {
     let tag = broken_worker("worker-without-docker");
-    let run = run(&["--worker-image", &tag, "--exact", "image::build_run"]);
+    // The default template declares it serves docker: lacking it fails, naming the capability.
+    let gated = run(&["--worker-image", &tag, "--exact", "image::build_run"]);
+    // With nothing required, the same lack is reported incompatible, and the run passes.
+    let ungated = run(&[
+        "--worker-image",
+        &tag,
+        "--require",
+        "none",
+        "--exact",
+        "image::build_run",
+    ]);
     let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
-    let scenario = &run.report.scenarios[0];
+    let scenario = &gated.report.scenarios[0];
+    let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
+    assert!(
+        scenario.outcome == Outcome::Failed
+            && diagnosis.starts_with("required capability docker is missing")
+            && diagnosis.contains("acceptance.kandev.ai/serves")
+            && diagnosis.contains("has no `docker` on the agent's PATH")
+            && diagnosis.contains("fix:"),
+        "{:?}: {diagnosis}\n{}",
+        scenario.outcome,
+        gated.output
+    );
+    assert_eq!(scenario.lacking, Some(Capability::Docker));
+    assert_eq!(
+        gated.report.gate.requires.len(),
+        3,
+        "{:?}",
+        gated.report.gate
+    );
+    assert_eq!(gated.code, 1, "{}", gated.output);
+    let scenario = &ungated.report.scenarios[0];
     assert_eq!(
         scenario.outcome,
         Outcome::Incompatible,
         "{:?}\n{}",
         scenario.diagnosis,
-        run.output
+        ungated.output
     );
-    let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
-    assert!(
-        diagnosis.contains("has no `docker` on the agent's PATH") && diagnosis.contains("fix:"),
-        "{diagnosis}"
-    );
+    assert!(ungated.report.gate.requires.is_empty());
     assert_eq!(
-        run.code, 0,
-        "incompatible is reported, not a failure\n{}",
-        run.output
+        ungated.code, 0,
+        "incompatible is reported, not a failure, when nothing requires it\n{}",
+        ungated.output
     );
-    assert_nothing_left(&run.report);
+    assert_nothing_left(&gated.report);
+    assert_nothing_left(&ungated.report);
 }
 
 /// Starts a run in the background and waits until it has containers; returns the child (the
@@ -655,39 +683,37 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
 
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
-fn a_worker_without_browser_and_compose_makes_only_those_scenarios_incompatible() {
+fn a_worker_without_browser_and_compose_fails_only_those_scenarios_on_the_gate() {
     let tag = broken_worker("worker-without-browser-and-compose");
-    let run = run(&[
-        "--worker-image",
-        &tag,
-        "--skip",
-        "template::",
-        "--skip",
-        "lifecycle::",
-        "--skip",
-        "isolation::",
-        "--skip",
-        "cgroup::",
-        "--skip",
-        "network::",
-        "--skip",
-        "worker::",
-    ]);
+    let mut args = vec!["--worker-image".to_owned(), tag.clone()];
+    args.extend(only(&[
+        "browser::launch",
+        "compose::cleanup",
+        "workspace::shared",
+    ]));
+    let run = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
     for scenario in &run.report.scenarios {
         let diagnosis = scenario.diagnosis.clone().unwrap_or_default();
-        match scenario.name.as_str() {
-            "browser::launch" => assert!(
-                scenario.outcome == Outcome::Incompatible
-                    && diagnosis.contains("no headless browser"),
-                "{diagnosis}"
+        let lacking = match scenario.name.as_str() {
+            "browser::launch" => Some((Capability::Browser, "no headless browser")),
+            "compose::cleanup" => Some((Capability::Compose, "no Docker Compose")),
+            _ => None,
+        };
+        match lacking {
+            Some((capability, why)) => assert!(
+                scenario.outcome == Outcome::Failed
+                    && scenario.lacking == Some(capability)
+                    && diagnosis.starts_with(&format!(
+                        "required capability {} is missing",
+                        capability.name()
+                    ))
+                    && diagnosis.contains(why),
+                "{}: {:?} {diagnosis}",
+                scenario.name,
+                scenario.outcome
             ),
-            "compose::cleanup" => assert!(
-                scenario.outcome == Outcome::Incompatible
-                    && diagnosis.contains("no Docker Compose"),
-                "{diagnosis}"
-            ),
-            _ => assert_eq!(
+            None => assert_eq!(
                 scenario.outcome,
                 Outcome::Passed,
                 "{}: {diagnosis}",
@@ -695,7 +721,7 @@ fn a_worker_without_browser_and_compose_makes_only_those_scenarios_incompatible(
             ),
         }
     }
-    assert!(run.report.scenarios.len() >= 6, "{}", run.output);
-    assert_eq!(run.code, 0, "{}", run.output);
+    assert_eq!(run.report.scenarios.len(), 3, "{}", run.output);
+    assert_eq!(run.code, 1, "{}", run.output);
     assert_nothing_left(&run.report);
 }

@@ -179,7 +179,7 @@ type TwinRun<'a> = (Twin, Vec<(&'a Scenario, Check)>);
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn every_twin_fails_exactly_its_check() {
-    let only = std::env::var("KANDEV_TWINS").unwrap_or_default();
+    let wanted = std::env::var("KANDEV_TWINS").unwrap_or_default();
     let registry = kandev_scenarios::registry();
     let mut by_fixture: BTreeMap<String, TwinRun> = BTreeMap::new();
     for scenario in &registry {
@@ -196,14 +196,13 @@ fn every_twin_fails_exactly_its_check() {
     let mut wrong = Vec::new();
     let mut ran = 0;
     for (path, (twin, checks)) in by_fixture {
-        if !path.contains(&only) {
+        if !path.contains(&wanted) {
             continue;
         }
         let started = std::time::Instant::now();
         let (mut args, built) = twin_args(&twin);
-        for (scenario, _) in &checks {
-            args.extend(["--exact".into(), scenario.name.into()]);
-        }
+        let names: Vec<&str> = checks.iter().map(|(s, _)| s.name).collect();
+        args.extend(only(&names));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let run = run(&argv);
         if let Some(tag) = built {
@@ -240,6 +239,6 @@ fn every_twin_fails_exactly_its_check() {
             eprintln!("{}", run.output);
         }
     }
-    assert!(ran > 0, "no twin matched KANDEV_TWINS={only:?}");
+    assert!(ran > 0, "no twin matched KANDEV_TWINS={wanted:?}");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -83,3 +83,98 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
     assert_eq!(code, Some(2));
     assert!(err.contains("fix:"), "{err}");
 }
+
+fn acceptance(args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn validate_for_release_refuses_placeholders_and_tags_at_their_field_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = kandev_harness::paths::fixtures().join("templates/full-worker.yaml");
+    let text = std::fs::read_to_string(&good).unwrap();
+    let template = good.display().to_string();
+    // The fixture is valid, but its placeholders are not images a release can gate.
+    assert_eq!(
+        acceptance(&["validate", "--template", &template]).0,
+        Some(0)
+    );
+    let (code, out) = acceptance(&["validate", "--for-release", "--template", &template]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("containers[0].image: FULL_WORKER_IMAGE_REQUIRED is a placeholder")
+            && out.contains("containers[1].image: DOCKER_ENGINE_IMAGE_REQUIRED is a placeholder"),
+        "{out}"
+    );
+    // Rendered with a digest and a tag: only the tag is refused.
+    let digest = format!("r.example/worker@sha256:{}", "ab".repeat(32));
+    let rendered = text
+        .replace("FULL_WORKER_IMAGE_REQUIRED", &digest)
+        .replace("DOCKER_ENGINE_IMAGE_REQUIRED", "r.example/daemon:29");
+    let path = dir.path().join("rendered.yaml");
+    std::fs::write(&path, rendered).unwrap();
+    let (code, out) = acceptance(&[
+        "validate",
+        "--for-release",
+        "--template",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("containers[1].image: \"r.example/daemon:29\" can move")
+            && !out.contains("containers[0].image"),
+        "{out}"
+    );
+    let both = text
+        .replace("FULL_WORKER_IMAGE_REQUIRED", &digest)
+        .replace("DOCKER_ENGINE_IMAGE_REQUIRED", &digest);
+    std::fs::write(&path, both).unwrap();
+    let (code, out) = acceptance(&[
+        "validate",
+        "--for-release",
+        "--template",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+}
+
+#[test]
+fn a_release_run_refuses_moving_images_and_unknown_capabilities_before_touching_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().display().to_string();
+    let (code, out) = acceptance(&[
+        "run",
+        "--report",
+        &report,
+        "--gate",
+        "release",
+        "--worker-image",
+        "r.example/worker:latest",
+    ]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("the release gate refuses this run")
+            && out.contains("--worker-image \"r.example/worker:latest\" can move")
+            && out.contains("fix:"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing written"
+    );
+    let (code, out) = acceptance(&["run", "--report", &report, "--require", "docker,gpu"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("unknown capability \"gpu\""), "{out}");
+}

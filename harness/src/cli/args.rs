@@ -2,7 +2,7 @@
 //! `validate` in their own files, the backends through their providers.
 
 use crate::backend::BackendKind;
-use crate::config::Keep;
+use crate::config::{Capability, GateProfile, Keep};
 use crate::pod::template::WorkspaceMode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -166,12 +166,44 @@ pub(crate) struct RunArgs {
     /// scenario's deadline applies).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) step_timeout: Option<u64>,
+    /// The gate the run is judged by: `release` requires every capability
+    /// (docker, compose, browser, node-view) and immutable image references (digests).
+    #[arg(long, value_enum, default_value = "default")]
+    pub(crate) gate: GateProfile,
+    /// Capabilities the run must be able to check (comma-separated: docker, compose, browser,
+    /// node-view; or none); a scenario that lacks one fails instead of ending skipped or
+    /// incompatible. Replaces what the template declares it serves
+    /// (acceptance.kandev.ai/serves).
+    #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
+    pub(crate) require: Option<Requirements>,
     /// The whole run's budget, in seconds: past it, running scenarios tear down and time
     /// out, and no further scenario starts.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) deadline: Option<u64>,
     #[command(flatten)]
     pub(crate) libtest: libtest_mimic::Arguments,
+}
+
+/// `--require`'s list.
+#[derive(Debug, Clone)]
+pub(crate) struct Requirements(pub(crate) Vec<Capability>);
+
+fn parse_requirements(text: &str) -> Result<Requirements, String> {
+    if text.trim() == "none" {
+        return Ok(Requirements(Vec::new()));
+    }
+    text.split(',')
+        .map(|name| {
+            Capability::parse(name).ok_or_else(|| {
+                format!(
+                    "unknown capability {:?}; known: {}, or none",
+                    name.trim(),
+                    Capability::ALL.map(Capability::name).join(", ")
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Requirements)
 }
 
 #[derive(Args, Debug)]
@@ -185,6 +217,10 @@ pub(crate) struct ValidateArgs {
     /// The workspace claim (PVC modes), for the rule that no other volume may alias it.
     #[arg(long, value_name = "NAME")]
     pub(crate) workspace_claim: Option<String>,
+    /// Also the release gate's static rules: every image reference a digest, no
+    /// `*_REQUIRED` placeholder left, declared capabilities known.
+    #[arg(long)]
+    pub(crate) for_release: bool,
     #[arg(long, value_enum, default_value = "text")]
     pub(crate) format: OutputFormat,
 }

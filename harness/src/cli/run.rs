@@ -5,7 +5,7 @@ use super::args::{ClusterArgs, RunArgs};
 use super::read_input;
 use super::validate::check_template;
 use crate::backend::BackendKind;
-use crate::config::{ClusterSettings, KindSettings, RunConfig};
+use crate::config::{ClusterSettings, Gate, GateProfile, KindSettings, RunConfig};
 use crate::pod::template::Severity;
 use crate::report::{Outcome, Report, exit};
 use crate::runner::{Run, Scenario};
@@ -58,7 +58,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         let _ = libtest_mimic::run(&args.libtest, trials);
         return exit::SUCCESS;
     }
-    let config = RunConfig {
+    let mut config = RunConfig {
         template: args
             .template
             .clone()
@@ -89,6 +89,8 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         cluster: cluster_settings(args.backend, &args.cluster, Some(&args)),
         step_timeout: args.step_timeout.map(Duration::from_secs),
         deadline: args.deadline.map(Duration::from_secs),
+        // Resolved below, once the template's declaration is read.
+        gate: Gate::default(),
     };
     if let Err(message) = crate::backend::provider(config.backend).check(&config) {
         eprintln!("error: {message}");
@@ -119,6 +121,19 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         }
         return exit::USAGE;
     }
+    config.gate = match resolve_gate(&args, &template_text, &config) {
+        Ok(gate) => gate,
+        Err(problems) => {
+            eprintln!(
+                "error: the {} gate refuses this run; nothing was created:",
+                args.gate.name()
+            );
+            for problem in problems {
+                eprintln!("  {problem}");
+            }
+            return exit::USAGE;
+        }
+    };
     for image in [&config.worker_image, &config.daemon_image]
         .into_iter()
         .flatten()
@@ -314,6 +329,47 @@ async fn watch_signals(run: Arc<Run>) {
             );
             std::process::exit(i32::from(exit::INTERRUPTED));
         }
+    }
+}
+
+/// The run's gate from `--gate`, `--require` and the template's declaration; under the
+/// release profile also what it refuses before anything runs (each with its field or flag).
+fn resolve_gate(
+    args: &RunArgs,
+    template_text: &str,
+    config: &RunConfig,
+) -> Result<Gate, Vec<String>> {
+    let parsed = crate::pod::template::parse(template_text)
+        .map_err(|findings| findings.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    let serves = crate::pod::release::declared_serves(&parsed).map_err(|f| vec![f.to_string()])?;
+    let required = args.require.as_ref().map(|r| r.0.as_slice());
+    let gate = Gate::resolve(args.gate, required, &serves);
+    if gate.profile != GateProfile::Release {
+        return Ok(gate);
+    }
+    let mut problems: Vec<String> = crate::pod::release::mutable_references(&parsed, true)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    // Images the run builds carry a content-hash tag (immutable by construction); images
+    // given by flag must be digests.
+    for (flag, image) in [
+        ("--worker-image", &config.worker_image),
+        ("--daemon-image", &config.daemon_image),
+    ] {
+        if let Some(image) = image
+            .as_deref()
+            .filter(|i| !crate::pod::release::is_immutable(i))
+        {
+            problems.push(format!(
+                "{flag} {image:?} can move (a tag, not a digest)\n    fix: pass name@sha256:<digest> (docker inspect --format '{{{{index .RepoDigests 0}}}}' IMAGE), or let the run build the fixture images"
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(gate)
+    } else {
+        Err(problems)
     }
 }
 

@@ -10,12 +10,15 @@ pub(crate) fn validate(args: &ValidateArgs) -> u8 {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let findings = check_template(
+    let mut findings = check_template(
         &text,
         &args.main_container,
         args.workspace_mode,
         args.workspace_claim.as_deref(),
     );
+    if args.for_release {
+        findings.extend(release_findings(&text));
+    }
     let errors = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -41,6 +44,19 @@ pub(crate) fn validate(args: &ValidateArgs) -> u8 {
     } else {
         exit::USAGE
     }
+}
+
+/// The release gate's static rules: immutable image references, no placeholder left, the
+/// declared capabilities known.
+fn release_findings(text: &str) -> Vec<template::TemplateFinding> {
+    let Ok(parsed) = template::parse(text) else {
+        return Vec::new(); // check_template reported why it does not parse
+    };
+    let mut findings = crate::pod::release::mutable_references(&parsed, false);
+    if let Err(finding) = crate::pod::release::declared_serves(&parsed) {
+        findings.push(finding);
+    }
+    findings
 }
 
 /// Parses and checks a template; fixture placeholders count as images.

@@ -25,6 +25,9 @@ pub const LABEL_ROLE: &str = "acceptance.kandev.ai/role";
 pub const LABEL_WORKSPACE_UID: &str = "acceptance.kandev.ai/workspace-uid";
 /// Annotation Kandev stamps immediately before create.
 pub const ANNOTATION_CREATE_NONCE: &str = "kandev.ai/create-nonce";
+/// On a PodTemplate: the capabilities the recipe promises (`docker,compose,browser`), which
+/// the run's gate then requires.
+pub const ANNOTATION_SERVES: &str = "acceptance.kandev.ai/serves";
 
 /// A sortable, unique run id: UTC timestamp plus random suffix (`20261129t211500-3fa9c1`).
 pub fn new_run_id() -> String {

@@ -6,4 +6,5 @@ pub mod admission;
 pub mod compose;
 pub mod identity;
 pub mod quantity;
+pub mod release;
 pub mod template;

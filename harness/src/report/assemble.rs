@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 pub struct RunParts {
     pub run_id: String,
     pub backend: String,
+    pub gate: super::gate::Gate,
     pub started_at: SystemTime,
     pub duration: Duration,
     pub interrupted: bool,
@@ -37,6 +38,7 @@ pub fn assemble(parts: RunParts) -> Report {
         interrupted: parts.interrupted,
         deadline_exceeded: parts.deadline_exceeded,
         backend: parts.backend,
+        gate: parts.gate,
         environment: parts.environment,
         configuration: Configuration {
             sha256: format!("sha256:{sha}"),

@@ -57,6 +57,7 @@ mod tests {
             interrupted,
             deadline_exceeded: false,
             backend: "local".into(),
+            gate: Default::default(),
             environment: Default::default(),
             configuration: Default::default(),
             summary,

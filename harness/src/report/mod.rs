@@ -5,6 +5,7 @@
 
 pub mod assemble;
 pub mod exit;
+pub mod gate;
 pub mod outputs;
 pub mod repeat;
 
@@ -31,6 +32,10 @@ pub struct Report {
     /// True when `--deadline` passed before every scenario finished.
     pub deadline_exceeded: bool,
     pub backend: String,
+    /// The gate the run was judged by (absent in reports written before gates existed:
+    /// the default profile, nothing required).
+    #[serde(default)]
+    pub gate: gate::Gate,
     pub environment: Environment,
     pub configuration: Configuration,
     pub summary: Summary,
@@ -213,6 +218,10 @@ pub struct ScenarioReport {
     /// in reports written before checks had ids).
     #[serde(default)]
     pub checks: Vec<CheckReport>,
+    /// What the run lacked to judge it (a `skipped` or `incompatible` scenario, or one the gate
+    /// failed because it required that capability).
+    #[serde(default)]
+    pub lacking: Option<gate::Capability>,
     pub started_at: String,
     pub duration_ms: u64,
     pub steps: Vec<StepReport>,

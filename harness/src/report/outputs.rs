@@ -309,6 +309,7 @@ mod tests {
             outcome,
             diagnosis: diagnosis.map(str::to_owned),
             checks: Vec::new(),
+            lacking: None,
             started_at: String::new(),
             duration_ms: 1500,
             steps: vec![StepReport {
@@ -358,6 +359,7 @@ mod tests {
             interrupted: false,
             deadline_exceeded: false,
             backend: "local".into(),
+            gate: Default::default(),
             environment: Default::default(),
             configuration: Default::default(),
             summary: Summary::of(&scenarios),

@@ -5,6 +5,7 @@
 use super::context::Ctx;
 use super::scenario::{Broken, JUDGED, JudgedChecks, Scenario, Verdict};
 use super::{Keep, Run, RunEnv};
+use crate::config::Capability;
 use crate::pod::admission::AdmissionMutated;
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
 use crate::report::{
@@ -78,6 +79,7 @@ impl Run {
             .scope(judged.clone(), self.body(scenario, &mut ctx, timeout))
             .await;
         report.checks = judged_checks(scenario, &judged);
+        let result = self.judge_lacking(&mut report, result);
         settle(&mut report, &mut ctx, result);
         // A broken promise is named by its check's id first: what people grep and gate on.
         if let (Some(check), Some(diagnosis)) = (
@@ -115,10 +117,13 @@ impl Run {
         tokio::select! {
             result = tokio::time::timeout(timeout, body) => match result {
                 Ok(Ok(Ok(verdict))) => Ok(verdict),
-                Ok(Ok(Err(error))) => {
-                    note_broken_check(&error);
-                    Err(classify(&error))
-                }
+                Ok(Ok(Err(error))) => match lacking_tool(&error) {
+                    Some(capability) => Ok(Verdict::Lacks(capability, crate::error_chain(error.as_ref()))),
+                    None => {
+                        note_broken_check(&error);
+                        Err(classify(&error))
+                    }
+                },
                 Ok(Err(panic)) => Err((Outcome::Errored, format!("the scenario panicked: {}", panic_message(&panic)))),
                 Err(_) => Err((Outcome::TimedOut, format!("no result within the scenario's deadline of {timeout:?}"))),
             },
@@ -127,6 +132,32 @@ impl Run {
                 format!("step {step:?} ran past the per-step deadline of {:?}", self.config.step_timeout.unwrap_or_default()),
             )),
             () = self.cancelled() => Err(self.stop_diagnosis(true)),
+        }
+    }
+
+    /// A scenario that could not be judged for lack of a capability: `failed` when the gate
+    /// requires it (a release must not pass on what it never checked), else `skipped` (the
+    /// node view) or `incompatible` (worker tools).
+    fn judge_lacking(&self, report: &mut ScenarioReport, result: BodyResult) -> BodyResult {
+        let Ok(Verdict::Lacks(capability, reason)) = result else {
+            return result;
+        };
+        report.lacking = Some(capability);
+        let gate = &self.config.gate;
+        if gate.requires(capability) {
+            Err((
+                Outcome::Failed,
+                format!(
+                    "required capability {} is missing ({} gate; required by {}): {reason}",
+                    capability.name(),
+                    gate.profile.name(),
+                    gate.source
+                ),
+            ))
+        } else if capability == Capability::NodeView {
+            Ok(Verdict::Skipped(reason))
+        } else {
+            Ok(Verdict::Incompatible(reason))
         }
     }
 
@@ -234,6 +265,7 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         outcome: Outcome::Errored,
         diagnosis: None,
         checks: not_reached(scenario),
+        lacking: None,
         started_at: crate::report::rfc3339(SystemTime::now()),
         duration_ms: 0,
         steps: Vec::new(),
@@ -252,6 +284,14 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
 /// Every check of `scenario`, none judged (a scenario that never started its body).
 fn not_reached(scenario: &Scenario) -> Vec<CheckReport> {
     judged_checks(scenario, &JudgedChecks::default())
+}
+
+/// The worker tool a launch found missing (the bootstrap's exit 69: no Docker CLI).
+fn lacking_tool(error: &anyhow::Error) -> Option<Capability> {
+    error
+        .chain()
+        .find_map(|e| e.downcast_ref::<crate::session::WorkerImageLacks>())
+        .map(|lacks| Capability::parse(&lacks.tool).unwrap_or(Capability::Docker))
 }
 
 /// Records in the body's log which check the error broke, if it is a broken promise.
@@ -295,7 +335,8 @@ fn settle(report: &mut ScenarioReport, ctx: &mut Ctx, result: BodyResult) {
     let (outcome, step, diagnosis) = match result {
         Ok(Verdict::Passed) => (Outcome::Passed, StepOutcome::Passed, None),
         Ok(Verdict::Skipped(reason)) => (Outcome::Skipped, StepOutcome::Passed, Some(reason)),
-        Ok(Verdict::Incompatible(reason)) => (
+        // `Lacks` was judged by the gate before (judge_lacking); as incompatible if not.
+        Ok(Verdict::Incompatible(reason)) | Ok(Verdict::Lacks(_, reason)) => (
             Outcome::Incompatible,
             StepOutcome::Incompatible,
             Some(reason),

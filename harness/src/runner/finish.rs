@@ -50,6 +50,7 @@ impl Run {
                 .map(|e| e.backend.name())
                 .unwrap_or(self.config.backend.name())
                 .into(),
+            gate: self.config.gate.clone(),
             started_at: self.started_at,
             duration: self.started.elapsed(),
             interrupted: self.stop_reason() == Some(StopReason::Signal),

@@ -1,5 +1,6 @@
 //! What a scenario is, and how its body says that a promise broke.
 
+use crate::config::Capability;
 use crate::runner::context::Ctx;
 use std::future::Future;
 use std::pin::Pin;
@@ -102,6 +103,9 @@ pub enum Verdict {
     Passed,
     Skipped(String),
     Incompatible(String),
+    /// The run lacks what the scenario needs, and why: `skipped` (node view) or `incompatible`
+    /// (worker tools), or `failed` when the run's gate requires that capability.
+    Lacks(Capability, String),
 }
 
 /// A broken promise: the scenario ran and the design's promise did not hold.

@@ -7,6 +7,7 @@
 //! folder, missing libraries), when the page's script does not run, or when the screenshot is
 //! missing, empty or the wrong size. A worker without a browser is `incompatible`.
 
+use kandev_harness::config::Capability;
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
@@ -73,7 +74,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             json!({"path": browser, "version": lines.next().unwrap_or_default().trim()}),
         );
         if browser.is_empty() {
-            return Ok(Verdict::Incompatible("the worker image has no headless browser (looked for chromium, chromium-browser, google-chrome, chrome, headless_shell)".into()));
+            return Ok(Verdict::Lacks(Capability::Browser, "the worker image has no headless browser (looked for chromium, chromium-browser, google-chrome, chrome, headless_shell)".into()));
         }
 
         ctx.step("render the page and run its script");

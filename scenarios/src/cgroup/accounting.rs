@@ -15,6 +15,7 @@
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::backend::BackendKind;
+use kandev_harness::config::Capability;
 use kandev_harness::node::PodCgroupReading;
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{
@@ -107,7 +108,7 @@ fn judge_limits(reading: &PodCgroupReading, pids_required: bool) -> LimitsVerdic
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         let Some(node) = ctx.node() else {
-            return Ok(Verdict::Skipped(NO_NODE_VIEW.into()));
+            return Ok(Verdict::Lacks(Capability::NodeView, NO_NODE_VIEW.into()));
         };
         ctx.step("launch");
         let session = ctx.launch(SessionOptions::default()).await?;

@@ -9,6 +9,7 @@
 //! objects behind.
 
 use crate::support::{build_workload, probe_tag, require_success, workload_digest};
+use kandev_harness::config::Capability;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
@@ -85,7 +86,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             json!({"command": compose, "version": lines.next().unwrap_or_default().trim()}),
         );
         if compose.is_empty() {
-            return Ok(Verdict::Incompatible("the worker image has no Docker Compose (neither the v2 plugin `docker compose` nor v1 `docker-compose`)".into()));
+            return Ok(Verdict::Lacks(Capability::Compose, "the worker image has no Docker Compose (neither the v2 plugin `docker compose` nor v1 `docker-compose`)".into()));
         }
 
         ctx.step("up");

@@ -9,6 +9,7 @@
 //! whose identity does not match the record.
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
+use kandev_harness::config::Capability;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::{CleanupRefused, SessionOptions, terminal_cleanup};
@@ -57,7 +58,7 @@ pub fn scenario() -> Scenario {
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         let Some(node) = ctx.node() else {
-            return Ok(Verdict::Skipped(NO_NODE_VIEW.into()));
+            return Ok(Verdict::Lacks(Capability::NodeView, NO_NODE_VIEW.into()));
         };
         ctx.step("launch the owned session and a neighbour");
         let mut sessions = ctx

@@ -243,3 +243,15 @@ pub fn broken_worker(name: &str) -> String {
     );
     tag
 }
+
+/// Arguments that select exactly `names` (libtest takes one filter: skip every other
+/// scenario by its exact name).
+pub fn only(names: &[&str]) -> Vec<String> {
+    let mut args = vec!["--exact".to_owned()];
+    for scenario in kandev_scenarios::registry() {
+        if !names.contains(&scenario.name) {
+            args.extend(["--skip".to_owned(), scenario.name.to_owned()]);
+        }
+    }
+    args
+}

@@ -131,14 +131,21 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         for (from, to_ip) in [(&b, &ips[0]), (&a, &ips[1])] {
             for port in [2375, 2376] {
                 let attempt = from
-                    .agent_sh(&format!("DOCKER_HOST=tcp://{to_ip}:{port} timeout 5 docker info --format '{{{{.ID}}}}'"), Duration::from_secs(20))
+                    .agent_sh(
+                        &format!("DOCKER_HOST=tcp://{to_ip}:{port} timeout 5 docker ps -aq"),
+                        Duration::from_secs(20),
+                    )
                     .await?;
                 attempts.push(json!({"from": from.pod.name, "to": format!("{to_ip}:{port}"), "result": attempt.summary()}));
                 if attempt.success() {
                     reached.push(format!(
-                        "{} reached tcp://{to_ip}:{port} ({})",
+                        "{} reached tcp://{to_ip}:{port} and listed its containers [{}]",
                         from.pod.name,
-                        attempt.stdout.trim()
+                        attempt
+                            .stdout
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join(" ")
                     ));
                     continue;
                 }

@@ -265,7 +265,7 @@ fn a_daemon_with_a_tcp_listener_fails_socket_only() {
 fn a_daemon_escaping_the_pod_cgroup_fails_cgroup_accounting() {
     let run = run(&[
         "--template",
-        &fixture("templates/broken/daemon-escapes-pod-cgroup.yaml"),
+        &fixture("templates/broken/daemon-escapes-pod-pids.yaml"),
         "--exact",
         "cgroup::accounting",
     ]);

@@ -614,6 +614,11 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
         !docker_lines(&["ps", "-aq", "--filter", &label]).is_empty(),
         "the killed run left nothing to collect"
     );
+    assert_eq!(
+        docker_lines(&["network", "ls", "-q", "--filter", &label]).len(),
+        1,
+        "the killed run's Pod network"
+    );
     let dry = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gc", "--run", &id, "--dry-run"])
         .output()
@@ -643,6 +648,11 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
     assert_eq!(
         docker_lines(&["volume", "ls", "-q", "--filter", &label]),
         Vec::<String>::new()
+    );
+    assert_eq!(
+        docker_lines(&["network", "ls", "-q", "--filter", &label]),
+        Vec::<String>::new(),
+        "gc leaves the killed run's Pod network"
     );
     let survivor = docker_lines(&["ps", "-q", "--filter", &format!("name={other}")]);
     let _ = Command::new("docker").args(["rm", "-f", &other]).output();

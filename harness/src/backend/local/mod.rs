@@ -41,6 +41,8 @@ pub struct LocalBackend {
     /// argv prefix of the exec bridge inside the main container.
     bridge: Vec<String>,
     pod_pids_limit: i64,
+    /// The engine network Pods join (`bridge` unless [`LocalBackend::on_network`]).
+    pod_network: String,
 }
 
 pub(super) fn other(
@@ -73,7 +75,15 @@ impl LocalBackend {
             infra_image,
             bridge,
             pod_pids_limit,
+            pod_network: "bridge".into(),
         }
+    }
+
+    /// Pods join the engine network `name` (a run's network with the Pod MTU) instead of the
+    /// engine's default bridge.
+    pub fn on_network(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.pod_network);
+        self
     }
 
     pub fn cgroups(&self) -> Option<&CgroupFs> {
@@ -533,6 +543,7 @@ impl Backend for LocalBackend {
             infra_image: self.infra_image.clone(),
             infra_command: vec!["/kandev-mock-agent".into(), "pause".into()],
             pod_pids_limit: self.pod_pids_limit,
+            pod_network: self.pod_network.clone(),
             node_hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_owned())
                 .unwrap_or_default(),

@@ -5,9 +5,10 @@
 //! **This is a double, not a cluster.** What it proves: the harness's `kube` backend speaks the
 //! API server's wire protocol as kube-rs 5 does with a real one — TLS and kubeconfig loading,
 //! JSON `Status` errors and their codes, UIDs, resourceVersions, DELETE preconditions (409),
-//! label selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.33's
-//! defaulting and the `Priority` and `DefaultTolerationSeconds` plugins, so a client compares
-//! what it asked for against a defaulted Pod), the TokenRequest and RBAC path (the executor's
+//! label selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.36's
+//! defaulting and the `Priority` and `DefaultTolerationSeconds` plugins, written from the API
+//! server's rules and compared with a real one's answers where [`recorded`] has recordings,
+//! so a client compares what it asked for against a defaulted Pod), the TokenRequest and RBAC path (the executor's
 //! token only gets what the Roles bound to its service account grant, and
 //! SelfSubjectAccessReviews are answered from the same Roles), pods/log, and **pods/exec and
 //! pods/portforward over websockets** (`v5.channel.k8s.io` / `v4.channel.k8s.io` framing, the
@@ -29,6 +30,7 @@
 
 mod api;
 mod defaults;
+pub mod recorded;
 mod streams;
 
 use anyhow::Context;

@@ -1,6 +1,7 @@
 //! The `local` backend: a Docker engine (bollard) runs a composed Pod with Pod semantics.
 //! See [`plan`] for the mapping; this module talks to the engine and the host cgroup tree.
 
+pub mod attach;
 pub mod objects;
 pub mod plan;
 pub mod setup;
@@ -60,6 +61,43 @@ pub(super) fn label_filter(pairs: &[(&str, &str)]) -> HashMap<String, Vec<String
         "label".to_owned(),
         pairs.iter().map(|(k, v)| format!("{k}={v}")).collect(),
     )])
+}
+
+/// The engine name of `container` of `pod`, once it is verified to carry the Pod's UID
+/// (never act on a look-alike).
+pub(super) async fn verified_container(
+    docker: &Docker,
+    pod: &PodRef,
+    container: &str,
+) -> Result<String> {
+    let name = LocalBackend::engine_name(pod, container);
+    let inspect = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .map_err(|e| {
+            if is_not_found(&e) {
+                other(
+                    format!("find container {container} of Pod {}", pod.name),
+                    anyhow!("no such container"),
+                )
+            } else {
+                other(format!("inspect {name}"), e)
+            }
+        })?;
+    let uid = inspect
+        .config
+        .and_then(|c| c.labels)
+        .and_then(|l| l.get(LABEL_POD_UID).cloned())
+        .unwrap_or_default();
+    if uid != pod.uid {
+        return Err(BackendError::UidMismatch {
+            what: "pod",
+            name: pod.name.clone(),
+            expected: pod.uid.clone(),
+            found: uid,
+        });
+    }
+    Ok(name)
 }
 
 impl LocalBackend {
@@ -221,36 +259,7 @@ impl LocalBackend {
 
     /// Verifies that `container` of `pod` carries the Pod's UID (never act on a look-alike).
     async fn verified_name(&self, pod: &PodRef, container: &str) -> Result<String> {
-        let name = Self::engine_name(pod, container);
-        let inspect = self
-            .objects
-            .docker
-            .inspect_container(&name, None::<InspectContainerOptions>)
-            .await
-            .map_err(|e| {
-                if is_not_found(&e) {
-                    other(
-                        format!("find container {container} of Pod {}", pod.name),
-                        anyhow!("no such container"),
-                    )
-                } else {
-                    other(format!("inspect {name}"), e)
-                }
-            })?;
-        let uid = inspect
-            .config
-            .and_then(|c| c.labels)
-            .and_then(|l| l.get(LABEL_POD_UID).cloned())
-            .unwrap_or_default();
-        if uid != pod.uid {
-            return Err(BackendError::UidMismatch {
-                what: "pod",
-                name: pod.name.clone(),
-                expected: pod.uid.clone(),
-                found: uid,
-            });
-        }
-        Ok(name)
+        verified_container(&self.objects.docker, pod, container).await
     }
 
     async fn materialize(&self, plan: &PodPlan) -> Result<()> {

@@ -419,6 +419,18 @@ impl Backend for LocalBackend {
         plan::unenforced(pod)
     }
 
+    fn plumbing_listeners(&self) -> Vec<(String, &'static str)> {
+        if self.pod_network == "bridge" {
+            return Vec::new();
+        }
+        // The engine's embedded DNS resolver serves every user-defined network from inside
+        // the container's namespace; on a cluster, DNS is outside the Pod.
+        vec![(
+            "127.0.0.11".to_owned(),
+            "the engine's embedded DNS resolver of the run's Pod network",
+        )]
+    }
+
     async fn create_workspace(
         &self,
         name: &str,

@@ -4,10 +4,13 @@
 //! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
 
 pub mod assemble;
+pub mod diff;
 pub mod exit;
 pub mod gate;
+pub mod html;
 pub mod outputs;
 pub mod repeat;
+pub mod summary;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -235,7 +235,8 @@ pub fn render(report: &Report, folder: Option<&Path>) -> String {
     );
     summary(&mut h, report);
     timeline(&mut h, report);
-    scenarios(&mut h, report, folder);
+    pictures(&mut h, report, folder);
+    scenarios(&mut h, report);
     run_level(&mut h, report);
     let _ = write!(
         h,
@@ -555,21 +556,53 @@ fn step_colour(outcome: StepOutcome) -> &'static str {
     }
 }
 
-fn scenarios(h: &mut String, report: &Report, folder: Option<&Path>) {
-    h.push_str("<section id=\"scenarios\">\n<h2>Scenarios</h2>\n<p class=\"toolbar\"><button type=\"button\" onclick=\"setAll(true)\">expand all</button><button type=\"button\" onclick=\"setAll(false)\">collapse all</button></p>\n");
-    for s in &report.scenarios {
-        scenario(h, s, folder);
+/// The PNGs scenarios kept (the browser's screenshot), where people see them first.
+fn pictures(h: &mut String, report: &Report, folder: Option<&Path>) {
+    let shots: Vec<(&ScenarioReport, String)> = report
+        .scenarios
+        .iter()
+        .flat_map(|s| screenshots(s).into_iter().map(move |p| (s, p)))
+        .collect();
+    if shots.is_empty() {
+        return;
+    }
+    h.push_str("<section id=\"screenshots\">\n<h2>Screenshots</h2>\n");
+    for (s, path) in shots {
+        let _ = writeln!(
+            h,
+            "<h3 class=\"mono\">{}</h3>\n{}",
+            escape(&s.name),
+            image(folder, &path, &format!("screenshot of {}", s.name))
+        );
     }
     h.push_str("</section>\n");
 }
 
-fn scenario(h: &mut String, s: &ScenarioReport, folder: Option<&Path>) {
+fn scenarios(h: &mut String, report: &Report) {
+    h.push_str("<section id=\"scenarios\">\n<h2>Scenarios</h2>\n<p class=\"toolbar\"><button type=\"button\" onclick=\"setAll(true)\">expand all</button><button type=\"button\" onclick=\"setAll(false)\">collapse all</button></p>\n");
+    for s in &report.scenarios {
+        scenario(h, s);
+    }
+    h.push_str("</section>\n");
+}
+
+fn scenario(h: &mut String, s: &ScenarioReport) {
     let class = outcome_class(s.outcome);
     let diagnosis = s.diagnosis.as_deref().unwrap_or("");
     let flaky = if s.flaky {
         format!(" (flaky: passed on attempt {})", s.attempts)
     } else {
         String::new()
+    };
+    let noteworthy = s
+        .findings
+        .iter()
+        .filter(|f| f.level != FindingLevel::Info)
+        .count();
+    let warnings = match noteworthy {
+        0 => String::new(),
+        1 => " (1 finding)".to_owned(),
+        n => format!(" ({n} findings)"),
     };
     let _ = writeln!(
         h,
@@ -584,7 +617,7 @@ fn scenario(h: &mut String, s: &ScenarioReport, folder: Option<&Path>) {
         badge = badge(class, s.outcome.as_str()),
         duration = secs(s.duration_ms),
         diagnosis = escape(diagnosis),
-        flaky = escape(&flaky),
+        flaky = escape(&(flaky + &warnings)),
     );
     let _ = writeln!(h, "<p class=\"promise\">{}</p>", escape(&s.promise));
     if let Some(lacking) = s.lacking {
@@ -606,8 +639,11 @@ fn scenario(h: &mut String, s: &ScenarioReport, folder: Option<&Path>) {
         h.push_str("</table>\n");
     }
     for path in screenshots(s) {
-        h.push_str(&image(folder, &path, &format!("screenshot of {}", s.name)));
-        h.push('\n');
+        let _ = writeln!(
+            h,
+            "<p>Screenshot: <a href=\"#screenshots\">{}</a> (under Screenshots above)</p>",
+            escape(&path)
+        );
     }
     if !s.steps.is_empty() {
         h.push_str("<h3>Steps</h3>\n<table class=\"steps\"><tr><th>step</th><th>outcome</th><th>at</th><th>took</th><th>evidence / error</th></tr>\n");

@@ -69,6 +69,79 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
         .collect();
     assert!(errors.is_empty(), "{errors:?}");
 
+    // The release gate passes this report for exactly its images and template, and names
+    // every reason it refuses other images, an interrupted copy and an old one.
+    let worker = image_as_run(&run.report, "worker");
+    let daemon = image_as_run(&run.report, "daemon");
+    let template = root().join("fixtures/templates/full-worker.yaml");
+    let (code, out) = gate(
+        &run.report_path,
+        &[
+            "--worker-image",
+            &worker,
+            "--daemon-image",
+            &daemon,
+            "--template",
+            template.to_str().unwrap(),
+            "--max-age",
+            "1h",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("PASS"), "{out}");
+    let other = format!("r.example/worker@sha256:{}", "0".repeat(64));
+    let (code, out) = gate(
+        &run.report_path,
+        &["--worker-image", &other, "--daemon-image", &daemon],
+    );
+    assert!(
+        code == 1 && out.contains("the run used worker image") && out.contains(&other),
+        "{out}"
+    );
+    let (code, out) = gate(
+        &run.report_path,
+        &[
+            "--worker-image",
+            "r.example/worker:latest",
+            "--daemon-image",
+            &daemon,
+        ],
+    );
+    assert!(
+        code == 2 && out.contains("not name@sha256:<digest>"),
+        "{out}"
+    );
+    let mut edited: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&run.report_path).unwrap()).unwrap();
+    edited["interrupted"] = serde_json::json!(true);
+    edited["finished_at"] = serde_json::json!("2026-01-01T00:00:00.000Z");
+    let copy = run.report_path.with_file_name("edited.json");
+    std::fs::write(&copy, serde_json::to_vec(&edited).unwrap()).unwrap();
+    let (code, out) = gate(
+        &copy,
+        &[
+            "--worker-image",
+            &worker,
+            "--daemon-image",
+            &daemon,
+            "--template",
+            root()
+                .join("fixtures/templates/broken/daemon-tcp-listener.yaml")
+                .to_str()
+                .unwrap(),
+            "--max-age",
+            "7d",
+        ],
+    );
+    assert!(
+        code == 1
+            && out.contains("(3 reasons)")
+            && out.contains("interrupted")
+            && out.contains("h old")
+            && out.contains("not the gated one"),
+        "{out}"
+    );
+
     // JUnit and CTRF beside it, from the same results.
     let folder = run.report_path.parent().unwrap();
     let junit = std::fs::read_to_string(folder.join("junit.xml")).unwrap();
@@ -593,6 +666,20 @@ fn an_interrupted_run_tears_down_and_marks_its_report() {
             .unwrap();
     assert!(report.interrupted);
     assert!(report.summary.cancelled > 0, "{:?}", report.summary);
+    // A real interrupted run never gates a release.
+    let (code, out) = gate(
+        &dir.path().join(&id).join("report.json"),
+        &[
+            "--worker-image",
+            &image_as_run(&report, "worker"),
+            "--daemon-image",
+            &image_as_run(&report, "daemon"),
+        ],
+    );
+    assert!(
+        code == 1 && out.contains("the run was interrupted") && out.contains("cancelled"),
+        "{out}"
+    );
     assert_nothing_left(&report);
 }
 

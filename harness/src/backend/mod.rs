@@ -195,6 +195,16 @@ pub struct ContainerState {
     pub exit_code: Option<i64>,
 }
 
+/// What a running Pod shares with its node, read back from what runs (not from the Pod that
+/// was requested).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostSharing {
+    /// `container: host path` for each host path mounted into the Pod.
+    pub host_paths: Vec<String>,
+    /// `container: network|pid|ipc` for each host namespace the Pod joins.
+    pub host_namespaces: Vec<String>,
+}
+
 /// Refuses a helper Pod that teardown, the label sweep and `gc` could not find.
 pub fn check_helper_labels(pod: &Pod) -> Result<()> {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -333,6 +343,10 @@ pub trait Backend: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> Result<Option<BTreeMap<String, String>>>;
+    /// What the running Pod shares with its node: locally the engine's view of its
+    /// containers (bind mounts, host namespace modes); on Kubernetes the Pod object as the API
+    /// server returns it.
+    async fn host_sharing(&self, pod: &PodRef) -> Result<HostSharing>;
     /// The Pod's IP address on the node network.
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>>;
     /// Every harness-managed object carrying all `selector` labels, as `kind/name`.

@@ -29,6 +29,10 @@ pub(crate) enum Command {
     /// List every scenario's promise checks and the broken twin that shows each can fail
     /// (a Markdown table).
     Checks,
+    /// Gate a release on a report: passes only for a complete, uninterrupted run of this
+    /// catalogue whose scenarios and checks all passed, on exactly these images (and template),
+    /// recent enough. Exit 0 passes, 1 refuses (every reason named), 2 bad input.
+    Gate(GateArgs),
     /// Work with reports.
     Report {
         #[command(subcommand)]
@@ -196,6 +200,47 @@ pub(crate) struct RunArgs {
     pub(crate) deadline: Option<u64>,
     #[command(flatten)]
     pub(crate) libtest: libtest_mimic::Arguments,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct GateArgs {
+    /// The run's report.json.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) report: PathBuf,
+    /// The worker image the release ships, `name@sha256:<digest>`.
+    #[arg(long, value_name = "REF@sha256:DIGEST")]
+    pub(crate) worker_image: String,
+    /// The daemon (docker-engine) image the release ships, `name@sha256:<digest>`.
+    #[arg(long, value_name = "REF@sha256:DIGEST")]
+    pub(crate) daemon_image: String,
+    /// The template file the release ships: the run must have used exactly it.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) template: Option<PathBuf>,
+    /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+    pub(crate) max_age: Option<u64>,
+    /// Capabilities whose lack fails (default: all, the release profile); `none` to excuse
+    /// skipped and incompatible scenarios.
+    #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
+    pub(crate) require: Option<Requirements>,
+}
+
+/// `90m`, `36h`, `7d`, `3600s` in milliseconds.
+fn parse_age(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.len().saturating_sub(1);
+    let (number, unit) = text.split_at(split);
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?}: a number with s, m, h or d (e.g. 36h)")),
+    };
+    number
+        .parse::<u64>()
+        .map(|n| n * seconds * 1000)
+        .map_err(|_| format!("{text:?}: a number with s, m, h or d (e.g. 36h)"))
 }
 
 /// `--require`'s list.

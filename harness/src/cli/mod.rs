@@ -5,6 +5,7 @@
 //! It returns the mapped exit code instead of exiting past the report writer.
 
 mod args;
+mod gate;
 mod gc;
 mod report;
 mod run;
@@ -53,6 +54,7 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
         Command::Run(args) => run::run(*args, registry, &runtime),
         Command::Validate(args) => validate::validate(&args),
         Command::Gc(args) => runtime.block_on(gc::gc(&args)),
+        Command::Gate(args) => gate::gate(&args, &registry),
         Command::Checks => {
             print!("{}", crate::runner::scenario::checks_table(&registry));
             exit::SUCCESS

@@ -82,6 +82,19 @@ impl HostEngine {
             .and_then(|i| i.id)
     }
 
+    /// Removes the tag `tag` (the image too when nothing else names it); scenarios use it
+    /// for a probe image of their own, with a run-unique tag, that landed here.
+    pub async fn remove_tag(&self, tag: &str) -> Result<(), bollard::errors::Error> {
+        self.docker
+            .remove_image(
+                tag,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await
+            .map(|_| ())
+    }
+
     /// The engine's daemon ID.
     pub async fn daemon_id(&self) -> Option<String> {
         self.docker.info().await.ok().and_then(|i| i.id)

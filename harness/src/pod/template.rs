@@ -87,13 +87,18 @@ pub struct RenderedTemplate {
     pub sha256: String,
 }
 
+/// `sha256:<hex>` of a template's text, as reports record it.
+pub fn sha256_hex(text: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
 /// Substitutes the fixture placeholders with the images of this run. Templates that name
 /// real images (operators' own) pass through unchanged.
 pub fn render(text: &str, worker_image: &str, daemon_image: &str) -> RenderedTemplate {
     let text = text
         .replace(WORKER_IMAGE_PLACEHOLDER, worker_image)
         .replace(DAEMON_IMAGE_PLACEHOLDER, daemon_image);
-    let sha256 = format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())));
+    let sha256 = sha256_hex(&text);
     RenderedTemplate { text, sha256 }
 }
 

@@ -9,6 +9,8 @@ pub const SUCCESS: u8 = 0;
 pub const SCENARIO_FAILED: u8 = 1;
 /// Bad command line or invalid template; nothing was created.
 pub const USAGE: u8 = 2;
+/// `gate`: the report does not gate the release (every reason is printed).
+pub const GATE_REFUSED: u8 = 1;
 /// The environment could not be prepared or a scenario errored (engine, images, infra).
 pub const ENVIRONMENT: u8 = 3;
 /// Something the run created is still there after teardown.

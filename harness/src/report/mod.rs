@@ -88,6 +88,10 @@ pub struct TemplateRecord {
     pub path: String,
     /// SHA-256 of the rendered template text.
     pub sha256: String,
+    /// SHA-256 of the template file as read (before its placeholders were rendered): what
+    /// `gate --template` compares.
+    #[serde(default)]
+    pub source_sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -101,6 +101,7 @@ impl Run {
         environment.template = Some(TemplateRecord {
             path: self.config.template.display().to_string(),
             sha256: rendered.sha256.clone(),
+            source_sha256: Some(crate::pod::template::sha256_hex(&self.template_text)),
         });
         let config = &self.config;
         let launch = LaunchSettings {

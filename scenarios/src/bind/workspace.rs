@@ -23,12 +23,14 @@ const READS: Check = Check {
 const WRITES: Check = Check {
     id: "writes",
     promise: "the agent sees the bytes a nested container wrote through a /workspace bind",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("daemon-workspace-read-only"),
 };
 const PRIVATE_HOME: Check = Check {
     id: "private_home",
     promise: "the agent's private HOME is not visible to the Pod's daemon",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Exempt(
+        "only Kandev's composition mounts kandev-auth (/run/kandev); templates cannot",
+    ),
 };
 
 pub fn scenario() -> Scenario {

@@ -22,7 +22,7 @@ const RENDERS: Check = Check {
 const SCREENSHOT: Check = Check {
     id: "screenshot",
     promise: "the browser writes a PNG screenshot of the requested size",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Worker("worker-browser-hidpi"),
 };
 const WIDTH: u32 = 800;
 const HEIGHT: u32 = 600;

@@ -23,17 +23,17 @@ const UP: Check = Check {
 const READ_ONLY: Check = Check {
     id: "read_only_input",
     promise: "a read-only input bind refuses writes",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("daemon-workspace-binds-writable"),
 };
 const DOWN: Check = Check {
     id: "down_leaves_nothing",
     promise: "`down -v` leaves no container, network or volume of the project",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Worker("worker-compose-keeps-volumes"),
 };
 const RETAINED: Check = Check {
     id: "output_retained",
     promise: "the project's output stays in the workspace after `down -v`",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Worker("worker-compose-removes-binds"),
 };
 
 pub fn scenario() -> Scenario {

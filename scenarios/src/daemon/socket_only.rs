@@ -1,12 +1,15 @@
 //! `daemon::socket_only` — the Pod's daemon answers only on `/run/docker/docker.sock`
 //! (group 1000, not world-accessible); nothing listens on TCP in the Pod's network namespace
 //! but the loopback control port; no daemon process is configured with a `tcp://` host; the
-//! agent stays UID 1000 with no capabilities; no host socket, host path or host namespace
-//! is involved, and the daemon the agent reaches is not the engine that runs the Pod.
+//! agent stays UID/GID 1000 with no capabilities (bounding set included), no privilege
+//! escalation, a seccomp filter and no service-account token; the running Pod (as the backend
+//! runs it, not as requested) has no host path or host namespace, and the daemon the agent
+//! reaches is not the engine that runs the Pod.
 //!
 //! Can fail when the daemon also listens on TCP (the DinD image's default entrypoint does),
-//! when the socket is world-accessible or owned by another group, when the agent gains
-//! capabilities, or when the Pod reaches a host daemon.
+//! when the socket is world-accessible or owned by another group, when a daemon is configured
+//! with a tcp:// host the listener scan cannot see, when the agent keeps capabilities, or when
+//! the Pod shares a host path or namespace or reaches a host daemon.
 
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
@@ -16,7 +19,7 @@ use std::time::Duration;
 const SOCKET: Check = Check {
     id: "socket_private",
     promise: "the daemon socket is /run/docker/docker.sock, group 1000, not world-accessible",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("daemon-socket-world-accessible"),
 };
 const NO_TCP: Check = Check {
     id: "no_tcp_listener",
@@ -26,17 +29,17 @@ const NO_TCP: Check = Check {
 const NO_TCP_CONFIG: Check = Check {
     id: "no_tcp_host",
     promise: "no daemon process is configured with a tcp:// host",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("daemon-tcp-host-unseen"),
 };
 const AGENT: Check = Check {
     id: "agent_unprivileged",
-    promise: "the agent stays UID 1000 with no capabilities and no privilege escalation",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    promise: "the agent stays UID/GID 1000 with no capabilities (effective, permitted, bounding), no privilege escalation, a seccomp filter and no service-account token",
+    twin: Twin::Template("agent-capabilities-kept"),
 };
 const NO_HOST: Check = Check {
     id: "no_host_access",
-    promise: "no host socket, host path or host namespace; the agent's daemon is the Pod's own",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    promise: "the running Pod has no host path or host namespace; the agent's daemon is the Pod's own",
+    twin: Twin::Template("pod-host-ipc"),
 };
 
 pub fn scenario() -> Scenario {
@@ -144,33 +147,41 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 .unwrap_or_default()
                 .to_owned()
         };
-        let uid_all_1000 = field("uid").split_whitespace().all(|u| u == "1000");
-        let no_caps = field("capeff").trim_start_matches('0').is_empty()
-            && field("capprm").trim_start_matches('0').is_empty();
+        let all_1000 = |k: &str| {
+            let ids = field(k);
+            !ids.is_empty() && ids.split_whitespace().all(|u| u == "1000")
+        };
+        // The template drops ALL: nothing effective, permitted or left in the bounding set
+        // (a capability added back to a non-root container lands in the bounding set only).
+        let no_caps = ["capeff", "capprm", "capbnd"]
+            .iter()
+            .all(|k| !field(k).is_empty() && field(k).trim_start_matches('0').is_empty());
+        let token = session
+            .agent_sh(
+                "ls -A /var/run/secrets/kubernetes.io/serviceaccount /run/secrets/kubernetes.io/serviceaccount 2>/dev/null; grep -i serviceaccount /proc/self/mountinfo || true",
+                Duration::from_secs(20),
+            )
+            .await?;
+        ctx.evidence("service_account_token", token.stdout.trim());
         promise(
-            uid_all_1000 && no_caps && field("nonewprivs") == "1",
+            all_1000("uid")
+                && all_1000("gid")
+                && no_caps
+                && field("nonewprivs") == "1"
+                && field("seccomp") == "2"
+                && token.success()
+                && token.stdout.trim().is_empty(),
             &AGENT,
-            || format!("{identity}"),
+            || {
+                format!(
+                    "{identity}; service-account mounts: {:?}",
+                    token.stdout.trim()
+                )
+            },
         )?;
 
-        ctx.step("no host socket, path or namespace");
-        let spec = session.pod_spec.spec.clone().unwrap_or_default();
-        let host_paths: Vec<String> = spec
-            .volumes
-            .iter()
-            .flatten()
-            .filter(|v| v.host_path.is_some())
-            .map(|v| v.name.clone())
-            .collect();
-        let host_ns = [
-            ("hostNetwork", spec.host_network),
-            ("hostPID", spec.host_pid),
-            ("hostIPC", spec.host_ipc),
-        ]
-        .into_iter()
-        .filter(|(_, v)| *v == Some(true))
-        .map(|(k, _)| k)
-        .collect::<Vec<_>>();
+        ctx.step("no host path or namespace in the running Pod");
+        let sharing = session.backend().host_sharing(&session.pod).await?;
         let nested = session
             .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
             .await?;
@@ -178,18 +189,20 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             Some(engine) => engine.daemon_id().await,
             None => None,
         };
-        ctx.evidence(
-            "pod",
-            json!({"host_path_volumes": host_paths, "host_namespaces": host_ns}),
-        );
+        ctx.evidence("running_pod_host_sharing", &sharing);
         ctx.evidence(
             "daemon_ids",
             json!({"pod": nested.stdout.trim(), "engine_running_the_pod": host}),
         );
         promise(
-            host_paths.is_empty() && host_ns.is_empty(),
+            sharing.host_paths.is_empty() && sharing.host_namespaces.is_empty(),
             &NO_HOST,
-            || format!("hostPath volumes {host_paths:?}, host namespaces {host_ns:?}"),
+            || {
+                format!(
+                    "the running Pod mounts host paths {:?} and joins host namespaces {:?}",
+                    sharing.host_paths, sharing.host_namespaces
+                )
+            },
         )?;
         promise(
             nested.success() && Some(nested.stdout.trim().to_owned()) != host,

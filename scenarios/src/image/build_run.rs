@@ -14,7 +14,7 @@ use std::time::Duration;
 const BUILDS: Check = Check {
     id: "builds",
     promise: "the agent builds an image from a context in /workspace with the Pod's daemon",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("daemon-data-too-small"),
 };
 const RUNS: Check = Check {
     id: "runs",
@@ -24,7 +24,7 @@ const RUNS: Check = Check {
 const LOCAL: Check = Check {
     id: "image_local",
     promise: "the built image exists only in this session's daemon",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("daemon-proxies-host-engine"),
 };
 
 pub fn scenario() -> Scenario {
@@ -92,7 +92,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
         // The host's engine (locally: the one running the Pod) must not have it either.
-        let Some(engine) = ctx.host_engine() else {
+        let Some(engine) = ctx.host_engine().cloned() else {
             ctx.evidence(
                 "host_engine",
                 "none reachable: the cluster's nodes are not on this host",
@@ -103,6 +103,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let by_id = engine.image_id(&image_id).await;
         ctx.evidence("host_engine_by_tag", &by_tag);
         ctx.evidence("host_engine_by_id", &by_id);
+        if by_tag.is_some() {
+            // The agent's build landed in the shared engine: remove this scenario's own probe
+            // image (by its run-unique tag only) before judging.
+            let removed = engine.remove_tag(&tag).await;
+            ctx.evidence(
+                "host_engine_probe_removed",
+                removed.map_err(|e| e.to_string()),
+            );
+        }
         promise(by_tag.is_none() && by_id.is_none(), &LOCAL, || {
             format!(
                 "the host's engine also has {tag} ({by_tag:?} / {by_id:?}): the daemon is not Pod-local"

@@ -6,7 +6,9 @@
 //! when one session's objects show up in the other, or when a daemon answers over the network.
 
 use crate::support::{build_workload, daemon_id, probe_tag, require_success};
-use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+};
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
 use std::time::Duration;
@@ -19,17 +21,21 @@ const DISTINCT: Check = Check {
 const INVISIBLE: Check = Check {
     id: "objects_invisible",
     promise: "containers, images, volumes and networks of one session are invisible to the other",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Exempt(
+        "with distinct daemons (the check before) no Pod fixture can share their object stores",
+    ),
 };
 const UNREACHABLE: Check = Check {
     id: "daemons_unreachable",
     promise: "neither session can reach the other's daemon",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("daemon-tcp-listener"),
 };
 const WORKSPACES: Check = Check {
     id: "workspaces_separate",
     promise: "the two sessions' workspaces are separate",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Exempt(
+        "only Kandev's composition chooses each session's workspace volume; templates cannot",
+    ),
 };
 
 pub fn scenario() -> Scenario {
@@ -103,19 +109,62 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         ctx.step("neither daemon is reachable from the other Pod");
         let backend = ctx.backend();
-        let ip_a = backend.pod_ip(&a.pod).await?.unwrap_or_default();
-        let ip_b = backend.pod_ip(&b.pod).await?.unwrap_or_default();
+        let mut ips = Vec::new();
+        for session in [&a, &b] {
+            let ip = backend
+                .pod_ip(&session.pod)
+                .await?
+                .filter(|ip| !ip.is_empty());
+            ips.push(ip.ok_or_else(|| {
+                broken(
+                    &UNREACHABLE,
+                    format!(
+                        "the backend reports no IP for Pod {}: its daemon's reachability over the network cannot be probed",
+                        session.pod.name
+                    ),
+                )
+            })?);
+        }
+        ctx.evidence("pod_ips", json!({"a": ips[0], "b": ips[1]}));
         let mut reached = Vec::new();
-        for (from, to_ip) in [(&b, &ip_a), (&a, &ip_b)] {
+        let mut attempts = Vec::new();
+        for (from, to_ip) in [(&b, &ips[0]), (&a, &ips[1])] {
             for port in [2375, 2376] {
                 let attempt = from
-                    .agent_sh(&format!("DOCKER_HOST=tcp://{to_ip}:{port} timeout 5 docker info --format '{{{{.ID}}}}'"), Duration::from_secs(20))
+                    .agent_sh(
+                        &format!("DOCKER_HOST=tcp://{to_ip}:{port} timeout 5 docker ps -aq"),
+                        Duration::from_secs(20),
+                    )
                     .await?;
+                attempts.push(json!({"from": from.pod.name, "to": format!("{to_ip}:{port}"), "result": attempt.summary()}));
                 if attempt.success() {
                     reached.push(format!(
-                        "{} reached tcp://{to_ip}:{port} ({})",
+                        "{} reached tcp://{to_ip}:{port} and listed its containers [{}]",
                         from.pod.name,
-                        attempt.stdout.trim()
+                        attempt
+                            .stdout
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ));
+                    continue;
+                }
+                // Unreachable means the docker CLI tried and could not connect (refused,
+                // dropped: the 5 s bound); anything else (no CLI, no `timeout`) proves nothing.
+                let connect_failed = attempt.exit_code == Some(124)
+                    || attempt
+                        .stderr
+                        .contains("Cannot connect to the Docker daemon")
+                    || attempt.stderr.contains("error during connect");
+                if !connect_failed {
+                    ctx.evidence("probes", &attempts);
+                    return Err(broken(
+                        &UNREACHABLE,
+                        format!(
+                            "the probe of tcp://{to_ip}:{port} from {} neither connected nor failed to connect: {}",
+                            from.pod.name,
+                            attempt.summary()
+                        ),
                     ));
                 }
             }
@@ -127,13 +176,27 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 sockets.stdout.split_whitespace().collect::<Vec<_>>(),
             );
         }
-        ctx.evidence("pod_ips", json!({"a": ip_a, "b": ip_b}));
+        ctx.evidence("probes", &attempts);
         promise(reached.is_empty(), &UNREACHABLE, || reached.join("; "))?;
 
         ctx.step("workspaces are separate");
         let marker = format!("/workspace/isolation-marker-{suffix}");
-        a.agent_sh(&format!("echo a > {marker}"), Duration::from_secs(10))
+        let wrote = a
+            .agent_sh(
+                &format!("echo a > {marker} && test -s {marker} && echo written"),
+                Duration::from_secs(10),
+            )
             .await?;
+        require_success(&wrote, &WORKSPACES, "session A writes its marker")?;
+        if wrote.stdout.trim() != "written" {
+            return Err(broken(
+                &WORKSPACES,
+                format!(
+                    "session A's marker {marker} is not in its own workspace: {}",
+                    wrote.summary()
+                ),
+            ));
+        }
         let seen = b
             .agent_sh(
                 &format!("test -e {marker} && echo present || echo absent"),
@@ -141,8 +204,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             )
             .await?;
         ctx.evidence("marker_in_b", seen.stdout.trim());
+        require_success(&seen, &WORKSPACES, "session B looks for the marker")?;
         promise(seen.stdout.trim() == "absent", &WORKSPACES, || {
-            format!("session B sees {marker}")
+            format!("session B sees {marker}: {}", seen.stdout.trim())
         })?;
         Ok(Verdict::Passed)
     })

@@ -3,8 +3,10 @@
 //! never starts.
 //!
 //! Can fail when the daemon never becomes ready (a broken companion), when the prepare script
-//! lacks the gate (preparation "succeeds" without a daemon and the agent starts), when the
-//! wait is unbounded, or when the failure does not name the daemon.
+//! lacks the gate (preparation "succeeds" without a daemon), when the wait is unbounded (the
+//! harness abandons it at the bound), when the failure does not name the daemon, or when the
+//! script starts the agent despite the gate (seen from outside the agent: markers, an agent
+//! process, a listener on the control port).
 
 use crate::support::with_daemon_command;
 use kandev_harness::runner::{
@@ -19,25 +21,25 @@ const READY: Check = Check {
     promise: "the Pod's Docker daemon becomes ready within the preparation bound and the agent can use it",
     twin: Twin::Template("daemon-unprivileged"),
 };
-const FAILS: Check = Check {
-    id: "fails",
-    promise: "with no daemon, preparation fails instead of starting the agent",
-    twin: Twin::Prepare("no-docker-gate"),
-};
 const BOUNDED: Check = Check {
     id: "bounded",
-    promise: "with no daemon, preparation fails within DOCKER_READY_TIMEOUT_SECONDS (plus one probe)",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    promise: "with no daemon, preparation ends within DOCKER_READY_TIMEOUT_SECONDS (plus one probe)",
+    twin: Twin::Prepare("gate-unbounded"),
+};
+const FAILS: Check = Check {
+    id: "fails",
+    promise: "with no daemon, preparation fails instead of succeeding",
+    twin: Twin::Prepare("no-docker-gate"),
 };
 const MESSAGE: Check = Check {
     id: "message",
     promise: "the preparation failure names the daemon (\"Docker daemon did not become ready\")",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Prepare("gate-wrong-message"),
 };
 const NEVER_STARTS: Check = Check {
     id: "never_starts",
-    promise: "after a failed preparation the agent never starts",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    promise: "after a failed preparation the agent never starts: no start or prepared marker, no agent process, nothing listening on the control port 127.0.0.1:8765",
+    twin: Twin::Prepare("gate-starts-agent"),
 };
 
 /// The bound the unavailable-daemon check sets, as the upstream acceptance does.
@@ -47,7 +49,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "prepare::docker_gate",
         promise: "preparation waits (bounded) for `docker info` before the normal prepare flow; an absent daemon fails within the bound with a clear message and the agent never starts",
-        checks: &[READY, FAILS, BOUNDED, MESSAGE, NEVER_STARTS],
+        checks: &[READY, BOUNDED, FAILS, MESSAGE, NEVER_STARTS],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -93,24 +95,33 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )]);
         let absent = ctx.create_session(options).await?;
         absent.write_bootstrap_files().await?;
+        // Each probe is `timeout 3 docker info`, one per second: allow the bound, one probe
+        // and the exec round trips. Past it the preparation is abandoned (the Pod goes at
+        // teardown): a gate that waits without a bound fails here, not on the scenario's
+        // timeout.
+        let bound = Duration::from_secs(ABSENT_DAEMON_TIMEOUT_SECONDS + 3 + 5);
         let started = Instant::now();
-        let prepared = absent.run_prepare().await?;
+        let prepared = tokio::time::timeout(bound, absent.run_prepare()).await;
         let elapsed = started.elapsed();
+        ctx.evidence("elapsed_ms", elapsed.as_millis() as u64);
+        let Ok(prepared) = prepared else {
+            return Err(broken(
+                &BOUNDED,
+                format!("preparation was still running after {elapsed:?} (bound {bound:?})"),
+            ));
+        };
+        let prepared = prepared?;
         let output = format!("{}{}", prepared.stdout_text(), prepared.stderr_text());
         ctx.evidence("exit_code", prepared.exit_code);
-        ctx.evidence("elapsed_ms", elapsed.as_millis() as u64);
         ctx.evidence("output", output.trim());
+        promise(elapsed <= bound, &BOUNDED, || {
+            format!("preparation ended only after {elapsed:?} (bound {bound:?})")
+        })?;
         promise(prepared.exit_code != Some(0), &FAILS, || {
             format!(
                 "the prepare script exited 0 after {elapsed:?} with no daemon in the Pod; output: {}",
                 output.trim()
             )
-        })?;
-        // Each probe is `timeout 3 docker info`, one per second: allow the bound, one probe
-        // and the exec round trips.
-        let bound = Duration::from_secs(ABSENT_DAEMON_TIMEOUT_SECONDS + 3 + 5);
-        promise(elapsed <= bound, &BOUNDED, || {
-            format!("failed only after {elapsed:?} (bound {bound:?})")
         })?;
         promise(
             output.contains("Docker daemon did not become ready"),
@@ -119,27 +130,48 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )?;
 
         ctx.step("absent daemon: the agent never started");
-        // As Kandev does, a failed preparation writes neither marker; the bootstrap keeps
-        // waiting and no control process may be listening.
+        // Seen from outside the agent, in the main container: Kandev writes neither marker
+        // after a failed preparation, so the bootstrap keeps waiting; no agent process and
+        // nothing on the control port. The probe first gives a bootstrap that found the
+        // markers (it polls every 0.2 s) time to start the agent.
         let probe = absent
             .in_main(
-                &["sh", "-c", "test -e /opt/kandev/start && echo start-marker; test -e /opt/kandev/prepared && echo prepared-marker; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^/opt/kandev/agentctl' || true"],
+                &[
+                    "sh",
+                    "-c",
+                    "sleep 1; test -e /opt/kandev/start && echo marker:start; test -e /opt/kandev/prepared && echo marker:prepared; \
+                     for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); case \"$c\" in /opt/kandev/agentctl*) echo \"process:$c\";; esac; done; \
+                     echo '--- /proc/net/tcp'; cat /proc/net/tcp; cat /proc/net/tcp6 2>/dev/null || true",
+                ],
                 Duration::from_secs(20),
             )
             .await?;
         let text = probe.stdout_text();
-        ctx.evidence("markers_and_agent_processes", text.trim());
-        let agent_processes: u32 = text
+        let (seen, net) = text.split_once("--- /proc/net/tcp").unwrap_or((&text, ""));
+        let seen: Vec<&str> = seen
             .lines()
-            .last()
-            .and_then(|l| l.trim().parse().ok())
-            .unwrap_or(0);
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let control_port = crate::daemon::socket_only::tcp_listeners(net)
+            .into_iter()
+            .filter(|l| l.ends_with(":8765"))
+            .collect::<Vec<_>>();
+        ctx.evidence("markers_and_agent_processes", &seen);
+        ctx.evidence("control_port_listeners", &control_port);
         promise(
-            !text.contains("start-marker")
-                && !text.contains("prepared-marker")
-                && agent_processes == 0,
+            probe.success() && seen.is_empty() && control_port.is_empty(),
             &NEVER_STARTS,
-            || format!("markers/processes in the main container: {}", text.trim()),
+            || {
+                format!(
+                    "after the failed preparation, in the main container: {seen:?}; listening on the control port: {control_port:?}{}",
+                    if probe.success() {
+                        String::new()
+                    } else {
+                        format!("; probe: {}", probe.stderr_text().trim())
+                    }
+                )
+            },
         )?;
         Ok(Verdict::Passed)
     })

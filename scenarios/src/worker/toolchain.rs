@@ -24,12 +24,12 @@ const TOOLS: Check = Check {
 const CACHES: Check = Check {
     id: "caches",
     promise: "the tool caches under /workspace exist after preparation and are writable by the agent",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Prepare("no-tool-caches"),
 };
 const BAKED: Check = Check {
     id: "baked_outside_mounts",
     promise: "baked tools live outside the mounted paths",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Template("worker-tools-on-workspace"),
 };
 
 /// Caches the full-worker recipe keeps under the workspace, and the variables that point there.

@@ -3,7 +3,7 @@
 //!
 //! Can fail when the companion has no workspace grant or mounts something else at
 //! `/workspace`, when writes of one side are invisible to the other, or when a read-only
-//! grant still lets the companion write.
+//! grant still lets the companion write (only the read-only error itself, EROFS, counts).
 
 use crate::support::container_mut;
 use kandev_harness::pod::template::is_workspace_grant;
@@ -18,14 +18,14 @@ const SHARED: Check = Check {
 };
 const READ_ONLY: Check = Check {
     id: "read_only_grant",
-    promise: "a read-only workspace grant cannot write",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    promise: "through a read-only workspace grant the companion's write fails with EROFS (\"Read-only file system\") and leaves no file",
+    twin: Twin::Template("daemon-remounts-workspace-rw"),
 };
 
 pub fn scenario() -> Scenario {
     Scenario {
         name: "workspace::shared",
-        promise: "both containers see one `/workspace`; a read-only grant cannot write",
+        promise: "both containers see one `/workspace`; a read-only grant cannot write (EROFS)",
         checks: &[SHARED, READ_ONLY],
         timeout: Duration::from_secs(300),
         run,
@@ -160,12 +160,33 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 Duration::from_secs(30),
             )
             .await?;
+        let stderr = attempt.stderr_text();
         ctx.evidence("companion_write_exit", attempt.exit_code);
-        ctx.evidence("companion_write_stderr", attempt.stderr_text().trim());
-        promise(!attempt.success(), &READ_ONLY, || {
-            "the companion wrote /workspace/shared-probe/engine-write.txt through a read-only grant"
-                .into()
-        })?;
+        ctx.evidence("companion_write_stderr", stderr.trim());
+        // The read-only error itself, not any failure (a permission or a missing folder
+        // would fail the write too without the grant being read-only).
+        let left = ro
+            .agent_sh(
+                "test ! -e /workspace/shared-probe/engine-write.txt",
+                Duration::from_secs(30),
+            )
+            .await?;
+        promise(
+            !attempt.success() && stderr.contains("Read-only file system") && left.success(),
+            &READ_ONLY,
+            || {
+                format!(
+                    "the companion's write to /workspace/shared-probe/engine-write.txt through a read-only grant: exit {:?}, {:?}; the file {}",
+                    attempt.exit_code,
+                    stderr.trim(),
+                    if left.success() {
+                        "is absent"
+                    } else {
+                        "exists"
+                    }
+                )
+            },
+        )?;
         Ok(Verdict::Passed)
     })
 }

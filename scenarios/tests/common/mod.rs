@@ -255,3 +255,36 @@ pub fn only(names: &[&str]) -> Vec<String> {
     }
     args
 }
+
+/// Runs `kandev-acceptance gate --report REPORT ARGS...`: exit code and output.
+pub fn gate(report: &Path, args: &[&str]) -> (i32, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .arg("gate")
+        .arg("--report")
+        .arg(report)
+        .args(args)
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// `name@<engine image id>` of the image the run used as `role`: how a release names a
+/// locally built image (it has no registry digest).
+pub fn image_as_run(report: &Report, role: &str) -> String {
+    let image = report
+        .environment
+        .images
+        .iter()
+        .find(|i| i.role == role)
+        .unwrap();
+    let name = image.reference.split(':').next().unwrap();
+    format!("{name}@{}", image.id.clone().unwrap())
+}

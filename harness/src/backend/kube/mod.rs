@@ -13,7 +13,8 @@ pub mod kind;
 pub mod setup;
 
 use super::{
-    Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
+    Backend, BackendError, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result,
+    WorkspaceRef,
 };
 use crate::pod::admission::{self, AdmissionMismatch};
 use crate::pod::identity::{ANNOTATION_CREATE_NONCE, LABEL_MANAGED};
@@ -927,6 +928,46 @@ impl Backend for KubeBackend {
             .await
             .map(|p| p.map(|p| p.labels().clone()))
             .map_err(|e| other(format!("get pod {name}"), e))
+    }
+
+    async fn host_sharing(&self, pod: &PodRef) -> Result<HostSharing> {
+        let found = self
+            .pods()
+            .get_opt(&pod.name)
+            .await
+            .map_err(|e| other(format!("get pod {}", pod.name), e))?
+            .filter(|p| p.uid().as_deref() == Some(pod.uid.as_str()))
+            .ok_or_else(|| other(format!("get pod {}", pod.name), anyhow!("it is gone")))?;
+        let spec = found.spec.unwrap_or_default();
+        let mut sharing = HostSharing::default();
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+        {
+            for m in c.volume_mounts.iter().flatten() {
+                let host_path = spec
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .find(|v| v.name == m.name)
+                    .and_then(|v| v.host_path.as_ref());
+                if let Some(h) = host_path {
+                    sharing.host_paths.push(format!("{}: {}", c.name, h.path));
+                }
+            }
+        }
+        for (ns, set) in [
+            ("network", spec.host_network),
+            ("pid", spec.host_pid),
+            ("ipc", spec.host_ipc),
+        ] {
+            if set == Some(true) {
+                sharing.host_namespaces.push(format!("pod: {ns}"));
+            }
+        }
+        Ok(sharing)
     }
 
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>> {

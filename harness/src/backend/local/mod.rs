@@ -8,7 +8,8 @@ pub mod setup;
 use objects::LocalObjects;
 
 use super::{
-    Backend, BackendError, ContainerState, ExecOutput, ExecRequest, PodRef, Result, WorkspaceRef,
+    Backend, BackendError, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result,
+    WorkspaceRef,
 };
 use crate::host::is_not_found;
 use crate::node::{CgroupFs, CgroupLimits};
@@ -713,6 +714,48 @@ impl Backend for LocalBackend {
                 })
                 .collect()
         }))
+    }
+
+    async fn host_sharing(&self, pod: &PodRef) -> Result<HostSharing> {
+        let mut sharing = HostSharing::default();
+        // Every container of the Pod, the infra container (which holds its namespaces)
+        // included, as the engine runs it.
+        for c in self
+            .objects
+            .containers_with(&[(LABEL_POD_UID, &pod.uid)])
+            .await?
+        {
+            let Some(id) = c.id.as_deref() else { continue };
+            let inspect = self
+                .objects
+                .docker
+                .inspect_container(id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| other("inspect container", e))?;
+            let name = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_CONTAINER))
+                .cloned()
+                .unwrap_or_default();
+            for m in inspect.mounts.iter().flatten() {
+                if m.typ.as_deref() == Some("bind") {
+                    let source = m.source.clone().unwrap_or_default();
+                    sharing.host_paths.push(format!("{name}: {source}"));
+                }
+            }
+            let host = inspect.host_config.unwrap_or_default();
+            for (ns, mode) in [
+                ("network", host.network_mode),
+                ("pid", host.pid_mode),
+                ("ipc", host.ipc_mode),
+            ] {
+                if mode.as_deref() == Some("host") {
+                    sharing.host_namespaces.push(format!("{name}: {ns}"));
+                }
+            }
+        }
+        Ok(sharing)
     }
 
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>> {

@@ -1,0 +1,86 @@
+//! `gate`: release gating on a report, for exactly the artefacts a release ships (the
+//! judgement itself is `report::gate::refusals`).
+
+use super::args::GateArgs;
+use super::read_input;
+use crate::config::Capability;
+use crate::pod::release::is_immutable;
+use crate::report::exit;
+use crate::report::gate::{Expectations, refusals};
+use crate::runner::Scenario;
+
+pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
+    for (flag, image) in [
+        ("--worker-image", &args.worker_image),
+        ("--daemon-image", &args.daemon_image),
+    ] {
+        if !is_immutable(image) {
+            eprintln!(
+                "error: {flag} {image:?} is not name@sha256:<digest>\n  fix: a release gates exactly one image: pass its digest reference"
+            );
+            return exit::USAGE;
+        }
+    }
+    let report = match crate::report::read(&args.report) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!(
+                "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
+                args.report.display()
+            );
+            return exit::USAGE;
+        }
+    };
+    let template_sha256 = match &args.template {
+        Some(path) => match read_input(path, "template") {
+            Ok(text) => Some(crate::pod::template::sha256_hex(&text)),
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    let expectations = Expectations {
+        worker_image: args.worker_image.clone(),
+        daemon_image: args.daemon_image.clone(),
+        template_sha256,
+        max_age_ms: args.max_age,
+        requires: args
+            .require
+            .as_ref()
+            .map_or_else(|| Capability::ALL.to_vec(), |r| r.0.clone()),
+        catalogue: registry
+            .iter()
+            .map(|s| {
+                (
+                    s.name.to_owned(),
+                    s.checks.iter().map(|c| s.check_id(c)).collect(),
+                )
+            })
+            .collect(),
+        now_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    };
+    let reasons = refusals(&report, &expectations);
+    let checks: usize = expectations.catalogue.iter().map(|(_, c)| c.len()).sum();
+    if reasons.is_empty() {
+        println!(
+            "PASS: run {} ({}) gates {} and {}: {} scenarios, {checks} checks passed",
+            report.run_id,
+            report.finished_at,
+            args.worker_image,
+            args.daemon_image,
+            expectations.catalogue.len()
+        );
+        exit::SUCCESS
+    } else {
+        println!(
+            "REFUSED: run {} does not gate this release ({} reasons):",
+            report.run_id,
+            reasons.len()
+        );
+        for reason in &reasons {
+            println!("  - {reason}");
+        }
+        exit::GATE_REFUSED
+    }
+}

@@ -166,6 +166,11 @@ fn environment(old: &Report, new: &Report) -> Vec<EnvironmentChange> {
             text(n.template.as_ref().map(|t| &t.sha256)),
         ),
         (
+            "template file digest",
+            text(o.template.as_ref().and_then(|t| t.source_sha256.as_ref())),
+            text(n.template.as_ref().and_then(|t| t.source_sha256.as_ref())),
+        ),
+        (
             "template path",
             text(o.template.as_ref().map(|t| &t.path)),
             text(n.template.as_ref().map(|t| &t.path)),
@@ -551,10 +556,12 @@ mod tests {
         old.environment.template = Some(TemplateRecord {
             path: "t.yaml".into(),
             sha256: "sha256:aaa".into(),
+            source_sha256: None,
         });
         new.environment.template = Some(TemplateRecord {
             path: "t.yaml".into(),
             sha256: "sha256:bbb".into(),
+            source_sha256: None,
         });
         new.environment.images.push(ImageRecord {
             role: "worker".into(),

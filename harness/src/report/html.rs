@@ -323,7 +323,10 @@ fn summary(h: &mut String, report: &Report) {
             "template",
             e.template
                 .as_ref()
-                .map(|t| format!("{} {}", t.path, t.sha256))
+                .map(|t| match &t.source_sha256 {
+                    Some(file) => format!("{} (file {file}, rendered {})", t.path, t.sha256),
+                    None => format!("{} {}", t.path, t.sha256),
+                })
                 .unwrap_or_else(|| "—".into()),
         ),
         (

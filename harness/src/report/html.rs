@@ -979,6 +979,65 @@ pub(crate) mod tests {
         assert!(linked.contains("<img src=\"browser-launch/screenshot.png\""));
     }
 
+    /// Every element closed in order (void elements and `/>` aside), outside `<script>` and
+    /// `<style>`: the document's structure survives any text the report carries.
+    fn unbalanced(html: &str) -> Option<String> {
+        const VOID: &[&str] = &["meta", "img", "br", "hr", "input", "link", "!DOCTYPE"];
+        let mut open: Vec<String> = Vec::new();
+        let mut rest = html;
+        while let Some(start) = rest.find('<') {
+            let Some(end) = rest[start..].find('>').map(|e| e + start) else {
+                return Some("an unterminated tag".into());
+            };
+            let tag = &rest[start + 1..end];
+            rest = &rest[end + 1..];
+            let name: String = tag
+                .trim_start_matches('/')
+                .chars()
+                .take_while(|c| !c.is_whitespace() && *c != '/')
+                .collect();
+            if let Some(closing) = tag.strip_prefix('/') {
+                if open.pop().as_deref() != Some(closing.trim()) {
+                    return Some(format!("</{closing}> closes {open:?}"));
+                }
+            } else if !VOID.contains(&name.as_str()) && !tag.ends_with('/') {
+                if name == "script" || name == "style" {
+                    let close = format!("</{name}>");
+                    let Some(at) = rest.find(&close) else {
+                        return Some(format!("{name} never closed"));
+                    };
+                    rest = &rest[at + close.len()..];
+                    continue;
+                }
+                open.push(name);
+            }
+        }
+        (!open.is_empty()).then(|| format!("left open: {open:?}"))
+    }
+
+    #[test]
+    fn the_document_is_balanced_whatever_the_text() {
+        let nasty = "</details></summary></table><script>x</script> <!-- \u{1b} \"'&";
+        let mut s = scenario("x::y", Outcome::Failed, Some(nasty));
+        s.findings.push(crate::report::Finding {
+            level: FindingLevel::Warning,
+            code: "a<b".into(),
+            message: nasty.into(),
+            evidence: Value::Null,
+        });
+        s.leaks.push(nasty.into());
+        s.previous_attempts.push(nasty.into());
+        s.artifacts.push(nasty.into());
+        s.cleanup[0].error = Some(nasty.into());
+        s.steps[0].error = Some(nasty.into());
+        let mut r = report(vec![s, scenario("a::b", Outcome::Passed, None)]);
+        r.leftovers.push(nasty.into());
+        r.run_id = nasty.into();
+        let html = render(&r, None);
+        assert_eq!(unbalanced(&html), None, "{html}");
+        assert_eq!(unbalanced("<p><b></p></b>").map(|_| ()), Some(()));
+    }
+
     #[test]
     fn base64_pads() {
         assert_eq!(base64(b""), "");

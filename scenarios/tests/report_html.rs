@@ -2,7 +2,8 @@
 //! Chromium (the rendered DOM must show every scenario row with its outcome, its checks and
 //! the browser's screenshot; a screenshot of the rendered report is kept under
 //! `target/report-html/`), the GitHub step summary and annotations of a real run, and
-//! `report diff` on real reports (a good run, a run with a broken fixture, an old report).
+//! `report diff` on real reports (a good run, a run with a broken fixture, an old report), and
+//! the resources a real run's Pods used.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -144,6 +145,7 @@ fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> 
         findings: Vec::new(),
         sessions: Vec::new(),
         cleanup: Vec::new(),
+        resources: None,
         artifacts: Vec::new(),
         attempts: 1,
         flaky: false,
@@ -269,6 +271,24 @@ fn real_runs_render_summarize_and_diff() {
     assert!(
         good.with_file_name("browser-launch/screenshot.png")
             .is_file()
+    );
+    // What the Pods consumed, from their cgroups through the node view.
+    for s in &report.scenarios {
+        let used = s
+            .resources
+            .clone()
+            .unwrap_or_else(|| panic!("{} has no resources", s.name));
+        assert!(used.pods >= 1 && used.cpu_ms > 0, "{}: {used:?}", s.name);
+        assert!(
+            used.memory_peak_bytes.is_some_and(|b| b > 1 << 20),
+            "{}: {used:?}",
+            s.name
+        );
+    }
+    assert!(report.summary.resources.is_some());
+    assert!(
+        dom.contains("<p id=\"resources\">Resources of "),
+        "resources in the summary"
     );
 
     // The same scenario with a broken fixture: failed, annotated, summarized.

@@ -63,7 +63,8 @@ pub struct CheckChange {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DurationChange {
-    /// `<scenario>` or `<scenario> launch stage <stage>` (mean over its sessions).
+    /// `<scenario>`, `<scenario> CPU time` (its Pods') or `<scenario> launch stage <stage>`
+    /// (mean over its sessions).
     pub what: String,
     pub old_ms: u64,
     pub new_ms: u64,
@@ -282,6 +283,9 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
             // Durations mean something only when both runs judged the scenario the same way.
             if p.outcome == s.outcome {
                 let mut changes = vec![(s.name.clone(), p.duration_ms, s.duration_ms)];
+                if let (Some(o), Some(n)) = (&p.resources, &s.resources) {
+                    changes.push((format!("{} CPU time", s.name), o.cpu_ms, n.cpu_ms));
+                }
                 let (old_stages, new_stages) = (stage_means(p), stage_means(s));
                 for (stage, new_ms) in &new_stages {
                     if let Some(old_ms) = old_stages.get(stage) {

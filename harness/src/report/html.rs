@@ -276,6 +276,14 @@ fn summary(h: &mut String, report: &Report) {
         "</p>\n<p id=\"check-count\">{} checks, {} with a twin: {} passed, {} failed, {} not reached</p>\n",
         c.total, c.with_twin, c.passed, c.failed, c.not_reached
     );
+    if let Some(used) = &s.resources {
+        let _ = writeln!(
+            h,
+            "<p id=\"resources\">Resources of {} Pods: {} (CPU summed over the scenarios, memory the largest scenario's peak)</p>",
+            used.pods,
+            escape(&used.describe())
+        );
+    }
     if report.interrupted {
         h.push_str("<p class=\"verdict bad\">The run was interrupted before every scenario finished.</p>\n");
     }
@@ -618,11 +626,26 @@ fn scenario(h: &mut String, s: &ScenarioReport) {
             " open"
         },
         badge = badge(class, s.outcome.as_str()),
-        duration = secs(s.duration_ms),
+        duration = match &s.resources {
+            Some(used) => format!(
+                "{}<br><small title=\"CPU time of its Pods\">{} CPU</small>",
+                secs(s.duration_ms),
+                secs(used.cpu_ms)
+            ),
+            None => secs(s.duration_ms),
+        },
         diagnosis = escape(diagnosis),
         flaky = escape(&(flaky + &warnings)),
     );
     let _ = writeln!(h, "<p class=\"promise\">{}</p>", escape(&s.promise));
+    if let Some(used) = &s.resources {
+        let _ = writeln!(
+            h,
+            "<p class=\"resources\">Resources of its {} Pods: {}</p>",
+            used.pods,
+            escape(&used.describe())
+        );
+    }
     if let Some(lacking) = s.lacking {
         let _ = writeln!(h, "<p>Lacking: <code>{}</code></p>", lacking.name());
     }
@@ -877,6 +900,7 @@ pub(crate) mod tests {
                 duration_ms: 12,
                 error: None,
             }],
+            resources: None,
             artifacts: Vec::new(),
             attempts: 1,
             flaky: false,

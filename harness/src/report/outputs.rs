@@ -336,6 +336,7 @@ mod tests {
                 duration_ms: 1,
                 error: Some("busy".into()),
             }],
+            resources: None,
             artifacts: vec!["a/b.log".into()],
             attempts: 1,
             flaky: false,

@@ -57,7 +57,15 @@ pub fn markdown(report: &Report) -> String {
         s.checks.failed,
         s.checks.not_reached,
     );
-    md.push_str("| scenario | outcome | duration | checks |\n| --- | --- | ---: | --- |\n");
+    if let Some(used) = &s.resources {
+        let _ = writeln!(
+            md,
+            "Resources of {} Pods: {} (CPU summed over the scenarios, memory the largest scenario's peak).\n",
+            used.pods,
+            used.describe()
+        );
+    }
+    md.push_str("| scenario | outcome | duration | checks | resources |\n| --- | --- | ---: | --- | --- |\n");
     for scenario in &report.scenarios {
         let passed = scenario
             .checks
@@ -72,11 +80,16 @@ pub fn markdown(report: &Report) -> String {
         let flaky = if scenario.flaky { " (flaky)" } else { "" };
         let _ = writeln!(
             md,
-            "| `{}` | {mark}{}{flaky} | {:.1} s | {passed}/{} passed |",
+            "| `{}` | {mark}{}{flaky} | {:.1} s | {passed}/{} passed | {} |",
             cell(&scenario.name),
             scenario.outcome.as_str(),
             scenario.duration_ms as f64 / 1000.0,
-            scenario.checks.len()
+            scenario.checks.len(),
+            scenario
+                .resources
+                .as_ref()
+                .map(|r| r.describe())
+                .unwrap_or_else(|| "-".into())
         );
     }
     let failures: Vec<_> = report
@@ -208,11 +221,11 @@ mod tests {
         ]);
         let md = markdown(&r);
         assert!(
-            md.contains("| `a::passes` | passed | 4.0 s | 2/2 passed |"),
+            md.contains("| `a::passes` | passed | 4.0 s | 2/2 passed | - |"),
             "{md}"
         );
         assert!(
-            md.contains("| `x::y` | ❌ failed | 4.0 s | 0/2 passed |"),
+            md.contains("| `x::y` | ❌ failed | 4.0 s | 0/2 passed | - |"),
             "{md}"
         );
         assert!(

@@ -54,6 +54,8 @@ pub struct RunConfig {
     pub keep: Keep,
     pub docker_ready_timeout_seconds: u32,
     pub pod_pids_limit: i64,
+    /// MTU of the local backend's per-run Pod network (`--pod-mtu`).
+    pub pod_mtu: u32,
     pub scenario_timeout: Option<Duration>,
     /// Tools `worker::toolchain` requires of the worker image (a missing one fails it).
     pub required_tools: Vec<String>,

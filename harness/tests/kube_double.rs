@@ -8,7 +8,9 @@
 //! grant, and a Pod mutated by an admission hook is rolled back by its exact UID. With Pods on
 //! the local engine (`#[ignore]`d: `bash harness/scripts/ensure-engine.sh`, then
 //! `cargo test --workspace -- --include-ignored`): exec over websockets answering after more
-//! than 60 s, exec with a large stdin and stdout, and a port-forward exchange.
+//! than 60 s, exec with a large stdin and stdout, exec output streamed while the command runs,
+//! a port-forward HTTP exchange, and a port-forward carrying 64 MiB each way (SHA-256 checked
+//! on both ends).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use k8s_openapi::api::authorization::v1::{
@@ -484,6 +486,227 @@ async fn a_port_forward_over_the_doubles_websocket_exchanges_http() {
     // The agent's logs through pods/log (the operator's identity).
     let logs = backend.logs(&pod, "agent").await.unwrap();
     assert!(logs.contains("listening on 127.0.0.1:39429"), "{logs}");
+    backend.delete_pod(&pod).await.unwrap();
+    cluster.teardown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn an_exec_over_the_doubles_websocket_streams_output_while_the_command_runs() {
+    use kube::api::AttachParams;
+    use tokio::io::AsyncReadExt;
+    let (double, images) = engine_double().await;
+    let (cluster, backend) = set_up(&double).await;
+    let pod = running_pod(&backend, &images).await;
+    // The executor's own exec (kube-rs over the double's websocket): one line, a pause, another
+    // line, and a marker file written as the command's last act.
+    let marker = format!("/tmp/ended-{}", random_hex(4));
+    let script = format!("echo first; sleep 5; echo second; touch {marker}");
+    let pods = Api::<Pod>::namespaced(cluster.session.clone(), &cluster.namespace);
+    let params = AttachParams::default()
+        .container("work")
+        .stdin(false)
+        .stdout(true)
+        .stderr(false);
+    let started = Instant::now();
+    let mut attached = pods
+        .exec(&pod.name, ["sh", "-c", script.as_str()], &params)
+        .await
+        .unwrap();
+    let mut stdout = attached.stdout().unwrap();
+    let status = attached.take_status().unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !seen.ends_with(b"\n") {
+        let n = stdout.read(&mut buffer).await.unwrap();
+        assert!(n > 0, "stdout ended before the first line: {seen:?}");
+        seen.extend_from_slice(&buffer[..n]);
+    }
+    let first_line = started.elapsed();
+    assert_eq!(seen, b"first\n");
+    // The first line is in the client's hands while the command still runs: its end marker is
+    // not there yet (a double that sends output when the command ends fails here).
+    let running = backend
+        .exec(&pod, exec(&["test", "!", "-e", &marker], None))
+        .await
+        .unwrap();
+    assert_eq!(
+        running.exit_code,
+        Some(0),
+        "the first line arrived only once the command had ended"
+    );
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).await.unwrap();
+    let status = status.await.expect("an exit status");
+    let exit_status = started.elapsed();
+    assert_eq!(rest, b"second\n");
+    assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
+    let ended = backend
+        .exec(&pod, exec(&["test", "-e", &marker], None))
+        .await
+        .unwrap();
+    assert_eq!(ended.exit_code, Some(0), "the command wrote its end marker");
+    assert!(first_line < exit_status);
+    eprintln!("streamed exec: first line after {first_line:?}, exit status after {exit_status:?}");
+    attached.join().await.unwrap();
+    backend.delete_pod(&pod).await.unwrap();
+    cluster.teardown().await;
+}
+
+/// A TCP server on 127.0.0.1:`argv[1]` (Python, in the worker image). Per connection: a
+/// length line, then that many bytes, whose count and SHA-256 it logs and answers with (a
+/// line), and then it sends the same bytes back and closes. One direction at a time: kube-rs
+/// 5's port-forwarder relays both directions in one loop, so a client writing and reading a
+/// large echo at once stalls once the buffers on the way are full (against any server).
+const DIGEST_SERVER: &str = r#"
+import hashlib, socket, sys
+server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+print("listening", flush=True)
+while True:
+    conn, _ = server.accept()
+    with conn, conn.makefile("rb") as reader:
+        data = reader.read(int(reader.readline()))
+        digest = hashlib.sha256(data).hexdigest()
+        print("received", len(data), digest, flush=True)
+        conn.sendall(digest.encode() + b"\n")
+        conn.sendall(data)
+"#;
+
+/// `size` bytes of a fixed pseudo-random sequence, `chunk` at a time.
+fn pseudo_random_chunks(size: usize, chunk: usize) -> impl Iterator<Item = Vec<u8>> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    (0..size.div_ceil(chunk)).map(move |i| {
+        let len = chunk.min(size - i * chunk);
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 24) as u8
+            })
+            .collect()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_port_forward_over_the_doubles_websocket_carries_64_mib_each_way() {
+    use sha2::Digest;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const SIZE: usize = 64 << 20;
+    const PORT: u16 = 39431;
+    let (double, images) = engine_double().await;
+    let (cluster, backend) = set_up(&double).await;
+    let name = format!("double-{}", random_hex(4));
+    let pod = backend
+        .create_helper_pod(&pod(
+            &name,
+            json!({"containers": [
+                {"name": "echo", "image": images.worker,
+                 "command": ["python3", "-c", DIGEST_SERVER, PORT.to_string()],
+                 "ports": [{"containerPort": PORT}]},
+            ]}),
+        ))
+        .await
+        .unwrap();
+    backend
+        .wait_running(&pod, "echo", Duration::from_secs(120))
+        .await
+        .unwrap();
+    let listening = async {
+        while !backend
+            .logs(&pod, "echo")
+            .await
+            .unwrap()
+            .contains("listening")
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), listening)
+        .await
+        .expect("the echo server listens");
+
+    // The executor's own port-forward (kube-rs over the double's websocket): 64 MiB to the
+    // Pod, its digest back, then the same 64 MiB back.
+    let pods = Api::<Pod>::namespaced(cluster.session.clone(), &cluster.namespace);
+    let mut forwarder = pods.portforward(&pod.name, &[PORT]).await.unwrap();
+    let mut stream = forwarder.take_stream(PORT).unwrap();
+    let transfer = async {
+        let started = Instant::now();
+        let mut digest = sha2::Sha256::new();
+        stream
+            .write_all(format!("{SIZE}\n").as_bytes())
+            .await
+            .unwrap();
+        for chunk in pseudo_random_chunks(SIZE, 1 << 20) {
+            digest.update(&chunk);
+            stream.write_all(&chunk).await.unwrap();
+        }
+        let sent = hex::encode(digest.finalize());
+        let mut line = vec![0u8; 65];
+        stream.read_exact(&mut line).await.unwrap();
+        let uploaded = started.elapsed();
+        let (mut digest, mut size) = (sha2::Sha256::new(), 0usize);
+        let mut buffer = vec![0u8; 1 << 16];
+        loop {
+            let n = stream.read(&mut buffer).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            digest.update(&buffer[..n]);
+            size += n;
+        }
+        let downloaded = started.elapsed() - uploaded;
+        let line = String::from_utf8_lossy(&line).trim().to_owned();
+        (
+            sent,
+            line,
+            size,
+            hex::encode(digest.finalize()),
+            uploaded,
+            downloaded,
+        )
+    };
+    let (sent, answered, received, returned, uploaded, downloaded) =
+        tokio::time::timeout(Duration::from_secs(600), transfer)
+            .await
+            .expect("64 MiB each way within 10 minutes");
+    assert_eq!(answered, sent, "the server's digest of what it received");
+    assert_eq!(
+        received, SIZE,
+        "the bytes sent back, until the Pod side closed"
+    );
+    assert_eq!(returned, sent, "the bytes sent back differ from those sent");
+    // The Pod side closed, so the double closed the socket (the read above ended), and the
+    // forwarder ends. (kube-rs 5 then still sends its own close and reports that it could
+    // not: `SendAfterClosing`, as it would against a kubelet, which also closes first.)
+    drop(stream);
+    let joined = tokio::time::timeout(Duration::from_secs(60), forwarder.join())
+        .await
+        .expect("the forwarder ends once the double has closed the port-forward");
+    if let Err(e) = joined {
+        assert!(format!("{e:?}").contains("SendAfterClosing"), "{e:?}");
+    }
+    let logs = backend.logs(&pod, "echo").await.unwrap();
+    assert!(logs.contains(&format!("received {SIZE} {sent}")), "{logs}");
+    eprintln!(
+        "port-forward: 64 MiB to the Pod in {uploaded:?}, the same 64 MiB back in {downloaded:?} (sha256 {sent})"
+    );
+
+    // A port nothing listens on: the error channel says so.
+    let mut refused = pods.portforward(&pod.name, &[PORT + 1]).await.unwrap();
+    let error = refused.take_error(PORT + 1).unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(60), error)
+        .await
+        .expect("an error on the port's error channel")
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("error forwarding port {}", PORT + 1))
+            && message.contains("refused"),
+        "{message}"
+    );
+    refused.abort();
     backend.delete_pod(&pod).await.unwrap();
     cluster.teardown().await;
 }

@@ -339,7 +339,7 @@ fn a_daemon_with_a_tcp_listener_fails_socket_only() {
 fn a_daemon_escaping_the_pod_cgroup_fails_cgroup_accounting() {
     let run = run(&[
         "--template",
-        &fixture("templates/broken/daemon-escapes-pod-cgroup.yaml"),
+        &fixture("templates/broken/daemon-escapes-pod-pids.yaml"),
         "--exact",
         "cgroup::accounting",
     ]);
@@ -729,6 +729,11 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
         !docker_lines(&["ps", "-aq", "--filter", &label]).is_empty(),
         "the killed run left nothing to collect"
     );
+    assert_eq!(
+        docker_lines(&["network", "ls", "-q", "--filter", &label]).len(),
+        1,
+        "the killed run's Pod network"
+    );
     let dry = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gc", "--run", &id, "--dry-run"])
         .output()
@@ -758,6 +763,11 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
     assert_eq!(
         docker_lines(&["volume", "ls", "-q", "--filter", &label]),
         Vec::<String>::new()
+    );
+    assert_eq!(
+        docker_lines(&["network", "ls", "-q", "--filter", &label]),
+        Vec::<String>::new(),
+        "gc leaves the killed run's Pod network"
     );
     let survivor = docker_lines(&["ps", "-q", "--filter", &format!("name={other}")]);
     let _ = Command::new("docker").args(["rm", "-f", &other]).output();

@@ -290,6 +290,12 @@ pub trait Backend: Send + Sync {
     fn unenforced(&self, _pod: &Pod) -> Vec<String> {
         Vec::new()
     }
+    /// Addresses the backend's own plumbing listens on inside every Pod's network namespace
+    /// (not the Pod's: a kubelet adds none), with why; a scenario that counts the Pod's
+    /// listeners leaves these out and says so.
+    fn plumbing_listeners(&self) -> Vec<(String, &'static str)> {
+        Vec::new()
+    }
     /// Creates a workspace claim (managed mode) with the given labels and annotations.
     async fn create_workspace(
         &self,

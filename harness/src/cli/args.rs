@@ -155,6 +155,9 @@ pub(crate) struct RunArgs {
     /// The Pod-level pids limit (the kubelet's podPidsLimit).
     #[arg(long, default_value_t = 4096)]
     pub(crate) pod_pids_limit: i64,
+    /// MTU of the local backend's per-run Pod network (clusters' overlay CNIs run 1450 or lower).
+    #[arg(long, default_value_t = 1450, value_parser = clap::value_parser!(u32).range(576..=9000))]
+    pub(crate) pod_mtu: u32,
     /// Tools the worker image must carry (`worker::toolchain`; comma-separated).
     #[arg(
         long,

@@ -80,6 +80,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         keep: args.keep,
         docker_ready_timeout_seconds: args.docker_ready_timeout,
         pod_pids_limit: args.pod_pids_limit,
+        pod_mtu: args.pod_mtu,
         scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
         required_tools: args.required_tools.clone(),
         optional_tools: args.optional_tools.clone(),

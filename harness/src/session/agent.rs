@@ -232,6 +232,56 @@ impl AgentClient {
         serde_json::from_value(body).context("decode the agent's exec result")
     }
 
+    /// `POST /api/v1/instances`: starts a session's agent process (argv in `/workspace`, with
+    /// the session's environment file), as Kandev starts an agent CLI through agentctl.
+    /// Returns the instance id.
+    pub async fn start_instance(&self, argv: &[&str]) -> anyhow::Result<String> {
+        let body = json!({"argv": argv, "cwd": "/workspace", "env_file": self.session_env_file});
+        let (status, body) = self
+            .request(
+                "POST",
+                "/api/v1/instances",
+                Some(&body),
+                Duration::from_secs(10),
+            )
+            .await?;
+        if status != 200 {
+            bail!("starting the session process answered {status}: {body}");
+        }
+        body.get("id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("the instance answer has no id: {body}"))
+    }
+
+    /// `DELETE /api/v1/instances/<id>`: ends a session's agent process (agentctl stays);
+    /// answers once it has exited, with its exit status.
+    pub async fn stop_instance(&self, id: &str) -> anyhow::Result<Value> {
+        let (status, body) = self
+            .request(
+                "DELETE",
+                &format!("/api/v1/instances/{id}"),
+                None,
+                Duration::from_secs(30),
+            )
+            .await?;
+        if status != 200 {
+            bail!("ending session process {id} answered {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    /// `GET /api/v1/instances`: the session processes agentctl runs.
+    pub async fn instances(&self) -> anyhow::Result<Value> {
+        let (status, body) = self
+            .request("GET", "/api/v1/instances", None, Duration::from_secs(10))
+            .await?;
+        if status != 200 {
+            bail!("instances answered {status}: {body}");
+        }
+        Ok(body)
+    }
+
     /// The agent process's user, groups and capabilities.
     pub async fn identity(&self) -> anyhow::Result<Value> {
         let (status, body) = self

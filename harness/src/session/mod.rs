@@ -277,6 +277,8 @@ pub struct Session {
     pub bootstrap_nonce: String,
     pub stages: Vec<(String, u64)>,
     agent: Option<AgentClient>,
+    /// The session's agent process agentctl runs (its instance id), if one was started.
+    instance: Option<String>,
     settings: LaunchSettings,
     session_env: BTreeMap<String, String>,
 }
@@ -284,6 +286,10 @@ pub struct Session {
 fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "'\\''"))
 }
+
+/// A session's agent process: the agent CLI (here the mock agent's `session` role) through
+/// the agent user's login shell.
+const SESSION_PROCESS: [&str; 3] = ["sh", "-lc", "/opt/kandev/agentctl session"];
 
 /// The agent's own HOME in the main container (not a session's).
 pub const AGENT_HOME: &str = "/run/kandev/home";
@@ -419,6 +425,7 @@ impl Session {
             bootstrap_nonce: create_nonce(),
             stages,
             agent: None,
+            instance: None,
             settings: settings.clone(),
             session_env,
         })
@@ -654,13 +661,39 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
         )))
     }
 
-    /// Kandev's ordinary Stop: close the connection to the agent; the Pod, its daemon and the
-    /// nested containers stay. Returns the recorded token for [`Session::resume`].
-    pub fn stop(&mut self) -> Option<String> {
-        self.agent.take().and_then(|a| a.token().map(str::to_owned))
+    /// Starts the session's agent process through agentctl: the agent CLI run through the
+    /// agent user's login shell (its profile applies) in `/workspace` with the session's
+    /// environment. Returns the instance id, which [`Session::stop`] ends.
+    pub async fn start_agent_process(&mut self) -> anyhow::Result<String> {
+        let id = self
+            .agent()?
+            .start_instance(&SESSION_PROCESS)
+            .await
+            .context("start the session's agent process")?;
+        self.instance = Some(id.clone());
+        Ok(id)
     }
 
-    /// Reattaches to the same agent process with the recorded token.
+    /// Kandev's ordinary Stop: end the session's agent process through the control API
+    /// (agentctl stays) and close the connection to the agent; the Pod, its daemon and the
+    /// nested containers stay. Returns the recorded token for [`Session::resume`] and what
+    /// agentctl answered for the ended process.
+    pub async fn stop(&mut self) -> anyhow::Result<(Option<String>, Option<serde_json::Value>)> {
+        let ended = match (&self.agent, self.instance.take()) {
+            (Some(agent), Some(id)) => Some(
+                agent
+                    .stop_instance(&id)
+                    .await
+                    .context("stop: end the session's agent process")?,
+            ),
+            _ => None,
+        };
+        let token = self.agent.take().and_then(|a| a.token().map(str::to_owned));
+        Ok((token, ended))
+    }
+
+    /// Reattaches to the same agent process with the recorded token (into a new session:
+    /// [`Session::start_agent_process`] starts its process).
     pub async fn resume(&mut self, token: String) -> anyhow::Result<()> {
         let client = AgentClient::with_token(
             self.settings.backend.clone(),

@@ -1,5 +1,7 @@
-//! `lifecycle::stop_retains` — an ordinary Stop keeps the Pod (same UID), its daemon (same
-//! ID) and the nested containers, and the agent is reattached with the recorded token; a
+//! `lifecycle::stop_retains` — an ordinary Stop (Kandev ends the session's agent process
+//! through agentctl's control API; agentctl stays) keeps the Pod (same UID), its daemon
+//! (same ID), the nested containers, volumes and uncommitted files, and the agent is
+//! reattached with the recorded token and a new session process started; a
 //! replacement Pod (the old one deleted by UID, the recorded template recomposed with the
 //! same workspace claim) keeps the workspace files, gets a new daemon ID, and the old nested
 //! containers and volumes are gone.
@@ -15,13 +17,13 @@ use std::time::Duration;
 
 const STOP_KEEPS: Check = Check {
     id: "stop_keeps",
-    promise: "an ordinary stop keeps the Pod, its daemon ID and nested containers",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    promise: "an ordinary stop (the session's agent process ended through agentctl, which stays) keeps the Pod, its daemon ID, nested containers, volumes and uncommitted files, and the agent resumes with the recorded token",
+    twin: Twin::Prepare("session-end-hook"),
 };
 const WORKSPACE_KEPT: Check = Check {
     id: "workspace_kept",
     promise: "a replacement Pod keeps the workspace",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Prepare("workspace-reset"),
 };
 const NEW_DAEMON: Check = Check {
     id: "new_daemon",
@@ -41,8 +43,9 @@ pub fn scenario() -> Scenario {
 
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
-        ctx.step("launch and leave state behind");
+        ctx.step("launch, start the session's agent process and leave state behind");
         let mut session = ctx.launch(SessionOptions::default()).await?;
+        session.start_agent_process().await?;
         let tag = probe_tag(ctx, "stop");
         require_success(
             &build_workload(&session, &tag).await?,
@@ -59,17 +62,17 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "start a nested container, a volume and a file",
         )?;
         let before = daemon_id(&session, &STOP_KEEPS).await?;
+        let agentctl_before = session.agent()?.health().await?;
         let pod_before = session.pod.clone();
         ctx.evidence(
             "before",
-            json!({"pod_uid": pod_before.uid, "daemon_id": before}),
+            json!({"pod_uid": pod_before.uid, "daemon_id": before, "agentctl": agentctl_before, "instances": session.agent()?.instances().await?}),
         );
 
-        ctx.step("ordinary stop, then resume");
-        let token = session
-            .stop()
-            .ok_or_else(|| anyhow::anyhow!("the session had no agent token"))?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        ctx.step("ordinary stop: end the session's agent process, then resume");
+        let (token, ended) = session.stop().await?;
+        let token = token.ok_or_else(|| anyhow::anyhow!("the session had no agent token"))?;
+        ctx.evidence("stopped_process", &ended);
         let uid = ctx
             .backend()
             .pod_uid(&pod_before.namespace, &pod_before.name)
@@ -85,11 +88,27 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
         session.resume(token).await?;
+        let agentctl_after = session.agent()?.health().await?;
+        // agentctl stayed: the same process (pid), still running since before the stop.
+        let field = |v: &serde_json::Value, k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+        promise(
+            ended.is_some()
+                && field(&agentctl_after, "pid").is_some()
+                && field(&agentctl_after, "pid") == field(&agentctl_before, "pid")
+                && field(&agentctl_after, "uptime_ms") > field(&agentctl_before, "uptime_ms"),
+            &STOP_KEEPS,
+            || {
+                format!(
+                    "stop ended {ended:?}; agentctl before {agentctl_before}, after {agentctl_after}"
+                )
+            },
+        )?;
+        session.start_agent_process().await?;
         let after = daemon_id(&session, &STOP_KEEPS).await?;
         let state = session
             .agent_sh(&format!("docker inspect -f '{{{{.State.Running}}}}' keeper-{s}; docker volume inspect -f '{{{{.Name}}}}' keep-{s}; cat /workspace/retained-{s}.txt"), Duration::from_secs(30))
             .await?;
-        ctx.evidence("after_stop", json!({"pod_uid": uid, "daemon_id": after, "state": state.stdout.lines().collect::<Vec<_>>()}));
+        ctx.evidence("after_stop", json!({"pod_uid": uid, "daemon_id": after, "agentctl": agentctl_after, "instances": session.agent()?.instances().await?, "state": state.stdout.lines().collect::<Vec<_>>()}));
         promise(after == before, &STOP_KEEPS, || {
             format!("the daemon ID changed from {before} to {after}")
         })?;

@@ -20,7 +20,9 @@ use std::time::Duration;
 const REMOVES: Check = Check {
     id: "removes_owned",
     promise: "terminal cleanup removes exactly the owned Pod and its workspace",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Exempt(
+        "only the cleanup's own deletes decide it; nothing in the Pod can keep them",
+    ),
 };
 const VANISH: Check = Check {
     id: "nested_vanish",
@@ -30,12 +32,16 @@ const VANISH: Check = Check {
 const SURVIVE: Check = Check {
     id: "look_alikes_survive",
     promise: "look-alike objects the run did not tear down survive untouched",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Exempt(
+        "decided by the cleanup's identity checks alone; the look-alikes are the harness's",
+    ),
 };
 const FAIL_CLOSED: Check = Check {
     id: "fails_closed",
     promise: "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label",
-    twin: Twin::Exempt("TODO: twin not written yet"),
+    twin: Twin::Exempt(
+        "decided by the cleanup's identity checks alone; the look-alikes are the harness's",
+    ),
 };
 
 /// How long nested processes may take to die after their Pod is deleted (at least; a node

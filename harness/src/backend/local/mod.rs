@@ -1,6 +1,7 @@
 //! The `local` backend: a Docker engine (bollard) runs a composed Pod with Pod semantics.
 //! See [`plan`] for the mapping; this module talks to the engine and the host cgroup tree.
 
+pub mod attach;
 pub mod objects;
 pub mod plan;
 pub mod setup;
@@ -41,6 +42,8 @@ pub struct LocalBackend {
     /// argv prefix of the exec bridge inside the main container.
     bridge: Vec<String>,
     pod_pids_limit: i64,
+    /// The engine network Pods join (`bridge` unless [`LocalBackend::on_network`]).
+    pod_network: String,
 }
 
 pub(super) fn other(
@@ -60,6 +63,43 @@ pub(super) fn label_filter(pairs: &[(&str, &str)]) -> HashMap<String, Vec<String
     )])
 }
 
+/// The engine name of `container` of `pod`, once it is verified to carry the Pod's UID
+/// (never act on a look-alike).
+pub(super) async fn verified_container(
+    docker: &Docker,
+    pod: &PodRef,
+    container: &str,
+) -> Result<String> {
+    let name = LocalBackend::engine_name(pod, container);
+    let inspect = docker
+        .inspect_container(&name, None::<InspectContainerOptions>)
+        .await
+        .map_err(|e| {
+            if is_not_found(&e) {
+                other(
+                    format!("find container {container} of Pod {}", pod.name),
+                    anyhow!("no such container"),
+                )
+            } else {
+                other(format!("inspect {name}"), e)
+            }
+        })?;
+    let uid = inspect
+        .config
+        .and_then(|c| c.labels)
+        .and_then(|l| l.get(LABEL_POD_UID).cloned())
+        .unwrap_or_default();
+    if uid != pod.uid {
+        return Err(BackendError::UidMismatch {
+            what: "pod",
+            name: pod.name.clone(),
+            expected: pod.uid.clone(),
+            found: uid,
+        });
+    }
+    Ok(name)
+}
+
 impl LocalBackend {
     /// `infra_image` runs `infra_command` (`pause`) and applies fsGroup (`fsgroup`).
     pub fn new(
@@ -73,7 +113,15 @@ impl LocalBackend {
             infra_image,
             bridge,
             pod_pids_limit,
+            pod_network: "bridge".into(),
         }
+    }
+
+    /// Pods join the engine network `name` (a run's network with the Pod MTU) instead of the
+    /// engine's default bridge.
+    pub fn on_network(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.pod_network);
+        self
     }
 
     pub fn cgroups(&self) -> Option<&CgroupFs> {
@@ -211,36 +259,7 @@ impl LocalBackend {
 
     /// Verifies that `container` of `pod` carries the Pod's UID (never act on a look-alike).
     async fn verified_name(&self, pod: &PodRef, container: &str) -> Result<String> {
-        let name = Self::engine_name(pod, container);
-        let inspect = self
-            .objects
-            .docker
-            .inspect_container(&name, None::<InspectContainerOptions>)
-            .await
-            .map_err(|e| {
-                if is_not_found(&e) {
-                    other(
-                        format!("find container {container} of Pod {}", pod.name),
-                        anyhow!("no such container"),
-                    )
-                } else {
-                    other(format!("inspect {name}"), e)
-                }
-            })?;
-        let uid = inspect
-            .config
-            .and_then(|c| c.labels)
-            .and_then(|l| l.get(LABEL_POD_UID).cloned())
-            .unwrap_or_default();
-        if uid != pod.uid {
-            return Err(BackendError::UidMismatch {
-                what: "pod",
-                name: pod.name.clone(),
-                expected: pod.uid.clone(),
-                found: uid,
-            });
-        }
-        Ok(name)
+        verified_container(&self.objects.docker, pod, container).await
     }
 
     async fn materialize(&self, plan: &PodPlan) -> Result<()> {
@@ -400,6 +419,18 @@ impl Backend for LocalBackend {
         plan::unenforced(pod)
     }
 
+    fn plumbing_listeners(&self) -> Vec<(String, &'static str)> {
+        if self.pod_network == "bridge" {
+            return Vec::new();
+        }
+        // The engine's embedded DNS resolver serves every user-defined network from inside
+        // the container's namespace; on a cluster, DNS is outside the Pod.
+        vec![(
+            "127.0.0.11".to_owned(),
+            "the engine's embedded DNS resolver of the run's Pod network",
+        )]
+    }
+
     async fn create_workspace(
         &self,
         name: &str,
@@ -533,6 +564,7 @@ impl Backend for LocalBackend {
             infra_image: self.infra_image.clone(),
             infra_command: vec!["/kandev-mock-agent".into(), "pause".into()],
             pod_pids_limit: self.pod_pids_limit,
+            pod_network: self.pod_network.clone(),
             node_hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_owned())
                 .unwrap_or_default(),

@@ -3,13 +3,23 @@
 
 use super::LocalBackend;
 use super::objects::LocalObjects;
-use crate::backend::{Backend, GcRequest, PrepareInput, Prepared, Provider, on_this_host};
+use crate::backend::{
+    Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, on_this_host,
+};
 use crate::config::RunConfig;
+use crate::host::is_not_found;
 use crate::node::{HostNode, NodeView};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::report::{CleanupOutcome, CleanupRecord};
+use anyhow::Context;
 use async_trait::async_trait;
+use bollard::Docker;
+use bollard::models::NetworkCreateRequest;
+use bollard::query_parameters::ListNetworksOptionsBuilder;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Namespace name the local backend reports (it has no namespaces).
 pub const LOCAL_NAMESPACE: &str = "local";
@@ -25,16 +35,19 @@ impl Provider for LocalProvider {
     async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared> {
         let (engine, mut environment) = on_this_host::engine(input).await?;
         let images = on_this_host::images(&engine, input).await?;
-        let local = Arc::new(LocalBackend::new(
-            engine.docker().clone(),
-            images.mock_agent.clone(),
-            vec!["/opt/kandev/agentctl".into(), "bridge".into()],
-            input.config.pod_pids_limit,
-        ));
-        // Local Pods sit on the engine's default bridge.
-        environment.node_mtu = std::fs::read_to_string("/sys/class/net/docker0/mtu")
-            .ok()
-            .and_then(|m| m.trim().parse().ok());
+        let network =
+            PodNetwork::create(engine.docker().clone(), input.run_id, input.config.pod_mtu).await?;
+        let local = Arc::new(
+            LocalBackend::new(
+                engine.docker().clone(),
+                images.mock_agent.clone(),
+                vec!["/opt/kandev/agentctl".into(), "bridge".into()],
+                input.config.pod_pids_limit,
+            )
+            .on_network(&network.name),
+        );
+        // Local Pods sit on the run's network, whose MTU is the Pod MTU.
+        environment.node_mtu = Some(input.config.pod_mtu);
         let node = local.cgroups().cloned().map(|cgroups| {
             Arc::new(HostNode {
                 cgroups,
@@ -52,7 +65,7 @@ impl Provider for LocalProvider {
             node,
             host_engine: Some(engine),
             environment,
-            teardown: None,
+            teardown: Some(Box::new(network)),
         })
     }
 
@@ -66,10 +79,103 @@ impl Provider for LocalProvider {
         };
         let mut removed = objects.remove_labelled(&selector, request.dry_run).await?;
         removed.extend(
+            PodNetwork::remove_labelled(&objects.docker, &selector, request.dry_run).await?,
+        );
+        removed.extend(
             objects
                 .sweep_orphan_cgroups(request.older_than, request.dry_run)
                 .await?,
         );
         Ok(removed)
+    }
+}
+
+/// The run's Pod network: a bridge with the Pod MTU (`--pod-mtu`), as a cluster's overlay
+/// network gives its Pods (VXLAN, Geneve, WireGuard: 1450 or lower), where the engine's
+/// default bridge runs 1500. Created at prepare, removed at the run's teardown and by `gc`.
+pub struct PodNetwork {
+    docker: Docker,
+    pub name: String,
+}
+
+/// Engine option of a bridge network's MTU.
+const MTU_OPTION: &str = "com.docker.network.driver.mtu";
+
+impl PodNetwork {
+    pub async fn create(docker: Docker, run_id: &str, mtu: u32) -> anyhow::Result<Self> {
+        let name = format!("kandev-acceptance-{run_id}");
+        let request = NetworkCreateRequest {
+            name: name.clone(),
+            driver: Some("bridge".into()),
+            options: Some(HashMap::from([(MTU_OPTION.to_owned(), mtu.to_string())])),
+            labels: Some(HashMap::from([
+                (LABEL_RUN.to_owned(), run_id.to_owned()),
+                (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            ])),
+            ..Default::default()
+        };
+        docker
+            .create_network(request)
+            .await
+            .with_context(|| format!("create the run's Pod network {name} (MTU {mtu})"))?;
+        Ok(Self { docker, name })
+    }
+
+    /// Networks carrying the run's (or the harness's) labels.
+    pub async fn remove_labelled(
+        docker: &Docker,
+        selector: &[(&str, &str)],
+        dry_run: bool,
+    ) -> anyhow::Result<Vec<String>> {
+        let mut filter: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        filter.push(format!("{LABEL_MANAGED}=true"));
+        let options = ListNetworksOptionsBuilder::default()
+            .filters(&HashMap::from([("label".to_owned(), filter)]))
+            .build();
+        let mut removed = Vec::new();
+        for network in docker
+            .list_networks(Some(options))
+            .await
+            .context("list networks")?
+        {
+            let name = network.name.unwrap_or_default();
+            if !dry_run {
+                match docker.remove_network(&name).await {
+                    Err(e) if !is_not_found(&e) => {
+                        return Err(
+                            anyhow::Error::from(e).context(format!("remove network {name}"))
+                        );
+                    }
+                    _ => {}
+                }
+            }
+            removed.push(format!("network/{name}"));
+        }
+        Ok(removed)
+    }
+}
+
+#[async_trait]
+impl RunTeardown for PodNetwork {
+    async fn teardown(&self) -> Vec<CleanupRecord> {
+        let started = Instant::now();
+        let (outcome, error) = match self.docker.remove_network(&self.name).await {
+            Ok(()) => (CleanupOutcome::Removed, None),
+            Err(e) if is_not_found(&e) => (CleanupOutcome::AlreadyGone, None),
+            Err(e) => (CleanupOutcome::Failed, Some(e.to_string())),
+        };
+        vec![CleanupRecord {
+            object: format!("network/{}", self.name),
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            error,
+        }]
+    }
+
+    fn kept_hint(&self, run_id: &str) -> String {
+        format!(
+            "cargo acceptance gc --run {run_id} (removes the network {})",
+            self.name
+        )
     }
 }

@@ -648,7 +648,6 @@ impl Ctx<'_> {
                 }
                 object["spec"]["serviceAccountName"] = json!(account);
                 super::defaults::default_pod(&mut object);
-                object["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
             }
             if self.route.resource == "persistentvolumeclaims" {
                 object["status"] = json!({"phase": "Bound"});
@@ -1040,7 +1039,7 @@ async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> Value {
     };
     object["status"] = json!({
         "phase": phase,
-        "qosClass": "BestEffort",
+        "qosClass": super::defaults::qos_class(&object["spec"]),
         "containerStatuses": main_statuses,
         "initContainerStatuses": init_statuses,
         "conditions": [{"type": "Ready", "status": if all_running { "True" } else { "False" }}],

@@ -1,9 +1,13 @@
-//! What a v1.33 API server fills into a Pod on create (its defaulting functions and the
-//! default admission plugins: `Priority`, `DefaultTolerationSeconds`, `ServiceAccount`'s
-//! account name), so that a client reading a Pod back compares what it asked for against a
-//! defaulted object, as it would on a real cluster. The ServiceAccount plugin's token volume is
-//! not added (see the module doc).
+//! What a v1.36 API server fills into a Pod on create (its defaulting functions, the Pod
+//! strategy, and the default admission plugins: `Priority`, `DefaultTolerationSeconds`,
+//! `ServiceAccount`'s account name), so that a client reading a Pod back compares what it
+//! asked for against a defaulted object, as it would on a real cluster. Written from the API
+//! server's rules (`pkg/apis/core/v1/defaults.go`, the Pod strategy's `PrepareForCreate`,
+//! the QoS class of `GetPodQOS`), not recorded here; `recorded` compares them with the
+//! answers of a real API server wherever recordings exist (the nightly Kind run makes them).
+//! The ServiceAccount plugin's token volume is not added (see the module doc).
 
+use kandev_harness::pod::quantity;
 use serde_json::{Value, json};
 
 /// Sets `object[field]` to `value` where the field is absent (or null).
@@ -40,6 +44,71 @@ fn default_probe(probe: &mut Value) {
     }
 }
 
+/// Requests default to the limits a container sets without them, per resource (on a Pod,
+/// not on a PodTemplate).
+fn default_requests(resources: &mut Value) {
+    let Some(limits) = resources["limits"].as_object().cloned() else {
+        return;
+    };
+    for (name, limit) in limits {
+        if resources["requests"].get(&name).is_none() {
+            resources["requests"][name.as_str()] = limit;
+        }
+    }
+}
+
+/// A resource quantity the QoS class counts: a positive CPU or memory amount.
+fn positive(quantity: &Value) -> bool {
+    let zero = quantity::parse("0");
+    match quantity.as_str().and_then(quantity::parse) {
+        Some(q) => Some(q) != zero && !quantity.as_str().unwrap_or_default().starts_with('-'),
+        None => quantity.as_f64().is_some_and(|v| v > 0.0),
+    }
+}
+
+/// The Pod's QoS class, as `GetPodQOS` computes it (after requests were defaulted): from
+/// the Pod-level resources when set, else from the containers and init containers. CPU and
+/// memory count. `BestEffort` without any request or limit; `Guaranteed` when every
+/// container limits both and requests exactly its limits; `Burstable` otherwise. (Pod-level
+/// requests are not defaulted here: no template the harness ships sets Pod-level resources.)
+pub(crate) fn qos_class(spec: &Value) -> &'static str {
+    const COUNTED: [&str; 2] = ["cpu", "memory"];
+    let pod_level = &spec["resources"];
+    let holders: Vec<&Value> = if COUNTED
+        .iter()
+        .any(|r| positive(&pod_level["requests"][r]) || positive(&pod_level["limits"][r]))
+    {
+        vec![pod_level]
+    } else {
+        ["initContainers", "containers"]
+            .iter()
+            .filter_map(|f| spec[*f].as_array())
+            .flatten()
+            .map(|c| &c["resources"])
+            .collect()
+    };
+    let (mut any, mut guaranteed) = (false, true);
+    for resources in holders {
+        for name in COUNTED {
+            let (request, limit) = (&resources["requests"][name], &resources["limits"][name]);
+            let (requested, limited) = (positive(request), positive(limit));
+            any |= requested || limited;
+            let same = quantity::same(
+                request.as_str().unwrap_or_default(),
+                limit.as_str().unwrap_or_default(),
+            );
+            if !(limited && requested && same) {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
 fn default_container(container: &mut Value) {
     let image = container["image"].as_str().unwrap_or_default().to_owned();
     default(container, "imagePullPolicy", json!(pull_policy(&image)));
@@ -50,6 +119,7 @@ fn default_container(container: &mut Value) {
     );
     default(container, "terminationMessagePolicy", json!("File"));
     default(container, "resources", json!({}));
+    default_requests(&mut container["resources"]);
     if let Some(ports) = container["ports"].as_array_mut() {
         for port in ports {
             default(port, "protocol", json!("TCP"));
@@ -69,12 +139,20 @@ fn default_container(container: &mut Value) {
     }
 }
 
-/// Defaults `pod` (a Pod as JSON) in place, as the API server does before storing it.
+/// Defaults `pod` (a Pod as JSON) in place, as the API server does before storing it: the
+/// spec's defaults, `metadata.generation` 1 (Pod generation, GA since v1.35) and the status a
+/// created Pod starts with (`Pending`, its QoS class).
 pub(crate) fn default_pod(pod: &mut Value) {
-    let spec = &mut pod["spec"];
-    if !spec.is_object() {
+    if !pod["spec"].is_object() {
         return;
     }
+    default_spec(&mut pod["spec"]);
+    pod["metadata"]["generation"] = json!(1);
+    let qos = qos_class(&pod["spec"]);
+    pod["status"] = json!({"phase": "Pending", "qosClass": qos});
+}
+
+fn default_spec(spec: &mut Value) {
     default(spec, "restartPolicy", json!("Always"));
     default(spec, "terminationGracePeriodSeconds", json!(30));
     default(spec, "dnsPolicy", json!("ClusterFirst"));
@@ -152,6 +230,49 @@ mod tests {
         assert_eq!(spec["tolerations"][1]["tolerationSeconds"], 300);
         assert_eq!(pull_policy("localhost:5000/x"), "Always");
         assert_eq!(pull_policy("x@sha256:00"), "IfNotPresent");
+    }
+
+    #[test]
+    fn the_qos_class_follows_requests_and_limits() {
+        let pod = |resources: Vec<Value>| {
+            let mut pod = json!({"spec": {"containers": resources.into_iter()
+                .map(|r| json!({"name": "c", "image": "i:1", "resources": r}))
+                .collect::<Vec<_>>()}});
+            default_pod(&mut pod);
+            pod
+        };
+        let status = |p: &Value| p["status"]["qosClass"].as_str().unwrap().to_owned();
+        assert_eq!(status(&pod(vec![json!({})])), "BestEffort");
+        let limited = pod(vec![json!({"limits": {"cpu": "1", "memory": "1Gi"}})]);
+        assert_eq!(status(&limited), "Guaranteed");
+        assert_eq!(
+            limited["spec"]["containers"][0]["resources"]["requests"],
+            json!({"cpu": "1", "memory": "1Gi"}),
+            "requests default to the limits"
+        );
+        assert_eq!(
+            status(&pod(vec![
+                json!({"requests": {"cpu": "1000m", "memory": "1024Mi"},
+                "limits": {"cpu": "1", "memory": "1Gi"}})
+            ])),
+            "Guaranteed"
+        );
+        assert_eq!(
+            status(&pod(vec![
+                json!({"requests": {"cpu": "250m", "memory": "512Mi"},
+                "limits": {"cpu": "2", "memory": "4Gi"}})
+            ])),
+            "Burstable"
+        );
+        assert_eq!(
+            status(&pod(vec![
+                json!({"limits": {"cpu": "1", "memory": "1Gi"}}),
+                json!({"requests": {"cpu": "1"}}),
+            ])),
+            "Burstable"
+        );
+        assert_eq!(limited["metadata"]["generation"], 1);
+        assert_eq!(limited["status"]["phase"], "Pending");
     }
 
     #[test]

@@ -5,33 +5,41 @@
 //! **This is a double, not a cluster.** What it proves: the harness's `kube` backend speaks the
 //! API server's wire protocol as kube-rs 5 does with a real one — TLS and kubeconfig loading,
 //! JSON `Status` errors and their codes, UIDs, resourceVersions, DELETE preconditions (409),
-//! label selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.33's
-//! defaulting and the `Priority` and `DefaultTolerationSeconds` plugins, so a client compares
-//! what it asked for against a defaulted Pod), the TokenRequest and RBAC path (the executor's
+//! label selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.36's
+//! defaulting and the `Priority` and `DefaultTolerationSeconds` plugins, written from the API
+//! server's rules and compared with a real one's answers where [`recorded`] has recordings,
+//! so a client compares what it asked for against a defaulted Pod), the TokenRequest and RBAC path (the executor's
 //! token only gets what the Roles bound to its service account grant, and
-//! SelfSubjectAccessReviews are answered from the same Roles), pods/log, and **pods/exec and pods/portforward over
-//! websockets** (`v5.channel.k8s.io` / `v4.channel.k8s.io` framing, the exit code in the
-//! status channel, no client read timeout on long commands). Pods run on the local Docker
-//! engine through the harness's local backend (any [`Backend`] given to [`start`]), with the
-//! UID the double assigned, bound after their create to one node ([`NODE`]); claims are
-//! volumes there.
+//! SelfSubjectAccessReviews are answered from the same Roles), pods/log, and **pods/exec and
+//! pods/portforward over websockets** (`v5.channel.k8s.io` / `v4.channel.k8s.io` framing, the
+//! exit code in the status channel, no client read timeout on long commands): an exec's
+//! output is streamed as the command writes it, and a port-forward is a byte tunnel, both ways
+//! and flow-controlled, to the port in the Pod's network namespace. Pods run on the local
+//! Docker engine through the harness's local backend (a [`LocalBackend`] given to [`start`]),
+//! with the UID the double assigned, bound after their create to one node ([`NODE`]); claims
+//! are volumes there.
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restarts), real admission plugins (Pod Security, the
 //! ServiceAccount plugin's token volume), watches, ClusterRoles, the apiserver's own
-//! exec/port-forward translation (SPDY towards the kubelet), streaming of exec output while the
-//! command runs (the double answers when it ends), namespaces as isolation (Pod names share
-//! the one local engine), and storage classes (claims are stored and reported `Bound`).
+//! exec/port-forward translation (SPDY towards the kubelet, the kubelet's CRI streaming
+//! server), namespaces as isolation (Pod names share the one local engine), and storage
+//! classes (claims are stored and reported `Bound`).
+//!
+//! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
 mod api;
 mod defaults;
+pub mod recorded;
 mod streams;
 
 use anyhow::Context;
 use base64::Engine;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use kandev_harness::backend::local::attach::PodStreams;
 use kandev_harness::backend::{Backend, PodRef};
+use kandev_harness::host::connect_engine;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -123,6 +131,9 @@ impl Store {
 pub struct DoubleState {
     pub(crate) store: Mutex<Store>,
     pub(crate) runtime: Option<Arc<dyn Backend>>,
+    /// exec and port-forward streams into the runtime's Pods (on the engine `DOCKER_HOST`
+    /// names, where the local backend runs them).
+    pub(crate) streams: Option<PodStreams>,
     pub(crate) mutator: Mutex<Option<PodMutator>>,
 }
 
@@ -211,9 +222,19 @@ impl Drop for KubeDouble {
 }
 
 /// Starts the double on 127.0.0.1 (a random port) with a fresh CA and server certificate,
-/// and writes its kubeconfig (context [`CONTEXT`]). Pods run on `runtime` when given;
+/// and writes its kubeconfig (context [`CONTEXT`]). Pods run on `runtime` when given (a
+/// [`LocalBackend`](kandev_harness::backend::local::LocalBackend) on the engine
+/// `DOCKER_HOST` names: pods/exec and pods/portforward stream into its containers there);
 /// without one they are stored and stay `Pending`.
 pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDouble> {
+    let streams = match &runtime {
+        Some(_) => Some(PodStreams::new(
+            connect_engine()
+                .await
+                .context("the engine the double's Pods run on")?,
+        )),
+        None => None,
+    };
     let (ca_pem, cert_der, key_der) = certificates()?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -234,6 +255,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
     let state = Arc::new(DoubleState {
         store: Mutex::new(Store::default()),
         runtime,
+        streams,
         mutator: Mutex::new(None),
     });
     {

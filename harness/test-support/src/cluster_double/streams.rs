@@ -4,12 +4,21 @@
 //! - exec (`v5.channel.k8s.io`, else `v4.channel.k8s.io`): stdin 0, stdout 1, stderr 2, the
 //!   error/status channel 3 (a JSON `Status`; a non-zero exit code in
 //!   `details.causes[reason=ExitCode]`); with v5 the client ends stdin with `[255, 0]`.
-//!   The double runs the command once stdin has ended and sends its output when it ends.
+//!   The command starts at once with its streams attached (the local backend's
+//!   [`PodStreams::exec`]): stdin is written as the client sends it, and stdout and stderr
+//!   are sent as the command writes them, the status when it has ended, as a kubelet does.
 //! - portforward (`v4.channel.k8s.io`, the one kube-rs accepts for it): per requested port
 //!   a data channel `2i` and an error channel `2i+1`, each opened by the server with a first
-//!   frame carrying the port (little-endian u16). The client's bytes are buffered until a
-//!   complete HTTP/1.x request (with its Content-Length body) has arrived, which the runtime's
-//!   `port_exchange` answers.
+//!   frame carrying the port (little-endian u16). Each port is a byte tunnel to 127.0.0.1:port
+//!   in the Pod's network namespace ([`PodStreams::port`]), both ways at once, as a kubelet's
+//!   port-forward is: the client's bytes go to the Pod as they arrive, the Pod's come back as
+//!   they are written; a refused connection is reported on the error channel. The client
+//!   ending the socket ends the tunnels' input (the Pod side sees EOF); the tunnels ending
+//!   (the Pod side closed) closes the socket.
+//!
+//! Flow control: nothing is buffered beyond a frame or two. A client that stops reading
+//! blocks the double's writes, which stops it reading the command's output (or the tunnel),
+//! which stops the writer in the Pod; and the other way round.
 
 use super::api::{Reply, Route, status};
 use super::{DoubleState, Running};
@@ -18,31 +27,34 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use kandev_harness::backend::{Backend, ExecRequest, PodRef};
+use kandev_harness::backend::PodRef;
+use kandev_harness::backend::local::attach::{Attached, Output, PodStreams};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 const V5: &str = "v5.channel.k8s.io";
 const V4: &str = "v4.channel.k8s.io";
-/// How large one output frame is.
+/// The largest frame the double sends.
 const FRAME: usize = 32 * 1024;
 /// The longest command the double runs (the client bounds its own exec).
 const EXEC_LIMIT: Duration = Duration::from_secs(3600);
+/// How long port tunnels may take to finish once the client has gone.
+const TUNNEL_GRACE: Duration = Duration::from_secs(30);
+/// At most this much of a tunnel's stderr goes into its error message.
+const MAX_ERROR: usize = 4096;
 
 /// An error answer before the upgrade (boxed: a Response is large).
 type Refused = Box<Reply>;
 
 type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
-/// The Pod of the route, its runtime Pod and spec; or the error reply.
-fn target(
-    state: &DoubleState,
-    route: &Route,
-) -> Result<(Value, PodRef, Arc<dyn Backend>), Refused> {
+/// The Pod of the route, its runtime Pod and the streams into it; or the error reply.
+fn target(state: &DoubleState, route: &Route) -> Result<(Value, PodRef, PodStreams), Refused> {
     let name = route.name.clone().unwrap_or_default();
     let ns = route.namespace.clone().unwrap_or_default();
     let store = state.store();
@@ -59,8 +71,8 @@ fn target(
         )));
     };
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-    match (store.running.get(uid), state.runtime.clone()) {
-        (Some(Running::Ready(running)), Some(runtime)) => Ok((pod, running.clone(), runtime)),
+    match (store.running.get(uid), state.streams.clone()) {
+        (Some(Running::Ready(running)), Some(streams)) => Ok((pod, running.clone(), streams)),
         _ => Err(Box::new(status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
@@ -135,7 +147,7 @@ pub(crate) async fn exec(
     route: Route,
     query: Vec<(String, String)>,
 ) -> Reply {
-    let (pod, running, runtime) = match target(&state, &route) {
+    let (pod, running, streams) = match target(&state, &route) {
         Ok(t) => t,
         Err(reply) => return *reply,
     };
@@ -168,87 +180,108 @@ pub(crate) async fn exec(
         Err(reply) => return *reply,
     };
     tokio::spawn(async move {
-        let Some(ws) = socket(on).await else { return };
-        serve_exec(ws, protocol == V5, runtime, running, container, argv, stdin).await;
+        let Some(mut ws) = socket(on).await else {
+            return;
+        };
+        match streams
+            .exec(&running, &container, argv.clone(), stdin)
+            .await
+        {
+            Ok(attached) => {
+                let served = serve_exec(ws, protocol == V5, attached, argv, stdin);
+                let _ = tokio::time::timeout(EXEC_LIMIT, served).await;
+            }
+            Err(e) => {
+                let failure = json!({"metadata": {}, "status": "Failure",
+                    "message": e.to_string(), "reason": "InternalError"});
+                let _ = ws.send(framed(3, failure.to_string().as_bytes())).await;
+                let _ = ws.send(Message::Close(None)).await;
+            }
+        }
     });
     reply
 }
 
-async fn serve_exec(
-    ws: Socket,
-    v5: bool,
-    runtime: Arc<dyn Backend>,
-    pod: PodRef,
-    container: String,
-    argv: Vec<String>,
-    stdin: bool,
-) {
+/// Relays one attached command: the client's stdin to it while it runs, its output to the
+/// client as it comes, then its exit status.
+async fn serve_exec(ws: Socket, v5: bool, attached: Attached, argv: Vec<String>, stdin: bool) {
     let (mut sink, mut stream) = ws.split();
-    let mut input = Vec::new();
-    let mut open = true;
-    if stdin {
-        // Until the client ends stdin: v5's close frame, or (v4) the socket's close.
-        loop {
-            match stream.next().await {
-                Some(Ok(Message::Binary(bytes))) => match bytes.first() {
-                    Some(0) => input.extend_from_slice(&bytes[1..]),
-                    Some(255) if v5 && bytes.get(1) == Some(&0) => break,
-                    _ => {}
-                },
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
-                    open = false;
+    let Attached {
+        mut input,
+        mut output,
+        exit,
+    } = attached;
+    // The client's stdin as it comes, until v5's close frame or the socket's end; reading
+    // also answers the client's pings and close.
+    let to_command = async move {
+        let mut open = stdin;
+        while let Some(Ok(message)) = stream.next().await {
+            let Message::Binary(bytes) = message else {
+                if message.is_close() {
                     break;
                 }
-                Some(Ok(_)) => {}
+                continue;
+            };
+            match bytes.first() {
+                Some(0) if open => {
+                    open = input.write_all(&bytes[1..]).await.is_ok();
+                }
+                Some(255) if v5 && bytes.get(1) == Some(&0) && open => {
+                    let _ = input.shutdown().await;
+                    open = false;
+                }
+                _ => {}
             }
         }
-    }
-    let request = ExecRequest {
-        container,
-        argv: argv.clone(),
-        stdin: stdin.then_some(input),
-        timeout: Some(EXEC_LIMIT),
+        if open {
+            let _ = input.shutdown().await;
+        }
     };
-    let run = runtime.exec(&pod, request);
-    tokio::pin!(run);
-    // Keep reading while the command runs (pings; a client that goes away ends it).
-    let output = loop {
+    let from_command = async move {
+        let mut failure = None;
+        while let Some(chunk) = output.next().await {
+            let (channel, bytes) = match chunk {
+                Ok(Output::Stdout(bytes)) => (1u8, bytes),
+                Ok(Output::Stderr(bytes)) => (2u8, bytes),
+                Err(e) => {
+                    failure = Some(format!("{e:#}"));
+                    break;
+                }
+            };
+            for piece in bytes.chunks(FRAME) {
+                if sink.send(framed(channel, piece)).await.is_err() {
+                    // The client has gone.
+                    return;
+                }
+            }
+        }
+        let exit = match failure {
+            Some(e) => Err(e),
+            None => exit.code().await.map_err(|e| format!("{e:#}")),
+        };
+        let status = match exit {
+            Ok(Some(0)) => json!({"metadata": {}, "status": "Success"}),
+            Ok(Some(code)) => json!({"metadata": {}, "status": "Failure",
+                "message": format!("command terminated with non-zero exit code: error executing command {argv:?}, exit code {code}"),
+                "reason": "NonZeroExitCode",
+                "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}}),
+            Ok(None) => json!({"metadata": {}, "status": "Failure",
+                "message": "the command ended without an exit code", "reason": "InternalError"}),
+            Err(e) => {
+                json!({"metadata": {}, "status": "Failure", "message": e, "reason": "InternalError"})
+            }
+        };
+        let _ = sink.send(framed(3, status.to_string().as_bytes())).await;
+        let _ = sink.send(Message::Close(None)).await;
+    };
+    tokio::pin!(to_command, from_command);
+    let mut reading = true;
+    loop {
         tokio::select! {
-            output = &mut run => break output,
-            message = stream.next(), if open => match message {
-                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => open = false,
-                Some(Ok(_)) => {}
-            },
-        }
-    };
-    if !open && !v5 {
-        return;
-    }
-    let (stdout, stderr, exit) = match output {
-        Ok(out) => (out.stdout, out.stderr, Ok(out.exit_code)),
-        Err(e) => (Vec::new(), Vec::new(), Err(e.to_string())),
-    };
-    for (channel, bytes) in [(1u8, &stdout), (2u8, &stderr)] {
-        for chunk in bytes.chunks(FRAME) {
-            if sink.send(framed(channel, chunk)).await.is_err() {
-                return;
-            }
+            () = &mut from_command => break,
+            () = &mut to_command, if reading => reading = false,
         }
     }
-    let status = match exit {
-        Ok(Some(0)) => json!({"metadata": {}, "status": "Success"}),
-        Ok(Some(code)) => json!({"metadata": {}, "status": "Failure",
-            "message": format!("command terminated with non-zero exit code: error executing command {argv:?}, exit code {code}"),
-            "reason": "NonZeroExitCode",
-            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]}}),
-        Ok(None) => json!({"metadata": {}, "status": "Failure",
-            "message": "the command ended without an exit code", "reason": "InternalError"}),
-        Err(e) => {
-            json!({"metadata": {}, "status": "Failure", "message": e, "reason": "InternalError"})
-        }
-    };
-    let _ = sink.send(framed(3, status.to_string().as_bytes())).await;
-    let _ = sink.send(Message::Close(None)).await;
 }
 
 pub(crate) async fn portforward(
@@ -257,7 +290,7 @@ pub(crate) async fn portforward(
     route: Route,
     query: Vec<(String, String)>,
 ) -> Reply {
-    let (pod, running, runtime) = match target(&state, &route) {
+    let (_, running, streams) = match target(&state, &route) {
         Ok(t) => t,
         Err(reply) => return *reply,
     };
@@ -267,7 +300,7 @@ pub(crate) async fn portforward(
         .flat_map(|(_, v)| v.split(',').map(|p| p.trim().parse::<u16>()))
         .collect();
     let ports = match ports {
-        Ok(p) if !p.is_empty() && p.len() <= 127 => p,
+        Ok(p) if !p.is_empty() && p.len() <= 127 && !p.contains(&0) => p,
         _ => {
             return status(
                 StatusCode::BAD_REQUEST,
@@ -277,112 +310,155 @@ pub(crate) async fn portforward(
             );
         }
     };
-    // The container that declares the port, else the first one.
-    let containers = pod["spec"]["containers"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let container_of = |port: u16| {
-        containers
-            .iter()
-            .find(|c| {
-                c["ports"].as_array().is_some_and(|ps| {
-                    ps.iter()
-                        .any(|p| p["containerPort"].as_u64() == Some(u64::from(port)))
-                })
-            })
-            .or(containers.first())
-            .and_then(|c| c["name"].as_str())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let targets: Vec<(u16, String)> = ports.iter().map(|p| (*p, container_of(*p))).collect();
     let (reply, _, on) = match upgrade(&mut req, &[V4, V5]) {
         Ok(u) => u,
         Err(reply) => return *reply,
     };
     tokio::spawn(async move {
         let Some(ws) = socket(on).await else { return };
-        serve_portforward(ws, runtime, running, targets).await;
+        serve_portforward(ws, streams, running, ports).await;
     });
     reply
 }
 
-/// The length of the first complete HTTP/1.x message in `buffer` (head and Content-Length body).
-pub fn complete_http_message(buffer: &[u8]) -> Option<usize> {
-    let head_end = buffer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    let head = String::from_utf8_lossy(&buffer[..head_end]);
-    let length = head
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-        .unwrap_or(0);
-    (buffer.len() >= head_end + length).then_some(head_end + length)
+/// The data and error channels of the `index`th port.
+fn channels(index: usize) -> (u8, u8) {
+    let data = u8::try_from(2 * index).unwrap_or(u8::MAX - 1);
+    (data, data + 1)
 }
 
-async fn serve_portforward(
-    ws: Socket,
-    runtime: Arc<dyn Backend>,
+/// One tunnel's Pod side: its bytes to the client as they come (through the bounded `to_client`
+/// queue, so a slow client slows the tunnel), then, if the connection failed, why.
+async fn from_pod(
+    index: usize,
+    port: u16,
     pod: PodRef,
-    targets: Vec<(u16, String)>,
+    mut output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
+    exit: kandev_harness::backend::local::attach::Exit,
+    to_client: tokio::sync::mpsc::Sender<Message>,
 ) {
-    let (mut sink, mut stream) = ws.split();
-    for (i, (port, _)) in targets.iter().enumerate() {
-        for channel in [2 * i, 2 * i + 1] {
-            let channel = u8::try_from(channel).unwrap_or(u8::MAX);
-            if sink
-                .send(framed(channel, &port.to_le_bytes()))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-    }
-    let mut buffers = vec![Vec::<u8>::new(); targets.len()];
-    while let Some(Ok(message)) = stream.next().await {
-        let bytes = match message {
-            Message::Binary(bytes) if bytes.len() > 1 => bytes,
-            Message::Close(_) => break,
-            _ => continue,
-        };
-        let channel = usize::from(bytes[0]);
-        let index = channel / 2;
-        let (Some((port, container)), Some(buffer)) = (targets.get(index), buffers.get_mut(index))
-        else {
-            continue;
-        };
-        if channel % 2 == 1 {
-            continue;
-        }
-        buffer.extend_from_slice(&bytes[1..]);
-        while let Some(length) = complete_http_message(buffer) {
-            let request: Vec<u8> = buffer.drain(..length).collect();
-            let data = u8::try_from(2 * index).unwrap_or(u8::MAX);
-            let answered = runtime
-                .port_exchange(&pod, container, *port, &request, Duration::from_secs(300))
-                .await;
-            let sent = match answered {
-                Ok(response) => {
-                    let mut ok = true;
-                    for chunk in response.chunks(FRAME) {
-                        ok &= sink.send(framed(data, chunk)).await.is_ok();
+    let (data, error) = channels(index);
+    let mut stderr = Vec::new();
+    let mut failure = None;
+    while let Some(chunk) = output.next().await {
+        match chunk {
+            Ok(Output::Stdout(bytes)) => {
+                for piece in bytes.chunks(FRAME) {
+                    if to_client.send(framed(data, piece)).await.is_err() {
+                        return;
                     }
-                    ok
                 }
-                Err(e) => sink
-                    .send(framed(
-                        data + 1,
-                        format!("error forwarding port {port} to pod {}: {e}", pod.name).as_bytes(),
-                    ))
-                    .await
-                    .is_ok(),
-            };
-            if !sent {
-                return;
+            }
+            Ok(Output::Stderr(bytes)) => {
+                let room = MAX_ERROR.saturating_sub(stderr.len());
+                stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            Err(e) => {
+                failure = Some(format!("{e:#}"));
+                break;
             }
         }
     }
-    let _ = sink.send(Message::Close(None)).await;
+    let reason = match (failure, exit.code().await) {
+        (Some(e), _) => Some(e),
+        (None, Ok(Some(0))) => None,
+        (None, Ok(_)) => Some(String::from_utf8_lossy(&stderr).trim().to_owned()),
+        (None, Err(e)) => Some(format!("{e:#}")),
+    };
+    if let Some(reason) = reason {
+        let message = format!(
+            "error forwarding port {port} to pod {}, uid {}: {reason}",
+            pod.name, pod.uid
+        );
+        let _ = to_client.send(framed(error, message.as_bytes())).await;
+    }
+}
+
+/// Relays byte tunnels to `ports` of `pod` over one websocket.
+async fn serve_portforward(ws: Socket, streams: PodStreams, pod: PodRef, ports: Vec<u16>) {
+    let (mut sink, mut stream) = ws.split();
+    // One writer owns the socket's sending half; the tunnels queue to it (bounded).
+    let (to_client, mut queued) = tokio::sync::mpsc::channel::<Message>(8);
+    let mut writer = tokio::spawn(async move {
+        while let Some(message) = queued.recv().await {
+            let last = message.is_close();
+            if sink.send(message).await.is_err() || last {
+                break;
+            }
+        }
+    });
+    for (index, port) in ports.iter().enumerate() {
+        let (data, error) = channels(index);
+        for channel in [data, error] {
+            let _ = to_client.send(framed(channel, &port.to_le_bytes())).await;
+        }
+    }
+    let mut inputs = Vec::with_capacity(ports.len());
+    let mut tunnels = Vec::with_capacity(ports.len());
+    for (index, port) in ports.iter().copied().enumerate() {
+        match streams.port(&pod, port).await {
+            Ok(Attached {
+                input,
+                output,
+                exit,
+            }) => {
+                inputs.push(Some(input));
+                let task = from_pod(index, port, pod.clone(), output, exit, to_client.clone());
+                tunnels.push(tokio::spawn(task));
+            }
+            Err(e) => {
+                inputs.push(None);
+                let message = format!(
+                    "error forwarding port {port} to pod {}, uid {}: {e}",
+                    pod.name, pod.uid
+                );
+                let _ = to_client
+                    .send(framed(channels(index).1, message.as_bytes()))
+                    .await;
+            }
+        }
+    }
+    // Every tunnel ended (the Pod side closed or refused): close the socket, as the kubelet
+    // does once all its port streams are done.
+    let aborts: Vec<_> = tunnels.iter().map(|t| t.abort_handle()).collect();
+    let closer = tokio::spawn(async move {
+        for tunnel in tunnels {
+            let _ = tunnel.await;
+        }
+        let _ = to_client.send(Message::Close(None)).await;
+    });
+    // The client's bytes to each tunnel as they come, until the client closes or goes.
+    let from_client = async {
+        while let Some(Ok(message)) = stream.next().await {
+            let bytes = match message {
+                Message::Binary(bytes) if bytes.len() > 1 => bytes,
+                message if message.is_close() => break,
+                _ => continue,
+            };
+            let channel = usize::from(bytes[0]);
+            if channel % 2 == 1 {
+                continue;
+            }
+            if let Some(slot) = inputs.get_mut(channel / 2)
+                && let Some(input) = slot
+                && input.write_all(&bytes[1..]).await.is_err()
+            {
+                // The tunnel has ended on the Pod side; drop what else comes for it.
+                *slot = None;
+            }
+        }
+        // The Pod side sees the end of the client's bytes.
+        for input in inputs.iter_mut().flatten() {
+            let _ = input.shutdown().await;
+        }
+    };
+    tokio::select! {
+        () = from_client => {
+            let _ = tokio::time::timeout(TUNNEL_GRACE, &mut writer).await;
+        }
+        _ = &mut writer => {}
+    }
+    closer.abort();
+    writer.abort();
+    aborts.iter().for_each(tokio::task::AbortHandle::abort);
 }

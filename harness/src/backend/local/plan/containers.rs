@@ -229,7 +229,7 @@ pub(super) fn infra_container(pod: &PodShared) -> ContainerPlan {
             hostname: Some(pod.pod_name.to_owned()),
             labels: Some(labels),
             host_config: Some(HostConfig {
-                network_mode: Some(own_or_host(pod.spec.host_network, "bridge")),
+                network_mode: Some(own_or_host(pod.spec.host_network, &pod.ctx.pod_network)),
                 ipc_mode: Some(own_or_host(pod.spec.host_ipc, "shareable")),
                 mounts: Some(mounts),
                 cgroup_parent: Some(pod.cgroup_parent.clone()),

@@ -67,6 +67,8 @@ pub struct PlanContext {
     pub infra_command: Vec<String>,
     /// The kubelet's `podPidsLimit` this backend applies to every Pod.
     pub pod_pids_limit: i64,
+    /// The engine network a Pod's infra container joins (`bridge`: the default).
+    pub pod_network: String,
     /// The node's hostname (`/proc/sys/kernel/hostname`): `HOSTNAME` of a hostNetwork Pod.
     pub node_hostname: String,
 }
@@ -174,6 +176,7 @@ mod tests {
             infra_image: "infra".into(),
             infra_command: vec!["/pause".into()],
             pod_pids_limit: 4096,
+            pod_network: "bridge".into(),
             node_hostname: "node".into(),
         }
     }

@@ -388,28 +388,60 @@ fn scenario_offset(report: &Report, s: &ScenarioReport) -> u64 {
 }
 
 /// Each session's launch stages as (name, offset from the scenario's start, duration): laid
-/// out one after the other from the start of the session's launch step (the n-th step whose
-/// name mentions `launch`), or from the scenario's start.
+/// out one after the other from the start of the step that launched the session (its
+/// `launch_stages_ms` evidence), or else from the n-th step whose name mentions `launch`; cut
+/// at the scenario's end.
 fn launch_stages(s: &ScenarioReport) -> Vec<(String, u64, u64)> {
-    let launches: Vec<&StepReport> = s
-        .steps
-        .iter()
-        .filter(|st| st.name.contains("launch"))
-        .collect();
     let mut out = Vec::new();
-    let mut previous_end = 0;
-    for (i, session) in s.sessions.iter().enumerate() {
-        let mut at = launches
-            .get(i)
-            .map(|st| st.offset_ms)
-            .unwrap_or(previous_end);
-        for (stage, ms) in &session.launch_stages_ms {
-            out.push((stage.clone(), at, *ms));
-            at += ms;
+    for st in &s.steps {
+        let Some(launched) = st
+            .evidence
+            .get("launch_stages_ms")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        let mut at = st.offset_ms;
+        for session in launched {
+            for pair in session
+                .get("stages_ms")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let (Some(stage), Some(ms)) = (
+                    pair.get(0).and_then(Value::as_str),
+                    pair.get(1).and_then(Value::as_u64),
+                ) {
+                    out.push((stage.to_owned(), at, ms));
+                    at += ms;
+                }
+            }
         }
-        previous_end = at;
     }
-    out
+    if out.is_empty() {
+        let launches: Vec<&StepReport> = s
+            .steps
+            .iter()
+            .filter(|st| st.name.contains("launch"))
+            .collect();
+        let mut previous_end = 0;
+        for (i, session) in s.sessions.iter().enumerate() {
+            let mut at = launches
+                .get(i)
+                .map(|st| st.offset_ms)
+                .unwrap_or(previous_end);
+            for (stage, ms) in &session.launch_stages_ms {
+                out.push((stage.clone(), at, *ms));
+                at += ms;
+            }
+            previous_end = at;
+        }
+    }
+    out.into_iter()
+        .filter(|(_, at, _)| *at < s.duration_ms)
+        .map(|(stage, at, ms)| (stage, at, ms.min(s.duration_ms - at)))
+        .collect()
 }
 
 /// A step of about `span` milliseconds for the time axis: 1, 2 or 5 times a power of ten.
@@ -448,7 +480,7 @@ fn timeline(h: &mut String, report: &Report) {
     let w = |ms: u64| ((WIDTH - LEFT - 10.0) * ms as f64 / span as f64).max(1.0);
     let lanes = report.scenarios.len() + usize::from(!report.setup.is_empty());
     let height = 30.0 + LANE * lanes as f64 + 10.0;
-    h.push_str("<section id=\"timeline-section\">\n<h2>Timeline</h2>\n<p>Each bar is a scenario on the run's time axis; inside it, its steps (upper half) and its sessions' launch stages (lower half). Hover for names and times.</p>\n");
+    h.push_str("<section id=\"timeline-section\">\n<h2>Timeline</h2>\n<p>Each bar is a scenario on the run's time axis; inside it, its steps (upper half) and its sessions' launch stages (lower half); after its last step come teardown and the leak ledger. Hover for names and times.</p>\n");
     let _ = writeln!(
         h,
         "<svg id=\"timeline\" class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"timeline of the run\">"
@@ -1069,6 +1101,39 @@ pub(crate) mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foo"), "Zm9v");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
+    }
+
+    #[test]
+    fn launch_stages_start_with_the_step_that_launched_them_and_end_with_the_scenario() {
+        let mut s = scenario("a::b", Outcome::Passed, None);
+        s.duration_ms = 4_000;
+        s.steps.push(StepReport {
+            name: "a second session".into(),
+            outcome: StepOutcome::Passed,
+            offset_ms: 3_000,
+            duration_ms: 900,
+            evidence: serde_json::json!({"launch_stages_ms": [
+                {"pod": "p2", "stages_ms": [["storage", 100], ["pod_ready", 2000]]}
+            ]}),
+            error: None,
+        });
+        assert_eq!(
+            launch_stages(&s),
+            vec![
+                ("storage".to_owned(), 3_000, 100),
+                ("pod_ready".to_owned(), 3_100, 900)
+            ]
+        );
+        // Without that evidence: from the launch step, cut at the scenario's end.
+        s.steps.truncate(1);
+        s.duration_ms = 1_000;
+        assert_eq!(
+            launch_stages(&s),
+            vec![
+                ("storage".to_owned(), 0, 10),
+                ("pod_ready".to_owned(), 10, 990)
+            ]
+        );
     }
 
     #[test]

@@ -111,6 +111,12 @@ async fn the_inspector_sees_what_the_host_sees() {
             inspector.read_cgroup(&path).await?,
         );
         assert!(b.exists);
+        // Usage moves between the two readings; both must have it (the resource cost).
+        assert!(
+            a.cpu_usage_nanos.is_some() && b.cpu_usage_nanos.is_some(),
+            "{a:?} {b:?}"
+        );
+        assert_eq!(a.memory_peak_bytes.is_some(), b.memory_peak_bytes.is_some());
         assert_eq!(
             (
                 a.memory_limit_bytes,

@@ -65,6 +65,7 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
             duration_ms: 10,
             error: Some("busy".into()),
         }],
+        resources: None,
         artifacts: vec![
             "area-x/kandev-1.kandev-agent.log".into(),
             "area-x/p.cgroup.json".into(),

@@ -43,7 +43,21 @@ pub(crate) enum Command {
 #[derive(Subcommand, Debug)]
 pub(crate) enum ReportCommand {
     /// Print a report's summary.
-    Show { file: PathBuf },
+    Show {
+        file: PathBuf,
+        /// Also (re)write `report.html` beside the report.
+        #[arg(long)]
+        html: bool,
+    },
+    /// What changed between two runs: scenarios newly failing, fixed or flaky, checks,
+    /// durations beyond the noise threshold, the environment. Exit code 1 when something
+    /// regressed.
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
+    },
 }
 
 /// Where a `kind`/`kube` cluster comes from (shared by `run` and `gc`).

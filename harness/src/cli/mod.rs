@@ -7,12 +7,13 @@
 mod args;
 mod gate;
 mod gc;
+mod report;
 mod run;
 mod validate;
 
 use crate::report::exit;
 use crate::runner::Scenario;
-use args::{Cli, Command, ReportCommand};
+use args::{Cli, Command};
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,21 +59,7 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
             print!("{}", crate::runner::scenario::checks_table(&registry));
             exit::SUCCESS
         }
-        Command::Report {
-            command: ReportCommand::Show { file },
-        } => match crate::report::read(&file) {
-            Ok(report) => {
-                print!("{}", crate::report::human_summary(&report, &file));
-                exit::SUCCESS
-            }
-            Err(e) => {
-                eprintln!(
-                    "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
-                    file.display()
-                );
-                exit::USAGE
-            }
-        },
+        Command::Report { command } => report::report(command),
     };
     ExitCode::from(code)
 }

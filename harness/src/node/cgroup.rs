@@ -24,6 +24,9 @@ pub struct PodCgroupReading {
     pub memory_limit_bytes: Option<u64>,
     pub memory_usage_bytes: Option<u64>,
     pub memory_peak_bytes: Option<u64>,
+    /// CPU time the Pod's processes used, in nanoseconds (v2: `cpu.stat` `usage_usec`; v1:
+    /// `cpuacct.usage`).
+    pub cpu_usage_nanos: Option<u64>,
     /// OOM kills in the Pod cgroup and everything below it (v1 counts a kill in the victim's
     /// own cgroup, which vanishes when its container exits).
     pub oom_kills: Option<u64>,
@@ -292,6 +295,7 @@ impl CgroupFs {
                 }
                 r.pids_limit = num(d.join("pids.max"));
                 r.pids_current = num(d.join("pids.current"));
+                r.cpu_usage_nanos = keyed(&d.join("cpu.stat"), "usage_usec").map(|u| u * 1000);
             }
             CgroupVersion::V1 => {
                 let m = self.dir("memory", relative);
@@ -310,6 +314,8 @@ impl CgroupFs {
                 let p = self.dir("pids", relative);
                 r.pids_limit = num(p.join("pids.max"));
                 r.pids_current = num(p.join("pids.current"));
+                r.cpu_usage_nanos = num(self.dir("cpuacct", relative).join("cpuacct.usage"))
+                    .or_else(|| num(self.dir("cpu,cpuacct", relative).join("cpuacct.usage")));
             }
         }
         let tree_root = match self.version {
@@ -427,7 +433,12 @@ mod tests {
             "42\n43\n",
         );
         write(&pod.join("docker-engine/cgroup.procs"), "7\n");
+        write(
+            &pod.join("cpu.stat"),
+            "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n",
+        );
         let r = fs.read_pod("kandev-acceptance/podabc");
+        assert_eq!(r.cpu_usage_nanos, Some(2_500_000_000));
         assert!(r.exists);
         assert_eq!(r.memory_limit_bytes, Some(7 << 30));
         assert_eq!(r.memory_usage_bytes, Some(1 << 20));
@@ -466,7 +477,12 @@ mod tests {
             &root.join("memory/kandev-acceptance/podx/companion/memory.oom_control"),
             "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
         );
+        write(
+            &root.join("cpuacct/kandev-acceptance/podx/cpuacct.usage"),
+            "1234567890\n",
+        );
         let r = fs.read_pod("kandev-acceptance/podx");
+        assert_eq!(r.cpu_usage_nanos, Some(1_234_567_890));
         assert_eq!(r.memory_limit_bytes, Some(1 << 30));
         assert_eq!(r.cpu_quota_micros, Some(50_000));
         assert_eq!(r.pids_limit, Some(64));

@@ -20,6 +20,26 @@ pub const NOTHING_SELECTED: u8 = 5;
 /// The run was interrupted (Ctrl-C, SIGTERM); the report is marked so.
 pub const INTERRUPTED: u8 = 130;
 
+/// `report diff`: a scenario or check that held in the old report does not in the new one
+/// (the same value as [`SCENARIO_FAILED`]: a promise that held now breaks).
+pub const REGRESSED: u8 = 1;
+
+/// What a run's exit code means, in the words of README's table.
+pub fn meaning(code: u8) -> &'static str {
+    match code {
+        SUCCESS => "every selected scenario passed (or was skipped or incompatible with a reason)",
+        SCENARIO_FAILED => {
+            "a scenario failed or timed out, or the run's deadline passed: a promise broke or could not be shown in time"
+        }
+        USAGE => "bad command line or invalid input; nothing was created",
+        ENVIRONMENT => "the environment could not be prepared, or a scenario errored",
+        LEAKED => "a scenario leaked, or something the run created was still there after the run",
+        NOTHING_SELECTED => "the filter selected no scenario",
+        INTERRUPTED => "interrupted; teardown ran and the report is marked interrupted",
+        _ => "unknown exit code",
+    }
+}
+
 /// The exit code a report maps to (most severe class first); `kept` excuses leftovers that
 /// `--keep` left on purpose.
 pub fn exit_code(report: &Report, kept: bool) -> u8 {

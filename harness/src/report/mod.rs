@@ -4,10 +4,13 @@
 //! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
 
 pub mod assemble;
+pub mod diff;
 pub mod exit;
 pub mod gate;
+pub mod html;
 pub mod outputs;
 pub mod repeat;
+pub mod summary;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -117,6 +120,25 @@ pub struct Summary {
     /// The promise checks of the scenarios run.
     #[serde(default)]
     pub checks: CheckSummary,
+    /// What the scenarios' Pods consumed: CPU summed over the scenarios, memory the largest
+    /// scenario's peak (scenarios run in parallel: their peaks do not add up to the run's).
+    /// Absent without a node view, and in reports written before it was recorded.
+    #[serde(default)]
+    pub resources: Option<ResourceUsage>,
+}
+
+/// CPU time and peak memory of Pods, read from their Pod cgroups through the node view just
+/// before teardown (Pods a scenario deleted itself are not counted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceUsage {
+    /// Pods whose cgroup was read.
+    pub pods: usize,
+    /// CPU time of their processes (nested containers included), in milliseconds.
+    pub cpu_ms: u64,
+    /// The sum of the Pods' memory peaks (an upper bound of their peak together), in bytes;
+    /// None when the kernel does not record a peak (cgroup v2 before Linux 5.19).
+    pub memory_peak_bytes: Option<u64>,
 }
 
 /// How many promise checks the run judged, and how many of them have a broken twin.
@@ -140,6 +162,12 @@ impl Summary {
         };
         for scenario in scenarios {
             s.flaky += usize::from(scenario.flaky);
+            if let Some(used) = &scenario.resources {
+                let total = s.resources.get_or_insert_with(ResourceUsage::default);
+                total.pods += used.pods;
+                total.cpu_ms += used.cpu_ms;
+                total.memory_peak_bytes = total.memory_peak_bytes.max(used.memory_peak_bytes);
+            }
             for check in &scenario.checks {
                 s.checks.total += 1;
                 s.checks.with_twin += usize::from(!check.twin.starts_with("exempt"));
@@ -232,6 +260,10 @@ pub struct ScenarioReport {
     pub findings: Vec<Finding>,
     pub sessions: Vec<SessionRecord>,
     pub cleanup: Vec<CleanupRecord>,
+    /// CPU time and peak memory of its Pods (absent without a node view, and in reports
+    /// written before it was recorded).
+    #[serde(default)]
+    pub resources: Option<ResourceUsage>,
     /// Files collected for this scenario, relative to the report's folder.
     pub artifacts: Vec<String>,
     /// How many attempts ran (`--retries`); the report describes the last one.
@@ -473,6 +505,17 @@ pub fn rfc3339(time: std::time::SystemTime) -> String {
     )
 }
 
+impl ResourceUsage {
+    /// `12.3 s CPU, peak 456 MiB` (`peak unknown` without a recorded peak).
+    pub fn describe(&self) -> String {
+        let peak = match self.memory_peak_bytes {
+            Some(bytes) => format!("peak {} MiB", bytes.div_ceil(1 << 20)),
+            None => "peak unknown".into(),
+        };
+        format!("{:.1} s CPU, {peak}", self.cpu_ms as f64 / 1000.0)
+    }
+}
+
 /// The short human summary printed after a run.
 pub fn human_summary(report: &Report, path: &Path) -> String {
     let mut out = String::new();
@@ -519,6 +562,13 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
         "  {} checks: {} passed, {} failed, {} not reached\n",
         c.total, c.passed, c.failed, c.not_reached
     ));
+    if let Some(used) = &s.resources {
+        out.push_str(&format!(
+            "  resources of {} Pods: {} (CPU summed, memory the largest scenario's)\n",
+            used.pods,
+            used.describe()
+        ));
+    }
     if !report.leftovers.is_empty() {
         out.push_str(&format!("  LEFT BEHIND: {}\n", report.leftovers.join(", ")));
     }
@@ -596,6 +646,32 @@ mod tests {
             "reports/report.schema.json drifted from the report types; regenerate it with \
              KANDEV_ACCEPTANCE_BLESS=1 cargo test -p kandev-harness checked_in_schema"
         );
+    }
+
+    #[test]
+    fn the_summary_sums_cpu_and_keeps_the_largest_memory_peak() {
+        use crate::report::html::tests::scenario;
+        let mut a = scenario("a::one", Outcome::Passed, None);
+        a.resources = Some(ResourceUsage {
+            pods: 2,
+            cpu_ms: 1_500,
+            memory_peak_bytes: Some(300 << 20),
+        });
+        let mut b = scenario("b::two", Outcome::Passed, None);
+        b.resources = Some(ResourceUsage {
+            pods: 1,
+            cpu_ms: 2_000,
+            memory_peak_bytes: Some(100 << 20),
+        });
+        let unmeasured = scenario("c::three", Outcome::Passed, None);
+        let summary = Summary::of(&[a, b, unmeasured]);
+        let total = summary.resources.unwrap_or_default();
+        assert_eq!(
+            (total.pods, total.cpu_ms, total.memory_peak_bytes),
+            (3, 3_500, Some(300 << 20))
+        );
+        assert_eq!(total.describe(), "3.5 s CPU, peak 300 MiB");
+        assert_eq!(Summary::of(&[]).resources, None);
     }
 
     #[test]

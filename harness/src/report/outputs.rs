@@ -1,17 +1,25 @@
-//! Other formats CI systems read, derived from the one result model ([`Report`]): JUnit XML
-//! (`junit.xml`) and CTRF JSON (`ctrf.json`), written beside `report.json`. Test ids are the
-//! scenario names; diagnoses, step errors and teardown failures appear in each format.
+//! Other formats, derived from the one result model ([`Report`]) and written beside
+//! `report.json`: JUnit XML (`junit.xml`) and CTRF JSON (`ctrf.json`) for CI systems, and
+//! `report.html` for people ([`super::html`]). Test ids are the scenario names; diagnoses, step
+//! errors and teardown failures appear in each format.
 
 use crate::report::{CleanupOutcome, Outcome, Report, ScenarioReport, StepOutcome};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
-/// Renders a report in one format.
-pub type Render = fn(&Report) -> String;
+/// Renders a report in one format; the folder is where `report.json` is (for formats that
+/// embed evidence files).
+pub type Render = fn(&Report, &Path) -> String;
 
 /// Every output format a run writes beside `report.json`: (file name, renderer). Adding a
 /// format is adding a line here.
-pub const FORMATS: &[(&str, Render)] = &[("junit.xml", junit), ("ctrf.json", ctrf_text)];
+pub const FORMATS: &[(&str, Render)] = &[
+    ("junit.xml", |report, _| junit(report)),
+    ("ctrf.json", |report, _| ctrf_text(report)),
+    ("report.html", |report, folder| {
+        super::html::render(report, Some(folder))
+    }),
+];
 
 fn ctrf_text(report: &Report) -> String {
     serde_json::to_string_pretty(&ctrf(report)).unwrap_or_default()
@@ -24,7 +32,7 @@ pub fn write_all(report: &Report, folder: &Path) -> Result<PathBuf, String> {
     let path = folder.join("report.json");
     super::write(report, &path).map_err(|e| format!("write the report {}: {e}", path.display()))?;
     for (name, render) in FORMATS {
-        if let Err(e) = std::fs::write(folder.join(name), render(report)) {
+        if let Err(e) = std::fs::write(folder.join(name), render(report, folder)) {
             eprintln!("error: write {}: {e}", folder.join(name).display());
         }
     }
@@ -328,6 +336,7 @@ mod tests {
                 duration_ms: 1,
                 error: Some("busy".into()),
             }],
+            resources: None,
             artifacts: vec!["a/b.log".into()],
             attempts: 1,
             flaky: false,

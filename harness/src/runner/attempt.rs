@@ -94,6 +94,7 @@ impl Run {
         if report.outcome != Outcome::Passed {
             report.artifacts = super::evidence::collect(&ctx).await;
         }
+        report.resources = super::evidence::resources(&ctx).await;
         let keep = match self.config.keep {
             Keep::Always => true,
             Keep::OnFailure => !report.outcome.is_acceptable(),
@@ -272,6 +273,7 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         findings: Vec::new(),
         sessions: Vec::new(),
         cleanup: Vec::new(),
+        resources: None,
         artifacts: Vec::new(),
         attempts: 1,
         flaky: false,

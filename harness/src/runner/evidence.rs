@@ -1,8 +1,10 @@
 //! Evidence of a scenario that did not pass, collected before its teardown: every
 //! container's logs, the backend's own diagnostics, the nested daemon's state and the Pod
-//! cgroup's reading, under `reports/<run>/<scenario>/`, each capped at 1 MiB.
+//! cgroup's reading, under `reports/<run>/<scenario>/`, each capped at 1 MiB; and for every
+//! scenario, what its Pods consumed (CPU time, peak memory).
 
 use super::context::Ctx;
+use crate::report::ResourceUsage;
 use serde_json::json;
 use std::time::Duration;
 
@@ -71,4 +73,31 @@ pub(super) async fn collect(ctx: &Ctx) -> Vec<String> {
         }
     }
     written
+}
+
+/// Before teardown: the CPU time and memory peak of the scenario's Pods still there, from their
+/// Pod cgroups through the node view; None without a node view or when no cgroup was read.
+pub(super) async fn resources(ctx: &Ctx) -> Option<ResourceUsage> {
+    let node = ctx.env.node.as_ref()?;
+    let mut used = ResourceUsage::default();
+    for pod in ctx.cleanup.pods() {
+        let Ok(Some(path)) = node.pod_cgroup(&pod.uid).await else {
+            continue;
+        };
+        let Ok(reading) = node.read_cgroup(&path).await else {
+            continue;
+        };
+        let Some(cpu) = reading.cpu_usage_nanos else {
+            continue;
+        };
+        used.pods += 1;
+        used.cpu_ms += cpu / 1_000_000;
+        used.memory_peak_bytes =
+            match (used.pods, used.memory_peak_bytes, reading.memory_peak_bytes) {
+                (1, _, peak) => peak,
+                (_, Some(sum), Some(peak)) => Some(sum + peak),
+                _ => None,
+            };
+    }
+    (used.pods > 0).then_some(used)
 }

@@ -1,5 +1,6 @@
 //! The end of a run: the node view shut down, what still carries the run's label, the
-//! run-level teardown, the report assembled and written in every format, the exit code.
+//! run-level teardown, the report assembled and written in every format (and, under GitHub
+//! Actions, its step summary and annotations), the exit code.
 
 use super::scenario::Scenario;
 use super::{Keep, Run, StopReason};
@@ -73,6 +74,8 @@ impl Run {
             }
         };
         eprint!("{}", crate::report::human_summary(&report, &path));
+        // GitHub Actions: the step summary and the failed checks as annotations.
+        crate::report::summary::publish_from_env(&report);
         // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
         let code = exit::exit_code(&report, self.config.keep != Keep::Never);
         (code, Some(report))

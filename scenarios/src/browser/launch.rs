@@ -165,6 +165,19 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .and_then(|d| d.size);
         let dims = png_dimensions(&header);
         ctx.evidence("png", json!({"dimensions": dims, "bytes": size}));
+        // Kept beside the report (report.html embeds it): <scenario>/screenshot.png.
+        let png = session
+            .in_main(&["cat", shot], Duration::from_secs(30))
+            .await;
+        let kept = format!("{}/screenshot.png", ctx.scenario().replace("::", "-"));
+        let folder = ctx.config().report_dir.join(ctx.run_id());
+        if let Ok(png) = png
+            && png.stdout.starts_with(b"\x89PNG")
+            && std::fs::create_dir_all(folder.join(ctx.scenario().replace("::", "-"))).is_ok()
+            && std::fs::write(folder.join(&kept), &png.stdout).is_ok()
+        {
+            ctx.evidence("screenshot", kept);
+        }
         promise(
             dims == Some((WIDTH, HEIGHT)) && size.unwrap_or(0) > 2048,
             &SCREENSHOT,

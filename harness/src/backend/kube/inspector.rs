@@ -27,9 +27,11 @@ use std::time::Duration;
 pub const HOST_CGROUP: &str = "/host/cgroup";
 
 /// The files [`CgroupFs::read_pod`] reads (v1 and v2).
-const CGROUP_FILES: [&str; 15] = [
+const CGROUP_FILES: [&str; 17] = [
     "cgroup.procs",
     "cpu.max",
+    "cpu.stat",
+    "cpuacct.usage",
     "cpu.cfs_period_us",
     "cpu.cfs_quota_us",
     "memory.current",

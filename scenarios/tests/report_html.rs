@@ -1,0 +1,377 @@
+//! The reports people read and compare, end to end: `report.html` opened in Debian's headless
+//! Chromium (the rendered DOM must show every scenario row with its outcome, its checks and
+//! the browser's screenshot; a screenshot of the rendered report is kept under
+//! `target/report-html/`), the GitHub step summary and annotations of a real run, and
+//! `report diff` on real reports (a good run, a run with a broken fixture, an old report), and
+//! the resources a real run's Pods used.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{fixture, only, root};
+use kandev_harness::report::{
+    CheckOutcome, CheckReport, Outcome, Report, ScenarioReport, StepOutcome, StepReport, Summary,
+};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kandev-acceptance");
+
+/// Where the rendered reports' screenshots are kept.
+fn artefacts() -> PathBuf {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+        .join("report-html");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Chromium, headless, with nothing fetched: `extra` then the page.
+fn chromium(page: &Path, extra: &[String]) -> std::process::Output {
+    let profile = tempfile::tempdir().unwrap();
+    let output = Command::new("timeout")
+        .arg("120")
+        .arg("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium (apt-get install -y chromium)");
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The DOM Chromium rendered from `html`, and a screenshot of it kept as `target/report-html/<name>`.
+fn render(html: &Path, name: &str) -> String {
+    let dom = String::from_utf8(chromium(html, &["--dump-dom".into()]).stdout).unwrap();
+    let shot = artefacts().join(name);
+    let _ = std::fs::remove_file(&shot);
+    chromium(
+        html,
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1280,2000".into(),
+        ],
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "screenshot {}",
+        shot.display()
+    );
+    dom
+}
+
+/// Every scenario of `report` has a row with its outcome, and every check its row.
+fn assert_rows(dom: &str, report: &Report) {
+    assert_eq!(
+        dom.matches("<details class=\"scenario\"").count(),
+        report.scenarios.len(),
+        "{dom}"
+    );
+    for s in &report.scenarios {
+        let class = serde_json::to_value(s.outcome).unwrap();
+        let row = format!(
+            "data-scenario=\"{}\" data-outcome=\"{}\"",
+            s.name,
+            class.as_str().unwrap()
+        );
+        assert!(dom.contains(&row), "no row {row}");
+        for c in &s.checks {
+            let class = serde_json::to_value(c.outcome).unwrap();
+            let check = format!(
+                "data-check=\"{}\" data-outcome=\"{}\"",
+                c.id,
+                class.as_str().unwrap()
+            );
+            assert!(dom.contains(&check), "no check row {check}");
+        }
+    }
+}
+
+/// A 1×1 PNG.
+const PIXEL: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x02, 0x00, 0x00, 0x00, 0x90, 0x77, 0x53,
+    0xde, 0x00, 0x00, 0x00, 0x0c, 0x49, 0x44, 0x41, 0x54, 0x08, 0xd7, 0x63, 0x28, 0x4b, 0xd3, 0x00,
+    0x00, 0x02, 0x2c, 0x01, 0x3d, 0xd6, 0x9f, 0x2d, 0x9d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e,
+    0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> ScenarioReport {
+    let judged = |first| CheckReport {
+        id: format!("{name}/{first}"),
+        promise: "a promise".into(),
+        outcome: if outcome == Outcome::Passed {
+            CheckOutcome::Passed
+        } else {
+            CheckOutcome::Failed
+        },
+        twin: "fixtures/templates/broken/agent-readonly-rootfs.yaml".into(),
+    };
+    ScenarioReport {
+        name: name.into(),
+        promise: "the promise".into(),
+        outcome,
+        diagnosis: diagnosis.map(str::to_owned),
+        checks: vec![judged("first")],
+        lacking: None,
+        started_at: "2026-11-29T00:00:05.000Z".into(),
+        duration_ms: 9_000,
+        steps: vec![StepReport {
+            name: "launch".into(),
+            outcome: StepOutcome::Passed,
+            offset_ms: 0,
+            duration_ms: 3_000,
+            evidence: Value::Null,
+            error: None,
+        }],
+        findings: Vec::new(),
+        sessions: Vec::new(),
+        cleanup: Vec::new(),
+        resources: None,
+        artifacts: Vec::new(),
+        attempts: 1,
+        flaky: false,
+        previous_attempts: Vec::new(),
+        nested_inventory: Vec::new(),
+        leaks: Vec::new(),
+    }
+}
+
+#[test]
+#[ignore = "needs Debian's chromium: apt-get install -y chromium (.ci/run installs it)"]
+fn an_assembled_report_renders_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("browser-launch")).unwrap();
+    std::fs::write(dir.path().join("browser-launch/screenshot.png"), PIXEL).unwrap();
+    let mut browser = assembled_scenario("browser::launch", Outcome::Passed, None);
+    browser.steps[0].evidence = json!({"screenshot": "browser-launch/screenshot.png"});
+    let nasty = "x::y/first: <img src=x onerror=alert(1)> & \u{1b}[31m\u{0} </details>";
+    let scenarios = vec![
+        browser,
+        assembled_scenario("x::y", Outcome::Failed, Some(nasty)),
+        assembled_scenario("c::skips", Outcome::Incompatible, Some("no browser")),
+    ];
+    let report = Report {
+        schema_version: 1,
+        run_id: "assembled".into(),
+        harness_version: "0.1.0".into(),
+        started_at: "2026-11-29T00:00:00.000Z".into(),
+        finished_at: "2026-11-29T00:00:20.000Z".into(),
+        duration_ms: 20_000,
+        interrupted: false,
+        deadline_exceeded: false,
+        backend: "local".into(),
+        gate: Default::default(),
+        environment: Default::default(),
+        configuration: Default::default(),
+        summary: Summary::of(&scenarios),
+        setup: Vec::new(),
+        scenarios,
+        leftovers: Vec::new(),
+        teardown: Vec::new(),
+    };
+    let json = dir.path().join("report.json");
+    kandev_harness::report::write(&report, &json).unwrap();
+    let out = Command::new(BIN)
+        .args(["report", "show", "--html"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let dom = render(&dir.path().join("report.html"), "assembled.png");
+    assert_rows(&dom, &report);
+    assert_eq!(
+        dom.matches("<img ").count(),
+        1,
+        "only the screenshot: the diagnosis's markup stays text"
+    );
+    assert!(dom.contains("src=\"data:image/png;base64,"), "{dom}");
+    assert!(dom.contains(
+        "&lt;img src=x onerror=alert(1)&gt; &amp; \\u{001b}[31m\\u{0000} &lt;/details&gt;"
+    ));
+    assert!(dom.contains("3 checks, 3 with a twin"));
+}
+
+/// `kandev-acceptance` with `args`, its exit code and stdout.
+fn harness(args: &[&str]) -> (i32, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// A run into `dir`, under GitHub Actions' conventions (step summary into `summary`).
+fn github_run(dir: &Path, summary: &Path, args: &[String]) -> (i32, String, PathBuf) {
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--report")
+        .arg(dir)
+        .args(args)
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .env("GITHUB_STEP_SUMMARY", summary)
+        .env("GITHUB_ACTIONS", "true")
+        .output()
+        .unwrap();
+    let run_dir = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().join("report.json").is_file())
+        .unwrap_or_else(|| panic!("no report: {}", String::from_utf8_lossy(&out.stderr)))
+        .path();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        run_dir.join("report.json"),
+    )
+}
+
+#[test]
+#[ignore = "needs a Docker engine and Debian's chromium: bash harness/scripts/ensure-engine.sh; apt-get install -y chromium"]
+fn real_runs_render_summarize_and_diff() {
+    let started = std::time::Instant::now();
+    let scratch = tempfile::tempdir().unwrap();
+    let summary = scratch.path().join("step-summary.md");
+
+    // A good run of two scenarios: its report.html renders with the browser's screenshot.
+    let good_dir = scratch.path().join("good");
+    let (code, stdout, good) = github_run(
+        &good_dir,
+        &summary,
+        &only(&["browser::launch", "image::build_run"]),
+    );
+    let report: Report = serde_json::from_slice(&std::fs::read(&good).unwrap()).unwrap();
+    assert_eq!(code, 0, "{stdout}");
+    assert!(!stdout.contains("::error"), "{stdout}");
+    let html = good.with_file_name("report.html");
+    let dom = render(&html, "real-run.png");
+    assert_rows(&dom, &report);
+    assert!(
+        dom.contains("<img src=\"data:image/png;base64,iVBORw0KGgo"),
+        "the browser's screenshot is embedded"
+    );
+    assert!(
+        good.with_file_name("browser-launch/screenshot.png")
+            .is_file()
+    );
+    // What the Pods consumed, from their cgroups through the node view.
+    for s in &report.scenarios {
+        let used = s
+            .resources
+            .clone()
+            .unwrap_or_else(|| panic!("{} has no resources", s.name));
+        assert!(used.pods >= 1 && used.cpu_ms > 0, "{}: {used:?}", s.name);
+        assert!(
+            used.memory_peak_bytes.is_some_and(|b| b > 1 << 20),
+            "{}: {used:?}",
+            s.name
+        );
+    }
+    assert!(report.summary.resources.is_some());
+    assert!(
+        dom.contains("<p id=\"resources\">Resources of "),
+        "resources in the summary"
+    );
+
+    // The same scenario with a broken fixture: failed, annotated, summarized.
+    let bad_dir = scratch.path().join("bad");
+    let mut args = vec![
+        "--template".to_owned(),
+        fixture("templates/broken/agent-readonly-rootfs.yaml"),
+    ];
+    args.extend(only(&["browser::launch"]));
+    let (code, stdout, bad) = github_run(&bad_dir, &summary, &args);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l
+            .starts_with("::error title=browser%3A%3Alaunch/renders::browser::launch/renders: ")),
+        "{stdout}"
+    );
+    let md = std::fs::read_to_string(&summary).unwrap();
+    assert_eq!(md.matches("### kandev-acceptance run").count(), 2, "{md}");
+    assert!(md.contains("| `browser::launch` | ❌ failed |"), "{md}");
+    assert!(
+        md.contains("failed check `browser::launch/renders`"),
+        "{md}"
+    );
+    let bad_report: Report = serde_json::from_slice(&std::fs::read(&bad).unwrap()).unwrap();
+    let dom = render(&bad.with_file_name("report.html"), "real-run-failed.png");
+    assert_rows(&dom, &bad_report);
+
+    // report diff: good -> bad regressed (exit 1), bad -> good fixed (0), good -> good (0).
+    let (g, b) = (good.to_str().unwrap(), bad.to_str().unwrap());
+    let (code, text) = harness(&["report", "diff", g, b]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("REGRESSED"), "{text}");
+    assert!(text.contains("newly failing (1):"), "{text}");
+    assert!(
+        text.contains("browser::launch/renders                  passed -> failed"),
+        "{text}"
+    );
+    assert!(text.contains("template digest: "), "{text}");
+    assert!(
+        text.contains("no longer run (1):\n  image::build_run"),
+        "{text}"
+    );
+    let (code, json) = harness(&["report", "diff", g, b, "--format", "json"]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["regressed"], true);
+    assert_eq!(v["newly_failing"][0]["scenario"], "browser::launch");
+    assert_eq!(v["newly_failing"][0]["new"], "failed");
+    let (code, text) = harness(&["report", "diff", b, g]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("fixed (1):"), "{text}");
+    let (code, text) = harness(&["report", "diff", g, g]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(text.lines().count(), 1, "nothing changed: {text}");
+
+    // A report written before checks and gates existed is still read, shown and compared.
+    let mut old: Value = serde_json::from_slice(&std::fs::read(&good).unwrap()).unwrap();
+    old.as_object_mut().unwrap().remove("gate");
+    old["summary"].as_object_mut().unwrap().remove("checks");
+    for s in old["scenarios"].as_array_mut().unwrap() {
+        let s = s.as_object_mut().unwrap();
+        s.remove("checks");
+        s.remove("lacking");
+    }
+    let old_path = scratch.path().join("old/report.json");
+    std::fs::create_dir_all(old_path.parent().unwrap()).unwrap();
+    std::fs::write(&old_path, serde_json::to_vec(&old).unwrap()).unwrap();
+    let o = old_path.to_str().unwrap();
+    let (code, text) = harness(&["report", "diff", o, b]);
+    assert_eq!(
+        code, 1,
+        "a scenario newly failing regresses without checks: {text}"
+    );
+    assert!(!text.contains("checks whose outcome changed"), "{text}");
+    let (code, text) = harness(&["report", "diff", o, g]);
+    assert_eq!(code, 0, "{text}");
+    let (code, text) = harness(&["report", "show", "--html", o]);
+    assert_eq!(code, 0, "{text}");
+    assert!(old_path.with_file_name("report.html").is_file());
+    let (code, _) = harness(&["report", "diff", o, "/nonexistent/report.json"]);
+    assert_eq!(code, 2, "unreadable input is a usage error");
+    eprintln!(
+        "real_runs_render_summarize_and_diff: {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+}

@@ -61,6 +61,8 @@ async fn engine_double() -> (cluster_double::KubeDouble, ImageSet) {
 fn command(double: &cluster_double::KubeDouble, subcommand: &str) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"));
     command
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("GITHUB_ACTIONS")
         .arg(subcommand)
         .args(["--backend", "kube", "--kubeconfig"])
         .arg(&double.kubeconfig)

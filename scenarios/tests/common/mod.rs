@@ -32,6 +32,10 @@ pub fn run(args: &[&str]) -> Run {
         .arg(dir.path())
         .args(args)
         .env("KANDEV_ACCEPTANCE_ROOT", root())
+        // The harness's own test runs are not the CI job's results: no job summary, no
+        // annotations (report_html.rs sets these on purpose where it tests them).
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env_remove("GITHUB_ACTIONS")
         .output()
         .unwrap();
     let text = format!(

@@ -174,6 +174,29 @@ fn a_release_run_refuses_moving_images_and_unknown_capabilities_before_touching_
         0,
         "nothing written"
     );
+    // Settings under which a check would hold for less than it promises.
+    let (code, out) = acceptance(&[
+        "run",
+        "--report",
+        &report,
+        "--gate",
+        "release",
+        "--retries",
+        "1",
+        "--pod-mtu",
+        "1500",
+        "--required-tools",
+        "git,docker",
+    ]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("--retries 1")
+            && out.contains("--pod-mtu 1500")
+            && out.contains(
+                "--required-tools leaves out [\"python-venv\", \"c\", \"node\", \"compose\"]"
+            ),
+        "{out}"
+    );
     let (code, out) = acceptance(&["run", "--report", &report, "--require", "docker,gpu"]);
     assert_eq!(code, Some(2), "{out}");
     assert!(out.contains("unknown capability \"gpu\""), "{out}");

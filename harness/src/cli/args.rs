@@ -231,19 +231,20 @@ pub(crate) struct GateArgs {
 /// `90m`, `36h`, `7d`, `3600s` in milliseconds.
 fn parse_age(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text.len().saturating_sub(1);
-    let (number, unit) = text.split_at(split);
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{text:?}: a number with s, m, h or d (e.g. 36h)")),
+    let wrong = || format!("{text:?}: a number with s, m, h or d (e.g. 36h)");
+    let unit = text.chars().last().ok_or_else(wrong)?;
+    let seconds: u64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(wrong()),
     };
-    number
+    text[..text.len() - unit.len_utf8()]
         .parse::<u64>()
-        .map(|n| n * seconds * 1000)
-        .map_err(|_| format!("{text:?}: a number with s, m, h or d (e.g. 36h)"))
+        .ok()
+        .and_then(|n| n.checked_mul(seconds * 1000))
+        .ok_or_else(wrong)
 }
 
 /// `--require`'s list.

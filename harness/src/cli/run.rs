@@ -333,6 +333,11 @@ async fn watch_signals(run: Arc<Run>) {
     }
 }
 
+/// The local Pod MTU a release is judged at, at most (clusters' overlay CNIs run 1450 or lower).
+const RELEASE_MAX_POD_MTU: u32 = 1450;
+/// The tools of the full-worker recipe `worker::toolchain` must find under a release gate.
+const RELEASE_REQUIRED_TOOLS: [&str; 6] = ["git", "python-venv", "c", "node", "docker", "compose"];
+
 /// The run's gate from `--gate`, `--require` and the template's declaration; under the
 /// release profile also what it refuses before anything runs (each with its field or flag).
 fn resolve_gate(
@@ -352,6 +357,29 @@ fn resolve_gate(
         .iter()
         .map(ToString::to_string)
         .collect();
+    // Settings that would let a check hold for less than it promises.
+    if args.retries > 0 {
+        problems.push(format!(
+            "--retries {}: a release does not take a pass after a failed attempt\n    fix: drop --retries",
+            args.retries
+        ));
+    }
+    if args.pod_mtu > RELEASE_MAX_POD_MTU {
+        problems.push(format!(
+            "--pod-mtu {}: above {RELEASE_MAX_POD_MTU}, a daemon that ignores the Pod MTU is not caught\n    fix: drop --pod-mtu (or lower it)",
+            args.pod_mtu
+        ));
+    }
+    let missing: Vec<&str> = RELEASE_REQUIRED_TOOLS
+        .iter()
+        .copied()
+        .filter(|t| !args.required_tools.iter().any(|r| r == t))
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "--required-tools leaves out {missing:?}, which the recipe promises\n    fix: drop --required-tools (or add them)"
+        ));
+    }
     // Images the run builds carry a content-hash tag (immutable by construction); images
     // given by flag must be digests.
     for (flag, image) in [

@@ -316,10 +316,17 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
         .filter(|o| !new.scenarios.iter().any(|n| n.name == o.name))
         .map(|o| o.name.clone())
         .collect();
+    // A check that held and now fails, or is no longer judged (a newly vacuous pass), and a
+    // scenario no longer run, are regressions too.
     d.regressed = !d.newly_failing.is_empty()
-        || d.checks
-            .iter()
-            .any(|c| c.old == Some(CheckOutcome::Passed) && c.new == Some(CheckOutcome::Failed));
+        || !d.removed.is_empty()
+        || d.checks.iter().any(|c| {
+            c.old == Some(CheckOutcome::Passed)
+                && matches!(
+                    c.new,
+                    Some(CheckOutcome::Failed | CheckOutcome::NotReached) | None
+                )
+        });
     d
 }
 

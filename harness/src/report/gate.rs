@@ -182,6 +182,12 @@ fn same_image(report: &super::Report, role: &str, expected: &str) -> Result<(), 
 pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
     use super::{CheckOutcome, Outcome};
     let mut reasons = Vec::new();
+    if report.gate.profile != GateProfile::Release {
+        reasons.push(format!(
+            "the run was judged by the {} gate, not the release gate (run it with --gate release)",
+            report.gate.profile.name()
+        ));
+    }
     if report.interrupted {
         reasons.push("the run was interrupted before every scenario finished".to_owned());
     }
@@ -201,6 +207,12 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
                 .is_some_and(|c| !expect.requires.contains(&c));
         if excused {
             continue;
+        }
+        if scenario.flaky {
+            reasons.push(format!(
+                "{name} passed only on attempt {} (flaky)",
+                scenario.attempts
+            ));
         }
         if scenario.outcome != Outcome::Passed {
             reasons.push(format!(
@@ -223,6 +235,17 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
     }
     if !report.leftovers.is_empty() {
         reasons.push(format!("the run left {}", report.leftovers.join(", ")));
+    }
+    for record in report
+        .teardown
+        .iter()
+        .filter(|r| r.outcome == super::CleanupOutcome::Failed)
+    {
+        reasons.push(format!(
+            "the run's teardown failed to remove {}: {}",
+            record.object,
+            record.error.as_deref().unwrap_or("no error recorded")
+        ));
     }
     for (role, expected) in [
         ("worker", &expect.worker_image),
@@ -313,6 +336,7 @@ mod tests {
             "schema_version": 1, "run_id": "r", "harness_version": "0",
             "started_at": "2026-11-30T10:00:00.000Z", "finished_at": "2026-11-30T10:01:00.000Z",
             "duration_ms": 0, "interrupted": false, "deadline_exceeded": false, "backend": "local",
+            "gate": {"profile": "release", "requires": ["docker", "compose", "browser", "node-view"], "source": "release profile"},
             "environment": {"engine_version": null, "engine_api_version": null,
             "kubernetes_version": null, "kernel": null, "operating_system": null,
             "architecture": null, "cgroup_version": null, "cgroup_driver": null, "node_mtu": null,
@@ -352,6 +376,7 @@ mod tests {
     fn every_reason_to_refuse_is_named() {
         let mut r = report("passed", "not_reached", None);
         r.interrupted = true;
+        r.gate.profile = GateProfile::Default;
         let mut e = expect();
         e.worker_image = format!("r/worker@sha256:{}", "9".repeat(64));
         e.template_sha256 = Some("sha256:other".into());
@@ -365,10 +390,11 @@ mod tests {
             "the run used worker image k/worker:abc",
             "not the gated one",
             "h old",
+            "not the release gate",
         ] {
             assert!(reasons.contains(expected), "{expected}: {reasons}");
         }
-        assert_eq!(refusals(&r, &e).len(), 6, "{reasons}");
+        assert_eq!(refusals(&r, &e).len(), 7, "{reasons}");
     }
 
     #[test]

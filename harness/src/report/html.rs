@@ -132,7 +132,7 @@ fn badge(class: &str, text: &str) -> String {
 }
 
 /// Whether the run was told to keep Pods (`--keep`), which excuses its leftovers.
-fn kept(report: &Report) -> bool {
+pub(crate) fn kept(report: &Report) -> bool {
     report
         .configuration
         .settings

@@ -29,7 +29,8 @@ fn cell(text: &str) -> String {
 /// failure with its failed check and diagnosis.
 pub fn markdown(report: &Report) -> String {
     let s = &report.summary;
-    let code = exit::exit_code(report, false);
+    // As the run exited: Pods kept with --keep are not leftovers.
+    let code = exit::exit_code(report, super::html::kept(report));
     let mut md = String::new();
     let _ = writeln!(
         md,

@@ -79,6 +79,7 @@ impl Run {
             .scope(judged.clone(), self.body(scenario, &mut ctx, timeout))
             .await;
         report.checks = judged_checks(scenario, &judged);
+        let result = no_vacuous_pass(&report.checks, result);
         let result = self.judge_lacking(&mut report, result);
         settle(&mut report, &mut ctx, result);
         // A broken promise is named by its check's id first: what people grep and gate on.
@@ -283,6 +284,26 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
     }
 }
 
+/// A body that ends `Passed` without judging every check proves less than its report would
+/// say: errored (the scenario's defect, not the system's), naming what went unjudged.
+fn no_vacuous_pass(checks: &[CheckReport], result: BodyResult) -> BodyResult {
+    let unjudged: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.outcome == CheckOutcome::NotReached)
+        .map(|c| c.id.as_str())
+        .collect();
+    match result {
+        Ok(Verdict::Passed) if !unjudged.is_empty() => Err((
+            Outcome::Errored,
+            format!(
+                "the scenario ended passed without judging {}: a pass must judge every check",
+                unjudged.join(", ")
+            ),
+        )),
+        other => other,
+    }
+}
+
 /// Every check of `scenario`, none judged (a scenario that never started its body).
 fn not_reached(scenario: &Scenario) -> Vec<CheckReport> {
     judged_checks(scenario, &JudgedChecks::default())
@@ -452,6 +473,30 @@ mod tests {
         assert!(text.contains("the workspace grant was removed"), "{text}");
         let plain = anyhow::anyhow!("connection refused").context("pod_ready: create the Pod");
         assert_eq!(classify(&plain).0, Outcome::Errored);
+    }
+
+    #[test]
+    fn a_pass_that_judged_not_every_check_is_no_pass() {
+        let check = |outcome| CheckReport {
+            id: "a::x/c".into(),
+            promise: "p".into(),
+            outcome,
+            twin: "t".into(),
+        };
+        let judged = [check(CheckOutcome::Passed)];
+        assert_eq!(
+            no_vacuous_pass(&judged, Ok(Verdict::Passed)),
+            Ok(Verdict::Passed)
+        );
+        let vacuous = [check(CheckOutcome::Passed), check(CheckOutcome::NotReached)];
+        let ended = no_vacuous_pass(&vacuous, Ok(Verdict::Passed));
+        assert!(
+            matches!(&ended, Err((Outcome::Errored, why)) if why.contains("without judging a::x/c")),
+            "{ended:?}"
+        );
+        // Skipped, incompatible and failed bodies judged nothing more: left as they are.
+        let skipped = Ok(Verdict::Skipped("no node view".into()));
+        assert_eq!(no_vacuous_pass(&vacuous, skipped.clone()), skipped);
     }
 
     #[test]

@@ -39,12 +39,8 @@ async fn settings() -> LaunchSettings {
     .unwrap();
     let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
     let rendered = template::render(&text, &images.worker, &images.daemon);
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(
-        docker,
-        images.mock_agent.clone(),
-        vec!["/opt/kandev/agentctl".into(), "bridge".into()],
-        4096,
-    ));
+    let backend: Arc<dyn Backend> =
+        Arc::new(LocalBackend::new(docker, images.mock_agent.clone(), 4096));
     LaunchSettings {
         backend,
         namespace: LOCAL_NAMESPACE.into(),
@@ -132,6 +128,87 @@ async fn bootstrap_lays_out_files_as_kandev_does_and_refuses_symlinks() {
         let refused = planted.write_bootstrap_files().await.unwrap_err();
         assert!(format!("{refused:#}").contains("symlink"), "{refused:#}");
         assert_eq!(main_sh(&planted, "ls -A /tmp/elsewhere").await, "");
+    });
+    let outcome = futures_util::FutureExt::catch_unwind(result).await;
+    cleanup
+        .teardown(settings.backend.as_ref(), Duration::from_secs(120), false)
+        .await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The port-forward into a local Pod is one tunnel exec per Pod carrying every exchange: 12
+/// concurrent agent commands, each answering 48 KiB (several frames), come back whole and
+/// each to its own caller; the engine shows one exec running in the infra container however
+/// many exchanges ran; a refused port fails that exchange with its cause and the tunnel keeps
+/// carrying the next ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn one_tunnel_per_pod_carries_concurrent_exchanges() {
+    let settings = settings().await;
+    let run = format!("tunnel-{}", kandev_harness::pod::identity::random_hex(4));
+    let cleanup = CleanupStack::default();
+    let result = std::panic::AssertUnwindSafe(async {
+        let identity = SessionIdentity::new(&run, "bootstrap::tunnel", 1);
+        let session = Session::launch(&settings, &cleanup, identity, &options())
+            .await
+            .unwrap();
+        let answers = futures_util::future::join_all((0..12).map(|i| {
+            let session = &session;
+            async move {
+                let script = format!(
+                    "head -c 49152 /dev/zero | tr '\\0' '{}'",
+                    (b'a' + i) as char
+                );
+                session.agent_sh(&script, Duration::from_secs(30)).await
+            }
+        }))
+        .await;
+        for (i, answer) in answers.into_iter().enumerate() {
+            let answer = answer.unwrap();
+            assert!(answer.success(), "{}", answer.summary());
+            let expected = ((b'a' + i as u8) as char).to_string().repeat(49152);
+            assert!(
+                answer.stdout == expected,
+                "exchange {i}: {} bytes, not its own 48 KiB",
+                answer.stdout.len()
+            );
+        }
+
+        let docker = connect_engine().await.unwrap();
+        let infra = docker
+            .inspect_container(&format!("{}-infra", session.pod.name), None)
+            .await
+            .unwrap();
+        let running = infra.exec_ids.unwrap_or_default();
+        assert_eq!(
+            running.len(),
+            1,
+            "execs running in the infra container: {running:?}"
+        );
+
+        let refused: anyhow::Error = settings
+            .backend
+            .port_exchange(
+                &session.pod,
+                "kandev-agent",
+                1,
+                b"x",
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap_err()
+            .into();
+        assert!(
+            format!("{refused:#}").contains("connect 127.0.0.1:1"),
+            "{refused:#}"
+        );
+        let after = session
+            .agent_sh("echo still", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(after.stdout.trim(), "still");
     });
     let outcome = futures_util::FutureExt::catch_unwind(result).await;
     cleanup

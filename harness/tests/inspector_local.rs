@@ -57,7 +57,6 @@ async fn the_inspector_sees_what_the_host_sees() {
     let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(
         docker.clone(),
         images.mock_agent.clone(),
-        Vec::new(),
         4096,
     ));
     let suffix = kandev_harness::pod::identity::random_hex(4);

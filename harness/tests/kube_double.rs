@@ -342,12 +342,8 @@ async fn engine_double() -> (KubeDouble, ImageSet) {
     )
     .await
     .unwrap();
-    let runtime: Arc<dyn Backend> = Arc::new(LocalBackend::new(
-        docker,
-        images.mock_agent.clone(),
-        vec!["/kandev-mock-agent".into(), "bridge".into()],
-        4096,
-    ));
+    let runtime: Arc<dyn Backend> =
+        Arc::new(LocalBackend::new(docker, images.mock_agent.clone(), 4096));
     (cluster_double::start(Some(runtime)).await.unwrap(), images)
 }
 

@@ -47,12 +47,8 @@ async fn engine_double() -> (cluster_double::KubeDouble, ImageSet) {
     )
     .await
     .unwrap();
-    let runtime: Arc<dyn Backend> = Arc::new(LocalBackend::new(
-        docker,
-        images.mock_agent.clone(),
-        vec!["/opt/kandev/agentctl".into(), "bridge".into()],
-        4096,
-    ));
+    let runtime: Arc<dyn Backend> =
+        Arc::new(LocalBackend::new(docker, images.mock_agent.clone(), 4096));
     let double = cluster_double::start(Some(runtime)).await.unwrap();
     (double, images)
 }

@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio::io::AsyncWrite;
 
 /// Where the infra container (which holds the Pod's network namespace) has the mock agent,
-/// whose `bridge HOST:PORT` verb copies stdin to a TCP connection and the connection to stdout.
+/// whose `bridge HOST:PORT` verb copies stdin to a TCP connection and the connection to stdout
+/// and whose `tunnel` verb multiplexes many such connections.
 const BRIDGE: &str = "/kandev-mock-agent";
 
 /// Bytes a command wrote, in the order it wrote them.
@@ -105,6 +106,16 @@ impl PodStreams {
         self.attach(&name, argv, true)
             .await
             .map_err(|e| other(format!("port-forward to {}:{port}", pod.name), e))
+    }
+
+    /// The Pod's port-forward tunnel: the mock agent's `tunnel` in the infra container, its
+    /// stdin and stdout carrying framed connections (see `tunnel.rs`).
+    pub(super) async fn tunnel(&self, pod: &PodRef) -> Result<Attached> {
+        let name = verified_container(&self.docker, pod, "infra").await?;
+        let argv = vec![BRIDGE.to_owned(), "tunnel".to_owned()];
+        self.attach(&name, argv, true)
+            .await
+            .map_err(|e| other(format!("port-forward tunnel to {}", pod.name), e))
     }
 
     async fn attach(

@@ -5,6 +5,7 @@ pub mod attach;
 pub mod objects;
 pub mod plan;
 pub mod setup;
+mod tunnel;
 
 use objects::LocalObjects;
 
@@ -39,8 +40,8 @@ const MAX_LOG_BYTES: usize = 1 << 20;
 pub struct LocalBackend {
     objects: LocalObjects,
     infra_image: String,
-    /// argv prefix of the exec bridge inside the main container.
-    bridge: Vec<String>,
+    /// Port-forward tunnels into the Pods, one per Pod.
+    tunnels: tunnel::Tunnels,
     pod_pids_limit: i64,
     /// The engine network Pods join (`bridge` unless [`LocalBackend::on_network`]).
     pod_network: String,
@@ -102,16 +103,11 @@ pub(super) async fn verified_container(
 
 impl LocalBackend {
     /// `infra_image` runs `infra_command` (`pause`) and applies fsGroup (`fsgroup`).
-    pub fn new(
-        docker: Docker,
-        infra_image: String,
-        bridge: Vec<String>,
-        pod_pids_limit: i64,
-    ) -> Self {
+    pub fn new(docker: Docker, infra_image: String, pod_pids_limit: i64) -> Self {
         Self {
             objects: LocalObjects::new(docker),
             infra_image,
-            bridge,
+            tunnels: tunnel::Tunnels::default(),
             pod_pids_limit,
             pod_network: "bridge".into(),
         }
@@ -671,28 +667,12 @@ impl Backend for LocalBackend {
         request: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>> {
-        let mut argv = self.bridge.clone();
-        argv.push(format!("127.0.0.1:{port}"));
-        let out = self
-            .exec(
-                pod,
-                ExecRequest {
-                    container: container.into(),
-                    argv: argv.clone(),
-                    stdin: Some(request.to_vec()),
-                    timeout: Some(timeout),
-                },
-            )
-            .await?;
-        if !out.success() {
-            return Err(BackendError::Exec {
-                pod: pod.name.clone(),
-                container: container.into(),
-                argv,
-                source: anyhow!("bridge to port {port} failed: {}", out.stderr_text().trim()),
-            });
-        }
-        Ok(out.stdout)
+        // The tunnel runs in the infra container, which holds the network namespace every
+        // container of the Pod shares: `container` names no different loopback.
+        let _ = container;
+        self.tunnels
+            .exchange(&self.streams(), pod, port, request, timeout)
+            .await
     }
 
     async fn logs(&self, pod: &PodRef, container: &str) -> Result<String> {
@@ -715,6 +695,7 @@ impl Backend for LocalBackend {
     }
 
     async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
+        self.tunnels.forget(pod).await;
         self.objects.remove_pod_objects(&pod.uid).await.map(|_| ())
     }
 

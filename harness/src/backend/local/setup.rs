@@ -41,7 +41,6 @@ impl Provider for LocalProvider {
             LocalBackend::new(
                 engine.docker().clone(),
                 images.mock_agent.clone(),
-                vec!["/opt/kandev/agentctl".into(), "bridge".into()],
                 input.config.pod_pids_limit,
             )
             .on_network(&network.name),

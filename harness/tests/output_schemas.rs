@@ -66,6 +66,7 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
             error: Some("busy".into()),
         }],
         resources: None,
+        calls: Default::default(),
         artifacts: vec![
             "area-x/kandev-1.kandev-agent.log".into(),
             "area-x/p.cgroup.json".into(),
@@ -108,6 +109,7 @@ fn report(scenarios: Vec<ScenarioReport>, leftovers: Vec<String>) -> Report {
         scenarios,
         leftovers,
         teardown: Vec::new(),
+        cost: None,
     }
 }
 

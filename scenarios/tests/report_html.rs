@@ -146,6 +146,7 @@ fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> 
         sessions: Vec::new(),
         cleanup: Vec::new(),
         resources: None,
+        calls: Default::default(),
         artifacts: Vec::new(),
         attempts: 1,
         flaky: false,
@@ -187,6 +188,7 @@ fn an_assembled_report_renders_in_chromium() {
         scenarios,
         leftovers: Vec::new(),
         teardown: Vec::new(),
+        cost: None,
     };
     let json = dir.path().join("report.json");
     kandev_harness::report::write(&report, &json).unwrap();

@@ -6,6 +6,7 @@
 
 pub mod kube;
 pub mod local;
+pub mod metered;
 pub mod on_this_host;
 
 use crate::config::RunConfig;

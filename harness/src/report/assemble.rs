@@ -24,6 +24,7 @@ pub struct RunParts {
     pub scenarios: Vec<ScenarioReport>,
     pub leftovers: Vec<String>,
     pub teardown: Vec<CleanupRecord>,
+    pub cost: Option<super::cost::RunCost>,
 }
 
 pub fn assemble(parts: RunParts) -> Report {
@@ -49,5 +50,6 @@ pub fn assemble(parts: RunParts) -> Report {
         scenarios: parts.scenarios,
         leftovers: parts.leftovers,
         teardown: parts.teardown,
+        cost: parts.cost,
     }
 }

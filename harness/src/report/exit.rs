@@ -87,6 +87,7 @@ mod tests {
             scenarios: Vec::new(),
             leftovers: leftovers.iter().map(|s| (*s).to_owned()).collect(),
             teardown: Vec::new(),
+            cost: None,
         }
     }
 

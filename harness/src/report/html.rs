@@ -933,6 +933,7 @@ pub(crate) mod tests {
                 error: None,
             }],
             resources: None,
+            calls: Default::default(),
             artifacts: Vec::new(),
             attempts: 1,
             flaky: false,
@@ -961,6 +962,7 @@ pub(crate) mod tests {
             scenarios,
             leftovers: Vec::new(),
             teardown: Vec::new(),
+            cost: None,
         }
     }
 

@@ -4,6 +4,7 @@
 //! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
 
 pub mod assemble;
+pub mod cost;
 pub mod diff;
 pub mod exit;
 pub mod gate;
@@ -50,6 +51,10 @@ pub struct Report {
     /// The run-level teardown: what the run set up in a cluster (its namespace, or the
     /// executor's Role, binding and service account; a Kind cluster it created).
     pub teardown: Vec<CleanupRecord>,
+    /// What the run cost beyond its work: the harness's and the engine's CPU, the calls it
+    /// made (absent in reports written before it was recorded).
+    #[serde(default)]
+    pub cost: Option<cost::RunCost>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -264,6 +269,9 @@ pub struct ScenarioReport {
     /// written before it was recorded).
     #[serde(default)]
     pub resources: Option<ResourceUsage>,
+    /// The backend and node calls the scenario made, by kind (count and time).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub calls: cost::Calls,
     /// Files collected for this scenario, relative to the report's folder.
     pub artifacts: Vec<String>,
     /// How many attempts ran (`--retries`); the report describes the last one.
@@ -568,6 +576,9 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
             used.pods,
             used.describe()
         ));
+    }
+    if let Some(cost) = &report.cost {
+        out.push_str(&format!("  cost: {}\n", cost::console_line(cost)));
     }
     if !report.leftovers.is_empty() {
         out.push_str(&format!("  LEFT BEHIND: {}\n", report.leftovers.join(", ")));

@@ -337,6 +337,7 @@ mod tests {
                 error: Some("busy".into()),
             }],
             resources: None,
+            calls: Default::default(),
             artifacts: vec!["a/b.log".into()],
             attempts: 1,
             flaky: false,
@@ -376,6 +377,7 @@ mod tests {
             scenarios,
             leftovers: Vec::new(),
             teardown: Vec::new(),
+            cost: None,
         }
     }
 

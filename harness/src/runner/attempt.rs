@@ -8,6 +8,7 @@ use super::{Keep, Run, RunEnv};
 use crate::config::Capability;
 use crate::pod::admission::AdmissionMutated;
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
+use crate::report::cost::{CallMeter, SCENARIO_CALLS};
 use crate::report::{
     CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport, StepOutcome,
 };
@@ -27,7 +28,12 @@ impl Run {
         let mut previous = Vec::new();
         let mut attempt = 1;
         loop {
-            let mut report = self.attempt(scenario).await;
+            // The calls this attempt makes (body and teardown), for the report's cost.
+            let calls = CallMeter::default();
+            let mut report = SCENARIO_CALLS
+                .scope(calls.clone(), self.attempt(scenario))
+                .await;
+            report.calls = calls.snapshot();
             if should_retry(
                 report.outcome,
                 attempt,
@@ -275,6 +281,7 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         sessions: Vec::new(),
         cleanup: Vec::new(),
         resources: None,
+        calls: Default::default(),
         artifacts: Vec::new(),
         attempts: 1,
         flaky: false,

@@ -2,10 +2,12 @@
 //! template, and what every session shares. Nothing here knows which backend it is.
 
 use super::Run;
+use crate::backend::metered::Metered;
 use crate::backend::{Backend, PrepareInput, RunTeardown};
 use crate::host::HostEngine;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
+use crate::node::metered::MeteredNode;
 use crate::pod::template::{self, RenderedTemplate};
 use crate::report::{Environment, TemplateRecord};
 use crate::session::LaunchSettings;
@@ -104,8 +106,11 @@ impl Run {
             source_sha256: Some(crate::pod::template::sha256_hex(&self.template_text)),
         });
         let config = &self.config;
+        // Every call the scenarios make goes through the meter (the report's cost).
+        let backend: Arc<dyn Backend> =
+            Arc::new(Metered::new(prepared.backend, self.calls.clone()));
         let launch = LaunchSettings {
-            backend: prepared.backend.clone(),
+            backend: backend.clone(),
             namespace: prepared.namespace,
             template: parsed,
             main_container: config.main_container.clone(),
@@ -124,13 +129,15 @@ impl Run {
             existing_claim: config.workspace_claim.clone(),
         };
         Ok(RunEnv {
-            backend: prepared.backend,
+            backend,
             host_engine: prepared.host_engine,
             images: prepared.images,
             launch,
             rendered,
             environment,
-            node: prepared.node,
+            node: prepared.node.map(|node| {
+                Arc::new(MeteredNode::new(node, self.calls.clone())) as Arc<dyn NodeView>
+            }),
             teardown: prepared_teardown,
         })
     }

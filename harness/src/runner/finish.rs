@@ -65,6 +65,10 @@ impl Run {
             scenarios,
             leftovers,
             teardown,
+            cost: Some(self.cost_start.finish(
+                super::engine_host(&self.config).as_ref(),
+                self.calls.snapshot(),
+            )),
         });
         let path = match crate::report::outputs::write_all(&report, &self.report_folder()) {
             Ok(path) => path,

@@ -53,11 +53,24 @@ pub struct Run {
     cancelled: AtomicBool,
     stop_reason: Mutex<Option<StopReason>>,
     cancel: tokio::sync::Notify,
+    /// Every backend and node call of the run, by kind.
+    calls: crate::report::cost::CallMeter,
+    /// CPU readings at the start, for the report's cost.
+    cost_start: crate::report::cost::CostStart,
+}
+
+/// Where the engine's processes can be read: on this machine for the local backend.
+fn engine_host(config: &RunConfig) -> Option<crate::report::cost::EngineHost> {
+    (config.backend == crate::config::BackendKind::Local).then(|| crate::report::cost::EngineHost {
+        proc_root: "/proc".into(),
+        cgroup_root: "/sys/fs/cgroup".into(),
+    })
 }
 
 impl Run {
     pub fn new(id: String, config: RunConfig, template_text: String, prepare_text: String) -> Self {
         let started = Instant::now();
+        let cost_start = crate::report::cost::CostStart::now(engine_host(&config).as_ref());
         Self {
             id,
             config,
@@ -73,6 +86,8 @@ impl Run {
             cancelled: AtomicBool::new(false),
             stop_reason: Mutex::new(None),
             cancel: tokio::sync::Notify::new(),
+            calls: Default::default(),
+            cost_start,
         }
     }
 

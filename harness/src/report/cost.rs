@@ -1,0 +1,323 @@
+//! What a run cost, beyond the work it asked for: the harness's own CPU, the engine's CPU
+//! (dockerd, containerd and the shims), the machine's busy CPU, and every call the harness
+//! made to the backend and the node view, by kind (count and time). Always recorded: a
+//! counter and a clock read per call.
+//!
+//! Calls are counted for the run and, through a task-local meter the runner sets around each
+//! scenario, for the scenario that made them (a call from a task a scenario spawned counts
+//! for the run only).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Calls of one kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallCost {
+    pub count: u64,
+    /// Wall time spent in them, summed (calls overlap).
+    pub total_ms: u64,
+}
+
+/// Calls by kind (`exec`, `port_exchange`, `create_pod`, `node_scan`, ...).
+pub type Calls = BTreeMap<String, CallCost>;
+
+/// CPU of the engine's own processes over the run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EngineCpu {
+    pub cpu_ms: u64,
+    /// How it was measured: the engine's cgroups (exact, shims included), or its processes
+    /// (the shims of containers removed during the run are not counted).
+    pub method: String,
+}
+
+/// What the run cost.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunCost {
+    /// The harness process itself (user + system).
+    pub harness_cpu_ms: u64,
+    /// The engine on this machine (absent when the engine is elsewhere, e.g. a cluster).
+    pub engine: Option<EngineCpu>,
+    /// Machine-wide busy CPU on the harness's machine over the run (`/proc/stat`).
+    pub machine_busy_ms: Option<u64>,
+    /// Every call the harness made, by kind.
+    pub calls: Calls,
+}
+
+/// Counts calls by kind; cheap to clone, shared.
+#[derive(Clone, Default)]
+pub struct CallMeter(Arc<Mutex<Calls>>);
+
+impl CallMeter {
+    pub fn record(&self, kind: &str, took: Duration) {
+        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = calls.entry(kind.to_owned()).or_default();
+        entry.count += 1;
+        entry.total_ms += took.as_millis() as u64;
+    }
+
+    pub fn snapshot(&self) -> Calls {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+tokio::task_local! {
+    /// The meter of the scenario running in this task.
+    pub static SCENARIO_CALLS: CallMeter;
+}
+
+/// Records a call for the run (`run`) and for the scenario running in this task, if any.
+pub fn record(run: &CallMeter, kind: &str, took: Duration) {
+    run.record(kind, took);
+    let _ = SCENARIO_CALLS.try_with(|scenario| scenario.record(kind, took));
+}
+
+/// Times `call` and records it under `kind`.
+pub async fn metered<T>(run: &CallMeter, kind: &str, call: impl Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let out = call.await;
+    record(run, kind, started.elapsed());
+    out
+}
+
+/// This process's CPU (user + system) so far, from `/proc/self/stat`.
+pub fn own_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    process_cpu(&stat)
+}
+
+/// utime + stime of a `/proc/<pid>/stat` line.
+fn process_cpu(stat: &str) -> Option<Duration> {
+    // The command may hold spaces and parentheses: fields start after the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(ticks(utime + stime))
+}
+
+fn ticks(n: u64) -> Duration {
+    // USER_HZ is 100 on every Linux the harness runs on.
+    Duration::from_millis(n * 10)
+}
+
+/// Machine-wide busy CPU so far (user, nice, system, irq, softirq, steal), from `/proc/stat`.
+pub fn machine_busy() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|i| v.get(*i))
+        .sum::<u64>();
+    Some(ticks(busy))
+}
+
+/// The engine's CPU so far: its processes found by name (`dockerd`, `containerd`, and the
+/// shims `containerd-shim*`) under `proc_root`. When dockerd and containerd run in cgroups of
+/// their own (a systemd unit, or `ensure-engine.sh`'s `kandev-engine`), those cgroups' usage
+/// counts (exact: the shims they started and the ones that exited are in it); otherwise the
+/// live processes' CPU.
+pub fn engine_cpu(proc_root: &std::path::Path, cgroup_root: &std::path::Path) -> Option<EngineCpu> {
+    let mut groups = std::collections::BTreeSet::new();
+    let mut processes = Duration::ZERO;
+    let mut found = false;
+    for entry in std::fs::read_dir(proc_root).ok()?.flatten() {
+        let dir = entry.path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
+        let comm = comm.trim();
+        let daemon = comm == "dockerd" || comm == "containerd";
+        if !daemon && !comm.starts_with("containerd-shim") {
+            continue;
+        }
+        found = true;
+        if let Some(cpu) = std::fs::read_to_string(dir.join("stat"))
+            .ok()
+            .and_then(|s| process_cpu(&s))
+        {
+            processes += cpu;
+        }
+        if daemon && let Ok(cgroup) = std::fs::read_to_string(dir.join("cgroup")) {
+            groups.insert(cpu_cgroup(&cgroup));
+        }
+    }
+    if !found {
+        return None;
+    }
+    let own: Vec<_> = groups.into_iter().flatten().filter(|g| g != "/").collect();
+    let usage: Option<Duration> = if own.is_empty() {
+        None
+    } else {
+        own.iter()
+            .map(|g| cgroup_usage(cgroup_root, g))
+            .sum::<Option<Duration>>()
+    };
+    Some(match usage {
+        Some(cpu) => EngineCpu {
+            cpu_ms: cpu.as_millis() as u64,
+            method: format!("cgroups {}", own.join(", ")),
+        },
+        None => EngineCpu {
+            cpu_ms: processes.as_millis() as u64,
+            method: "processes (shims of containers removed during the run not counted)".into(),
+        },
+    })
+}
+
+/// The cgroup holding CPU accounting in a `/proc/<pid>/cgroup` (v1 `cpuacct`, else v2).
+fn cpu_cgroup(text: &str) -> Option<String> {
+    let mut unified = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "cpuacct") {
+            return Some(path.to_owned());
+        }
+        if controllers.is_empty() {
+            unified = Some(path.to_owned());
+        }
+    }
+    unified
+}
+
+fn cgroup_usage(root: &std::path::Path, path: &str) -> Option<Duration> {
+    let rel = path.trim_start_matches('/');
+    if let Ok(v1) = std::fs::read_to_string(root.join("cpuacct").join(rel).join("cpuacct.usage")) {
+        return v1.trim().parse().ok().map(Duration::from_nanos);
+    }
+    let v2 = std::fs::read_to_string(root.join(rel).join("cpu.stat")).ok()?;
+    v2.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse().ok())
+        .map(Duration::from_micros)
+}
+
+/// Readings at the start of a run, to subtract at its end.
+#[derive(Debug, Clone)]
+pub struct CostStart {
+    harness: Option<Duration>,
+    machine: Option<Duration>,
+    engine: Option<EngineCpu>,
+}
+
+/// Where the engine's processes are seen (None: not on this machine).
+#[derive(Debug, Clone)]
+pub struct EngineHost {
+    pub proc_root: std::path::PathBuf,
+    pub cgroup_root: std::path::PathBuf,
+}
+
+impl CostStart {
+    pub fn now(engine: Option<&EngineHost>) -> Self {
+        Self {
+            harness: own_cpu(),
+            machine: machine_busy(),
+            engine: engine.and_then(|e| engine_cpu(&e.proc_root, &e.cgroup_root)),
+        }
+    }
+
+    /// The run's cost from these readings to now.
+    pub fn finish(&self, engine: Option<&EngineHost>, calls: Calls) -> RunCost {
+        let since = |then: Option<Duration>, now: Option<Duration>| {
+            Some(now?.saturating_sub(then?).as_millis() as u64)
+        };
+        let engine = match (
+            &self.engine,
+            engine.and_then(|e| engine_cpu(&e.proc_root, &e.cgroup_root)),
+        ) {
+            (Some(then), Some(now)) => Some(EngineCpu {
+                cpu_ms: now.cpu_ms.saturating_sub(then.cpu_ms),
+                method: now.method,
+            }),
+            _ => None,
+        };
+        RunCost {
+            harness_cpu_ms: since(self.harness, own_cpu()).unwrap_or_default(),
+            engine,
+            machine_busy_ms: since(self.machine, machine_busy()),
+            calls,
+        }
+    }
+}
+
+/// One line for the console: `harness 2.1 s CPU, engine 24.3 s, machine 58.0 s busy; 131 exec, ...`.
+pub fn console_line(cost: &RunCost) -> String {
+    let s = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    let mut parts = vec![format!("harness {} CPU", s(cost.harness_cpu_ms))];
+    if let Some(engine) = &cost.engine {
+        parts.push(format!("engine {}", s(engine.cpu_ms)));
+    }
+    if let Some(busy) = cost.machine_busy_ms {
+        parts.push(format!("machine {} busy", s(busy)));
+    }
+    let mut calls: Vec<_> = cost.calls.iter().collect();
+    calls.sort_by_key(|(_, c)| std::cmp::Reverse(c.count));
+    let calls: Vec<String> = calls
+        .iter()
+        .take(6)
+        .map(|(kind, c)| format!("{} {kind}", c.count))
+        .collect();
+    format!("{}; calls: {}", parts.join(", "), calls.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_process_stat_with_spaces_in_its_name() {
+        let stat = "42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 1 0 1 1 1";
+        assert_eq!(process_cpu(stat), Some(Duration::from_millis(3000)));
+    }
+
+    #[test]
+    fn finds_the_cpu_cgroup_of_v1_and_v2() {
+        let v1 = "9:name=systemd:/\n2:cpu,cpuacct:/system.slice/docker.service\n0::/x";
+        assert_eq!(
+            cpu_cgroup(v1).as_deref(),
+            Some("/system.slice/docker.service")
+        );
+        assert_eq!(
+            cpu_cgroup("0::/kandev-engine\n").as_deref(),
+            Some("/kandev-engine")
+        );
+    }
+
+    #[test]
+    fn counts_calls_for_the_run_and_the_scenario() {
+        let run = CallMeter::default();
+        let scenario = CallMeter::default();
+        record(&run, "exec", Duration::from_millis(5));
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .block_on(SCENARIO_CALLS.scope(scenario.clone(), async {
+                record(&run, "exec", Duration::from_millis(7));
+            }));
+        assert_eq!(
+            run.snapshot()["exec"],
+            CallCost {
+                count: 2,
+                total_ms: 12
+            }
+        );
+        assert_eq!(
+            scenario.snapshot()["exec"],
+            CallCost {
+                count: 1,
+                total_ms: 7
+            }
+        );
+    }
+}

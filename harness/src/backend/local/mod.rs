@@ -182,6 +182,57 @@ impl LocalBackend {
             })
     }
 
+    /// Creates and starts `container`, then waits until it prints `line` on stdout (attached
+    /// before the start, so nothing is missed); fails with its output if it ends first.
+    async fn create_start_and_await(
+        &self,
+        container: &plan::ContainerPlan,
+        line: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        let docker = &self.objects.docker;
+        let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+            .name(&container.engine_name)
+            .build();
+        docker
+            .create_container(Some(options), container.body.clone())
+            .await?;
+        let attach = bollard::query_parameters::AttachContainerOptionsBuilder::default()
+            .stream(true)
+            .stdout(true)
+            .stderr(true)
+            .build();
+        let mut attached = docker
+            .attach_container(&container.engine_name, Some(attach))
+            .await?;
+        docker
+            .start_container(&container.engine_name, None::<StartContainerOptions>)
+            .await?;
+        let mut seen = Vec::new();
+        let wait = async {
+            while let Some(chunk) = attached.output.next().await {
+                seen.extend_from_slice(&chunk?.into_bytes());
+                if String::from_utf8_lossy(&seen).lines().any(|l| l == line) {
+                    return anyhow::Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(anyhow!(
+                "{} ended before saying {line:?}: {}",
+                container.engine_name,
+                String::from_utf8_lossy(&seen).trim()
+            )),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(anyhow!(
+                "{} did not say {line:?} within {timeout:?}",
+                container.engine_name
+            )),
+        }
+    }
+
     async fn exec_in(
         &self,
         engine_name: &str,
@@ -341,31 +392,24 @@ impl LocalBackend {
             }
         }
 
-        self.create_and_start(&plan.infra).await?;
-        if let Some(gid) = plan.fs_group {
-            let mut argv = vec![
-                "/kandev-mock-agent".to_owned(),
-                "fsgroup".to_owned(),
-                gid.to_string(),
-            ];
-            argv.extend(
-                plan.volumes
-                    .iter()
-                    .filter(|v| !matches!(v.kind, VolumeKind::HostPath { .. }))
-                    .map(|v| format!("{}/{}", plan::INFRA_VOLUME_ROOT, v.name)),
-            );
-            let out = self
-                .exec_in(
-                    &plan.infra.engine_name,
-                    argv,
-                    None,
-                    Duration::from_secs(120),
-                )
-                .await
-                .map_err(|e| other("apply fsGroup", e))?;
-            if !out.success() {
-                return Err(other("apply fsGroup", anyhow!("{}", out.stderr_text())));
+        match plan.fs_group {
+            // The infra container applies fsGroup to the volumes before it pauses (one
+            // process instead of an exec); the Pod's other containers start once it has.
+            Some(gid) => {
+                let mut infra = plan.infra.clone();
+                let cmd = infra.body.cmd.get_or_insert_default();
+                cmd.extend(["--fsgroup".to_owned(), gid.to_string()]);
+                cmd.extend(
+                    plan.volumes
+                        .iter()
+                        .filter(|v| !matches!(v.kind, VolumeKind::HostPath { .. }))
+                        .map(|v| format!("{}/{}", plan::INFRA_VOLUME_ROOT, v.name)),
+                );
+                self.create_start_and_await(&infra, "fsgroup applied", Duration::from_secs(120))
+                    .await
+                    .map_err(|e| other("apply fsGroup", e))?;
             }
+            None => self.create_and_start(&plan.infra).await?,
         }
         for init in &plan.init_containers {
             self.create_and_start(init).await?;

@@ -11,13 +11,15 @@ use crate::node::NodeView;
 use crate::report::NestedInventory;
 use std::time::Duration;
 
-/// One exec in the companion lists the nested daemon's objects, a section each.
+/// One exec in the companion lists the nested daemon's objects, a section each (four CLI
+/// calls: one container listing gives both the containers and their Compose projects).
 const INVENTORY_SCRIPT: &str = r#"export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"
-echo '== containers'; docker ps -aq --no-trunc
+ps=$(docker ps -a --no-trunc --format '{{.ID}} {{.Label "com.docker.compose.project"}}') || exit
+echo '== containers'; printf '%s\n' "$ps" | cut -d' ' -f1
 echo '== images'; docker images -q --no-trunc | sort -u
 echo '== volumes'; docker volume ls -q
 echo '== networks'; docker network ls --filter type=custom --format '{{.Name}}'
-echo '== compose'; docker ps -a --filter label=com.docker.compose.project --format '{{.Label "com.docker.compose.project"}}' | sort -u
+echo '== compose'; printf '%s\n' "$ps" | cut -s -d' ' -f2- | sed '/^$/d' | sort -u
 "#;
 
 /// What the nested daemon of each Pod that still exists holds right now (Pods the scenario

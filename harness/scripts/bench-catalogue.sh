@@ -15,8 +15,9 @@
 #               from the warm-up's report. It always does the whole catalogue's work, so
 #               arguments that select scenarios make the comparison meaningless.
 #
-# Machine-wide CPU counts everything the machine does: run it on a quiet machine (the load
-# average is printed at the start and the end, and kept in the JSON). A failed catalogue or
+# Machine-wide CPU counts everything the machine does: run it on a quiet machine. The load
+# average and the busy cores over 5 idle seconds are taken at the start and the end (printed,
+# and kept in the JSON): background work shows there. A failed catalogue or
 # baseline run stops the benchmark with a non-zero exit; goals not met do not (it measures).
 set -euo pipefail
 
@@ -53,8 +54,15 @@ for a in "${run_args[@]}"; do case $a in --report | --report=*) report_args=() ;
 clk_tck=$(getconf CLK_TCK)
 busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# background SECONDS: the cores busy while the benchmark runs nothing.
+background() {
+  local c0 c1
+  c0=$(busy_ticks); sleep "$1"; c1=$(busy_ticks)
+  awk -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v s="$1" 'BEGIN { printf "%.2f", (b - a) / hz / s }'
+}
 load_start=$(loadavg)
-echo "bench-catalogue: $(nproc) cores, load average $load_start (1, 5, 15 min): run it on a quiet machine"
+idle_start=$(background 5)
+echo "bench-catalogue: $(nproc) cores, load average $load_start (1, 5, 15 min), $idle_start cores busy with nothing running: run it on a quiet machine"
 
 echo "bench-catalogue: building kandev-acceptance"
 cargo build -q -p kandev-scenarios --bin kandev-acceptance
@@ -128,10 +136,13 @@ for pair in $(seq 1 "$pairs"); do
   measure baseline "$pair" "$log" "$baseline" "$WORKER" "$DAEMON" "$MOCK_AGENT" || fail "baseline run $pair" $? "$log"
 done
 load_end=$(loadavg)
+idle_end=$(background 5)
 
-python3 - "$runs" "$out" "$pairs" "$load_start" "$load_end" "$(nproc)" "$clk_tck" "$WORKER" "$DAEMON" "$MOCK_AGENT" "$stamp" "${run_args[@]}" <<'EOF'
+python3 - "$runs" "$out" "$pairs" "$load_start $idle_start" "$load_end $idle_end" "$(nproc)" "$clk_tck" "$WORKER" "$DAEMON" "$MOCK_AGENT" "$stamp" "${run_args[@]}" <<'EOF'
 import json, statistics, sys
-runs_file, out, pairs, load_start, load_end, cores, clk_tck, worker, daemon, agent, stamp = sys.argv[1:12]
+runs_file, out, pairs, start, end, cores, clk_tck, worker, daemon, agent, stamp = sys.argv[1:12]
+load_start, idle_start = start.rsplit(" ", 1)
+load_end, idle_end = end.rsplit(" ", 1)
 run_args = sys.argv[12:]
 runs = []
 for line in open(runs_file):
@@ -165,17 +176,28 @@ for kind in ("catalogue", "baseline"):
     print("%-10s %24s %24s" % (kind, "%.1f (%.1f-%.1f)" % (w["median"], w["min"], w["max"]),
                                "%.1f (%.1f-%.1f)" % (c["median"], c["min"], c["max"])))
 print()
+by_pair = {}
+for r in runs:
+    if r["kind"] in ("catalogue", "baseline"):
+        by_pair.setdefault(r["pair"], {})[r["kind"]] = r
+pair_ratios = [{"pair": p, "cpu": round(k["catalogue"]["cpu_s"] / k["baseline"]["cpu_s"], 3),
+                "wall": round(k["catalogue"]["wall_s"] / k["baseline"]["wall_s"], 3)}
+               for p, k in sorted(by_pair.items()) if len(k) == 2]
+for pr in pair_ratios:
+    print("pair %d catalogue/baseline: cpu %.2fx, wall %.2fx" % (pr["pair"], pr["cpu"], pr["wall"]))
 print("catalogue/baseline (medians, %s pair%s): cpu %.2fx, wall %.2fx" % (pairs, "" if pairs == "1" else "s", ratio["cpu_s"], ratio["wall_s"]))
 for name, g in goals.items():
     print("goal %-4s <= %.2fx: %.2fx  %s" % (name, g["limit"], g["ratio"], "met" if g["met"] else "NOT MET"))
-print("load average (1, 5, 15 min): %s at the start, %s at the end; %s cores" % (load_start, load_end, cores))
+print("load average (1, 5, 15 min): %s at the start, %s at the end; busy cores with nothing running: %s at the start, %s at the end (of %s)"
+      % (load_start, load_end, idle_start, idle_end, cores))
 
 result = {
     "started_at": stamp, "pairs": int(pairs), "run_args": run_args,
-    "machine": {"cores": int(cores), "clk_tck": int(clk_tck), "loadavg_start": load_start, "loadavg_end": load_end},
+    "machine": {"cores": int(cores), "clk_tck": int(clk_tck), "loadavg_start": load_start, "loadavg_end": load_end,
+                "idle_busy_cores_start": float(idle_start), "idle_busy_cores_end": float(idle_end)},
     "cpu_measure": "machine-wide busy time from /proc/stat: user+nice+system+irq+softirq+steal",
     "baseline_inputs": {"worker_image": worker, "daemon_image": daemon, "mock_agent": agent},
-    "runs": runs, "summary": summary, "ratios": ratio, "goals": goals,
+    "runs": runs, "summary": summary, "ratios": ratio, "pair_ratios": pair_ratios, "goals": goals,
 }
 with open(out, "w") as f:
     json.dump(result, f, indent=2)

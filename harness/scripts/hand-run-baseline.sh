@@ -1,86 +1,504 @@
 #!/usr/bin/env bash
-# The engine work of one catalogue run, done by hand: serially, in one shell, with the plain
-# docker CLI and no harness. It is the yardstick for the harness's own overhead (the README
-# reports both times). It launches the same 20 "sessions" (a privileged dockerd companion and
-# a UID-1000 agent container sharing a workspace and a socket volume) and runs the same
-# nested work: builds, runs, binds, Compose up/down, Chromium, a 64 MiB HTTPS transfer, a
-# memory hog, the tool jobs. It checks little: it only measures.
+# The nested work of one catalogue run (`kandev-acceptance run`, local backend, default
+# settings), done by hand: serially, in one shell, with the plain docker CLI, no harness and no
+# checks. It is the yardstick of the harness's own overhead (harness/scripts/bench-catalogue.sh
+# runs both alternately), so it does what runs inside the catalogue's Pods, and only that.
 #
 # Usage: hand-run-baseline.sh WORKER_IMAGE DAEMON_IMAGE MOCK_AGENT_BINARY
-set -euo pipefail
-W=$1 D=$2 A=$3
-P=kandev-baseline-$$
-n=0
-trap 'docker ps -aq --filter label=$P | xargs -r docker rm -f >/dev/null; docker volume ls -q --filter label=$P | xargs -r docker volume rm -f >/dev/null' EXIT
+#   Environment (defaults = the catalogue's defaults; bench-catalogue.sh passes the run's):
+#   POD_MTU (1450), DOCKER_READY_TIMEOUT_SECONDS (60), REQUIRED_TOOLS ("git python-venv c node
+#   docker compose"), OPTIONAL_TOOLS ("buildx go rust pnpm"), PREPARE_SCRIPT (the fixture's).
+#
+# THE SAME AS THE CATALOGUE
+# - 20 sessions, as the 13 Pod scenarios make them (template::grant_rules makes none), plus
+#   network::mtu's HTTPS peer: 21 Pods. (The report's resources.pods, 19, counts only the Pods
+#   still there at each scenario's teardown: not stop_retains's replaced Pod nor
+#   teardown_exact's owned one.) 17 are launched (bootstrap + prepare), 1 is prepared without a
+#   daemon (docker_gate), 2 are only created (teardown_exact's look-alikes, emptyDir workspace).
+# - Each Pod as the rendered fixtures/templates/full-worker.yaml composes it: kandev-agent
+#   (worker image, UID/GID 1000, fsGroup 1000, cap-drop ALL, no-new-privileges, default
+#   seccomp, memory 4Gi = swap, 2 CPUs, cpu-shares 256, restart always, workdir /workspace,
+#   DOCKER_HOST, the bootstrap command that waits for the start marker and execs agentctl) and
+#   docker-engine (daemon image, root, privileged, memory 3Gi = swap, 2 CPUs, cpu-shares 256,
+#   restart always, the template's `/bin/sh -ceu` script verbatim: MTU from the default route,
+#   dockerd on the socket with --group=1000, --mtu and
+#   --default-network-opt=bridge=com.docker.network.driver.mtu, overlay2, cgroupfs,
+#   --cgroup-parent=docker); volumes docker-socket (tmpfs 16 MiB), docker-data,
+#   kandev-runtime, kandev-auth (tmpfs), the workspace (a named volume; emptyDir for the
+#   look-alikes), all mounted nocopy; the Pods on a bridge network with the Pod MTU (1450).
+# - Bootstrap as the harness runs it: one exec writes agentctl (from stdin), runtime.env,
+#   prepare.sh, the session's and the shared auth.env (Kandev's `put`: umask 077, temp file,
+#   rename); the prepare script runs through the runtime environment (its Docker gate: `timeout
+#   3 docker info` once a second; git config; the caches); then auth.env is reduced and the
+#   prepared/start markers written, so agentctl starts. The absent-daemon Pod (daemon command
+#   `exec sleep 3600`, DOCKER_READY_TIMEOUT_SECONDS=2) runs the gate until it gives up.
+# - The nested work of every scenario, its scripts copied from scenarios/src: workload builds,
+#   nested runs, binds, writes and the digests at a transfer's other end, Compose detection,
+#   up, service states, logs, down -v and the leftover listing, Chromium (version, the sandboxed
+#   attempt, the --no-sandbox retry when it fails, the screenshot), the TLS client image, MTU
+#   probes, the 64 MiB HTTPS transfer from the peer, the 32 MiB holder and the hog beyond the
+#   Pod's 7 GiB (7424 MiB, killed at the companion's 3 GiB), each required and optional tool's
+#   version and job, cross-session objects, visibility and tcp:// probes, the session process
+#   started, stopped (waiting for its exit) and started again, the replacement Pod on the kept
+#   workspace, teardown_exact's nested sleeper, `docker info` wherever a scenario asks it, and
+#   the runner's nested inventory (5 listings in the companion) of every Pod still there at a
+#   scenario's teardown, then the Pods' and workspaces' deletion.
+#
+# DIFFERENCES (harness plumbing, evidence-only reads, or how a hand run does it)
+# - Serial: one scenario, one session at a time (the catalogue runs scenarios on 4 threads and
+#   launches launch_many sessions together).
+# - No infra container per Pod: kandev-agent owns the Pod's network and IPC namespaces and
+#   docker-engine joins them. fsGroup is applied by one privileged exec in kandev-agent (before
+#   docker-engine starts) instead of the infra container's `fsgroup` exec, so not on
+#   docker-data, which only docker-engine mounts (dockerd runs as root there).
+# - No Pod-level cgroup (the harness's /kandev-acceptance/pod<uid>, 7 GiB, 4 CPUs, 4096 pids,
+#   as the containers' parent): each container has the template's own limits, which decide
+#   everything here (the hog dies at docker-engine's 3 GiB in both).
+# - Commands run with `docker exec` (the agent's ones as UID 1000 in /workspace with the
+#   session's HOME, not the rest of its auth.env), one exec per run of consecutive commands
+#   in one container, instead of the exec bridge (`docker exec agentctl bridge` + HTTP to
+#   agentctl, which spawns `sh -c`) once per step; agent-side digests the catalogue asks
+#   agentctl for are `sha256sum`/`stat`.
+# - Not done: the control-API traffic (/health polling, the nonce handshake, identity,
+#   instances, health, the Resume token reattach), so the hand run never waits for agentctl
+#   to listen; the session process and Stop are `docker exec -d sh -lc 'agentctl session'`
+#   and `pkill -TERM` + wait for its exit, not agentctl's instances API.
+# - Not done, evidence-only reads: docker_gate's never-started probe (`sleep 1`, markers,
+#   /proc scan, /proc/net/tcp); socket_only's socket stat, /proc/net/tcp{,6}, the companion's
+#   /proc cmdline scan, the service-account listing; shared's `test ! -e` after the EROFS
+#   write; compose's `test -e`/`test -s` of its files; network::mtu's Pod-MTU read and
+#   docker0's MTU in the companion; cgroup::accounting's /proc/1/stat of both containers
+#   (twice); toolchain's cache-folder check; cross_session's `ls -A /run/docker` (twice) and
+#   the marker `test -e` in B; stop_retains's `cat` of the kept file in the replacement; the
+#   screenshot copied into the report.
+# - Not done, harness-side reads of the host: the engine's inspections (Pod UIDs, labels,
+#   container states, host_sharing, image lookups by tag/id, the engine's daemon ID), the node
+#   view (cgroup files, /proc scans for nested processes, the kernel log, the settle waits
+#   after deletions), terminal_cleanup's identity checks and its two refused cleanups, the
+#   label sweeps and leak ledger after each scenario.
+# - Not done, run plumbing: setup (engine, mock-agent binary and image checks), the template
+#   rendering and rule checks (template::grant_rules), the report (JSON, HTML, JUnit, CTRF).
+# - The peer is one container on the Pod network (no infra container); the waits are the
+#   work's own (the prepare gate, the peer's readiness, the session process's exit).
+# shellcheck disable=SC2016,SC2129 # nested scripts single-quoted on purpose; one redirect per step
+set -Eeuo pipefail
 
-dind='exec dockerd --host=unix:///run/docker/docker.sock --group=1000 --exec-root=/run/dockerd --storage-driver=overlay2'
-up() { # up NAME [daemon-command]: a session, ready when the agent's `docker info` answers
-  local s=$1 cmd=${2:-$dind}
-  for v in ws sock data; do docker volume create --label "$P" "$s-$v" >/dev/null; done
-  docker run -d --label "$P" --name "$s-d" --privileged -v "$s-ws:/workspace:nocopy" -v "$s-sock:/run/docker:nocopy" \
-    -v "$s-data:/var/lib/docker" "$D" sh -c "chgrp 1000 /workspace /run/docker && chmod 2775 /workspace /run/docker && $cmd" >/dev/null
-  docker run -d --label "$P" --name "$s-a" --network "container:$s-d" -u 1000:1000 --group-add 1000 \
-    --cap-drop ALL --security-opt no-new-privileges -e DOCKER_HOST=unix:///run/docker/docker.sock \
-    -e HOME=/tmp -v "$s-ws:/workspace:nocopy" -v "$s-sock:/run/docker:nocopy" "$W" sleep infinity >/dev/null
-  docker cp "$A" "$s-a:/tmp/agentctl" >/dev/null
+if [ $# -ne 3 ]; then
+  echo "usage: $0 WORKER_IMAGE DAEMON_IMAGE MOCK_AGENT_BINARY" >&2
+  exit 2
+fi
+W=$1 D=$2 A=$3
+here=$(cd "$(dirname "$0")" && pwd)
+PREPARE_SCRIPT=${PREPARE_SCRIPT:-$here/../../fixtures/prepare/full-worker-prepare.sh}
+POD_MTU=${POD_MTU:-1450}
+READY_TIMEOUT=${DOCKER_READY_TIMEOUT_SECONDS:-60}
+REQUIRED_TOOLS=${REQUIRED_TOOLS:-git python-venv c node docker compose}
+OPTIONAL_TOOLS=${OPTIONAL_TOOLS:-buildx go rust pnpm}
+[ -f "$A" ] || { echo "hand-run-baseline: no mock agent binary at $A" >&2; exit 2; }
+[ -f "$PREPARE_SCRIPT" ] || { echo "hand-run-baseline: no prepare script at $PREPARE_SCRIPT" >&2; exit 2; }
+docker image inspect "$W" "$D" >/dev/null || { echo "hand-run-baseline: build the images first (a catalogue run does)" >&2; exit 2; }
+PREPARE=$(cat "$PREPARE_SCRIPT")
+SIZE=$(stat -c %s "$A")
+
+P=kandev-baseline-$$
+NET=$P
+# BASELINE_OUTPUT=FILE keeps what the nested commands print (default: discarded).
+OUT=${BASELINE_OUTPUT:-/dev/null}
+LOG=$(mktemp "${TMPDIR:-/tmp}/$P.XXXXXX.log")
+n=0
+g='' s='' rw='' ro='' a='' b='' o='' nb='' # session names, set by session()
+
+cleanup() {
+  trap - EXIT INT TERM
+  docker ps -aq --filter "label=$P" | xargs -r docker rm -f >/dev/null 2>&1 || true
+  docker volume ls -q --filter "label=$P" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
+  docker network ls -q --filter "label=$P" | xargs -r docker network rm >/dev/null 2>&1 || true
+  rm -f "$LOG"
 }
-ready() { until docker exec "$1-a" docker info >/dev/null 2>&1; do sleep 0.2; done; }
-down() { docker rm -f "$1-a" "$1-d" >/dev/null; docker volume rm "$1-ws" "$1-sock" "$1-data" >/dev/null; }
-ag() { local s=$1; shift; docker exec -w /workspace "$s-a" sh -c "$*"; }
-build() { ag "$1" 'mkdir -p /workspace/w && cp /tmp/agentctl /workspace/w/workload && printf "FROM scratch\nCOPY workload /workload\nENTRYPOINT [\"/workload\"]\n" > /workspace/w/Dockerfile && docker build -q --network none -t probe /workspace/w >/dev/null'; }
-session() { n=$((n + 1)); up "$P-$n" "${2:-$dind}"; ready "$P-$n"; eval "$1=$P-$n"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+on_error() { echo "hand-run-baseline: line $2 failed (exit $1); last stderr:" >&2; tail -n 15 "$LOG" >&2; }
+trap 'on_error $? $LINENO' ERR
+
+# --- The Pod, as the rendered template composes it ----------------------------------------
+
+# docker-engine's args, verbatim from fixtures/templates/full-worker.yaml.
+DAEMON_SCRIPT='route_dev() { awk '\''{for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit }}'\''; }
+iface=$(ip -o -4 route show default | route_dev)
+[ -n "$iface" ] || iface=$(ip -o -6 route show default | route_dev)
+[ -n "$iface" ] || { echo "docker-engine: no default route to derive the MTU from" >&2; exit 1; }
+mtu=$(cat "/sys/class/net/$iface/mtu")
+[ "$mtu" -ge 576 ] || { echo "docker-engine: MTU $mtu of $iface is below 576" >&2; exit 1; }
+exec dockerd --host=unix:///run/docker/docker.sock --group=1000 \
+  --exec-root=/run/dockerd --mtu="$mtu" --default-network-opt=bridge=com.docker.network.driver.mtu="$mtu" \
+  --storage-driver=overlay2 \
+  --exec-opt native.cgroupdriver=cgroupfs --cgroup-parent=docker
+'
+# The main container's bootstrap command (harness/src/pod/compose.rs, Kandev's K-1ee3 shape).
+BOOTSTRAP='while [ ! -f /opt/kandev/start ]; do sleep 0.2; done
+set -a
+. /opt/kandev/runtime.env
+if [ -f /run/kandev/auth.env ]; then . /run/kandev/auth.env; fi
+set +a
+if [ ! -f /opt/kandev/prepared ]; then echo "kubernetes preparation marker is missing" >&2; exit 70; fi
+exec /opt/kandev/agentctl'
+# Kandev's way of writing a file into a Pod (harness/src/session/mod.rs).
+PUT='put() {
+  dest=$1; mode=$2; dir=${1%/*}; cur=
+  old_ifs=$IFS; IFS=/; set -- $dir; IFS=$old_ifs
+  for part in "$@"; do
+    [ -n "$part" ] || continue
+    cur="$cur/$part"
+    [ ! -L "$cur" ] || exit 73
+    if [ -e "$cur" ]; then [ -d "$cur" ] || exit 73; else mkdir "$cur"; fi
+  done
+  [ ! -L "$dest" ] || exit 73
+  [ ! -d "$dest" ] || exit 73
+  tmp=$(mktemp "$dir/.kandev-upload.XXXXXX")
+  cat > "$tmp"
+  chmod "$mode" "$tmp"
+  mv -f "$tmp" "$dest"
+}'
+WRITE_FILES="set -e
+umask 077
+$PUT"'
+head -c "$1" | put /opt/kandev/agentctl 0755
+printf "%s" "$2" | put /opt/kandev/runtime.env 0600
+printf "%s" "$3" | put /opt/kandev/prepare.sh 0600
+mkdir -p /run/kandev/home
+chmod 0700 /run/kandev/home
+printf "%s" "$4" | put "$6/auth.env" 0600
+printf "%s" "$5" | put /run/kandev/auth.env 0600
+command -v docker >/dev/null 2>&1 || exit 69'
+RUN_PREPARE='set -a; . /opt/kandev/runtime.env; . /run/kandev/auth.env; set +a; exec sh /opt/kandev/prepare.sh'
+MARKERS="set -e
+umask 077
+$PUT"'
+printf "%s" "$1" | put /run/kandev/auth.env 0600
+: > /opt/kandev/prepared
+: > /opt/kandev/start'
+# The runner's nested inventory of a Pod at its scenario's teardown (harness/src/runner/ledger.rs).
+INVENTORY='export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"
+echo "== containers"; docker ps -aq --no-trunc
+echo "== images"; docker images -q --no-trunc | sort -u
+echo "== volumes"; docker volume ls -q
+echo "== networks"; docker network ls --filter type=custom --format "{{.Name}}"
+echo "== compose"; docker ps -a --filter label=com.docker.compose.project --format "{{.Label \"com.docker.compose.project\"}}" | sort -u
+'
+
+declare -A HOME_OF
+vol() { docker volume create --label "$P" "$@" >/dev/null; }
+mnt() { echo "type=volume,src=$1,dst=$2,volume-nocopy${3:+,readonly}"; }
+
+# pod NAME WORKSPACE_VOLUME [ro] [absent]: the Pod's volumes and containers (the workspace
+# volume exists already: a claim, or the emptyDir of a look-alike).
+pod() {
+  local s=$1 ws=$2 grant=${3:-} daemon=${4:-}
+  vol --opt type=tmpfs --opt device=tmpfs --opt o=size=16777216 "$s-docker-socket"
+  vol "$s-docker-data"
+  vol "$s-kandev-runtime"
+  vol --opt type=tmpfs --opt device=tmpfs "$s-kandev-auth"
+  docker run -d --label "$P" --name "$s-kandev-agent" --hostname "$s" --network "$NET" \
+    --ipc shareable --restart always -u 1000:1000 --group-add 1000 --cap-drop ALL \
+    --security-opt no-new-privileges:true --memory 4294967296 --memory-swap 4294967296 \
+    --cpus 2 --cpu-shares 256 -e HOSTNAME="$s" -e DOCKER_HOST=unix:///run/docker/docker.sock \
+    -w /workspace --mount "$(mnt "$s-docker-socket" /run/docker)" \
+    --mount "$(mnt "$s-kandev-runtime" /opt/kandev)" --mount "$(mnt "$s-kandev-auth" /run/kandev)" \
+    --mount "$(mnt "$ws" /workspace)" --entrypoint sh "$W" -c "$BOOTSTRAP" >/dev/null
+  docker exec --privileged -u 0 "$s-kandev-agent" sh -c 'for d in /run/docker /opt/kandev /run/kandev /workspace; do chgrp -R 1000 "$d" && chmod -R g+rw "$d" && find "$d" -type d -exec chmod g+xs {} +; done'
+  local cmd=(-ceu "$DAEMON_SCRIPT")
+  [ "$daemon" != absent ] || cmd=(-c 'exec sleep 3600')
+  docker run -d --label "$P" --name "$s-docker-engine" --network "container:$s-kandev-agent" \
+    --ipc "container:$s-kandev-agent" --restart always -u 0:0 --privileged --group-add 1000 \
+    --memory 3221225472 --memory-swap 3221225472 --cpus 2 --cpu-shares 256 -e HOSTNAME="$s" \
+    --mount "$(mnt "$ws" /workspace "$grant")" --mount "$(mnt "$s-docker-socket" /run/docker)" \
+    --mount "$(mnt "$s-docker-data" /var/lib/docker)" --entrypoint /bin/sh "$D" "${cmd[@]}" >/dev/null
+}
+
+# write_files POD [READY_TIMEOUT] [IDENTITY]: the bootstrap's first exec (a replacement Pod
+# keeps its task's identity, so the session's home).
+write_files() {
+  local p=$1 t=${2:-$READY_TIMEOUT} s=${3:-$1} home
+  home=/run/kandev/sessions/$(printf %s "$s" | sha256sum | cut -c1-32)/home
+  HOME_OF[$p]=$home
+  local runtime="AGENTCTL_LISTEN_HOST='127.0.0.1'
+AGENTCTL_PORT='8765'
+AGENTCTL_INSTANCE_PORT_BASE='41001'
+AGENTCTL_INSTANCE_PORT_MAX='41100'
+KANDEV_INSTANCE_ID='env-$s'
+KANDEV_TASK_ID='task-$s'
+KANDEV_TASK_ENVIRONMENT_ID='env-$s'
+"
+  local session="DOCKER_READY_TIMEOUT_SECONDS='$t'
+HOME='$home'
+KANDEV_SESSION_ID='$s'
+KANDEV_TASK_ID='task-$s'
+KANDEV_INSTANCE_ID='env-$s'
+KANDEV_TASK_ENVIRONMENT_ID='env-$s'
+"
+  local shared="DOCKER_READY_TIMEOUT_SECONDS='$t'
+AGENTCTL_BOOTSTRAP_NONCE='nonce-$s'
+HOME='$home'
+"
+  docker exec -i "$p-kandev-agent" sh -c "$WRITE_FILES" sh "$SIZE" "$runtime" "$PREPARE" \
+    "$session" "$shared" "$home" <"$A" 2>>"$LOG"
+}
+prepare() { docker exec "$1-kandev-agent" sh -c "$RUN_PREPARE" >/dev/null 2>>"$LOG"; }
+markers() {
+  docker exec "$1-kandev-agent" sh -c "$MARKERS" sh "AGENTCTL_BOOTSTRAP_NONCE='nonce-$1'
+HOME='/run/kandev/home'
+" 2>>"$LOG"
+}
+# session VAR [WORKSPACE] [ro]: a launched session (workspace claim, Pod, bootstrap); its name in VAR.
+session() {
+  n=$((n + 1))
+  local name=$P-$n workspace=${2:-}
+  [ -n "$workspace" ] || { workspace=$name-ws; vol "$workspace"; }
+  pod "$name" "$workspace" "${3:-}"
+  write_files "$name"; prepare "$name"; markers "$name"
+  printf -v "$1" %s "$name"
+}
+# ag NAME SCRIPT [ARGS]: `sh -c` as the agent user in /workspace with the session's HOME.
+ag() {
+  local s=$1; shift
+  docker exec -w /workspace -e HOME="${HOME_OF[$s]:-/run/kandev/home}" "$s-kandev-agent" sh -c "$@" 2>>"$LOG"
+}
+# dm NAME ARGV...: a command in the companion.
+dm() { local s=$1; shift; docker exec "$s-docker-engine" "$@" 2>>"$LOG"; }
+inventory() { local s; for s in "$@"; do dm "$s" sh -c "$INVENTORY" >>"$OUT"; done; }
+delete_pod() {
+  docker rm -f "$1-kandev-agent" "$1-docker-engine" >/dev/null
+  docker volume rm "$1-docker-socket" "$1-docker-data" "$1-kandev-runtime" "$1-kandev-auth" >/dev/null
+}
+# teardown NAME...: inventory, then each Pod and its workspace.
+teardown() { inventory "$@"; local s; for s in "$@"; do delete_pod "$s"; docker volume rm "$s-ws" >/dev/null; done; }
+build() { # build NAME TAG: scenarios/src/support.rs build_workload
+  ag "$1" 'set -eu
+d=/workspace/.kandev-acceptance/workload
+mkdir -p "$d"
+cp /opt/kandev/agentctl "$d/workload"
+printf '\''FROM scratch\nCOPY workload /workload\nENTRYPOINT ["/workload"]\n'\'' > "$d/Dockerfile"
+docker build -q --network none -t '"$2"' "$d"' >>"$OUT"
+}
+daemon_id() { ag "$1" "docker info --format '{{.ID}}'" >>"$OUT"; }
 
 start=$(date +%s.%N)
-# prepare::docker_gate: a ready daemon, then an absent one that the 2 s gate gives up on
-session s; down "$s"
-n=$((n + 1)); up "$P-$n" 'exec sleep 3600'; for _ in 1 2; do docker exec "$P-$n-a" timeout 3 docker info >/dev/null 2>&1 || sleep 1; done; down "$P-$n"
-# daemon::socket_only
-session s; ag "$s" 'stat -c %a /run/docker/docker.sock; cat /proc/net/tcp /proc/net/tcp6 >/dev/null'; down "$s"
-# workspace::shared: two sessions
-session s; session t; ag "$s" '/tmp/agentctl write /workspace/f 1048576 1 >/dev/null'; docker exec "$s-d" sha256sum /workspace/f >/dev/null; down "$s"; down "$t"
-# image::build_run
-session s; build "$s"; ag "$s" 'docker run --rm --network none probe echo hi >/dev/null'; down "$s"
-# bind::workspace
-session s; build "$s"; ag "$s" 'mkdir -p b && /tmp/agentctl write b/in 2097152 7 >/dev/null && docker run --rm -v /workspace/b:/d probe digest /d/in >/dev/null && docker run --rm -v /workspace/b:/d probe write /d/out 1048576 9 >/dev/null'; down "$s"
-# compose::cleanup
-session s; build "$s"
-ag "$s" 'mkdir -p c/in c/out && echo x > c/in/i && printf "version: \"2.4\"\nservices:\n  w:\n    image: probe\n    command: [write, /o/r, \"524288\", \"1\"]\n    volumes: [\"./out:/o\", \"./in:/i:ro\", \"v:/v\"]\n  r:\n    image: probe\n    command: [digest, /i/i]\n    volumes: [\"./in:/i:ro\"]\nvolumes:\n  v: {}\n" > c/docker-compose.yml && cd c && docker-compose -p base up --no-color >/dev/null 2>&1; docker-compose -p base down -v >/dev/null 2>&1'
-down "$s"
-# browser::launch
+docker network create --label "$P" -d bridge -o com.docker.network.driver.mtu="$POD_MTU" "$NET" >/dev/null
+
+# --- prepare::docker_gate -------------------------------------------------------------------
+session g
+ag "$g" "docker info --format '{{.ID}} {{.ServerVersion}}'" >>"$OUT"
+n=$((n + 1)); absent=$P-$n; vol "$absent-ws"; pod "$absent" "$absent-ws" "" absent
+write_files "$absent" 2
+prepare "$absent" || true # fails after the 2 s bound: "Docker daemon did not become ready"
+teardown "$g" "$absent"
+
+# --- daemon::socket_only --------------------------------------------------------------------
 session s
-ag "$s" 'echo "<h1 id=s>x</h1><script>s.textContent=42</script>" > p.html; f="--headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage"; chromium $f --user-data-dir=$(mktemp -d) --dump-dom file:///workspace/p.html >/dev/null 2>&1; chromium $f --user-data-dir=$(mktemp -d) --window-size=800,600 --screenshot=/workspace/s.png file:///workspace/p.html >/dev/null 2>&1'
-down "$s"
-# network::mtu: an HTTPS peer outside the session, a TLS client image, 64 MiB
-docker run -d --label "$P" --name "$P-peer" "$D" sh -c 'cd /tmp && openssl req -x509 -newkey rsa:2048 -nodes -keyout k -out c -subj /CN=p -days 1 2>/dev/null && head -c 67108864 /dev/urandom > big && touch ready && exec openssl s_server -quiet -WWW -accept 8443 -cert c -key k' >/dev/null
+daemon_id "$s"
+teardown "$s"
+
+# --- workspace::shared: a read-write and a read-only grant ----------------------------------
+session rw; session ro "" ro
+ag "$rw" 'mkdir -p /workspace/shared-probe && /opt/kandev/agentctl write /workspace/shared-probe/from-agent.bin 1048576 4242' >>"$OUT"
+dm "$rw" sha256sum /workspace/shared-probe/from-agent.bin >>"$OUT"
+dm "$rw" sh -c 'head -c 262144 /dev/urandom > /workspace/shared-probe/from-engine.bin && sha256sum /workspace/shared-probe/from-engine.bin' >>"$OUT"
+ag "$rw" 'sha256sum /workspace/shared-probe/from-engine.bin' >>"$OUT"
+ag "$ro" 'mkdir -p /workspace/shared-probe && echo from-agent > /workspace/shared-probe/for-read-only.txt'
+dm "$ro" sha256sum /workspace/shared-probe/for-read-only.txt >>"$OUT"
+dm "$ro" sh -c 'echo from-engine > /workspace/shared-probe/engine-write.txt' 2>/dev/null || true # EROFS
+teardown "$rw" "$ro"
+
+# --- image::build_run -----------------------------------------------------------------------
 session s
-ag "$s" 'd=/workspace/t; mkdir -p $d/r; for f in /bin/sh $(command -v openssl); do cp --parents -L $f $d/r/; for l in $(ldd $f | awk "/=>/ {print \$3} /ld-linux/ {print \$1}"); do cp --parents -L $l $d/r/; done; done; cp /tmp/agentctl $d/r/workload; printf "FROM scratch\nCOPY r/ /\n" > $d/Dockerfile; docker build -q --network none -t tls $d >/dev/null'
-until docker exec "$P-peer" test -f /tmp/ready; do sleep 0.2; done
-ip=$(docker inspect -f '{{.NetworkSettings.IPAddress}}' "$P-peer")
-ag "$s" "docker run --rm tls /bin/sh -c 'printf \"GET /big HTTP/1.0\r\n\r\n\" | openssl s_client -quiet -connect $ip:8443 2>/dev/null | /workload http-body-digest' >/dev/null"
-down "$s"; docker rm -f "$P-peer" >/dev/null
-# cgroup::accounting: a held allocation, then a hog beyond the budget (3 GiB companion limit)
-n=$((n + 1)); s=$P-$n
-for v in ws sock data; do docker volume create --label "$P" "$s-$v" >/dev/null; done
-docker run -d --label "$P" --name "$s-d" --privileged --memory 3g --memory-swap 3g -v "$s-ws:/workspace:nocopy" -v "$s-sock:/run/docker:nocopy" -v "$s-data:/var/lib/docker" "$D" sh -c "chgrp 1000 /workspace /run/docker && chmod 2775 /workspace /run/docker && $dind" >/dev/null
-docker run -d --label "$P" --name "$s-a" --network "container:$s-d" -u 1000:1000 --group-add 1000 -e DOCKER_HOST=unix:///run/docker/docker.sock -v "$s-ws:/workspace:nocopy" -v "$s-sock:/run/docker:nocopy" "$W" sleep infinity >/dev/null
-docker cp "$A" "$s-a:/tmp/agentctl" >/dev/null; ready "$s"; build "$s"
-ag "$s" 'docker run -d probe alloc 32 300 >/dev/null; docker run --rm probe alloc 7424 0 >/dev/null 2>&1 || true'
-down "$s"
-# worker::toolchain
+build "$s" baseline-build-run:1
+ag "$s" 'docker run --rm --network none baseline-build-run:1 echo 5eed5eed; docker image inspect --format "{{.Id}}" baseline-build-run:1' >>"$OUT"
+teardown "$s"
+
+# --- bind::workspace ------------------------------------------------------------------------
 session s
-ag "$s" 'cd $(mktemp -d -p /workspace) && git init -q r && python3 -m venv v && printf "import unittest\n" > t.py && v/bin/python -m unittest -q t 2>/dev/null; printf "int main(void){return 0;}\n" > h.c && cc -o h h.c && ./h && node -e "1" && docker version >/dev/null && printf "services:\n  a:\n    image: scratch\n" > c.yml && docker-compose -f c.yml config -q'
-down "$s"
-# isolation::cross_session
-session s; session t; build "$s"; ag "$s" 'docker volume create iv >/dev/null; docker network create inet >/dev/null; docker create --name ic probe sleep 1 >/dev/null'
-ag "$t" 'docker inspect ic >/dev/null 2>&1; docker volume inspect iv >/dev/null 2>&1; true'; down "$s"; down "$t"
-# lifecycle::stop_retains: a session, its nested state, a replacement on the same workspace
-session s; build "$s"; ag "$s" 'docker run -d --name keeper probe sleep 600 >/dev/null; echo kept > /workspace/r'
-docker rm -f "$s-a" "$s-d" >/dev/null; docker volume rm "$s-sock" "$s-data" >/dev/null
-for v in sock data; do docker volume create --label "$P" "$s-$v" >/dev/null; done
-docker run -d --label "$P" --name "$s-d" --privileged -v "$s-ws:/workspace:nocopy" -v "$s-sock:/run/docker:nocopy" -v "$s-data:/var/lib/docker" "$D" sh -c "chgrp 1000 /run/docker && chmod 2775 /run/docker && $dind" >/dev/null
-docker run -d --label "$P" --name "$s-a" --network "container:$s-d" -u 1000:1000 --group-add 1000 -e DOCKER_HOST=unix:///run/docker/docker.sock -v "$s-ws:/workspace:nocopy" -v "$s-sock:/run/docker:nocopy" "$W" sleep infinity >/dev/null
-ready "$s"; ag "$s" 'cat /workspace/r >/dev/null'; down "$s"
-# lifecycle::teardown_exact: two sessions, a nested process, then two look-alikes
-session s; session t; build "$s"; ag "$s" 'docker run -d probe sleep 600 >/dev/null'; down "$s"; session u; session v; down "$t"; down "$u"; down "$v"
+build "$s" baseline-bind:1
+ag "$s" 'set -e; dir=/workspace/bind-probe; t=baseline-bind:1
+mkdir -p $dir && /opt/kandev/agentctl write $dir/in.bin 2097152 7
+docker run --rm --network none -v $dir:/data $t digest /data/in.bin
+docker run --rm --network none -v $dir:/data $t write /data/out.bin 1048576 99
+sha256sum $dir/out.bin; [ "$(stat -c %u $dir/out.bin)" = 1000 ] || rm $dir/out.bin
+mkdir -p "$HOME/bind-probe" && /opt/kandev/agentctl write "$HOME/bind-probe/private.bin" 4096 3
+docker run --rm --network none -v "$HOME/bind-probe:/data" $t digest /data/private.bin || true' >>"$OUT" 2>&1
+
+teardown "$s"
+
+# --- compose::cleanup -----------------------------------------------------------------------
+session s
+compose=$(ag "$s" "if docker compose version >/dev/null 2>&1; then echo 'docker compose'; docker compose version; elif command -v docker-compose >/dev/null; then echo docker-compose; docker-compose version --short; fi" | sed -n 1p)
+build "$s" baseline-compose:1
+ag "$s" "set -e; dir=/workspace/compose-probe; mkdir -p \$dir/input \$dir/out; echo input-5eed > \$dir/input/input.txt; cat > \$dir/docker-compose.yml <<'EOF'
+version: \"2.4\"
+services:
+  writer:
+    image: baseline-compose:1
+    command: [\"write\", \"/out/result.bin\", \"524288\", \"11\"]
+    volumes: [\"./out:/out\", \"./input:/input:ro\", \"cache:/cache\"]
+    networks: [probe]
+  reader:
+    image: baseline-compose:1
+    command: [\"digest\", \"/input/input.txt\"]
+    volumes: [\"./input:/input:ro\"]
+    networks: [probe]
+  readonly-check:
+    image: baseline-compose:1
+    command: [\"write\", \"/input/must-not-exist.bin\", \"16\", \"1\"]
+    volumes: [\"./input:/input:ro\"]
+networks:
+  probe: {}
+volumes:
+  cache: {}
+EOF
+/opt/kandev/agentctl write /tmp/expected-result.bin 524288 11" >>"$OUT"
+ag "$s" "cd /workspace/compose-probe && $compose -p kacceptbase up --no-color --no-build" >>"$OUT" 2>&1
+label=label=com.docker.compose.project=kacceptbase
+ag "$s" "for s in writer reader readonly-check; do id=\$(docker ps -aq --filter $label --filter label=com.docker.compose.service=\$s | head -n1); echo \"\$s \${id:-none} \$(docker inspect -f '{{.State.ExitCode}}' \$id 2>/dev/null)\"; done
+sha256sum /workspace/compose-probe/out/result.bin
+docker logs \$(docker ps -aq --filter $label --filter label=com.docker.compose.service=reader | head -n1)
+/opt/kandev/agentctl digest /workspace/compose-probe/input/input.txt" >>"$OUT"
+ag "$s" "cd /workspace/compose-probe && $compose -p kacceptbase down -v" >>"$OUT" 2>&1
+ag "$s" "echo containers \$(docker ps -aq --filter $label); echo networks \$(docker network ls -q --filter $label); echo volumes \$(docker volume ls -q --filter $label)" >>"$OUT"
+teardown "$s"
+
+# --- browser::launch ------------------------------------------------------------------------
+session s
+browser=$(ag "$s" 'for b in chromium chromium-browser google-chrome chrome headless_shell; do p=$(command -v $b) && { echo $p; $p --version 2>/dev/null | head -n1; exit 0; }; done; ls /opt/full-worker/browsers/*/chrome-linux/headless_shell 2>/dev/null | head -n1' | sed -n 1p)
+ag "$s" "mkdir -p /workspace/browser-probe && cat > /workspace/browser-probe/index.html <<'EOF'
+<!doctype html><html><head><title>pending</title><style>body{background:#2b6cb0;color:#fff;font:32px sans-serif}</style></head><body><h1 id=status>script did not run</h1><script>document.getElementById('status').textContent='script-ran-5eed-'+(6*7);document.title='done';</script></body></html>
+EOF"
+quiet="--headless --disable-gpu --no-first-run --disable-background-networking --disable-component-update --disable-sync --disable-dev-shm-usage"
+url=file:///workspace/browser-probe/index.html
+render() { echo "profile=\$(mktemp -d) && timeout 90 $browser $1 --user-data-dir=\"\$profile\" --dump-dom $url; rc=\$?; rm -rf \"\$profile\"; exit \$rc"; }
+flags=$quiet
+if ! ag "$s" "$(render "$flags")" 2>/dev/null | grep -q script-ran-5eed-42; then
+  flags="$quiet --no-sandbox"
+  ag "$s" "$(render "$flags")" >>"$OUT" 2>&1
+fi
+shot=/workspace/browser-probe/screenshot.png
+ag "$s" "profile=\$(mktemp -d) && timeout 90 $browser $flags --user-data-dir=\"\$profile\" --window-size=800,600 --screenshot=$shot $url; rc=\$?; rm -rf \"\$profile\"; od -An -tx1 -N24 $shot; sha256sum $shot; exit \$rc" >>"$OUT" 2>&1
+teardown "$s"
+
+# --- network::mtu: the HTTPS peer (a Pod outside the session), then the session --------------
+peer=$P-peer
+docker run -d --label "$P" --name "$peer" --network "$NET" --restart no -e HOSTNAME="$peer" "$D" /bin/sh -c \
+  'set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c 67108864 /dev/urandom > big.bin && sha256sum big.bin > big.sha && exec openssl s_server -quiet -WWW -accept 8443 -cert c.pem -key k.pem' >>"$OUT"
+session s
+ag "$s" 'set -eu
+d=/workspace/.kandev-acceptance/tls-client; rm -rf "$d"; mkdir -p "$d/root"
+for f in /bin/sh "$(command -v openssl)"; do
+  cp --parents -L "$f" "$d/root/"
+  for lib in $(ldd "$f" | awk '\''/=>/ {print $3} /ld-linux/ {print $1}'\''); do cp --parents -L "$lib" "$d/root/"; done
+done
+cp /opt/kandev/agentctl "$d/root/workload"
+printf '\''FROM scratch\nCOPY root/ /\n'\'' > "$d/Dockerfile"
+docker build -q --network none -t baseline-tls-client:1 "$d" >/dev/null
+docker network create mtu-probe >/dev/null
+docker run --rm baseline-tls-client:1 /workload netinfo
+docker run --rm --network mtu-probe baseline-tls-client:1 /workload netinfo
+docker run -d --rm --name mtu-probe-docker0 --network bridge baseline-tls-client:1 /workload sleep 120 >/dev/null' >>"$OUT"
+ag "$s" 'docker rm -f mtu-probe-docker0 >/dev/null'
+until docker exec "$peer" cat /srv/big.sha >/dev/null 2>&1; do sleep 0.2; done
+peer_ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$peer")
+ag "$s" "docker run --rm --network mtu-probe baseline-tls-client:1 /bin/sh -c 'printf \"GET /big.bin HTTP/1.0\\r\\n\\r\\n\" | openssl s_client -quiet -connect $peer_ip:8443 2>/dev/null | /workload http-body-digest'" >>"$OUT"
+teardown "$s"
+docker rm -f "$peer" >/dev/null
+
+# --- cgroup::accounting: a held allocation, then a hog beyond the Pod's budget ---------------
+# The Pod's memory limit is the sum of its containers' (4 GiB + 3 GiB); the hog asks 256 MiB
+# more, and is killed at docker-engine's own 3 GiB.
+session s
+build "$s" baseline-accounting:1
+ag "$s" 'docker run -d --network none baseline-accounting:1 alloc 32 300 kandev-accounting-base' >>"$OUT"
+ag "$s" 'docker run --name hog-base --network none baseline-accounting:1 alloc 7424 0 kandev-accounting-base-hog' >>"$OUT" 2>&1 || true
+ag "$s" 'docker rm -f hog-base' >>"$OUT"
+daemon_id "$s"
+teardown "$s"
+
+# --- worker::toolchain: each required and optional tool's version and job -------------------
+# The tools' versions and jobs, verbatim from scenarios/src/worker/toolchain.rs.
+tool_script() {
+  local bin version job
+  case $1 in
+    git) bin=git version='git --version'
+      job='cd $W && git init -q r && cd r && git -c user.email=a@b.c -c user.name=agent commit -q --allow-empty -m first && test "$(git rev-list --count HEAD)" = 1 && echo ok' ;;
+    python-venv) bin=python3 version='python3 --version'
+      job='cd $W && python3 -m venv venv && printf '\''import unittest\nclass T(unittest.TestCase):\n    def test_sum(self):\n        self.assertEqual(sum([1, 2]), 3)\n'\'' > test_t.py && venv/bin/python -m unittest -q test_t 2>&1 && echo ok' ;;
+    c) bin=cc version='cc --version | head -n1'
+      job='cd $W && printf '\''#include <stdio.h>\nint main(void){printf("hello-c\\n");return 0;}\n'\'' > h.c && cc -o h h.c && ./h | grep -qx hello-c && echo ok' ;;
+    node) bin=node version='node --version'
+      job='cd $W && echo '\''console.log(6 * 7)'\'' > t.js && test "$(node t.js)" = 42 && echo ok' ;;
+    docker) bin=docker version='docker --version'
+      job='docker version --format '\''{{.Server.Version}}'\'' >/dev/null && echo ok' ;;
+    compose) bin=docker version='docker compose version 2>/dev/null || docker-compose version --short'
+      job='cd $W && printf '\''services:\n  a:\n    image: scratch\n'\'' > compose.yml && { docker compose -f compose.yml config -q 2>/dev/null || docker-compose -f compose.yml config -q; } && echo ok' ;;
+    buildx) bin=docker version='docker buildx version' job='docker buildx ls >/dev/null && echo ok' ;;
+    go) bin=go version='go version'
+      job='cd $W && printf '\''package main\nimport "fmt"\nfunc main(){fmt.Println("hello-go")}\n'\'' > m.go && go run m.go | grep -qx hello-go && echo ok' ;;
+    rust) bin=cargo version='cargo --version'
+      job='cd $W && cargo new -q --offline t && cd t && cargo run -q --offline | grep -qx '\''Hello, world!'\'' && echo ok' ;;
+    pnpm) bin=pnpm version='pnpm --version' job='pnpm store path >/dev/null && echo ok' ;;
+    *) echo "hand-run-baseline: unknown tool $1" >&2; return 1 ;;
+  esac
+  echo "( export npm_config_cache=/workspace/.cache/npm PIP_CACHE_DIR=/workspace/.cache/pip GOCACHE=/workspace/.cache/go-build GOMODCACHE=/workspace/.cache/go-mod CARGO_HOME=/workspace/.cache/cargo PNPM_HOME=/workspace/.pnpm npm_config_store_dir=/workspace/.pnpm-store; p=\$(command -v $bin) || { echo missing; exit 0; }; v=\$($version 2>&1) || { echo missing; exit 0; }; echo \"path \$p\"; echo \"version \$(echo \"\$v\" | head -n1)\"; W=\$(mktemp -d /workspace/.kandev-acceptance-tool-XXXXXX); export W; ( $job ) 2>&1 | tail -n 5; rm -rf \"\$W\" )"
+}
+session s
+tool_jobs=""
+for t in ${REQUIRED_TOOLS//,/ } ${OPTIONAL_TOOLS//,/ }; do tool_jobs="$tool_jobs$(tool_script "$t")
+"; done
+ag "$s" "$tool_jobs" >>"$OUT"
+teardown "$s"
+
+# --- isolation::cross_session ---------------------------------------------------------------
+session a; session b
+daemon_id "$a"; daemon_id "$b"
+build "$a" baseline-isolation:1
+ag "$a" 'set -e; docker volume create iso-vol-base >/dev/null; docker network create iso-net-base >/dev/null; docker create --name iso-ctr-base --network none baseline-isolation:1 sleep 60 >/dev/null; echo created' >>"$OUT"
+probe='for o in "container inspect iso-ctr-base" "image inspect baseline-isolation:1" "volume inspect iso-vol-base" "network inspect iso-net-base"; do if docker $o >/dev/null 2>&1; then echo "visible: $o"; else echo "absent: $o"; fi; done'
+ag "$a" "$probe" >>"$OUT"; ag "$b" "$probe" >>"$OUT"
+ip_a=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$a-kandev-agent")
+ip_b=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$b-kandev-agent")
+for port in 2375 2376; do ag "$b" "DOCKER_HOST=tcp://$ip_a:$port timeout 5 docker ps -aq" >>"$OUT" 2>&1 || true; done
+for port in 2375 2376; do ag "$a" "DOCKER_HOST=tcp://$ip_b:$port timeout 5 docker ps -aq" >>"$OUT" 2>&1 || true; done
+ag "$a" 'echo a > /workspace/isolation-marker-base && test -s /workspace/isolation-marker-base && echo written' >>"$OUT"
+teardown "$a" "$b"
+
+# --- lifecycle::stop_retains: Stop, Resume, then a replacement Pod on the kept workspace -----
+# The session's agent process as agentctl starts it (argv `sh -lc '/opt/kandev/agentctl session'`).
+start_process() { docker exec -d -w /workspace -e HOME="${HOME_OF[$1]}" "$1-kandev-agent" sh -lc '/opt/kandev/agentctl session'; }
+session s
+start_process "$s"
+build "$s" baseline-stop:1
+ag "$s" 'set -e; docker run -d --name keeper-base --network none baseline-stop:1 sleep 600 >/dev/null; docker volume create keep-base >/dev/null; echo uncommitted > /workspace/retained-base.txt; echo ok' >>"$OUT"
+daemon_id "$s"
+ag "$s" 'pkill -TERM -f "^/opt/kandev/agentctl session"; while pgrep -f "^/opt/kandev/agentctl session" >/dev/null; do sleep 0.05; done'
+start_process "$s"
+daemon_id "$s"
+ag "$s" "docker inspect -f '{{.State.Running}}' keeper-base; docker volume inspect -f '{{.Name}}' keep-base; cat /workspace/retained-base.txt" >>"$OUT"
+delete_pod "$s" # the replacement keeps the session's identity and its workspace claim
+n=$((n + 1)); r=$P-$n
+pod "$r" "$s-ws"; write_files "$r" "" "$s"; prepare "$r"; markers "$r"
+daemon_id "$r"
+ag "$r" 'docker container inspect keeper-base >/dev/null 2>&1 && echo container; docker volume inspect keep-base >/dev/null 2>&1 && echo volume; true' >>"$OUT"
+inventory "$r"; delete_pod "$r"; docker volume rm "$s-ws" >/dev/null
+
+# --- lifecycle::teardown_exact: the owned session and a neighbour, then two look-alikes ------
+session o; session nb
+build "$o" baseline-teardown:1
+ag "$o" 'docker run -d --network none baseline-teardown:1 sleep 600 kandev-teardown-base' >>"$OUT"
+delete_pod "$o"; docker volume rm "$o-ws" >/dev/null # the terminal cleanup of the owned session
+daemon_id "$nb"
+lookalikes=()
+for _ in same-name foreign-label; do # created, never bootstrapped, emptyDir workspace
+  n=$((n + 1)); l=$P-$n; vol "$l-ws"; pod "$l" "$l-ws"; lookalikes+=("$l")
+done
+teardown "$nb" "${lookalikes[@]}"
+
+docker network rm "$NET" >/dev/null
 end=$(date +%s.%N)
 awk -v n="$n" -v a="$start" -v b="$end" 'BEGIN { printf "hand-run baseline: %d sessions, %.1f s\n", n, b - a }'

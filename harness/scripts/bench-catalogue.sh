@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Benchmark of the catalogue against its hand-run baseline (issue #15): builds the harness,
+# makes one warm-up catalogue run (images built, the report naming the images and the mock
+# agent), then runs `kandev-acceptance run` and harness/scripts/hand-run-baseline.sh
+# alternately, PAIRS times. For every run it records the wall time and the machine-wide busy
+# CPU time (/proc/stat: user+nice+system+irq+softirq+steal), then prints each command's median
+# and spread (min-max), the ratios catalogue/baseline of the medians, and the goals
+# (catalogue CPU <= 1.15x the baseline's, wall <= 0.7x), and writes it all as JSON.
+#
+# Usage: harness/scripts/bench-catalogue.sh [--pairs N] [--out FILE] [-- RUN_ARGS...]
+#   --pairs N   catalogue/baseline pairs (default 3; fewer only for a smoke test)
+#   --out FILE  the JSON results (default target/bench/bench-<timestamp>.json)
+#   RUN_ARGS    extra arguments of every catalogue run (`kandev-acceptance run RUN_ARGS`);
+#               the baseline takes the run's Pod MTU, prepare bound, tools and prepare script
+#               from the warm-up's report. It always does the whole catalogue's work, so
+#               arguments that select scenarios make the comparison meaningless.
+#
+# Machine-wide CPU counts everything the machine does: run it on a quiet machine. The load
+# average and the busy cores over 5 idle seconds are taken at the start and the end (printed,
+# and kept in the JSON): background work shows there. A failed catalogue or
+# baseline run stops the benchmark with a non-zero exit; goals not met do not (it measures).
+set -euo pipefail
+
+pairs=3
+out=
+run_args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --pairs) pairs=${2:?--pairs needs a number}; shift 2 ;;
+    --pairs=*) pairs=${1#--pairs=}; shift ;;
+    --out) out=${2:?--out needs a file}; shift 2 ;;
+    --out=*) out=${1#--out=}; shift ;;
+    --) shift; run_args=("$@"); break ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-catalogue: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $pairs in '' | *[!0-9]* | 0) echo "bench-catalogue: --pairs must be a positive integer" >&2; exit 2 ;; esac
+[ "$pairs" -ge 3 ] || echo "bench-catalogue: warning: $pairs pair(s): medians of fewer than 3 pairs are a smoke test, not a benchmark" >&2
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+work=$target/bench/$stamp
+mkdir -p "$work"
+out=${out:-$target/bench/bench-$stamp.json}
+runs=$work/runs.tsv
+: >"$runs"
+# Reports go under the bench's folder unless the run arguments choose a folder.
+report_args=(--report "$work/reports")
+for a in "${run_args[@]}"; do case $a in --report | --report=*) report_args=() ;; esac; done
+
+clk_tck=$(getconf CLK_TCK)
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# background SECONDS: the cores busy while the benchmark runs nothing.
+background() {
+  local c0 c1
+  c0=$(busy_ticks); sleep "$1"; c1=$(busy_ticks)
+  awk -v a="$c0" -v b="$c1" -v hz="$clk_tck" -v s="$1" 'BEGIN { printf "%.2f", (b - a) / hz / s }'
+}
+load_start=$(loadavg)
+idle_start=$(background 5)
+echo "bench-catalogue: $(nproc) cores, load average $load_start (1, 5, 15 min), $idle_start cores busy with nothing running: run it on a quiet machine"
+
+echo "bench-catalogue: building kandev-acceptance"
+cargo build -q -p kandev-scenarios --bin kandev-acceptance
+bin=$target/debug/kandev-acceptance
+baseline=$root/harness/scripts/hand-run-baseline.sh
+
+# measure KIND PAIR LOG CMD...: runs CMD (output to LOG), appends a line to runs.tsv.
+# Returns CMD's exit status.
+measure() {
+  local kind=$1 pair=$2 log=$3; shift 3
+  local t0 c0 t1 c1 rc=0
+  t0=$(date +%s.%N); c0=$(busy_ticks)
+  "$@" >"$log" 2>&1 || rc=$?
+  c1=$(busy_ticks); t1=$(date +%s.%N)
+  local report=
+  [ "$kind" = baseline ] || report=$(sed -n 's/^  report: //p' "$log" | tail -n1)
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$pair" \
+    "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')" \
+    "$(awk -v a="$c0" -v b="$c1" -v hz="$clk_tck" 'BEGIN { printf "%.2f", (b - a) / hz }')" \
+    "$rc" "$log" "$report" >>"$runs"
+  tail -n1 "$runs" | awk -F'\t' '{ printf "  %-9s %-6s wall %7.1f s  cpu %7.1f s  exit %s\n", $1, $2, $3, $4, $5 }'
+  return "$rc"
+}
+fail() {
+  echo "bench-catalogue: $1 failed (exit $2); its output: $3" >&2
+  tail -n 25 "$3" >&2
+  exit 1
+}
+
+echo "bench-catalogue: warm-up catalogue run (builds the images)"
+measure warmup 0 "$work/warmup.log" "$bin" run "${report_args[@]}" "${run_args[@]}" || fail "the warm-up catalogue run" $? "$work/warmup.log"
+report=$(tail -n1 "$runs" | cut -f7)
+[ -f "$report" ] || { echo "bench-catalogue: the warm-up run named no report.json (looked for '  report: PATH' in $work/warmup.log)" >&2; exit 1; }
+# The baseline's inputs, from the warm-up's report: images, mock agent, the run's settings.
+eval "$(python3 - "$report" <<'EOF'
+import json, shlex, sys
+r = json.load(open(sys.argv[1]))
+images = {i.get("role"): i.get("reference") for i in r.get("environment", {}).get("images", [])}
+agent = next((s.get("evidence", {}).get("path") for s in r.get("setup", [])
+              if s.get("name") == "mock_agent_binary" and isinstance(s.get("evidence"), dict)), None)
+settings = r.get("configuration", {}).get("settings", {})
+missing = [n for n, v in (("worker image", images.get("worker")), ("daemon image", images.get("daemon")),
+                          ("mock agent binary", agent)) if not v]
+if missing:
+    print("echo %s >&2; exit 1" % shlex.quote(
+        "bench-catalogue: the warm-up report %s names no %s (environment.images[role=worker|daemon].reference, setup[mock_agent_binary].evidence.path)"
+        % (sys.argv[1], ", ".join(missing))))
+    sys.exit()
+values = {
+    "WORKER": images["worker"], "DAEMON": images["daemon"], "MOCK_AGENT": agent,
+    "POD_MTU": settings.get("pod_mtu", 1450),
+    "DOCKER_READY_TIMEOUT_SECONDS": settings.get("docker_ready_timeout_seconds", 60),
+    "REQUIRED_TOOLS": " ".join(settings.get("required_tools") or []),
+    "OPTIONAL_TOOLS": " ".join(settings.get("optional_tools") or []),
+    "PREPARE_SCRIPT": settings.get("prepare_script") or "",
+}
+for k, v in values.items():
+    print("%s=%s" % (k, shlex.quote(str(v))))
+EOF
+)"
+: "${WORKER:?bench-catalogue: could not read the warm-up report $report}"
+export POD_MTU DOCKER_READY_TIMEOUT_SECONDS REQUIRED_TOOLS OPTIONAL_TOOLS
+[ -z "$PREPARE_SCRIPT" ] || export PREPARE_SCRIPT
+echo "bench-catalogue: worker $WORKER, daemon $DAEMON, mock agent $MOCK_AGENT"
+
+for pair in $(seq 1 "$pairs"); do
+  echo "bench-catalogue: pair $pair/$pairs"
+  log=$work/catalogue-$pair.log
+  measure catalogue "$pair" "$log" "$bin" run "${report_args[@]}" "${run_args[@]}" || fail "catalogue run $pair" $? "$log"
+  log=$work/baseline-$pair.log
+  measure baseline "$pair" "$log" "$baseline" "$WORKER" "$DAEMON" "$MOCK_AGENT" || fail "baseline run $pair" $? "$log"
+done
+load_end=$(loadavg)
+idle_end=$(background 5)
+
+python3 - "$runs" "$out" "$pairs" "$load_start $idle_start" "$load_end $idle_end" "$(nproc)" "$clk_tck" "$WORKER" "$DAEMON" "$MOCK_AGENT" "$stamp" "${run_args[@]}" <<'EOF'
+import json, statistics, sys
+runs_file, out, pairs, start, end, cores, clk_tck, worker, daemon, agent, stamp = sys.argv[1:12]
+load_start, idle_start = start.rsplit(" ", 1)
+load_end, idle_end = end.rsplit(" ", 1)
+run_args = sys.argv[12:]
+runs = []
+for line in open(runs_file):
+    kind, pair, wall, cpu, rc, log, report = line.rstrip("\n").split("\t")
+    runs.append({"kind": kind, "pair": int(pair), "wall_s": float(wall), "cpu_s": float(cpu),
+                 "exit_code": int(rc), "log": log, "report": report or None})
+CPU_GOAL, WALL_GOAL = 1.15, 0.7
+
+def stats(values):
+    return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values), "n": len(values)}
+
+summary = {}
+for kind in ("catalogue", "baseline"):
+    mine = [r for r in runs if r["kind"] == kind]
+    summary[kind] = {"wall_s": stats([r["wall_s"] for r in mine]), "cpu_s": stats([r["cpu_s"] for r in mine])}
+ratio = {k: round(summary["catalogue"][k]["median"] / summary["baseline"][k]["median"], 3)
+         for k in ("cpu_s", "wall_s")}
+goals = {
+    "cpu": {"ratio": ratio["cpu_s"], "limit": CPU_GOAL, "met": ratio["cpu_s"] <= CPU_GOAL},
+    "wall": {"ratio": ratio["wall_s"], "limit": WALL_GOAL, "met": ratio["wall_s"] <= WALL_GOAL},
+}
+
+print()
+print("%-10s %5s %10s %10s" % ("run", "pair", "wall s", "cpu s"))
+for r in runs:
+    print("%-10s %5s %10.1f %10.1f" % (r["kind"], r["pair"] or "-", r["wall_s"], r["cpu_s"]))
+print()
+print("%-10s %24s %24s" % ("command", "wall s: median (min-max)", "cpu s: median (min-max)"))
+for kind in ("catalogue", "baseline"):
+    w, c = summary[kind]["wall_s"], summary[kind]["cpu_s"]
+    print("%-10s %24s %24s" % (kind, "%.1f (%.1f-%.1f)" % (w["median"], w["min"], w["max"]),
+                               "%.1f (%.1f-%.1f)" % (c["median"], c["min"], c["max"])))
+print()
+by_pair = {}
+for r in runs:
+    if r["kind"] in ("catalogue", "baseline"):
+        by_pair.setdefault(r["pair"], {})[r["kind"]] = r
+pair_ratios = [{"pair": p, "cpu": round(k["catalogue"]["cpu_s"] / k["baseline"]["cpu_s"], 3),
+                "wall": round(k["catalogue"]["wall_s"] / k["baseline"]["wall_s"], 3)}
+               for p, k in sorted(by_pair.items()) if len(k) == 2]
+for pr in pair_ratios:
+    print("pair %d catalogue/baseline: cpu %.2fx, wall %.2fx" % (pr["pair"], pr["cpu"], pr["wall"]))
+print("catalogue/baseline (medians, %s pair%s): cpu %.2fx, wall %.2fx" % (pairs, "" if pairs == "1" else "s", ratio["cpu_s"], ratio["wall_s"]))
+for name, g in goals.items():
+    print("goal %-4s <= %.2fx: %.2fx  %s" % (name, g["limit"], g["ratio"], "met" if g["met"] else "NOT MET"))
+print("load average (1, 5, 15 min): %s at the start, %s at the end; busy cores with nothing running: %s at the start, %s at the end (of %s)"
+      % (load_start, load_end, idle_start, idle_end, cores))
+
+result = {
+    "started_at": stamp, "pairs": int(pairs), "run_args": run_args,
+    "machine": {"cores": int(cores), "clk_tck": int(clk_tck), "loadavg_start": load_start, "loadavg_end": load_end,
+                "idle_busy_cores_start": float(idle_start), "idle_busy_cores_end": float(idle_end)},
+    "cpu_measure": "machine-wide busy time from /proc/stat: user+nice+system+irq+softirq+steal",
+    "baseline_inputs": {"worker_image": worker, "daemon_image": daemon, "mock_agent": agent},
+    "runs": runs, "summary": summary, "ratios": ratio, "pair_ratios": pair_ratios, "goals": goals,
+}
+with open(out, "w") as f:
+    json.dump(result, f, indent=2)
+    f.write("\n")
+print("results: %s" % out)
+EOF

@@ -40,9 +40,8 @@
 #   Pod's 7 GiB (7424 MiB, killed at the companion's 3 GiB), each required and optional tool's
 #   version and job, cross-session objects, visibility and tcp:// probes, the session process
 #   started, stopped (waiting for its exit) and started again, the replacement Pod on the kept
-#   workspace, teardown_exact's nested sleeper, `docker info` wherever a scenario asks it, and
-#   the runner's nested inventory (5 listings in the companion) of every Pod still there at a
-#   scenario's teardown, then the Pods' and workspaces' deletion.
+#   workspace, teardown_exact's nested sleeper, `docker info` wherever a scenario asks it,
+#   then the Pods' and workspaces' deletion.
 #
 # DIFFERENCES (harness plumbing, evidence-only reads, or how a hand run does it)
 # - Serial: one scenario, one session at a time (the catalogue runs scenarios on 4 threads and
@@ -75,7 +74,8 @@
 #   container states, host_sharing, image lookups by tag/id, the engine's daemon ID), the node
 #   view (cgroup files, /proc scans for nested processes, the kernel log, the settle waits
 #   after deletions), terminal_cleanup's identity checks and its two refused cleanups, the
-#   label sweeps and leak ledger after each scenario.
+#   label sweeps and leak ledger after each scenario, and the nested inventory (four listings
+#   in each Pod's companion before its teardown) the ledger compares against.
 # - Not done, run plumbing: setup (engine, mock-agent binary and image checks), the template
 #   rendering and rule checks (template::grant_rules), the report (JSON, HTML, JUnit, CTRF).
 # - The peer is one container on the Pod network (no infra container); the waits are the
@@ -178,15 +178,6 @@ $PUT"'
 printf "%s" "$1" | put /run/kandev/auth.env 0600
 : > /opt/kandev/prepared
 : > /opt/kandev/start'
-# The runner's nested inventory of a Pod at its scenario's teardown (harness/src/runner/ledger.rs).
-INVENTORY='export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"
-echo "== containers"; docker ps -aq --no-trunc
-echo "== images"; docker images -q --no-trunc | sort -u
-echo "== volumes"; docker volume ls -q
-echo "== networks"; docker network ls --filter type=custom --format "{{.Name}}"
-echo "== compose"; docker ps -a --filter label=com.docker.compose.project --format "{{.Label \"com.docker.compose.project\"}}" | sort -u
-'
-
 declare -A HOME_OF
 vol() { docker volume create --label "$P" "$@" >/dev/null; }
 mnt() { echo "type=volume,src=$1,dst=$2,volume-nocopy${3:+,readonly}"; }
@@ -266,13 +257,12 @@ ag() {
 }
 # dm NAME ARGV...: a command in the companion.
 dm() { local s=$1; shift; docker exec "$s-docker-engine" "$@" 2>>"$LOG"; }
-inventory() { local s; for s in "$@"; do dm "$s" sh -c "$INVENTORY" >>"$OUT"; done; }
 delete_pod() {
   docker rm -f "$1-kandev-agent" "$1-docker-engine" >/dev/null
   docker volume rm "$1-docker-socket" "$1-docker-data" "$1-kandev-runtime" "$1-kandev-auth" >/dev/null
 }
-# teardown NAME...: inventory, then each Pod and its workspace.
-teardown() { inventory "$@"; local s; for s in "$@"; do delete_pod "$s"; docker volume rm "$s-ws" >/dev/null; done; }
+# teardown NAME...: each Pod and its workspace.
+teardown() { local s; for s in "$@"; do delete_pod "$s"; docker volume rm "$s-ws" >/dev/null; done; }
 build() { # build NAME TAG: scenarios/src/support.rs build_workload
   ag "$1" 'set -eu
 d=/workspace/.kandev-acceptance/workload
@@ -485,7 +475,7 @@ n=$((n + 1)); r=$P-$n
 pod "$r" "$s-ws"; write_files "$r" "" "$s"; prepare "$r"; markers "$r"
 daemon_id "$r"
 ag "$r" 'docker container inspect keeper-base >/dev/null 2>&1 && echo container; docker volume inspect keep-base >/dev/null 2>&1 && echo volume; true' >>"$OUT"
-inventory "$r"; delete_pod "$r"; docker volume rm "$s-ws" >/dev/null
+delete_pod "$r"; docker volume rm "$s-ws" >/dev/null
 
 # --- lifecycle::teardown_exact: the owned session and a neighbour, then two look-alikes ------
 session o; session nb

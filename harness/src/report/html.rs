@@ -284,6 +284,13 @@ fn summary(h: &mut String, report: &Report) {
             escape(&used.describe())
         );
     }
+    if let Some(cost) = &report.cost {
+        let _ = writeln!(
+            h,
+            "<p id=\"cost\">Cost of the run itself: {}</p>",
+            escape(&super::cost::console_line(cost))
+        );
+    }
     if report.interrupted {
         h.push_str("<p class=\"verdict bad\">The run was interrupted before every scenario finished.</p>\n");
     }

@@ -441,7 +441,7 @@ impl Session {
         let mut session = Self::create(settings, cleanup, identity, options).await?;
         let started = Instant::now();
         session.write_bootstrap_files().await?;
-        let output = session.prepare_and_start().await?;
+        let output = session.run_prepare().await?;
         if output.exit_code != Some(0) {
             return Err(PrepareFailed {
                 exit_code: output.exit_code,
@@ -452,6 +452,7 @@ impl Session {
             }
             .into());
         }
+        session.mark_prepared_and_start().await?;
         session
             .stages
             .push(("bootstrap".to_owned(), started.elapsed().as_millis() as u64));
@@ -591,45 +592,37 @@ command -v docker >/dev/null 2>&1 || exit 69"#
         Ok(out)
     }
 
-    /// Runs the prepare script as [`Session::run_prepare`] does and, once it has succeeded,
-    /// reduces the shared auth.env to the control environment (the nonce, the agent's own
-    /// HOME), as Kandev rewrites it for task-owned Pods, then writes the `prepared` and
-    /// `start` markers — in the same exec (one exec fewer per launch). Returns the prepare
-    /// script's output and exit code; a failure to write the markers is an error.
-    async fn prepare_and_start(&self) -> anyhow::Result<ExecOutput> {
-        const MARKERS_FAILED: &str = "kandev-bootstrap: markers not written";
+    /// After preparation: the shared auth.env keeps only the control environment (the
+    /// nonce, the agent's own HOME), as Kandev rewrites it for task-owned Pods; then the
+    /// `prepared` and `start` markers.
+    pub async fn mark_prepared_and_start(&self) -> anyhow::Result<()> {
         let control = env_file(&[
             ("AGENTCTL_BOOTSTRAP_NONCE", self.bootstrap_nonce.as_str()),
             ("HOME", AGENT_HOME),
         ]);
         let script = format!(
-            r#"(set -a; . /opt/kandev/runtime.env; . /run/kandev/auth.env; set +a; exec sh /opt/kandev/prepare.sh) || exit $?
-(
-set -e
+            r#"set -e
 umask 077
 {PUT}
 printf '%s' "$1" | put /run/kandev/auth.env 0600
 : > /opt/kandev/prepared
-: > /opt/kandev/start
-) || {{ echo "{MARKERS_FAILED}: exit $?" >&2; exit 1; }}"#
+: > /opt/kandev/start"#
         );
-        let mut out = self
+        let out = self
             .main_exec(
                 &["sh", "-c", &script, "sh", &control],
                 None,
-                self.settings.prepare_timeout,
+                Duration::from_secs(30),
             )
             .await?;
-        if let Some(failure) = out
-            .stderr_text()
-            .lines()
-            .find(|l| l.starts_with(MARKERS_FAILED))
-        {
-            bail!("bootstrap: reduce auth.env and write the start markers: {failure}");
+        if !out.success() {
+            bail!(
+                "bootstrap: reduce auth.env and write the start markers: exit {:?}: {}",
+                out.exit_code,
+                out.stderr_text().trim()
+            );
         }
-        out.stdout.truncate(MAX_PREPARE_OUTPUT);
-        out.stderr.truncate(MAX_PREPARE_OUTPUT);
-        Ok(out)
+        Ok(())
     }
 
     /// The session's own home, `/run/kandev/sessions/<first 16 bytes of SHA-256 of the

@@ -2,7 +2,7 @@
 # Benchmark of the catalogue against its hand-run baseline (issue #15): builds the harness,
 # makes one warm-up catalogue run (images built, the report naming the images and the mock
 # agent), then runs `kandev-acceptance run` and harness/scripts/hand-run-baseline.sh
-# alternately, PAIRS times. For every run it records the wall time and the machine-wide busy
+# alternately, PAIRS times (the order within a pair alternating too). For every run it records the wall time and the machine-wide busy
 # CPU time (/proc/stat: user+nice+system+irq+softirq+steal), then prints each command's median
 # and spread (min-max), the ratios catalogue/baseline of the medians, and the goals
 # (catalogue CPU <= 1.15x the baseline's, wall <= 0.7x), and writes it all as JSON.
@@ -128,12 +128,19 @@ export POD_MTU DOCKER_READY_TIMEOUT_SECONDS REQUIRED_TOOLS OPTIONAL_TOOLS
 [ -z "$PREPARE_SCRIPT" ] || export PREPARE_SCRIPT
 echo "bench-catalogue: worker $WORKER, daemon $DAEMON, mock agent $MOCK_AGENT"
 
+run_catalogue() {
+  measure catalogue "$1" "$work/catalogue-$1.log" "$bin" run "${report_args[@]}" "${run_args[@]}" ||
+    fail "catalogue run $1" $? "$work/catalogue-$1.log"
+}
+run_baseline() {
+  measure baseline "$1" "$work/baseline-$1.log" "$baseline" "$WORKER" "$DAEMON" "$MOCK_AGENT" ||
+    fail "baseline run $1" $? "$work/baseline-$1.log"
+}
+# The order alternates within pairs too (catalogue first in odd pairs, baseline first in even
+# ones): what one run leaves the engine to finish lands on the other command alike.
 for pair in $(seq 1 "$pairs"); do
   echo "bench-catalogue: pair $pair/$pairs"
-  log=$work/catalogue-$pair.log
-  measure catalogue "$pair" "$log" "$bin" run "${report_args[@]}" "${run_args[@]}" || fail "catalogue run $pair" $? "$log"
-  log=$work/baseline-$pair.log
-  measure baseline "$pair" "$log" "$baseline" "$WORKER" "$DAEMON" "$MOCK_AGENT" || fail "baseline run $pair" $? "$log"
+  if [ $((pair % 2)) -eq 1 ]; then run_catalogue "$pair"; run_baseline "$pair"; else run_baseline "$pair"; run_catalogue "$pair"; fi
 done
 load_end=$(loadavg)
 idle_end=$(background 5)

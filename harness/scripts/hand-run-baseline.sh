@@ -47,16 +47,17 @@
 # - Serial: one scenario, one session at a time (the catalogue runs scenarios on 4 threads and
 #   launches launch_many sessions together).
 # - No infra container per Pod: kandev-agent owns the Pod's network and IPC namespaces and
-#   docker-engine joins them. fsGroup is applied by one privileged exec in kandev-agent (before
-#   docker-engine starts) instead of the infra container's `fsgroup` exec, so not on
-#   docker-data, which only docker-engine mounts (dockerd runs as root there).
+#   docker-engine joins them. fsGroup is in place before the containers start, without an
+#   exec, as the catalogue's infra container applies it in its own process: the disk volumes
+#   (workspace, kandev-runtime) are host folders made group 1000 and setgid first, the memory
+#   ones tmpfs mounted with gid=1000; not on docker-data (only dockerd, as root, uses it).
 # - No Pod-level cgroup (the harness's /kandev-acceptance/pod<uid>, 7 GiB, 4 CPUs, 4096 pids,
 #   as the containers' parent): each container has the template's own limits, which decide
 #   everything here (the hog dies at docker-engine's 3 GiB in both).
 # - Commands run with `docker exec` (the agent's ones as UID 1000 in /workspace with the
 #   session's HOME, not the rest of its auth.env), one exec per run of consecutive commands
-#   in one container, instead of the exec bridge (`docker exec agentctl bridge` + HTTP to
-#   agentctl, which spawns `sh -c`) once per step; agent-side digests the catalogue asks
+#   in one container, instead of an HTTP request to agentctl (which spawns `sh -c`) through
+#   the Pod's port-forward tunnel once per step; agent-side digests the catalogue asks
 #   agentctl for are `sha256sum`/`stat`.
 # - Not done: the control-API traffic (/health polling, the nonce handshake, identity,
 #   instances, health, the Resume token reattach), so the hand run never waits for agentctl
@@ -105,6 +106,8 @@ NET=$P
 # BASELINE_OUTPUT=FILE keeps what the nested commands print (default: discarded).
 OUT=${BASELINE_OUTPUT:-/dev/null}
 LOG=$(mktemp "${TMPDIR:-/tmp}/$P.XXXXXX.log")
+# Host folders behind the Pods' disk volumes (see dvol).
+VOLROOT=$(mktemp -d /var/tmp/"$P".XXXXXX)
 n=0
 g='' s='' rw='' ro='' a='' b='' o='' nb='' # session names, set by session()
 
@@ -114,6 +117,7 @@ cleanup() {
   docker volume ls -q --filter "label=$P" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
   docker network ls -q --filter "label=$P" | xargs -r docker network rm >/dev/null 2>&1 || true
   rm -f "$LOG"
+  rm -rf "$VOLROOT"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -180,16 +184,25 @@ printf "%s" "$1" | put /run/kandev/auth.env 0600
 : > /opt/kandev/start'
 declare -A HOME_OF
 vol() { docker volume create --label "$P" "$@" >/dev/null; }
+# fsGroup as the kubelet applies it before any container starts, without an exec (the
+# catalogue's infra container applies it in its own process): a disk volume is a host folder
+# made group 1000, setgid and group-writable before it is mounted; a memory volume is a tmpfs
+# mounted with gid=1000 and that mode.
+dvol() {
+  mkdir "$VOLROOT/$1" && chgrp 1000 "$VOLROOT/$1" && chmod 2775 "$VOLROOT/$1"
+  vol --opt type=none --opt o=bind --opt device="$VOLROOT/$1" "$1"
+}
+FSGROUP_TMPFS=gid=1000,mode=2775
 mnt() { echo "type=volume,src=$1,dst=$2,volume-nocopy${3:+,readonly}"; }
 
 # pod NAME WORKSPACE_VOLUME [ro] [absent]: the Pod's volumes and containers (the workspace
 # volume exists already: a claim, or the emptyDir of a look-alike).
 pod() {
   local s=$1 ws=$2 grant=${3:-} daemon=${4:-}
-  vol --opt type=tmpfs --opt device=tmpfs --opt o=size=16777216 "$s-docker-socket"
+  vol --opt type=tmpfs --opt device=tmpfs --opt o=size=16777216,$FSGROUP_TMPFS "$s-docker-socket"
   vol "$s-docker-data"
-  vol "$s-kandev-runtime"
-  vol --opt type=tmpfs --opt device=tmpfs "$s-kandev-auth"
+  dvol "$s-kandev-runtime"
+  vol --opt type=tmpfs --opt device=tmpfs --opt o=$FSGROUP_TMPFS "$s-kandev-auth"
   docker run -d --label "$P" --name "$s-kandev-agent" --hostname "$s" --network "$NET" \
     --ipc shareable --restart always -u 1000:1000 --group-add 1000 --cap-drop ALL \
     --security-opt no-new-privileges:true --memory 4294967296 --memory-swap 4294967296 \
@@ -197,7 +210,6 @@ pod() {
     -w /workspace --mount "$(mnt "$s-docker-socket" /run/docker)" \
     --mount "$(mnt "$s-kandev-runtime" /opt/kandev)" --mount "$(mnt "$s-kandev-auth" /run/kandev)" \
     --mount "$(mnt "$ws" /workspace)" --entrypoint sh "$W" -c "$BOOTSTRAP" >/dev/null
-  docker exec --privileged -u 0 "$s-kandev-agent" sh -c 'for d in /run/docker /opt/kandev /run/kandev /workspace; do chgrp -R 1000 "$d" && chmod -R g+rw "$d" && find "$d" -type d -exec chmod g+xs {} +; done'
   local cmd=(-ceu "$DAEMON_SCRIPT")
   [ "$daemon" != absent ] || cmd=(-c 'exec sleep 3600')
   docker run -d --label "$P" --name "$s-docker-engine" --network "container:$s-kandev-agent" \
@@ -245,7 +257,7 @@ HOME='/run/kandev/home'
 session() {
   n=$((n + 1))
   local name=$P-$n workspace=${2:-}
-  [ -n "$workspace" ] || { workspace=$name-ws; vol "$workspace"; }
+  [ -n "$workspace" ] || { workspace=$name-ws; dvol "$workspace"; }
   pod "$name" "$workspace" "${3:-}"
   write_files "$name"; prepare "$name"; markers "$name"
   printf -v "$1" %s "$name"
@@ -279,7 +291,7 @@ docker network create --label "$P" -d bridge -o com.docker.network.driver.mtu="$
 # --- prepare::docker_gate -------------------------------------------------------------------
 session g
 ag "$g" "docker info --format '{{.ID}} {{.ServerVersion}}'" >>"$OUT"
-n=$((n + 1)); absent=$P-$n; vol "$absent-ws"; pod "$absent" "$absent-ws" "" absent
+n=$((n + 1)); absent=$P-$n; dvol "$absent-ws"; pod "$absent" "$absent-ws" "" absent
 write_files "$absent" 2
 prepare "$absent" || true # fails after the 2 s bound: "Docker daemon did not become ready"
 teardown "$g" "$absent"
@@ -393,7 +405,11 @@ docker run --rm baseline-tls-client:1 /workload netinfo
 docker run --rm --network mtu-probe baseline-tls-client:1 /workload netinfo
 docker run -d --rm --name mtu-probe-docker0 --network bridge baseline-tls-client:1 /workload sleep 120 >/dev/null' >>"$OUT"
 ag "$s" 'docker rm -f mtu-probe-docker0 >/dev/null'
-until docker exec "$peer" cat /srv/big.sha >/dev/null 2>&1; do sleep 0.2; done
+for i in $(seq 600); do # the peer makes its 64 MiB and certificate; 120 s at most
+  docker exec "$peer" cat /srv/big.sha >/dev/null 2>&1 && break
+  [ "$i" -lt 600 ] || { echo "hand-run-baseline: the HTTPS peer was not ready within 120 s" >&2; exit 1; }
+  sleep 0.2
+done
 peer_ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$peer")
 ag "$s" "docker run --rm --network mtu-probe baseline-tls-client:1 /bin/sh -c 'printf \"GET /big.bin HTTP/1.0\\r\\n\\r\\n\" | openssl s_client -quiet -connect $peer_ip:8443 2>/dev/null | /workload http-body-digest'" >>"$OUT"
 teardown "$s"
@@ -485,7 +501,7 @@ delete_pod "$o"; docker volume rm "$o-ws" >/dev/null # the terminal cleanup of t
 daemon_id "$nb"
 lookalikes=()
 for _ in same-name foreign-label; do # created, never bootstrapped, emptyDir workspace
-  n=$((n + 1)); l=$P-$n; vol "$l-ws"; pod "$l" "$l-ws"; lookalikes+=("$l")
+  n=$((n + 1)); l=$P-$n; dvol "$l-ws"; pod "$l" "$l-ws"; lookalikes+=("$l")
 done
 teardown "$nb" "${lookalikes[@]}"
 

@@ -324,8 +324,8 @@ pub trait Backend: Send + Sync {
     async fn container_states(&self, pod: &PodRef) -> Result<Vec<ContainerState>>;
     /// Runs a command in a container as that container's user.
     async fn exec(&self, pod: &PodRef, request: ExecRequest) -> Result<ExecOutput>;
-    /// One request/response exchange with a TCP port inside the Pod (port-forward; locally an
-    /// exec bridge through `bridge_binary` in `container`).
+    /// One request/response exchange with a TCP port inside the Pod (port-forward; locally a
+    /// connection through the Pod's tunnel, one long-lived exec in its infra container).
     async fn port_exchange(
         &self,
         pod: &PodRef,

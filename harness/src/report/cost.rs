@@ -123,7 +123,8 @@ pub fn machine_busy() -> Option<Duration> {
 }
 
 /// The engine's CPU so far: its processes found by name (`dockerd`, `containerd`, and the
-/// shims `containerd-shim*`) under `proc_root`. When dockerd and containerd run in cgroups of
+/// shims `containerd-shim*`) under `proc_root`, in this process's PID namespace only (the
+/// daemons inside Pods and Kind nodes run in namespaces of their own and are Pod work). When dockerd and containerd run in cgroups of
 /// their own (a systemd unit, or `ensure-engine.sh`'s `kandev-engine`), those cgroups' usage
 /// counts (exact: the shims they started and the ones that exited are in it); otherwise the
 /// live processes' CPU.
@@ -131,8 +132,12 @@ pub fn engine_cpu(proc_root: &std::path::Path, cgroup_root: &std::path::Path) ->
     let mut groups = std::collections::BTreeSet::new();
     let mut processes = Duration::ZERO;
     let mut found = false;
+    let own_namespace = std::fs::read_link("/proc/self/ns/pid").ok();
     for entry in std::fs::read_dir(proc_root).ok()?.flatten() {
         let dir = entry.path();
+        if std::fs::read_link(dir.join("ns/pid")).ok() != own_namespace {
+            continue;
+        }
         let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
             continue;
         };

@@ -16,11 +16,14 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 /// Largest payload of one frame the harness sends.
 const FRAME: usize = 32 * 1024;
+
+/// How long opening a Pod's tunnel (an inspect and an exec) may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What arrives for one connection.
 enum Event {
@@ -33,7 +36,9 @@ type Routes = Arc<Mutex<HashMap<u32, mpsc::UnboundedSender<Event>>>>;
 
 /// One Pod's tunnel.
 struct Tunnel {
-    input: tokio::sync::Mutex<std::pin::Pin<Box<dyn AsyncWrite + Send>>>,
+    /// Whole frames for the writer task: an exchange that times out can never leave half a
+    /// frame on the stream (which would wedge the agent's reader).
+    frames: mpsc::UnboundedSender<Vec<u8>>,
     routes: Routes,
     next: AtomicU32,
     /// Why the tunnel ended (its stderr, or the stream's error), once it has.
@@ -43,15 +48,34 @@ struct Tunnel {
 impl Tunnel {
     fn open(attached: Attached) -> Arc<Self> {
         let Attached {
-            input, mut output, ..
+            mut input,
+            mut output,
+            ..
         } = attached;
         let routes: Routes = Arc::default();
         let ended = Arc::new(Mutex::new(None));
+        let (frames, mut queued) = mpsc::unbounded_channel::<Vec<u8>>();
         let tunnel = Arc::new(Self {
-            input: tokio::sync::Mutex::new(input),
+            frames,
             routes: routes.clone(),
             next: AtomicU32::new(1),
             ended: ended.clone(),
+        });
+        let writer_ended = ended.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = queued.recv().await {
+                let written = async {
+                    input.write_all(&frame).await?;
+                    input.flush().await
+                };
+                if let Err(e) = written.await {
+                    let mut ended = writer_ended.lock().unwrap_or_else(|e| e.into_inner());
+                    ended.get_or_insert_with(|| format!("writing to the tunnel failed: {e}"));
+                    return;
+                }
+            }
+            // Every sender gone (the tunnel was forgotten): end the agent's stdin, and so it.
+            let _ = input.shutdown().await;
         });
         tokio::spawn(async move {
             let mut buffer = Vec::new();
@@ -72,7 +96,10 @@ impl Tunnel {
                     }
                 }
             };
-            *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.clone());
+            ended
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(|| reason.clone());
             // Dropping every route ends every exchange still waiting.
             for (_, route) in routes.lock().unwrap_or_else(|e| e.into_inner()).drain() {
                 let _ = route.send(Event::Failed(reason.clone()));
@@ -85,16 +112,16 @@ impl Tunnel {
         self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    async fn send(&self, kind: u8, id: u32, payload: &[u8]) -> anyhow::Result<()> {
+    /// Queues one whole frame for the writer task.
+    fn send(&self, kind: u8, id: u32, payload: &[u8]) -> anyhow::Result<()> {
         let mut frame = Vec::with_capacity(9 + payload.len());
         frame.push(kind);
         frame.extend_from_slice(&id.to_be_bytes());
         frame.extend_from_slice(&u32::try_from(payload.len())?.to_be_bytes());
         frame.extend_from_slice(payload);
-        let mut input = self.input.lock().await;
-        input.write_all(&frame).await?;
-        input.flush().await?;
-        Ok(())
+        self.frames
+            .send(frame)
+            .map_err(|_| anyhow!("the tunnel's writer has ended"))
     }
 
     /// Opens a connection to `addr`, sends `request`, ends the sending side and returns what
@@ -119,11 +146,11 @@ impl Tunnel {
             return Err(anyhow!(reason));
         }
         let run = async {
-            self.send(b'O', id, addr.as_bytes()).await?;
+            self.send(b'O', id, addr.as_bytes())?;
             for chunk in request.chunks(FRAME) {
-                self.send(b'D', id, chunk).await?;
+                self.send(b'D', id, chunk)?;
             }
-            self.send(b'E', id, &[]).await?;
+            self.send(b'E', id, &[])?;
             let mut response = Vec::new();
             loop {
                 match events.recv().await {
@@ -137,7 +164,7 @@ impl Tunnel {
         let result = match tokio::time::timeout(timeout, run).await {
             Ok(result) => result,
             Err(_) => {
-                let _ = self.send(b'K', id, &[]).await;
+                let _ = self.send(b'K', id, &[]);
                 Err(anyhow!("no answer within {timeout:?}"))
             }
         };
@@ -198,7 +225,16 @@ impl Tunnels {
             match open.get(&pod.uid) {
                 Some(tunnel) if tunnel.ended().is_none() => tunnel.clone(),
                 _ => {
-                    let tunnel = Tunnel::open(streams.tunnel(pod).await?);
+                    // Bounded: the lock is held meanwhile, and other Pods' exchanges wait.
+                    let opened = tokio::time::timeout(OPEN_TIMEOUT, streams.tunnel(pod))
+                        .await
+                        .map_err(|_| BackendError::Exec {
+                            pod: pod.name.clone(),
+                            container: "infra".into(),
+                            argv: vec!["tunnel".into()],
+                            source: anyhow!("the tunnel did not open within {OPEN_TIMEOUT:?}"),
+                        })??;
+                    let tunnel = Tunnel::open(opened);
                     open.insert(pod.uid.clone(), tunnel.clone());
                     tunnel
                 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// One exec in the companion lists the nested daemon's objects, a section each (four CLI
 /// calls: one container listing gives both the containers and their Compose projects).
 const INVENTORY_SCRIPT: &str = r#"export DOCKER_HOST="${DOCKER_HOST:-unix:///run/docker/docker.sock}"
-ps=$(docker ps -a --no-trunc --format '{{.ID}} {{.Label "com.docker.compose.project"}}') || exit
+ps=$(docker ps -a --no-trunc --format '{{.ID}} {{.Label "com.docker.compose.project"}}')
 echo '== containers'; printf '%s\n' "$ps" | cut -d' ' -f1
 echo '== images'; docker images -q --no-trunc | sort -u
 echo '== volumes'; docker volume ls -q

@@ -26,6 +26,7 @@ pub mod isolation {
     pub mod cross_session;
 }
 pub mod lifecycle {
+    pub mod replacement_snapshot;
     pub mod stop_retains;
     pub mod teardown_exact;
 }
@@ -63,6 +64,7 @@ pub fn registry() -> Vec<Scenario> {
         worker::toolchain::scenario(),
         isolation::cross_session::scenario(),
         lifecycle::stop_retains::scenario(),
+        lifecycle::replacement_snapshot::scenario(),
         lifecycle::teardown_exact::scenario(),
     ]
 }

@@ -5,7 +5,7 @@
 //! `config.pod_template_yaml`, as Kandev reports it, and all findings are reported at once.
 
 use k8s_openapi::api::core::v1::{Container, NodeSelectorTerm, PodSpec, PodTemplate, VolumeMount};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -63,7 +63,9 @@ impl std::fmt::Display for TemplateFinding {
 }
 
 /// The three workspace modes of a Kandev profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkspaceMode {
     ManagedPvc,

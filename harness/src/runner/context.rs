@@ -290,6 +290,28 @@ impl Ctx {
         }
     }
 
+    /// Replaces `session`'s missing Pod as Kandev does ([`Session::replace_missing`]): from the
+    /// session's recorded snapshot, with `current_profile` as the profile's template is now
+    /// (an edited profile; `None`: unchanged), which the replacement must not use.
+    pub async fn replace(
+        &mut self,
+        session: &Session,
+        current_profile: Option<PodTemplate>,
+    ) -> anyhow::Result<Session> {
+        let mut current = self.env.launch.clone();
+        if let Some(template) = current_profile {
+            current.template = template;
+        }
+        let replacement = session.replace_missing(&current, &self.cleanup).await?;
+        self.sessions.push(replacement.record());
+        self.note_unenforced(std::slice::from_ref(&replacement));
+        self.evidence(
+            "replacement_stages_ms",
+            json!({"pod": replacement.pod.name, "stages_ms": replacement.stages}),
+        );
+        Ok(replacement)
+    }
+
     /// Creates a session's storage and Pod only (the scenario drives the bootstrap).
     pub async fn create_session(&mut self, options: SessionOptions) -> anyhow::Result<Session> {
         let (identity, options) = self.resolve(options);

@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod cleanup;
+pub mod snapshot;
 
 use crate::backend::{Backend, ExecOutput, ExecRequest, PodRef, WorkspaceRef};
 use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
@@ -19,6 +20,7 @@ use crate::pod::template::WorkspaceMode;
 use crate::report::SessionRecord;
 use crate::session::agent::{AgentClient, AgentExec, AgentExecResult};
 use crate::session::cleanup::{CleanupStack, CleanupTarget};
+use crate::session::snapshot::LaunchSnapshot;
 use anyhow::{Context, anyhow, bail};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate};
 use sha2::Digest;
@@ -62,6 +64,8 @@ pub struct SessionOptions {
     pub identity: Option<SessionIdentity>,
     /// Labels stamped on the Pod besides Kandev's (as a foreign actor or policy might add).
     pub extra_labels: BTreeMap<String, String>,
+    /// The profile's platform (default: this machine's).
+    pub arch: Option<Arch>,
 }
 
 /// What Kandev records of a session to tear it down later: the exact Pod (UID), its owned
@@ -276,6 +280,8 @@ pub struct Session {
     pub workspace: Option<WorkspaceRef>,
     pub bootstrap_nonce: String,
     pub stages: Vec<(String, u64)>,
+    /// The profile this session was launched with, as Kandev records it for a replacement.
+    pub snapshot: LaunchSnapshot,
     agent: Option<AgentClient>,
     /// The session's agent process agentctl runs (its instance id), if one was started.
     instance: Option<String>,
@@ -383,13 +389,15 @@ impl Session {
 
         let started = Instant::now();
         let template = options.template.as_ref().unwrap_or(&settings.template);
+        let arch = options.arch.unwrap_or_else(Arch::of_this_machine);
+        let snapshot = LaunchSnapshot::record(template, &settings.main_container, mode, arch)?;
         let nonce = create_nonce();
         let pod_spec = compose_pod(&ComposeInput {
             template,
             identity: &identity,
             namespace: &settings.namespace,
             main_container: &settings.main_container,
-            arch: Arch::of_this_machine(),
+            arch,
             workspace: match &workspace {
                 Some(ws) => WorkspaceSource::Claim(ws.name.clone()),
                 None => WorkspaceSource::EmptyDir,
@@ -424,6 +432,7 @@ impl Session {
             workspace,
             bootstrap_nonce: create_nonce(),
             stages,
+            snapshot,
             agent: None,
             instance: None,
             settings: settings.clone(),
@@ -439,6 +448,66 @@ impl Session {
         options: &SessionOptions,
     ) -> anyhow::Result<Self> {
         let mut session = Self::create(settings, cleanup, identity, options).await?;
+        session.bootstrap_and_connect().await?;
+        Ok(session)
+    }
+
+    /// Kandev's replacement of a Pod that went missing (`recreateMissingKubernetesPod`): the
+    /// **recorded** snapshot composed again with the same Pod name, identity and claim, and
+    /// bootstrapped with the recorded nonce. `current` is the profile as it is now: only its
+    /// executor settings (backend, namespace, agent binary, prepare script, bounds) are used,
+    /// never its template. Refused, before anything is created, when the snapshot does not
+    /// verify, the workspace was an emptyDir, the recorded Pod still exists or the claim is not
+    /// the recorded one (name and UID).
+    pub async fn replace_missing(
+        &self,
+        current: &LaunchSettings,
+        cleanup: &CleanupStack,
+    ) -> anyhow::Result<Self> {
+        let (profile, template) = self.snapshot.verified()?;
+        let Some(workspace) = &self.workspace else {
+            return Err(snapshot::SnapshotRefused::EmptyDir.into());
+        };
+        let backend = &current.backend;
+        if let Some(uid) = backend.pod_uid(&self.pod.namespace, &self.pod.name).await? {
+            bail!(
+                "kubernetes lifecycle: the recorded Pod {} still exists (uid {uid}); a replacement is only for a missing Pod",
+                self.pod.name
+            );
+        }
+        match backend.get_workspace(&workspace.name).await? {
+            Some(found) if found.uid == workspace.uid => {}
+            found => bail!(
+                "kubernetes lifecycle: PVC UID or name does not match recorded inventory (claim {}, recorded uid {}, found {:?})",
+                workspace.name,
+                workspace.uid,
+                found.map(|f| f.uid)
+            ),
+        }
+        let mut settings = current.clone();
+        settings.main_container = profile.main_container.clone();
+        settings.profile_env = self.session_env.clone();
+        let options = SessionOptions {
+            workspace_mode: Some(profile.workspace_mode),
+            reuse_workspace: Some(workspace.clone()),
+            template: Some(template),
+            identity: Some(self.identity.clone()),
+            arch: Some(profile.arch()?),
+            ..Default::default()
+        };
+        let mut replacement =
+            Self::create(&settings, cleanup, self.identity.clone(), &options).await?;
+        // The recorded snapshot stays the session's record (the replacement's is the same
+        // profile), and the recorded nonce bootstraps it.
+        replacement.snapshot = self.snapshot.clone();
+        replacement.bootstrap_nonce = self.bootstrap_nonce.clone();
+        replacement.bootstrap_and_connect().await?;
+        Ok(replacement)
+    }
+
+    /// Stages `bootstrap` and `agentctl_connect` of a created session.
+    async fn bootstrap_and_connect(&mut self) -> anyhow::Result<()> {
+        let session = self;
         let started = Instant::now();
         session.write_bootstrap_files().await?;
         let output = session.run_prepare().await?;
@@ -462,7 +531,7 @@ impl Session {
             "agentctl_connect".to_owned(),
             started.elapsed().as_millis() as u64,
         ));
-        Ok(session)
+        Ok(())
     }
 
     async fn main_exec(

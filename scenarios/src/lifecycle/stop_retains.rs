@@ -2,8 +2,8 @@
 //! through agentctl's control API; agentctl stays) keeps the Pod (same UID), its daemon
 //! (same ID), the nested containers, volumes and uncommitted files, and the agent is
 //! reattached with the recorded token and a new session process started; a
-//! replacement Pod (the old one deleted by UID, the recorded template recomposed with the
-//! same workspace claim) keeps the workspace files, gets a new daemon ID, and the old nested
+//! replacement Pod (the old one deleted by UID, the launch snapshot recomposed with the
+//! same workspace claim and the recorded nonce) keeps the workspace files, gets a new daemon ID, and the old nested
 //! containers and volumes are gone.
 //!
 //! Can fail when Stop disturbs the Pod or daemon, when the workspace is lost on replacement,
@@ -128,13 +128,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(gone.is_none(), &WORKSPACE_KEPT, || {
             format!("the deleted Pod is still there ({gone:?})")
         })?;
-        let replacement = ctx
-            .launch(SessionOptions {
-                identity: Some(session.identity.clone()),
-                reuse_workspace: session.workspace.clone(),
-                ..Default::default()
-            })
-            .await?;
+        let replacement = ctx.replace(&session, None).await?;
         let file = replacement
             .agent_sh(
                 &format!("cat /workspace/retained-{s}.txt"),

@@ -9,6 +9,7 @@ use crate::config::Capability;
 use crate::pod::admission::AdmissionMutated;
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
 use crate::report::cost::{CallMeter, SCENARIO_CALLS};
+use crate::report::gate::{Gate, GateProfile};
 use crate::report::{
     CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport, StepOutcome,
 };
@@ -86,7 +87,7 @@ impl Run {
             .await;
         report.checks = judged_checks(scenario, &judged);
         let result = no_vacuous_pass(&report.checks, result);
-        let result = self.judge_lacking(&mut report, result);
+        let result = judge_by_gate(&self.config.gate, &mut report.lacking, result);
         settle(&mut report, &mut ctx, result);
         // A broken promise is named by its check's id first: what people grep and gate on.
         if let (Some(check), Some(diagnosis)) = (
@@ -140,32 +141,6 @@ impl Run {
                 format!("step {step:?} ran past the per-step deadline of {:?}", self.config.step_timeout.unwrap_or_default()),
             )),
             () = self.cancelled() => Err(self.stop_diagnosis(true)),
-        }
-    }
-
-    /// A scenario that could not be judged for lack of a capability: `failed` when the gate
-    /// requires it (a release must not pass on what it never checked), else `skipped` (the
-    /// node view) or `incompatible` (worker tools).
-    fn judge_lacking(&self, report: &mut ScenarioReport, result: BodyResult) -> BodyResult {
-        let Ok(Verdict::Lacks(capability, reason)) = result else {
-            return result;
-        };
-        report.lacking = Some(capability);
-        let gate = &self.config.gate;
-        if gate.requires(capability) {
-            Err((
-                Outcome::Failed,
-                format!(
-                    "required capability {} is missing ({} gate; required by {}): {reason}",
-                    capability.name(),
-                    gate.profile.name(),
-                    gate.source
-                ),
-            ))
-        } else if capability == Capability::NodeView {
-            Ok(Verdict::Skipped(reason))
-        } else {
-            Ok(Verdict::Incompatible(reason))
         }
     }
 
@@ -360,6 +335,41 @@ fn judged_checks(scenario: &Scenario, judged: &JudgedChecks) -> Vec<CheckReport>
         .collect()
 }
 
+/// A scenario the body left unjudged, by the gate: one that lacks a capability is `failed`
+/// when the gate requires it (a release must not pass on what it never checked), else
+/// `skipped` (the node view) or `incompatible` (worker tools); under the release profile
+/// nothing passes unjudged, so any `skipped` or `incompatible` body (e.g. a workspace mode the
+/// scenario cannot be shown in) is `failed` too.
+fn judge_by_gate(gate: &Gate, lacking: &mut Option<Capability>, result: BodyResult) -> BodyResult {
+    if let Ok(Verdict::Skipped(reason) | Verdict::Incompatible(reason)) = &result
+        && gate.profile == GateProfile::Release
+    {
+        return Err((
+            Outcome::Failed,
+            format!("the release gate accepts no scenario left unjudged: {reason}"),
+        ));
+    }
+    let Ok(Verdict::Lacks(capability, reason)) = result else {
+        return result;
+    };
+    *lacking = Some(capability);
+    if gate.requires(capability) {
+        Err((
+            Outcome::Failed,
+            format!(
+                "required capability {} is missing ({} gate; required by {}): {reason}",
+                capability.name(),
+                gate.profile.name(),
+                gate.source
+            ),
+        ))
+    } else if capability == Capability::NodeView {
+        Ok(Verdict::Skipped(reason))
+    } else {
+        Ok(Verdict::Incompatible(reason))
+    }
+}
+
 /// The body's result as the report's outcome, closing the open step accordingly.
 fn settle(report: &mut ScenarioReport, ctx: &mut Ctx, result: BodyResult) {
     let (outcome, step, diagnosis) = match result {
@@ -504,6 +514,33 @@ mod tests {
         // Skipped, incompatible and failed bodies judged nothing more: left as they are.
         let skipped = Ok(Verdict::Skipped("no node view".into()));
         assert_eq!(no_vacuous_pass(&vacuous, skipped.clone()), skipped);
+    }
+
+    #[test]
+    fn the_release_gate_fails_what_was_left_unjudged() {
+        let mut lacking = None;
+        let release = Gate::resolve(GateProfile::Release, None, &[]);
+        let default = Gate::resolve(GateProfile::Default, Some(&[]), &[]);
+        let incompatible = || Ok(Verdict::Incompatible("empty_dir".into()));
+        let ended = judge_by_gate(&release, &mut lacking, incompatible());
+        assert!(
+            matches!(&ended, Err((Outcome::Failed, why)) if why.contains("unjudged: empty_dir")),
+            "{ended:?}"
+        );
+        assert_eq!(
+            judge_by_gate(&default, &mut lacking, incompatible()),
+            incompatible()
+        );
+        let lacks = Ok(Verdict::Lacks(Capability::NodeView, "no node view".into()));
+        assert!(matches!(
+            judge_by_gate(&release, &mut lacking, lacks.clone()),
+            Err((Outcome::Failed, _))
+        ));
+        assert_eq!(
+            judge_by_gate(&default, &mut lacking, lacks),
+            Ok(Verdict::Skipped("no node view".into()))
+        );
+        assert_eq!(lacking, Some(Capability::NodeView));
     }
 
     #[test]

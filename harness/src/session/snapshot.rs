@@ -189,10 +189,12 @@ mod tests {
             .and_then(|t| t.spec.as_mut())
             .unwrap();
         // Kandev's rules reserve the workspace volume's name for its own composition.
-        spec.volumes.get_or_insert_default().push(k8s_openapi::api::core::v1::Volume {
-            name: "kandev-workspace".into(),
-            ..Default::default()
-        });
+        spec.volumes
+            .get_or_insert_default()
+            .push(k8s_openapi::api::core::v1::Volume {
+                name: "kandev-workspace".into(),
+                ..Default::default()
+            });
         let snapshot = LaunchSnapshot::record(
             &template,
             "kandev-agent",

@@ -10,11 +10,13 @@
 #   docker compose"), OPTIONAL_TOOLS ("buildx go rust pnpm"), PREPARE_SCRIPT (the fixture's).
 #
 # THE SAME AS THE CATALOGUE
-# - 20 sessions, as the 13 Pod scenarios make them (template::grant_rules makes none), plus
-#   network::mtu's HTTPS peer: 21 Pods. (The report's resources.pods, 19, counts only the Pods
-#   still there at each scenario's teardown: not stop_retains's replaced Pod nor
-#   teardown_exact's owned one.) 17 are launched (bootstrap + prepare), 1 is prepared without a
-#   daemon (docker_gate), 2 are only created (teardown_exact's look-alikes, emptyDir workspace).
+# - 22 sessions, as the 14 Pod scenarios make them (template::grant_rules makes none), plus
+#   network::mtu's HTTPS peer: 23 Pods. (The report's resources.pods, 20, counts only the Pods
+#   still there at each scenario's teardown: not the replaced Pods of stop_retains and
+#   replacement_snapshot nor teardown_exact's owned one.) 19 are launched (bootstrap +
+#   prepare), 1 is prepared without a daemon (docker_gate), 2 are only created (teardown_exact's
+#   look-alikes, emptyDir workspace). replacement_snapshot's Pods carry its third container
+#   (the observer companion).
 # - Each Pod as the rendered fixtures/templates/full-worker.yaml composes it: kandev-agent
 #   (worker image, UID/GID 1000, fsGroup 1000, cap-drop ALL, no-new-privileges, default
 #   seccomp, memory 4Gi = swap, 2 CPUs, cpu-shares 256, restart always, workdir /workspace,
@@ -492,6 +494,27 @@ pod "$r" "$s-ws"; write_files "$r" "" "$s"; prepare "$r"; markers "$r"
 daemon_id "$r"
 ag "$r" 'docker container inspect keeper-base >/dev/null 2>&1 && echo container; docker volume inspect keep-base >/dev/null 2>&1 && echo volume; true' >>"$OUT"
 delete_pod "$r"; docker volume rm "$s-ws" >/dev/null
+
+# --- lifecycle::replacement_snapshot: a second companion, the Pod lost and replaced ---------
+# observer NAME: the template's extra companion (the daemon image running sleep, unprivileged).
+observer() {
+  docker run -d --label "$P" --name "$1-observer" --network "container:$1-kandev-agent" \
+    --ipc "container:$1-kandev-agent" --restart always -u 1000:1000 --cap-drop ALL \
+    --security-opt no-new-privileges:true --memory 67108864 --memory-swap 67108864 --cpus 0.1 \
+    --entrypoint sleep "$D" infinity >/dev/null
+}
+OBSERVER_PROBE='if command -v dockerd >/dev/null; then echo image=daemon; else echo image=other; fi; if [ -e /workspace ]; then echo workspace=present; else echo workspace=absent; fi'
+session s
+observer "$s"
+ag "$s" 'echo snap > /workspace/snapshot-base.txt && echo ok' >>"$OUT"
+docker exec "$s-observer" sh -c "$OBSERVER_PROBE" >>"$OUT"
+docker rm -f "$s-observer" >/dev/null; delete_pod "$s"
+n=$((n + 1)); r=$P-$n
+pod "$r" "$s-ws"; observer "$r"; write_files "$r" "" "$s"; prepare "$r"; markers "$r"
+docker exec "$r-observer" sh -c "$OBSERVER_PROBE" >>"$OUT"
+dm "$r" cat /workspace/snapshot-base.txt >>"$OUT"
+ag "$r" 'cat /workspace/snapshot-base.txt' >>"$OUT"
+docker rm -f "$r-observer" >/dev/null; delete_pod "$r"; docker volume rm "$s-ws" >/dev/null
 
 # --- lifecycle::teardown_exact: the owned session and a neighbour, then two look-alikes ------
 session o; session nb

@@ -932,6 +932,7 @@ pub(crate) mod tests {
                 session_id: "s".into(),
                 workspace: "w".into(),
                 launch_stages_ms: vec![("storage".into(), 10), ("pod_ready".into(), 1500)],
+                template_sha256: "sha256:0".into(),
             }],
             cleanup: vec![CleanupRecord {
                 object: "pod/kandev-1".into(),

@@ -394,6 +394,10 @@ pub struct SessionRecord {
     pub workspace: String,
     /// Milliseconds per launch stage (`storage`, `pod_ready`, `bootstrap`, `agentctl_connect`).
     pub launch_stages_ms: Vec<(String, u64)>,
+    /// The launch snapshot's template digest (`sha256:<hex>` of the template the session was
+    /// launched with; a replacement Pod keeps its session's).
+    #[serde(default)]
+    pub template_sha256: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -841,6 +841,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
                 .map(|w| w.name.clone())
                 .unwrap_or_else(|| "emptyDir".into()),
             launch_stages_ms: self.stages.clone(),
+            template_sha256: self.snapshot.template_hash.clone(),
         }
     }
 }

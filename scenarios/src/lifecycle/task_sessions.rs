@@ -427,3 +427,50 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         Ok(Verdict::Passed)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(id: &str, home: &str) -> Seen {
+        Seen {
+            session_id: id.into(),
+            home: home.into(),
+        }
+    }
+
+    fn found(home: &str, kind: &str, id: &str) -> Value {
+        json!({"home": home, "symlink": false, "kind": kind, "auth_env": "600 1000 regular file",
+            "session_id": id, "env_home": home, "sha256": "x"})
+    }
+
+    #[test]
+    fn homes_are_judged_own_folders_with_their_own_auth_env() {
+        let sessions = [seen("a", "/h/a"), seen("b", "/h/b")];
+        let good = [
+            found("/h/a", "directory 5", "a"),
+            found("/h/b", "directory 6", "b"),
+        ];
+        assert!(homes_wrong(&sessions, &good).is_empty());
+        // One folder behind two paths, another session's id, a loose mode, a missing home.
+        let shared = [
+            found("/h/a", "directory 5", "a"),
+            found("/h/b", "directory 5", "b"),
+        ];
+        assert!(homes_wrong(&sessions, &shared)[0].contains("same folder"));
+        let swapped = [
+            found("/h/a", "directory 5", "a"),
+            found("/h/b", "directory 6", "a"),
+        ];
+        assert!(homes_wrong(&sessions, &swapped)[0].contains("KANDEV_SESSION_ID"));
+        let mut loose = good.clone();
+        loose[1]["auth_env"] = json!("644 1000 regular file");
+        assert!(homes_wrong(&sessions, &loose)[0].contains("644"));
+        let missing = [
+            found("/h/a", "directory 5", "a"),
+            found("/h/b", "missing", ""),
+        ];
+        assert!(!homes_wrong(&sessions, &missing).is_empty());
+        assert!(!homes_wrong(&sessions, &good[..1]).is_empty());
+    }
+}

@@ -26,8 +26,10 @@ pub mod isolation {
     pub mod cross_session;
 }
 pub mod lifecycle {
+    pub mod agent_restart;
     pub mod replacement_snapshot;
     pub mod stop_retains;
+    pub mod task_sessions;
     pub mod teardown_exact;
 }
 pub mod network {
@@ -65,6 +67,8 @@ pub fn registry() -> Vec<Scenario> {
         isolation::cross_session::scenario(),
         lifecycle::stop_retains::scenario(),
         lifecycle::replacement_snapshot::scenario(),
+        lifecycle::agent_restart::scenario(),
+        lifecycle::task_sessions::scenario(),
         lifecycle::teardown_exact::scenario(),
     ]
 }

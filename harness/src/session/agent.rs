@@ -282,6 +282,20 @@ impl AgentClient {
         Ok(body)
     }
 
+    /// Whether agentctl accepts this client's token: `GET /api/v1/identity` answered 200
+    /// (true) or 401 (false: no token, or one this agentctl process never issued, as after a
+    /// container restart); anything else is an error.
+    pub async fn authorized(&self) -> anyhow::Result<bool> {
+        let (status, body) = self
+            .request("GET", "/api/v1/identity", None, Duration::from_secs(10))
+            .await?;
+        match status {
+            200 => Ok(true),
+            401 => Ok(false),
+            _ => bail!("identity answered {status}: {body}"),
+        }
+    }
+
     /// The agent process's user, groups and capabilities.
     pub async fn identity(&self) -> anyhow::Result<Value> {
         let (status, body) = self

@@ -273,6 +273,65 @@ pub struct PrepareFailed {
     pub output: String,
 }
 
+/// What [`Session::reconnect_after_restart`] found.
+#[derive(Debug, Clone)]
+pub struct Reconnected {
+    /// agentctl's `/health` answer once it was back.
+    pub health: serde_json::Value,
+    /// agentctl refused the recorded token, so a new handshake with the bootstrap nonce was
+    /// made (a restarted agentctl).
+    pub token_refused: bool,
+    /// The session's agent process agentctl no longer runs (it died with the container).
+    pub instance_lost: Option<String>,
+}
+
+/// A session that joined a task's Pod ([`Session::join`]): its identity, its own connection to
+/// the Pod's agentctl (with its environment file) and its agent process.
+pub struct SessionHandle {
+    pub identity: SessionIdentity,
+    agent: AgentClient,
+    instance: Option<String>,
+}
+
+impl SessionHandle {
+    /// The session's own home, `/run/kandev/sessions/<hash>/home`.
+    pub fn home(&self) -> String {
+        session_home(&self.identity.session_id)
+    }
+
+    pub fn agent(&self) -> &AgentClient {
+        &self.agent
+    }
+
+    /// The session's agent process (its agentctl instance id) while it runs.
+    pub fn instance(&self) -> Option<&str> {
+        self.instance.as_deref()
+    }
+
+    /// Kandev's Stop of this session: its agent process ended through agentctl (agentctl,
+    /// the Pod and the sibling sessions stay). Returns what agentctl answered.
+    pub async fn stop(&mut self) -> anyhow::Result<Option<serde_json::Value>> {
+        match self.instance.take() {
+            Some(id) => Ok(Some(
+                self.agent
+                    .stop_instance(&id)
+                    .await
+                    .context("stop: end the session's agent process")?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// `sh -c script` as the agent user in `/workspace`, with this session's environment.
+    pub async fn agent_sh(
+        &self,
+        script: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<AgentExecResult> {
+        self.agent.exec(&AgentExec::sh(script, timeout)).await
+    }
+}
+
 pub struct Session {
     pub identity: SessionIdentity,
     pub pod: PodRef,
@@ -777,6 +836,183 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
             .context("resume: reattach with the recorded token")?;
         self.agent = Some(client);
         Ok(())
+    }
+
+    /// The session's agent process agentctl runs (its instance id), if one was started.
+    pub fn instance(&self) -> Option<&str> {
+        self.instance.as_deref()
+    }
+
+    /// Kandev's reconnect to a Pod whose main container restarted (agentctl is a new
+    /// process; the Pod, its UID and its volumes are the same): wait for `/health`, reattach
+    /// with the recorded token, and when agentctl refuses it (a restarted agentctl issued no
+    /// token yet) do a new control handshake with the bootstrap nonce the Pod still holds in
+    /// `/run/kandev/auth.env` (agentctl issues a new token). The session's agent process
+    /// died with the container: the recorded instance is forgotten when agentctl no longer
+    /// runs it, and [`Session::start_agent_process`] starts a new one (Kandev's
+    /// get-or-create of the session's instance).
+    pub async fn reconnect_after_restart(&mut self) -> anyhow::Result<Reconnected> {
+        let fresh = || {
+            AgentClient::new(
+                self.settings.backend.clone(),
+                self.pod.clone(),
+                &self.settings.main_container,
+            )
+            .for_session(format!("{}/auth.env", self.home()))
+        };
+        let probe = fresh();
+        let started = Instant::now();
+        let health = loop {
+            match probe.health().await {
+                Ok(health) => break health,
+                Err(e) if started.elapsed() >= self.settings.connect_timeout => {
+                    return Err(e.context(format!(
+                        "reconnect: /health did not answer within {:?}",
+                        self.settings.connect_timeout
+                    )));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let recorded = self
+            .agent
+            .as_ref()
+            .and_then(|a| a.token().map(str::to_owned));
+        let token_kept = match &recorded {
+            Some(token) => AgentClient::with_token(
+                self.settings.backend.clone(),
+                self.pod.clone(),
+                &self.settings.main_container,
+                token.clone(),
+            )
+            .authorized()
+            .await
+            .context("reconnect: reattach with the recorded token")?,
+            None => false,
+        };
+        let client = if token_kept {
+            self.agent
+                .clone()
+                .ok_or_else(|| anyhow!("reconnect: the recorded client vanished"))?
+        } else {
+            let mut client = fresh();
+            client
+                .handshake(&self.bootstrap_nonce)
+                .await
+                .context("reconnect: handshake with the recorded bootstrap nonce")?;
+            client
+        };
+        let instances = client.instances().await.context("reconnect: instances")?;
+        let lost = self.instance.take_if(|id| {
+            !instances
+                .get("instances")
+                .and_then(serde_json::Value::as_array)
+                .is_some_and(|list| {
+                    list.iter().any(|i| {
+                        i.get("id").and_then(serde_json::Value::as_str) == Some(id.as_str())
+                            && i.get("running") == Some(&serde_json::Value::Bool(true))
+                    })
+                })
+        });
+        self.agent = Some(client);
+        Ok(Reconnected {
+            health,
+            token_refused: recorded.is_some() && !token_kept,
+            instance_lost: lost,
+        })
+    }
+
+    /// A further session of this task joining its Pod, as Kandev's executor adds a session to
+    /// a task-owned Pod (`connectSharedKubernetesAgentctl`): no new Pod, claim or
+    /// preparation; the session's own environment is written to its home,
+    /// `/run/kandev/sessions/<hash>/home/auth.env` (umask 077, mode 0600, a symlinked path
+    /// refused with exit 73, temporary file then rename); agentctl is reached with the task's
+    /// control token (a new handshake with the bootstrap nonce when agentctl refuses it); and
+    /// the session's own agent process is started through agentctl with that environment.
+    pub async fn join(&self, session_id: &str) -> anyhow::Result<SessionHandle> {
+        let mut identity = self.identity.clone();
+        identity.session_id = session_id.to_owned();
+        let home = session_home(session_id);
+        let mut env: Vec<(&str, &str)> = self
+            .session_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        env.extend([
+            ("HOME", home.as_str()),
+            ("KANDEV_SESSION_ID", identity.session_id.as_str()),
+            ("KANDEV_TASK_ID", identity.task_id.as_str()),
+            ("KANDEV_INSTANCE_ID", identity.environment_id.as_str()),
+            (
+                "KANDEV_TASK_ENVIRONMENT_ID",
+                identity.environment_id.as_str(),
+            ),
+        ]);
+        let script = format!(
+            r#"set -e
+umask 077
+{PUT}
+printf '%s' "$1" | put "$2/auth.env" 0600"#
+        );
+        let out = self
+            .main_exec(
+                &["sh", "-c", &script, "sh", &env_file(&env), &home],
+                None,
+                Duration::from_secs(30),
+            )
+            .await?;
+        match out.exit_code {
+            Some(0) => {}
+            Some(73) => bail!(
+                "join: {home}/auth.env refused: a path under /run/kandev/sessions is a symlink (or not a folder)"
+            ),
+            code => bail!(
+                "join: write {home}/auth.env: exit {code:?}: {}",
+                out.stderr_text().trim()
+            ),
+        }
+        let auth = format!("{home}/auth.env");
+        let control = AgentClient::new(
+            self.settings.backend.clone(),
+            self.pod.clone(),
+            &self.settings.main_container,
+        );
+        control.health().await.context("join: agentctl's /health")?;
+        let shared = self
+            .agent
+            .as_ref()
+            .and_then(|a| a.token().map(str::to_owned));
+        let agent = match shared {
+            Some(token) => {
+                let client = AgentClient::with_token(
+                    self.settings.backend.clone(),
+                    self.pod.clone(),
+                    &self.settings.main_container,
+                    token,
+                )
+                .for_session(auth.clone());
+                if client.authorized().await? {
+                    client
+                } else {
+                    let mut client = control.for_session(auth.clone());
+                    client
+                        .handshake(&self.bootstrap_nonce)
+                        .await
+                        .context("join: handshake with the bootstrap nonce")?;
+                    client
+                }
+            }
+            None => bail!("join: the task's session is not connected to agentctl"),
+        };
+        let instance = agent
+            .start_instance(&SESSION_PROCESS)
+            .await
+            .context("join: start the session's agent process")?;
+        Ok(SessionHandle {
+            identity,
+            agent,
+            instance: Some(instance),
+        })
     }
 
     pub fn agent(&self) -> anyhow::Result<&AgentClient> {

@@ -39,6 +39,9 @@ impl Backend for Metered {
     async fn pod_object(&self, pod: &PodRef) -> Result<Option<Pod>> {
         metered(&self.meter, "get", self.inner.pod_object(pod)).await
     }
+    async fn restricted_identity(&self) -> Result<Option<(String, Arc<dyn Backend>)>> {
+        self.inner.restricted_identity().await
+    }
     async fn pod_exposures(&self, pod: &PodRef) -> Result<Vec<String>> {
         metered(&self.meter, "list", self.inner.pod_exposures(pod)).await
     }

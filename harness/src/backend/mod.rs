@@ -378,6 +378,12 @@ pub trait Backend: Send + Sync {
             source: anyhow::anyhow!("the {} backend cannot list exposures", self.name()),
         })
     }
+    /// The same backend acting as an identity Kandev's executor Role does not cover (it may
+    /// not create Pods), with who that is; None where the backend has no access control (the
+    /// local engine).
+    async fn restricted_identity(&self) -> Result<Option<(String, Arc<dyn Backend>)>> {
+        Ok(None)
+    }
     /// The Pod's IP address on the node network.
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>>;
     /// Every harness-managed object carrying all `selector` labels, as `kind/name`.

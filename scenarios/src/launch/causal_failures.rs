@@ -8,6 +8,8 @@
 //! so and a finding records it; it is never counted as judged.
 
 use kandev_harness::backend::WorkspaceRef;
+use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::pod::identity::create_nonce;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
@@ -199,18 +201,67 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         }
 
         ctx.step("restricted identity");
-        let restricted = if backend.name() == "local" {
-            json!({"case": "restricted_identity", "judged": false,
-                "why": "not applicable on the local backend: the engine has no RBAC (nothing between the executor and the engine to refuse pods/create)"})
-        } else {
-            ctx.finding(
-                FindingLevel::Warning,
-                "launch.restricted_identity_not_run",
-                "the restricted-identity case (an executor token without pods/create) is not run yet: the run's sessions share one executor identity",
-                json!({"backend": backend.name()}),
-            );
-            json!({"case": "restricted_identity", "judged": false,
-                "why": "not run: the run's sessions share one executor identity; a second, restricted one is not set up yet"})
+        let restricted = match backend.restricted_identity().await? {
+            None => {
+                ctx.finding(
+                    FindingLevel::Info,
+                    "launch.restricted_identity_not_applicable",
+                    format!(
+                        "the restricted-identity case does not apply on the {} backend: it has no RBAC",
+                        backend.name()
+                    ),
+                    json!({"backend": backend.name()}),
+                );
+                json!({"case": "restricted_identity", "judged": false,
+                    "why": format!("not applicable on the {} backend: the engine has no RBAC (nothing between the executor and the engine to refuse pods/create)", backend.name())})
+            }
+            Some((who, restricted)) => {
+                // Stage pod_ready as that identity: the composed Pod, created with its token.
+                let identity = ctx.identity();
+                let namespace = session_namespace(ctx);
+                let pod = compose_pod(&ComposeInput {
+                    template: ctx.template(),
+                    identity: &identity,
+                    namespace: &namespace,
+                    main_container: &main,
+                    arch: Arch::of_this_machine(),
+                    workspace: WorkspaceSource::EmptyDir,
+                    create_nonce: &create_nonce(),
+                })?;
+                let started = Instant::now();
+                let outcome = restricted.create_pod(&pod).await;
+                let elapsed = started.elapsed();
+                let message = match &outcome {
+                    Ok(created) => {
+                        // Not refused: removed at once (by UID), and the check fails below.
+                        let _ = backend.delete_pod(created).await;
+                        format!("the create succeeded (pod {})", created.name)
+                    }
+                    Err(e) => format!(
+                        "pod_ready: create the Pod: {}",
+                        kandev_harness::error_chain(e)
+                    ),
+                };
+                let needles = ["forbidden", "create", "\"pods\""];
+                if !(outcome.is_err() && names_all(&message, &needles)) {
+                    unnamed.push(format!("restricted_identity ({who}): {message}"));
+                }
+                if elapsed > bound {
+                    slow.push(format!(
+                        "restricted_identity: {elapsed:?} (bound {bound:?})"
+                    ));
+                }
+                let remaining = backend
+                    .list_labelled(&[("kandev.ai/session-id", &identity.session_id)])
+                    .await?;
+                if !remaining.is_empty() {
+                    left.push(format!("restricted_identity: {remaining:?}"));
+                }
+                json!({"case": "restricted_identity", "judged": true, "identity": who,
+                    "failed": outcome.is_err(), "message": message, "must_name": needles,
+                    "elapsed_ms": elapsed.as_millis() as u64, "bound_ms": bound.as_millis() as u64,
+                    "labelled_after": remaining})
+            }
         };
         results.push(restricted);
         ctx.step("judge");

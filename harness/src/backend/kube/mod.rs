@@ -81,6 +81,8 @@ pub struct KubeBackend {
     pub delete_timeout: Duration,
     /// Grace period of Pod deletes (Kandev's probes use 0; the companion gets a moment).
     pub delete_grace_seconds: i64,
+    /// The operator's client configuration, for clients acting as other identities.
+    config: Option<kube::Config>,
 }
 
 fn other(operation: impl Into<String>, e: impl Into<anyhow::Error>) -> BackendError {
@@ -114,7 +116,15 @@ impl KubeBackend {
             workspace,
             delete_timeout: Duration::from_secs(120),
             delete_grace_seconds: 2,
+            config: None,
         }
+    }
+
+    /// The operator's client configuration (server and CA), from which
+    /// [`Backend::restricted_identity`] makes its client.
+    pub fn with_config(mut self, config: Option<kube::Config>) -> Self {
+        self.config = config;
+        self
     }
 
     /// Evidence and sweeps go through `admin` (the sessions' client stays the executor).
@@ -1048,6 +1058,56 @@ impl Backend for KubeBackend {
             }
         }
         Ok(sharing)
+    }
+
+    async fn restricted_identity(&self) -> Result<Option<(String, std::sync::Arc<dyn Backend>)>> {
+        // The namespace's `default` service account: every namespace has one, and Kandev's
+        // Role is bound to the executor's account only, so it may not create Pods. A
+        // TokenRequest creates nothing that would need removing.
+        let Some(config) = self.config.clone() else {
+            return Ok(None);
+        };
+        let account = "default";
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.admin.clone(), &self.namespace);
+        let request = k8s_openapi::api::authentication::v1::TokenRequest {
+            spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
+                audiences: Some(Vec::new()),
+                expiration_seconds: Some(600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request(account, &PostParams::default(), &request)
+            .await
+            .map_err(|e| other(format!("request a token for service account {account}"), e))?
+            .status
+            .map(|s| s.token)
+            .unwrap_or_default();
+        let mut restricted = config;
+        restricted.auth_info = serde_json::from_value(serde_json::json!({ "token": token }))
+            .map_err(|e| other("the restricted identity's credentials", e))?;
+        let client = cluster::client_of(restricted, cluster::ClientBounds::default())
+            .map_err(|e| other("the restricted identity's client", e))?;
+        let backend = KubeBackend {
+            client,
+            admin: self.admin.clone(),
+            namespace: self.namespace.clone(),
+            kind: self.kind,
+            main_container: self.main_container.clone(),
+            workspace: self.workspace.clone(),
+            delete_timeout: self.delete_timeout,
+            delete_grace_seconds: self.delete_grace_seconds,
+            config: None,
+        };
+        Ok(Some((
+            format!(
+                "system:serviceaccount:{}:{account} (no Role of the run binds it)",
+                self.namespace
+            ),
+            std::sync::Arc::new(backend),
+        )))
     }
 
     async fn pod_object(&self, pod: &PodRef) -> Result<Option<Pod>> {

@@ -376,7 +376,12 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
                     identity.user_name(),
                     route.group
                 ),
-                json!({"kind": route.resource, "name": route.name}),
+                // A real API server leaves `name` out when the request has none (a create):
+                // `"name": null` is no Status a client can parse.
+                match &route.name {
+                    Some(name) => json!({"kind": route.resource, "name": name}),
+                    None => json!({"kind": route.resource}),
+                },
             );
         }
     }
@@ -1145,4 +1150,38 @@ async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> Value {
         object["status"]["podIPs"] = json!([{"ip": ip}]);
     }
     object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unschedulable;
+    use serde_json::json;
+
+    #[test]
+    fn the_scheduler_refuses_an_unmatched_selector_and_a_missing_claim() {
+        let mut store = super::super::Store::default();
+        let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
+        let fits = json!({"metadata": {"namespace": "ns"},
+            "spec": {"nodeSelector": {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch}}});
+        assert_eq!(unschedulable(&store, &fits), None);
+        let never = json!({"metadata": {"namespace": "ns"},
+            "spec": {"nodeSelector": {"kandev.ai/e2e-never": "true"}}});
+        assert!(
+            unschedulable(&store, &never)
+                .unwrap()
+                .contains("didn't match Pod's node affinity/selector")
+        );
+        let claim = json!({"metadata": {"namespace": "ns"}, "spec": {"volumes": [
+            {"name": "kandev-workspace", "persistentVolumeClaim": {"claimName": "gone"}}]}});
+        assert!(
+            unschedulable(&store, &claim)
+                .unwrap()
+                .contains("persistentvolumeclaim \"gone\" not found")
+        );
+        store.objects.insert(
+            ("/persistentvolumeclaims".into(), "ns".into(), "gone".into()),
+            json!({}),
+        );
+        assert_eq!(unschedulable(&store, &claim), None);
+    }
 }

@@ -554,6 +554,7 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         run_id: "20261130t000000-abcdef".into(),
         access: BTreeMap::new(),
         settle: Duration::from_millis(600),
+        config: None,
     }
 }
 

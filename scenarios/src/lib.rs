@@ -22,6 +22,10 @@ pub mod daemon {
 pub mod image {
     pub mod build_run;
 }
+pub mod launch {
+    pub mod causal_failures;
+    pub mod contract;
+}
 pub mod isolation {
     pub mod cross_session;
 }
@@ -54,6 +58,8 @@ use kandev_harness::runner::Scenario;
 pub fn registry() -> Vec<Scenario> {
     vec![
         template::grant_rules::scenario(),
+        launch::contract::scenario(),
+        launch::causal_failures::scenario(),
         prepare::docker_gate::scenario(),
         daemon::socket_only::scenario(),
         workspace::shared::scenario(),

@@ -36,6 +36,15 @@ impl Backend for Metered {
     fn plumbing_listeners(&self) -> Vec<(String, &'static str)> {
         self.inner.plumbing_listeners()
     }
+    async fn pod_object(&self, pod: &PodRef) -> Result<Option<Pod>> {
+        metered(&self.meter, "get", self.inner.pod_object(pod)).await
+    }
+    async fn restricted_identity(&self) -> Result<Option<(String, Arc<dyn Backend>)>> {
+        self.inner.restricted_identity().await
+    }
+    async fn pod_exposures(&self, pod: &PodRef) -> Result<Vec<String>> {
+        metered(&self.meter, "list", self.inner.pod_exposures(pod)).await
+    }
     async fn create_workspace(
         &self,
         name: &str,

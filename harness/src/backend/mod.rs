@@ -261,6 +261,11 @@ pub enum BackendError {
     },
     #[error(transparent)]
     WaitTimedOut(#[from] crate::wait::WaitTimedOut),
+    /// The Pod will not start as it is, and the cluster (or engine) said why: an image that
+    /// cannot be pulled, a Pod no node can take (a node selector no node carries, a claim that
+    /// does not exist). Surfaced as soon as it is seen, not at the wait's bound.
+    #[error("pod {pod} cannot start: {cause}")]
+    CannotStart { pod: String, cause: String },
     #[error(
         "{what} {name} is not the one this run created (expected uid {expected}, found {found})"
     )]
@@ -354,6 +359,31 @@ pub trait Backend: Send + Sync {
     /// containers (bind mounts, host namespace modes); on Kubernetes the Pod object as the API
     /// server returns it.
     async fn host_sharing(&self, pod: &PodRef) -> Result<HostSharing>;
+    /// The running Pod read back whole, as the backend holds it (Kubernetes: a GET of the
+    /// object the API server stores; locally: the Pod it was given, its labels as the engine
+    /// carries them); None when it is gone.
+    async fn pod_object(&self, _pod: &PodRef) -> Result<Option<Pod>> {
+        Err(BackendError::Other {
+            operation: "read back the Pod".into(),
+            source: anyhow::anyhow!("the {} backend cannot read a Pod back", self.name()),
+        })
+    }
+    /// What exposes the Pod beyond the port-forward, as `kind/name: detail`: on Kubernetes
+    /// every Service in the namespace whose selector matches the Pod's labels (seen with the
+    /// operator's identity); locally every port the engine publishes from the Pod's containers
+    /// (the local backend has no Services).
+    async fn pod_exposures(&self, _pod: &PodRef) -> Result<Vec<String>> {
+        Err(BackendError::Other {
+            operation: "list what exposes the Pod".into(),
+            source: anyhow::anyhow!("the {} backend cannot list exposures", self.name()),
+        })
+    }
+    /// The same backend acting as an identity Kandev's executor Role does not cover (it may
+    /// not create Pods), with who that is; None where the backend has no access control (the
+    /// local engine).
+    async fn restricted_identity(&self) -> Result<Option<(String, Arc<dyn Backend>)>> {
+        Ok(None)
+    }
     /// The Pod's IP address on the node network.
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>>;
     /// Every harness-managed object carrying all `selector` labels, as `kind/name`.

@@ -300,6 +300,9 @@ pub struct Cluster {
     pub run_id: String,
     /// Permission checks of the executor identity (`verb resource`: allowed).
     pub access: BTreeMap<String, bool>,
+    /// The operator's client configuration (server and CA), from which clients acting as
+    /// other identities are made (a restricted one, for `launch::causal_failures`).
+    pub config: Option<Config>,
     /// How long the preflight waits for what a fresh namespace settles into: a RoleBinding
     /// just created becoming effective, the namespace's `default` ServiceAccount.
     pub settle: Duration,
@@ -505,6 +508,7 @@ impl Cluster {
             run_id: run_id.to_owned(),
             access: BTreeMap::new(),
             settle: SETTLE,
+            config: Some(config.clone()),
         };
         // From here on the run owns objects: a failure tears them down before returning.
         match cluster.set_up_executor(&config, mode, &labels).await {

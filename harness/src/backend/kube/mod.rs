@@ -23,7 +23,8 @@ use crate::wait::{self, WaitTimedOut};
 use anyhow::anyhow;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
-    Event, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, VolumeResourceRequirements,
+    Event, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, Service,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{
@@ -80,6 +81,8 @@ pub struct KubeBackend {
     pub delete_timeout: Duration,
     /// Grace period of Pod deletes (Kandev's probes use 0; the companion gets a moment).
     pub delete_grace_seconds: i64,
+    /// The operator's client configuration, for clients acting as other identities.
+    config: Option<kube::Config>,
 }
 
 fn other(operation: impl Into<String>, e: impl Into<anyhow::Error>) -> BackendError {
@@ -113,7 +116,15 @@ impl KubeBackend {
             workspace,
             delete_timeout: Duration::from_secs(120),
             delete_grace_seconds: 2,
+            config: None,
         }
+    }
+
+    /// The operator's client configuration (server and CA), from which
+    /// [`Backend::restricted_identity`] makes its client.
+    pub fn with_config(mut self, config: Option<kube::Config>) -> Self {
+        self.config = config;
+        self
     }
 
     /// Evidence and sweeps go through `admin` (the sessions' client stays the executor).
@@ -207,6 +218,70 @@ impl KubeBackend {
             statuses.join(", "),
             conditions.join(", ")
         )
+    }
+
+    /// Why the Pod will not start as it is, when the API server's status already says so: a
+    /// container waiting on an image it cannot pull (`ErrImagePull`, `ImagePullBackOff`,
+    /// `InvalidImageName`, `ErrImageNeverPull`) or on a configuration it cannot create
+    /// (`CreateContainerConfigError`), or a Pod the scheduler cannot place (`PodScheduled`
+    /// False with reason `Unschedulable`: a node selector no node carries, a claim that does
+    /// not exist). Other waiting reasons (`ContainerCreating`, `PodInitializing`) are progress.
+    pub fn cannot_start(pod: &Pod) -> Option<String> {
+        const FATAL: [&str; 5] = [
+            "ErrImagePull",
+            "ImagePullBackOff",
+            "InvalidImageName",
+            "ErrImageNeverPull",
+            "CreateContainerConfigError",
+        ];
+        let status = pod.status.as_ref()?;
+        for c in status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten())
+        {
+            let Some(waiting) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) else {
+                continue;
+            };
+            let reason = waiting.reason.clone().unwrap_or_default();
+            if FATAL.contains(&reason.as_str()) {
+                return Some(format!(
+                    "container {} (image {}) is waiting: {reason}: {}",
+                    c.name,
+                    c.image,
+                    waiting.message.clone().unwrap_or_default()
+                ));
+            }
+        }
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+            .map(|c| {
+                // The scheduler's message counts nodes, never naming the selector: name it.
+                let selector = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_selector.clone())
+                    .unwrap_or_default();
+                let selector = if selector.is_empty() {
+                    String::new()
+                } else {
+                    let pairs: Vec<String> =
+                        selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    format!(" (the Pod's nodeSelector: {})", pairs.join(", "))
+                };
+                format!(
+                    "the scheduler cannot place it (Unschedulable): {}{selector}",
+                    c.message.clone().unwrap_or_default()
+                )
+            })
     }
 
     fn container_running(pod: &Pod, uid: &str, container: &str) -> bool {
@@ -631,6 +706,7 @@ impl Backend for KubeBackend {
         let why = std::sync::Mutex::new(String::new());
         let started = Instant::now();
         // Some(true): running; Some(false): the Pod is gone, and will not start.
+        let fatal = std::sync::Mutex::new(None::<String>);
         let ended = wait::until("the Pod", timeout, POLL, || async {
             let found = self
                 .pods()
@@ -644,7 +720,15 @@ impl Backend for KubeBackend {
                 Some(p) if p.uid().as_deref() != Some(pod.uid.as_str()) => {
                     "a Pod of that name with another UID replaced it".to_owned()
                 }
-                Some(p) => Self::waiting_reason(p, container),
+                Some(p) => {
+                    if let Some(cause) = Self::cannot_start(p) {
+                        if let Ok(mut fatal) = fatal.lock() {
+                            *fatal = Some(cause);
+                        }
+                        return Ok(Some(false));
+                    }
+                    Self::waiting_reason(p, container)
+                }
                 None => "the Pod is gone".to_owned(),
             };
             if let Ok(mut why) = why.lock() {
@@ -653,6 +737,12 @@ impl Backend for KubeBackend {
             Ok(found.is_none().then_some(false))
         })
         .await;
+        if let Some(cause) = fatal.lock().ok().and_then(|f| f.clone()) {
+            return Err(BackendError::CannotStart {
+                pod: pod.name.clone(),
+                cause,
+            });
+        }
         match ended {
             Ok(true) => Ok(()),
             Ok(false) | Err(BackendError::WaitTimedOut(_)) => Err(WaitTimedOut {
@@ -970,6 +1060,95 @@ impl Backend for KubeBackend {
         Ok(sharing)
     }
 
+    async fn restricted_identity(&self) -> Result<Option<(String, std::sync::Arc<dyn Backend>)>> {
+        // The namespace's `default` service account: every namespace has one, and Kandev's
+        // Role is bound to the executor's account only, so it may not create Pods. A
+        // TokenRequest creates nothing that would need removing.
+        let Some(config) = self.config.clone() else {
+            return Ok(None);
+        };
+        let account = "default";
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(self.admin.clone(), &self.namespace);
+        let request = k8s_openapi::api::authentication::v1::TokenRequest {
+            spec: Some(k8s_openapi::api::authentication::v1::TokenRequestSpec {
+                audiences: Some(Vec::new()),
+                expiration_seconds: Some(600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = accounts
+            .create_token_request(account, &PostParams::default(), &request)
+            .await
+            .map_err(|e| other(format!("request a token for service account {account}"), e))?
+            .status
+            .map(|s| s.token)
+            .unwrap_or_default();
+        let mut restricted = config;
+        restricted.auth_info = serde_json::from_value(serde_json::json!({ "token": token }))
+            .map_err(|e| other("the restricted identity's credentials", e))?;
+        let client = cluster::client_of(restricted, cluster::ClientBounds::default())
+            .map_err(|e| other("the restricted identity's client", e))?;
+        let backend = KubeBackend {
+            client,
+            admin: self.admin.clone(),
+            namespace: self.namespace.clone(),
+            kind: self.kind,
+            main_container: self.main_container.clone(),
+            workspace: self.workspace.clone(),
+            delete_timeout: self.delete_timeout,
+            delete_grace_seconds: self.delete_grace_seconds,
+            config: None,
+        };
+        Ok(Some((
+            format!(
+                "system:serviceaccount:{}:{account} (no Role of the run binds it)",
+                self.namespace
+            ),
+            std::sync::Arc::new(backend),
+        )))
+    }
+
+    async fn pod_object(&self, pod: &PodRef) -> Result<Option<Pod>> {
+        Ok(self
+            .pods()
+            .get_opt(&pod.name)
+            .await
+            .map_err(|e| other(format!("get pod {}", pod.name), e))?
+            .filter(|p| p.uid().as_deref() == Some(pod.uid.as_str())))
+    }
+
+    async fn pod_exposures(&self, pod: &PodRef) -> Result<Vec<String>> {
+        // Kandev's Role grants no Services at all: seen with the operator's identity.
+        let labels = self
+            .pod_object(pod)
+            .await?
+            .and_then(|p| p.metadata.labels)
+            .unwrap_or_default();
+        let services: Api<Service> = Api::namespaced(self.admin.clone(), &self.namespace);
+        let listed = services
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| other("list services", e))?;
+        Ok(listed
+            .items
+            .iter()
+            .filter_map(|s| {
+                let selector = s.spec.as_ref()?.selector.clone()?;
+                let selects =
+                    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+                // A Service labelled with the Pod's task is Kandev's too, selector or not.
+                let task = "kandev.ai/task-id";
+                let labelled = labels.get(task).is_some_and(|t| {
+                    s.metadata.labels.as_ref().and_then(|l| l.get(task)) == Some(t)
+                });
+                (selects || labelled)
+                    .then(|| format!("service/{}: selector {selector:?}", s.name_any()))
+            })
+            .collect())
+    }
+
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>> {
         let found = self
             .pods()
@@ -1179,4 +1358,90 @@ where
             .then_some(true))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KubeBackend;
+    use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+    use std::collections::BTreeMap;
+
+    fn pod_with_status(file: &str, selector: &[(&str, &str)]) -> Pod {
+        let path = crate::paths::workspace_root()
+            .join("fixtures/kube")
+            .join(file);
+        let status: PodStatus =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        Pod {
+            spec: Some(PodSpec {
+                node_selector: (!selector.is_empty()).then(|| {
+                    selector
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect::<BTreeMap<_, _>>()
+                }),
+                ..Default::default()
+            }),
+            status: Some(status),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_failed_pull_names_the_image_and_the_reason() {
+        for file in [
+            "pod-status-err-image-pull.json",
+            "pod-status-image-pull-backoff.json",
+        ] {
+            let cause = KubeBackend::cannot_start(&pod_with_status(file, &[])).unwrap();
+            assert!(cause.contains("ImagePull"), "{cause}");
+        }
+        let cause =
+            KubeBackend::cannot_start(&pod_with_status("pod-status-err-image-pull.json", &[]))
+                .unwrap();
+        assert!(
+            cause.contains("registry.invalid/kandev-acceptance/absent:never")
+                && cause.contains("kandev-agent"),
+            "{cause}"
+        );
+    }
+
+    #[test]
+    fn an_unschedulable_pod_names_the_selector_or_the_claim() {
+        let cause = KubeBackend::cannot_start(&pod_with_status(
+            "pod-status-unschedulable-node-selector.json",
+            &[("kandev.ai/e2e-never", "true")],
+        ))
+        .unwrap();
+        assert!(
+            cause.contains("Unschedulable") && cause.contains("kandev.ai/e2e-never=true"),
+            "{cause}"
+        );
+        let cause = KubeBackend::cannot_start(&pod_with_status(
+            "pod-status-unschedulable-missing-claim.json",
+            &[],
+        ))
+        .unwrap();
+        assert!(
+            cause.contains("persistentvolumeclaim \"kandev-e2e-missing-claim\" not found"),
+            "{cause}"
+        );
+    }
+
+    #[test]
+    fn progress_is_not_a_failure() {
+        assert_eq!(
+            KubeBackend::cannot_start(&pod_with_status("pod-status-running.json", &[])),
+            None
+        );
+        let mut creating = pod_with_status("pod-status-image-pull-backoff.json", &[]);
+        if let Some(statuses) = creating
+            .status
+            .as_mut()
+            .and_then(|s| s.container_statuses.as_mut())
+        {
+            statuses.retain(|c| c.name == "kandev-agent");
+        }
+        assert_eq!(KubeBackend::cannot_start(&creating), None);
+    }
 }

@@ -234,7 +234,8 @@ async fn finish(
         &input.config.main_container,
         settings.managed_pvc(),
     )
-    .with_admin(cluster.admin.clone());
+    .with_admin(cluster.admin.clone())
+    .with_config(cluster.config.clone());
     environment.kubernetes_version = Some(cluster.server_version.clone());
     let backend: Arc<dyn Backend> = Arc::new(backend);
     Ok(Prepared {

@@ -45,6 +45,8 @@ pub struct LocalBackend {
     pod_pids_limit: i64,
     /// The engine network Pods join (`bridge` unless [`LocalBackend::on_network`]).
     pod_network: String,
+    /// Each Pod as it was given (by UID), for [`Backend::pod_object`].
+    given: std::sync::Mutex<HashMap<String, Pod>>,
 }
 
 pub(super) fn other(
@@ -110,6 +112,7 @@ impl LocalBackend {
             tunnels: tunnel::Tunnels::default(),
             pod_pids_limit,
             pod_network: "bridge".into(),
+            given: std::sync::Mutex::default(),
         }
     }
 
@@ -619,6 +622,22 @@ impl Backend for LocalBackend {
                 reason: "remove or change these fields for the local backend".into(),
             }
         })?;
+        // A claim the Pod names must exist (a kubelet's node never gets a Pod whose claim is
+        // missing: the scheduler keeps it Pending, naming the claim); the engine would
+        // otherwise create an empty volume of that name.
+        for volume in &plan.volumes {
+            if matches!(volume.kind, VolumeKind::Claim { .. })
+                && self.get_workspace(&volume.source).await?.is_none()
+            {
+                return Err(BackendError::CannotStart {
+                    pod: name,
+                    cause: format!(
+                        "persistentvolumeclaim \"{}\" not found (volume {})",
+                        volume.source, volume.name
+                    ),
+                });
+            }
+        }
         for c in plan
             .init_containers
             .iter()
@@ -640,6 +659,13 @@ impl Backend for LocalBackend {
             }
             return Err(e);
         }
+        let mut given = pod.clone();
+        given.metadata.uid = Some(uid.clone());
+        given.metadata.namespace = Some(LOCAL_NAMESPACE.into());
+        self.given
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid, given);
         Ok(pod_ref)
     }
 
@@ -740,6 +766,10 @@ impl Backend for LocalBackend {
 
     async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
         self.tunnels.forget(pod).await;
+        self.given
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&pod.uid);
         self.objects.remove_pod_objects(&pod.uid).await.map(|_| ())
     }
 
@@ -813,6 +843,65 @@ impl Backend for LocalBackend {
             }
         }
         Ok(sharing)
+    }
+
+    async fn pod_object(&self, pod: &PodRef) -> Result<Option<Pod>> {
+        // The Pod exists while its infra container (with this UID) does; its labels are what
+        // the engine carries, the rest is the Pod as it was given (the engine keeps no Pod).
+        if self.pod_uid(LOCAL_NAMESPACE, &pod.name).await?.as_deref() != Some(pod.uid.as_str()) {
+            return Ok(None);
+        }
+        let given = self
+            .given
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&pod.uid)
+            .cloned();
+        let Some(mut found) = given else {
+            return Err(other(
+                format!("read back pod {}", pod.name),
+                anyhow!("this backend did not create it (no record of the Pod it was given)"),
+            ));
+        };
+        found.metadata.labels = self.pod_labels(LOCAL_NAMESPACE, &pod.name).await?;
+        Ok(Some(found))
+    }
+
+    async fn pod_exposures(&self, pod: &PodRef) -> Result<Vec<String>> {
+        let mut exposed = Vec::new();
+        for c in self
+            .objects
+            .containers_with(&[(LABEL_POD_UID, &pod.uid)])
+            .await?
+        {
+            let Some(id) = c.id.as_deref() else { continue };
+            let inspect = self
+                .objects
+                .docker
+                .inspect_container(id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| other("inspect container", e))?;
+            let name = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_CONTAINER))
+                .cloned()
+                .unwrap_or_default();
+            let host = inspect.host_config.unwrap_or_default();
+            for (port, bindings) in host.port_bindings.unwrap_or_default() {
+                for b in bindings.unwrap_or_default() {
+                    exposed.push(format!(
+                        "published/{name}: {port} -> {}:{}",
+                        b.host_ip.unwrap_or_default(),
+                        b.host_port.unwrap_or_default()
+                    ));
+                }
+            }
+            if host.publish_all_ports == Some(true) {
+                exposed.push(format!("published/{name}: every exposed port"));
+            }
+        }
+        Ok(exposed)
     }
 
     async fn pod_ip(&self, pod: &PodRef) -> Result<Option<String>> {

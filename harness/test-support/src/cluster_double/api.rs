@@ -41,6 +41,7 @@ fn kind_of(group: &str, resource: &str) -> Option<(&'static str, &'static str, b
         ("", "pods") => ("v1", "Pod", true),
         ("", "persistentvolumeclaims") => ("v1", "PersistentVolumeClaim", true),
         ("", "serviceaccounts") => ("v1", "ServiceAccount", true),
+        ("", "services") => ("v1", "Service", true),
         ("", "events") => ("v1", "Event", true),
         ("events.k8s.io", "events") => ("events.k8s.io/v1", "Event", true),
         ("rbac.authorization.k8s.io", "roles") => ("rbac.authorization.k8s.io/v1", "Role", true),
@@ -375,7 +376,12 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
                     identity.user_name(),
                     route.group
                 ),
-                json!({"kind": route.resource, "name": route.name}),
+                // A real API server leaves `name` out when the request has none (a create):
+                // `"name": null` is no Status a client can parse.
+                match &route.name {
+                    Some(name) => json!({"kind": route.resource, "name": name}),
+                    None => json!({"kind": route.resource}),
+                },
             );
         }
     }
@@ -859,10 +865,78 @@ impl Ctx<'_> {
     }
 }
 
-/// Creates the Pod on the runtime; a Pod deleted meanwhile is removed there again.
+/// Why the double's scheduler cannot bind `pod` to its one node, in a v1.36 scheduler's
+/// words: a `nodeSelector` the node's labels do not satisfy, or a claim the Pod mounts that
+/// does not exist in its namespace. None: it schedules.
+pub(crate) fn unschedulable(store: &super::Store, pod: &Value) -> Option<String> {
+    const PREEMPTION: &str =
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.";
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str()
+            && !store.objects.contains_key(&(
+                "/persistentvolumeclaims".into(),
+                namespace.to_owned(),
+                claim.to_owned(),
+            ))
+        {
+            return Some(format!(
+                "0/1 nodes are available: persistentvolumeclaim \"{claim}\" not found. {PREEMPTION}"
+            ));
+        }
+    }
+    let node = super::node_labels();
+    let selector = pod["spec"]["nodeSelector"].as_object();
+    if selector
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| node.get(k).map(String::as_str) != v.as_str())
+    {
+        return Some(format!(
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. {PREEMPTION}"
+        ));
+    }
+    None
+}
+
+/// Creates the Pod on the runtime; a Pod deleted meanwhile is removed there again. A Pod the
+/// scheduler cannot place never reaches the runtime; an image the node cannot pull is the
+/// kubelet's `ErrImagePull`, not a runtime failure.
 async fn run_pod(state: Arc<DoubleState>, runtime: Arc<dyn Backend>, uid: String, pod: Value) {
-    let created = match serde_json::from_value::<Pod>(pod) {
-        Ok(pod) => runtime.create_pod(&pod).await.map_err(|e| e.to_string()),
+    let refused = {
+        let store = state.store();
+        let stored = store
+            .objects
+            .values()
+            .find(|o| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+            .cloned()
+            .unwrap_or_else(|| pod.clone());
+        unschedulable(&store, &stored)
+    };
+    if let Some(message) = refused {
+        state
+            .store()
+            .running
+            .insert(uid, Running::Unschedulable(message));
+        return;
+    }
+    let created = match serde_json::from_value::<Pod>(pod.clone()) {
+        Ok(parsed) => match runtime.create_pod(&parsed).await {
+            Err(kandev_harness::backend::BackendError::ImageMissing { image }) => {
+                let container = ["initContainers", "containers"]
+                    .iter()
+                    .flat_map(|f| pod["spec"][*f].as_array().cloned().unwrap_or_default())
+                    .find(|c| c["image"].as_str() == Some(image.as_str()))
+                    .and_then(|c| c["name"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                state
+                    .store()
+                    .running
+                    .insert(uid, Running::PullFailed { container, image });
+                return;
+            }
+            other => other.map_err(|e| e.to_string()),
+        },
         Err(e) => Err(format!("the Pod does not parse: {e}")),
     };
     let mut store = state.store();
@@ -1008,9 +1082,36 @@ async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> Value {
         Some(Running::Ready(pod)) => runtime.container_states(pod).await.unwrap_or_default(),
         _ => Vec::new(),
     };
+    if let Some(Running::Unschedulable(message)) = &running {
+        // Never bound: no container statuses, the scheduler's condition only.
+        object["status"] = json!({
+            "phase": "Pending",
+            "qosClass": super::defaults::qos_class(&object["spec"]),
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": message, "lastProbeTime": null, "lastTransitionTime": now()}],
+        });
+        return object;
+    }
     let status_of = |(name, image): &(String, String)| {
         let found = states.iter().find(|s| &s.name == name);
         let state = match (&running, found) {
+            (
+                Some(Running::PullFailed {
+                    container,
+                    image: missing,
+                }),
+                _,
+            ) if container == name => {
+                // containerd's answer for a reference no registry resolves, as the kubelet
+                // relays it.
+                waiting(
+                    "ErrImagePull",
+                    &format!(
+                        "failed to pull and unpack image \"{missing}\": failed to resolve reference \"{missing}\": {missing}: not found"
+                    ),
+                )
+            }
+            (Some(Running::PullFailed { .. }), _) => waiting("ContainerCreating", ""),
             (Some(Running::Failed(e)), _) => waiting("CreateContainerError", e),
             (_, Some(s)) if s.running => json!({"running": {"startedAt": now()}}),
             (_, Some(s)) if s.exit_code.is_some() => json!({"terminated": {
@@ -1029,7 +1130,7 @@ async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> Value {
             .iter()
             .all(|s| s["state"].get("running").is_some());
     let phase = match &running {
-        Some(Running::Failed(_)) => "Pending",
+        Some(Running::Failed(_) | Running::PullFailed { .. }) => "Pending",
         _ if all_running => "Running",
         _ => "Pending",
     };
@@ -1049,4 +1150,38 @@ async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> Value {
         object["status"]["podIPs"] = json!([{"ip": ip}]);
     }
     object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unschedulable;
+    use serde_json::json;
+
+    #[test]
+    fn the_scheduler_refuses_an_unmatched_selector_and_a_missing_claim() {
+        let mut store = super::super::Store::default();
+        let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
+        let fits = json!({"metadata": {"namespace": "ns"},
+            "spec": {"nodeSelector": {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch}}});
+        assert_eq!(unschedulable(&store, &fits), None);
+        let never = json!({"metadata": {"namespace": "ns"},
+            "spec": {"nodeSelector": {"kandev.ai/e2e-never": "true"}}});
+        assert!(
+            unschedulable(&store, &never)
+                .unwrap()
+                .contains("didn't match Pod's node affinity/selector")
+        );
+        let claim = json!({"metadata": {"namespace": "ns"}, "spec": {"volumes": [
+            {"name": "kandev-workspace", "persistentVolumeClaim": {"claimName": "gone"}}]}});
+        assert!(
+            unschedulable(&store, &claim)
+                .unwrap()
+                .contains("persistentvolumeclaim \"gone\" not found")
+        );
+        store.objects.insert(
+            ("/persistentvolumeclaims".into(), "ns".into(), "gone".into()),
+            json!({}),
+        );
+        assert_eq!(unschedulable(&store, &claim), None);
+    }
 }

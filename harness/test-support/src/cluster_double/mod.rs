@@ -53,6 +53,19 @@ pub const CONTEXT: &str = "kube-double";
 /// The double's one node: every Pod's `spec.nodeName` (its Pods run on this host's engine).
 pub const NODE: &str = "kube-double-node";
 
+/// The labels the double's node carries (what its scheduler matches `nodeSelector` against),
+/// as a kubelet registers them.
+pub fn node_labels() -> BTreeMap<String, String> {
+    let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
+    BTreeMap::from([
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("kubernetes.io/arch".to_owned(), arch.to_owned()),
+        ("kubernetes.io/hostname".to_owned(), NODE.to_owned()),
+        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("beta.kubernetes.io/arch".to_owned(), arch.to_owned()),
+    ])
+}
+
 /// Who a request is from (its bearer token).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
@@ -102,6 +115,14 @@ pub(crate) enum Running {
     Creating,
     Ready(PodRef),
     Failed(String),
+    /// Never bound to the node: the scheduler's message (`PodScheduled` False, reason
+    /// `Unschedulable`), as a v1.36 scheduler words it.
+    Unschedulable(String),
+    /// The node cannot pull this container's image: the kubelet's `ErrImagePull`.
+    PullFailed {
+        container: String,
+        image: String,
+    },
 }
 
 /// (resource key `group/resource`, namespace or "", name)

@@ -1,0 +1,288 @@
+//! `launch::causal_failures` — a launch that cannot succeed ends with a failure naming its
+//! cause, within a bound, and leaves nothing of the session behind (foundation item 18, as
+//! Kandev's Kind suite runs it): an image no registry has, a `nodeSelector` no node carries,
+//! a workspace claim that does not exist, and (on a cluster) an executor identity without
+//! `pods/create`. Each is a variant session of the run's template.
+//!
+//! Where a case cannot run on the backend (the local engine has no RBAC), its evidence says
+//! so and a finding records it; it is never counted as judged.
+
+use kandev_harness::backend::WorkspaceRef;
+use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::pod::identity::create_nonce;
+use kandev_harness::pod::template::WorkspaceMode;
+use kandev_harness::report::FindingLevel;
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const EXEMPT_MIRROR: &str = "the failure and its wording come from the engine or the API server and the backend's classification of them (harness code mirroring Kandev's executor: harness/src/backend/kube/mod.rs `cannot_start`, unit-tested on recorded Pod statuses, and the local backend's create checks); a template, image or prepare script that made a failing launch succeed would fail the launch's preconditions, not this check";
+
+const NAMES_CAUSE: Check = Check {
+    id: "names_cause",
+    promise: "each impossible launch (absent image, unsatisfiable nodeSelector, missing claim; on a cluster a restricted identity) fails naming that cause",
+    twin: Twin::Exempt(EXEMPT_MIRROR),
+};
+const WITHIN_BOUND: Check = Check {
+    id: "within_bound",
+    promise: "each of those failures surfaces within its bound (local engine 30 s, a cluster 120 s as Kandev's suite waits), not at the pod_ready timeout",
+    twin: Twin::Exempt(EXEMPT_MIRROR),
+};
+const NOTHING_LEFT: Check = Check {
+    id: "nothing_left",
+    promise: "after each failed launch and its rollback, no Pod, claim or container carries the session's labels",
+    twin: Twin::Exempt(EXEMPT_MIRROR),
+};
+
+/// An image reference no registry resolves.
+pub const ABSENT_IMAGE: &str = "registry.invalid/kandev-acceptance/absent:never";
+/// A node label no node carries (Kandev's suite uses the same).
+pub const NEVER_KEY: &str = "kandev.ai/e2e-never";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "launch::causal_failures",
+        promise: "a launch that cannot succeed (absent image, unsatisfiable nodeSelector, missing claim, restricted identity) fails naming that cause, within a bound, leaving nothing behind",
+        checks: &[NAMES_CAUSE, WITHIN_BOUND, NOTHING_LEFT],
+        timeout: Duration::from_secs(600),
+        run,
+    }
+}
+
+/// Whether `message` (an error chain) names every one of `needles`.
+pub fn names_all(message: &str, needles: &[&str]) -> bool {
+    needles.iter().all(|n| message.contains(n))
+}
+
+struct Case {
+    name: &'static str,
+    options: SessionOptions,
+    /// What the failure must name.
+    needles: Vec<String>,
+}
+
+/// The namespace the run's sessions use (as the backend's preparation chose it).
+fn session_namespace(ctx: &Ctx) -> String {
+    match (&ctx.config().cluster.namespace, ctx.backend().name()) {
+        (_, "local") => kandev_harness::backend::local::LOCAL_NAMESPACE.to_owned(),
+        (Some(namespace), _) => namespace.clone(),
+        (None, _) => kandev_harness::backend::kube::cluster::run_namespace(ctx.run_id()),
+    }
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        let backend = ctx.backend();
+        let bound = if backend.name() == "local" {
+            Duration::from_secs(30)
+        } else {
+            Duration::from_secs(120)
+        };
+        let main = ctx.config().main_container.clone();
+
+        let mut absent_image = ctx.template().clone();
+        crate::support::container_mut(&mut absent_image, &main)?.image =
+            Some(ABSENT_IMAGE.to_owned());
+        let mut never = ctx.template().clone();
+        never
+            .template
+            .as_mut()
+            .and_then(|t| t.spec.as_mut())
+            .ok_or_else(|| anyhow::anyhow!("the template has no Pod spec"))?
+            .node_selector
+            .get_or_insert_default()
+            .insert(NEVER_KEY.to_owned(), "true".to_owned());
+        let claim = format!(
+            "kandev-acceptance-missing-claim-{}",
+            ctx.run_id().to_lowercase()
+        );
+        let cases = vec![
+            Case {
+                name: "image",
+                options: SessionOptions {
+                    template: Some(absent_image),
+                    workspace_mode: Some(WorkspaceMode::EmptyDir),
+                    ..Default::default()
+                },
+                needles: vec![ABSENT_IMAGE.to_owned()],
+            },
+            Case {
+                name: "node_selector",
+                options: SessionOptions {
+                    template: Some(never),
+                    workspace_mode: Some(WorkspaceMode::EmptyDir),
+                    ..Default::default()
+                },
+                needles: vec![NEVER_KEY.to_owned()],
+            },
+            Case {
+                // The Pod mounts a claim that does not exist (as an existing-claim profile
+                // naming a deleted claim would): its launch must name the claim.
+                name: "missing_claim",
+                options: SessionOptions {
+                    workspace_mode: Some(WorkspaceMode::ExistingClaim),
+                    reuse_workspace: Some(WorkspaceRef {
+                        name: claim.clone(),
+                        uid: "never-created".into(),
+                        created_by_run: false,
+                    }),
+                    ..Default::default()
+                },
+                needles: vec![claim.clone()],
+            },
+        ];
+
+        let mut results: Vec<Value> = Vec::new();
+        let mut unnamed = Vec::new();
+        let mut slow = Vec::new();
+        let mut left = Vec::new();
+        for case in cases {
+            ctx.step(&format!("launch: {}", case.name));
+            let mut options = case.options;
+            let identity = ctx.identity();
+            options.identity = Some(identity.clone());
+            let started = Instant::now();
+            let outcome = ctx.launch(options).await;
+            let elapsed = started.elapsed();
+            let message = match &outcome {
+                Ok(session) => format!("the launch succeeded (pod {})", session.pod.name),
+                Err(e) => format!("{e:#}"),
+            };
+            let needles: Vec<&str> = case.needles.iter().map(String::as_str).collect();
+            let named = outcome.is_err() && names_all(&message, &needles);
+            if !named {
+                unnamed.push(format!("{}: {message}", case.name));
+            }
+            if elapsed > bound {
+                slow.push(format!("{}: {elapsed:?} (bound {bound:?})", case.name));
+            }
+
+            // Kandev rolls a failed launch back (the Pod it created, by UID); what the launch
+            // left is deleted here the same way, then the session's labels must match
+            // nothing: no Pod, claim, or engine container.
+            let pod_name = identity.pod_name();
+            let namespace = session_namespace(ctx);
+            let left_pod = backend.pod_uid(&namespace, &pod_name).await?;
+            if let Some(uid) = &left_pod {
+                backend
+                    .delete_pod(&kandev_harness::backend::PodRef {
+                        namespace: namespace.clone(),
+                        name: pod_name.clone(),
+                        uid: uid.clone(),
+                    })
+                    .await?;
+            }
+            let remaining = backend
+                .list_labelled(&[("kandev.ai/session-id", &identity.session_id)])
+                .await?;
+            let claim_exists = backend.get_workspace(&claim).await?.is_some();
+            if !remaining.is_empty() || claim_exists {
+                left.push(format!(
+                    "{}: {remaining:?}{}",
+                    case.name,
+                    if claim_exists {
+                        " and the missing claim now exists"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            results.push(json!({
+                "case": case.name,
+                "failed": outcome.is_err(),
+                "message": message,
+                "must_name": case.needles,
+                "elapsed_ms": elapsed.as_millis() as u64,
+                "bound_ms": bound.as_millis() as u64,
+                "pod_left_by_the_launch": left_pod,
+                "labelled_after_rollback": remaining,
+            }));
+        }
+
+        ctx.step("restricted identity");
+        let restricted = match backend.restricted_identity().await? {
+            None => {
+                ctx.finding(
+                    FindingLevel::Info,
+                    "launch.restricted_identity_not_applicable",
+                    format!(
+                        "the restricted-identity case does not apply on the {} backend: it has no RBAC",
+                        backend.name()
+                    ),
+                    json!({"backend": backend.name()}),
+                );
+                json!({"case": "restricted_identity", "judged": false,
+                    "why": format!("not applicable on the {} backend: the engine has no RBAC (nothing between the executor and the engine to refuse pods/create)", backend.name())})
+            }
+            Some((who, restricted)) => {
+                // Stage pod_ready as that identity: the composed Pod, created with its token.
+                let identity = ctx.identity();
+                let namespace = session_namespace(ctx);
+                let pod = compose_pod(&ComposeInput {
+                    template: ctx.template(),
+                    identity: &identity,
+                    namespace: &namespace,
+                    main_container: &main,
+                    arch: Arch::of_this_machine(),
+                    workspace: WorkspaceSource::EmptyDir,
+                    create_nonce: &create_nonce(),
+                })?;
+                let started = Instant::now();
+                let outcome = restricted.create_pod(&pod).await;
+                let elapsed = started.elapsed();
+                let message = match &outcome {
+                    Ok(created) => {
+                        // Not refused: removed at once (by UID), and the check fails below.
+                        let _ = backend.delete_pod(created).await;
+                        format!("the create succeeded (pod {})", created.name)
+                    }
+                    Err(e) => format!(
+                        "pod_ready: create the Pod: {}",
+                        kandev_harness::error_chain(e)
+                    ),
+                };
+                let needles = ["forbidden", "create", "\"pods\""];
+                if !(outcome.is_err() && names_all(&message, &needles)) {
+                    unnamed.push(format!("restricted_identity ({who}): {message}"));
+                }
+                if elapsed > bound {
+                    slow.push(format!(
+                        "restricted_identity: {elapsed:?} (bound {bound:?})"
+                    ));
+                }
+                let remaining = backend
+                    .list_labelled(&[("kandev.ai/session-id", &identity.session_id)])
+                    .await?;
+                if !remaining.is_empty() {
+                    left.push(format!("restricted_identity: {remaining:?}"));
+                }
+                json!({"case": "restricted_identity", "judged": true, "identity": who,
+                    "failed": outcome.is_err(), "message": message, "must_name": needles,
+                    "elapsed_ms": elapsed.as_millis() as u64, "bound_ms": bound.as_millis() as u64,
+                    "labelled_after": remaining})
+            }
+        };
+        results.push(restricted);
+        ctx.step("judge");
+        ctx.evidence("cases", &results);
+
+        promise(unnamed.is_empty(), &NAMES_CAUSE, || unnamed.join("; "))?;
+        promise(slow.is_empty(), &WITHIN_BOUND, || slow.join("; "))?;
+        promise(left.is_empty(), &NOTHING_LEFT, || left.join("; "))?;
+        Ok(Verdict::Passed)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cause_is_named_only_when_every_part_is() {
+        let msg = "pod_ready: create the Pod: image registry.invalid/kandev-acceptance/absent:never is not present in the engine";
+        assert!(super::names_all(msg, &[super::ABSENT_IMAGE]));
+        assert!(!super::names_all(
+            "pod_ready: wait for the main container: timed out",
+            &[super::ABSENT_IMAGE]
+        ));
+    }
+}

@@ -1,0 +1,369 @@
+//! `launch::contract` — what Kandev's Kind suite checks of a launched task Pod (foundation
+//! item 13), from the running Pod as the backend reads it back: its owned labels and
+//! `kandev.ai/*` annotations exactly as composed (the create nonce included);
+//! `automountServiceAccountToken: false` and no service-account token in any container;
+//! `/opt/kandev/agentctl` executable; nothing exposing the Pod (no Service; locally no
+//! published port); the control port reached through the backend's forward and bound on
+//! loopback only; exactly one record per launch stage, in order.
+//!
+//! What `daemon::socket_only` already judges is not judged again: the agent's own token and
+//! identity (`agent_unprivileged`), and listeners other than the control port
+//! (`no_tcp_listener`).
+
+use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::ExecRequest;
+use kandev_harness::pod::template::is_owned_label;
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const LABELS: Check = Check {
+    id: "labels_as_composed",
+    promise: "the running Pod's owned labels and kandev.ai annotations (the create nonce included) are exactly the composed ones",
+    twin: Twin::Exempt(
+        "only Kandev's composition (mirrored in the harness) and the backend's admission comparison decide them; a Pod cannot relabel itself (no API credentials), and a template's kandev.ai labels are refused by Kandev's rules",
+    ),
+};
+const NO_TOKEN: Check = Check {
+    id: "no_token_anywhere",
+    promise: "the running Pod has automountServiceAccountToken: false and no container has a service-account token",
+    twin: Twin::Template("companion-service-account-token"),
+};
+const AGENTCTL: Check = Check {
+    id: "agentctl_executable",
+    promise: "/opt/kandev/agentctl is executable in the main container",
+    twin: Twin::Exempt(
+        "bootstrap uploads it with mode 0755 and agentctl_connect has just run it from that path: a fixture that made it non-executable fails the launch (bootstrap or connect), never this check",
+    ),
+};
+const NO_SERVICE: Check = Check {
+    id: "no_service",
+    promise: "nothing exposes the Pod beyond the backend's forward: no Service selects it (local: no port published from any of its containers)",
+    twin: Twin::Exempt(
+        "Kandev creates no Service, its rules refuse a template's hostPort, its Role grants no Services, and the Pod has no API credentials to create one; only the launch path (mirrored) could",
+    ),
+};
+const FORWARD: Check = Check {
+    id: "forward_loopback",
+    promise: "the control port answers through the backend's forward and agentctl listens on 127.0.0.1 only",
+    twin: Twin::Prepare("agent-listens-everywhere"),
+};
+const STAGES: Check = Check {
+    id: "one_record_per_stage",
+    promise: "exactly one record per launch stage: storage, pod_ready, bootstrap, agentctl_connect, in order",
+    twin: Twin::Exempt(
+        "the stage records are written by the launch sequence alone (Kandev's, mirrored in harness/src/session); the comparison is unit-tested here",
+    ),
+};
+
+/// Kandev's launch stages, in order.
+pub const STAGE_ORDER: [&str; 4] = ["storage", "pod_ready", "bootstrap", "agentctl_connect"];
+
+/// The token a service-account volume puts in a container.
+const TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "launch::contract",
+        promise: "the launched Pod is exactly as composed: owned labels and annotations, no service-account token anywhere, agentctl executable, no Service, a loopback-only control port reached through the forward, one record per launch stage",
+        checks: &[LABELS, NO_TOKEN, AGENTCTL, NO_SERVICE, FORWARD, STAGES],
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+fn annotations(pod: &Pod) -> BTreeMap<String, String> {
+    pod.metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("kandev.ai/"))
+        .collect()
+}
+
+fn owned(pod: &Pod) -> BTreeMap<String, String> {
+    pod.metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| is_owned_label(k))
+        .collect()
+}
+
+fn differences(
+    what: &str,
+    composed: &BTreeMap<String, String>,
+    running: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut out: Vec<String> = composed
+        .iter()
+        .filter(|(k, v)| running.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{what} {k}: composed {v:?}, running {:?}", running.get(k)))
+        .collect();
+    out.extend(
+        running
+            .iter()
+            .filter(|(k, _)| !composed.contains_key(*k))
+            .map(|(k, v)| format!("{what} {k}={v:?} added")),
+    );
+    out
+}
+
+/// Where the running Pod's owned labels and `kandev.ai/*` annotations differ from the
+/// composed Pod's, both ways (empty: exactly as composed).
+pub fn composition_drift(composed: &Pod, running: &Pod) -> Vec<String> {
+    let mut out = differences("label", &owned(composed), &owned(running));
+    out.extend(differences(
+        "annotation",
+        &annotations(composed),
+        &annotations(running),
+    ));
+    out
+}
+
+/// What is wrong with the session's stage records (empty: one per stage, in order).
+pub fn stage_problems(stages: &[(String, u64)]) -> Vec<String> {
+    let names: Vec<&str> = stages.iter().map(|(n, _)| n.as_str()).collect();
+    let mut out = Vec::new();
+    for stage in STAGE_ORDER {
+        let count = names.iter().filter(|n| **n == stage).count();
+        if count != 1 {
+            out.push(format!("{count} records of stage {stage}"));
+        }
+    }
+    if out.is_empty() && names != STAGE_ORDER {
+        out.push(format!("stages out of order: {names:?}"));
+    }
+    for extra in names.iter().filter(|n| !STAGE_ORDER.contains(n)) {
+        out.push(format!("unknown stage record {extra}"));
+    }
+    out
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        ctx.step("launch");
+        let session = ctx.launch(SessionOptions::default()).await?;
+        let backend = ctx.backend();
+
+        ctx.step("the running Pod, read back");
+        let running = backend
+            .pod_object(&session.pod)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("pod {} is gone", session.pod.name))?;
+        let drift = composition_drift(&session.pod_spec, &running);
+        ctx.evidence(
+            "running_pod_metadata",
+            json!({"owned_labels": owned(&running), "kandev_annotations": annotations(&running)}),
+        );
+        promise(drift.is_empty(), &LABELS, || drift.join("; "))?;
+
+        ctx.step("no service-account token in any container");
+        let spec = running.spec.clone().unwrap_or_default();
+        let automount = spec.automount_service_account_token;
+        let mut tokens = Vec::new();
+        let mut seen = BTreeMap::new();
+        for c in &spec.containers {
+            let request = ExecRequest::new(
+                &c.name,
+                &[
+                    "sh",
+                    "-c",
+                    "if [ -e \"$1\" ]; then echo present; else echo absent; fi; grep -c serviceaccount /proc/self/mountinfo || true",
+                    "sh",
+                    TOKEN,
+                ],
+            )
+            .timeout(Duration::from_secs(20));
+            let out = backend.exec(&session.pod, request).await?;
+            let text = out.stdout_text();
+            let mut lines = text.lines();
+            let file = lines.next().unwrap_or_default().trim().to_owned();
+            let mounts: u32 = lines.next().unwrap_or("0").trim().parse().unwrap_or(0);
+            seen.insert(
+                c.name.clone(),
+                json!({"token": file, "serviceaccount_mounts": mounts}),
+            );
+            if !out.success() || file != "absent" || mounts > 0 {
+                tokens.push(format!(
+                    "{}: token {file:?}, service-account mounts {mounts} (exit {:?})",
+                    c.name, out.exit_code
+                ));
+            }
+        }
+        ctx.evidence("automount_service_account_token", automount);
+        ctx.evidence("token_per_container", &seen);
+        promise(
+            automount == Some(false) && tokens.is_empty(),
+            &NO_TOKEN,
+            || {
+                format!(
+                    "automountServiceAccountToken {automount:?}; {}",
+                    tokens.join("; ")
+                )
+            },
+        )?;
+
+        ctx.step("agentctl executable");
+        let main = &ctx.config().main_container;
+        let exe = backend
+            .exec(
+                &session.pod,
+                ExecRequest::new(main, &["test", "-x", "/opt/kandev/agentctl"])
+                    .timeout(Duration::from_secs(20)),
+            )
+            .await?;
+        ctx.evidence("test_x_agentctl_exit", exe.exit_code);
+        promise(exe.success(), &AGENTCTL, || {
+            format!(
+                "test -x /opt/kandev/agentctl exited {:?} {}",
+                exe.exit_code,
+                exe.stderr_text().trim()
+            )
+        })?;
+
+        ctx.step("nothing exposes the Pod");
+        let exposures = backend.pod_exposures(&session.pod).await?;
+        ctx.evidence(
+            "exposures",
+            json!({
+                "found": exposures,
+                "looked_at": if backend.name() == "local" {
+                    "the engine's published ports of every container of the Pod (the local backend has no Services)"
+                } else {
+                    "every Service in the namespace, by selector and kandev.ai/task-id label (operator identity)"
+                },
+            }),
+        );
+        promise(exposures.is_empty(), &NO_SERVICE, || {
+            format!("exposed: {exposures:?}")
+        })?;
+
+        ctx.step("the control port: forward and loopback listener");
+        let health = session.agent()?.health().await;
+        let net = session
+            .agent_sh(
+                "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null",
+                Duration::from_secs(20),
+            )
+            .await?;
+        let listeners = crate::daemon::socket_only::tcp_listeners(&net.stdout);
+        let control: Vec<&String> = listeners
+            .iter()
+            .filter(|l| l.rsplit_once(':').is_some_and(|(_, p)| p == "8765"))
+            .collect();
+        ctx.evidence(
+            "control_port",
+            json!({"health_through_forward": health.as_ref().map_err(|e| format!("{e:#}")), "listeners_on_8765": control}),
+        );
+        promise(
+            health.is_ok() && !control.is_empty() && control.iter().all(|l| *l == "127.0.0.1:8765"),
+            &FORWARD,
+            || {
+                format!(
+                    "through the forward: {:?}; agentctl listens on {control:?}",
+                    health
+                        .as_ref()
+                        .map(|_| "answered")
+                        .map_err(|e| format!("{e:#}"))
+                )
+            },
+        )?;
+
+        ctx.step("one record per launch stage");
+        let problems = stage_problems(&session.stages);
+        ctx.evidence("stages", &session.stages);
+        promise(problems.is_empty(), &STAGES, || problems.join("; "))?;
+        Ok(Verdict::Passed)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
+        let map = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            )
+        };
+        Pod {
+            metadata: ObjectMeta {
+                labels: map(labels),
+                annotations: map(annotations),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn drift_is_found_both_ways_and_foreign_keys_are_ignored() {
+        let composed = pod(
+            &[
+                ("app.kubernetes.io/managed-by", "kandev"),
+                ("kandev.ai/task-id", "t1"),
+            ],
+            &[("kandev.ai/create-nonce", "n1")],
+        );
+        let same = pod(
+            &[
+                ("app.kubernetes.io/managed-by", "kandev"),
+                ("kandev.ai/task-id", "t1"),
+                ("acceptance.kandev.ai/run", "r"),
+            ],
+            &[("kandev.ai/create-nonce", "n1"), ("other/x", "y")],
+        );
+        assert!(composition_drift(&composed, &same).is_empty());
+        let mutated = pod(
+            &[
+                ("app.kubernetes.io/managed-by", "kandev"),
+                ("kandev.ai/task-id", "t2"),
+                ("kandev.ai/foreign-owner", "true"),
+            ],
+            &[],
+        );
+        let drift = composition_drift(&composed, &mutated);
+        assert_eq!(drift.len(), 3, "{drift:?}");
+        assert!(drift.iter().any(|d| d.contains("kandev.ai/task-id")));
+        assert!(drift.iter().any(|d| d.contains("foreign-owner")));
+        assert!(drift.iter().any(|d| d.contains("create-nonce")));
+    }
+
+    #[test]
+    fn stage_records_must_be_one_each_in_order() {
+        let at = |names: &[&str]| -> Vec<(String, u64)> {
+            names.iter().map(|n| ((*n).to_owned(), 1)).collect()
+        };
+        assert!(stage_problems(&at(&STAGE_ORDER)).is_empty());
+        assert!(!stage_problems(&at(&["storage", "pod_ready", "bootstrap"])).is_empty());
+        assert!(
+            !stage_problems(&at(&[
+                "storage",
+                "pod_ready",
+                "bootstrap",
+                "bootstrap",
+                "agentctl_connect"
+            ]))
+            .is_empty()
+        );
+        assert!(
+            !stage_problems(&at(&[
+                "pod_ready",
+                "storage",
+                "bootstrap",
+                "agentctl_connect"
+            ]))
+            .is_empty()
+        );
+    }
+}

@@ -1180,3 +1180,57 @@ async fn helper_pods_are_not_compared_as_task_pods_and_must_be_findable() {
         "refused before it reached the API server"
     );
 }
+
+/// Kandev's `rollbackAfterFailure`: a launch whose Pod never runs deletes the Pod and the
+/// claim it created, by UID, and fails naming why the Pod did not run.
+#[tokio::test]
+async fn a_launch_that_fails_at_pod_ready_rolls_back_its_pod_and_claim() {
+    use kandev_harness::session::cleanup::CleanupStack;
+    use kandev_harness::session::{LaunchSettings, Session, SessionOptions};
+    use std::sync::Arc;
+    let (client, state) = fake_apiserver::start(NS);
+    state.lock().unwrap().pod_status = Some(fake_apiserver::image_pull_backoff_status());
+    let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
+    let rendered = kandev_harness::pod::template::render(&text, "w:0", "d:0");
+    let settings = LaunchSettings {
+        backend: Arc::new(backend(client)),
+        namespace: NS.into(),
+        template: kandev_harness::pod::template::parse(&rendered.text).unwrap(),
+        main_container: "kandev-agent".into(),
+        daemon_container: "docker-engine".into(),
+        prepare_script: String::new(),
+        agent_binary: Arc::new(Vec::new()),
+        pod_ready_timeout: Duration::from_millis(800),
+        prepare_timeout: Duration::from_secs(1),
+        connect_timeout: Duration::from_secs(1),
+        profile_env: BTreeMap::new(),
+        existing_claim: None,
+    };
+    let id = identity();
+    let error = Session::create(
+        &settings,
+        &CleanupStack::default(),
+        id.clone(),
+        &SessionOptions::default(),
+    )
+    .await
+    .err()
+    .unwrap();
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("pod_ready") && text.contains("ImagePullBackOff"),
+        "{text}"
+    );
+    let state = state.lock().unwrap();
+    assert!(
+        state.get("pods", &id.pod_name()).is_none(),
+        "the Pod was not rolled back"
+    );
+    assert_eq!(state.deletes("pods", &id.pod_name()).len(), 1);
+    assert!(
+        state
+            .get("persistentvolumeclaims", &id.workspace_claim_name())
+            .is_none(),
+        "the claim the launch created was not rolled back"
+    );
+}

@@ -251,6 +251,36 @@ pub async fn terminal_cleanup(
     Ok(())
 }
 
+/// Kandev's rollback of a launch that failed before the Pod ran: the Pod it created and the
+/// claim it created, deleted by UID; `error` with whatever the rollback could not delete
+/// (what is left stays on the cleanup stack for the scenario's teardown).
+async fn rolled_back(
+    backend: &dyn Backend,
+    error: anyhow::Error,
+    pod: Option<&PodRef>,
+    claim: Option<&WorkspaceRef>,
+) -> anyhow::Error {
+    let mut failures = Vec::new();
+    if let Some(pod) = pod
+        && let Err(e) = backend.delete_pod(pod).await
+    {
+        failures.push(format!("delete Pod {}: {e}", pod.name));
+    }
+    if let Some(claim) = claim
+        && let Err(e) = backend.delete_workspace(claim).await
+    {
+        failures.push(format!("delete claim {}: {e}", claim.name));
+    }
+    if failures.is_empty() {
+        error
+    } else {
+        error.context(format!(
+            "rollback of the failed launch: {}",
+            failures.join("; ")
+        ))
+    }
+}
+
 /// The worker image lacks a tool the Docker-workloads recipe needs: the scenario cannot be
 /// judged on this image (reported `incompatible`, with the fix).
 #[derive(Debug, thiserror::Error)]
@@ -471,15 +501,26 @@ impl Session {
                 .get_or_insert_default()
                 .extend(options.extra_labels.clone());
         }
-        let pod = backend
-            .create_pod(&pod_spec)
-            .await
-            .context("pod_ready: create the Pod")?;
+        // A launch that fails here is rolled back as Kandev's `rollbackAfterFailure` does: the
+        // Pod it created and a claim it created, by UID (a reused or existing claim stays).
+        let created_claim = workspace
+            .as_ref()
+            .filter(|ws| ws.created_by_run && options.reuse_workspace.is_none());
+        let pod = match backend.create_pod(&pod_spec).await {
+            Ok(pod) => pod,
+            Err(e) => {
+                let error = anyhow::Error::from(e).context("pod_ready: create the Pod");
+                return Err(rolled_back(backend.as_ref(), error, None, created_claim).await);
+            }
+        };
         cleanup.push(CleanupTarget::Pod(pod.clone()));
-        backend
+        if let Err(e) = backend
             .wait_running(&pod, &settings.main_container, settings.pod_ready_timeout)
             .await
-            .context("pod_ready: wait for the main container")?;
+        {
+            let error = anyhow::Error::from(e).context("pod_ready: wait for the main container");
+            return Err(rolled_back(backend.as_ref(), error, Some(&pod), created_claim).await);
+        }
         stages.push(("pod_ready".to_owned(), started.elapsed().as_millis() as u64));
 
         let mut session_env = settings.profile_env.clone();

@@ -159,7 +159,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let before = in_observer(&session, OBSERVER_PROBE).await?;
         ctx.evidence(
             "launched",
-            json!({"pod_uid": session.pod.uid, "observer": before.1, "shape": shape(&session.pod_spec), "snapshot_template_hash": session.snapshot.template_hash}),
+            json!({"pod_uid": session.pod.uid, "observer": before.1, "snapshot_template_hash": session.snapshot.template_hash}),
         );
         anyhow::ensure!(
             before.1.lines().collect::<Vec<_>>() == ["image=daemon", "workspace=absent"],
@@ -167,16 +167,25 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             before.1
         );
 
+        // The Pods as the backend holds them (on a cluster, as the API server stores them).
+        let read_back = |pod: Option<Pod>, which: &str| {
+            pod.ok_or_else(|| anyhow::anyhow!("the {which} Pod could not be read back"))
+        };
+        let launched_pod = read_back(ctx.backend().pod_object(&session.pod).await?, "launched")?;
+
         ctx.step("edit the profile, lose the Pod, replace it");
         let profile_now = edited(&launched, &ctx.config().main_container)?;
         ctx.backend().delete_pod(&session.pod).await?;
         let replacement = ctx.replace(&session, Some(profile_now)).await?;
         let after = in_observer(&replacement, OBSERVER_PROBE).await?;
-        let (launched_shape, replaced_shape) =
-            (shape(&session.pod_spec), shape(&replacement.pod_spec));
+        let replaced_pod = read_back(
+            ctx.backend().pod_object(&replacement.pod).await?,
+            "replacement",
+        )?;
+        let (launched_shape, replaced_shape) = (shape(&launched_pod), shape(&replaced_pod));
         ctx.evidence(
             "replacement",
-            json!({"pod_uid": replacement.pod.uid, "observer": after.1, "shape": replaced_shape}),
+            json!({"pod_uid": replacement.pod.uid, "observer": after.1, "shape": replaced_shape, "launched_shape": launched_shape}),
         );
 
         ctx.step("the replacement runs the recorded template");

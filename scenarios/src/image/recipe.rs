@@ -89,6 +89,50 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 "no engine holding the run's images is reachable from here (the cluster's nodes are not on this host): the images' config and layers cannot be read".into(),
             ));
         };
+        // The session first: a scenario that fails keeps its Pod's evidence.
+        ctx.step("launch with a repository bundle");
+        let mut session = ctx
+            .create_session(SessionOptions {
+                profile_env: BTreeMap::from([(
+                    "KANDEV_REPOSITORY_BUNDLE".to_owned(),
+                    BUNDLE.to_owned(),
+                )]),
+                ..SessionOptions::default()
+            })
+            .await?;
+        let repo = session
+            .in_main(
+                &[
+                    "sh",
+                    "-c",
+                    &format!(
+                        "set -e; export HOME=/tmp; r=$(mktemp -d /tmp/kandev-acceptance-repo.XXXXXX); cd $r; git init -q; echo recipe > README.md; git add README.md; git -c user.email=acceptance@kandev.invalid -c user.name=acceptance commit -q -m recipe; git bundle create {BUNDLE} --all 2>/dev/null; git rev-parse HEAD; cd /; rm -rf $r"
+                    ),
+                ],
+                Duration::from_secs(60),
+            )
+            .await?;
+        anyhow::ensure!(
+            repo.success(),
+            "create the repository bundle in the agent container: {}",
+            repo.stderr_text().trim()
+        );
+        let commit = repo.stdout_text().trim().to_owned();
+        session.write_bootstrap_files().await?;
+        let prepared = session.run_prepare().await?;
+        ctx.evidence(
+            "prepare_output",
+            format!("{}{}", prepared.stdout_text(), prepared.stderr_text()),
+        );
+        anyhow::ensure!(
+            prepared.success(),
+            "the prepare script failed (exit {:?}): {}",
+            prepared.exit_code,
+            prepared.stderr_text().trim()
+        );
+        session.mark_prepared_and_start().await?;
+        session.connect().await?;
+
         ctx.step("worker image config");
         let worker_ref = ctx.images().worker.clone();
         let daemon_ref = ctx.images().daemon.clone();
@@ -191,49 +235,6 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("scan_ms", started.elapsed().as_millis() as u64);
         ctx.evidence("credentials_found", &found);
         promise(found.is_empty(), &NO_CREDENTIALS, || found.join("; "))?;
-
-        ctx.step("launch with a repository bundle");
-        let mut session = ctx
-            .create_session(SessionOptions {
-                profile_env: BTreeMap::from([(
-                    "KANDEV_REPOSITORY_BUNDLE".to_owned(),
-                    BUNDLE.to_owned(),
-                )]),
-                ..SessionOptions::default()
-            })
-            .await?;
-        let repo = session
-            .in_main(
-                &[
-                    "sh",
-                    "-c",
-                    &format!(
-                        "set -e; export HOME=/tmp; r=$(mktemp -d /tmp/kandev-acceptance-repo.XXXXXX); cd $r; git init -q; echo recipe > README.md; git add README.md; git -c user.email=acceptance@kandev.invalid -c user.name=acceptance commit -q -m recipe; git bundle create {BUNDLE} --all 2>/dev/null; git rev-parse HEAD; cd /; rm -rf $r"
-                    ),
-                ],
-                Duration::from_secs(60),
-            )
-            .await?;
-        anyhow::ensure!(
-            repo.success(),
-            "create the repository bundle in the agent container: {}",
-            repo.stderr_text().trim()
-        );
-        let commit = repo.stdout_text().trim().to_owned();
-        session.write_bootstrap_files().await?;
-        let prepared = session.run_prepare().await?;
-        ctx.evidence(
-            "prepare_output",
-            format!("{}{}", prepared.stdout_text(), prepared.stderr_text()),
-        );
-        anyhow::ensure!(
-            prepared.success(),
-            "the prepare script failed (exit {:?}): {}",
-            prepared.exit_code,
-            prepared.stderr_text().trim()
-        );
-        session.mark_prepared_and_start().await?;
-        session.connect().await?;
 
         ctx.step("recipe tools");
         let mut script = String::new();

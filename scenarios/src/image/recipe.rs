@@ -421,6 +421,10 @@ const SKIP_CONTENT: [&str; 8] = [
 ];
 /// Files larger than this are not read (secrets live in small files).
 const MAX_SCANNED: u64 = 256 * 1024;
+/// Compiled code, archives and media: not read by content (their names are still checked).
+const BINARY_SUFFIXES: [&str; 12] = [
+    ".so", ".a", ".o", ".rlib", ".rmeta", ".png", ".gz", ".xz", ".pak", ".mo", ".pyc", ".bin",
+];
 
 /// Walks each layer; returns how many files were read, and each credential found as
 /// "<layer> /<path>: <kind>" (never the value).
@@ -455,6 +459,8 @@ fn scan_layers(dirs: &[PathBuf], names: &[String]) -> (usize, Vec<String>) {
                     continue;
                 }
                 if SKIP_CONTENT.iter().any(|s| relative.contains(s))
+                    || BINARY_SUFFIXES.iter().any(|s| relative.ends_with(s))
+                    || relative.contains(".so.")
                     || entry.metadata().map_or(true, |m| m.len() > MAX_SCANNED)
                 {
                     continue;

@@ -84,9 +84,25 @@ fn node_arch() -> &'static str {
 
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
-        let Some(engine) = ctx.host_engine().cloned() else {
+        // The engine the run's images are in: the one running the Pods (local), else this
+        // host's, where the run built them (kind, a cluster double) if it has the worker.
+        let engine = match ctx.host_engine().cloned() {
+            Some(engine) => Some(engine),
+            None => match kandev_harness::host::connect_engine().await {
+                Ok(docker) => {
+                    let engine = kandev_harness::host::HostEngine::new(docker);
+                    engine
+                        .image_id(&ctx.images().worker)
+                        .await
+                        .is_some()
+                        .then_some(engine)
+                }
+                Err(_) => None,
+            },
+        };
+        let Some(engine) = engine else {
             return Ok(Verdict::Skipped(
-                "no engine holding the run's images is reachable from here (the cluster's nodes are not on this host): the images' config and layers cannot be read".into(),
+                "no engine holding the run's images is reachable from here (the images were not built on this host and the cluster's nodes are not on it): the images' config and layers cannot be read".into(),
             ));
         };
         // The session first: a scenario that fails keeps its Pod's evidence.

@@ -39,6 +39,20 @@ pub enum Keep {
     Always,
 }
 
+/// The tools Kandev's full-worker recipe promises, as `worker::toolchain` names them: the
+/// default `--required-tools`, what a release gate refuses to leave out, and what
+/// `image::recipe` looks for in the worker image. One list, comma-separated.
+pub const RECIPE_TOOLS: &str =
+    "git,python-venv,c,node,pnpm,go,rust,docker,buildx,compose,playwright";
+/// Tools the recipe names that no registry reachable from the fixture image builds serves
+/// (golangci-lint v2): checked when present, a finding when missing (`--optional-tools`).
+pub const RECIPE_OPTIONAL_TOOLS: &str = "golangci-lint";
+
+/// [`RECIPE_TOOLS`] as a list.
+pub fn recipe_tools() -> Vec<&'static str> {
+    RECIPE_TOOLS.split(',').collect()
+}
+
 /// Settings of a run (from the command line).
 #[derive(Debug, Clone, Serialize)]
 pub struct RunConfig {

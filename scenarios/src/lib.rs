@@ -21,6 +21,7 @@ pub mod daemon {
 }
 pub mod image {
     pub mod build_run;
+    pub mod recipe;
 }
 pub mod launch {
     pub mod causal_failures;
@@ -46,6 +47,7 @@ pub mod template {
     pub mod grant_rules;
 }
 pub mod worker {
+    pub mod recipe_smoke;
     pub mod toolchain;
 }
 pub mod workspace {
@@ -70,6 +72,8 @@ pub fn registry() -> Vec<Scenario> {
         network::mtu::scenario(),
         cgroup::accounting::scenario(),
         worker::toolchain::scenario(),
+        image::recipe::scenario(),
+        worker::recipe_smoke::scenario(),
         isolation::cross_session::scenario(),
         lifecycle::stop_retains::scenario(),
         lifecycle::replacement_snapshot::scenario(),

@@ -829,3 +829,51 @@ fn a_worker_without_browser_and_compose_fails_only_those_scenarios_on_the_gate()
     assert_eq!(run.code, 1, "{}", run.output);
     assert_nothing_left(&run.report);
 }
+
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn compose_cleanup_passes_on_the_compose_v1_worker() {
+    // The default recipe has Compose v2; the previous bookworm worker
+    // (fixtures/images/worker-compose-v1) keeps the v1 path (`docker-compose`) tested.
+    let base_run = run(&["--exact", "template::grant_rules"]);
+    let id = |role: &str| {
+        base_run
+            .report
+            .environment
+            .images
+            .iter()
+            .find(|i| i.role == role)
+            .and_then(|i| i.id.clone())
+            .unwrap_or_else(|| panic!("no {role} image in the report"))
+    };
+    let tag = "kandev-acceptance/worker-compose-v1:test";
+    let build = Command::new("docker")
+        .args(["build", "-q", "--network", "host"])
+        .args(["--build-arg", &format!("BASE_IMAGE={}", id("base"))])
+        .args(["--build-arg", &format!("DAEMON_IMAGE={}", id("daemon"))])
+        .args(["-t", tag])
+        .arg(root().join("fixtures/images/worker-compose-v1"))
+        .output()
+        .unwrap();
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    let run = run(&["--worker-image", tag, "--exact", "compose::cleanup"]);
+    let _ = Command::new("docker").args(["rmi", "-f", tag]).output();
+    let scenario = &run.report.scenarios[0];
+    assert_eq!(
+        scenario.outcome,
+        Outcome::Passed,
+        "{:?}\n{}",
+        scenario.diagnosis,
+        run.output
+    );
+    let text = serde_json::to_string(&scenario.steps).unwrap();
+    assert!(
+        text.contains("\"command\":\"docker-compose\""),
+        "compose::cleanup did not take the v1 path: {text}"
+    );
+    assert_nothing_left(&run.report);
+}

@@ -193,7 +193,7 @@ fn a_release_run_refuses_moving_images_and_unknown_capabilities_before_touching_
         out.contains("--retries 1")
             && out.contains("--pod-mtu 1500")
             && out.contains(
-                "--required-tools leaves out [\"python-venv\", \"c\", \"node\", \"compose\"]"
+                "--required-tools leaves out [\"python-venv\", \"c\", \"node\", \"pnpm\", \"go\", \"rust\", \"buildx\", \"compose\", \"playwright\"]"
             ),
         "{out}"
     );

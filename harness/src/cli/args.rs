@@ -162,11 +162,11 @@ pub(crate) struct RunArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "git,python-venv,c,node,docker,compose"
+        default_value = crate::config::RECIPE_TOOLS
     )]
     pub(crate) required_tools: Vec<String>,
     /// Tools checked when present (a missing one is a finding).
-    #[arg(long, value_delimiter = ',', default_value = "buildx,go,rust,pnpm")]
+    #[arg(long, value_delimiter = ',', default_value = crate::config::RECIPE_OPTIONAL_TOOLS)]
     pub(crate) optional_tools: Vec<String>,
     /// Scenarios (and so sessions) at once; default: twice the cores, at most 8 (scenarios
     /// mostly wait on the engine). `--test-threads` wins when both are given.

@@ -335,8 +335,6 @@ async fn watch_signals(run: Arc<Run>) {
 
 /// The local Pod MTU a release is judged at, at most (clusters' overlay CNIs run 1450 or lower).
 const RELEASE_MAX_POD_MTU: u32 = 1450;
-/// The tools of the full-worker recipe `worker::toolchain` must find under a release gate.
-const RELEASE_REQUIRED_TOOLS: [&str; 6] = ["git", "python-venv", "c", "node", "docker", "compose"];
 
 /// The run's gate from `--gate`, `--require` and the template's declaration; under the
 /// release profile also what it refuses before anything runs (each with its field or flag).
@@ -370,9 +368,9 @@ fn resolve_gate(
             args.pod_mtu
         ));
     }
-    let missing: Vec<&str> = RELEASE_REQUIRED_TOOLS
-        .iter()
-        .copied()
+    // The tools of the full-worker recipe `worker::toolchain` must find under a release gate.
+    let missing: Vec<&str> = crate::config::recipe_tools()
+        .into_iter()
         .filter(|t| !args.required_tools.iter().any(|r| r == t))
         .collect();
     if !missing.is_empty() {

@@ -163,17 +163,14 @@ async fn ensure_images_locked(
             });
             reference.clone()
         }
+        // The worker installs its own Docker CLI (Debian trixie's, as the daemon's).
         (None, Some((_, base_id))) => {
-            let daemon_id = image_id(docker, &daemon).await?.unwrap_or_default();
             build_fixture(
                 docker,
                 config,
                 progress,
                 "worker",
-                &[
-                    ("BASE_IMAGE", base_id.as_str()),
-                    ("DAEMON_IMAGE", daemon_id.as_str()),
-                ],
+                &[("BASE_IMAGE", base_id.as_str())],
                 &mut records,
             )
             .await?

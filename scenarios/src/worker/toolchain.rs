@@ -57,13 +57,18 @@ pub fn scenario() -> Scenario {
 
 /// A tool: the binary to find, how to print its version, and a tiny real job in `$W`
 /// (a fresh folder under the workspace) that prints `ok` last.
-struct Tool {
-    binary: &'static str,
-    version: &'static str,
-    job: &'static str,
+pub struct Tool {
+    pub binary: &'static str,
+    pub version: &'static str,
+    pub job: &'static str,
 }
 
-fn tool(name: &str) -> Option<Tool> {
+/// Every tool this scenario knows, by name.
+pub const KNOWN_TOOLS: &str =
+    "git, python-venv, c, node, pnpm, go, rust, docker, buildx, compose, playwright, golangci-lint";
+
+/// The tool called `name` (a name of `--required-tools`), if known.
+pub fn tool(name: &str) -> Option<Tool> {
     Some(match name {
         "git" => Tool {
             binary: "git",
@@ -113,7 +118,17 @@ fn tool(name: &str) -> Option<Tool> {
         "pnpm" => Tool {
             binary: "pnpm",
             version: "pnpm --version",
-            job: "pnpm store path >/dev/null && echo ok",
+            job: "cd $W && printf '{\"name\":\"t\",\"version\":\"1.0.0\",\"private\":true,\"scripts\":{\"test\":\"node t.js\"}}\\n' > package.json && echo 'console.log(6 * 7)' > t.js && npm_config_update_notifier=false pnpm test | grep -qx 42 && echo ok",
+        },
+        "playwright" => Tool {
+            binary: "node",
+            version: "node -p 'require(\"playwright-core/package.json\").version'",
+            job: "cd $W && printf '<p id=p>a</p><script>document.getElementById(\"p\").textContent=\"b\"</script>' > p.html && printf 'const {chromium}=require(\"playwright-core\");(async()=>{const b=await chromium.launch({executablePath:process.env.FULL_WORKER_BROWSER||\"/usr/bin/chromium\",args:[\"--no-sandbox\"]});const p=await b.newPage();await p.goto(\"file://\"+process.argv[2]);console.log(await p.textContent(\"#p\"));await b.close()})().catch(e=>{console.error(e);process.exit(1)})' > b.js && test \"$(timeout 90 node b.js $W/p.html)\" = b && echo ok",
+        },
+        "golangci-lint" => Tool {
+            binary: "golangci-lint",
+            version: "golangci-lint version",
+            job: "golangci-lint version | grep -q 'version 2\\.' && cd $W && printf 'module t\\n\\ngo 1.24\\n' > go.mod && printf 'package t\\n\\n// Add adds.\\nfunc Add(a, b int) int { return a + b }\\n' > t.go && golangci-lint run ./... && echo ok",
         },
         _ => return None,
     })
@@ -152,9 +167,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             let Some(t) = tool(name) else {
                 return Err(broken(
                     &TOOLS,
-                    format!(
-                        "unknown tool {name:?}; known: git, python-venv, c, node, docker, compose, buildx, go, rust, pnpm"
-                    ),
+                    format!("unknown tool {name:?}; known: {KNOWN_TOOLS}"),
                 ));
             };
             let script = format!(

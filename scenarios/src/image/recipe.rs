@@ -1,0 +1,687 @@
+//! `image::recipe` — the worker recipe as an artefact (AC-002.1, AC-002.3), judged from the
+//! images the run uses: the worker's config (platform of the node, user 1000:1000,
+//! `WORKDIR /workspace`); no credentials in the worker or daemon image (config env, labels,
+//! history, and every layer's files: private keys, cloud access keys, bearer tokens, Docker
+//! `auths`, `.netrc`, kubeconfig material; a finding names the layer and path, never the
+//! value); the tools the recipe promises present outside `/workspace` and `/run/kandev`, with
+//! their versions; every pin of `/opt/full-worker/pins.env` a digest, checksum or exact
+//! version; the caches pointed under `/workspace` and created only after the repository clone
+//! (the prepare flow run with a repository bundle).
+//!
+//! Can fail when the image runs as root or elsewhere than the workspace, carries a secret,
+//! lacks a tool, pins by tag, or when preparation creates the caches before the clone.
+//! Image references immutable for release gating are `validate --for-release`'s and
+//! `run --gate release`'s (harness/src/pod/release.rs), not repeated here.
+
+use kandev_harness::report::FindingLevel;
+use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::session::SessionOptions;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const CONFIG: Check = Check {
+    id: "image_config",
+    promise: "the worker image is built for the node's platform, runs as 1000:1000 and works in /workspace",
+    twin: Twin::Worker("worker-runs-as-root"),
+};
+const NO_CREDENTIALS: Check = Check {
+    id: "no_credentials",
+    promise: "neither the worker nor the daemon image carries credentials (config or layer files)",
+    twin: Twin::Worker("worker-with-credentials"),
+};
+const TOOLS: Check = Check {
+    id: "tools",
+    promise: "every tool the recipe promises is in the worker image, outside /workspace and /run/kandev",
+    twin: Twin::Worker("worker-without-node"),
+};
+const PINS: Check = Check {
+    id: "pins",
+    promise: "every pin of the recipe's pins file is a digest, a checksum or an exact version",
+    twin: Twin::Worker("worker-unpinned"),
+};
+const CACHES: Check = Check {
+    id: "caches_after_clone",
+    promise: "the tool caches point under /workspace and are created only after the repository clone",
+    twin: Twin::Prepare("caches-before-clone"),
+};
+
+/// The recipe's pins file.
+pub const PINS_FILE: &str = "/opt/full-worker/pins.env";
+/// The cache variables the recipe points under the workspace, and the folders preparation
+/// creates for them.
+const CACHE_VARS: [&str; 8] = [
+    "npm_config_cache",
+    "npm_config_prefix",
+    "npm_config_store_dir",
+    "PNPM_HOME",
+    "PIP_CACHE_DIR",
+    "GOCACHE",
+    "GOMODCACHE",
+    "CARGO_HOME",
+];
+const BUNDLE: &str = "/tmp/kandev-acceptance-recipe.bundle";
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "image::recipe",
+        promise: "the worker recipe as an artefact: platform, user 1000:1000 and /workspace; no credentials in any image layer or config; the promised tools outside the mounts with versions; pins immutable; caches under /workspace created after the clone",
+        checks: &[CONFIG, NO_CREDENTIALS, TOOLS, PINS, CACHES],
+        timeout: Duration::from_secs(300),
+        run,
+    }
+}
+
+/// The node's platform as images name it.
+fn node_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
+    Box::pin(async move {
+        // The engine the run's images are in: the one running the Pods (local), else this
+        // host's, where the run built them (kind, a cluster double) if it has the worker.
+        let engine = match ctx.host_engine().cloned() {
+            Some(engine) => Some(engine),
+            None => match kandev_harness::host::connect_engine().await {
+                Ok(docker) => {
+                    let engine = kandev_harness::host::HostEngine::new(docker);
+                    engine
+                        .image_id(&ctx.images().worker)
+                        .await
+                        .is_some()
+                        .then_some(engine)
+                }
+                Err(_) => None,
+            },
+        };
+        let Some(engine) = engine else {
+            return Ok(Verdict::Skipped(
+                "no engine holding the run's images is reachable from here (the images were not built on this host and the cluster's nodes are not on it): the images' config and layers cannot be read".into(),
+            ));
+        };
+        // The session first: a scenario that fails keeps its Pod's evidence.
+        ctx.step("launch with a repository bundle");
+        let mut session = ctx
+            .create_session(SessionOptions {
+                profile_env: BTreeMap::from([(
+                    "KANDEV_REPOSITORY_BUNDLE".to_owned(),
+                    BUNDLE.to_owned(),
+                )]),
+                ..SessionOptions::default()
+            })
+            .await?;
+        let repo = session
+            .in_main(
+                &[
+                    "sh",
+                    "-c",
+                    &format!(
+                        "set -e; export HOME=/tmp; r=$(mktemp -d /tmp/kandev-acceptance-repo.XXXXXX); cd $r; git init -q; echo recipe > README.md; git add README.md; git -c user.email=acceptance@kandev.invalid -c user.name=acceptance commit -q -m recipe; git bundle create {BUNDLE} --all 2>/dev/null; git rev-parse HEAD; cd /; rm -rf $r"
+                    ),
+                ],
+                Duration::from_secs(60),
+            )
+            .await?;
+        anyhow::ensure!(
+            repo.success(),
+            "create the repository bundle in the agent container: {}",
+            repo.stderr_text().trim()
+        );
+        let commit = repo.stdout_text().trim().to_owned();
+        session.write_bootstrap_files().await?;
+        let prepared = session.run_prepare().await?;
+        ctx.evidence(
+            "prepare_output",
+            format!("{}{}", prepared.stdout_text(), prepared.stderr_text()),
+        );
+        anyhow::ensure!(
+            prepared.success(),
+            "the prepare script failed (exit {:?}): {}",
+            prepared.exit_code,
+            prepared.stderr_text().trim()
+        );
+        session.mark_prepared_and_start().await?;
+        session.connect().await?;
+
+        ctx.step("worker image config");
+        let worker_ref = ctx.images().worker.clone();
+        let daemon_ref = ctx.images().daemon.clone();
+        let worker = engine.docker().inspect_image(&worker_ref).await?;
+        let config = worker.config.clone().unwrap_or_default();
+        let user = config.user.clone().unwrap_or_default();
+        let workdir = config.working_dir.clone().unwrap_or_default();
+        let os = worker.os.clone().unwrap_or_default();
+        let arch = worker.architecture.clone().unwrap_or_default();
+        ctx.evidence(
+            "worker",
+            json!({"reference": worker_ref, "id": worker.id, "platform": format!("{os}/{arch}"), "user": user, "working_dir": workdir}),
+        );
+        let mut wrong = Vec::new();
+        if os != "linux" || arch != node_arch() {
+            wrong.push(format!(
+                "platform {os}/{arch}, the node runs linux/{}",
+                node_arch()
+            ));
+        }
+        if user != "1000:1000" {
+            wrong.push(format!("config user {user:?} (expected \"1000:1000\")"));
+        }
+        if workdir != "/workspace" {
+            wrong.push(format!("WorkingDir {workdir:?} (expected \"/workspace\")"));
+        }
+        promise(wrong.is_empty(), &CONFIG, || wrong.join("; "))?;
+
+        ctx.step("credentials scan");
+        let started = Instant::now();
+        let mut found = Vec::new();
+        let mut scanned = Vec::new();
+        for (role, reference) in [("worker", &worker_ref), ("daemon", &daemon_ref)] {
+            let image = engine.docker().inspect_image(reference).await?;
+            let env = image
+                .config
+                .as_ref()
+                .and_then(|c| c.env.clone())
+                .unwrap_or_default();
+            for entry in &env {
+                if let Some(kind) = secret_in_env(entry) {
+                    let name = entry.split('=').next().unwrap_or_default();
+                    found.push(format!("{role} image config Env {name}: {kind}"));
+                }
+            }
+            let labels = image
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.clone())
+                .unwrap_or_default();
+            for (key, value) in &labels {
+                if let Some(kind) = secret_in_text(value) {
+                    found.push(format!("{role} image config label {key}: {kind}"));
+                }
+            }
+            let history = engine
+                .docker()
+                .image_history(reference)
+                .await
+                .unwrap_or_default();
+            for (i, entry) in history.iter().enumerate() {
+                if let Some(kind) = secret_in_text(&entry.created_by) {
+                    found.push(format!("{role} image history entry {i}: {kind}"));
+                }
+            }
+            let driver = image.graph_driver.clone();
+            let layers = image
+                .root_fs
+                .as_ref()
+                .and_then(|r| r.layers.clone())
+                .unwrap_or_default();
+            let Some(dirs) = driver
+                .as_ref()
+                .filter(|d| d.name == "overlay2")
+                .map(|d| layer_dirs(&d.data))
+                .filter(|dirs| !dirs.is_empty() && dirs.iter().all(|d| d.is_dir()))
+            else {
+                return Ok(Verdict::Skipped(format!(
+                    "the {role} image's layers are not readable from here (storage driver {:?}; the overlay2 layer folders of the local engine are read): the credentials scan needs them",
+                    driver.map(|d| d.name)
+                )));
+            };
+            let names: Vec<String> = dirs
+                .iter()
+                .enumerate()
+                .map(|(i, _)| {
+                    let diff = layers
+                        .get(i)
+                        .map(|d| d.trim_start_matches("sha256:").chars().take(12).collect())
+                        .unwrap_or_else(|| "?".to_owned());
+                    format!("{role} layer {}/{} ({diff})", i + 1, dirs.len())
+                })
+                .collect();
+            let (files, hits) =
+                tokio::task::spawn_blocking(move || scan_layers(&dirs, &names)).await?;
+            scanned.push(json!({"image": role, "layers": layers.len(), "files_scanned": files}));
+            found.extend(hits);
+        }
+        ctx.evidence("scanned", &scanned);
+        ctx.evidence("scan_ms", started.elapsed().as_millis() as u64);
+        ctx.evidence("credentials_found", &found);
+        promise(found.is_empty(), &NO_CREDENTIALS, || found.join("; "))?;
+
+        ctx.step("recipe tools");
+        let mut script = String::new();
+        let recipe: Vec<&str> = kandev_harness::config::recipe_tools();
+        let optional: Vec<&str> = kandev_harness::config::RECIPE_OPTIONAL_TOOLS
+            .split(',')
+            .collect();
+        for name in recipe.iter().chain(optional.iter()) {
+            let tool = crate::worker::toolchain::tool(name)
+                .ok_or_else(|| anyhow::anyhow!("the recipe names an unknown tool {name}"))?;
+            script.push_str(&format!(
+                "p=$(command -v {bin}) && v=$({version} 2>&1) && echo \"{name} $p $(echo \"$v\" | head -n1)\" || echo \"{name} missing\"\n",
+                bin = tool.binary,
+                version = tool.version,
+            ));
+        }
+        let tools = session.agent_sh(&script, Duration::from_secs(120)).await?;
+        let mut versions = BTreeMap::new();
+        let mut wrong = Vec::new();
+        for line in tools.stdout.lines() {
+            let mut parts = line.splitn(3, ' ');
+            let (Some(name), Some(path)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let version = parts.next().unwrap_or_default();
+            if path == "missing" {
+                if optional.contains(&name) {
+                    ctx.finding(
+                        FindingLevel::Warning,
+                        "recipe.optional_tool_missing",
+                        format!("the recipe's {name} is not in the worker image"),
+                        json!({"tool": name}),
+                    );
+                } else {
+                    wrong.push(format!("{name} is missing"));
+                }
+                continue;
+            }
+            if ["/workspace/", "/run/kandev/"]
+                .iter()
+                .any(|m| path.starts_with(m))
+            {
+                wrong.push(format!("{name} at {path}, on a mounted path"));
+            }
+            versions.insert(name.to_owned(), json!({"path": path, "version": version}));
+        }
+        ctx.evidence("tools", &versions);
+        for name in &recipe {
+            if !versions.contains_key(*name) && !wrong.iter().any(|w| w.starts_with(name)) {
+                wrong.push(format!("{name}: no answer ({})", tools.summary()));
+            }
+        }
+        promise(wrong.is_empty(), &TOOLS, || wrong.join("; "))?;
+
+        ctx.step("pins");
+        let pins = session
+            .agent_sh(
+                &format!("if [ -f {PINS_FILE} ]; then cat {PINS_FILE}; else echo '#absent'; fi"),
+                Duration::from_secs(20),
+            )
+            .await?;
+        let has_pins = pins.stdout.trim() != "#absent";
+        let mutable = if has_pins {
+            mutable_pins(&pins.stdout)
+        } else {
+            Vec::new()
+        };
+        ctx.evidence("pins", pins.stdout.lines().collect::<Vec<_>>());
+        promise(mutable.is_empty(), &PINS, || {
+            format!("{PINS_FILE}: {}", mutable.join("; "))
+        })?;
+
+        ctx.step("caches after the clone");
+        let env = config.env.clone().unwrap_or_default();
+        let mut wrong = Vec::new();
+        let mut dirs = Vec::new();
+        for var in CACHE_VARS {
+            match env.iter().find_map(|e| e.strip_prefix(&format!("{var}="))) {
+                Some(value) if value.starts_with("/workspace/") => dirs.push(value.to_owned()),
+                Some(value) => wrong.push(format!("{var}={value} is not under /workspace")),
+                None => wrong.push(format!("the image sets no {var}")),
+            }
+        }
+        let order = session
+            .agent_sh(
+                &format!(
+                    "cd /workspace && echo \"head $(git rev-parse HEAD 2>&1)\" && echo \"origin $(git remote get-url origin 2>&1)\" && for f in README.md .git/HEAD .git/config; do echo \"clone $(stat -c %.9Z $f) $f\"; done; for d in {}; do echo \"cache $(stat -c %.9Z $d 2>/dev/null || echo absent) $d\"; done",
+                    dirs.join(" ")
+                ),
+                Duration::from_secs(30),
+            )
+            .await?;
+        ctx.evidence("clone_and_caches", order.stdout.lines().collect::<Vec<_>>());
+        let line = |prefix: &str| {
+            order
+                .stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        if line("head ") != commit {
+            wrong.push(format!(
+                "/workspace is not the clone of the bundle: HEAD {:?}, the bundle's {commit:?}",
+                line("head ")
+            ));
+        }
+        if line("origin ") != BUNDLE {
+            wrong.push(format!(
+                "the clone's origin is {:?}, not the repository {BUNDLE}",
+                line("origin ")
+            ));
+        }
+        let times = |kind: &str| -> Vec<(f64, String)> {
+            order
+                .stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix(kind))
+                .filter_map(|l| {
+                    let (t, path) = l.split_once(' ')?;
+                    Some((t.parse::<f64>().ok()?, path.to_owned()))
+                })
+                .collect()
+        };
+        let clone = times("clone ");
+        let caches = times("cache ");
+        if caches.len() != dirs.len() {
+            wrong.push(format!(
+                "cache folders missing after preparation: {}",
+                order
+                    .stdout
+                    .lines()
+                    .filter(|l| l.contains(" absent "))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let last_clone = clone.iter().map(|(t, _)| *t).fold(0.0_f64, f64::max);
+        for (t, path) in &caches {
+            if *t < last_clone {
+                wrong.push(format!(
+                    "{path} was created {:.3}s before the clone's files were",
+                    last_clone - t
+                ));
+            }
+        }
+        if clone.is_empty() {
+            wrong.push("no file of the clone in /workspace".into());
+        }
+        promise(wrong.is_empty(), &CACHES, || wrong.join("; "))?;
+
+        if !has_pins {
+            return Ok(Verdict::Incompatible(format!(
+                "the worker image has no {PINS_FILE}: its pins cannot be judged (the rest held)"
+            )));
+        }
+        Ok(Verdict::Passed)
+    })
+}
+
+/// The image's layer folders, bottom first (overlay2: `LowerDir` lists them top first).
+fn layer_dirs(data: &std::collections::HashMap<String, String>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = data
+        .get("LowerDir")
+        .map(|l| l.split(':').rev().map(PathBuf::from).collect())
+        .unwrap_or_default();
+    if let Some(upper) = data.get("UpperDir") {
+        dirs.push(PathBuf::from(upper));
+    }
+    dirs
+}
+
+/// Folders not scanned by content: Debian's documentation and translations, and test data
+/// (Go's standard library sources carry test keys, e.g. crypto/x509's platform_root_key.pem).
+const SKIP_CONTENT: [&str; 8] = [
+    "usr/share/go-",
+    "usr/lib/go-",
+    "usr/share/doc/",
+    "usr/share/man/",
+    "usr/share/locale/",
+    "usr/share/zoneinfo/",
+    "usr/share/i18n/",
+    "/testdata/",
+];
+/// Files larger than this are not read (secrets live in small files).
+const MAX_SCANNED: u64 = 256 * 1024;
+/// Compiled code, archives and media: not read by content (their names are still checked).
+const BINARY_SUFFIXES: [&str; 12] = [
+    ".so", ".a", ".o", ".rlib", ".rmeta", ".png", ".gz", ".xz", ".pak", ".mo", ".pyc", ".bin",
+];
+
+/// Walks each layer; returns how many files were read, and each credential found as
+/// "<layer> /<path>: <kind>" (never the value).
+fn scan_layers(dirs: &[PathBuf], names: &[String]) -> (usize, Vec<String>) {
+    let mut files = 0;
+    let mut found = Vec::new();
+    for (dir, name) in dirs.iter().zip(names) {
+        let mut stack = vec![dir.clone()];
+        while let Some(current) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&current) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let path = entry.path();
+                if kind.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if !kind.is_file() {
+                    continue;
+                }
+                let relative = path
+                    .strip_prefix(dir)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .into_owned();
+                if let Some(kind) = secret_by_name(&relative) {
+                    found.push(format!("{name} /{relative}: {kind}"));
+                    continue;
+                }
+                if SKIP_CONTENT.iter().any(|s| relative.contains(s))
+                    || BINARY_SUFFIXES.iter().any(|s| relative.ends_with(s))
+                    || relative.contains(".so.")
+                    || entry.metadata().map_or(true, |m| m.len() > MAX_SCANNED)
+                {
+                    continue;
+                }
+                files += 1;
+                if let Some(kind) = secret_in_file(&path, &relative) {
+                    found.push(format!("{name} /{relative}: {kind}"));
+                }
+            }
+        }
+    }
+    (files, found)
+}
+
+/// A file whose name alone says it holds credentials (only when it has content).
+fn secret_by_name(relative: &str) -> Option<&'static str> {
+    let base = relative.rsplit('/').next().unwrap_or_default();
+    match base {
+        ".netrc" | "_netrc" => Some(".netrc credentials"),
+        "id_rsa" | "id_ecdsa" | "id_ed25519" | "id_dsa" => Some("an SSH private key"),
+        "credentials" if relative.ends_with(".aws/credentials") => Some("AWS credentials"),
+        _ => None,
+    }
+}
+
+fn secret_in_file(path: &Path, relative: &str) -> Option<&'static str> {
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    if relative.ends_with(".docker/config.json") && text.contains("\"auths\"") {
+        let auth = text.contains("\"auth\"") || text.contains("\"identitytoken\"");
+        if auth {
+            return Some("Docker registry auths");
+        }
+    }
+    if text.contains("client-key-data:")
+        || (text.contains("kind: Config") && text.contains("users:") && text.contains("token:"))
+    {
+        return Some("kubeconfig credentials");
+    }
+    secret_in_text(&text)
+}
+
+/// Private keys, cloud access key ids and bearer tokens in `text`.
+pub fn secret_in_text(text: &str) -> Option<&'static str> {
+    if text.lines().any(|l| {
+        let l = l.trim();
+        l.starts_with("-----BEGIN ") && l.ends_with("PRIVATE KEY-----")
+    }) {
+        return Some("a private key");
+    }
+    if has_access_key_id(text) {
+        return Some("a cloud access key id");
+    }
+    let lower = text.to_ascii_lowercase();
+    let mut rest = lower.as_str();
+    while let Some(i) = rest.find("bearer ") {
+        let token: String = rest[i + 7..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "._~+/=-".contains(*c))
+            .collect();
+        if token.len() >= 20 {
+            return Some("a bearer token");
+        }
+        rest = &rest[i + 7..];
+    }
+    None
+}
+
+/// `AKIA`/`ASIA` followed by 16 upper-case letters or digits, as AWS access key ids are.
+fn has_access_key_id(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.windows(20).enumerate().any(|(i, w)| {
+        (w.starts_with(b"AKIA") || w.starts_with(b"ASIA"))
+            && w[4..]
+                .iter()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric())
+            && bytes.get(i + 20).is_none_or(|b| !b.is_ascii_alphanumeric())
+    })
+}
+
+/// An `Env` entry that holds a secret: by its value, or a secret-named variable with a value.
+fn secret_in_env(entry: &str) -> Option<&'static str> {
+    let (name, value) = entry.split_once('=')?;
+    if let Some(kind) = secret_in_text(value) {
+        return Some(kind);
+    }
+    let upper = name.to_ascii_uppercase();
+    let named = [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "API_KEY",
+        "ACCESS_KEY",
+    ]
+    .iter()
+    .any(|s| upper.contains(s));
+    (named && !value.is_empty()).then_some("a secret-named variable with a value")
+}
+
+/// The pins of a pins file that are neither a digest, a checksum nor an exact version.
+pub fn mutable_pins(text: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            wrong.push(format!("{line:?} is not KEY=VALUE"));
+            continue;
+        };
+        let value = value.trim_matches(|c| c == '"' || c == '\'');
+        if !(is_digest(value) || is_checksum(key, value) || is_exact_version(value)) {
+            wrong.push(format!(
+                "{key}={value} is neither a digest (@sha256:<64 hex>), a checksum (_SHA256=<64 hex>) nor an exact version"
+            ));
+        }
+    }
+    wrong
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn is_digest(value: &str) -> bool {
+    value
+        .rsplit_once("@sha256:")
+        .is_some_and(|(name, hex)| !name.is_empty() && is_hex64(hex))
+}
+
+fn is_checksum(key: &str, value: &str) -> bool {
+    key.ends_with("_SHA256") && is_hex64(value)
+}
+
+/// `[epoch:]v?N.N[.N...][suffix]`: at least major.minor, then a Debian-style revision.
+fn is_exact_version(value: &str) -> bool {
+    let value = match value.split_once(':') {
+        Some((epoch, rest)) if !epoch.is_empty() && epoch.bytes().all(|b| b.is_ascii_digit()) => {
+            rest
+        }
+        _ => value,
+    };
+    let value = value.strip_prefix('v').unwrap_or(value);
+    let numeric: String = value
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let suffix = &value[numeric.len()..];
+    let parts: Vec<&str> = numeric.split('.').collect();
+    // One number is exact only with a revision after it (Debian's 20250419+deb13u1).
+    (parts.len() >= 2 || !suffix.is_empty())
+        && parts.iter().all(|p| !p.is_empty())
+        && suffix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+~-.".contains(c))
+        && (suffix.is_empty() || suffix.starts_with(['-', '+', '~']))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_are_digests_checksums_or_exact_versions() {
+        let good = "# c\nA_VERSION=9.15.9\nA_SHA256=cf86a7ad764406395d4286a6d09d730711720acc6d93e9dce9ac7ac4dc4a28a7\nB=x/y@sha256:cf86a7ad764406395d4286a6d09d730711720acc6d93e9dce9ac7ac4dc4a28a7\nC=2:1.24~2\nG=20250419+deb13u1\nD=26.1.5+dfsg1-9+deb13u1+b1\nE=156.0.8078.79-1~deb13u1\nF=v2.9.0\n";
+        assert_eq!(mutable_pins(good), Vec::<String>::new());
+        for bad in [
+            "A=latest",
+            "A=moby/buildkit:v0.26.3",
+            "A=9",
+            "A=1.x",
+            "A=^1.2.3",
+            "A_SHA256=abc",
+            "B=x@sha256:abc",
+            "nonsense",
+        ] {
+            assert_eq!(mutable_pins(bad).len(), 1, "{bad}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_recognised_without_their_values() {
+        assert_eq!(
+            secret_in_text("-----BEGIN OPENSSH PRIVATE KEY-----\nabc"),
+            Some("a private key")
+        );
+        assert_eq!(
+            secret_in_text("key=AKIAFAKEFAKEFAKEFAKE"),
+            Some("a cloud access key id")
+        );
+        assert_eq!(secret_in_text("xAKIAFAKEFAKEFAKEFAKE"), None);
+        assert_eq!(
+            secret_in_text("Authorization: Bearer abcdefghijklmnopqrstuvwxyz"),
+            Some("a bearer token")
+        );
+        assert_eq!(secret_in_text("-----BEGIN CERTIFICATE-----"), None);
+        assert_eq!(
+            secret_in_env("GITHUB_TOKEN=x"),
+            Some("a secret-named variable with a value")
+        );
+        assert_eq!(secret_in_env("PATH=/usr/bin"), None);
+        assert_eq!(secret_by_name("root/.netrc"), Some(".netrc credentials"));
+    }
+}

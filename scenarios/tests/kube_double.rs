@@ -9,117 +9,15 @@
 // A test file: failing loudly with unwrap/panic is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use kandev_harness::backend::Backend;
-use kandev_harness::backend::local::LocalBackend;
 mod common;
 
+use common::fixture;
+use common::kube::{Run, command, engine_double, run, run_command};
 use kandev_harness::config::Capability;
-use kandev_harness::host::connect_engine;
-use kandev_harness::host::images::{ImageConfig, ImageSet, ensure_images, mock_agent_binary};
 use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
-use kandev_harness::report::{Outcome, Report};
+use kandev_harness::report::Outcome;
 use kandev_test_support::cluster_double;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-/// The fixture images, and the double with Pods on the local engine behind it.
-async fn engine_double() -> (cluster_double::KubeDouble, ImageSet) {
-    let docker = connect_engine().await.unwrap();
-    let root = root();
-    let binary = mock_agent_binary(&root).await.unwrap();
-    let images = ensure_images(
-        &docker,
-        &ImageConfig {
-            base_image: "debian:bookworm".into(),
-            worker_image: None,
-            daemon_image: None,
-            images_dir: root.join("fixtures/images"),
-            mock_agent_binary: binary,
-        },
-        &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
-    )
-    .await
-    .unwrap();
-    let runtime: Arc<dyn Backend> =
-        Arc::new(LocalBackend::new(docker, images.mock_agent.clone(), 4096));
-    let double = cluster_double::start(Some(runtime)).await.unwrap();
-    (double, images)
-}
-
-/// `kandev-acceptance <subcommand>` against the double (kubeconfig and context), with `args`.
-fn command(double: &cluster_double::KubeDouble, subcommand: &str) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"));
-    command
-        .env_remove("GITHUB_STEP_SUMMARY")
-        .env_remove("GITHUB_ACTIONS")
-        .arg(subcommand)
-        .args(["--backend", "kube", "--kubeconfig"])
-        .arg(&double.kubeconfig)
-        .args(["--context", &double.context])
-        .env("KANDEV_ACCEPTANCE_ROOT", root());
-    command
-}
-
-/// `kandev-acceptance run` against the double with `args`, into `dir`.
-fn run_command(
-    double: &cluster_double::KubeDouble,
-    images: &ImageSet,
-    dir: &Path,
-    args: &[&str],
-) -> tokio::process::Command {
-    let mut command = command(double, "run");
-    command
-        .arg("--report")
-        .arg(dir)
-        .args(["--worker-image", &images.worker])
-        .args(["--daemon-image", &images.daemon])
-        .args(args);
-    command
-}
-
-struct Run {
-    code: Option<i32>,
-    report: Report,
-    report_dir: PathBuf,
-    text: String,
-    _dir: tempfile::TempDir,
-}
-
-/// Runs `kandev-acceptance run` against the double with `args`; its report.
-async fn run(double: &cluster_double::KubeDouble, images: &ImageSet, args: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
-    let output = run_command(double, images, dir.path(), args)
-        .output()
-        .await
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let run_dir = std::fs::read_dir(dir.path())
-        .unwrap()
-        .flatten()
-        .find(|e| e.path().join("report.json").is_file())
-        .unwrap_or_else(|| panic!("no report was written; output:\n{text}"));
-    let report: Report =
-        serde_json::from_slice(&std::fs::read(run_dir.path().join("report.json")).unwrap())
-            .unwrap();
-    Run {
-        code: output.status.code(),
-        report,
-        report_dir: run_dir.path(),
-        text,
-        _dir: dir,
-    }
-}
 
 /// What the engine still holds of `run_id` (containers and volumes), polled briefly: claims'
 /// volumes are removed once their Pod is gone.
@@ -202,24 +100,9 @@ async fn assert_fails(run: &Run, scenario: &str, promise: &str, evidence: bool) 
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn catalogue_on_kube_double() {
     let (double, images) = engine_double().await;
-    let dir = tempfile::tempdir().unwrap();
-    let output = run_command(&double, &images, dir.path(), &["--node-inspector"])
-        .output()
-        .await
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let run_dir = std::fs::read_dir(dir.path())
-        .unwrap()
-        .flatten()
-        .find(|e| e.path().join("report.json").is_file())
-        .unwrap_or_else(|| panic!("no report was written; output:\n{text}"));
-    let report: Report =
-        serde_json::from_slice(&std::fs::read(run_dir.path().join("report.json")).unwrap())
-            .unwrap();
+    let Run {
+        code, report, text, ..
+    } = run(&double, &images, &["--node-inspector"]).await;
     assert_eq!(
         report.scenarios.len(),
         kandev_scenarios::registry().len(),
@@ -239,15 +122,11 @@ async fn catalogue_on_kube_double() {
         .collect();
     assert!(failures.is_empty(), "{failures:#?}\n{text}");
     assert_eq!(report.summary.passed, kandev_scenarios::registry().len());
-    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert_eq!(code, Some(0), "{text}");
     assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
     // Nothing of the run is left on the engine behind the double.
     let left = left_on_engine(&report.run_id).await;
     assert!(left.is_empty(), "left on the engine: {left:?}");
-}
-
-fn fixture(path: &str) -> String {
-    root().join("fixtures").join(path).display().to_string()
 }
 
 /// The broken templates fail, over the double, exactly the scenario they target, with the

@@ -4,6 +4,8 @@
 // Each test file uses a part of this module.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod kube;
+
 use kandev_harness::report::{Outcome, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use bollard::models::VolumeCreateRequest;
+use bollard::models::{ContainerInspectResponse, VolumeCreateRequest};
 use bollard::query_parameters::{
     InspectContainerOptions, LogsOptionsBuilder, StartContainerOptions,
 };
@@ -308,6 +308,32 @@ impl LocalBackend {
     }
 
     /// Verifies that `container` of `pod` carries the Pod's UID (never act on a look-alike).
+    /// The engine's inspection of every container `selector` matches, with its Pod container
+    /// name (empty for the infra container, which has none).
+    async fn inspected(
+        &self,
+        selector: &[(&str, &str)],
+    ) -> Result<Vec<(String, ContainerInspectResponse)>> {
+        let mut found = Vec::new();
+        for c in self.objects.containers_with(selector).await? {
+            let Some(id) = c.id.as_deref() else { continue };
+            let inspect = self
+                .objects
+                .docker
+                .inspect_container(id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| other("inspect container", e))?;
+            let name = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_CONTAINER))
+                .cloned()
+                .unwrap_or_default();
+            found.push((name, inspect));
+        }
+        Ok(found)
+    }
+
     async fn verified_name(&self, pod: &PodRef, container: &str) -> Result<String> {
         verified_container(&self.objects.docker, pod, container).await
     }
@@ -685,35 +711,24 @@ impl Backend for LocalBackend {
     }
 
     async fn container_states(&self, pod: &PodRef) -> Result<Vec<ContainerState>> {
-        let mut states = Vec::new();
-        for c in self
-            .objects
-            .containers_with(&[(LABEL_POD_UID, &pod.uid)])
-            .await?
-        {
-            let labels = c.labels.clone().unwrap_or_default();
-            if labels.get(LABEL_ROLE).map(String::as_str) != Some("container") {
-                continue;
-            }
-            let Some(id) = c.id.as_deref() else { continue };
-            let inspect = self
-                .objects
-                .docker
-                .inspect_container(id, None::<InspectContainerOptions>)
-                .await
-                .map_err(|e| other("inspect container", e))?;
-            let state = inspect.state.unwrap_or_default();
-            states.push(ContainerState {
-                name: labels.get(LABEL_CONTAINER).cloned().unwrap_or_default(),
-                running: state.running == Some(true),
-                restarts: inspect
-                    .restart_count
-                    .and_then(|r| u32::try_from(r).ok())
-                    .unwrap_or(0),
-                exit_code: state.exit_code,
-            });
-        }
-        Ok(states)
+        let containers = self
+            .inspected(&[(LABEL_POD_UID, &pod.uid), (LABEL_ROLE, "container")])
+            .await?;
+        Ok(containers
+            .into_iter()
+            .map(|(name, inspect)| {
+                let state = inspect.state.unwrap_or_default();
+                ContainerState {
+                    name,
+                    running: state.running == Some(true),
+                    restarts: inspect
+                        .restart_count
+                        .and_then(|r| u32::try_from(r).ok())
+                        .unwrap_or(0),
+                    exit_code: state.exit_code,
+                }
+            })
+            .collect())
     }
 
     async fn exec(&self, pod: &PodRef, request: ExecRequest) -> Result<ExecOutput> {
@@ -807,24 +822,7 @@ impl Backend for LocalBackend {
         let mut sharing = HostSharing::default();
         // Every container of the Pod, the infra container (which holds its namespaces)
         // included, as the engine runs it.
-        for c in self
-            .objects
-            .containers_with(&[(LABEL_POD_UID, &pod.uid)])
-            .await?
-        {
-            let Some(id) = c.id.as_deref() else { continue };
-            let inspect = self
-                .objects
-                .docker
-                .inspect_container(id, None::<InspectContainerOptions>)
-                .await
-                .map_err(|e| other("inspect container", e))?;
-            let name = c
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_CONTAINER))
-                .cloned()
-                .unwrap_or_default();
+        for (name, inspect) in self.inspected(&[(LABEL_POD_UID, &pod.uid)]).await? {
             for m in inspect.mounts.iter().flatten() {
                 if m.typ.as_deref() == Some("bind") {
                     let source = m.source.clone().unwrap_or_default();
@@ -869,24 +867,7 @@ impl Backend for LocalBackend {
 
     async fn pod_exposures(&self, pod: &PodRef) -> Result<Vec<String>> {
         let mut exposed = Vec::new();
-        for c in self
-            .objects
-            .containers_with(&[(LABEL_POD_UID, &pod.uid)])
-            .await?
-        {
-            let Some(id) = c.id.as_deref() else { continue };
-            let inspect = self
-                .objects
-                .docker
-                .inspect_container(id, None::<InspectContainerOptions>)
-                .await
-                .map_err(|e| other("inspect container", e))?;
-            let name = c
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_CONTAINER))
-                .cloned()
-                .unwrap_or_default();
+        for (name, inspect) in self.inspected(&[(LABEL_POD_UID, &pod.uid)]).await? {
             let host = inspect.host_config.unwrap_or_default();
             for (port, bindings) in host.port_bindings.unwrap_or_default() {
                 for b in bindings.unwrap_or_default() {

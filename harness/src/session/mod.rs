@@ -802,32 +802,82 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
 
     /// Polls `/health` until the agent answers, then hands over the nonce.
     pub async fn connect(&mut self) -> anyhow::Result<()> {
-        let mut client = AgentClient::new(
-            self.settings.backend.clone(),
-            self.pod.clone(),
-            &self.settings.main_container,
-        )
-        .for_session(format!("{}/auth.env", self.home()));
-        let started = Instant::now();
-        let mut last = anyhow!("not tried");
-        while started.elapsed() < self.settings.connect_timeout {
-            match client.health().await {
-                Ok(_) => {
-                    client
-                        .handshake(&self.bootstrap_nonce)
-                        .await
-                        .context("agentctl_connect: handshake")?;
-                    self.agent = Some(client);
-                    return Ok(());
-                }
-                Err(e) => last = e,
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut client = self.session_client(None);
+        self.await_health(&client, "agentctl_connect").await?;
+        client
+            .handshake(&self.bootstrap_nonce)
+            .await
+            .context("agentctl_connect: handshake")?;
+        self.agent = Some(client);
+        Ok(())
+    }
+
+    /// A control-API client for this session's environment file, with `token` if given.
+    fn session_client(&self, token: Option<String>) -> AgentClient {
+        self.client_for(token, format!("{}/auth.env", self.home()))
+    }
+
+    /// A control-API client whose commands load `env_file`, with `token` if given.
+    fn client_for(&self, token: Option<String>, env_file: String) -> AgentClient {
+        let (backend, pod) = (self.settings.backend.clone(), self.pod.clone());
+        let container = &self.settings.main_container;
+        match token {
+            Some(token) => AgentClient::with_token(backend, pod, container, token),
+            None => AgentClient::new(backend, pod, container),
         }
-        Err(last.context(format!(
-            "agentctl_connect: /health did not answer within {:?}",
-            self.settings.connect_timeout
-        )))
+        .for_session(env_file)
+    }
+
+    /// Polls agentctl's `/health` until it answers (its answer), within the connect bound.
+    async fn await_health(
+        &self,
+        client: &AgentClient,
+        step: &str,
+    ) -> anyhow::Result<serde_json::Value> {
+        let started = Instant::now();
+        loop {
+            match client.health().await {
+                Ok(health) => return Ok(health),
+                Err(e) if started.elapsed() >= self.settings.connect_timeout => {
+                    return Err(e.context(format!(
+                        "{step}: /health did not answer within {:?}",
+                        self.settings.connect_timeout
+                    )));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// agentctl reached with the task's recorded control token, or, when agentctl refuses it
+    /// (a restarted agentctl has issued none yet), through a new handshake with the bootstrap
+    /// nonce the Pod still holds (agentctl issues a new token). `for_env` is the environment
+    /// file the client's commands load. Returns the client and whether the token was refused.
+    async fn reauthorized(
+        &self,
+        for_env: String,
+        step: &str,
+    ) -> anyhow::Result<(AgentClient, bool)> {
+        let recorded = self
+            .agent
+            .as_ref()
+            .and_then(|a| a.token().map(str::to_owned));
+        if let Some(token) = &recorded {
+            let client = self.client_for(Some(token.clone()), for_env.clone());
+            if client
+                .authorized()
+                .await
+                .with_context(|| format!("{step}: reattach with the recorded token"))?
+            {
+                return Ok((client, false));
+            }
+        }
+        let mut client = self.client_for(None, for_env);
+        client
+            .handshake(&self.bootstrap_nonce)
+            .await
+            .with_context(|| format!("{step}: handshake with the bootstrap nonce"))?;
+        Ok((client, recorded.is_some()))
     }
 
     /// Starts the session's agent process through agentctl: the agent CLI run through the
@@ -864,13 +914,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
     /// Reattaches to the same agent process with the recorded token (into a new session:
     /// [`Session::start_agent_process`] starts its process).
     pub async fn resume(&mut self, token: String) -> anyhow::Result<()> {
-        let client = AgentClient::with_token(
-            self.settings.backend.clone(),
-            self.pod.clone(),
-            &self.settings.main_container,
-            token,
-        )
-        .for_session(format!("{}/auth.env", self.home()));
+        let client = self.session_client(Some(token));
         client
             .identity()
             .await
@@ -893,56 +937,12 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
     /// runs it, and [`Session::start_agent_process`] starts a new one (Kandev's
     /// get-or-create of the session's instance).
     pub async fn reconnect_after_restart(&mut self) -> anyhow::Result<Reconnected> {
-        let fresh = || {
-            AgentClient::new(
-                self.settings.backend.clone(),
-                self.pod.clone(),
-                &self.settings.main_container,
-            )
-            .for_session(format!("{}/auth.env", self.home()))
-        };
-        let probe = fresh();
-        let started = Instant::now();
-        let health = loop {
-            match probe.health().await {
-                Ok(health) => break health,
-                Err(e) if started.elapsed() >= self.settings.connect_timeout => {
-                    return Err(e.context(format!(
-                        "reconnect: /health did not answer within {:?}",
-                        self.settings.connect_timeout
-                    )));
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
-        let recorded = self
-            .agent
-            .as_ref()
-            .and_then(|a| a.token().map(str::to_owned));
-        let token_kept = match &recorded {
-            Some(token) => AgentClient::with_token(
-                self.settings.backend.clone(),
-                self.pod.clone(),
-                &self.settings.main_container,
-                token.clone(),
-            )
-            .authorized()
-            .await
-            .context("reconnect: reattach with the recorded token")?,
-            None => false,
-        };
-        let client = if token_kept {
-            self.agent
-                .clone()
-                .ok_or_else(|| anyhow!("reconnect: the recorded client vanished"))?
-        } else {
-            let mut client = fresh();
-            client
-                .handshake(&self.bootstrap_nonce)
-                .await
-                .context("reconnect: handshake with the recorded bootstrap nonce")?;
-            client
-        };
+        let health = self
+            .await_health(&self.session_client(None), "reconnect")
+            .await?;
+        let (client, token_refused) = self
+            .reauthorized(format!("{}/auth.env", self.home()), "reconnect")
+            .await?;
         let instances = client.instances().await.context("reconnect: instances")?;
         let lost = self.instance.take_if(|id| {
             !instances
@@ -958,7 +958,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
         self.agent = Some(client);
         Ok(Reconnected {
             health,
-            token_refused: recorded.is_some() && !token_kept,
+            token_refused,
             instance_lost: lost,
         })
     }
@@ -1012,39 +1012,16 @@ printf '%s' "$1" | put "$2/auth.env" 0600"#
                 out.stderr_text().trim()
             ),
         }
-        let auth = format!("{home}/auth.env");
-        let control = AgentClient::new(
-            self.settings.backend.clone(),
-            self.pod.clone(),
-            &self.settings.main_container,
-        );
-        control.health().await.context("join: agentctl's /health")?;
-        let shared = self
-            .agent
-            .as_ref()
-            .and_then(|a| a.token().map(str::to_owned));
-        let agent = match shared {
-            Some(token) => {
-                let client = AgentClient::with_token(
-                    self.settings.backend.clone(),
-                    self.pod.clone(),
-                    &self.settings.main_container,
-                    token,
-                )
-                .for_session(auth.clone());
-                if client.authorized().await? {
-                    client
-                } else {
-                    let mut client = control.for_session(auth.clone());
-                    client
-                        .handshake(&self.bootstrap_nonce)
-                        .await
-                        .context("join: handshake with the bootstrap nonce")?;
-                    client
-                }
-            }
-            None => bail!("join: the task's session is not connected to agentctl"),
-        };
+        self.session_client(None)
+            .health()
+            .await
+            .context("join: agentctl's /health")?;
+        if self.agent.as_ref().and_then(AgentClient::token).is_none() {
+            bail!("join: the task's session is not connected to agentctl");
+        }
+        let (agent, _) = self
+            .reauthorized(format!("{home}/auth.env"), "join")
+            .await?;
         let instance = agent
             .start_instance(&SESSION_PROCESS)
             .await

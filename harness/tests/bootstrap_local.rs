@@ -55,6 +55,7 @@ async fn settings() -> LaunchSettings {
         connect_timeout: Duration::from_secs(30),
         profile_env: BTreeMap::from([("DOCKER_READY_TIMEOUT_SECONDS".into(), "60".into())]),
         existing_claim: None,
+        launch_log: Default::default(),
     }
 }
 

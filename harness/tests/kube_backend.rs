@@ -13,7 +13,7 @@ use kandev_harness::backend::kube::{KubeBackend, ManagedPvc, compare_pvc};
 use kandev_harness::backend::{Backend, BackendError, PodRef};
 use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::{SessionIdentity, create_nonce};
-use kandev_harness::session::{CleanupRefused, RecordedSession, owned_labels, terminal_cleanup};
+use kandev_harness::session::{RecordMismatch, RecordedSession, owned_labels, terminal_cleanup};
 use kandev_test_support::fake_apiserver;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -416,7 +416,7 @@ async fn terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label
         .unwrap()["metadata"]["labels"]["kandev.ai/foreign"] = json!("x");
     let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
     assert!(
-        refused.downcast_ref::<CleanupRefused>().is_some(),
+        refused.downcast_ref::<RecordMismatch>().is_some(),
         "{refused:#}"
     );
     assert!(state.lock().unwrap().get("pods", &created.name).is_some());
@@ -438,8 +438,8 @@ async fn terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label
     let refused = terminal_cleanup(&backend, &other).await.unwrap_err();
     assert!(
         matches!(
-            refused.downcast_ref::<CleanupRefused>(),
-            Some(CleanupRefused::UidMismatch { .. })
+            refused.downcast_ref::<RecordMismatch>(),
+            Some(RecordMismatch::UidMismatch { .. })
         ),
         "{refused:#}"
     );
@@ -1033,8 +1033,8 @@ async fn terminal_cleanup_deletes_nothing_when_the_claim_has_a_foreign_uid() {
         );
         assert!(
             matches!(
-                refused.downcast_ref::<CleanupRefused>(),
-                Some(CleanupRefused::WorkspaceUidMismatch { .. })
+                refused.downcast_ref::<RecordMismatch>(),
+                Some(RecordMismatch::WorkspaceUidMismatch { .. })
             ),
             "a refusal naming the claim, not a failed delete: {refused:#}"
         );
@@ -1059,8 +1059,8 @@ async fn terminal_cleanup_deletes_nothing_when_the_claim_has_a_foreign_uid() {
     let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
     assert!(
         matches!(
-            refused.downcast_ref::<CleanupRefused>(),
-            Some(CleanupRefused::WorkspaceLabelsDiffer { .. })
+            refused.downcast_ref::<RecordMismatch>(),
+            Some(RecordMismatch::WorkspaceLabelsDiffer { .. })
         ),
         "{refused:#}"
     );
@@ -1181,33 +1181,39 @@ async fn helper_pods_are_not_compared_as_task_pods_and_must_be_findable() {
     );
 }
 
-/// Kandev's `rollbackAfterFailure`: a launch whose Pod never runs deletes the Pod and the
-/// claim it created, by UID, and fails naming why the Pod did not run.
-#[tokio::test]
-async fn a_launch_that_fails_at_pod_ready_rolls_back_its_pod_and_claim() {
-    use kandev_harness::session::cleanup::CleanupStack;
-    use kandev_harness::session::{LaunchSettings, Session, SessionOptions};
-    use std::sync::Arc;
-    let (client, state) = fake_apiserver::start(NS);
-    state.lock().unwrap().pod_status = Some(fake_apiserver::image_pull_backoff_status());
+fn launch_settings(client: kube::Client) -> kandev_harness::session::LaunchSettings {
     let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
     let rendered = kandev_harness::pod::template::render(&text, "w:0", "d:0");
-    let settings = LaunchSettings {
-        backend: Arc::new(backend(client)),
+    kandev_harness::session::LaunchSettings {
+        backend: std::sync::Arc::new(backend(client)),
         namespace: NS.into(),
         template: kandev_harness::pod::template::parse(&rendered.text).unwrap(),
         main_container: "kandev-agent".into(),
         daemon_container: "docker-engine".into(),
         prepare_script: String::new(),
-        agent_binary: Arc::new(Vec::new()),
+        agent_binary: std::sync::Arc::new(Vec::new()),
         pod_ready_timeout: Duration::from_millis(800),
         prepare_timeout: Duration::from_secs(1),
         connect_timeout: Duration::from_secs(1),
         profile_env: BTreeMap::new(),
         existing_claim: None,
-    };
+        launch_log: Default::default(),
+    }
+}
+
+/// Kandev's `rollbackAfterFailure`: a launch whose Pod never runs deletes the Pod and the
+/// claim it created, by UID, and fails naming why the Pod did not run; its timing records
+/// say so (the storage stage a success, pod_ready an error, the completed record naming it).
+#[tokio::test]
+async fn a_launch_that_fails_at_pod_ready_rolls_back_its_pod_and_claim() {
+    use kandev_harness::session::cleanup::CleanupStack;
+    use kandev_harness::session::timing::{COMPLETED_RECORD, Outcome};
+    use kandev_harness::session::{Session, SessionOptions};
+    let (client, state) = fake_apiserver::start(NS);
+    state.lock().unwrap().pod_status = Some(fake_apiserver::image_pull_backoff_status());
+    let settings = launch_settings(client);
     let id = identity();
-    let error = Session::create(
+    let error = Session::launch(
         &settings,
         &CleanupStack::default(),
         id.clone(),
@@ -1221,6 +1227,22 @@ async fn a_launch_that_fails_at_pod_ready_rolls_back_its_pod_and_claim() {
         text.contains("pod_ready") && text.contains("ImagePullBackOff"),
         "{text}"
     );
+    let records = settings.launch_log.for_session(&id.task_id, &id.session_id);
+    let seen: Vec<(Option<&str>, Outcome)> = records
+        .iter()
+        .map(|r| (r.stage.as_deref(), r.outcome))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Some("storage"), Outcome::Success),
+            (Some("pod_ready"), Outcome::Error),
+            (None, Outcome::Error)
+        ]
+    );
+    let completed = records.last().unwrap();
+    assert_eq!(completed.msg, COMPLETED_RECORD);
+    assert_eq!(completed.failed_stage.as_deref(), Some("pod_ready"));
     let state = state.lock().unwrap();
     assert!(
         state.get("pods", &id.pod_name()).is_none(),
@@ -1232,5 +1254,99 @@ async fn a_launch_that_fails_at_pod_ready_rolls_back_its_pod_and_claim() {
             .get("persistentvolumeclaims", &id.workspace_claim_name())
             .is_none(),
         "the claim the launch created was not rolled back"
+    );
+}
+
+/// Kandev's reconnect after a backend restart reaches a Pod only through its recorded
+/// identity: a foreign `kandev.ai` label or another UID under the recorded name fails closed,
+/// a missing Pod is the replacement path's case; none of them deletes or changes anything.
+#[tokio::test]
+async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_missing_one() {
+    use kandev_harness::pod::template::WorkspaceMode;
+    use kandev_harness::session::snapshot::LaunchSnapshot;
+    use kandev_harness::session::{RecordedPodMissing, Session, SessionInventory};
+    let (client, state) = fake_apiserver::start(NS);
+    let settings = launch_settings(client);
+    let id = identity();
+    let created = settings
+        .backend
+        .create_pod(&composed(&id, &id.workspace_claim_name()))
+        .await
+        .unwrap();
+    let row = SessionInventory {
+        identity: id.clone(),
+        pod: created.clone(),
+        owned_labels: owned_labels(&id.kandev_labels()),
+        workspace: None,
+        bootstrap_nonce: create_nonce(),
+        token: Some("t".into()),
+        instance: None,
+        snapshot: LaunchSnapshot::record(
+            &settings.template,
+            "kandev-agent",
+            WorkspaceMode::ManagedPvc,
+            Arch::Amd64,
+        )
+        .unwrap(),
+        session_env: BTreeMap::new(),
+        stages: Vec::new(),
+    };
+    let labels = |state: &std::sync::Mutex<fake_apiserver::State>| {
+        state.lock().unwrap().get("pods", &created.name).unwrap()["metadata"]["labels"].clone()
+    };
+    let before = labels(&state);
+
+    state
+        .lock()
+        .unwrap()
+        .objects
+        .get_mut("pods")
+        .unwrap()
+        .get_mut(&created.name)
+        .unwrap()["metadata"]["labels"]["kandev.ai/foreign-owner"] = json!("true");
+    let refused = Session::reattach(&settings, row.clone())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            refused.downcast_ref::<RecordMismatch>(),
+            Some(RecordMismatch::LabelsDiffer { .. })
+        ),
+        "{refused:#}"
+    );
+    state
+        .lock()
+        .unwrap()
+        .objects
+        .get_mut("pods")
+        .unwrap()
+        .get_mut(&created.name)
+        .unwrap()["metadata"]["labels"] = before.clone();
+
+    let mut foreign = row.clone();
+    foreign.pod.uid = "00000000-0000-4000-8000-0000000000aa".into();
+    let refused = Session::reattach(&settings, foreign).await.err().unwrap();
+    assert!(
+        matches!(
+            refused.downcast_ref::<RecordMismatch>(),
+            Some(RecordMismatch::UidMismatch { .. })
+        ),
+        "{refused:#}"
+    );
+    assert_eq!(labels(&state), before, "nothing was changed");
+    assert!(
+        state
+            .lock()
+            .unwrap()
+            .deletes("pods", &created.name)
+            .is_empty()
+    );
+
+    settings.backend.delete_pod(&created).await.unwrap();
+    let missing = Session::reattach(&settings, row).await.err().unwrap();
+    assert!(
+        missing.downcast_ref::<RecordedPodMissing>().is_some(),
+        "{missing:#}"
     );
 }

@@ -122,7 +122,7 @@ pub trait Provider: Send + Sync {
 }
 
 /// A Pod the backend created: the UID is what every later delete checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PodRef {
     pub namespace: String,
     pub name: String,
@@ -130,7 +130,7 @@ pub struct PodRef {
 }
 
 /// A workspace volume (claim) the backend holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WorkspaceRef {
     pub name: String,
     pub uid: String,

@@ -59,7 +59,7 @@ pub fn random_hex(bytes: usize) -> String {
 }
 
 /// The Kandev identity of one task session, plus the harness's run and scenario.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SessionIdentity {
     pub run_id: String,
     pub scenario: String,

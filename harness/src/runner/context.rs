@@ -10,7 +10,8 @@ use crate::node::NodeView;
 use crate::pod::identity::SessionIdentity;
 use crate::report::{Finding, FindingLevel, SessionRecord, StepOutcome, StepReport};
 use crate::session::cleanup::{CleanupStack, CleanupTarget};
-use crate::session::{Session, SessionOptions};
+use crate::session::timing::LaunchRecord;
+use crate::session::{Reconnected, Session, SessionInventory, SessionOptions};
 use k8s_openapi::api::core::v1::PodTemplate;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -310,6 +311,41 @@ impl Ctx {
             json!({"pod": replacement.pod.name, "stages_ms": replacement.stages}),
         );
         Ok(replacement)
+    }
+
+    /// The launch timing records the run wrote for `session`'s task session (Kandev's
+    /// `kubernetes.launch.*` records in its backend log), in order.
+    pub fn launch_records(&self, session: &SessionIdentity) -> Vec<LaunchRecord> {
+        self.env
+            .launch
+            .launch_log
+            .for_session(&session.task_id, &session.session_id)
+    }
+
+    /// A backend restart under a running session: everything the backend held of it is
+    /// dropped except its inventory row (serialized, as Kandev's database holds it), and
+    /// Kandev's reconnect reaches the Pod from that row alone ([`Session::reattach`]). The
+    /// row is evidence, its token and nonce redacted.
+    pub async fn restart_backend(
+        &mut self,
+        session: Session,
+    ) -> anyhow::Result<(Session, Reconnected)> {
+        let row = serde_json::to_string(&session.inventory())?;
+        drop(session);
+        let inventory: SessionInventory = serde_json::from_str(&row)?;
+        let mut shown = serde_json::to_value(&inventory)?;
+        for secret in ["token", "bootstrap_nonce"] {
+            if let Some(v) = shown.get_mut(secret)
+                && !v.is_null()
+            {
+                *v = json!("<redacted>");
+            }
+        }
+        if let Some(snapshot) = shown.get_mut("snapshot") {
+            *snapshot = json!({"profile_hash": inventory.snapshot.profile_hash, "template_hash": inventory.snapshot.template_hash});
+        }
+        self.evidence("inventory_row", shown);
+        Session::reattach(&self.env.launch, inventory).await
     }
 
     /// Creates a session's storage and Pod only (the scenario drives the bootstrap).

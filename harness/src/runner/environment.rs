@@ -127,6 +127,7 @@ impl Run {
                 config.docker_ready_timeout_seconds.to_string(),
             )]),
             existing_claim: config.workspace_claim.clone(),
+            launch_log: Default::default(),
         };
         Ok(RunEnv {
             backend,

@@ -12,6 +12,7 @@
 pub mod agent;
 pub mod cleanup;
 pub mod snapshot;
+pub mod timing;
 
 use crate::backend::{Backend, ExecOutput, ExecRequest, PodRef, WorkspaceRef};
 use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
@@ -21,6 +22,7 @@ use crate::report::SessionRecord;
 use crate::session::agent::{AgentClient, AgentExec, AgentExecResult};
 use crate::session::cleanup::{CleanupStack, CleanupTarget};
 use crate::session::snapshot::LaunchSnapshot;
+use crate::session::timing::{LaunchLog, LaunchTiming};
 use anyhow::{Context, anyhow, bail};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate};
 use sha2::Digest;
@@ -48,6 +50,8 @@ pub struct LaunchSettings {
     pub profile_env: BTreeMap<String, String>,
     /// The claim `existing_claim` mode mounts (`--workspace-claim`).
     pub existing_claim: Option<String>,
+    /// Where fresh launches write their timing records (Kandev's backend log).
+    pub launch_log: LaunchLog,
 }
 
 /// Per-session choices.
@@ -103,32 +107,27 @@ pub fn owned_labels(labels: &BTreeMap<String, String>) -> BTreeMap<String, Strin
         .collect()
 }
 
-/// Why a terminal cleanup deleted nothing.
+/// A recorded Pod or claim that is not the recorded one any more: Kandev's terminal cleanup
+/// then deletes nothing and its reconnect refuses the Pod (both fail closed).
 #[derive(Debug, thiserror::Error)]
-pub enum CleanupRefused {
-    #[error(
-        "Pod {name} is not the recorded one (recorded uid {recorded}, found {found}); nothing was deleted"
-    )]
+pub enum RecordMismatch {
+    #[error("Pod {name} is not the recorded one (recorded uid {recorded}, found {found})")]
     UidMismatch {
         name: String,
         recorded: String,
         found: String,
     },
-    #[error(
-        "Pod {name}'s owned labels differ from the recorded ones ({difference}); nothing was deleted"
-    )]
+    #[error("Pod {name}'s owned labels differ from the recorded ones ({difference})")]
     LabelsDiffer { name: String, difference: String },
     #[error(
-        "workspace claim {name} is not the recorded one (recorded uid {recorded}, found {found}); nothing was deleted"
+        "workspace claim {name} is not the recorded one (recorded uid {recorded}, found {found})"
     )]
     WorkspaceUidMismatch {
         name: String,
         recorded: String,
         found: String,
     },
-    #[error(
-        "workspace claim {name}'s owned labels differ from the recorded ones ({difference}); nothing was deleted"
-    )]
+    #[error("workspace claim {name}'s owned labels differ from the recorded ones ({difference})")]
     WorkspaceLabelsDiffer { name: String, difference: String },
 }
 
@@ -155,22 +154,22 @@ fn label_difference(
     Some(difference.join(", "))
 }
 
-/// Kandev's terminal cleanup, in its order (`StopInstance` in kdlbs/kandev
-/// `apps/backend/internal/agent/runtime/lifecycle/executor_kubernetes_cleanup.go`):
-///
-/// 1. verify the recorded Pod, if it exists: its UID and its exact owned label set (no extra
-///    `kandev.ai/*` label);
-/// 2. verify the recorded workspace claim, if there is one and it exists: its UID, and for a
-///    claim the run created its exact owned label set;
-/// 3. run the cleanup script in the verified Pod (bounded; a failure is logged, not fatal);
-/// 4. delete the Pod by UID, then the claim only if the run created it.
-///
-/// A missing Pod or claim is success; any mismatch fails closed before anything runs or is
-/// deleted ([`CleanupRefused`]).
-pub async fn terminal_cleanup(
+/// What of a recorded session is still there, each verified to be the recorded one.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordedPresent {
+    pub pod: bool,
+    pub workspace: bool,
+}
+
+/// Kandev's identity checks of a recorded session, shared by its terminal cleanup and its
+/// reconnect: the recorded Pod, if it exists, must have the recorded UID and exactly the
+/// recorded owned labels (no extra `kandev.ai/*` label); the recorded claim, if it exists,
+/// the recorded UID, and for a claim the run created, exactly the recorded owned labels.
+/// Any mismatch is a [`RecordMismatch`].
+pub async fn verify_recorded(
     backend: &dyn Backend,
     recorded: &RecordedSession,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<RecordedPresent> {
     let pod = &recorded.pod;
     let pod_present = match backend.pod_labels(&pod.namespace, &pod.name).await? {
         None => false,
@@ -180,7 +179,7 @@ pub async fn terminal_cleanup(
                 .await?
                 .unwrap_or_default();
             if found != pod.uid {
-                return Err(CleanupRefused::UidMismatch {
+                return Err(RecordMismatch::UidMismatch {
                     name: pod.name.clone(),
                     recorded: pod.uid.clone(),
                     found,
@@ -188,7 +187,7 @@ pub async fn terminal_cleanup(
                 .into());
             }
             if let Some(difference) = label_difference(&labels, &recorded.owned_labels) {
-                return Err(CleanupRefused::LabelsDiffer {
+                return Err(RecordMismatch::LabelsDiffer {
                     name: pod.name.clone(),
                     difference,
                 }
@@ -197,11 +196,13 @@ pub async fn terminal_cleanup(
             true
         }
     };
+    let mut workspace_present = false;
     if let Some(workspace) = &recorded.workspace
         && let Some(found) = backend.get_workspace(&workspace.name).await?
     {
+        workspace_present = true;
         if found.uid != workspace.uid {
-            return Err(CleanupRefused::WorkspaceUidMismatch {
+            return Err(RecordMismatch::WorkspaceUidMismatch {
                 name: workspace.name.clone(),
                 recorded: workspace.uid.clone(),
                 found: found.uid,
@@ -216,7 +217,7 @@ pub async fn terminal_cleanup(
                 .await?
                 .unwrap_or_default();
             if let Some(difference) = label_difference(&labels, &recorded.owned_labels) {
-                return Err(CleanupRefused::WorkspaceLabelsDiffer {
+                return Err(RecordMismatch::WorkspaceLabelsDiffer {
                     name: workspace.name.clone(),
                     difference,
                 }
@@ -224,6 +225,32 @@ pub async fn terminal_cleanup(
             }
         }
     }
+    Ok(RecordedPresent {
+        pod: pod_present,
+        workspace: workspace_present,
+    })
+}
+
+/// Kandev's terminal cleanup, in its order (`StopInstance` in kdlbs/kandev
+/// `apps/backend/internal/agent/runtime/lifecycle/executor_kubernetes_cleanup.go`):
+///
+/// 1. verify the recorded Pod, if it exists: its UID and its exact owned label set (no extra
+///    `kandev.ai/*` label);
+/// 2. verify the recorded workspace claim, if there is one and it exists: its UID, and for a
+///    claim the run created its exact owned label set;
+/// 3. run the cleanup script in the verified Pod (bounded; a failure is logged, not fatal);
+/// 4. delete the Pod by UID, then the claim only if the run created it.
+///
+/// A missing Pod or claim is success; any mismatch fails closed before anything runs or is
+/// deleted ([`RecordMismatch`]).
+pub async fn terminal_cleanup(
+    backend: &dyn Backend,
+    recorded: &RecordedSession,
+) -> anyhow::Result<()> {
+    let found = verify_recorded(backend, recorded).await.map_err(|e| {
+        e.context("terminal cleanup: the recorded identity did not verify; nothing was deleted")
+    })?;
+    let (pod, pod_present) = (&recorded.pod, found.pod);
     if pod_present && let Some(cleanup) = &recorded.cleanup {
         let request = ExecRequest::new(&cleanup.container, &["sh", "-c", &cleanup.script])
             .timeout(cleanup.timeout);
@@ -303,7 +330,7 @@ pub struct PrepareFailed {
     pub output: String,
 }
 
-/// What [`Session::reconnect_after_restart`] found.
+/// What Kandev's reconnect ([`Session::reconnect`], [`Session::reattach`]) found.
 #[derive(Debug, Clone)]
 pub struct Reconnected {
     /// agentctl's `/health` answer once it was back.
@@ -313,6 +340,33 @@ pub struct Reconnected {
     pub token_refused: bool,
     /// The session's agent process agentctl no longer runs (it died with the container).
     pub instance_lost: Option<String>,
+}
+
+/// What Kandev's database keeps of a running session (its executor's runtime metadata): the
+/// exact Pod and claim with Kandev's labels, the control token and the bootstrap nonce, the
+/// session's agent process, the launch snapshot and the session's environment. A backend
+/// restart keeps this and nothing else; [`Session::reattach`] reaches the Pod from it alone.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SessionInventory {
+    pub identity: SessionIdentity,
+    pub pod: PodRef,
+    pub owned_labels: BTreeMap<String, String>,
+    pub workspace: Option<WorkspaceRef>,
+    pub bootstrap_nonce: String,
+    pub token: Option<String>,
+    pub instance: Option<String>,
+    pub snapshot: LaunchSnapshot,
+    pub session_env: BTreeMap<String, String>,
+    pub stages: Vec<(String, u64)>,
+}
+
+/// Kandev's reconnect found no Pod by the recorded name: only the replacement path
+/// ([`Session::replace_missing`]) can go on.
+#[derive(Debug, thiserror::Error)]
+#[error("kubernetes lifecycle: the recorded Pod {namespace}/{name} is missing")]
+pub struct RecordedPodMissing {
+    pub namespace: String,
+    pub name: String,
 }
 
 /// A session that joined a task's Pod ([`Session::join`]): its identity, its own connection to
@@ -427,19 +481,113 @@ fn env_file(pairs: &[(&str, &str)]) -> String {
 }
 
 impl Session {
-    /// Stages `storage` and `pod_ready`. Every object is on `cleanup` before this returns.
+    /// Stages `storage` and `pod_ready` (no timing records: the caller drives the rest).
+    /// Every object is on `cleanup` before this returns.
     pub async fn create(
         settings: &LaunchSettings,
         cleanup: &CleanupStack,
         identity: SessionIdentity,
         options: &SessionOptions,
     ) -> anyhow::Result<Self> {
+        let mut timing = LaunchTiming::start(&identity);
+        Self::create_timed(settings, cleanup, identity, options, &mut timing).await
+    }
+
+    async fn create_timed(
+        settings: &LaunchSettings,
+        cleanup: &CleanupStack,
+        identity: SessionIdentity,
+        options: &SessionOptions,
+        timing: &mut LaunchTiming,
+    ) -> anyhow::Result<Self> {
         let backend = &settings.backend;
-        let mut stages = Vec::new();
         let mode = options.workspace_mode.unwrap_or(WorkspaceMode::ManagedPvc);
 
         let started = Instant::now();
-        let workspace = match (&options.reuse_workspace, mode) {
+        let workspace = Self::storage(settings, cleanup, &identity, options, mode).await;
+        timing.stage("storage", started, &workspace);
+        let workspace = workspace?;
+
+        let started = Instant::now();
+        let pod_ready = async {
+            let template = options.template.as_ref().unwrap_or(&settings.template);
+            let arch = options.arch.unwrap_or_else(Arch::of_this_machine);
+            let snapshot = LaunchSnapshot::record(template, &settings.main_container, mode, arch)?;
+            let nonce = create_nonce();
+            let mut pod_spec = compose_pod(&ComposeInput {
+                template,
+                identity: &identity,
+                namespace: &settings.namespace,
+                main_container: &settings.main_container,
+                arch,
+                workspace: match &workspace {
+                    Some(ws) => WorkspaceSource::Claim(ws.name.clone()),
+                    None => WorkspaceSource::EmptyDir,
+                },
+                create_nonce: &nonce,
+            })?;
+            if !options.extra_labels.is_empty() {
+                pod_spec
+                    .metadata
+                    .labels
+                    .get_or_insert_default()
+                    .extend(options.extra_labels.clone());
+            }
+            // A launch that fails here is rolled back as Kandev's `rollbackAfterFailure` does:
+            // the Pod it created and a claim it created, by UID (a reused or existing claim
+            // stays).
+            let created_claim = workspace
+                .as_ref()
+                .filter(|ws| ws.created_by_run && options.reuse_workspace.is_none());
+            let pod = match backend.create_pod(&pod_spec).await {
+                Ok(pod) => pod,
+                Err(e) => {
+                    let error = anyhow::Error::from(e).context("pod_ready: create the Pod");
+                    return Err(rolled_back(backend.as_ref(), error, None, created_claim).await);
+                }
+            };
+            cleanup.push(CleanupTarget::Pod(pod.clone()));
+            if let Err(e) = backend
+                .wait_running(&pod, &settings.main_container, settings.pod_ready_timeout)
+                .await
+            {
+                let error =
+                    anyhow::Error::from(e).context("pod_ready: wait for the main container");
+                return Err(rolled_back(backend.as_ref(), error, Some(&pod), created_claim).await);
+            }
+            Ok((snapshot, pod_spec, pod))
+        }
+        .await;
+        timing.stage("pod_ready", started, &pod_ready);
+        let (snapshot, pod_spec, pod) = pod_ready?;
+
+        let mut session_env = settings.profile_env.clone();
+        session_env.extend(options.profile_env.clone());
+        Ok(Self {
+            identity,
+            pod,
+            pod_spec,
+            workspace,
+            bootstrap_nonce: create_nonce(),
+            stages: timing.stage_durations(),
+            snapshot,
+            agent: None,
+            instance: None,
+            settings: settings.clone(),
+            session_env,
+        })
+    }
+
+    /// Stage `storage`: the workspace the Pod mounts (None: an emptyDir).
+    async fn storage(
+        settings: &LaunchSettings,
+        cleanup: &CleanupStack,
+        identity: &SessionIdentity,
+        options: &SessionOptions,
+        mode: WorkspaceMode,
+    ) -> anyhow::Result<Option<WorkspaceRef>> {
+        let backend = &settings.backend;
+        Ok(match (&options.reuse_workspace, mode) {
             (Some(ws), _) => Some(ws.clone()),
             (None, WorkspaceMode::EmptyDir) => None,
             (None, WorkspaceMode::ManagedPvc) => {
@@ -473,70 +621,6 @@ impl Session {
                     })?;
                 Some(ws)
             }
-        };
-        stages.push(("storage".to_owned(), started.elapsed().as_millis() as u64));
-
-        let started = Instant::now();
-        let template = options.template.as_ref().unwrap_or(&settings.template);
-        let arch = options.arch.unwrap_or_else(Arch::of_this_machine);
-        let snapshot = LaunchSnapshot::record(template, &settings.main_container, mode, arch)?;
-        let nonce = create_nonce();
-        let pod_spec = compose_pod(&ComposeInput {
-            template,
-            identity: &identity,
-            namespace: &settings.namespace,
-            main_container: &settings.main_container,
-            arch,
-            workspace: match &workspace {
-                Some(ws) => WorkspaceSource::Claim(ws.name.clone()),
-                None => WorkspaceSource::EmptyDir,
-            },
-            create_nonce: &nonce,
-        })?;
-        let mut pod_spec = pod_spec;
-        if !options.extra_labels.is_empty() {
-            pod_spec
-                .metadata
-                .labels
-                .get_or_insert_default()
-                .extend(options.extra_labels.clone());
-        }
-        // A launch that fails here is rolled back as Kandev's `rollbackAfterFailure` does: the
-        // Pod it created and a claim it created, by UID (a reused or existing claim stays).
-        let created_claim = workspace
-            .as_ref()
-            .filter(|ws| ws.created_by_run && options.reuse_workspace.is_none());
-        let pod = match backend.create_pod(&pod_spec).await {
-            Ok(pod) => pod,
-            Err(e) => {
-                let error = anyhow::Error::from(e).context("pod_ready: create the Pod");
-                return Err(rolled_back(backend.as_ref(), error, None, created_claim).await);
-            }
-        };
-        cleanup.push(CleanupTarget::Pod(pod.clone()));
-        if let Err(e) = backend
-            .wait_running(&pod, &settings.main_container, settings.pod_ready_timeout)
-            .await
-        {
-            let error = anyhow::Error::from(e).context("pod_ready: wait for the main container");
-            return Err(rolled_back(backend.as_ref(), error, Some(&pod), created_claim).await);
-        }
-        stages.push(("pod_ready".to_owned(), started.elapsed().as_millis() as u64));
-
-        let mut session_env = settings.profile_env.clone();
-        session_env.extend(options.profile_env.clone());
-        Ok(Self {
-            identity,
-            pod,
-            pod_spec,
-            workspace,
-            bootstrap_nonce: create_nonce(),
-            stages,
-            snapshot,
-            agent: None,
-            instance: None,
-            settings: settings.clone(),
-            session_env,
         })
     }
 
@@ -547,9 +631,18 @@ impl Session {
         identity: SessionIdentity,
         options: &SessionOptions,
     ) -> anyhow::Result<Self> {
-        let mut session = Self::create(settings, cleanup, identity, options).await?;
-        session.bootstrap_and_connect().await?;
-        Ok(session)
+        let mut timing = LaunchTiming::start(&identity);
+        let launched = async {
+            let mut session =
+                Self::create_timed(settings, cleanup, identity, options, &mut timing).await?;
+            session.bootstrap_and_connect(&mut timing).await?;
+            Ok(session)
+        }
+        .await;
+        settings
+            .launch_log
+            .write(timing.complete(launched.as_ref().map(|_| ())));
+        launched
     }
 
     /// Kandev's replacement of a Pod that went missing (`recreateMissingKubernetesPod`): the
@@ -595,22 +688,43 @@ impl Session {
             arch: Some(profile.arch()?),
             ..Default::default()
         };
-        let mut replacement =
-            Self::create(&settings, cleanup, self.identity.clone(), &options).await?;
+        // Kandev writes no fresh-launch records for a replacement: its timing is not logged.
+        let mut timing = LaunchTiming::start(&self.identity);
+        let mut replacement = Self::create_timed(
+            &settings,
+            cleanup,
+            self.identity.clone(),
+            &options,
+            &mut timing,
+        )
+        .await?;
         // The recorded snapshot stays the session's record (the replacement's is the same
         // profile), and the recorded nonce bootstraps it.
         replacement.snapshot = self.snapshot.clone();
         replacement.bootstrap_nonce = self.bootstrap_nonce.clone();
-        replacement.bootstrap_and_connect().await?;
+        replacement.bootstrap_and_connect(&mut timing).await?;
         Ok(replacement)
     }
 
     /// Stages `bootstrap` and `agentctl_connect` of a created session.
-    async fn bootstrap_and_connect(&mut self) -> anyhow::Result<()> {
-        let session = self;
+    async fn bootstrap_and_connect(&mut self, timing: &mut LaunchTiming) -> anyhow::Result<()> {
         let started = Instant::now();
-        session.write_bootstrap_files().await?;
-        let output = session.run_prepare().await?;
+        let bootstrapped = self.bootstrap().await;
+        timing.stage("bootstrap", started, &bootstrapped);
+        self.stages = timing.stage_durations();
+        bootstrapped?;
+        let started = Instant::now();
+        let connected = self.connect().await;
+        timing.stage("agentctl_connect", started, &connected);
+        self.stages = timing.stage_durations();
+        connected
+    }
+
+    /// Stage `bootstrap`: the files, the prepare script (its failure is [`PrepareFailed`]),
+    /// the markers that start agentctl.
+    async fn bootstrap(&self) -> anyhow::Result<()> {
+        self.write_bootstrap_files().await?;
+        let output = self.run_prepare().await?;
         if output.exit_code != Some(0) {
             return Err(PrepareFailed {
                 exit_code: output.exit_code,
@@ -621,17 +735,7 @@ impl Session {
             }
             .into());
         }
-        session.mark_prepared_and_start().await?;
-        session
-            .stages
-            .push(("bootstrap".to_owned(), started.elapsed().as_millis() as u64));
-        let started = Instant::now();
-        session.connect().await?;
-        session.stages.push((
-            "agentctl_connect".to_owned(),
-            started.elapsed().as_millis() as u64,
-        ));
-        Ok(())
+        self.mark_prepared_and_start().await
     }
 
     async fn main_exec(
@@ -928,15 +1032,15 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
         self.instance.as_deref()
     }
 
-    /// Kandev's reconnect to a Pod whose main container restarted (agentctl is a new
-    /// process; the Pod, its UID and its volumes are the same): wait for `/health`, reattach
-    /// with the recorded token, and when agentctl refuses it (a restarted agentctl issued no
-    /// token yet) do a new control handshake with the bootstrap nonce the Pod still holds in
-    /// `/run/kandev/auth.env` (agentctl issues a new token). The session's agent process
-    /// died with the container: the recorded instance is forgotten when agentctl no longer
-    /// runs it, and [`Session::start_agent_process`] starts a new one (Kandev's
-    /// get-or-create of the session's instance).
-    pub async fn reconnect_after_restart(&mut self) -> anyhow::Result<Reconnected> {
+    /// Kandev's reconnect to the session's Pod (after its main container restarted, or from
+    /// [`Session::reattach`]): wait for `/health`, reattach with the recorded token, and when
+    /// agentctl refuses it (a restarted agentctl issued no token yet) do a new control
+    /// handshake with the bootstrap nonce the Pod still holds in `/run/kandev/auth.env`
+    /// (agentctl issues a new token). When agentctl no longer runs the session's agent
+    /// process (it died with the container) the recorded instance is forgotten, and
+    /// [`Session::start_agent_process`] starts a new one (Kandev's get-or-create of the
+    /// session's instance).
+    pub async fn reconnect(&mut self) -> anyhow::Result<Reconnected> {
         let health = self
             .await_health(&self.session_client(None), "reconnect")
             .await?;
@@ -1069,6 +1173,89 @@ printf '%s' "$1" | put "$2/auth.env" 0600"#
 
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.settings.backend
+    }
+
+    /// What Kandev's database holds of this session ([`SessionInventory`]).
+    pub fn inventory(&self) -> SessionInventory {
+        let recorded = self.recorded();
+        SessionInventory {
+            identity: self.identity.clone(),
+            pod: recorded.pod,
+            owned_labels: recorded.owned_labels,
+            workspace: recorded.workspace,
+            bootstrap_nonce: self.bootstrap_nonce.clone(),
+            token: self
+                .agent
+                .as_ref()
+                .and_then(|a| a.token().map(str::to_owned)),
+            instance: self.instance.clone(),
+            snapshot: self.snapshot.clone(),
+            session_env: self.session_env.clone(),
+            stages: self.stages.clone(),
+        }
+    }
+
+    /// Kandev's reconnect after a backend restart, from the session's inventory row alone:
+    /// GET the exact Pod (missing: [`RecordedPodMissing`], the replacement path's case);
+    /// verify its UID and complete owned label set and the recorded claim's UID (and labels,
+    /// for a claim Kandev created), failing closed with a [`RecordMismatch`]; then
+    /// [`Session::reconnect`]. `settings` supplies only the executor's plumbing (backend,
+    /// containers, bounds), never the profile's current template. The session's Pod spec is
+    /// the Pod as read back.
+    pub async fn reattach(
+        settings: &LaunchSettings,
+        row: SessionInventory,
+    ) -> anyhow::Result<(Self, Reconnected)> {
+        let backend = &settings.backend;
+        let recorded = RecordedSession {
+            pod: row.pod.clone(),
+            owned_labels: row.owned_labels.clone(),
+            workspace: row.workspace.clone(),
+            cleanup: None,
+        };
+        let present = verify_recorded(backend.as_ref(), &recorded)
+            .await
+            .context("reconnect: the recorded identity did not verify")?;
+        let missing = || RecordedPodMissing {
+            namespace: row.pod.namespace.clone(),
+            name: row.pod.name.clone(),
+        };
+        if !present.pod {
+            return Err(missing().into());
+        }
+        if let Some(workspace) = &row.workspace
+            && !present.workspace
+        {
+            bail!(
+                "reconnect: the recorded workspace claim {} (uid {}) is missing",
+                workspace.name,
+                workspace.uid
+            );
+        }
+        let pod_spec = backend
+            .pod_object(&row.pod)
+            .await
+            .context("reconnect: read the recorded Pod")?
+            .ok_or_else(missing)?;
+        let profile = row.snapshot.profile()?;
+        let mut settings = settings.clone();
+        settings.main_container = profile.main_container;
+        let mut session = Self {
+            identity: row.identity,
+            pod: row.pod,
+            pod_spec,
+            workspace: row.workspace,
+            bootstrap_nonce: row.bootstrap_nonce,
+            stages: row.stages,
+            snapshot: row.snapshot,
+            agent: None,
+            instance: row.instance,
+            settings,
+            session_env: row.session_env,
+        };
+        session.agent = row.token.map(|token| session.session_client(Some(token)));
+        let reconnected = session.reconnect().await?;
+        Ok((session, reconnected))
     }
 
     /// What Kandev records for the terminal cleanup: the Pod's UID and Kandev's own labels.

@@ -24,7 +24,7 @@ pub struct ProfileSnapshot {
 }
 
 /// What a session records: the profile's JSON and its two hashes (`sha256:<hex>`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchSnapshot {
     pub profile_json: String,
     pub profile_hash: String,
@@ -82,15 +82,22 @@ impl LaunchSnapshot {
         })
     }
 
-    /// The recorded profile and template, decoded and checked as Kandev checks them before
-    /// a replacement: both hashes, the template against the rules, and a workspace that
-    /// outlives the Pod.
-    pub fn verified(&self) -> Result<(ProfileSnapshot, PodTemplate), SnapshotRefused> {
+    /// The recorded profile, decoded, its hash checked (what a reconnect reads of it: the
+    /// main container).
+    pub fn profile(&self) -> Result<ProfileSnapshot, SnapshotRefused> {
         let profile: ProfileSnapshot = serde_json::from_str(&self.profile_json)
             .map_err(|e| SnapshotRefused::Undecodable(e.to_string()))?;
         if template::sha256_hex(&self.profile_json) != self.profile_hash {
             return Err(SnapshotRefused::ProfileHash);
         }
+        Ok(profile)
+    }
+
+    /// The recorded profile and template, decoded and checked as Kandev checks them before
+    /// a replacement: both hashes, the template against the rules, and a workspace that
+    /// outlives the Pod.
+    pub fn verified(&self) -> Result<(ProfileSnapshot, PodTemplate), SnapshotRefused> {
+        let profile = self.profile()?;
         if template::sha256_hex(&profile.pod_template_yaml) != self.template_hash {
             return Err(SnapshotRefused::TemplateHash);
         }

@@ -14,6 +14,7 @@ use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
+use kandev_harness::session::timing::{COMPLETED_RECORD, LaunchRecord, Outcome};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ const EXEMPT_MIRROR: &str = "the failure and its wording come from the engine or
 
 const NAMES_CAUSE: Check = Check {
     id: "names_cause",
-    promise: "each impossible launch (absent image, unsatisfiable nodeSelector, missing claim; on a cluster a restricted identity) fails naming that cause",
+    promise: "each impossible launch (absent image, unsatisfiable nodeSelector, missing claim; on a cluster a restricted identity) fails naming that cause, and its one kubernetes.launch.completed record says it failed in stage pod_ready",
     twin: Twin::Exempt(EXEMPT_MIRROR),
 };
 const WITHIN_BOUND: Check = Check {
@@ -54,6 +55,19 @@ pub fn scenario() -> Scenario {
 pub fn names_all(message: &str, needles: &[&str]) -> bool {
     needles.iter().all(|n| message.contains(n))
 }
+
+/// Whether a failed launch's timing records end in one completed record, not a success, that
+/// names `stage` as the failed one.
+pub fn records_failure_in(records: &[LaunchRecord], stage: &str) -> bool {
+    let completed: Vec<&LaunchRecord> = records
+        .iter()
+        .filter(|r| r.msg == COMPLETED_RECORD)
+        .collect();
+    matches!(completed.as_slice(), [c] if c.outcome != Outcome::Success && c.failed_stage.as_deref() == Some(stage))
+}
+
+/// Every case fails where the Pod is created and waited for.
+const FAILED_STAGE: &str = "pod_ready";
 
 struct Case {
     name: &'static str,
@@ -154,6 +168,14 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             if !named {
                 unnamed.push(format!("{}: {message}", case.name));
             }
+            let records = ctx.launch_records(&identity);
+            if outcome.is_err() && !records_failure_in(&records, FAILED_STAGE) {
+                unnamed.push(format!(
+                    "{}: the launch's timing records do not end in one failed {COMPLETED_RECORD} naming stage {FAILED_STAGE}: {}",
+                    case.name,
+                    serde_json::to_string(&records).unwrap_or_default()
+                ));
+            }
             if elapsed > bound {
                 slow.push(format!("{}: {elapsed:?} (bound {bound:?})", case.name));
             }
@@ -191,6 +213,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 "bound_ms": bound.as_millis() as u64,
                 "pod_left_by_the_launch": left_pod,
                 "labelled_after_rollback": remaining,
+                "launch_records": records,
             }));
         }
 
@@ -270,6 +293,29 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
 #[cfg(test)]
 mod tests {
+    use kandev_harness::pod::identity::SessionIdentity;
+    use kandev_harness::session::timing::LaunchTiming;
+    use std::time::Instant;
+
+    #[test]
+    fn a_failure_is_recorded_only_by_one_failed_completed_record_naming_the_stage() {
+        let id = SessionIdentity::new("r", "launch::causal_failures", 0);
+        let failed: anyhow::Result<()> = Err(anyhow::anyhow!("pod_ready: cannot start"));
+        let mut timing = LaunchTiming::start(&id);
+        timing.stage("storage", Instant::now(), &anyhow::Ok(()));
+        timing.stage("pod_ready", Instant::now(), &failed);
+        let records = timing.complete(Err(failed.as_ref().unwrap_err()));
+        assert!(super::records_failure_in(&records, "pod_ready"));
+        assert!(!super::records_failure_in(&records, "storage"));
+        assert!(!super::records_failure_in(&records[..2], "pod_ready"));
+        let mut succeeded = LaunchTiming::start(&id);
+        succeeded.stage("storage", Instant::now(), &anyhow::Ok(()));
+        assert!(!super::records_failure_in(
+            &succeeded.complete(Ok(())),
+            "pod_ready"
+        ));
+    }
+
     #[test]
     fn a_cause_is_named_only_when_every_part_is() {
         let msg = "pod_ready: create the Pod: image registry.invalid/kandev-acceptance/absent:never is not present in the engine";

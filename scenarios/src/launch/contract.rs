@@ -4,7 +4,8 @@
 //! `automountServiceAccountToken: false` and no service-account token in any container;
 //! `/opt/kandev/agentctl` executable; nothing exposing the Pod (no Service; locally no
 //! published port); the control port reached through the backend's forward and bound on
-//! loopback only; exactly one record per launch stage, in order.
+//! loopback only; Kandev's launch timing records for the session: exactly one
+//! `kubernetes.launch.stage` record per stage, in order, and one `kubernetes.launch.completed`.
 //!
 //! What `daemon::socket_only` already judges is not judged again: the agent's own token and
 //! identity (`agent_unprivileged`), and listeners other than the control port
@@ -15,6 +16,7 @@ use kandev_harness::backend::ExecRequest;
 use kandev_harness::pod::template::is_owned_label;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
+use kandev_harness::session::timing::{COMPLETED_RECORD, LaunchRecord, Outcome, STAGE_RECORD};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -52,9 +54,9 @@ const FORWARD: Check = Check {
 };
 const STAGES: Check = Check {
     id: "one_record_per_stage",
-    promise: "exactly one record per launch stage: storage, pod_ready, bootstrap, agentctl_connect, in order",
+    promise: "the session's launch wrote exactly one kubernetes.launch.stage record per stage (storage, pod_ready, bootstrap, agentctl_connect, in order) and one kubernetes.launch.completed, all of one attempt, mode fresh, outcome success",
     twin: Twin::Exempt(
-        "the stage records are written by the launch sequence alone (Kandev's, mirrored in harness/src/session); the comparison is unit-tested here",
+        "the timing records are written by the launch sequence alone (Kandev's, mirrored in harness/src/session/timing.rs); the comparison is unit-tested here",
     ),
 };
 
@@ -125,21 +127,62 @@ pub fn composition_drift(composed: &Pod, running: &Pod) -> Vec<String> {
     out
 }
 
-/// What is wrong with the session's stage records (empty: one per stage, in order).
-pub fn stage_problems(stages: &[(String, u64)]) -> Vec<String> {
-    let names: Vec<&str> = stages.iter().map(|(n, _)| n.as_str()).collect();
+/// What is wrong with a session's launch timing records (empty: one stage record per stage
+/// in order and one completed record, one attempt, `mode: fresh`, every outcome success, the
+/// total at least the stages' sum).
+pub fn record_problems(records: &[LaunchRecord]) -> Vec<String> {
+    let stages: Vec<&str> = records
+        .iter()
+        .filter(|r| r.msg == STAGE_RECORD)
+        .map(|r| r.stage.as_deref().unwrap_or("<none>"))
+        .collect();
     let mut out = Vec::new();
     for stage in STAGE_ORDER {
-        let count = names.iter().filter(|n| **n == stage).count();
+        let count = stages.iter().filter(|n| **n == stage).count();
         if count != 1 {
-            out.push(format!("{count} records of stage {stage}"));
+            out.push(format!("{count} {STAGE_RECORD} records of stage {stage}"));
         }
     }
-    if out.is_empty() && names != STAGE_ORDER {
-        out.push(format!("stages out of order: {names:?}"));
+    if out.is_empty() && stages != STAGE_ORDER {
+        out.push(format!("stages out of order: {stages:?}"));
     }
-    for extra in names.iter().filter(|n| !STAGE_ORDER.contains(n)) {
+    for extra in stages.iter().filter(|n| !STAGE_ORDER.contains(n)) {
         out.push(format!("unknown stage record {extra}"));
+    }
+    let completed: Vec<&LaunchRecord> = records
+        .iter()
+        .filter(|r| r.msg == COMPLETED_RECORD)
+        .collect();
+    if completed.len() != 1 {
+        out.push(format!("{} {COMPLETED_RECORD} records", completed.len()));
+    }
+    for r in records {
+        let what = r.stage.as_deref().unwrap_or(&r.msg);
+        if r.outcome != Outcome::Success {
+            out.push(format!("{what}: outcome {:?}", r.outcome));
+        }
+        if r.mode != "fresh" {
+            out.push(format!("{what}: mode {:?}", r.mode));
+        }
+        if records
+            .first()
+            .is_some_and(|f| f.attempt_id != r.attempt_id)
+        {
+            out.push(format!("{what}: another attempt {}", r.attempt_id));
+        }
+    }
+    let sum: u64 = records
+        .iter()
+        .filter(|r| r.msg == STAGE_RECORD)
+        .map(|r| r.duration_ms)
+        .sum();
+    if let [total] = completed.as_slice()
+        && total.duration_ms < sum
+    {
+        out.push(format!(
+            "the launch took {} ms by its completed record, less than its stages' {sum} ms",
+            total.duration_ms
+        ));
     }
     out
 }
@@ -274,9 +317,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
 
-        ctx.step("one record per launch stage");
-        let problems = stage_problems(&session.stages);
-        ctx.evidence("stages", &session.stages);
+        ctx.step("the launch's timing records");
+        let records = ctx.launch_records(&session.identity);
+        let problems = record_problems(&records);
+        ctx.evidence("launch_records", &records);
         promise(problems.is_empty(), &STAGES, || problems.join("; "))?;
         Ok(Verdict::Passed)
     })
@@ -339,31 +383,81 @@ mod tests {
         assert!(drift.iter().any(|d| d.contains("create-nonce")));
     }
 
-    #[test]
-    fn stage_records_must_be_one_each_in_order() {
-        let at = |names: &[&str]| -> Vec<(String, u64)> {
-            names.iter().map(|n| ((*n).to_owned(), 1)).collect()
+    fn records(stages: &[&str], completed: usize) -> Vec<LaunchRecord> {
+        let record = |msg: &str, stage: Option<&str>| LaunchRecord {
+            msg: msg.into(),
+            attempt_id: "a1".into(),
+            instance_id: "i".into(),
+            task_id: "t".into(),
+            session_id: "s".into(),
+            mode: "fresh".into(),
+            duration_ms: 1,
+            outcome: Outcome::Success,
+            stage: stage.map(str::to_owned),
+            failed_stage: None,
         };
-        assert!(stage_problems(&at(&STAGE_ORDER)).is_empty());
-        assert!(!stage_problems(&at(&["storage", "pod_ready", "bootstrap"])).is_empty());
+        let mut out: Vec<LaunchRecord> = stages
+            .iter()
+            .map(|n| record(STAGE_RECORD, Some(n)))
+            .collect();
+        for _ in 0..completed {
+            let mut total = record(COMPLETED_RECORD, None);
+            total.duration_ms = 10;
+            out.push(total);
+        }
+        out
+    }
+
+    #[test]
+    fn stage_records_must_be_one_each_in_order_with_one_completed() {
+        assert!(record_problems(&records(&STAGE_ORDER, 1)).is_empty());
+        assert!(!record_problems(&records(&["storage", "pod_ready", "bootstrap"], 1)).is_empty());
+        assert!(!record_problems(&records(&STAGE_ORDER, 0)).is_empty());
+        assert!(!record_problems(&records(&STAGE_ORDER, 2)).is_empty());
         assert!(
-            !stage_problems(&at(&[
-                "storage",
-                "pod_ready",
-                "bootstrap",
-                "bootstrap",
-                "agentctl_connect"
-            ]))
+            !record_problems(&records(
+                &[
+                    "storage",
+                    "pod_ready",
+                    "bootstrap",
+                    "bootstrap",
+                    "agentctl_connect"
+                ],
+                1
+            ))
             .is_empty()
         );
         assert!(
-            !stage_problems(&at(&[
-                "pod_ready",
-                "storage",
-                "bootstrap",
-                "agentctl_connect"
-            ]))
+            !record_problems(&records(
+                &["pod_ready", "storage", "bootstrap", "agentctl_connect"],
+                1
+            ))
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_failed_outcome_another_attempt_or_a_short_total_is_a_problem() {
+        let mut failed = records(&STAGE_ORDER, 1);
+        failed[2].outcome = Outcome::Error;
+        assert!(
+            record_problems(&failed)
+                .iter()
+                .any(|p| p.contains("bootstrap: outcome"))
+        );
+        let mut other = records(&STAGE_ORDER, 1);
+        other[1].attempt_id = "a2".into();
+        assert!(
+            record_problems(&other)
+                .iter()
+                .any(|p| p.contains("another attempt"))
+        );
+        let mut short = records(&STAGE_ORDER, 1);
+        short[4].duration_ms = 2;
+        assert!(
+            record_problems(&short)
+                .iter()
+                .any(|p| p.contains("less than"))
         );
     }
 }

@@ -1,4 +1,8 @@
-//! `lifecycle::agent_restart` — the main container's PID 1 (agentctl, which the bootstrap
+//! `lifecycle::agent_restart` — foundation item 15, both halves. First the backend restarts
+//! under the running session: everything it held is dropped but the session's inventory row,
+//! and Kandev's reconnect reaches the same Pod (UID and owned labels verified) with the
+//! recorded token; agentctl is the same process and still runs the session's agent process.
+//! Then the main container's PID 1 (agentctl, which the bootstrap
 //! script `exec`s) ends on SIGTERM (`kill 1` in `kandev-agent`, as the agent user, as Kandev's
 //! Kind suite does it); the kubelet restarts the container in the same Pod (restart count up,
 //! same Pod UID); agentctl comes back at once (the start markers are on the runtime volume)
@@ -25,11 +29,20 @@ const RESTARTED: Check = Check {
     promise: "SIGTERM to the main container's PID 1 ends it and the container restarts in the same Pod (restart count up, same Pod UID)",
     twin: Twin::Worker("worker-pid1-ignores-term"),
 };
+const BACKEND_RESTART: Check = Check {
+    id: "backend_restart",
+    promise: "after a backend restart, reconnecting from the session's inventory row alone reaches the same Pod UID (owned labels and claim verified); agentctl, the same process with the main container not restarted, accepts the recorded token and still runs the session's agent process",
+    twin: Twin::Exempt(BACKEND_RESTART_DECIDED_BY),
+};
+
+/// Why no broken twin exists for a backend restart's reconnect (here and in
+/// `lifecycle::task_sessions`).
+pub(crate) const BACKEND_RESTART_DECIDED_BY: &str = "a backend restart happens only in the backend: each control request is its own forward, so nothing in the Pod can see it; only Kandev's reconnect (mirrored in Session::reattach, whose fail-closed refusals of a foreign UID, a foreign kandev.ai label and a missing Pod are tested against the API double) decides it";
 const REHANDSHAKE: Check = Check {
     id: "rehandshake",
     promise: "after the restart agentctl answers /health again as a new process, refuses the recorded token, accepts a new handshake with the recorded bootstrap nonce and starts a new session process",
     twin: Twin::Exempt(
-        "decided by agentctl's token handling (mirrored by the mock agent) and Kandev's reconnect (mirrored in Session::reconnect_after_restart); the nonce lives in /run/kandev/auth.env on the reserved kandev-auth volume, which no template may mount and Kandev rewrites after preparation",
+        "decided by agentctl's token handling (mirrored by the mock agent) and Kandev's reconnect (mirrored in Session::reconnect); the nonce lives in /run/kandev/auth.env on the reserved kandev-auth volume, which no template may mount and Kandev rewrites after preparation",
     ),
 };
 const DAEMON_UNTOUCHED: Check = Check {
@@ -47,8 +60,8 @@ const SETTLE: Duration = Duration::from_secs(5);
 pub fn scenario() -> Scenario {
     Scenario {
         name: "lifecycle::agent_restart",
-        promise: "killing the main container's PID 1 restarts it in the same Pod; the agent re-handshakes with the recorded nonce; the daemon and its containers are untouched",
-        checks: &[RESTARTED, REHANDSHAKE, DAEMON_UNTOUCHED],
+        promise: "a backend restart reconnects to the same Pod and agent process; killing the main container's PID 1 restarts it in the same Pod; the agent re-handshakes with the recorded nonce; the daemon and its containers are untouched",
+        checks: &[BACKEND_RESTART, RESTARTED, REHANDSHAKE, DAEMON_UNTOUCHED],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -69,6 +82,11 @@ done"#;
         .map(|l| l.trim().to_owned())
         .filter(|l| !l.is_empty())
         .collect())
+}
+
+/// agentctl's uptime from its `/health` answer.
+fn uptime(health: &serde_json::Value) -> Option<u64> {
+    health.get("uptime_ms").and_then(serde_json::Value::as_u64)
 }
 
 fn main_state<'a>(states: &'a [ContainerState], main: &str) -> Option<&'a ContainerState> {
@@ -103,6 +121,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let id_before = daemon_id(&session, &DAEMON_UNTOUCHED).await?;
         let dockerd_before = dockerd_processes(&session).await?;
         let main = session.main_container().to_owned();
+        let pod_uid = session.pod.uid.clone();
         let states = ctx.backend().container_states(&session.pod).await?;
         let restarts_before = main_state(&states, &main).map(|s| s.restarts);
         let health_before = session.agent()?.health().await?;
@@ -115,6 +134,54 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let Some(restarts_before) = restarts_before else {
             anyhow::bail!("the backend reports no state for container {main}");
         };
+
+        ctx.step("restart the backend: reconnect from the session's inventory row alone");
+        let instance_before = session.instance().map(str::to_owned);
+        let uptime_before = uptime(&health_before);
+        let (mut session, reattached) = ctx
+            .restart_backend(session)
+            .await
+            .map_err(|e| broken(&BACKEND_RESTART, format!("{e:#}")))?;
+        let states = ctx.backend().container_states(&session.pod).await?;
+        let restarts_now = main_state(&states, &main).map(|s| s.restarts);
+        let uid_now = ctx
+            .backend()
+            .pod_uid(&session.pod.namespace, &session.pod.name)
+            .await?;
+        let whoami = session
+            .agent_sh("id -u", Duration::from_secs(20))
+            .await
+            .map_err(|e| broken(&BACKEND_RESTART, format!("{e:#}")))?;
+        ctx.evidence(
+            "after_backend_restart",
+            json!({"pod_uid": uid_now, "restarts": restarts_now, "agentctl": reattached.health,
+                "token_refused": reattached.token_refused, "instance_lost": reattached.instance_lost,
+                "instance": session.instance(), "id_u": whoami.stdout.trim()}),
+        );
+        let same_agentctl = uptime(&reattached.health)
+            .zip(uptime_before)
+            .is_some_and(|(now, before)| now >= before);
+        promise(
+            uid_now.as_deref() == Some(pod_uid.as_str())
+                && restarts_now == Some(restarts_before)
+                && same_agentctl
+                && !reattached.token_refused
+                && reattached.instance_lost.is_none()
+                && session.instance().is_some()
+                && session.instance().map(str::to_owned) == instance_before
+                && whoami.success()
+                && whoami.stdout.trim() == "1000",
+            &BACKEND_RESTART,
+            || {
+                format!(
+                    "after the backend restart: Pod UID {uid_now:?} (was {pod_uid}), {main} restarts {restarts_now:?} (was {restarts_before}), agentctl uptime {:?} ms (was {uptime_before:?}), recorded token refused: {}, session process lost: {:?}, commands: {}",
+                    uptime(&reattached.health),
+                    reattached.token_refused,
+                    reattached.instance_lost,
+                    whoami.summary()
+                )
+            },
+        )?;
 
         ctx.step("kill the main container's PID 1 (SIGTERM, as the agent user)");
         let killed_at = Instant::now();
@@ -165,14 +232,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         ctx.step("reconnect: the recorded token, then the recorded bootstrap nonce");
         let reconnected = session
-            .reconnect_after_restart()
+            .reconnect()
             .await
             .map_err(|e| broken(&REHANDSHAKE, format!("{e:#}")))?;
         let since_kill = killed_at.elapsed().as_millis() as u64;
-        let uptime = reconnected
-            .health
-            .get("uptime_ms")
-            .and_then(serde_json::Value::as_u64);
+        let uptime = uptime(&reconnected.health);
         ctx.evidence(
             "reconnected",
             json!({"agentctl": reconnected.health, "token_refused": reconnected.token_refused,

@@ -5,7 +5,9 @@
 //! claim or preparation). Judged from the Pod: the three homes and their `auth.env` files
 //! (mode 0600, owner 1000, each its own `KANDEV_SESSION_ID` and `HOME`), one Pod UID and one
 //! claim, each session's agent process (agentctl's instances and `/proc`: its own process
-//! group, session id and HOME); stopping one session ends only its process (the siblings'
+//! group, session id and HOME); a backend restart reconnects the task's session from its
+//! inventory row to the same Pod, its three session processes untouched; stopping one session
+//! ends only its process (the siblings'
 //! processes are the same ones, their homes unchanged); the task's terminal cleanup removes
 //! the Pod and the claim.
 //!
@@ -39,6 +41,11 @@ const OWN_PROCESSES: Check = Check {
     promise: "each session's agent process runs through agentctl in its own process group with its own environment (its KANDEV_SESSION_ID and HOME, read from /proc)",
     twin: Twin::Worker("worker-profile-fixed-home"),
 };
+const BACKEND_RESTART: Check = Check {
+    id: "backend_restart",
+    promise: "after a backend restart the task's session reconnects from its inventory row alone to the same Pod UID with the recorded token, and the three sessions' agent processes are the same processes, still running",
+    twin: Twin::Exempt(super::agent_restart::BACKEND_RESTART_DECIDED_BY),
+};
 const STOP_KEEPS_SIBLINGS: Check = Check {
     id: "stop_keeps_siblings",
     promise: "stopping one session ends only its agent process: its siblings' agent processes keep running (the same processes) and their homes are unchanged",
@@ -55,11 +62,12 @@ const CLEANUP_REMOVES: Check = Check {
 pub fn scenario() -> Scenario {
     Scenario {
         name: "lifecycle::task_sessions",
-        promise: "three concurrent sessions share one task Pod and claim, each with its own home, auth.env and agent process; stopping one keeps its siblings; terminal cleanup removes Pod and claim",
+        promise: "three concurrent sessions share one task Pod and claim, each with its own home, auth.env and agent process; a backend restart keeps the Pod and the sessions' processes; stopping one keeps its siblings; terminal cleanup removes Pod and claim",
         checks: &[
             SESSION_HOMES,
             ONE_POD,
             OWN_PROCESSES,
+            BACKEND_RESTART,
             STOP_KEEPS_SIBLINGS,
             CLEANUP_REMOVES,
         ],
@@ -348,6 +356,51 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             }
         }
         promise(wrong.is_empty(), &OWN_PROCESSES, || wrong.join("; "))?;
+
+        ctx.step("restart the backend: the task's session reconnects from its inventory row");
+        let (mut first, reattached) = ctx
+            .restart_backend(first)
+            .await
+            .map_err(|e| broken(&BACKEND_RESTART, format!("{e:#}")))?;
+        let uid = backend.pod_uid(&pod.namespace, &pod.name).await?;
+        let instances = first.agent()?.instances().await?;
+        let table = instance_table(&instances);
+        let processes = agent_processes(&first).await?;
+        ctx.evidence(
+            "after_backend_restart",
+            json!({"pod_uid": uid, "token_refused": reattached.token_refused,
+                "instance_lost": reattached.instance_lost, "instances": instances, "agent_processes": processes}),
+        );
+        let mut wrong = Vec::new();
+        for ((s, id), was) in seen.iter().zip(&instance_ids).zip(&before) {
+            let running = table.get(id).is_some_and(|&(_, running)| running);
+            let same = processes
+                .iter()
+                .any(|p| p.get("pid") == was.get("pid") && p.get("start") == was.get("start"));
+            if !running || !same {
+                wrong.push(format!(
+                    "{} (instance {id}): running {running}, its agent process {was} still there: {same}",
+                    s.session_id
+                ));
+            }
+        }
+        promise(
+            uid.as_deref() == Some(pod.uid.as_str())
+                && !reattached.token_refused
+                && reattached.instance_lost.is_none()
+                && first.instance() == Some(first_instance.as_str())
+                && wrong.is_empty(),
+            &BACKEND_RESTART,
+            || {
+                format!(
+                    "after the backend restart: Pod UID {uid:?} (launched {}), recorded token refused: {}, task session's process lost: {:?}; {}",
+                    pod.uid,
+                    reattached.token_refused,
+                    reattached.instance_lost,
+                    wrong.join("; ")
+                )
+            },
+        )?;
 
         ctx.step("stop the first session: its siblings keep their processes and homes");
         let (_, ended) = first.stop().await?;

@@ -12,7 +12,7 @@ use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::config::Capability;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
-use kandev_harness::session::{CleanupRefused, SessionOptions, terminal_cleanup};
+use kandev_harness::session::{RecordMismatch, SessionOptions, terminal_cleanup};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -226,7 +226,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let is_refusal = |r: &anyhow::Result<()>| {
             r.as_ref()
                 .err()
-                .is_some_and(|e| e.downcast_ref::<CleanupRefused>().is_some())
+                .is_some_and(|e| e.downcast_ref::<RecordMismatch>().is_some())
         };
         promise(
             is_refusal(&refused_uid) && is_refusal(&refused_label),

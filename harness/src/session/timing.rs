@@ -1,0 +1,237 @@
+//! Kandev's launch timing records (`kubernetesLaunchTiming` in kdlbs/kandev
+//! `apps/backend/internal/agent/runtime/lifecycle`): a fresh launch writes one
+//! `kubernetes.launch.stage` record per stage it entered (`storage`, `pod_ready`, `bootstrap`,
+//! `agentctl_connect`) and one `kubernetes.launch.completed` record for the whole launch, its
+//! rollback included. Every record carries an opaque attempt id, the instance, task and
+//! session ids, `mode: fresh`, `duration_ms` and an outcome (`success`, `error`, `timeout`);
+//! the completed record names the failed stage when one failed. Reconnects and replacements
+//! write none. Records never carry errors, scripts, tokens or nonces.
+//!
+//! The run keeps them in one [`LaunchLog`] (Kandev: its backend log), which checks read by
+//! task and session, as Kandev's own end-to-end suite reads its backend log.
+
+use crate::pod::identity::{SessionIdentity, random_hex};
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The message of a stage record.
+pub const STAGE_RECORD: &str = "kubernetes.launch.stage";
+/// The message of the launch's summary record.
+pub const COMPLETED_RECORD: &str = "kubernetes.launch.completed";
+
+/// How a stage or a launch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Success,
+    Error,
+    Timeout,
+}
+
+impl Outcome {
+    /// A timeout when the error is a bounded wait that ran out, else an error.
+    pub fn of(result: Result<(), &anyhow::Error>) -> Self {
+        match result {
+            Ok(()) => Self::Success,
+            Err(e) if e.chain().any(is_timeout) => Self::Timeout,
+            Err(_) => Self::Error,
+        }
+    }
+}
+
+fn is_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<crate::wait::WaitTimedOut>().is_some()
+        || matches!(
+            e.downcast_ref::<crate::backend::BackendError>(),
+            Some(crate::backend::BackendError::WaitTimedOut(_))
+        )
+}
+
+/// One launch timing record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRecord {
+    pub msg: String,
+    pub attempt_id: String,
+    pub instance_id: String,
+    pub task_id: String,
+    pub session_id: String,
+    pub mode: String,
+    pub duration_ms: u64,
+    pub outcome: Outcome,
+    /// Stage records only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// The completed record of a launch whose stage failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_stage: Option<String>,
+}
+
+/// The timing of one launch attempt, from its start.
+pub struct LaunchTiming {
+    attempt_id: String,
+    identity: SessionIdentity,
+    started: Instant,
+    records: Vec<LaunchRecord>,
+    failed_stage: Option<String>,
+}
+
+impl LaunchTiming {
+    pub fn start(identity: &SessionIdentity) -> Self {
+        Self {
+            attempt_id: random_hex(8),
+            identity: identity.clone(),
+            started: Instant::now(),
+            records: Vec::new(),
+            failed_stage: None,
+        }
+    }
+
+    fn record(&self, msg: &str, started: Instant, outcome: Outcome) -> LaunchRecord {
+        LaunchRecord {
+            msg: msg.to_owned(),
+            attempt_id: self.attempt_id.clone(),
+            instance_id: self.identity.environment_id.clone(),
+            task_id: self.identity.task_id.clone(),
+            session_id: self.identity.session_id.clone(),
+            mode: "fresh".into(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            outcome,
+            stage: None,
+            failed_stage: None,
+        }
+    }
+
+    /// Records `stage`, entered at `started`, as ended with `result`.
+    pub fn stage<T>(&mut self, stage: &str, started: Instant, result: &anyhow::Result<T>) {
+        let outcome = Outcome::of(result.as_ref().map(|_| ()));
+        if outcome != Outcome::Success {
+            self.failed_stage = Some(stage.to_owned());
+        }
+        let mut record = self.record(STAGE_RECORD, started, outcome);
+        record.stage = Some(stage.to_owned());
+        self.records.push(record);
+    }
+
+    /// Each recorded stage with its duration, in order.
+    pub fn stage_durations(&self) -> Vec<(String, u64)> {
+        self.records
+            .iter()
+            .filter_map(|r| Some((r.stage.clone()?, r.duration_ms)))
+            .collect()
+    }
+
+    /// The stage records and the completed record of the launch, which ended with `result`.
+    pub fn complete(mut self, result: Result<(), &anyhow::Error>) -> Vec<LaunchRecord> {
+        let mut completed = self.record(COMPLETED_RECORD, self.started, Outcome::of(result));
+        if result.is_err() {
+            completed.failed_stage = self.failed_stage.take();
+        }
+        self.records.push(completed);
+        self.records
+    }
+}
+
+/// Every launch record of a run, in the order written (Kandev: its backend log).
+#[derive(Clone, Default)]
+pub struct LaunchLog(Arc<Mutex<Vec<LaunchRecord>>>);
+
+impl LaunchLog {
+    /// Appends `records` and writes each to the run's log.
+    pub fn write(&self, records: Vec<LaunchRecord>) {
+        for r in &records {
+            tracing::info!(
+                target: "kandev::launch",
+                msg = %r.msg,
+                attempt_id = %r.attempt_id,
+                task_id = %r.task_id,
+                session_id = %r.session_id,
+                stage = r.stage.as_deref().unwrap_or(""),
+                failed_stage = r.failed_stage.as_deref().unwrap_or(""),
+                duration_ms = r.duration_ms,
+                outcome = ?r.outcome,
+                "launch timing"
+            );
+        }
+        if let Ok(mut log) = self.0.lock() {
+            log.extend(records);
+        }
+    }
+
+    /// The records of one task's session.
+    pub fn for_session(&self, task_id: &str, session_id: &str) -> Vec<LaunchRecord> {
+        self.0
+            .lock()
+            .map(|log| {
+                log.iter()
+                    .filter(|r| r.task_id == task_id && r.session_id == session_id)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> SessionIdentity {
+        SessionIdentity::new("run1", "launch::contract", 0)
+    }
+
+    #[test]
+    fn a_launch_writes_one_record_per_stage_entered_and_one_completed() {
+        let mut timing = LaunchTiming::start(&identity());
+        let started = Instant::now();
+        timing.stage("storage", started, &anyhow::Ok(()));
+        timing.stage("pod_ready", started, &anyhow::Ok(()));
+        let records = timing.complete(Ok(()));
+        let msgs: Vec<(&str, Option<&str>)> = records
+            .iter()
+            .map(|r| (r.msg.as_str(), r.stage.as_deref()))
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                (STAGE_RECORD, Some("storage")),
+                (STAGE_RECORD, Some("pod_ready")),
+                (COMPLETED_RECORD, None)
+            ]
+        );
+        assert!(records.iter().all(|r| r.outcome == Outcome::Success
+            && r.mode == "fresh"
+            && r.attempt_id == records[0].attempt_id
+            && r.failed_stage.is_none()));
+    }
+
+    #[test]
+    fn a_failed_stage_is_named_by_the_completed_record_and_a_timeout_is_told_apart() {
+        let mut timing = LaunchTiming::start(&identity());
+        let started = Instant::now();
+        timing.stage("storage", started, &anyhow::Ok(()));
+        let error = anyhow::Error::from(crate::backend::BackendError::WaitTimedOut(
+            crate::wait::WaitTimedOut {
+                what: "the main container".into(),
+                waited: std::time::Duration::from_secs(1),
+            },
+        ))
+        .context("pod_ready: wait for the main container");
+        let timed_out: anyhow::Result<()> = Err(error);
+        timing.stage("pod_ready", started, &timed_out);
+        let Err(error) = timed_out else {
+            unreachable!()
+        };
+        let records = timing.complete(Err(&error));
+        assert_eq!(records[1].outcome, Outcome::Timeout);
+        let completed = records.last().unwrap();
+        assert_eq!(completed.msg, COMPLETED_RECORD);
+        assert_eq!(completed.outcome, Outcome::Timeout);
+        assert_eq!(completed.failed_stage.as_deref(), Some("pod_ready"));
+        let text = serde_json::to_string(completed).unwrap();
+        assert!(
+            !text.contains("wait for"),
+            "no error text in a record: {text}"
+        );
+    }
+}

@@ -1259,7 +1259,8 @@ async fn a_launch_that_fails_at_pod_ready_rolls_back_its_pod_and_claim() {
 
 /// Kandev's reconnect after a backend restart reaches a Pod only through its recorded
 /// identity: a foreign `kandev.ai` label or another UID under the recorded name fails closed,
-/// a missing Pod is the replacement path's case; none of them deletes or changes anything.
+/// so does a claim with another UID or none at all; a missing Pod is the replacement path's
+/// case; none of them deletes or changes anything.
 #[tokio::test]
 async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_missing_one() {
     use kandev_harness::pod::template::WorkspaceMode;
@@ -1273,11 +1274,20 @@ async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_
         .create_pod(&composed(&id, &id.workspace_claim_name()))
         .await
         .unwrap();
+    let claim = settings
+        .backend
+        .create_workspace(
+            &id.workspace_claim_name(),
+            &id.all_labels(),
+            &BTreeMap::new(),
+        )
+        .await
+        .unwrap();
     let row = SessionInventory {
         identity: id.clone(),
         pod: created.clone(),
         owned_labels: owned_labels(&id.kandev_labels()),
-        workspace: None,
+        workspace: Some(claim.clone()),
         bootstrap_nonce: create_nonce(),
         token: Some("t".into()),
         instance: None,
@@ -1335,6 +1345,36 @@ async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_
         "{refused:#}"
     );
     assert_eq!(labels(&state), before, "nothing was changed");
+    assert!(
+        state
+            .lock()
+            .unwrap()
+            .deletes("pods", &created.name)
+            .is_empty()
+    );
+
+    let mut other_claim = row.clone();
+    other_claim.workspace.as_mut().unwrap().uid = "00000000-0000-4000-8000-0000000000bb".into();
+    let refused = Session::reattach(&settings, other_claim)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            refused.downcast_ref::<RecordMismatch>(),
+            Some(RecordMismatch::WorkspaceUidMismatch { .. })
+        ),
+        "{refused:#}"
+    );
+    settings.backend.delete_workspace(&claim).await.unwrap();
+    let refused = Session::reattach(&settings, row.clone())
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        format!("{refused:#}").contains("recorded workspace claim"),
+        "{refused:#}"
+    );
     assert!(
         state
             .lock()

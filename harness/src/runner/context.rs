@@ -325,7 +325,7 @@ impl Ctx {
     /// A backend restart under a running session: everything the backend held of it is
     /// dropped except its inventory row (serialized, as Kandev's database holds it), and
     /// Kandev's reconnect reaches the Pod from that row alone ([`Session::reattach`]). The
-    /// row is evidence, its token and nonce redacted.
+    /// row is evidence, its token and nonce redacted and its profile environment by key only.
     pub async fn restart_backend(
         &mut self,
         session: Session,
@@ -340,6 +340,10 @@ impl Ctx {
             {
                 *v = json!("<redacted>");
             }
+        }
+        // The profile's environment may hold credentials: its keys only.
+        if let Some(env) = shown.get_mut("session_env") {
+            *env = json!(inventory.session_env.keys().collect::<Vec<_>>());
         }
         if let Some(snapshot) = shown.get_mut("snapshot") {
             *snapshot = json!({"profile_hash": inventory.snapshot.profile_hash, "template_hash": inventory.snapshot.template_hash});

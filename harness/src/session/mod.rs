@@ -338,14 +338,17 @@ pub struct Reconnected {
     /// agentctl refused the recorded token, so a new handshake with the bootstrap nonce was
     /// made (a restarted agentctl).
     pub token_refused: bool,
+    /// agentctl accepted the recorded token (there was one, and no new handshake was needed).
+    pub token_accepted: bool,
     /// The session's agent process agentctl no longer runs (it died with the container).
     pub instance_lost: Option<String>,
 }
 
 /// What Kandev's database keeps of a running session (its executor's runtime metadata): the
 /// exact Pod and claim with Kandev's labels, the control token and the bootstrap nonce, the
-/// session's agent process, the launch snapshot and the session's environment. A backend
-/// restart keeps this and nothing else; [`Session::reattach`] reaches the Pod from it alone.
+/// session's agent process, the launch snapshot and the session's environment (and, for the
+/// harness's report only, the launch's stage durations). A backend restart keeps this and
+/// nothing else of the session; [`Session::reattach`] reaches the Pod from it alone.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SessionInventory {
     pub identity: SessionIdentity,
@@ -1044,6 +1047,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
         let health = self
             .await_health(&self.session_client(None), "reconnect")
             .await?;
+        let had_token = self.agent.as_ref().and_then(AgentClient::token).is_some();
         let (client, token_refused) = self
             .reauthorized(format!("{}/auth.env", self.home()), "reconnect")
             .await?;
@@ -1063,6 +1067,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
         Ok(Reconnected {
             health,
             token_refused,
+            token_accepted: had_token && !token_refused,
             instance_lost: lost,
         })
     }
@@ -1201,7 +1206,8 @@ printf '%s' "$1" | put "$2/auth.env" 0600"#
     /// for a claim Kandev created), failing closed with a [`RecordMismatch`]; then
     /// [`Session::reconnect`]. `settings` supplies only the executor's plumbing (backend,
     /// containers, bounds), never the profile's current template. The session's Pod spec is
-    /// the Pod as read back.
+    /// the Pod as read back (on Kubernetes a GET; the local backend, whose object outlives the
+    /// session, rebuilds it from what it created).
     pub async fn reattach(
         settings: &LaunchSettings,
         row: SessionInventory,

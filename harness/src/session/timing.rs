@@ -5,7 +5,9 @@
 //! rollback included. Every record carries an opaque attempt id, the instance, task and
 //! session ids, `mode: fresh`, `duration_ms` and an outcome (`success`, `error`, `timeout`);
 //! the completed record names the failed stage when one failed. Reconnects and replacements
-//! write none. Records never carry errors, scripts, tokens or nonces.
+//! write none. Records never carry errors, scripts, tokens or nonces. Kandev also records a
+//! launch its caller cancelled (`outcome: canceled`); a harness launch is cancelled only by
+//! dropping it (a scenario's deadline, Ctrl-C), which writes nothing.
 //!
 //! The run keeps them in one [`LaunchLog`] (Kandev: its backend log), which checks read by
 //! task and session, as Kandev's own end-to-end suite reads its backend log.
@@ -30,6 +32,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+        }
+    }
+
     /// A timeout when the error is a bounded wait that ran out, else an error.
     pub fn of(result: Result<(), &anyhow::Error>) -> Self {
         match result {
@@ -144,12 +154,14 @@ impl LaunchLog {
                 target: "kandev::launch",
                 msg = %r.msg,
                 attempt_id = %r.attempt_id,
+                instance_id = %r.instance_id,
                 task_id = %r.task_id,
                 session_id = %r.session_id,
+                mode = %r.mode,
                 stage = r.stage.as_deref().unwrap_or(""),
                 failed_stage = r.failed_stage.as_deref().unwrap_or(""),
                 duration_ms = r.duration_ms,
-                outcome = ?r.outcome,
+                outcome = r.outcome.as_str(),
                 "launch timing"
             );
         }

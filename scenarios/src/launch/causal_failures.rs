@@ -22,7 +22,7 @@ const EXEMPT_MIRROR: &str = "the failure and its wording come from the engine or
 
 const NAMES_CAUSE: Check = Check {
     id: "names_cause",
-    promise: "each impossible launch (absent image, unsatisfiable nodeSelector, missing claim; on a cluster a restricted identity) fails naming that cause, and its one kubernetes.launch.completed record says it failed in stage pod_ready",
+    promise: "each impossible launch (absent image, unsatisfiable nodeSelector, missing claim; on a cluster a restricted identity) fails naming that cause; each launched case's one kubernetes.launch.completed record says it failed in stage pod_ready (the restricted identity's is a bare create, which writes none)",
     twin: Twin::Exempt(EXEMPT_MIRROR),
 };
 const WITHIN_BOUND: Check = Check {

@@ -164,11 +164,19 @@ pub fn record_problems(records: &[LaunchRecord]) -> Vec<String> {
         if r.mode != "fresh" {
             out.push(format!("{what}: mode {:?}", r.mode));
         }
-        if records
-            .first()
-            .is_some_and(|f| f.attempt_id != r.attempt_id)
-        {
-            out.push(format!("{what}: another attempt {}", r.attempt_id));
+        if records.first().is_some_and(|f| {
+            f.attempt_id != r.attempt_id
+                || f.instance_id != r.instance_id
+                || f.task_id != r.task_id
+                || f.session_id != r.session_id
+        }) {
+            out.push(format!(
+                "{what}: another attempt or session ({} {} {} {})",
+                r.attempt_id, r.instance_id, r.task_id, r.session_id
+            ));
+        }
+        if let Some(stage) = &r.failed_stage {
+            out.push(format!("{what}: names failed stage {stage}"));
         }
     }
     let sum: u64 = records
@@ -451,6 +459,13 @@ mod tests {
             record_problems(&other)
                 .iter()
                 .any(|p| p.contains("another attempt"))
+        );
+        let mut named = records(&STAGE_ORDER, 1);
+        named[4].failed_stage = Some("bootstrap".into());
+        assert!(
+            record_problems(&named)
+                .iter()
+                .any(|p| p.contains("failed stage"))
         );
         let mut short = records(&STAGE_ORDER, 1);
         short[4].duration_ms = 2;

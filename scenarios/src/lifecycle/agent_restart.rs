@@ -155,7 +155,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence(
             "after_backend_restart",
             json!({"pod_uid": uid_now, "restarts": restarts_now, "agentctl": reattached.health,
-                "token_refused": reattached.token_refused, "instance_lost": reattached.instance_lost,
+                "token_accepted": reattached.token_accepted, "instance_lost": reattached.instance_lost,
                 "instance": session.instance(), "id_u": whoami.stdout.trim()}),
         );
         let same_agentctl = uptime(&reattached.health)
@@ -165,7 +165,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             uid_now.as_deref() == Some(pod_uid.as_str())
                 && restarts_now == Some(restarts_before)
                 && same_agentctl
-                && !reattached.token_refused
+                && reattached.token_accepted
                 && reattached.instance_lost.is_none()
                 && session.instance().is_some()
                 && session.instance().map(str::to_owned) == instance_before
@@ -174,9 +174,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &BACKEND_RESTART,
             || {
                 format!(
-                    "after the backend restart: Pod UID {uid_now:?} (was {pod_uid}), {main} restarts {restarts_now:?} (was {restarts_before}), agentctl uptime {:?} ms (was {uptime_before:?}), recorded token refused: {}, session process lost: {:?}, commands: {}",
+                    "after the backend restart: Pod UID {uid_now:?} (was {pod_uid}), {main} restarts {restarts_now:?} (was {restarts_before}), agentctl uptime {:?} ms (was {uptime_before:?}), recorded token accepted: {}, session process lost: {:?}, commands: {}",
                     uptime(&reattached.health),
-                    reattached.token_refused,
+                    reattached.token_accepted,
                     reattached.instance_lost,
                     whoami.summary()
                 )

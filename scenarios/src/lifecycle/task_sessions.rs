@@ -220,6 +220,30 @@ fn process_of(processes: &[Value], pid: u64) -> Vec<&Value> {
         .collect()
 }
 
+/// Each session (with its instance id and its agent process as seen before) whose instance
+/// agentctl no longer runs or whose agent process is not the same one (pid and start time).
+fn not_kept<'a>(
+    sessions: impl Iterator<Item = ((&'a Seen, &'a String), &'a Value)>,
+    table: &BTreeMap<String, (u64, bool)>,
+    processes: &[Value],
+    when: &str,
+) -> Vec<String> {
+    sessions
+        .filter_map(|((s, id), was)| {
+            let running = table.get(id).is_some_and(|&(_, running)| running);
+            let same = processes
+                .iter()
+                .any(|p| p.get("pid") == was.get("pid") && p.get("start") == was.get("start"));
+            (!running || !same).then(|| {
+                format!(
+                    "{} (instance {id}) {when}: running {running}, its agent process {was} still there: {same}",
+                    s.session_id
+                )
+            })
+        })
+        .collect()
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch the task's Pod with its first session; two more sessions join it");
@@ -368,34 +392,27 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let processes = agent_processes(&first).await?;
         ctx.evidence(
             "after_backend_restart",
-            json!({"pod_uid": uid, "token_refused": reattached.token_refused,
+            json!({"pod_uid": uid, "token_accepted": reattached.token_accepted,
                 "instance_lost": reattached.instance_lost, "instances": instances, "agent_processes": processes}),
         );
-        let mut wrong = Vec::new();
-        for ((s, id), was) in seen.iter().zip(&instance_ids).zip(&before) {
-            let running = table.get(id).is_some_and(|&(_, running)| running);
-            let same = processes
-                .iter()
-                .any(|p| p.get("pid") == was.get("pid") && p.get("start") == was.get("start"));
-            if !running || !same {
-                wrong.push(format!(
-                    "{} (instance {id}): running {running}, its agent process {was} still there: {same}",
-                    s.session_id
-                ));
-            }
-        }
+        let wrong = not_kept(
+            seen.iter().zip(&instance_ids).zip(&before),
+            &table,
+            &processes,
+            "after the backend restart",
+        );
         promise(
             uid.as_deref() == Some(pod.uid.as_str())
-                && !reattached.token_refused
+                && reattached.token_accepted
                 && reattached.instance_lost.is_none()
                 && first.instance() == Some(first_instance.as_str())
                 && wrong.is_empty(),
             &BACKEND_RESTART,
             || {
                 format!(
-                    "after the backend restart: Pod UID {uid:?} (launched {}), recorded token refused: {}, task session's process lost: {:?}; {}",
+                    "after the backend restart: Pod UID {uid:?} (launched {}), recorded token accepted: {}, task session's process lost: {:?}; {}",
                     pod.uid,
-                    reattached.token_refused,
+                    reattached.token_accepted,
                     reattached.instance_lost,
                     wrong.join("; ")
                 )
@@ -435,18 +452,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 "the stopped session's instance {first_instance} still runs"
             ));
         }
-        for (i, (id, was)) in instance_ids.iter().zip(&before).enumerate().skip(1) {
-            let running = table.get(id).is_some_and(|&(_, running)| running);
-            let same = processes
-                .iter()
-                .any(|p| p.get("pid") == was.get("pid") && p.get("start") == was.get("start"));
-            if !running || !same {
-                wrong.push(format!(
-                    "sibling {} (instance {id}) after the stop: running {running}, its agent process {} still there: {same}",
-                    seen[i].session_id, was
-                ));
-            }
-        }
+        wrong.extend(not_kept(
+            seen.iter().zip(&instance_ids).zip(&before).skip(1),
+            &table,
+            &processes,
+            "after the stop",
+        ));
         for (now, then) in sibling_homes.iter().zip(found.iter().skip(1)) {
             if now.get("sha256") != then.get("sha256") || now.get("kind") != then.get("kind") {
                 wrong.push(format!("sibling home changed: was {then}, now {now}"));

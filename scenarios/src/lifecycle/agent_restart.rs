@@ -37,7 +37,7 @@ const BACKEND_RESTART: Check = Check {
 
 /// Why no broken twin exists for a backend restart's reconnect (here and in
 /// `lifecycle::task_sessions`).
-pub(crate) const BACKEND_RESTART_DECIDED_BY: &str = "a backend restart happens only in the backend: each control request is its own forward, so nothing in the Pod can see it; only Kandev's reconnect (mirrored in Session::reattach, whose fail-closed refusals of a foreign UID, a foreign kandev.ai label and a missing Pod are tested against the API double) decides it";
+pub(crate) const BACKEND_RESTART_DECIDED_BY: &str = "a backend restart happens only in the backend: on Kubernetes each control request is its own port-forward (locally a tunnel the backend keeps in the Pod's infra container, its plumbing, not the Pod's), so nothing of the system under test can see it; only Kandev's reconnect (mirrored in Session::reattach, whose fail-closed refusals of a foreign UID, a foreign kandev.ai label and a missing Pod are tested against the API double) decides it";
 const REHANDSHAKE: Check = Check {
     id: "rehandshake",
     promise: "after the restart agentctl answers /health again as a new process, refuses the recorded token, accepts a new handshake with the recorded bootstrap nonce and starts a new session process",

@@ -8,39 +8,22 @@
 //! `cargo test --workspace -- --include-ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use kandev_harness::backend::Backend;
-use kandev_harness::backend::local::{LOCAL_NAMESPACE, LocalBackend};
-use kandev_harness::host::connect_engine;
-use kandev_harness::host::images::{ImageConfig, ensure_images, mock_agent_binary};
+use kandev_harness::backend::local::LOCAL_NAMESPACE;
 use kandev_harness::pod::identity::SessionIdentity;
 use kandev_harness::pod::template::{self, WorkspaceMode};
 use kandev_harness::session::cleanup::CleanupStack;
 use kandev_harness::session::{AGENT_HOME, LaunchSettings, Session, SessionOptions};
+use kandev_test_support::engine::FixtureEngine;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 async fn settings() -> LaunchSettings {
-    let docker = connect_engine().await.unwrap();
-    let root = kandev_harness::paths::workspace_root();
-    let binary = mock_agent_binary(&root).await.unwrap();
-    let images = ensure_images(
-        &docker,
-        &ImageConfig {
-            base_image: "debian:bookworm".into(),
-            worker_image: None,
-            daemon_image: None,
-            images_dir: root.join("fixtures/images"),
-            mock_agent_binary: binary.clone(),
-        },
-        &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
-    )
-    .await
-    .unwrap();
+    let engine = FixtureEngine::start().await;
+    let images = &engine.images;
     let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
     let rendered = template::render(&text, &images.worker, &images.daemon);
-    let backend: Arc<dyn Backend> =
-        Arc::new(LocalBackend::new(docker, images.mock_agent.clone(), 4096));
+    let backend = engine.local_backend();
     LaunchSettings {
         backend,
         namespace: LOCAL_NAMESPACE.into(),
@@ -49,7 +32,7 @@ async fn settings() -> LaunchSettings {
         daemon_container: "docker-engine".into(),
         prepare_script: std::fs::read_to_string(kandev_harness::paths::default_prepare_script())
             .unwrap(),
-        agent_binary: Arc::new(std::fs::read(binary).unwrap()),
+        agent_binary: Arc::new(std::fs::read(&engine.mock_agent_binary).unwrap()),
         pod_ready_timeout: Duration::from_secs(60),
         prepare_timeout: Duration::from_secs(180),
         connect_timeout: Duration::from_secs(30),
@@ -177,7 +160,7 @@ async fn one_tunnel_per_pod_carries_concurrent_exchanges() {
             );
         }
 
-        let docker = connect_engine().await.unwrap();
+        let docker = kandev_harness::host::connect_engine().await.unwrap();
         let infra = docker
             .inspect_container(&format!("{}-infra", session.pod.name), None)
             .await

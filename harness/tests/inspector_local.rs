@@ -7,16 +7,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use k8s_openapi::api::core::v1::Pod;
-use kandev_harness::backend::Backend;
 use kandev_harness::backend::kube::inspector::ExecNode;
-use kandev_harness::backend::local::{LocalBackend, plan::CGROUP_ROOT};
-use kandev_harness::host::connect_engine;
-use kandev_harness::host::images::{ImageConfig, ensure_images, mock_agent_binary};
+use kandev_harness::backend::local::plan::CGROUP_ROOT;
 use kandev_harness::node::{CgroupFs, HostNode, NodeView};
+use kandev_test_support::engine::FixtureEngine;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 fn pod(name: &str, image: &str, spec: serde_json::Value) -> Pod {
@@ -38,27 +35,9 @@ fn pod(name: &str, image: &str, spec: serde_json::Value) -> Pod {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn the_inspector_sees_what_the_host_sees() {
-    let docker = connect_engine().await.unwrap();
-    let root = kandev_harness::paths::workspace_root();
-    let binary = mock_agent_binary(&root).await.unwrap();
-    let images = ensure_images(
-        &docker,
-        &ImageConfig {
-            base_image: "debian:bookworm".into(),
-            worker_image: None,
-            daemon_image: None,
-            images_dir: root.join("fixtures/images"),
-            mock_agent_binary: binary,
-        },
-        &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
-    )
-    .await
-    .unwrap();
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(
-        docker.clone(),
-        images.mock_agent.clone(),
-        4096,
-    ));
+    let engine = FixtureEngine::start().await;
+    let images = &engine.images;
+    let backend = engine.local_backend();
     let suffix = kandev_harness::pod::identity::random_hex(4);
     let marker = format!("kandev-inspected-{suffix}");
     let target = backend

@@ -406,14 +406,9 @@ async fn terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label
         cleanup: None,
     };
     // Someone stamps a kandev.ai label Kandev did not set: the identity no longer matches.
-    state
-        .lock()
-        .unwrap()
-        .objects
-        .get_mut("pods")
-        .unwrap()
-        .get_mut(&created.name)
-        .unwrap()["metadata"]["labels"]["kandev.ai/foreign"] = json!("x");
+    edit_stored(&state, "pods", &created.name, |pod| {
+        pod["metadata"]["labels"]["kandev.ai/foreign"] = json!("x")
+    });
     let refused = terminal_cleanup(&backend, &recorded).await.unwrap_err();
     assert!(
         refused.downcast_ref::<RecordMismatch>().is_some(),
@@ -424,17 +419,12 @@ async fn terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label
     // A same-name Pod with another UID.
     let mut other = recorded.clone();
     other.pod.uid = "00000000-0000-4000-8000-0000000000aa".into();
-    state
-        .lock()
-        .unwrap()
-        .objects
-        .get_mut("pods")
-        .unwrap()
-        .get_mut(&created.name)
-        .unwrap()["metadata"]["labels"]
-        .as_object_mut()
-        .unwrap()
-        .remove("kandev.ai/foreign");
+    edit_stored(&state, "pods", &created.name, |pod| {
+        pod["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("kandev.ai/foreign");
+    });
     let refused = terminal_cleanup(&backend, &other).await.unwrap_err();
     assert!(
         matches!(
@@ -965,8 +955,11 @@ fn claim_uid(state: &std::sync::Mutex<fake_apiserver::State>, name: &str) -> Val
         .clone()
 }
 
-fn edit_claim(
+/// Changes the fake API server's stored `resource` object `name` behind the backend's back
+/// (as an admission hook, a controller or another actor would).
+fn edit_stored(
     state: &std::sync::Mutex<fake_apiserver::State>,
+    resource: &str,
     name: &str,
     edit: impl FnOnce(&mut Value),
 ) {
@@ -975,11 +968,19 @@ fn edit_claim(
             .lock()
             .unwrap()
             .objects
-            .get_mut("persistentvolumeclaims")
+            .get_mut(resource)
             .unwrap()
             .get_mut(name)
             .unwrap(),
     );
+}
+
+fn edit_claim(
+    state: &std::sync::Mutex<fake_apiserver::State>,
+    name: &str,
+    edit: impl FnOnce(&mut Value),
+) {
+    edit_stored(state, "persistentvolumeclaims", name, edit);
 }
 
 /// The position of the first request matching, in the fake's log.
@@ -1306,14 +1307,9 @@ async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_
     };
     let before = labels(&state);
 
-    state
-        .lock()
-        .unwrap()
-        .objects
-        .get_mut("pods")
-        .unwrap()
-        .get_mut(&created.name)
-        .unwrap()["metadata"]["labels"]["kandev.ai/foreign-owner"] = json!("true");
+    edit_stored(&state, "pods", &created.name, |pod| {
+        pod["metadata"]["labels"]["kandev.ai/foreign-owner"] = json!("true")
+    });
     let refused = Session::reattach(&settings, row.clone())
         .await
         .err()
@@ -1325,14 +1321,9 @@ async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_
         ),
         "{refused:#}"
     );
-    state
-        .lock()
-        .unwrap()
-        .objects
-        .get_mut("pods")
-        .unwrap()
-        .get_mut(&created.name)
-        .unwrap()["metadata"]["labels"] = before.clone();
+    edit_stored(&state, "pods", &created.name, |pod| {
+        pod["metadata"]["labels"] = before.clone()
+    });
 
     let mut foreign = row.clone();
     foreign.pod.uid = "00000000-0000-4000-8000-0000000000aa".into();

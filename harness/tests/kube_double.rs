@@ -19,17 +19,15 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::kube::cluster::{self, Cluster};
 use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
-use kandev_harness::backend::local::LocalBackend;
 use kandev_harness::backend::{Backend, ExecRequest, PodRef};
-use kandev_harness::host::connect_engine;
-use kandev_harness::host::images::{ImageConfig, ImageSet, ensure_images, mock_agent_binary};
+use kandev_harness::host::images::ImageSet;
 use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::{SessionIdentity, create_nonce, random_hex};
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_test_support::cluster_double::{self, KubeDouble};
+use kandev_test_support::engine::engine_double;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The double's cluster set up as `--backend kube` sets it up, and the backend of its sessions.
@@ -322,29 +320,6 @@ async fn a_pod_mutated_by_admission_is_rolled_back_by_its_exact_uid() {
     );
     assert!(message.contains(&rolled_back.uid), "{message}");
     cluster.teardown().await;
-}
-
-/// The fixture images, and the double with Pods on the local engine.
-async fn engine_double() -> (KubeDouble, ImageSet) {
-    let docker = connect_engine().await.unwrap();
-    let root = kandev_harness::paths::workspace_root();
-    let binary = mock_agent_binary(&root).await.unwrap();
-    let images = ensure_images(
-        &docker,
-        &ImageConfig {
-            base_image: "debian:bookworm".into(),
-            worker_image: None,
-            daemon_image: None,
-            images_dir: root.join("fixtures/images"),
-            mock_agent_binary: binary,
-        },
-        &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
-    )
-    .await
-    .unwrap();
-    let runtime: Arc<dyn Backend> =
-        Arc::new(LocalBackend::new(docker, images.mock_agent.clone(), 4096));
-    (cluster_double::start(Some(runtime)).await.unwrap(), images)
 }
 
 /// A running Pod: `work` (the daemon image, a shell) and `agent` (the mock agent serving

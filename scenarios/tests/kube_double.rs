@@ -12,11 +12,12 @@
 mod common;
 
 use common::fixture;
-use common::kube::{Run, command, engine_double, run, run_command};
+use common::kube::{Run, command, run, run_command};
 use kandev_harness::config::Capability;
 use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use kandev_harness::report::Outcome;
 use kandev_test_support::cluster_double;
+use kandev_test_support::engine::engine_double;
 use std::sync::Arc;
 
 /// What the engine still holds of `run_id` (containers and volumes), polled briefly: claims'

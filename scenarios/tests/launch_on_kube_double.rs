@@ -8,8 +8,9 @@
 
 mod common;
 
-use common::kube::{Run, engine_double, run};
+use common::kube::{Run, run};
 use kandev_harness::report::Outcome;
+use kandev_test_support::engine::engine_double;
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,12 +1,14 @@
 //! Helpers shared by the tests of `kandev-harness` and `kandev-scenarios` (a dev-dependency
 //! of both, never of a shipped binary): a fake Kubernetes API server (tower-test, in process),
-//! a wire-level cluster double (HTTPS, kubeconfig, websocket exec and port-forward), and validation of the
-//! harness's outputs against the formats' own schemas (vendored in `schemas/` beside this
+//! a wire-level cluster double (HTTPS, kubeconfig, websocket exec and port-forward), the
+//! engine tests' starting point (the fixture images on this host's engine), and validation of
+//! the harness's outputs against the formats' own schemas (vendored in `schemas/` beside this
 //! crate's manifest).
 
 // Test support: failing loudly with unwrap/panic is the point here, as in the tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod cluster_double;
+pub mod engine;
 pub mod fake_apiserver;
 pub mod schemas;

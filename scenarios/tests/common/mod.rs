@@ -40,19 +40,9 @@ pub fn run(args: &[&str]) -> Run {
         .env_remove("GITHUB_ACTIONS")
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let run_dir = std::fs::read_dir(dir.path())
-        .unwrap()
-        .flatten()
-        .find(|e| e.path().join("report.json").is_file())
-        .unwrap_or_else(|| panic!("no report was written; output:\n{text}"));
-    let report_path = run_dir.path().join("report.json");
-    // `Report` denies unknown fields: this also checks the writer and the types agree.
-    let report: Report = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    let text = output_text(&output);
+    let (run_dir, report) = written_report(dir.path(), &text);
+    let report_path = run_dir.join("report.json");
     Run {
         code: output.status.code().unwrap_or(-1),
         report,
@@ -60,6 +50,30 @@ pub fn run(args: &[&str]) -> Run {
         output: text,
         _dir: dir,
     }
+}
+
+/// A finished command's stdout and stderr, as one text.
+pub fn output_text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// The run folder a `run --report dir` wrote and its report (`output`: what the run printed,
+/// shown when no report was written). `Report` denies unknown fields: this also checks that
+/// the writer and the types agree.
+pub fn written_report(dir: &Path, output: &str) -> (PathBuf, Report) {
+    let run_dir = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().join("report.json").is_file())
+        .unwrap_or_else(|| panic!("no report was written; output:\n{output}"))
+        .path();
+    let report =
+        serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).unwrap()).unwrap();
+    (run_dir, report)
 }
 
 pub fn fixture(path: &str) -> String {

@@ -1,0 +1,64 @@
+//! What the engine tests start from: this host's engine with the fixture images on it (built
+//! from `fixtures/images` when missing, reused by content otherwise), a local backend running
+//! Pods there, and the wire-level cluster double whose Pods run on it.
+
+use crate::cluster_double::{self, KubeDouble};
+use kandev_harness::backend::Backend;
+use kandev_harness::backend::local::LocalBackend;
+use kandev_harness::host::connect_engine;
+use kandev_harness::host::images::{ImageConfig, ImageSet, ensure_images, mock_agent_binary};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// This host's engine and the fixture images on it.
+pub struct FixtureEngine {
+    pub docker: bollard::Docker,
+    pub images: ImageSet,
+    /// The mock agent's static binary (what bootstrap uploads as agentctl).
+    pub mock_agent_binary: PathBuf,
+}
+
+impl FixtureEngine {
+    /// Connects to the engine and ensures the fixture images (Debian bookworm base).
+    pub async fn start() -> Self {
+        let docker = connect_engine().await.unwrap();
+        let root = kandev_harness::paths::workspace_root();
+        let binary = mock_agent_binary(&root).await.unwrap();
+        let images = ensure_images(
+            &docker,
+            &ImageConfig {
+                base_image: "debian:bookworm".into(),
+                worker_image: None,
+                daemon_image: None,
+                images_dir: root.join("fixtures/images"),
+                mock_agent_binary: binary.clone(),
+            },
+            &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
+        )
+        .await
+        .unwrap();
+        Self {
+            docker,
+            images,
+            mock_agent_binary: binary,
+        }
+    }
+
+    /// A local backend running Pods on this engine (pids limit 4096).
+    pub fn local_backend(&self) -> Arc<dyn Backend> {
+        Arc::new(LocalBackend::new(
+            self.docker.clone(),
+            self.images.mock_agent.clone(),
+            4096,
+        ))
+    }
+}
+
+/// The fixture images, and the cluster double with its Pods on this host's engine.
+pub async fn engine_double() -> (KubeDouble, ImageSet) {
+    let engine = FixtureEngine::start().await;
+    let double = cluster_double::start(Some(engine.local_backend()))
+        .await
+        .unwrap();
+    (double, engine.images)
+}

@@ -335,13 +335,23 @@ pub struct PrepareFailed {
 pub struct Reconnected {
     /// agentctl's `/health` answer once it was back.
     pub health: serde_json::Value,
-    /// agentctl refused the recorded token, so a new handshake with the bootstrap nonce was
-    /// made (a restarted agentctl).
-    pub token_refused: bool,
-    /// agentctl accepted the recorded token (there was one, and no new handshake was needed).
-    pub token_accepted: bool,
+    /// What agentctl made of the recorded control token.
+    pub token: RecordedToken,
     /// The session's agent process agentctl no longer runs (it died with the container).
     pub instance_lost: Option<String>,
+}
+
+/// What agentctl made of the recorded control token when Kandev reached it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordedToken {
+    /// Accepted: the same agentctl; no new handshake.
+    Accepted,
+    /// Refused (a restarted agentctl has issued none yet): a new handshake with the bootstrap
+    /// nonce was made.
+    Refused,
+    /// None was recorded: a new handshake with the bootstrap nonce was made.
+    Absent,
 }
 
 /// What Kandev's database keeps of a running session (its executor's runtime metadata): the
@@ -714,13 +724,13 @@ impl Session {
         let started = Instant::now();
         let bootstrapped = self.bootstrap().await;
         timing.stage("bootstrap", started, &bootstrapped);
-        self.stages = timing.stage_durations();
         bootstrapped?;
         let started = Instant::now();
         let connected = self.connect().await;
         timing.stage("agentctl_connect", started, &connected);
+        connected?;
         self.stages = timing.stage_durations();
-        connected
+        Ok(())
     }
 
     /// Stage `bootstrap`: the files, the prepare script (its failure is [`PrepareFailed`]),
@@ -959,12 +969,12 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
     /// agentctl reached with the task's recorded control token, or, when agentctl refuses it
     /// (a restarted agentctl has issued none yet), through a new handshake with the bootstrap
     /// nonce the Pod still holds (agentctl issues a new token). `for_env` is the environment
-    /// file the client's commands load. Returns the client and whether the token was refused.
+    /// file the client's commands load. Returns the client and what became of the token.
     async fn reauthorized(
         &self,
         for_env: String,
         step: &str,
-    ) -> anyhow::Result<(AgentClient, bool)> {
+    ) -> anyhow::Result<(AgentClient, RecordedToken)> {
         let recorded = self
             .agent
             .as_ref()
@@ -976,7 +986,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
                 .await
                 .with_context(|| format!("{step}: reattach with the recorded token"))?
             {
-                return Ok((client, false));
+                return Ok((client, RecordedToken::Accepted));
             }
         }
         let mut client = self.client_for(None, for_env);
@@ -984,7 +994,11 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
             .handshake(&self.bootstrap_nonce)
             .await
             .with_context(|| format!("{step}: handshake with the bootstrap nonce"))?;
-        Ok((client, recorded.is_some()))
+        let token = match recorded {
+            Some(_) => RecordedToken::Refused,
+            None => RecordedToken::Absent,
+        };
+        Ok((client, token))
     }
 
     /// Starts the session's agent process through agentctl: the agent CLI run through the
@@ -1047,8 +1061,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
         let health = self
             .await_health(&self.session_client(None), "reconnect")
             .await?;
-        let had_token = self.agent.as_ref().and_then(AgentClient::token).is_some();
-        let (client, token_refused) = self
+        let (client, token) = self
             .reauthorized(format!("{}/auth.env", self.home()), "reconnect")
             .await?;
         let instances = client.instances().await.context("reconnect: instances")?;
@@ -1066,8 +1079,7 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
         self.agent = Some(client);
         Ok(Reconnected {
             health,
-            token_refused,
-            token_accepted: had_token && !token_refused,
+            token,
             instance_lost: lost,
         })
     }

@@ -20,7 +20,7 @@ use kandev_harness::backend::ContainerState;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
 };
-use kandev_harness::session::{Session, SessionOptions};
+use kandev_harness::session::{RecordedToken, Session, SessionOptions};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -155,7 +155,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence(
             "after_backend_restart",
             json!({"pod_uid": uid_now, "restarts": restarts_now, "agentctl": reattached.health,
-                "token_accepted": reattached.token_accepted, "instance_lost": reattached.instance_lost,
+                "recorded_token": reattached.token, "instance_lost": reattached.instance_lost,
                 "instance": session.instance(), "id_u": whoami.stdout.trim()}),
         );
         let same_agentctl = uptime(&reattached.health)
@@ -165,7 +165,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             uid_now.as_deref() == Some(pod_uid.as_str())
                 && restarts_now == Some(restarts_before)
                 && same_agentctl
-                && reattached.token_accepted
+                && reattached.token == RecordedToken::Accepted
                 && reattached.instance_lost.is_none()
                 && session.instance().is_some()
                 && session.instance().map(str::to_owned) == instance_before
@@ -174,9 +174,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &BACKEND_RESTART,
             || {
                 format!(
-                    "after the backend restart: Pod UID {uid_now:?} (was {pod_uid}), {main} restarts {restarts_now:?} (was {restarts_before}), agentctl uptime {:?} ms (was {uptime_before:?}), recorded token accepted: {}, session process lost: {:?}, commands: {}",
+                    "after the backend restart: Pod UID {uid_now:?} (was {pod_uid}), {main} restarts {restarts_now:?} (was {restarts_before}), agentctl uptime {:?} ms (was {uptime_before:?}), recorded token {:?}, session process lost: {:?}, commands: {}",
                     uptime(&reattached.health),
-                    reattached.token_accepted,
+                    reattached.token,
                     reattached.instance_lost,
                     whoami.summary()
                 )
@@ -239,18 +239,18 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let uptime = uptime(&reconnected.health);
         ctx.evidence(
             "reconnected",
-            json!({"agentctl": reconnected.health, "token_refused": reconnected.token_refused,
+            json!({"agentctl": reconnected.health, "recorded_token": reconnected.token,
                 "instance_lost": reconnected.instance_lost, "ms_since_kill": since_kill}),
         );
         promise(
             uptime.is_some_and(|u| u <= since_kill)
-                && reconnected.token_refused
+                && reconnected.token == RecordedToken::Refused
                 && reconnected.instance_lost.is_some(),
             &REHANDSHAKE,
             || {
                 format!(
-                    "agentctl is not a new process that lost the old session (uptime {uptime:?} ms, {since_kill} ms since the kill; recorded token refused: {}; old session process lost: {:?})",
-                    reconnected.token_refused, reconnected.instance_lost
+                    "agentctl is not a new process that lost the old session (uptime {uptime:?} ms, {since_kill} ms since the kill; recorded token {:?}; old session process lost: {:?})",
+                    reconnected.token, reconnected.instance_lost
                 )
             },
         )?;

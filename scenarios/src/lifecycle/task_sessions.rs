@@ -19,7 +19,9 @@ use anyhow::anyhow;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
 };
-use kandev_harness::session::{Session, SessionHandle, SessionOptions, terminal_cleanup};
+use kandev_harness::session::{
+    RecordedToken, Session, SessionHandle, SessionOptions, terminal_cleanup,
+};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -392,7 +394,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let processes = agent_processes(&first).await?;
         ctx.evidence(
             "after_backend_restart",
-            json!({"pod_uid": uid, "token_accepted": reattached.token_accepted,
+            json!({"pod_uid": uid, "recorded_token": reattached.token,
                 "instance_lost": reattached.instance_lost, "instances": instances, "agent_processes": processes}),
         );
         let wrong = not_kept(
@@ -403,16 +405,16 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         );
         promise(
             uid.as_deref() == Some(pod.uid.as_str())
-                && reattached.token_accepted
+                && reattached.token == RecordedToken::Accepted
                 && reattached.instance_lost.is_none()
                 && first.instance() == Some(first_instance.as_str())
                 && wrong.is_empty(),
             &BACKEND_RESTART,
             || {
                 format!(
-                    "after the backend restart: Pod UID {uid:?} (launched {}), recorded token accepted: {}, task session's process lost: {:?}; {}",
+                    "after the backend restart: Pod UID {uid:?} (launched {}), recorded token {:?}, task session's process lost: {:?}; {}",
                     pod.uid,
-                    reattached.token_accepted,
+                    reattached.token,
                     reattached.instance_lost,
                     wrong.join("; ")
                 )

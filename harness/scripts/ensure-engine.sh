@@ -1,19 +1,12 @@
 #!/usr/bin/env bash
 # Makes a Docker engine reachable for kandev-acceptance. Idempotent: when an engine already
 # answers (DOCKER_HOST or the default socket) it does nothing. Otherwise (root, Debian) it
-# installs Debian's docker.io, docker-compose, debootstrap and jq, registers a runtime that
+# installs Debian's docker.io, docker-compose, debootstrap and iptables, registers a runtime that
 # works around a missing CAP_SYS_RESOURCE in the capability bounding set (sandboxed hosts,
 # where `--privileged` otherwise fails with "unable to apply caps"), and starts dockerd.
 set -euo pipefail
 
 log() { printf 'ensure-engine: %s\n' "$*" >&2; }
-
-# The harness's own tests validate junit.xml against the JUnit XSD with xmllint.
-if ! command -v xmllint >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  log "installing libxml2-utils (xmllint, for the tests' JUnit schema check)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libxml2-utils >/dev/null
-fi
 
 if docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
   log "engine reachable ($(docker version --format '{{.Server.Version}}')); nothing to do"

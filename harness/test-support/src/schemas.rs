@@ -20,7 +20,7 @@ pub fn junit_errors(xml: &str) -> Vec<String> {
         .arg(file.path())
         .output()
         .unwrap_or_else(|e| {
-            panic!("run xmllint: {e}; install it: apt-get install libxml2-utils (harness/scripts/ensure-engine.sh does)")
+            panic!("run xmllint: {e}; install it: apt-get install libxml2-utils (harness/scripts/ensure-test-deps.sh does)")
         });
     if out.status.success() {
         Vec::new()

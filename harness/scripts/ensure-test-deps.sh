@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Everything the harness's own tests need on a fresh Debian machine, so that the README's test
+# command is the one command a newcomer runs: a Docker engine (ensure-engine.sh), and the tools
+# the tests call besides the engine. Idempotent: installs only what is missing.
+#   xmllint (libxml2-utils)  junit.xml against the JUnit XSD (harness/tests/output_schemas.rs)
+#   chromium                 report.html rendered headless (scenarios/tests/report_html.rs)
+#   jq                       harness/scripts/record-kube-fixtures.sh (test-support recorder_script.rs)
+# kubectl, which recorder_script.rs also runs, comes with these machines (not in Debian's archive).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+log() { printf 'ensure-test-deps: %s\n' "$*" >&2; }
+
+need=()
+command -v xmllint >/dev/null || need+=(libxml2-utils)
+command -v chromium >/dev/null || need+=(chromium)
+command -v jq >/dev/null || need+=(jq)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    log "missing ${need[*]}: install them (Debian: apt-get install ${need[*]}), then retry"
+    exit 3
+  fi
+  log "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+exec bash harness/scripts/ensure-engine.sh

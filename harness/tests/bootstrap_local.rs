@@ -69,6 +69,12 @@ async fn bootstrap_lays_out_files_as_kandev_does_and_refuses_symlinks() {
         let session = Session::launch(&settings, &cleanup, identity, &options())
             .await
             .unwrap();
+        // Kandev's timing records of a real launch: one per stage in order, one completed.
+        let records = settings
+            .launch_log
+            .for_session(&session.identity.task_id, &session.identity.session_id);
+        let problems = kandev_harness::session::timing::record_problems(&records);
+        assert!(problems.is_empty(), "{problems:?}: {records:?}");
         let home = session.home();
         assert!(home.starts_with("/run/kandev/sessions/") && home.ends_with("/home"));
 

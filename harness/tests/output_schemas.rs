@@ -4,8 +4,8 @@
 
 use kandev_harness::report::outputs::{ctrf, junit};
 use kandev_harness::report::{
-    CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport,
-    StepOutcome, StepReport, Summary,
+    CheckKind, CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, Report,
+    ScenarioReport, StepOutcome, StepReport, Summary,
 };
 use kandev_test_support::schemas;
 use serde_json::Value;
@@ -46,6 +46,11 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
         checks: vec![CheckReport {
             id: format!("area{i}::x/holds"),
             promise: "it holds".into(),
+            kind: if i.is_multiple_of(2) {
+                CheckKind::System
+            } else {
+                CheckKind::Mirror
+            },
             outcome: if outcome == Outcome::Failed {
                 CheckOutcome::Failed
             } else {

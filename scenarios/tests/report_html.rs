@@ -48,7 +48,7 @@ fn chromium(page: &Path, extra: &[String]) -> std::process::Output {
         .args(extra)
         .arg(format!("file://{}", page.display()))
         .output()
-        .expect("run chromium (apt-get install -y chromium)");
+        .expect("run chromium (bash harness/scripts/ensure-test-deps.sh installs it)");
     assert!(
         output.status.success(),
         "chromium failed: {}",
@@ -118,6 +118,7 @@ fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> 
     let judged = |first| CheckReport {
         id: format!("{name}/{first}"),
         promise: "a promise".into(),
+        kind: Default::default(),
         outcome: if outcome == Outcome::Passed {
             CheckOutcome::Passed
         } else {
@@ -157,7 +158,7 @@ fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> 
 }
 
 #[test]
-#[ignore = "needs Debian's chromium: apt-get install -y chromium (.ci/run installs it)"]
+#[ignore = "needs Debian's chromium: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
 fn an_assembled_report_renders_in_chromium() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("browser-launch")).unwrap();
@@ -209,7 +210,7 @@ fn an_assembled_report_renders_in_chromium() {
     assert!(dom.contains(
         "&lt;img src=x onerror=alert(1)&gt; &amp; \\u{001b}[31m\\u{0000} &lt;/details&gt;"
     ));
-    assert!(dom.contains("3 checks, 3 with a twin"));
+    assert!(dom.contains("3 system checks, 3 with a twin; 0 mirror checks"));
 }
 
 /// `kandev-acceptance` with `args`, its exit code and stdout.
@@ -247,7 +248,7 @@ fn github_run(dir: &Path, summary: &Path, args: &[String]) -> (i32, String, Path
 }
 
 #[test]
-#[ignore = "needs a Docker engine and Debian's chromium: bash harness/scripts/ensure-engine.sh; apt-get install -y chromium"]
+#[ignore = "needs a Docker engine and Debian's chromium: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
 fn real_runs_render_summarize_and_diff() {
     let started = std::time::Instant::now();
     let scratch = tempfile::tempdir().unwrap();

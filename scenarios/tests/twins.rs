@@ -1,11 +1,17 @@
-//! Every promise check can fail. Each check of the catalogue names its broken twin: a fixture
-//! of the system under test (template, worker image, prepare script) that breaks exactly that
-//! promise. These tests hold the catalogue to that:
+//! Every promise check can fail. Each check of the catalogue declares its kind: a `system`
+//! check names its broken twin, a fixture of the system under test (template, worker image,
+//! prepare script) that breaks exactly that promise; a `mirror` check is one only the
+//! harness's mirror of Kandev decides. These tests hold the catalogue to that:
 //!
-//! - every check has a twin on disk, or an exemption whose reason README lists;
-//! - README's table of checks and twins is the catalogue's own (`kandev-acceptance checks`);
+//! - every system check has a twin on disk, or an exemption (only a cluster can break it)
+//!   whose reason README lists; every mirror check is listed in README with its reason;
+//! - README's table of checks, kinds and twins is the catalogue's own (`kandev-acceptance
+//!   checks`);
 //! - (engine) each twin, run against the scenarios whose checks it twins, fails exactly that
 //!   check in each of them, with a diagnosis naming it, while the checks before it still pass.
+//!   The twin of `template::grant_rules/passes` is a template `run` refuses before anything
+//!   starts (exit 2, the broken rule named at its field path): that refusal is the check
+//!   failing.
 //!
 //! One run per fixture: a fixture that twins checks of several scenarios runs them together
 //! (it breaks one check in each). `KANDEV_TWINS=<part of a fixture path>` runs only matching
@@ -21,7 +27,15 @@ use kandev_harness::runner::{Check, Scenario, Twin};
 use std::collections::BTreeMap;
 use std::process::Command;
 
-const README_EXEMPTIONS: &str = "### Checks without a twin";
+const README_EXEMPTIONS: &str = "### System checks without a twin";
+const README_MIRRORS: &str = "### Mirror checks";
+/// The host-path folders twins share between Pods, left on the node by design.
+const HOST_FOLDERS: [&str; 2] = [
+    "/tmp/kandev-acceptance-shared-docker-socket",
+    "/tmp/kandev-acceptance-shared-containerd",
+];
+/// The one check judged before a run starts: its twin is refused by `run` (exit 2).
+const REFUSED_BEFORE_THE_RUN: &str = "template::grant_rules/passes";
 const TABLE_BEGIN: &str = "<!-- checks:begin -->";
 const TABLE_END: &str = "<!-- checks:end -->";
 
@@ -29,13 +43,24 @@ fn readme() -> String {
     std::fs::read_to_string(root().join("README.md")).unwrap()
 }
 
+/// README's section under `heading`, up to the next heading of its level or above.
+fn section(readme: &str, heading: &str) -> String {
+    readme
+        .split_once(heading)
+        .map(|(_, rest)| {
+            rest.split(['\n'])
+                .take_while(|line| !line.starts_with("## ") && !line.starts_with("### "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
 #[test]
-fn every_check_has_a_twin_or_an_exemption_listed_in_readme() {
+fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_listed_in_readme() {
     let readme = readme();
-    let exemptions = readme
-        .split_once(README_EXEMPTIONS)
-        .map(|(_, rest)| rest.split("\n## ").next().unwrap_or_default().to_owned())
-        .unwrap_or_default();
+    let exemptions = section(&readme, README_EXEMPTIONS);
+    let mirrors = section(&readme, README_MIRRORS);
     let mut problems = Vec::new();
     for scenario in kandev_scenarios::registry() {
         if scenario.checks.is_empty() {
@@ -67,11 +92,24 @@ fn every_check_has_a_twin_or_an_exemption_listed_in_readme() {
                     }
                 }
                 (Twin::Exempt(reason), None) => {
-                    if reason.trim().is_empty() || reason.starts_with("TODO") {
-                        problems.push(format!("{id}: no twin ({reason})"));
+                    if !reason.starts_with("only a cluster can break it") {
+                        problems.push(format!(
+                            "{id}: a system check without a twin must be one only a cluster can break (\"only a cluster can break it: ...\"): {reason}"
+                        ));
                     } else if !exemptions.contains(&format!("`{id}`")) {
                         problems.push(format!(
                             "{id}: exempt, but README's \"{README_EXEMPTIONS}\" does not list it with its reason"
+                        ));
+                    }
+                }
+                (Twin::Mirror(reason), None) => {
+                    if !reason.contains("Kept in the scenario because") {
+                        problems.push(format!(
+                            "{id}: a mirror check stays in the catalogue only where it needs the running Pod (\"Kept in the scenario because ...\"); else it is a unit test of the mirror: {reason}"
+                        ));
+                    } else if !mirrors.contains(&format!("`{id}`")) {
+                        problems.push(format!(
+                            "{id}: a mirror check, but README's \"{README_MIRRORS}\" does not list it with its reason"
                         ));
                     }
                 }
@@ -120,7 +158,7 @@ fn twin_args(twin: &Twin) -> (Vec<String>, Option<String>) {
             let tag = broken_worker(name);
             (vec!["--worker-image".into(), tag.clone()], Some(tag))
         }
-        Twin::Exempt(_) => (Vec::new(), None),
+        Twin::Exempt(_) | Twin::Mirror(_) => (Vec::new(), None),
     }
 }
 
@@ -200,6 +238,13 @@ fn every_twin_fails_exactly_its_check() {
             continue;
         }
         let started = std::time::Instant::now();
+        if let [(scenario, check)] = checks.as_slice()
+            && scenario.check_id(check) == REFUSED_BEFORE_THE_RUN
+        {
+            wrong.extend(refused_before_the_run(&path));
+            ran += 1;
+            continue;
+        }
         let (mut args, built) = twin_args(&twin);
         let names: Vec<&str> = checks.iter().map(|(s, _)| s.name).collect();
         args.extend(only(&names));
@@ -209,6 +254,10 @@ fn every_twin_fails_exactly_its_check() {
             let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
         }
         // Escape twins leave processes on the node by design: remove them before judging.
+        // Sharing twins leave their host-path folder (the node state the fixture says).
+        for folder in HOST_FOLDERS {
+            let _ = std::fs::remove_dir_all(folder);
+        }
         clean_escaped(&run, "kandev-accounting-");
         clean_escaped(
             &run,
@@ -241,4 +290,38 @@ fn every_twin_fails_exactly_its_check() {
     }
     assert!(ran > 0, "no twin matched KANDEV_TWINS={wanted:?}");
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// What is wrong with how `run` treated the twin of [`REFUSED_BEFORE_THE_RUN`]: it must refuse
+/// it before anything starts (exit 2), naming the broken rule at its field path, and write
+/// no run folder.
+fn refused_before_the_run(path: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--report"])
+        .arg(dir.path())
+        .arg("--template")
+        .arg(fixture(path))
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .output()
+        .unwrap();
+    let text = output_text(&output);
+    let mut wrong = Vec::new();
+    if output.status.code() != Some(2) {
+        wrong.push(format!(
+            "{REFUSED_BEFORE_THE_RUN}: fixtures/{path} exited {:?}, expected 2 (refused): {text}",
+            output.status.code()
+        ));
+    }
+    if !text.contains("breaks Kandev's rules") || !text.contains("config.pod_template_yaml.") {
+        wrong.push(format!(
+            "{REFUSED_BEFORE_THE_RUN}: fixtures/{path}: the refusal names no rule at its field path: {text}"
+        ));
+    }
+    if std::fs::read_dir(dir.path()).unwrap().next().is_some() {
+        wrong.push(format!(
+            "{REFUSED_BEFORE_THE_RUN}: fixtures/{path}: a refused run wrote a run folder"
+        ));
+    }
+    wrong
 }

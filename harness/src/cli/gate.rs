@@ -6,7 +6,7 @@ use super::read_input;
 use crate::config::Capability;
 use crate::pod::release::is_immutable;
 use crate::report::exit;
-use crate::report::gate::{Expectations, refusals};
+use crate::report::gate::{Expectations, passed_line, refusals};
 use crate::runner::Scenario;
 
 pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
@@ -52,7 +52,10 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             .map(|s| {
                 (
                     s.name.to_owned(),
-                    s.checks.iter().map(|c| s.check_id(c)).collect(),
+                    s.checks
+                        .iter()
+                        .map(|c| (s.check_id(c), c.twin.kind()))
+                        .collect(),
                 )
             })
             .collect(),
@@ -61,15 +64,15 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             .map_or(0, |d| d.as_millis() as u64),
     };
     let reasons = refusals(&report, &expectations);
-    let checks: usize = expectations.catalogue.iter().map(|(_, c)| c.len()).sum();
     if reasons.is_empty() {
         println!(
-            "PASS: run {} ({}) gates {} and {}: {} scenarios, {checks} checks passed",
+            "PASS: run {} ({}) gates {} and {}: {} scenarios, {}",
             report.run_id,
             report.finished_at,
             args.worker_image,
             args.daemon_image,
-            expectations.catalogue.len()
+            expectations.catalogue.len(),
+            passed_line(&report, &expectations)
         );
         exit::SUCCESS
     } else {

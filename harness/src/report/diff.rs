@@ -7,7 +7,7 @@
 //! [`exit::REGRESSED`]. Slower durations and environment changes are reported, not judged:
 //! timings on shared CI machines are too noisy to fail a job on.
 
-use super::{CheckOutcome, Outcome, Report, ScenarioReport, exit};
+use super::{CheckKind, CheckOutcome, CheckSummary, Outcome, Report, ScenarioReport, exit};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -39,6 +39,11 @@ pub struct Diff {
     /// Scenarios only OLD ran.
     pub removed: Vec<String>,
     pub checks: Vec<CheckChange>,
+    /// The checks of OLD and NEW, counted by kind ("61 system checks, 55 with a twin; 11
+    /// mirror checks" and how many of each passed): a green proves only its system checks
+    /// about the cluster, template, images and prepare script.
+    pub old_checks: String,
+    pub new_checks: String,
     pub durations: Vec<DurationChange>,
     pub environment: Vec<EnvironmentChange>,
 }
@@ -56,9 +61,23 @@ pub struct OutcomeChange {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckChange {
     pub id: String,
+    /// Its kind in NEW (in OLD when NEW does not have it).
+    pub kind: CheckKind,
+    /// Its kind in OLD when that differs (a check re-classified between the two harnesses).
+    pub old_kind: Option<CheckKind>,
     /// None: the check was not in that report (a new check, or a report from before checks).
     pub old: Option<CheckOutcome>,
     pub new: Option<CheckOutcome>,
+}
+
+/// "61 system checks, 55 with a twin; 11 mirror checks (61 and 11 passed)".
+fn kinds_passed(c: &CheckSummary) -> String {
+    format!(
+        "{} ({} and {} passed)",
+        c.kinds_line(),
+        c.system.passed,
+        c.mirror.passed
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -229,6 +248,8 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
         other_outcome_changes: Vec::new(),
         removed: Vec::new(),
         checks: Vec::new(),
+        old_checks: kinds_passed(&old.summary.checks),
+        new_checks: kinds_passed(&new.summary.checks),
         durations: Vec::new(),
         environment: environment(old, new),
     };
@@ -252,20 +273,25 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
             _ if change.old.is_some_and(|o| o != s.outcome) => d.other_outcome_changes.push(change),
             _ => {}
         }
-        let old_checks: BTreeMap<&str, CheckOutcome> = previous
+        let old_checks: BTreeMap<&str, (CheckOutcome, CheckKind)> = previous
             .map(|p| {
                 p.checks
                     .iter()
-                    .map(|c| (c.id.as_str(), c.outcome))
+                    .map(|c| (c.id.as_str(), (c.outcome, c.kind)))
                     .collect()
             })
             .unwrap_or_default();
         for c in &s.checks {
             let was = old_checks.get(c.id.as_str()).copied();
-            if was != Some(c.outcome) && previous.is_some_and(|p| !p.checks.is_empty()) {
+            let old_kind = was.map(|(_, kind)| kind).filter(|kind| *kind != c.kind);
+            if (was.map(|(outcome, _)| outcome) != Some(c.outcome) || old_kind.is_some())
+                && previous.is_some_and(|p| !p.checks.is_empty())
+            {
                 d.checks.push(CheckChange {
                     id: c.id.clone(),
-                    old: was,
+                    kind: c.kind,
+                    old_kind,
+                    old: was.map(|(outcome, _)| outcome),
                     new: Some(c.outcome),
                 });
             }
@@ -275,6 +301,8 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
                 if !s.checks.iter().any(|n| n.id == c.id) && !s.checks.is_empty() {
                     d.checks.push(CheckChange {
                         id: c.id.clone(),
+                        kind: c.kind,
+                        old_kind: None,
                         old: Some(c.outcome),
                         new: None,
                     });
@@ -316,16 +344,18 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
         .filter(|o| !new.scenarios.iter().any(|n| n.name == o.name))
         .map(|o| o.name.clone())
         .collect();
-    // A check that held and now fails, or is no longer judged (a newly vacuous pass), and a
+    // A check that held and now fails, or is no longer judged (a newly vacuous pass), a
+    // system check now only a mirror check (the green proves less of the system), and a
     // scenario no longer run, are regressions too.
     d.regressed = !d.newly_failing.is_empty()
         || !d.removed.is_empty()
         || d.checks.iter().any(|c| {
-            c.old == Some(CheckOutcome::Passed)
+            (c.old == Some(CheckOutcome::Passed)
                 && matches!(
                     c.new,
                     Some(CheckOutcome::Failed | CheckOutcome::NotReached) | None
-                )
+                ))
+                || c.old_kind == Some(CheckKind::System)
         });
     d
 }
@@ -405,21 +435,38 @@ pub fn human(diff: &Diff) -> String {
         outcome_lines(&diff.other_outcome_changes),
     );
     section(&mut out, "no longer run", diff.removed.clone());
-    section(
-        &mut out,
-        "checks whose outcome changed",
-        diff.checks
-            .iter()
-            .map(|c| {
-                format!(
-                    "{:<40} {} -> {}",
-                    c.id,
-                    check_text(c.old),
-                    check_text(c.new)
-                )
-            })
-            .collect(),
-    );
+    let _ = writeln!(out, "checks: {} -> {}", diff.old_checks, diff.new_checks);
+    for (kind, title) in [
+        (
+            CheckKind::System,
+            "system checks whose outcome or kind changed",
+        ),
+        (
+            CheckKind::Mirror,
+            "mirror checks (the harness's mirror of Kandev) whose outcome or kind changed",
+        ),
+    ] {
+        section(
+            &mut out,
+            title,
+            diff.checks
+                .iter()
+                .filter(|c| c.kind == kind)
+                .map(|c| {
+                    let reclassified = c
+                        .old_kind
+                        .map(|k| format!(" (was a {} check)", k.as_str()))
+                        .unwrap_or_default();
+                    format!(
+                        "{:<40} {} -> {}{reclassified}",
+                        c.id,
+                        check_text(c.old),
+                        check_text(c.new)
+                    )
+                })
+                .collect(),
+        );
+    }
     section(
         &mut out,
         &format!("durations changed beyond {}", diff.threshold),

@@ -2,6 +2,8 @@
 //! --for-release`, `gate`), the report and README: the capabilities a run needs to judge every
 //! scenario, the gate profiles, and the gate a run was judged by.
 
+use super::CheckKind;
+
 /// What a run needs to judge every scenario. Lacking one ends the scenarios that need it
 /// `skipped` (node view) or `incompatible` (worker tools) — unless the gate requires it: then
 /// they fail, naming what was missing.
@@ -146,8 +148,8 @@ pub struct Expectations {
     pub max_age_ms: Option<u64>,
     /// Capabilities whose lack fails (the release profile: all).
     pub requires: Vec<Capability>,
-    /// Every scenario of this harness's catalogue with its check ids.
-    pub catalogue: Vec<(String, Vec<String>)>,
+    /// Every scenario of this harness's catalogue with its check ids and their kinds.
+    pub catalogue: Vec<(String, Vec<(String, CheckKind)>)>,
     /// Now, in milliseconds since the epoch.
     pub now_ms: u64,
 }
@@ -176,6 +178,26 @@ fn same_image(report: &super::Report, role: &str, expected: &str) -> Result<(), 
             image.id.as_deref().unwrap_or("unknown")
         ))
     }
+}
+
+/// What a passing gate says it proves, counted by kind from the catalogue and the report:
+/// "61 system checks (55 with a twin) and 11 mirror checks passed".
+pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
+    let kinds = expect.catalogue.iter().flat_map(|(_, checks)| checks);
+    let system = kinds
+        .clone()
+        .filter(|(_, k)| *k == CheckKind::System)
+        .count();
+    let mirror = kinds.filter(|(_, k)| *k == CheckKind::Mirror).count();
+    let with_twin = report
+        .scenarios
+        .iter()
+        .flat_map(|s| &s.checks)
+        .filter(|c| c.kind == CheckKind::System && c.twin.starts_with("fixtures/"))
+        .count();
+    format!(
+        "{system} system checks ({with_twin} with a twin) and {mirror} mirror checks (which judge only the harness's mirror of Kandev) passed"
+    )
 }
 
 /// Every reason `report` does not gate a release under `expect` (empty: it does).
@@ -222,8 +244,13 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
             ));
             continue;
         }
-        for id in checks {
+        for (id, kind) in checks {
             match scenario.checks.iter().find(|c| &c.id == id) {
+                Some(c) if c.kind != *kind => reasons.push(format!(
+                    "check {id} is a {} check in the report, a {} check in this harness: run this harness's catalogue",
+                    c.kind.as_str(),
+                    kind.as_str()
+                )),
                 Some(c) if c.outcome == CheckOutcome::Passed => {}
                 Some(c) => reasons.push(format!("check {id} {}", c.outcome.as_str())),
                 None => reasons.push(format!(
@@ -359,7 +386,10 @@ mod tests {
             template_sha256: Some("sha256:source".into()),
             max_age_ms: Some(3_600_000),
             requires: Capability::ALL.to_vec(),
-            catalogue: vec![("a::x".into(), vec!["a::x/holds".into()])],
+            catalogue: vec![(
+                "a::x".into(),
+                vec![("a::x/holds".into(), CheckKind::System)],
+            )],
             now_ms: crate::report::unix_ms("2026-11-30T10:30:00.000Z").unwrap_or_default(),
         }
     }
@@ -395,6 +425,23 @@ mod tests {
             assert!(reasons.contains(expected), "{expected}: {reasons}");
         }
         assert_eq!(refusals(&r, &e).len(), 7, "{reasons}");
+    }
+
+    #[test]
+    fn a_check_whose_kind_differs_from_the_catalogue_refuses_and_a_pass_counts_kinds_apart() {
+        let mut e = expect();
+        e.catalogue[0].1[0].1 = CheckKind::Mirror;
+        let refused = refusals(&report("passed", "passed", None), &e);
+        assert_eq!(
+            refused,
+            vec![
+                "check a::x/holds is a system check in the report, a mirror check in this harness: run this harness's catalogue"
+            ]
+        );
+        assert_eq!(
+            passed_line(&report("passed", "passed", None), &expect()),
+            "1 system checks (0 with a twin) and 0 mirror checks (which judge only the harness's mirror of Kandev) passed"
+        );
     }
 
     #[test]

@@ -273,8 +273,11 @@ fn summary(h: &mut String, report: &Report) {
     let c = &s.checks;
     let _ = write!(
         h,
-        "</p>\n<p id=\"check-count\">{} checks, {} with a twin: {} passed, {} failed, {} not reached</p>\n",
-        c.total, c.with_twin, c.passed, c.failed, c.not_reached
+        "</p>\n<p id=\"check-count\">{}: {} passed, {} failed, {} not reached. System checks can be broken by the cluster, template, images or prepare script; mirror checks only by the harness's mirror of Kandev, so they say nothing of the system.</p>\n",
+        c.kinds_line(),
+        c.passed,
+        c.failed,
+        c.not_reached
     );
     if let Some(used) = &s.resources {
         let _ = writeln!(
@@ -689,12 +692,13 @@ fn scenario(h: &mut String, s: &ScenarioReport) {
         let _ = writeln!(h, "<p>Lacking: <code>{}</code></p>", lacking.name());
     }
     if !s.checks.is_empty() {
-        h.push_str("<h3>Checks</h3>\n<table class=\"checks\"><tr><th>check</th><th>outcome</th><th>promise</th><th>twin</th></tr>\n");
+        h.push_str("<h3>Checks</h3>\n<table class=\"checks\"><tr><th>check</th><th>kind</th><th>outcome</th><th>promise</th><th>twin</th></tr>\n");
         for c in &s.checks {
             let _ = writeln!(
                 h,
-                "<tr class=\"check\" data-check=\"{id}\" data-outcome=\"{class}\"><td class=\"mono\">{id}</td><td>{badge}</td><td>{promise}</td><td class=\"mono\">{twin}</td></tr>",
+                "<tr class=\"check\" data-check=\"{id}\" data-kind=\"{kind}\" data-outcome=\"{class}\"><td class=\"mono\">{id}</td><td>{kind}</td><td>{badge}</td><td>{promise}</td><td class=\"mono\">{twin}</td></tr>",
                 id = escape(&c.id),
+                kind = c.kind.as_str(),
                 class = check_class(c.outcome),
                 badge = badge(check_class(c.outcome), c.outcome.as_str()),
                 promise = escape(&c.promise),
@@ -878,7 +882,7 @@ fn run_level(h: &mut String, report: &Report) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::{CheckReport, SessionRecord, Summary};
+    use crate::report::{CheckKind, CheckReport, SessionRecord, Summary};
 
     pub(crate) fn scenario(
         name: &str,
@@ -894,6 +898,7 @@ pub(crate) mod tests {
                 CheckReport {
                     id: format!("{name}/first"),
                     promise: "first".into(),
+                    kind: CheckKind::System,
                     outcome: if outcome == Outcome::Passed {
                         CheckOutcome::Passed
                     } else {
@@ -904,12 +909,13 @@ pub(crate) mod tests {
                 CheckReport {
                     id: format!("{name}/second"),
                     promise: "second".into(),
+                    kind: CheckKind::Mirror,
                     outcome: if outcome == Outcome::Passed {
                         CheckOutcome::Passed
                     } else {
                         CheckOutcome::NotReached
                     },
-                    twin: "exempt: none".into(),
+                    twin: "mirror: none".into(),
                 },
             ],
             lacking: None,
@@ -1002,16 +1008,21 @@ pub(crate) mod tests {
         }
         assert!(html.contains("data-outcome=\"failed\" open>"));
         assert!(
-            html.contains("<tr class=\"check\" data-check=\"x::y/first\" data-outcome=\"failed\">")
+            html.contains("<tr class=\"check\" data-check=\"x::y/first\" data-kind=\"system\" data-outcome=\"failed\">")
         );
-        assert!(html.contains("data-check=\"x::y/second\" data-outcome=\"not_reached\""));
+        assert!(html.contains(
+            "data-check=\"x::y/second\" data-kind=\"mirror\" data-outcome=\"not_reached\""
+        ));
         assert_eq!(html.matches("<tr class=\"check\"").count(), 6);
         assert!(!html.contains("<script>alert"), "unescaped diagnosis");
         assert!(
             html.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; \\u{001b}[0m\\u{0000} done")
         );
         assert!(!html.contains('\u{1b}') && !html.contains('\u{0}'));
-        assert!(html.contains("6 checks, 3 with a twin"), "{html}");
+        assert!(
+            html.contains("3 system checks, 3 with a twin; 3 mirror checks"),
+            "{html}"
+        );
         assert!(html.contains("exit code 1: "));
         assert!(html.contains("<svg id=\"timeline\""));
         assert!(html.contains("launch stage pod_ready: 1500 ms"));

@@ -146,7 +146,7 @@ pub struct ResourceUsage {
     pub memory_peak_bytes: Option<u64>,
 }
 
-/// How many promise checks the run judged, and how many of them have a broken twin.
+/// How many promise checks the run judged, of which kind, and how many have a broken twin.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckSummary {
@@ -154,9 +154,48 @@ pub struct CheckSummary {
     pub passed: usize,
     pub failed: usize,
     pub not_reached: usize,
-    /// Checks with a broken fixture that shows they can fail (the rest are exempt, with the
-    /// reason in `twin`).
+    /// System checks with a broken fixture that shows they can fail (the rest of the system
+    /// checks are exempt, with the reason in `twin`; mirror checks have none).
     pub with_twin: usize,
+    /// Checks the system under test (cluster, template, images, prepare script, daemon
+    /// configuration) can break.
+    #[serde(default)]
+    pub system: KindCount,
+    /// Checks only the harness's mirror of Kandev decides: they say nothing of the system.
+    #[serde(default)]
+    pub mirror: KindCount,
+}
+
+/// The checks of one [`CheckKind`] and how they ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KindCount {
+    pub total: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub not_reached: usize,
+}
+
+impl KindCount {
+    fn add(&mut self, outcome: CheckOutcome) {
+        self.total += 1;
+        match outcome {
+            CheckOutcome::Passed => self.passed += 1,
+            CheckOutcome::Failed => self.failed += 1,
+            CheckOutcome::NotReached => self.not_reached += 1,
+        }
+    }
+}
+
+impl CheckSummary {
+    /// "61 system checks, 55 with a twin; 11 mirror checks": what a green of these checks
+    /// proves about the system, and what only about the harness's mirror of Kandev.
+    pub fn kinds_line(&self) -> String {
+        format!(
+            "{} system checks, {} with a twin; {} mirror checks",
+            self.system.total, self.with_twin, self.mirror.total
+        )
+    }
 }
 
 impl Summary {
@@ -175,7 +214,11 @@ impl Summary {
             }
             for check in &scenario.checks {
                 s.checks.total += 1;
-                s.checks.with_twin += usize::from(!check.twin.starts_with("exempt"));
+                s.checks.with_twin += usize::from(check.twin.starts_with("fixtures/"));
+                match check.kind {
+                    CheckKind::System => s.checks.system.add(check.outcome),
+                    CheckKind::Mirror => s.checks.mirror.add(check.outcome),
+                }
                 match check.outcome {
                     CheckOutcome::Passed => s.checks.passed += 1,
                     CheckOutcome::Failed => s.checks.failed += 1,
@@ -296,10 +339,35 @@ pub struct CheckReport {
     /// `<scenario>/<check>`, stable across runs.
     pub id: String,
     pub promise: String,
+    /// Who can break it (reports from before kinds: every check `system`).
+    #[serde(default)]
+    pub kind: CheckKind,
     pub outcome: CheckOutcome,
     /// The broken fixture that proves this check can fail (`fixtures/...`), or
-    /// `exempt: <reason>`.
+    /// `exempt: <reason>` (a system check only a cluster can break), or `mirror: <reason>`.
     pub twin: String,
+}
+
+/// Who can break a check: what a green of it proves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckKind {
+    /// Something an operator or a recipe author controls (the cluster, the template, the
+    /// images, the prepare script, the daemon's configuration) can break it.
+    #[default]
+    System,
+    /// Only the harness's mirror of Kandev's executor decides it (composition, launch,
+    /// snapshot, reconnect, terminal cleanup): it judges the harness, not the system.
+    Mirror,
+}
+
+impl CheckKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckKind::System => "system",
+            CheckKind::Mirror => "mirror",
+        }
+    }
 }
 
 /// How one check ended.
@@ -532,8 +600,10 @@ impl ResourceUsage {
 pub fn human_summary(report: &Report, path: &Path) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "\nkandev-acceptance run {} on {}: {} checks, {} with a twin\n",
-        report.run_id, report.backend, report.summary.checks.total, report.summary.checks.with_twin
+        "\nkandev-acceptance run {} on {}: {}\n",
+        report.run_id,
+        report.backend,
+        report.summary.checks.kinds_line()
     ));
     for s in &report.scenarios {
         out.push_str(&format!(
@@ -571,8 +641,9 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
     ));
     let c = &s.checks;
     out.push_str(&format!(
-        "  {} checks: {} passed, {} failed, {} not reached\n",
-        c.total, c.passed, c.failed, c.not_reached
+        "  {} system checks: {} passed, {} failed, {} not reached; {} mirror checks: {} passed, {} failed, {} not reached\n",
+        c.system.total, c.system.passed, c.system.failed, c.system.not_reached,
+        c.mirror.total, c.mirror.passed, c.mirror.failed, c.mirror.not_reached
     ));
     if let Some(used) = &s.resources {
         out.push_str(&format!(

@@ -93,6 +93,14 @@ fn details(s: &ScenarioReport) -> String {
             .iter()
             .map(|f| format!("finding {:?} {}: {}", f.level, f.code, f.message)),
     );
+    lines.extend(s.checks.iter().map(|c| {
+        format!(
+            "check {} ({}) {}",
+            c.id,
+            c.kind.as_str(),
+            c.outcome.as_str()
+        )
+    }));
     lines.extend(teardown_failures(s));
     lines.extend(s.leaks.iter().map(|l| format!("leaked {l}")));
     lines.extend(s.artifacts.iter().map(|a| format!("artifact {a}")));
@@ -133,9 +141,36 @@ pub fn junit(report: &Report) -> String {
                 .unwrap_or_default(),
         ),
         ("leftovers", report.leftovers.join(", ")),
-    ] {
+        // What a green proves: system checks judge the cluster, template, images and prepare
+        // script; mirror checks only the harness's mirror of Kandev.
+        ("checks", report.summary.checks.kinds_line()),
+        (
+            "checks_system",
+            report.summary.checks.system.total.to_string(),
+        ),
+        (
+            "checks_system_with_twin",
+            report.summary.checks.with_twin.to_string(),
+        ),
+        (
+            "checks_mirror",
+            report.summary.checks.mirror.total.to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    // One property a check (testcases carry none in the common XSD): its kind and outcome.
+    .chain(report.scenarios.iter().flat_map(|s| {
+        s.checks.iter().map(|c| {
+            (
+                format!("check:{}", c.id),
+                format!("{} {}", c.kind.as_str(), c.outcome.as_str()),
+            )
+        })
+    })) {
         xml.push_str(&format!(
-            "      <property name=\"{name}\" value=\"{}\"/>\n",
+            "      <property name=\"{}\" value=\"{}\"/>\n",
+            xml_escape(&name),
             xml_escape(&value)
         ));
     }
@@ -251,6 +286,12 @@ pub fn ctrf(report: &Report) -> Value {
                 })).collect::<Vec<_>>(),
                 "extra": {
                     "promise": s.promise,
+                    "checks": s.checks.iter().map(|c| json!({
+                        "id": c.id,
+                        "kind": c.kind.as_str(),
+                        "outcome": c.outcome.as_str(),
+                        "twin": c.twin,
+                    })).collect::<Vec<_>>(),
                     "findings": s.findings,
                     "teardown_failures": teardown_failures(s),
                     "leaks": s.leaks,
@@ -299,7 +340,17 @@ pub fn ctrf(report: &Report) -> Value {
             "environment": {
                 "reportName": report.run_id,
                 "healthy": report.leftovers.is_empty() && report.summary.leaked == 0,
-                "extra": {"backend": report.backend, "interrupted": report.interrupted, "leftovers": report.leftovers},
+                "extra": {
+                    "backend": report.backend,
+                    "interrupted": report.interrupted,
+                    "leftovers": report.leftovers,
+                    "checks": {
+                        "summary": report.summary.checks.kinds_line(),
+                        "system": report.summary.checks.system,
+                        "system_with_twin": report.summary.checks.with_twin,
+                        "mirror": report.summary.checks.mirror,
+                    },
+                },
             },
         }
     })

@@ -2,7 +2,7 @@
 //! `GITHUB_STEP_SUMMARY` names, and each failed check as an `::error` workflow command on
 //! stdout, which the runner shows as an annotation.
 
-use super::{CheckOutcome, Report, exit};
+use super::{CheckKind, CheckOutcome, Report, exit};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -40,7 +40,7 @@ pub fn markdown(report: &Report) -> String {
     );
     let _ = writeln!(
         md,
-        "**exit code {code}**: {}. {} scenarios: {} passed, {} failed, {} leaked, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1} s). {} checks, {} with a twin: {} passed, {} failed, {} not reached.\n",
+        "**exit code {code}**: {}. {} scenarios: {} passed, {} failed, {} leaked, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1} s). {}: {} passed, {} failed, {} not reached (system checks: {} passed; mirror checks, which judge only the harness's mirror of Kandev: {} passed).\n",
         exit::meaning(code),
         s.total,
         s.passed,
@@ -52,11 +52,12 @@ pub fn markdown(report: &Report) -> String {
         s.skipped,
         s.incompatible,
         report.duration_ms as f64 / 1000.0,
-        s.checks.total,
-        s.checks.with_twin,
+        s.checks.kinds_line(),
         s.checks.passed,
         s.checks.failed,
         s.checks.not_reached,
+        s.checks.system.passed,
+        s.checks.mirror.passed,
     );
     if let Some(used) = &s.resources {
         let _ = writeln!(
@@ -79,9 +80,19 @@ pub fn markdown(report: &Report) -> String {
             "❌ "
         };
         let flaky = if scenario.flaky { " (flaky)" } else { "" };
+        let mirrors = scenario
+            .checks
+            .iter()
+            .filter(|c| c.kind == CheckKind::Mirror)
+            .count();
+        let mirrors = if mirrors > 0 {
+            format!(" ({mirrors} mirror)")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             md,
-            "| `{}` | {mark}{}{flaky} | {:.1} s | {passed}/{} passed | {} |",
+            "| `{}` | {mark}{}{flaky} | {:.1} s | {passed}/{} passed{mirrors} | {} |",
             cell(&scenario.name),
             scenario.outcome.as_str(),
             scenario.duration_ms as f64 / 1000.0,
@@ -222,11 +233,11 @@ mod tests {
         ]);
         let md = markdown(&r);
         assert!(
-            md.contains("| `a::passes` | passed | 4.0 s | 2/2 passed | - |"),
+            md.contains("| `a::passes` | passed | 4.0 s | 2/2 passed (1 mirror) | - |"),
             "{md}"
         );
         assert!(
-            md.contains("| `x::y` | ❌ failed | 4.0 s | 0/2 passed | - |"),
+            md.contains("| `x::y` | ❌ failed | 4.0 s | 0/2 passed (1 mirror) | - |"),
             "{md}"
         );
         assert!(

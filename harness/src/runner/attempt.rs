@@ -323,6 +323,7 @@ fn judged_checks(scenario: &Scenario, judged: &JudgedChecks) -> Vec<CheckReport>
         .map(|check| CheckReport {
             id: scenario.check_id(check),
             promise: check.promise.into(),
+            kind: check.twin.kind(),
             outcome: if judged.broke == Some(check.id) {
                 CheckOutcome::Failed
             } else if judged.held.contains(&check.id) {
@@ -497,6 +498,7 @@ mod tests {
         let check = |outcome| CheckReport {
             id: "a::x/c".into(),
             promise: "p".into(),
+            kind: Default::default(),
             outcome,
             twin: "t".into(),
         };

@@ -40,7 +40,9 @@ pub struct Check {
 
 /// The broken fixture that breaks exactly one check's promise in the system under test (never
 /// the harness or the mock agent); `scenarios/tests/twins.rs` runs each and asserts that
-/// exactly that check fails.
+/// exactly that check fails. The variant also declares the check's [`CheckKind`]: a
+/// [`Twin::Mirror`] check is one only the harness's mirror of Kandev decides; every other is a
+/// system check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Twin {
     /// `fixtures/templates/broken/<name>.yaml`, run as `--template`.
@@ -50,19 +52,33 @@ pub enum Twin {
     Worker(&'static str),
     /// `fixtures/prepare/broken/<name>.sh`, run as `--prepare-script`.
     Prepare(&'static str),
-    /// No fixture of the system under test can break it; the reason, also listed in README's
-    /// exemptions.
+    /// A system check that no fixture of the template, images or prepare script can break
+    /// (only a cluster can): the reason, which README's exemptions list.
     Exempt(&'static str),
+    /// A mirror check: only the harness's mirror of Kandev's executor decides it, so a green
+    /// says nothing about the cluster, template or images. The reason names the mirror, its
+    /// unit tests, and why the check needs the running Pod at all; README lists it.
+    Mirror(&'static str),
 }
 
+pub use crate::report::CheckKind;
+
 impl Twin {
-    /// The fixture's path under `fixtures/`, or `None` for an exemption.
+    /// The fixture's path under `fixtures/`, or `None` for an exemption or a mirror check.
     pub fn fixture(&self) -> Option<String> {
         match self {
             Twin::Template(name) => Some(format!("templates/broken/{name}.yaml")),
             Twin::Worker(name) => Some(format!("images/broken/{name}")),
             Twin::Prepare(name) => Some(format!("prepare/broken/{name}.sh")),
-            Twin::Exempt(_) => None,
+            Twin::Exempt(_) | Twin::Mirror(_) => None,
+        }
+    }
+
+    /// Who can break the check: the system under test, or only the harness's mirror.
+    pub fn kind(&self) -> CheckKind {
+        match self {
+            Twin::Mirror(_) => CheckKind::Mirror,
+            _ => CheckKind::System,
         }
     }
 
@@ -71,25 +87,29 @@ impl Twin {
         match (self, self.fixture()) {
             (_, Some(path)) => format!("fixtures/{path}"),
             (Twin::Exempt(reason), None) => format!("exempt: {reason}"),
+            (Twin::Mirror(reason), None) => format!("mirror: {reason}"),
             _ => String::new(),
         }
     }
 }
 
-/// The catalogue's checks and their twins as a Markdown table (`kandev-acceptance checks`;
-/// README carries the same table, and a test keeps the two equal).
+/// The catalogue's checks, their kind and their twins as a Markdown table (`kandev-acceptance
+/// checks`; README carries the same table, and a test keeps the two equal).
 pub fn checks_table(registry: &[Scenario]) -> String {
-    let mut out = String::from("| check | promise | broken twin |\n| --- | --- | --- |\n");
+    let mut out =
+        String::from("| check | kind | promise | broken twin |\n| --- | --- | --- | --- |\n");
     for scenario in registry {
         for check in scenario.checks {
             let twin = match (check.twin, check.twin.fixture()) {
                 (_, Some(path)) => format!("`fixtures/{path}`"),
                 (Twin::Exempt(_), None) => "exempt (see below)".to_owned(),
+                (Twin::Mirror(_), None) => "none: mirror check (see below)".to_owned(),
                 _ => String::new(),
             };
             out.push_str(&format!(
-                "| `{}` | {} | {twin} |\n",
+                "| `{}` | {} | {} | {twin} |\n",
                 scenario.check_id(check),
+                check.twin.kind().as_str(),
                 check.promise.replace('|', "\\|")
             ));
         }

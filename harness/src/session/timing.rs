@@ -184,6 +184,77 @@ impl LaunchLog {
     }
 }
 
+/// Kandev's launch stages, in order.
+pub const STAGE_ORDER: [&str; 4] = ["storage", "pod_ready", "bootstrap", "agentctl_connect"];
+
+/// What is wrong with a session's launch timing records (empty: one stage record per stage
+/// in order and one completed record, one attempt, `mode: fresh`, every outcome success, the
+/// total at least the stages' sum).
+pub fn record_problems(records: &[LaunchRecord]) -> Vec<String> {
+    let stages: Vec<&str> = records
+        .iter()
+        .filter(|r| r.msg == STAGE_RECORD)
+        .map(|r| r.stage.as_deref().unwrap_or("<none>"))
+        .collect();
+    let mut out = Vec::new();
+    for stage in STAGE_ORDER {
+        let count = stages.iter().filter(|n| **n == stage).count();
+        if count != 1 {
+            out.push(format!("{count} {STAGE_RECORD} records of stage {stage}"));
+        }
+    }
+    if out.is_empty() && stages != STAGE_ORDER {
+        out.push(format!("stages out of order: {stages:?}"));
+    }
+    for extra in stages.iter().filter(|n| !STAGE_ORDER.contains(n)) {
+        out.push(format!("unknown stage record {extra}"));
+    }
+    let completed: Vec<&LaunchRecord> = records
+        .iter()
+        .filter(|r| r.msg == COMPLETED_RECORD)
+        .collect();
+    if completed.len() != 1 {
+        out.push(format!("{} {COMPLETED_RECORD} records", completed.len()));
+    }
+    for r in records {
+        let what = r.stage.as_deref().unwrap_or(&r.msg);
+        if r.outcome != Outcome::Success {
+            out.push(format!("{what}: outcome {:?}", r.outcome));
+        }
+        if r.mode != "fresh" {
+            out.push(format!("{what}: mode {:?}", r.mode));
+        }
+        if records.first().is_some_and(|f| {
+            f.attempt_id != r.attempt_id
+                || f.instance_id != r.instance_id
+                || f.task_id != r.task_id
+                || f.session_id != r.session_id
+        }) {
+            out.push(format!(
+                "{what}: another attempt or session ({} {} {} {})",
+                r.attempt_id, r.instance_id, r.task_id, r.session_id
+            ));
+        }
+        if let Some(stage) = &r.failed_stage {
+            out.push(format!("{what}: names failed stage {stage}"));
+        }
+    }
+    let sum: u64 = records
+        .iter()
+        .filter(|r| r.msg == STAGE_RECORD)
+        .map(|r| r.duration_ms)
+        .sum();
+    if let [total] = completed.as_slice()
+        && total.duration_ms < sum
+    {
+        out.push(format!(
+            "the launch took {} ms by its completed record, less than its stages' {sum} ms",
+            total.duration_ms
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,6 +315,91 @@ mod tests {
         assert!(
             !text.contains("wait for"),
             "no error text in a record: {text}"
+        );
+    }
+
+    fn records(stages: &[&str], completed: usize) -> Vec<LaunchRecord> {
+        let record = |msg: &str, stage: Option<&str>| LaunchRecord {
+            msg: msg.into(),
+            attempt_id: "a1".into(),
+            instance_id: "i".into(),
+            task_id: "t".into(),
+            session_id: "s".into(),
+            mode: "fresh".into(),
+            duration_ms: 1,
+            outcome: Outcome::Success,
+            stage: stage.map(str::to_owned),
+            failed_stage: None,
+        };
+        let mut out: Vec<LaunchRecord> = stages
+            .iter()
+            .map(|n| record(STAGE_RECORD, Some(n)))
+            .collect();
+        for _ in 0..completed {
+            let mut total = record(COMPLETED_RECORD, None);
+            total.duration_ms = 10;
+            out.push(total);
+        }
+        out
+    }
+
+    #[test]
+    fn stage_records_must_be_one_each_in_order_with_one_completed() {
+        assert!(record_problems(&records(&STAGE_ORDER, 1)).is_empty());
+        assert!(!record_problems(&records(&["storage", "pod_ready", "bootstrap"], 1)).is_empty());
+        assert!(!record_problems(&records(&STAGE_ORDER, 0)).is_empty());
+        assert!(!record_problems(&records(&STAGE_ORDER, 2)).is_empty());
+        assert!(
+            !record_problems(&records(
+                &[
+                    "storage",
+                    "pod_ready",
+                    "bootstrap",
+                    "bootstrap",
+                    "agentctl_connect"
+                ],
+                1
+            ))
+            .is_empty()
+        );
+        assert!(
+            !record_problems(&records(
+                &["pod_ready", "storage", "bootstrap", "agentctl_connect"],
+                1
+            ))
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_failed_outcome_another_attempt_or_a_short_total_is_a_problem() {
+        let mut failed = records(&STAGE_ORDER, 1);
+        failed[2].outcome = Outcome::Error;
+        assert!(
+            record_problems(&failed)
+                .iter()
+                .any(|p| p.contains("bootstrap: outcome"))
+        );
+        let mut other = records(&STAGE_ORDER, 1);
+        other[1].attempt_id = "a2".into();
+        assert!(
+            record_problems(&other)
+                .iter()
+                .any(|p| p.contains("another attempt"))
+        );
+        let mut named = records(&STAGE_ORDER, 1);
+        named[4].failed_stage = Some("bootstrap".into());
+        assert!(
+            record_problems(&named)
+                .iter()
+                .any(|p| p.contains("failed stage"))
+        );
+        let mut short = records(&STAGE_ORDER, 1);
+        short[4].duration_ms = 2;
+        assert!(
+            record_problems(&short)
+                .iter()
+                .any(|p| p.contains("less than"))
         );
     }
 }

@@ -28,9 +28,7 @@ const WRITES: Check = Check {
 const PRIVATE_HOME: Check = Check {
     id: "private_home",
     promise: "the agent's private HOME is not visible to the Pod's daemon",
-    twin: Twin::Exempt(
-        "only Kandev's composition mounts kandev-auth (/run/kandev); templates cannot",
-    ),
+    twin: Twin::Prepare("home-on-workspace"),
 };
 
 pub fn scenario() -> Scenario {
@@ -117,28 +115,32 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 FindingLevel::Warning,
                 "workspace.nested_files_not_agent_owned",
                 format!(
-                    "files nested containers write into /workspace are owned by uid {:?} gid {:?} (mode {:?}), not the agent (uid 1000); the agent {} delete them",
-                    file.uid, file.gid, file.mode, if deletable { "can" } else { "cannot" }
+                    "files nested containers write into /workspace are owned by uid {} gid {} (mode {}), not the agent (uid 1000); the agent {} delete them",
+                    or_unknown(file.uid),
+                    or_unknown(file.gid),
+                    or_unknown(file.mode.as_deref()),
+                    if deletable { "can" } else { "cannot" }
                 ),
                 json!({"file": file, "agent_can_delete": deletable}),
             );
         }
 
         ctx.step("bind source outside /workspace (the agent's private HOME)");
+        // The probe binds the home's physical path: a HOME that is a symlink into /workspace
+        // (the daemon's mount namespace has no /run/kandev, but it has /workspace) must not
+        // pass for private because its unresolved path does not exist for the daemon.
         let home = session
-            .agent_sh("mkdir -p \"$HOME/bind-probe\" && /opt/kandev/agentctl write \"$HOME/bind-probe/private.bin\" 4096 3 && echo \"$HOME\"", Duration::from_secs(30))
+            .agent_sh(
+                "mkdir -p \"$HOME/bind-probe\" && /opt/kandev/agentctl write \"$HOME/bind-probe/private.bin\" 4096 3 && echo \"$HOME\" && cd \"$HOME\" && pwd -P",
+                Duration::from_secs(30),
+            )
             .await?;
         require_success(&home, &PRIVATE_HOME, "write $HOME/bind-probe/private.bin")?;
-        let home_dir = home
-            .stdout
-            .lines()
-            .last()
-            .unwrap_or("/run/kandev/home")
-            .trim()
-            .to_owned();
+        let (home_dir, physical) = home_paths(&home.stdout)?;
+        ctx.evidence("home", json!({"home": home_dir, "physical": physical}));
         let private = workload_digest(&home.stdout)?;
         let outside = session
-            .agent_sh(&format!("docker run --rm --network none -v {home_dir}/bind-probe:/data {tag} digest /data/private.bin"), Duration::from_secs(120))
+            .agent_sh(&format!("docker run --rm --network none -v {physical}/bind-probe:/data {tag} digest /data/private.bin"), Duration::from_secs(120))
             .await?;
         ctx.evidence("outside_bind", &outside);
         let nested_view = if outside.success() {
@@ -151,7 +153,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &PRIVATE_HOME,
             || {
                 format!(
-                    "a nested container read {home_dir}/bind-probe/private.bin with the agent's bytes"
+                    "a nested container read {physical}/bind-probe/private.bin (the agent's HOME {home_dir}) with the agent's bytes"
                 )
             },
         )?;
@@ -160,11 +162,58 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             FindingLevel::Incompatible,
             "bind.source_outside_workspace",
             format!(
-                "a bind source outside /workspace ({home_dir}/bind-probe) does not exist in the daemon's mount namespace: the nested container saw {}; put bind sources under /workspace",
+                "a bind source outside /workspace ({physical}/bind-probe) does not exist in the daemon's mount namespace: the nested container saw {}; put bind sources under /workspace",
                 if outside.success() { "an empty folder the daemon created" } else { "no such file" }
             ),
-            json!({"source": format!("{home_dir}/bind-probe"), "nested": outside.summary()}),
+            json!({"source": format!("{physical}/bind-probe"), "home": home_dir, "nested": outside.summary()}),
         );
         Ok(Verdict::Passed)
     })
+}
+
+/// `$HOME` and its physical path (`pwd -P`), the last two lines the probe printed.
+fn home_paths(stdout: &str) -> anyhow::Result<(String, String)> {
+    let mut lines = stdout
+        .lines()
+        .rev()
+        .map(str::trim)
+        .filter(|l| !l.is_empty());
+    match (lines.next(), lines.next()) {
+        (Some(physical), Some(home)) if physical.starts_with('/') && home.starts_with('/') => {
+            Ok((home.to_owned(), physical.to_owned()))
+        }
+        _ => Err(anyhow::anyhow!(
+            "no $HOME and physical path in the probe's output {stdout:?}"
+        )),
+    }
+}
+
+/// A value the agent may not have reported, printed plainly ("unknown" when absent).
+fn or_unknown<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_reports_home_and_its_physical_path() {
+        let out = "{\"path\":\"x\"}\n/run/kandev/home\n/workspace/.kandev-home\n";
+        assert_eq!(
+            home_paths(out).unwrap(),
+            (
+                "/run/kandev/home".to_owned(),
+                "/workspace/.kandev-home".to_owned()
+            )
+        );
+        assert!(home_paths("{\"path\":\"x\"}\n/run/kandev/home\n").is_err());
+    }
+
+    #[test]
+    fn absent_values_print_as_unknown() {
+        assert_eq!(or_unknown(Some(0u32)), "0");
+        assert_eq!(or_unknown(Some("0644")), "0644");
+        assert_eq!(or_unknown(None::<u32>), "unknown");
+    }
 }

@@ -21,9 +21,7 @@ const DISTINCT: Check = Check {
 const INVISIBLE: Check = Check {
     id: "objects_invisible",
     promise: "containers, images, volumes and networks of one session are invisible to the other",
-    twin: Twin::Exempt(
-        "with distinct daemons (the check before) no Pod fixture can share their object stores",
-    ),
+    twin: Twin::Template("daemons-share-containerd"),
 };
 const UNREACHABLE: Check = Check {
     id: "daemons_unreachable",
@@ -34,7 +32,7 @@ const WORKSPACES: Check = Check {
     id: "workspaces_separate",
     promise: "the two sessions' workspaces are separate",
     twin: Twin::Exempt(
-        "only Kandev's composition chooses each session's workspace volume; templates cannot",
+        "only a cluster can break it (a storage class whose provisioner binds two claims to one directory): each session's /workspace is the reserved kandev-workspace volume of its own managed claim or emptyDir, composed by Kandev (mirrored in harness/src/pod/compose.rs); a template can neither name that volume nor choose its claim, and the local backend's claims are engine volumes of their own",
     ),
 };
 

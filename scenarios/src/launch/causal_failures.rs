@@ -18,22 +18,23 @@ use kandev_harness::session::timing::{COMPLETED_RECORD, LaunchRecord, Outcome};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const EXEMPT_MIRROR: &str = "the failure and its wording come from the engine or the API server and the backend's classification of them (harness code mirroring Kandev's executor: harness/src/backend/kube/mod.rs `cannot_start`, unit-tested on recorded Pod statuses, and the local backend's create checks); a template, image or prepare script that made a failing launch succeed would fail the launch's preconditions, not this check";
+/// Why these system checks have no fixture twin: only a cluster can break them.
+const ONLY_A_CLUSTER: &str = "only a cluster can break it: its API server's and kubelet's answers to an impossible launch (a pull that hangs instead of failing, a Pod held by a finalizer a webhook adds) and how the backend classifies them (harness/src/backend/kube/mod.rs `cannot_start`, unit-tested on recorded Pod statuses). The cases replace the image, the node selector and the claim, so no template, image or prepare script reaches them, and the local backend names each cause before it creates anything";
 
 const NAMES_CAUSE: Check = Check {
     id: "names_cause",
     promise: "each impossible launch (absent image, unsatisfiable nodeSelector, missing claim; on a cluster a restricted identity) fails naming that cause; each launched case's one kubernetes.launch.completed record says it failed in stage pod_ready (the restricted identity's is a bare create, which writes none)",
-    twin: Twin::Exempt(EXEMPT_MIRROR),
+    twin: Twin::Exempt(ONLY_A_CLUSTER),
 };
 const WITHIN_BOUND: Check = Check {
     id: "within_bound",
     promise: "each of those failures surfaces within its bound (local engine 30 s, a cluster 120 s as Kandev's suite waits), not at the pod_ready timeout",
-    twin: Twin::Exempt(EXEMPT_MIRROR),
+    twin: Twin::Exempt(ONLY_A_CLUSTER),
 };
 const NOTHING_LEFT: Check = Check {
     id: "nothing_left",
     promise: "after each failed launch and its rollback, no Pod, claim or container carries the session's labels",
-    twin: Twin::Exempt(EXEMPT_MIRROR),
+    twin: Twin::Exempt(ONLY_A_CLUSTER),
 };
 
 /// An image reference no registry resolves.

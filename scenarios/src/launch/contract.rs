@@ -16,7 +16,6 @@ use kandev_harness::backend::ExecRequest;
 use kandev_harness::pod::template::is_owned_label;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
-use kandev_harness::session::timing::{COMPLETED_RECORD, LaunchRecord, Outcome, STAGE_RECORD};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -25,7 +24,7 @@ const LABELS: Check = Check {
     id: "labels_as_composed",
     promise: "the running Pod's owned labels and kandev.ai annotations (the create nonce included) are exactly the composed ones",
     twin: Twin::Exempt(
-        "only Kandev's composition (mirrored in the harness) and the backend's admission comparison decide them; a Pod cannot relabel itself (no API credentials), and a template's kandev.ai labels are refused by Kandev's rules",
+        "only a cluster can break it (something that rewrites a running Pod's owned labels or kandev.ai annotations after admission; a mutating admission hook is caught at create by the admission comparison): the labels come from Kandev's composition (mirrored in harness/src/pod/compose.rs), a template's kandev.ai or owned labels are refused by Kandev's rules, and a Pod has no API credentials to relabel itself",
     ),
 };
 const NO_TOKEN: Check = Check {
@@ -33,18 +32,11 @@ const NO_TOKEN: Check = Check {
     promise: "the running Pod has automountServiceAccountToken: false and no container has a service-account token",
     twin: Twin::Template("companion-service-account-token"),
 };
-const AGENTCTL: Check = Check {
-    id: "agentctl_executable",
-    promise: "/opt/kandev/agentctl is executable in the main container",
-    twin: Twin::Exempt(
-        "bootstrap uploads it with mode 0755 and agentctl_connect has just run it from that path: a fixture that made it non-executable fails the launch (bootstrap or connect), never this check",
-    ),
-};
 const NO_SERVICE: Check = Check {
     id: "no_service",
     promise: "nothing exposes the Pod beyond the backend's forward: no Service selects it (local: no port published from any of its containers)",
     twin: Twin::Exempt(
-        "Kandev creates no Service, its rules refuse a template's hostPort, its Role grants no Services, and the Pod has no API credentials to create one; only the launch path (mirrored) could",
+        "only a cluster can break it (a Service someone else creates that selects the task Pod): Kandev creates no Service, its rules refuse a template's hostPort, its Role grants no Services, the Pod has no API credentials to create one, and the local backend publishes no port",
     ),
 };
 const FORWARD: Check = Check {
@@ -52,16 +44,6 @@ const FORWARD: Check = Check {
     promise: "the control port answers through the backend's forward and agentctl listens on 127.0.0.1 only",
     twin: Twin::Prepare("agent-listens-everywhere"),
 };
-const STAGES: Check = Check {
-    id: "one_record_per_stage",
-    promise: "the session's launch wrote exactly one kubernetes.launch.stage record per stage (storage, pod_ready, bootstrap, agentctl_connect, in order) and one kubernetes.launch.completed, all of one attempt, mode fresh, outcome success",
-    twin: Twin::Exempt(
-        "the timing records are written by the launch sequence alone (Kandev's, mirrored in harness/src/session/timing.rs); the comparison is unit-tested here",
-    ),
-};
-
-/// Kandev's launch stages, in order.
-pub const STAGE_ORDER: [&str; 4] = ["storage", "pod_ready", "bootstrap", "agentctl_connect"];
 
 /// The token a service-account volume puts in a container.
 const TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
@@ -69,8 +51,8 @@ const TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 pub fn scenario() -> Scenario {
     Scenario {
         name: "launch::contract",
-        promise: "the launched Pod is exactly as composed: owned labels and annotations, no service-account token anywhere, agentctl executable, no Service, a loopback-only control port reached through the forward, one record per launch stage",
-        checks: &[LABELS, NO_TOKEN, AGENTCTL, NO_SERVICE, FORWARD, STAGES],
+        promise: "the launched Pod is exactly as composed: owned labels and annotations, no service-account token anywhere, no Service, a loopback-only control port reached through the forward; the launch's timing records kept as evidence",
+        checks: &[LABELS, NO_TOKEN, NO_SERVICE, FORWARD],
         timeout: Duration::from_secs(300),
         run,
     }
@@ -124,74 +106,6 @@ pub fn composition_drift(composed: &Pod, running: &Pod) -> Vec<String> {
         &annotations(composed),
         &annotations(running),
     ));
-    out
-}
-
-/// What is wrong with a session's launch timing records (empty: one stage record per stage
-/// in order and one completed record, one attempt, `mode: fresh`, every outcome success, the
-/// total at least the stages' sum).
-pub fn record_problems(records: &[LaunchRecord]) -> Vec<String> {
-    let stages: Vec<&str> = records
-        .iter()
-        .filter(|r| r.msg == STAGE_RECORD)
-        .map(|r| r.stage.as_deref().unwrap_or("<none>"))
-        .collect();
-    let mut out = Vec::new();
-    for stage in STAGE_ORDER {
-        let count = stages.iter().filter(|n| **n == stage).count();
-        if count != 1 {
-            out.push(format!("{count} {STAGE_RECORD} records of stage {stage}"));
-        }
-    }
-    if out.is_empty() && stages != STAGE_ORDER {
-        out.push(format!("stages out of order: {stages:?}"));
-    }
-    for extra in stages.iter().filter(|n| !STAGE_ORDER.contains(n)) {
-        out.push(format!("unknown stage record {extra}"));
-    }
-    let completed: Vec<&LaunchRecord> = records
-        .iter()
-        .filter(|r| r.msg == COMPLETED_RECORD)
-        .collect();
-    if completed.len() != 1 {
-        out.push(format!("{} {COMPLETED_RECORD} records", completed.len()));
-    }
-    for r in records {
-        let what = r.stage.as_deref().unwrap_or(&r.msg);
-        if r.outcome != Outcome::Success {
-            out.push(format!("{what}: outcome {:?}", r.outcome));
-        }
-        if r.mode != "fresh" {
-            out.push(format!("{what}: mode {:?}", r.mode));
-        }
-        if records.first().is_some_and(|f| {
-            f.attempt_id != r.attempt_id
-                || f.instance_id != r.instance_id
-                || f.task_id != r.task_id
-                || f.session_id != r.session_id
-        }) {
-            out.push(format!(
-                "{what}: another attempt or session ({} {} {} {})",
-                r.attempt_id, r.instance_id, r.task_id, r.session_id
-            ));
-        }
-        if let Some(stage) = &r.failed_stage {
-            out.push(format!("{what}: names failed stage {stage}"));
-        }
-    }
-    let sum: u64 = records
-        .iter()
-        .filter(|r| r.msg == STAGE_RECORD)
-        .map(|r| r.duration_ms)
-        .sum();
-    if let [total] = completed.as_slice()
-        && total.duration_ms < sum
-    {
-        out.push(format!(
-            "the launch took {} ms by its completed record, less than its stages' {sum} ms",
-            total.duration_ms
-        ));
-    }
     out
 }
 
@@ -259,24 +173,6 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
 
-        ctx.step("agentctl executable");
-        let main = &ctx.config().main_container;
-        let exe = backend
-            .exec(
-                &session.pod,
-                ExecRequest::new(main, &["test", "-x", "/opt/kandev/agentctl"])
-                    .timeout(Duration::from_secs(20)),
-            )
-            .await?;
-        ctx.evidence("test_x_agentctl_exit", exe.exit_code);
-        promise(exe.success(), &AGENTCTL, || {
-            format!(
-                "test -x /opt/kandev/agentctl exited {:?} {}",
-                exe.exit_code,
-                exe.stderr_text().trim()
-            )
-        })?;
-
         ctx.step("nothing exposes the Pod");
         let exposures = backend.pod_exposures(&session.pod).await?;
         ctx.evidence(
@@ -325,11 +221,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
 
+        // Kandev's timing records of this launch, as evidence: only the harness's mirror of
+        // the launch writes them, so their shape is unit-tested (session::timing), not a check.
         ctx.step("the launch's timing records");
-        let records = ctx.launch_records(&session.identity);
-        let problems = record_problems(&records);
-        ctx.evidence("launch_records", &records);
-        promise(problems.is_empty(), &STAGES, || problems.join("; "))?;
+        ctx.evidence("launch_records", ctx.launch_records(&session.identity));
         Ok(Verdict::Passed)
     })
 }
@@ -389,90 +284,5 @@ mod tests {
         assert!(drift.iter().any(|d| d.contains("kandev.ai/task-id")));
         assert!(drift.iter().any(|d| d.contains("foreign-owner")));
         assert!(drift.iter().any(|d| d.contains("create-nonce")));
-    }
-
-    fn records(stages: &[&str], completed: usize) -> Vec<LaunchRecord> {
-        let record = |msg: &str, stage: Option<&str>| LaunchRecord {
-            msg: msg.into(),
-            attempt_id: "a1".into(),
-            instance_id: "i".into(),
-            task_id: "t".into(),
-            session_id: "s".into(),
-            mode: "fresh".into(),
-            duration_ms: 1,
-            outcome: Outcome::Success,
-            stage: stage.map(str::to_owned),
-            failed_stage: None,
-        };
-        let mut out: Vec<LaunchRecord> = stages
-            .iter()
-            .map(|n| record(STAGE_RECORD, Some(n)))
-            .collect();
-        for _ in 0..completed {
-            let mut total = record(COMPLETED_RECORD, None);
-            total.duration_ms = 10;
-            out.push(total);
-        }
-        out
-    }
-
-    #[test]
-    fn stage_records_must_be_one_each_in_order_with_one_completed() {
-        assert!(record_problems(&records(&STAGE_ORDER, 1)).is_empty());
-        assert!(!record_problems(&records(&["storage", "pod_ready", "bootstrap"], 1)).is_empty());
-        assert!(!record_problems(&records(&STAGE_ORDER, 0)).is_empty());
-        assert!(!record_problems(&records(&STAGE_ORDER, 2)).is_empty());
-        assert!(
-            !record_problems(&records(
-                &[
-                    "storage",
-                    "pod_ready",
-                    "bootstrap",
-                    "bootstrap",
-                    "agentctl_connect"
-                ],
-                1
-            ))
-            .is_empty()
-        );
-        assert!(
-            !record_problems(&records(
-                &["pod_ready", "storage", "bootstrap", "agentctl_connect"],
-                1
-            ))
-            .is_empty()
-        );
-    }
-
-    #[test]
-    fn a_failed_outcome_another_attempt_or_a_short_total_is_a_problem() {
-        let mut failed = records(&STAGE_ORDER, 1);
-        failed[2].outcome = Outcome::Error;
-        assert!(
-            record_problems(&failed)
-                .iter()
-                .any(|p| p.contains("bootstrap: outcome"))
-        );
-        let mut other = records(&STAGE_ORDER, 1);
-        other[1].attempt_id = "a2".into();
-        assert!(
-            record_problems(&other)
-                .iter()
-                .any(|p| p.contains("another attempt"))
-        );
-        let mut named = records(&STAGE_ORDER, 1);
-        named[4].failed_stage = Some("bootstrap".into());
-        assert!(
-            record_problems(&named)
-                .iter()
-                .any(|p| p.contains("failed stage"))
-        );
-        let mut short = records(&STAGE_ORDER, 1);
-        short[4].duration_ms = 2;
-        assert!(
-            record_problems(&short)
-                .iter()
-                .any(|p| p.contains("less than"))
-        );
     }
 }

@@ -32,17 +32,16 @@ const RESTARTED: Check = Check {
 const BACKEND_RESTART: Check = Check {
     id: "backend_restart",
     promise: "after a backend restart, reconnecting from the session's inventory row alone reaches the same Pod UID (owned labels and claim verified); agentctl, the same process with the main container not restarted, accepts the recorded token and still runs the session's agent process",
-    twin: Twin::Exempt(BACKEND_RESTART_DECIDED_BY),
+    twin: Twin::Mirror(BACKEND_RESTART_DECIDED_BY),
 };
 
-/// Why no broken twin exists for a backend restart's reconnect (here and in
-/// `lifecycle::task_sessions`).
-pub(crate) const BACKEND_RESTART_DECIDED_BY: &str = "a backend restart happens only in the backend: on Kubernetes each control request is its own port-forward (locally a tunnel the backend keeps in the Pod's infra container, its plumbing, not the Pod's), so nothing of the system under test can see it; only Kandev's reconnect (mirrored in Session::reattach, whose fail-closed refusals of a foreign UID, a foreign kandev.ai label and a missing Pod are tested against the API double) decides it";
+/// Why a backend restart's reconnect is a mirror check (here and in `lifecycle::task_sessions`).
+pub(crate) const BACKEND_RESTART_DECIDED_BY: &str = "a backend restart happens only in the backend: on Kubernetes each control request is its own port-forward (locally a tunnel the backend keeps in the Pod's infra container, its plumbing, not the Pod's), so nothing of the system under test can see it; only Kandev's reconnect (mirrored in Session::reattach, whose fail-closed refusals of a foreign UID, a foreign kandev.ai label and a missing Pod are tested against the API double) decides it. Kept in the scenario because it reads the running Pod: its UID from the API, the main container's restart count, agentctl's uptime and /proc";
 const REHANDSHAKE: Check = Check {
     id: "rehandshake",
     promise: "after the restart agentctl answers /health again as a new process, refuses the recorded token, accepts a new handshake with the recorded bootstrap nonce and starts a new session process",
-    twin: Twin::Exempt(
-        "decided by agentctl's token handling (mirrored by the mock agent) and Kandev's reconnect (mirrored in Session::reconnect); the nonce lives in /run/kandev/auth.env on the reserved kandev-auth volume, which no template may mount and Kandev rewrites after preparation",
+    twin: Twin::Mirror(
+        "decided by agentctl's token handling (mirrored by the mock agent) and Kandev's reconnect (mirrored in Session::reconnect); the nonce lives in /run/kandev/auth.env on the reserved kandev-auth volume, which no template may mount and Kandev rewrites after preparation. Kept in the scenario because it needs the restarted agentctl of the running Pod",
     ),
 };
 const DAEMON_UNTOUCHED: Check = Check {

@@ -23,22 +23,22 @@ const OBSERVER: &str = "observer";
 const EDIT_IGNORED: Check = Check {
     id: "edit_ignored",
     promise: "the replacement runs the recorded template: a grant and an image added by a later profile edit are not in it, and its platform, images and volumes are the launched Pod's",
-    twin: Twin::Exempt(
-        "only the replacement's composition decides it (Kandev's, mirrored in harness/src/session/snapshot.rs), which no template, image or prepare script reaches",
+    twin: Twin::Mirror(
+        "only the replacement's composition decides it (Kandev's, mirrored in harness/src/session/snapshot.rs and unit-tested there and in this scenario), which no template, image or prepare script reaches. Kept in the scenario because it compares the launched and the replacement Pod as the backend reads them back",
     ),
 };
 const GRANT_KEPT: Check = Check {
     id: "grant_kept",
     promise: "the recorded workspace grant is kept: the replacement's companion sees the task's files",
-    twin: Twin::Exempt(
-        "the grant comes from the recorded template, which the run's own template is; a template without the grant fails workspace::shared first",
+    twin: Twin::Mirror(
+        "the grant comes from the recorded template (mirrored in harness/src/session/snapshot.rs), which the run's own template is; a template without the grant fails workspace::shared first. Kept in the scenario because the companion of the running replacement reads the task's files",
     ),
 };
 const SAME_CLAIM: Check = Check {
     id: "same_claim",
     promise: "the replacement mounts the same claim (name and UID) with the task's files",
-    twin: Twin::Exempt(
-        "the claim is chosen by the replacement (Kandev's, mirrored in harness/src/session/mod.rs) and checked by name and UID before anything is created",
+    twin: Twin::Mirror(
+        "the claim is chosen by the replacement (Kandev's, mirrored in harness/src/session/mod.rs) and checked by name and UID before anything is created. Kept in the scenario because the claim's UID and the task's files are read from the running replacement",
     ),
 };
 

@@ -34,8 +34,8 @@ const SESSION_HOMES: Check = Check {
 const ONE_POD: Check = Check {
     id: "one_pod",
     promise: "the three sessions run in the task's one Pod (same UID) on its one workspace claim",
-    twin: Twin::Exempt(
-        "whether a joining session gets a Pod or claim of its own is decided by Kandev's executor alone (mirrored in Session::join, which writes the session's files into the task's Pod and creates no object); the Pod has no API credentials (automountServiceAccountToken false, checked by daemon::socket_only), so no template, image or prepare script can create or replace one",
+    twin: Twin::Mirror(
+        "whether a joining session gets a Pod or claim of its own is decided by Kandev's executor alone (mirrored in Session::join, which writes the session's files into the task's Pod and creates no object); the Pod has no API credentials (automountServiceAccountToken false, checked by daemon::socket_only), so no template, image or prepare script can create or replace one. Kept in the scenario because the UIDs are read from the running Pod and claim",
     ),
 };
 const OWN_PROCESSES: Check = Check {
@@ -46,7 +46,7 @@ const OWN_PROCESSES: Check = Check {
 const BACKEND_RESTART: Check = Check {
     id: "backend_restart",
     promise: "after a backend restart the task's session reconnects from its inventory row alone to the same Pod UID with the recorded token, and the three sessions' agent processes are the same processes, still running",
-    twin: Twin::Exempt(super::agent_restart::BACKEND_RESTART_DECIDED_BY),
+    twin: Twin::Mirror(super::agent_restart::BACKEND_RESTART_DECIDED_BY),
 };
 const STOP_KEEPS_SIBLINGS: Check = Check {
     id: "stop_keeps_siblings",
@@ -56,8 +56,8 @@ const STOP_KEEPS_SIBLINGS: Check = Check {
 const CLEANUP_REMOVES: Check = Check {
     id: "cleanup_removes",
     promise: "the task's terminal cleanup removes its one Pod and its workspace claim",
-    twin: Twin::Exempt(
-        "as lifecycle::teardown_exact/removes_owned: only the terminal cleanup's own deletes decide it (Kandev's, mirrored in terminal_cleanup in harness/src/session/mod.rs and unit-tested), by the recorded UIDs; nothing of the Pod runs at its deletion or can hold it, and the sessions' files live inside the Pod",
+    twin: Twin::Mirror(
+        "as lifecycle::teardown_exact/removes_owned: only the terminal cleanup's own deletes decide it (Kandev's, mirrored in harness/src/session/cleanup.rs and unit-tested), by the recorded UIDs; nothing of the Pod runs at its deletion or can hold it, and the sessions' files live inside the Pod. Kept in the scenario because it deletes the running Pod and claim and reads the API back",
     ),
 };
 

@@ -20,8 +20,8 @@ use std::time::Duration;
 const REMOVES: Check = Check {
     id: "removes_owned",
     promise: "terminal cleanup removes exactly the owned Pod and its workspace",
-    twin: Twin::Exempt(
-        "only the cleanup's own deletes decide it; nothing in the Pod can keep them",
+    twin: Twin::Mirror(
+        "only the terminal cleanup's own deletes decide it (Kandev's, mirrored in harness/src/session/cleanup.rs): nothing of the Pod runs at its deletion or can hold it. Kept in the scenario because it deletes the running Pod and claim by their recorded UIDs and reads the API back",
     ),
 };
 const VANISH: Check = Check {
@@ -32,15 +32,15 @@ const VANISH: Check = Check {
 const SURVIVE: Check = Check {
     id: "look_alikes_survive",
     promise: "look-alike objects the run did not tear down survive untouched",
-    twin: Twin::Exempt(
-        "decided by the cleanup's identity checks alone; the look-alikes are the harness's",
+    twin: Twin::Mirror(
+        "decided by the cleanup's identity checks alone (mirrored in harness/src/session/cleanup.rs, unit-tested against the API double); the look-alikes are the harness's. Kept in the scenario because the look-alikes are real objects beside the running Pod",
     ),
 };
 const FAIL_CLOSED: Check = Check {
     id: "fails_closed",
     promise: "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label",
-    twin: Twin::Exempt(
-        "decided by the cleanup's identity checks alone; the look-alikes are the harness's",
+    twin: Twin::Mirror(
+        "decided by the cleanup's identity checks alone (mirrored in harness/src/session/cleanup.rs, unit-tested against the API double); the look-alikes are the harness's. Kept in the scenario because it is judged on real objects of the backend",
     ),
 };
 

@@ -12,6 +12,15 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// A path as a report shows it: relative to the repository root when it lies below it (the
+/// fixtures), so a report names no machine's folders; else as given (an operator's file).
+pub fn shown(path: &std::path::Path) -> String {
+    path.strip_prefix(workspace_root())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
 pub fn fixtures() -> PathBuf {
     workspace_root().join("fixtures")
 }
@@ -28,4 +37,21 @@ pub fn default_prepare_script() -> PathBuf {
 
 pub fn reports() -> PathBuf {
     workspace_root().join("reports")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_below_the_repository_is_shown_relative_and_any_other_as_given() {
+        assert_eq!(
+            shown(&default_template()),
+            "fixtures/templates/full-worker.yaml"
+        );
+        assert_eq!(
+            shown(std::path::Path::new("/etc/kandev/template.yaml")),
+            "/etc/kandev/template.yaml"
+        );
+    }
 }

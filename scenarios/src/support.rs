@@ -76,6 +76,12 @@ pub fn probe_tag(ctx: &Ctx, what: &str) -> String {
     )
 }
 
+/// A value that may be missing, printed plainly for a diagnosis ("unknown" when absent),
+/// never as Rust's `Some(..)`.
+pub fn or_unknown<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
+}
+
 /// The ID of the daemon the session's agent reaches (`docker info`); fails `check` when the
 /// agent cannot ask.
 pub async fn daemon_id(session: &Session, check: &Check) -> anyhow::Result<String> {
@@ -89,3 +95,15 @@ pub async fn daemon_id(session: &Session, check: &Check) -> anyhow::Result<Strin
 /// Why a scenario that needs the node's own view (processes, cgroups, kernel records) is
 /// skipped when the backend has none.
 pub const NO_NODE_VIEW: &str = "no node view: the node's processes and cgroups cannot be read from here (local: the host's cgroup filesystem is not readable; Kind: the node container is not on this host's engine; other clusters: pass --node-inspector to admit a privileged inspector Pod on the session's node)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_values_print_as_unknown() {
+        assert_eq!(or_unknown(Some(0u32)), "0");
+        assert_eq!(or_unknown(Some("0644")), "0644");
+        assert_eq!(or_unknown(None::<u32>), "unknown");
+    }
+}

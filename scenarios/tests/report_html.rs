@@ -96,8 +96,9 @@ fn assert_rows(dom: &str, report: &Report) {
         for c in &s.checks {
             let class = serde_json::to_value(c.outcome).unwrap();
             let check = format!(
-                "data-check=\"{}\" data-outcome=\"{}\"",
+                "data-check=\"{}\" data-kind=\"{}\" data-outcome=\"{}\"",
                 c.id,
+                c.kind.as_str(),
                 class.as_str().unwrap()
             );
             assert!(dom.contains(&check), "no check row {check}");

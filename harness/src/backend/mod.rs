@@ -175,9 +175,19 @@ pub struct ExecOutput {
     pub duration: Duration,
 }
 
+/// How a process ended, as diagnoses say it: `exit 1`, or `no exit status` (killed, or the
+/// stream closed before it said).
+pub fn exit_text(code: Option<impl std::fmt::Display>) -> String {
+    code.map_or_else(|| "no exit status".to_owned(), |c| format!("exit {c}"))
+}
+
 impl ExecOutput {
     pub fn success(&self) -> bool {
         self.exit_code == Some(0)
+    }
+    /// `exit 1`, or `no exit status`.
+    pub fn exit_text(&self) -> String {
+        exit_text(self.exit_code)
     }
     pub fn stdout_text(&self) -> String {
         String::from_utf8_lossy(&self.stdout).into_owned()

@@ -150,6 +150,13 @@ fn compare_spec(
     compare_reserved_access(a, main_container, push);
 }
 
+/// A field's value as a finding says it: the value, or `(unset)`.
+pub fn value_or_unset<T: std::fmt::Display>(value: &Option<T>) -> String {
+    value
+        .as_ref()
+        .map_or_else(|| "(unset)".to_owned(), ToString::to_string)
+}
+
 /// Pod invariants: restart policy, node name, OS, token automount, platform selectors and
 /// platform node affinity.
 fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
@@ -157,15 +164,20 @@ fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, Stri
         push(
             "spec.restartPolicy",
             format!(
-                "changed from {:?} to {:?}",
-                d.restart_policy, a.restart_policy
+                "changed from {} to {}",
+                value_or_unset(&d.restart_policy),
+                value_or_unset(&a.restart_policy)
             ),
         );
     }
     if d.node_name != a.node_name {
         push(
             "spec.nodeName",
-            format!("changed from {:?} to {:?}", d.node_name, a.node_name),
+            format!(
+                "changed from {} to {}",
+                value_or_unset(&d.node_name),
+                value_or_unset(&a.node_name)
+            ),
         );
     }
     if d.os != a.os {
@@ -175,8 +187,9 @@ fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, Stri
         push(
             "spec.automountServiceAccountToken",
             format!(
-                "changed from {:?} to {:?}",
-                d.automount_service_account_token, a.automount_service_account_token
+                "changed from {} to {}",
+                value_or_unset(&d.automount_service_account_token),
+                value_or_unset(&a.automount_service_account_token)
             ),
         );
     }
@@ -185,7 +198,11 @@ fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, Stri
         if get(d) != get(a) {
             push(
                 &format!("spec.nodeSelector[{key}]"),
-                format!("changed from {:?} to {:?}", get(d), get(a)),
+                format!(
+                    "changed from {} to {}",
+                    value_or_unset(&get(d)),
+                    value_or_unset(&get(a))
+                ),
             );
         }
     }

@@ -38,12 +38,16 @@ pub struct Diff {
     pub other_outcome_changes: Vec<OutcomeChange>,
     /// Scenarios only OLD ran.
     pub removed: Vec<String>,
+    /// Checks judged in both runs whose outcome changed.
     pub checks: Vec<CheckChange>,
-    /// The checks of OLD and NEW, counted by kind ("61 system checks, 55 with a twin; 11
-    /// mirror checks" and how many of each passed): a green proves only its system checks
-    /// about the cluster, template, images and prepare script.
-    pub old_checks: String,
-    pub new_checks: String,
+    /// The catalogue's own changes between the two harnesses, reported apart from regressions:
+    /// checks only one report has, and checks whose kind changed (never a change of the
+    /// system under test; a release pins its catalogue through `gate`).
+    pub catalogue_changes: Vec<CheckChange>,
+    /// The checks of OLD and NEW, counted by kind: a green proves only its system checks about
+    /// the cluster, template, images and prepare script.
+    pub old_checks: CheckSummary,
+    pub new_checks: CheckSummary,
     pub durations: Vec<DurationChange>,
     pub environment: Vec<EnvironmentChange>,
 }
@@ -70,7 +74,7 @@ pub struct CheckChange {
     pub new: Option<CheckOutcome>,
 }
 
-/// "61 system checks, 55 with a twin; 11 mirror checks (61 and 11 passed)".
+/// "62 system checks, 57 with a twin; 10 mirror checks (62 and 10 passed)".
 fn kinds_passed(c: &CheckSummary) -> String {
     format!(
         "{} ({} and {} passed)",
@@ -248,8 +252,9 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
         other_outcome_changes: Vec::new(),
         removed: Vec::new(),
         checks: Vec::new(),
-        old_checks: kinds_passed(&old.summary.checks),
-        new_checks: kinds_passed(&new.summary.checks),
+        catalogue_changes: Vec::new(),
+        old_checks: old.summary.checks.clone(),
+        new_checks: new.summary.checks.clone(),
         durations: Vec::new(),
         environment: environment(old, new),
     };
@@ -282,24 +287,37 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
             })
             .unwrap_or_default();
         for c in &s.checks {
-            let was = old_checks.get(c.id.as_str()).copied();
-            let old_kind = was.map(|(_, kind)| kind).filter(|kind| *kind != c.kind);
-            if (was.map(|(outcome, _)| outcome) != Some(c.outcome) || old_kind.is_some())
-                && previous.is_some_and(|p| !p.checks.is_empty())
-            {
-                d.checks.push(CheckChange {
+            if previous.is_none_or(|p| p.checks.is_empty()) {
+                continue;
+            }
+            let Some(&(was_outcome, was_kind)) = old_checks.get(c.id.as_str()) else {
+                d.catalogue_changes.push(CheckChange {
                     id: c.id.clone(),
                     kind: c.kind,
-                    old_kind,
-                    old: was.map(|(outcome, _)| outcome),
+                    old_kind: None,
+                    old: None,
                     new: Some(c.outcome),
                 });
+                continue;
+            };
+            let old_kind = Some(was_kind).filter(|k| *k != c.kind);
+            let change = CheckChange {
+                id: c.id.clone(),
+                kind: c.kind,
+                old_kind,
+                old: Some(was_outcome),
+                new: Some(c.outcome),
+            };
+            if was_outcome != c.outcome {
+                d.checks.push(change);
+            } else if old_kind.is_some() {
+                d.catalogue_changes.push(change);
             }
         }
         if let Some(p) = previous {
             for c in &p.checks {
                 if !s.checks.iter().any(|n| n.id == c.id) && !s.checks.is_empty() {
-                    d.checks.push(CheckChange {
+                    d.catalogue_changes.push(CheckChange {
                         id: c.id.clone(),
                         kind: c.kind,
                         old_kind: None,
@@ -344,18 +362,13 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
         .filter(|o| !new.scenarios.iter().any(|n| n.name == o.name))
         .map(|o| o.name.clone())
         .collect();
-    // A check that held and now fails, or is no longer judged (a newly vacuous pass), a
-    // system check now only a mirror check (the green proves less of the system), and a
-    // scenario no longer run, are regressions too.
+    // A check that held and now fails or is no longer judged (a newly vacuous pass), and a
+    // scenario no longer run, are regressions too; the catalogue's own changes are not.
     d.regressed = !d.newly_failing.is_empty()
         || !d.removed.is_empty()
         || d.checks.iter().any(|c| {
-            (c.old == Some(CheckOutcome::Passed)
-                && matches!(
-                    c.new,
-                    Some(CheckOutcome::Failed | CheckOutcome::NotReached) | None
-                ))
-                || c.old_kind == Some(CheckKind::System)
+            c.old == Some(CheckOutcome::Passed)
+                && matches!(c.new, Some(CheckOutcome::Failed | CheckOutcome::NotReached))
         });
     d
 }
@@ -435,15 +448,30 @@ pub fn human(diff: &Diff) -> String {
         outcome_lines(&diff.other_outcome_changes),
     );
     section(&mut out, "no longer run", diff.removed.clone());
-    let _ = writeln!(out, "checks: {} -> {}", diff.old_checks, diff.new_checks);
+    let _ = writeln!(
+        out,
+        "checks: {} -> {}",
+        kinds_passed(&diff.old_checks),
+        kinds_passed(&diff.new_checks)
+    );
+    let change_line = |c: &CheckChange| {
+        let reclassified = c
+            .old_kind
+            .map(|k| format!(" (was a {} check)", k.as_str()))
+            .unwrap_or_default();
+        format!(
+            "{:<40} {} {} -> {}{reclassified}",
+            c.id,
+            c.kind.as_str(),
+            check_text(c.old),
+            check_text(c.new)
+        )
+    };
     for (kind, title) in [
-        (
-            CheckKind::System,
-            "system checks whose outcome or kind changed",
-        ),
+        (CheckKind::System, "system checks whose outcome changed"),
         (
             CheckKind::Mirror,
-            "mirror checks (the harness's mirror of Kandev) whose outcome or kind changed",
+            "mirror checks (the harness's mirror of Kandev) whose outcome changed",
         ),
     ] {
         section(
@@ -452,21 +480,15 @@ pub fn human(diff: &Diff) -> String {
             diff.checks
                 .iter()
                 .filter(|c| c.kind == kind)
-                .map(|c| {
-                    let reclassified = c
-                        .old_kind
-                        .map(|k| format!(" (was a {} check)", k.as_str()))
-                        .unwrap_or_default();
-                    format!(
-                        "{:<40} {} -> {}{reclassified}",
-                        c.id,
-                        check_text(c.old),
-                        check_text(c.new)
-                    )
-                })
+                .map(change_line)
                 .collect(),
         );
     }
+    section(
+        &mut out,
+        "catalogue changes (not judged: checks only one harness has, or whose kind changed)",
+        diff.catalogue_changes.iter().map(change_line).collect(),
+    );
     section(
         &mut out,
         &format!("durations changed beyond {}", diff.threshold),
@@ -585,6 +607,37 @@ mod tests {
         let d = diff(&old, &new);
         assert_eq!(d.checks.len(), 1);
         assert!(!d.regressed, "{d:?}");
+    }
+
+    #[test]
+    fn the_catalogues_own_changes_are_reported_apart_and_do_not_regress() {
+        let (mut old, mut new) = pair();
+        // NEW's harness no longer has a::one/first and calls a::one/second a system check.
+        old.scenarios[0].checks[1].kind = CheckKind::Mirror;
+        old.summary = crate::report::Summary::of(&old.scenarios);
+        new.scenarios[0].checks.remove(0);
+        new.scenarios[0].checks[0].kind = CheckKind::System;
+        new.summary = crate::report::Summary::of(&new.scenarios);
+        let d = diff(&old, &new);
+        assert!(!d.regressed, "{d:?}");
+        assert!(d.checks.is_empty(), "{d:?}");
+        let changes: Vec<_> = d
+            .catalogue_changes
+            .iter()
+            .map(|c| (c.id.as_str(), c.old_kind, c.new))
+            .collect();
+        assert_eq!(
+            changes,
+            [
+                (
+                    "a::one/second",
+                    Some(CheckKind::Mirror),
+                    Some(CheckOutcome::Passed)
+                ),
+                ("a::one/first", None, None),
+            ]
+        );
+        assert!(human(&d).contains("catalogue changes"), "{}", human(&d));
     }
 
     #[test]

@@ -273,9 +273,11 @@ fn summary(h: &mut String, report: &Report) {
     let c = &s.checks;
     let _ = write!(
         h,
-        "</p>\n<p id=\"check-count\">{}: {} passed, {} failed, {} not reached. System checks can be broken by the cluster, template, images or prepare script; mirror checks only by the harness's mirror of Kandev, so they say nothing of the system.</p>\n",
+        "</p>\n<p id=\"check-count\">{}: {} passed ({} system, {} mirror), {} failed, {} not reached. System checks can be broken by the cluster, template, images or prepare script; mirror checks only by the harness's mirror of Kandev, so they say nothing of the system.</p>\n",
         c.kinds_line(),
         c.passed,
+        c.system.passed,
+        c.mirror.passed,
         c.failed,
         c.not_reached
     );

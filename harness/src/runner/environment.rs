@@ -101,7 +101,7 @@ impl Run {
         let mut environment = prepared.environment;
         environment.images = prepared.images.records.clone();
         environment.template = Some(TemplateRecord {
-            path: self.config.template.display().to_string(),
+            path: crate::paths::shown(&self.config.template),
             sha256: rendered.sha256.clone(),
             source_sha256: Some(crate::pod::template::sha256_hex(&self.template_text)),
         });

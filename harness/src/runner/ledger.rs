@@ -60,8 +60,8 @@ pub async fn nested_inventory(
         Ok(out) => NestedInventory {
             pod: pod.name.clone(),
             error: Some(format!(
-                "inventory exited {:?}: {}",
-                out.exit_code,
+                "inventory ended with {}: {}",
+                out.exit_text(),
                 out.stderr_text().trim()
             )),
             ..Default::default()

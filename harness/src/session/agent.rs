@@ -92,8 +92,8 @@ impl AgentExecResult {
                 .collect::<String>()
         };
         format!(
-            "exit {:?}{} after {} ms; stderr: {}; stdout: {}",
-            self.exit_code,
+            "{}{} after {} ms; stderr: {}; stdout: {}",
+            crate::backend::exit_text(self.exit_code),
             if self.timed_out { " (timed out)" } else { "" },
             self.duration_ms,
             tail(&self.stderr),

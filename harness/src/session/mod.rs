@@ -322,7 +322,9 @@ pub struct WorkerImageLacks {
 /// A launch that failed in the prepare script: the agent was never started.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "kubernetes lifecycle: prepare script failed (exit {exit_code:?} after {elapsed:?}): {output}"
+    "kubernetes lifecycle: prepare script failed ({} after {:.1} s): {output}",
+    crate::backend::exit_text(*.exit_code),
+    .elapsed.as_secs_f64()
 )]
 pub struct PrepareFailed {
     pub exit_code: Option<i64>,
@@ -684,10 +686,10 @@ impl Session {
         match backend.get_workspace(&workspace.name).await? {
             Some(found) if found.uid == workspace.uid => {}
             found => bail!(
-                "kubernetes lifecycle: PVC UID or name does not match recorded inventory (claim {}, recorded uid {}, found {:?})",
+                "kubernetes lifecycle: PVC UID or name does not match recorded inventory (claim {}, recorded uid {}, found {})",
                 workspace.name,
                 workspace.uid,
-                found.map(|f| f.uid)
+                found.map_or_else(|| "no such claim".to_owned(), |f| format!("uid {}", f.uid))
             ),
         }
         let mut settings = current.clone();
@@ -860,7 +862,8 @@ command -v docker >/dev/null 2>&1 || exit 69"#
                 "bootstrap: a path under /opt/kandev or /run/kandev is a symlink (or not a folder); refused"
             ),
             code => bail!(
-                "bootstrap: write the runtime files: exit {code:?}: {}",
+                "bootstrap: write the runtime files: {}: {}",
+                crate::backend::exit_text(code),
                 out.stderr_text().trim()
             ),
         }
@@ -903,8 +906,8 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
             .await?;
         if !out.success() {
             bail!(
-                "bootstrap: reduce auth.env and write the start markers: exit {:?}: {}",
-                out.exit_code,
+                "bootstrap: reduce auth.env and write the start markers: {}: {}",
+                out.exit_text(),
                 out.stderr_text().trim()
             );
         }
@@ -1129,7 +1132,8 @@ printf '%s' "$1" | put "$2/auth.env" 0600"#
                 "join: {home}/auth.env refused: a path under /run/kandev/sessions is a symlink (or not a folder)"
             ),
             code => bail!(
-                "join: write {home}/auth.env: exit {code:?}: {}",
+                "join: write {home}/auth.env: {}: {}",
+                crate::backend::exit_text(code),
                 out.stderr_text().trim()
             ),
         }

@@ -7,7 +7,7 @@
 //! different volume), when bytes differ, or when the agent's private HOME is visible to the
 //! daemon (runtime/auth mounts must not be shared with the companion).
 
-use crate::support::{build_workload, probe_tag, require_success, workload_digest};
+use crate::support::{build_workload, or_unknown, probe_tag, require_success, workload_digest};
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
@@ -188,11 +188,6 @@ fn home_paths(stdout: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
-/// A value the agent may not have reported, printed plainly ("unknown" when absent).
-fn or_unknown<T: std::fmt::Display>(value: Option<T>) -> String {
-    value.map_or_else(|| "unknown".to_owned(), |v| v.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,12 +203,5 @@ mod tests {
             )
         );
         assert!(home_paths("{\"path\":\"x\"}\n/run/kandev/home\n").is_err());
-    }
-
-    #[test]
-    fn absent_values_print_as_unknown() {
-        assert_eq!(or_unknown(Some(0u32)), "0");
-        assert_eq!(or_unknown(Some("0644")), "0644");
-        assert_eq!(or_unknown(None::<u32>), "unknown");
     }
 }

@@ -183,7 +183,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &SCREENSHOT,
             || {
                 format!(
-                    "screenshot {shot}: dimensions {dims:?}, {size:?} bytes; {}",
+                    "screenshot {shot}: dimensions {}, {} bytes; {}",
+                    dims.map_or_else(|| "unknown".to_owned(), |(w, h)| format!("{w}x{h}")),
+                    crate::support::or_unknown(size),
                     take.summary()
                 )
             },

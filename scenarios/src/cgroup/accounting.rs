@@ -209,8 +209,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &CHARGED,
             || {
                 format!(
-                    "the nested process's memory cgroup {own} holds {:?} bytes, below the {CHARGED_MIB} MiB of the {HELD_MIB} MiB it allocated",
-                    own_reading.memory_usage_bytes
+                    "the nested process's memory cgroup {own} holds {} bytes, below the {CHARGED_MIB} MiB of the {HELD_MIB} MiB it allocated",
+                    crate::support::or_unknown(own_reading.memory_usage_bytes)
                 )
             },
         )?;
@@ -283,8 +283,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &KILLED,
             || {
                 format!(
-                    "the Pod's peak {:?} exceeds its limit {limit}",
-                    after.memory_peak_bytes
+                    "the Pod's peak {} bytes exceeds its limit {limit}",
+                    crate::support::or_unknown(after.memory_peak_bytes)
                 )
             },
         )?;

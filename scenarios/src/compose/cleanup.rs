@@ -195,8 +195,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &READ_ONLY,
             || {
                 format!(
-                    "the write through the read-only bind exited {:?} and the file is {}",
-                    exit_of("readonly-check"),
+                    "the write through the read-only bind ended with {} and the file is {}",
+                    kandev_harness::backend::exit_text(exit_of("readonly-check")),
                     leaked.stdout.trim()
                 )
             },

@@ -226,8 +226,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &NO_HOST,
             || {
                 format!(
-                    "the agent's daemon {:?} is the engine that runs the Pod ({host:?})",
-                    nested.stdout.trim()
+                    "the agent's daemon {:?} is the engine that runs the Pod ({})",
+                    nested.stdout.trim(),
+                    crate::support::or_unknown(host.as_deref())
                 )
             },
         )?;

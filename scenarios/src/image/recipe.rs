@@ -142,8 +142,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         );
         anyhow::ensure!(
             prepared.success(),
-            "the prepare script failed (exit {:?}): {}",
-            prepared.exit_code,
+            "the prepare script failed ({}): {}",
+            prepared.exit_text(),
             prepared.stderr_text().trim()
         );
         session.mark_prepared_and_start().await?;

@@ -24,7 +24,7 @@ const LABELS: Check = Check {
     id: "labels_as_composed",
     promise: "the running Pod's owned labels and kandev.ai annotations (the create nonce included) are exactly the composed ones",
     twin: Twin::Exempt(
-        "only a cluster can break it (something that rewrites a running Pod's owned labels or kandev.ai annotations after admission; a mutating admission hook is caught at create by the admission comparison): the labels come from Kandev's composition (mirrored in harness/src/pod/compose.rs), a template's kandev.ai or owned labels are refused by Kandev's rules, and a Pod has no API credentials to relabel itself",
+        "it can break only on a cluster (something that rewrites a running Pod's owned labels or kandev.ai annotations after admission; a mutating admission hook is caught at create by the admission comparison): the labels come from Kandev's composition (mirrored in harness/src/pod/compose.rs), a template's kandev.ai or owned labels are refused by Kandev's rules, and a Pod has no API credentials to relabel itself",
     ),
 };
 const NO_TOKEN: Check = Check {
@@ -36,7 +36,7 @@ const NO_SERVICE: Check = Check {
     id: "no_service",
     promise: "nothing exposes the Pod beyond the backend's forward: no Service selects it (local: no port published from any of its containers)",
     twin: Twin::Exempt(
-        "only a cluster can break it (a Service someone else creates that selects the task Pod): Kandev creates no Service, its rules refuse a template's hostPort, its Role grants no Services, the Pod has no API credentials to create one, and the local backend publishes no port",
+        "it can break only on a cluster (a Service someone else creates that selects the task Pod): Kandev creates no Service, its rules refuse a template's hostPort, its Role grants no Services, the Pod has no API credentials to create one, and the local backend publishes no port",
     ),
 };
 const FORWARD: Check = Check {
@@ -155,8 +155,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             );
             if !out.success() || file != "absent" || mounts > 0 {
                 tokens.push(format!(
-                    "{}: token {file:?}, service-account mounts {mounts} (exit {:?})",
-                    c.name, out.exit_code
+                    "{}: token {file:?}, service-account mounts {mounts} ({})",
+                    c.name,
+                    out.exit_text()
                 ));
             }
         }

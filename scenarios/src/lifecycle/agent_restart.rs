@@ -15,7 +15,7 @@
 //! `exec` the agent), when the reconnect cannot authenticate, or when the companion reacts
 //! to the agent's restart by disturbing the daemon or its containers.
 
-use crate::support::{build_workload, daemon_id, probe_tag, require_success};
+use crate::support::{build_workload, daemon_id, or_unknown, probe_tag, require_success};
 use kandev_harness::backend::ContainerState;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
@@ -173,10 +173,13 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &BACKEND_RESTART,
             || {
                 format!(
-                    "after the backend restart: Pod UID {uid_now:?} (was {pod_uid}), {main} restarts {restarts_now:?} (was {restarts_before}), agentctl uptime {:?} ms (was {uptime_before:?}), recorded token {:?}, session process lost: {:?}, commands: {}",
-                    uptime(&reattached.health),
+                    "after the backend restart: Pod UID {} (was {pod_uid}), {main} restarts {} (was {restarts_before}), agentctl uptime {} ms (was {}), recorded token {:?}, session process lost: {}, commands: {}",
+                    or_unknown(uid_now.as_deref()),
+                    or_unknown(restarts_now),
+                    or_unknown(uptime(&reattached.health)),
+                    or_unknown(uptime_before),
                     reattached.token,
-                    reattached.instance_lost,
+                    reattached.instance_lost.as_deref().unwrap_or("no"),
                     whoami.summary()
                 )
             },
@@ -224,8 +227,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         })?;
         promise(uid.as_deref() == Some(pod.uid.as_str()), &RESTARTED, || {
             format!(
-                "after the restart the Pod's UID is {uid:?}, was {} (restarts {restarts_before} -> {})",
-                pod.uid, restarted.restarts
+                "after the restart the Pod's UID is {}, was {} (restarts {restarts_before} -> {})",
+                uid.as_deref().unwrap_or("gone"),
+                pod.uid,
+                restarted.restarts
             )
         })?;
 
@@ -248,8 +253,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &REHANDSHAKE,
             || {
                 format!(
-                    "agentctl is not a new process that lost the old session (uptime {uptime:?} ms, {since_kill} ms since the kill; recorded token {:?}; old session process lost: {:?})",
-                    reconnected.token, reconnected.instance_lost
+                    "agentctl is not a new process that lost the old session (uptime {} ms, {since_kill} ms since the kill; recorded token {:?}; old session process lost: {})",
+                    or_unknown(uptime),
+                    reconnected.token,
+                    reconnected.instance_lost.as_deref().unwrap_or("no")
                 )
             },
         )?;

@@ -30,15 +30,13 @@ const EDIT_IGNORED: Check = Check {
 const GRANT_KEPT: Check = Check {
     id: "grant_kept",
     promise: "the recorded workspace grant is kept: the replacement's companion sees the task's files",
-    twin: Twin::Mirror(
-        "the grant comes from the recorded template (mirrored in harness/src/session/snapshot.rs), which the run's own template is; a template without the grant fails workspace::shared first. Kept in the scenario because the companion of the running replacement reads the task's files",
-    ),
+    twin: Twin::Prepare("workspace-reset"),
 };
 const SAME_CLAIM: Check = Check {
     id: "same_claim",
     promise: "the replacement mounts the same claim (name and UID) with the task's files",
     twin: Twin::Mirror(
-        "the claim is chosen by the replacement (Kandev's, mirrored in harness/src/session/mod.rs) and checked by name and UID before anything is created. Kept in the scenario because the claim's UID and the task's files are read from the running replacement",
+        "the claim is chosen by the replacement (Kandev's, mirrored in harness/src/session/mod.rs) and checked by name and UID before anything is created; whether the task's files survive is grant_kept's, judged before it. Kept in the scenario because the claim's UID and the task's files are read from the running replacement",
     ),
 };
 
@@ -219,9 +217,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &GRANT_KEPT,
             || {
                 format!(
-                    "the replacement's {} does not see the task's file: exit {:?}, {}",
+                    "the replacement's {} does not see the task's file: {}, {}",
                     replacement.daemon_container(),
-                    daemon_sees.exit_code,
+                    daemon_sees.exit_text(),
                     daemon_sees.stderr_text().trim()
                 )
             },
@@ -249,8 +247,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &SAME_CLAIM,
             || {
                 format!(
-                    "the replacement mounts {claim:?}, recorded {:?}",
-                    session.workspace
+                    "the replacement mounts {}, recorded {}",
+                    claim.as_ref().map_or_else(
+                        || "no claim".to_owned(),
+                        |c| format!("{} (uid {})", c.name, c.uid)
+                    ),
+                    session.workspace.as_ref().map_or_else(
+                        || "no claim".to_owned(),
+                        |w| format!("{} (uid {})", w.name, w.uid)
+                    )
                 )
             },
         )?;

@@ -82,7 +82,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &STOP_KEEPS,
             || {
                 format!(
-                    "after stop the Pod's UID is {uid:?}, was {}",
+                    "after stop the Pod's UID is {}, was {}",
+                    uid.as_deref().unwrap_or("gone"),
                     pod_before.uid
                 )
             },

@@ -57,7 +57,7 @@ const CLEANUP_REMOVES: Check = Check {
     id: "cleanup_removes",
     promise: "the task's terminal cleanup removes its one Pod and its workspace claim",
     twin: Twin::Mirror(
-        "as lifecycle::teardown_exact/removes_owned: only the terminal cleanup's own deletes decide it (Kandev's, mirrored in harness/src/session/cleanup.rs and unit-tested), by the recorded UIDs; nothing of the Pod runs at its deletion or can hold it, and the sessions' files live inside the Pod. Kept in the scenario because it deletes the running Pod and claim and reads the API back",
+        "as lifecycle::teardown_exact/removes_owned: only the terminal cleanup's own deletes decide it (Kandev's, mirrored in terminal_cleanup in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs), by the recorded UIDs; nothing of the Pod runs at its deletion or can hold it, and the sessions' files live inside the Pod. Kept in the scenario because it deletes the running Pod and claim and reads the API back",
     ),
 };
 
@@ -100,8 +100,8 @@ done"#;
     let out = session.in_main(&argv, Duration::from_secs(20)).await?;
     if !out.success() {
         anyhow::bail!(
-            "read the session homes: exit {:?}: {}",
-            out.exit_code,
+            "read the session homes: {}: {}",
+            out.exit_text(),
             out.stderr_text().trim()
         );
     }
@@ -332,8 +332,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &ONE_POD,
             || {
                 format!(
-                    "the task's Pod {} has UID {uid:?} (launched {}), its claim {workspace:?}; objects of the task not of that Pod: {foreign:?}",
-                    pod.name, pod.uid
+                    "the task's Pod {} has UID {} (launched {}), its claim UID {}; objects of the task not of that Pod: {foreign:?}",
+                    pod.name,
+                    uid.as_deref().unwrap_or("gone"),
+                    pod.uid,
+                    workspace.as_deref().unwrap_or("none")
                 )
             },
         )?;
@@ -412,10 +415,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &BACKEND_RESTART,
             || {
                 format!(
-                    "after the backend restart: Pod UID {uid:?} (launched {}), recorded token {:?}, task session's process lost: {:?}; {}",
+                    "after the backend restart: Pod UID {} (launched {}), recorded token {:?}, task session's process lost: {}; {}",
+                    crate::support::or_unknown(uid.as_deref()),
                     pod.uid,
                     reattached.token,
-                    reattached.instance_lost,
+                    reattached.instance_lost.as_deref().unwrap_or("no"),
                     wrong.join("; ")
                 )
             },
@@ -488,7 +492,13 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(
             uid.is_none() && workspace_left.is_none(),
             &CLEANUP_REMOVES,
-            || format!("after terminal cleanup: Pod UID {uid:?}, claim {workspace_left:?}"),
+            || {
+                format!(
+                    "after terminal cleanup: Pod UID {}, claim UID {}",
+                    uid.as_deref().unwrap_or("gone"),
+                    workspace_left.as_deref().unwrap_or("gone")
+                )
+            },
         )?;
         Ok(Verdict::Passed)
     })

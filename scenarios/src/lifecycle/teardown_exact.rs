@@ -21,7 +21,7 @@ const REMOVES: Check = Check {
     id: "removes_owned",
     promise: "terminal cleanup removes exactly the owned Pod and its workspace",
     twin: Twin::Mirror(
-        "only the terminal cleanup's own deletes decide it (Kandev's, mirrored in harness/src/session/cleanup.rs): nothing of the Pod runs at its deletion or can hold it. Kept in the scenario because it deletes the running Pod and claim by their recorded UIDs and reads the API back",
+        "only the terminal cleanup's own deletes decide it (Kandev's, mirrored in terminal_cleanup in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs): nothing of the Pod runs at its deletion or can hold it. Kept in the scenario because it deletes the running Pod and claim by their recorded UIDs and reads the API back",
     ),
 };
 const VANISH: Check = Check {
@@ -33,14 +33,14 @@ const SURVIVE: Check = Check {
     id: "look_alikes_survive",
     promise: "look-alike objects the run did not tear down survive untouched",
     twin: Twin::Mirror(
-        "decided by the cleanup's identity checks alone (mirrored in harness/src/session/cleanup.rs, unit-tested against the API double); the look-alikes are the harness's. Kept in the scenario because the look-alikes are real objects beside the running Pod",
+        "decided by the cleanup's identity checks alone (verify_recorded in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs: terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label); the look-alikes are the harness's. Kept in the scenario because the look-alikes are real objects beside the running Pod",
     ),
 };
 const FAIL_CLOSED: Check = Check {
     id: "fails_closed",
     promise: "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label",
     twin: Twin::Mirror(
-        "decided by the cleanup's identity checks alone (mirrored in harness/src/session/cleanup.rs, unit-tested against the API double); the look-alikes are the harness's. Kept in the scenario because it is judged on real objects of the backend",
+        "decided by the cleanup's identity checks alone (verify_recorded in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs: terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label); the look-alikes are the harness's. Kept in the scenario because it is judged on real objects of the backend",
     ),
 };
 
@@ -166,7 +166,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             json!({"pod": pod_left, "workspace_volume_exists": volume_left}),
         );
         promise(pod_left.is_none() && !volume_left, &REMOVES, || {
-            format!("left: Pod {pod_left:?}, workspace volume {workspace} exists: {volume_left}")
+            format!(
+                "left: Pod uid {}, workspace volume {workspace} exists: {volume_left}",
+                pod_left.as_deref().unwrap_or("gone")
+            )
         })?;
 
         ctx.step("the neighbour survives");
@@ -190,8 +193,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &SURVIVE,
             || {
                 format!(
-                    "the neighbour {} was disturbed: uid {neighbour_uid:?}, daemon {}, workspace exists {volume_ok}",
+                    "the neighbour {} was disturbed: uid {}, daemon {}, workspace exists {volume_ok}",
                     neighbour.pod.name,
+                    neighbour_uid.as_deref().unwrap_or("gone"),
                     alive.summary()
                 )
             },
@@ -253,8 +257,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &SURVIVE,
             || {
                 format!(
-                    "after the refused cleanups: same-name Pod {:?}, foreign-label Pod {:?}",
-                    still.0, still.1
+                    "after the refused cleanups: same-name Pod uid {}, foreign-label Pod uid {}",
+                    still.0.as_deref().unwrap_or("gone"),
+                    still.1.as_deref().unwrap_or("gone")
                 )
             },
         )?;

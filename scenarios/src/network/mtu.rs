@@ -257,7 +257,9 @@ docker run -d --rm --name {net}-docker0 --network bridge {client} /workload slee
             &TRANSFER,
             || {
                 format!(
-                    "received {size:?} bytes with sha256 {sha:?} ({status}), the peer served {TRANSFER_BYTES} bytes with {expected}"
+                    "received {} bytes with sha256 {} ({status}), the peer served {TRANSFER_BYTES} bytes with {expected}",
+                    crate::support::or_unknown(size),
+                    crate::support::or_unknown(sha)
                 )
             },
         )?;

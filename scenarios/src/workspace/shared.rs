@@ -176,8 +176,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &READ_ONLY,
             || {
                 format!(
-                    "the companion's write to /workspace/shared-probe/engine-write.txt through a read-only grant: exit {:?}, {:?}; the file {}",
-                    attempt.exit_code,
+                    "the companion's write to /workspace/shared-probe/engine-write.txt through a read-only grant: {}, {:?}; the file {}",
+                    attempt.exit_text(),
                     stderr.trim(),
                     if left.success() {
                         "is absent"

@@ -132,9 +132,9 @@ impl ExecNode {
             .with_context(|| format!("node inspector {}", self.pod.name))?;
         if !out.success() {
             bail!(
-                "node inspector {} exited {:?}: {}",
+                "node inspector {} ended with {}: {}",
                 self.pod.name,
-                out.exit_code,
+                out.exit_text(),
                 out.stderr_text().trim()
             );
         }

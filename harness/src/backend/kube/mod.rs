@@ -379,7 +379,10 @@ pub fn compare_pvc(
         }
     }
     if admitted.metadata.name != desired.metadata.name {
-        mismatch("metadata.name", format!("{:?}", admitted.metadata.name));
+        mismatch(
+            "metadata.name",
+            admission::value_or_unset(&admitted.metadata.name),
+        );
     }
     if admitted
         .metadata
@@ -412,10 +415,14 @@ pub fn compare_pvc(
     let set = |v: &Option<Vec<String>>| -> std::collections::BTreeSet<String> {
         v.iter().flatten().cloned().collect()
     };
+    let list = |v: &Option<Vec<String>>| match v.as_deref() {
+        None | Some([]) => "(unset)".to_owned(),
+        Some(items) => items.join(", "),
+    };
     if set(&d.access_modes) != set(&a.access_modes) {
         mismatch(
             "spec.accessModes",
-            format!("{:?} became {:?}", d.access_modes, a.access_modes),
+            format!("{} became {}", list(&d.access_modes), list(&a.access_modes)),
         );
     }
     if d.volume_mode != a.volume_mode
@@ -423,7 +430,11 @@ pub fn compare_pvc(
     {
         mismatch(
             "spec.volumeMode",
-            format!("{:?} became {:?}", d.volume_mode, a.volume_mode),
+            format!(
+                "{} became {}",
+                d.volume_mode.as_deref().unwrap_or("(unset)"),
+                a.volume_mode.as_deref().unwrap_or("(unset)")
+            ),
         );
     }
     // Compared by value, as upstream's `sameResourceList` (`Quantity.Cmp`): an API server
@@ -458,8 +469,9 @@ pub fn compare_pvc(
         mismatch(
             "spec.storageClassName",
             format!(
-                "{:?} became {:?}",
-                d.storage_class_name, a.storage_class_name
+                "{} became {}",
+                admission::value_or_unset(&d.storage_class_name),
+                admission::value_or_unset(&a.storage_class_name)
             ),
         );
     }
@@ -467,8 +479,9 @@ pub fn compare_pvc(
         mismatch(
             "spec.volumeAttributesClassName",
             format!(
-                "{:?} became {:?}",
-                d.volume_attributes_class_name, a.volume_attributes_class_name
+                "{} became {}",
+                admission::value_or_unset(&d.volume_attributes_class_name),
+                admission::value_or_unset(&a.volume_attributes_class_name)
             ),
         );
     }

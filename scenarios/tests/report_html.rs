@@ -327,7 +327,7 @@ fn real_runs_render_summarize_and_diff() {
     assert!(text.contains("REGRESSED"), "{text}");
     assert!(text.contains("newly failing (1):"), "{text}");
     assert!(
-        text.contains("browser::launch/renders                  passed -> failed"),
+        text.contains("system checks whose outcome changed (2):\n  browser::launch/renders                  system passed -> failed"),
         "{text}"
     );
     assert!(text.contains("template digest: "), "{text}");

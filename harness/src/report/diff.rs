@@ -448,12 +448,15 @@ pub fn human(diff: &Diff) -> String {
         outcome_lines(&diff.other_outcome_changes),
     );
     section(&mut out, "no longer run", diff.removed.clone());
-    let _ = writeln!(
-        out,
-        "checks: {} -> {}",
-        kinds_passed(&diff.old_checks),
-        kinds_passed(&diff.new_checks)
-    );
+    // The checks by kind, when they differ: what each green proves.
+    if diff.old_checks != diff.new_checks {
+        let _ = writeln!(
+            out,
+            "checks: {} -> {}",
+            kinds_passed(&diff.old_checks),
+            kinds_passed(&diff.new_checks)
+        );
+    }
     let change_line = |c: &CheckChange| {
         let reclassified = c
             .old_kind

@@ -5,7 +5,10 @@
 #   xmllint (libxml2-utils)  junit.xml against the JUnit XSD (harness/tests/output_schemas.rs)
 #   chromium                 report.html rendered headless (scenarios/tests/report_html.rs)
 #   jq                       harness/scripts/record-kube-fixtures.sh (test-support recorder_script.rs)
-# kubectl, which recorder_script.rs also runs, comes with these machines (not in Debian's archive).
+#   python3-kubernetes       the official Kubernetes Python client against the cluster double
+#                            (test-support real_clients.rs; Debian's, for /usr/bin/python3)
+# kubectl, which recorder_script.rs and real_clients.rs also run, comes with these machines
+# (not in Debian's archive).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,6 +18,7 @@ need=()
 command -v xmllint >/dev/null || need+=(libxml2-utils)
 command -v chromium >/dev/null || need+=(chromium)
 command -v jq >/dev/null || need+=(jq)
+/usr/bin/python3 -c 'import kubernetes' 2>/dev/null || need+=(python3-kubernetes)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     log "missing ${need[*]}: install them (Debian: apt-get install ${need[*]}), then retry"

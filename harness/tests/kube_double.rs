@@ -61,6 +61,35 @@ fn pod(name: &str, spec: Value) -> Pod {
     .unwrap()
 }
 
+/// What the harness asked of the double is what a real API server answers the same way the
+/// double does: JSON bodies (kube-rs never sends protobuf, which the double decodes only for
+/// kubectl's typed commands), JSON accepted, no server-side apply, and no watch. Before issue
+/// 26 the double answered a watch with a plain list and read every body as JSON whatever its
+/// `Content-Type`; `kubectl` and the Python client showed both wrong. The harness could have
+/// relied on either without noticing: it does neither (Kandev's executor Role grants watch
+/// for Kandev's own use; the harness polls).
+fn assert_the_harness_asked_plain_json(double: &KubeDouble) {
+    let requests = double.state.requests();
+    assert!(!requests.is_empty());
+    for r in &requests {
+        let what = format!(
+            "{} {} ({:?}, accepting {:?})",
+            r.method, r.uri, r.content_type, r.accept
+        );
+        assert!(!r.watch, "the harness watched: {what}");
+        if let Some(sent) = &r.content_type {
+            assert!(sent.starts_with("application/json"), "{what}");
+        }
+        if let Some(accept) = &r.accept {
+            assert!(
+                accept.contains("application/json") || accept.contains("*/*"),
+                "{what}"
+            );
+            assert!(!accept.contains("protobuf"), "{what}");
+        }
+    }
+}
+
 async fn can_i(client: &kube::Client, ns: &str, verb: &str, resource: &str) -> bool {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
@@ -126,6 +155,7 @@ async fn the_executor_is_refused_what_kandevs_role_does_not_grant() {
     // The teardown removes the namespace it created.
     cluster.teardown().await;
     assert!(double.state.object("namespaces", "", ns).is_none());
+    assert_the_harness_asked_plain_json(&double);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,6 +350,7 @@ async fn a_pod_mutated_by_admission_is_rolled_back_by_its_exact_uid() {
     );
     assert!(message.contains(&rolled_back.uid), "{message}");
     cluster.teardown().await;
+    assert_the_harness_asked_plain_json(&double);
 }
 
 /// A running Pod: `work` (the daemon image, a shell) and `agent` (the mock agent serving

@@ -1,6 +1,6 @@
 //! The double's REST API: routing, authentication, RBAC, the stored objects.
 
-use super::{DoubleState, Identity, Key, Refusal, Running, Store, streams};
+use super::{DoubleState, Identity, Key, Refusal, Running, Store, discovery, streams};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
@@ -10,12 +10,20 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) type Reply = Response<Full<Bytes>>;
+/// Every answer's body: whole (`Full`) or streamed (a watch).
+pub(crate) type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
+pub(crate) type Reply = Response<Body>;
+
+/// A whole body.
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
 
 /// A parsed API path.
 #[derive(Debug, Clone)]
 pub(crate) struct Route {
     pub group: String,
+    pub version: String,
     pub resource: String,
     pub namespace: Option<String>,
     pub name: Option<String>,
@@ -34,27 +42,6 @@ impl Route {
     }
 }
 
-/// (apiVersion, kind, namespaced) of the resources the double serves.
-fn kind_of(group: &str, resource: &str) -> Option<(&'static str, &'static str, bool)> {
-    Some(match (group, resource) {
-        ("", "namespaces") => ("v1", "Namespace", false),
-        ("", "pods") => ("v1", "Pod", true),
-        ("", "persistentvolumeclaims") => ("v1", "PersistentVolumeClaim", true),
-        ("", "serviceaccounts") => ("v1", "ServiceAccount", true),
-        ("", "services") => ("v1", "Service", true),
-        ("", "events") => ("v1", "Event", true),
-        ("events.k8s.io", "events") => ("events.k8s.io/v1", "Event", true),
-        ("rbac.authorization.k8s.io", "roles") => ("rbac.authorization.k8s.io/v1", "Role", true),
-        ("rbac.authorization.k8s.io", "rolebindings") => {
-            ("rbac.authorization.k8s.io/v1", "RoleBinding", true)
-        }
-        ("authorization.k8s.io", "selfsubjectaccessreviews") => {
-            ("authorization.k8s.io/v1", "SelfSubjectAccessReview", false)
-        }
-        _ => return None,
-    })
-}
-
 pub(crate) fn status(code: StatusCode, reason: &str, message: &str, details: Value) -> Reply {
     let body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -65,7 +52,7 @@ pub(crate) fn status(code: StatusCode, reason: &str, message: &str, details: Val
 }
 
 pub(crate) fn json_reply(code: StatusCode, body: &Value) -> Reply {
-    let mut reply = Response::new(Full::new(Bytes::from(body.to_string())));
+    let mut reply = Response::new(full(body.to_string()));
     *reply.status_mut() = code;
     reply.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -128,15 +115,16 @@ fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 fn parse_route(path: &str) -> Option<Route> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest) = match segments.as_slice() {
-        ["api", "v1", rest @ ..] => (String::new(), rest),
-        ["apis", group, _version, rest @ ..] => ((*group).to_owned(), rest),
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] => (String::new(), (*version).to_owned(), rest),
+        ["apis", group, version, rest @ ..] => ((*group).to_owned(), (*version).to_owned(), rest),
         _ => return None,
     };
     let owned = |s: Option<&&str>| s.map(|s| (*s).to_owned());
     Some(match rest {
         ["namespaces", ns, resource, more @ ..] => Route {
             group,
+            version,
             resource: (*resource).to_owned(),
             namespace: Some((*ns).to_owned()),
             name: owned(more.first()),
@@ -144,6 +132,7 @@ fn parse_route(path: &str) -> Option<Route> {
         },
         [resource, more @ ..] => Route {
             group,
+            version,
             resource: (*resource).to_owned(),
             namespace: None,
             name: owned(more.first()),
@@ -234,7 +223,7 @@ fn now() -> String {
 /// Stores a namespace and its `default` service account (what the controller would create).
 pub(crate) fn create_namespace_objects(store: &mut Store, name: &str) {
     let rv = store.next_version();
-    store.objects.insert(
+    store.put(
         ("/namespaces".into(), String::new(), name.into()),
         json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": name, "uid": uuid::Uuid::new_v4().to_string(),
@@ -246,7 +235,7 @@ pub(crate) fn create_namespace_objects(store: &mut Store, name: &str) {
 
 fn add_default_account(store: &mut Store, ns: &str) {
     let rv = store.next_version();
-    store.objects.insert(
+    store.put(
         ("/serviceaccounts".into(), ns.into(), "default".into()),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": "default", "namespace": ns,
@@ -274,7 +263,181 @@ fn matches_selector(labels: &Value, selector: &str) -> bool {
         })
 }
 
+/// `type/subtype` of a media type, without its parameters.
+fn media_type(value: &str) -> &str {
+    value.split(';').next().unwrap_or("").trim()
+}
+
+/// Whether the client accepts the one representation the double answers with: JSON, as
+/// the object itself (no `as=Table`/`as=PartialObjectMetadata` conversion). As the API
+/// server's negotiation does it (apiserver `endpoints/handlers/negotiation/negotiate.go`,
+/// `NegotiateOutputMediaType`): the `Accept` clauses are tried in order, a clause asking for a
+/// conversion (`as`, `g`, `v`) the endpoint does not do is skipped, no `Accept` means JSON,
+/// and nothing acceptable is 406 `NotAcceptable` (`negotiation/errors.go`,
+/// `errNotAcceptable`). A real API server also serves YAML and protobuf; the double serves
+/// JSON only, so a client asking only for protobuf (`application/vnd.kubernetes.protobuf`) is
+/// refused rather than answered in a format it did not ask for.
+fn negotiate(headers: &hyper::HeaderMap) -> Result<(), Box<Reply>> {
+    let accept: Vec<&str> = headers
+        .get_all(hyper::header::ACCEPT)
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .flat_map(|h| h.split(','))
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    if accept.is_empty() {
+        return Ok(());
+    }
+    let acceptable = accept.iter().any(|clause| {
+        let mut parts = clause.split(';').map(str::trim);
+        let kind = parts.next().unwrap_or("").to_ascii_lowercase();
+        let params: Vec<(String, String)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let refused_by_q = params
+            .iter()
+            .any(|(k, v)| k == "q" && v.parse::<f32>().is_ok_and(|q| q <= 0.0));
+        let converted = params
+            .iter()
+            .any(|(k, _)| k == "as" || k == "g" || k == "v");
+        matches!(kind.as_str(), "application/json" | "application/*" | "*/*")
+            && !refused_by_q
+            && !converted
+    });
+    if acceptable {
+        Ok(())
+    } else {
+        Err(Box::new(status(
+            StatusCode::NOT_ACCEPTABLE,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json",
+            json!({}),
+        )))
+    }
+}
+
+/// The request body as JSON, read as its `Content-Type` says, as the API server decodes
+/// it (apiserver `negotiation.NegotiateInputSerializer`): a create or update in JSON or
+/// YAML, a patch as `application/json-patch+json`, `application/merge-patch+json` or
+/// `application/strategic-merge-patch+json`, and a create in protobuf (what kubectl's typed
+/// commands send) for the kinds [`super::protobuf`] decodes. What the double does not decode
+/// (protobuf of other kinds, server-side apply's `application/apply-patch+yaml`, CBOR) is 415
+/// `UnsupportedMediaType` (`negotiation/errors.go`, `errUnsupportedMediaType`), never
+/// misread. A body without a `Content-Type` is read as JSON.
+fn decode_body(
+    method: &Method,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<Value, Box<Reply>> {
+    if body.is_empty() {
+        return Ok(Value::Null);
+    }
+    let accepted: &[&str] = if method == Method::PATCH {
+        &[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ]
+    } else {
+        &[
+            "application/json",
+            "application/yaml",
+            "application/vnd.kubernetes.protobuf",
+        ]
+    };
+    let kind = content_type
+        .map(media_type)
+        .unwrap_or("application/json")
+        .to_ascii_lowercase();
+    if kind == "application/vnd.kubernetes.protobuf" && method != Method::PATCH {
+        return super::protobuf::decode(body).map_err(|e| {
+            Box::new(match e {
+                super::protobuf::Error::Kind(api_version, kind) => status(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    &format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (the double decodes protobuf only for {}; not {api_version} {kind})",
+                        super::protobuf::DECODED
+                    ),
+                    json!({}),
+                ),
+                super::protobuf::Error::Malformed(e) => status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    &format!("the protobuf body does not decode: {e}"),
+                    json!({}),
+                ),
+            })
+        });
+    }
+    if !accepted.contains(&kind.as_str()) {
+        return Err(Box::new(status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            &format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+            json!({}),
+        )));
+    }
+    let decoded = if kind == "application/yaml" {
+        serde_yaml::from_slice::<Value>(body).map_err(|e| e.to_string())
+    } else {
+        serde_json::from_slice::<Value>(body).map_err(|e| e.to_string())
+    };
+    decoded.map_err(|e| {
+        Box::new(status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!("the body of the request ({kind}) does not decode: {e}"),
+            json!({}),
+        ))
+    })
+}
+
+/// The patch formats the double applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Patch {
+    /// RFC 6902.
+    Json,
+    /// RFC 7386.
+    Merge,
+    /// Kubernetes' strategic merge patch.
+    StrategicMerge,
+}
+
 pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> Reply {
+    let path = req.uri().path().to_owned();
+    {
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        };
+        let seen = super::Seen {
+            method: req.method().to_string(),
+            uri: req.uri().to_string(),
+            content_type: header(hyper::header::CONTENT_TYPE),
+            accept: header(hyper::header::ACCEPT),
+            watch: param(&query_pairs(req.uri().query()), "watch")
+                .is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false")),
+        };
+        state.store().seen.push(seen);
+    }
+    if path.trim_end_matches('/') == "/version"
+        && req.method() == Method::GET
+        && !req.headers().contains_key(hyper::header::AUTHORIZATION)
+    {
+        // Readable without credentials, as `system:anonymous` (the `system:public-info-viewer`
+        // ClusterRole); a request with a token the server does not know is still 401, as
+        // authentication comes first. The Python client asks for `/version/` (a go-restful
+        // route, "/" under "/version").
+        return json_reply(StatusCode::OK, &discovery::version());
+    }
     let token = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
@@ -290,15 +453,19 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             json!({}),
         );
     };
-    let path = req.uri().path().to_owned();
-    if path == "/version" {
-        return json_reply(
-            StatusCode::OK,
-            &json!({"major": "1", "minor": "36", "gitVersion": "v1.36.0-kube-double",
-                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
-                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "none (a test double)",
-                "compiler": "rustc", "platform": "linux/amd64"}),
-        );
+    // Negotiated by the handler of a path that exists (an unknown path is 404 whatever the
+    // client accepts), after authentication, as the API server does; pods/log is text, exec
+    // and port-forward are websockets.
+    let json_answer = !(req.method() == Method::GET
+        && (path.ends_with("/log") || req.headers().contains_key(hyper::header::UPGRADE)));
+    if req.method() == Method::GET
+        && let Some(document) = discovery::document(&path)
+    {
+        if let Err(refused) = negotiate(req.headers()) {
+            return *refused;
+        }
+        // Any authenticated caller reads discovery (the `system:discovery` ClusterRole).
+        return json_reply(StatusCode::OK, &document);
     }
     let query = query_pairs(req.uri().query());
     let Some(route) = parse_route(&path) else {
@@ -309,7 +476,17 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             json!({}),
         );
     };
-    let Some((api_version, kind, namespaced)) = kind_of(&route.group, &route.resource) else {
+    let served = discovery::find(&route.group, &route.version, &route.resource).filter(|_| {
+        route.sub.as_ref().is_none_or(|sub| {
+            discovery::find(
+                &route.group,
+                &route.version,
+                &format!("{}/{sub}", route.resource),
+            )
+            .is_some()
+        })
+    });
+    let Some(resource) = served else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -317,6 +494,16 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             json!({}),
         );
     };
+    if json_answer && let Err(refused) = negotiate(req.headers()) {
+        return *refused;
+    }
+    let (api_version, kind, namespaced) =
+        (resource.api_version(), resource.kind, resource.namespaced);
+    // `watch=1`, `watch=true`, `watch=True`: the API server reads a bool query parameter as
+    // true unless it is `0` or `false` in any case (apimachinery `runtime/conversion.go`,
+    // `Convert_Slice_string_To_bool`).
+    let watching =
+        param(&query, "watch").is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false"));
     let upgrade = req
         .headers()
         .get(hyper::header::UPGRADE)
@@ -327,8 +514,8 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             // A websocket upgrade is a GET; the API server also asks for `create` since 1.30.
             "create"
         }
+        (Method::GET, _, None) if watching => "watch",
         (Method::GET, Some(_), _) => "get",
-        (Method::GET, None, _) if param(&query, "watch") == Some("true") => "watch",
         (Method::GET, None, _) => "list",
         (Method::POST, _, _) => "create",
         (Method::DELETE, _, _) => "delete",
@@ -343,7 +530,10 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             );
         }
     };
-    if route.resource != "selfsubjectaccessreviews" {
+    if !matches!(
+        route.resource.as_str(),
+        "selfsubjectaccessreviews" | "selfsubjectreviews"
+    ) {
         let mut store = state.store();
         let resource = route.resource_with_sub();
         let ns = route
@@ -387,7 +577,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     }
     if namespaced != route.namespace.is_some() && route.resource != "namespaces" {
         // A namespaced resource listed across namespaces is fine; anything else is not served.
-        if !(namespaced && route.name.is_none() && verb == "list") {
+        if !(namespaced && route.name.is_none() && (verb == "list" || verb == "watch")) {
             return status(
                 StatusCode::NOT_FOUND,
                 "NotFound",
@@ -395,6 +585,30 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
                 json!({}),
             );
         }
+    }
+    if !upgrade
+        && route.resource == "pods"
+        && matches!(
+            route.sub.as_deref(),
+            Some("exec" | "portforward" | "attach")
+        )
+    {
+        // SPDY (`Upgrade: SPDY/3.1`, what kubectl falls back to when a websocket is refused)
+        // is not served: said in kubectl's own error ("error upgrading connection: ...").
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!(
+                "the kube double serves pods/{} over websockets only ({}), not over SPDY",
+                route.sub.as_deref().unwrap_or_default(),
+                if route.sub.as_deref() == Some("portforward") {
+                    "v4.channel.k8s.io; not kubectl's SPDY-over-websocket tunnel, SPDY/3.1+portforward.k8s.io"
+                } else {
+                    "v5.channel.k8s.io, v4.channel.k8s.io"
+                }
+            ),
+            json!({}),
+        );
     }
     if upgrade {
         return match route.sub.as_deref() {
@@ -409,6 +623,11 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         };
     }
     let method = req.method().clone();
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
@@ -420,30 +639,21 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             );
         }
     };
-    let body: Value = if body.is_empty() {
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => {
-                return status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    &format!("the body is not JSON: {e}"),
-                    json!({}),
-                );
-            }
-        }
+    let body = match decode_body(&method, content_type.as_deref(), &body) {
+        Ok(body) => body,
+        Err(refused) => return *refused,
     };
     let ctx = Ctx {
         state: &state,
         identity: &identity,
         route: &route,
         query: &query,
-        api_version,
+        api_version: &api_version,
         kind,
     };
     match (method, route.name.as_deref(), route.sub.as_deref()) {
+        (Method::POST, None, None) if route.resource == "selfsubjectreviews" => ctx.self_review(),
+        (Method::GET, name, None) if watching => ctx.watch(name),
         (Method::POST, None, None) if route.resource == "selfsubjectaccessreviews" => {
             ctx.access_review(body)
         }
@@ -455,6 +665,15 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         (Method::GET, Some(name), None) => ctx.get(name).await,
         (Method::GET, Some(name), Some("log")) if route.resource == "pods" => ctx.log(name).await,
         (Method::DELETE, Some(name), None) => ctx.delete(name, body),
+        (Method::PUT, Some(name), None) => ctx.update(name, body).await,
+        (Method::PATCH, Some(name), None) => {
+            let patch = match content_type.as_deref().map(media_type).unwrap_or_default() {
+                "application/json-patch+json" => Patch::Json,
+                "application/merge-patch+json" => Patch::Merge,
+                _ => Patch::StrategicMerge,
+            };
+            ctx.patch(name, patch, body).await
+        }
         _ => status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
@@ -472,7 +691,7 @@ struct Ctx<'a> {
     identity: &'a Identity,
     route: &'a Route,
     query: &'a [(String, String)],
-    api_version: &'static str,
+    api_version: &'a str,
     kind: &'static str,
 }
 
@@ -674,7 +893,7 @@ impl Ctx<'_> {
                 return json_reply(StatusCode::CREATED, &object);
             }
             object["metadata"]["resourceVersion"] = json!(store.next_version());
-            store.objects.insert(key, object.clone());
+            store.put(key, object.clone());
             if self.route.resource == "namespaces" {
                 add_default_account(&mut store, &name);
             }
@@ -714,19 +933,97 @@ impl Ctx<'_> {
         }
     }
 
+    /// The `fieldSelector` of the request, checked: only the fields an API server
+    /// selects on for every object (`metadata.name`, `metadata.namespace`) and, for Pods,
+    /// `spec.nodeName` and `spec.serviceAccountName`; any other field is 400, as the API
+    /// server answers "field label not supported".
+    fn field_selector(&self) -> Result<Vec<(String, bool, String)>, Box<Reply>> {
+        let mut terms = Vec::new();
+        for term in param(self.query, "fieldSelector")
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
+            let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                (f, true, v)
+            } else {
+                return Err(Box::new(status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    &format!("invalid selector: '{term}'; can't understand '{term}'"),
+                    json!({}),
+                )));
+            };
+            let field = field.trim();
+            let supported = matches!(field, "metadata.name" | "metadata.namespace")
+                || (self.route.resource == "pods"
+                    && matches!(field, "spec.nodeName" | "spec.serviceAccountName"));
+            if !supported {
+                return Err(Box::new(status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    &format!("field label not supported: {field}"),
+                    json!({}),
+                )));
+            }
+            terms.push((field.to_owned(), equal, value.trim().to_owned()));
+        }
+        Ok(terms)
+    }
+
+    /// Whether this list or watch selects the object (the route's resource and namespace,
+    /// `labelSelector`, `fieldSelector`, and `name` for a watch of one object).
+    fn matches(
+        &self,
+        (r, ns, n): &Key,
+        object: &Value,
+        fields: &[(String, bool, String)],
+        name: Option<&str>,
+    ) -> bool {
+        let labels = param(self.query, "labelSelector").unwrap_or("");
+        *r == self.route.key()
+            && self.route.namespace.as_ref().is_none_or(|want| want == ns)
+            && name.is_none_or(|want| want == n)
+            && matches_selector(&object["metadata"]["labels"], labels)
+            && fields.iter().all(|(field, equal, value)| {
+                let pointer = format!("/{}", field.replace('.', "/"));
+                let actual = object
+                    .pointer(&pointer)
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                (actual == value) == *equal
+            })
+    }
+
+    /// The stored objects this list or watch selects.
+    fn selected(
+        &self,
+        store: &Store,
+        fields: &[(String, bool, String)],
+        name: Option<&str>,
+    ) -> Vec<(Key, Value)> {
+        store
+            .objects
+            .iter()
+            .filter(|(k, o)| self.matches(k, o, fields, name))
+            .map(|(k, o)| (k.clone(), o.clone()))
+            .collect()
+    }
+
     async fn list(&self) -> Reply {
-        let selector = param(self.query, "labelSelector").unwrap_or("");
+        let fields = match self.field_selector() {
+            Ok(fields) => fields,
+            Err(refused) => return *refused,
+        };
         let (items, rv): (Vec<Value>, u64) = {
             let store = self.state.store();
-            let items = store
-                .objects
-                .iter()
-                .filter(|((r, ns, _), _)| {
-                    *r == self.route.key()
-                        && self.route.namespace.as_ref().is_none_or(|want| want == ns)
-                })
-                .filter(|(_, o)| matches_selector(&o["metadata"]["labels"], selector))
-                .map(|(_, o)| o.clone())
+            let items = self
+                .selected(&store, &fields, None)
+                .into_iter()
+                .map(|(_, o)| o)
                 .collect();
             (items, store.resource_version)
         };
@@ -739,6 +1036,350 @@ impl Ctx<'_> {
             &json!({"apiVersion": self.api_version, "kind": format!("{}List", self.kind),
                 "metadata": {"resourceVersion": rv.to_string()}, "items": shown}),
         )
+    }
+
+    /// A watch: a stream of `{"type": ..., "object": ...}` lines, one per change, as the API
+    /// server streams a JSON watch (apiserver `endpoints/handlers/watch.go`;
+    /// <https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>).
+    /// Without `resourceVersion` (or with `0`) it starts with an `ADDED` for every object
+    /// selected now; from a `resourceVersion` (a list's), with every change after it (410
+    /// Gone when the double no longer holds them, [`super::KEPT_CHANGES`]). Then `ADDED`,
+    /// `MODIFIED` and `DELETED` in the order the store changed, each object as it was then
+    /// (an object that stops matching a selector is `DELETED`, one that starts is
+    /// `ADDED`), until `timeoutSeconds` (the API server's default is 30 to 60 minutes; the
+    /// double's is 30) or the client goes. `sendInitialEvents=true` (a watch-list) ends the
+    /// initial events with a `BOOKMARK` annotated `k8s.io/initial-events-end`.
+    ///
+    /// A Pod's status is read from the runtime when the event is sent: its changes (a
+    /// container started or ended) are no events of their own, as they would be from a
+    /// kubelet's status updates.
+    fn watch(&self, name: Option<&str>) -> Reply {
+        let fields = match self.field_selector() {
+            Ok(fields) => fields,
+            Err(refused) => return *refused,
+        };
+        let since = match param(self.query, "resourceVersion").filter(|v| !v.is_empty()) {
+            None | Some("0") => None,
+            Some(v) => match v.parse::<u64>() {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    return status(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequest",
+                        &format!("invalid resource version: {v:?}"),
+                        json!({}),
+                    );
+                }
+            },
+        };
+        let timeout = param(self.query, "timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+            .filter(|t| *t > 0)
+            .unwrap_or(1800);
+        let initial_end = param(self.query, "sendInitialEvents") == Some("true");
+        // The first events, and where in the store's changes the watch goes on from.
+        let (first, mut seen_rv) = {
+            let store = self.state.store();
+            match since {
+                None => {
+                    let added: Vec<(&str, Value)> = self
+                        .selected(&store, &fields, name)
+                        .into_iter()
+                        .map(|(_, o)| ("ADDED", o))
+                        .collect();
+                    (added, store.resource_version)
+                }
+                Some(since) => {
+                    let oldest = store.changes.front().map(|c| c.resource_version);
+                    if store.changes.len() >= super::KEPT_CHANGES
+                        && oldest.is_some_and(|oldest| oldest > since + 1)
+                    {
+                        return status(
+                            StatusCode::GONE,
+                            "Expired",
+                            &format!(
+                                "too old resource version: {since} ({})",
+                                oldest.unwrap_or_default()
+                            ),
+                            json!({}),
+                        );
+                    }
+                    (Vec::new(), since)
+                }
+            }
+        };
+        let (state, route, query) = (self.state.clone(), self.route.clone(), self.query.to_vec());
+        let (api_version, kind, identity) = (
+            self.api_version.to_owned(),
+            self.kind,
+            self.identity.clone(),
+        );
+        let name = name.map(str::to_owned);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        tokio::spawn(async move {
+            let ctx = Ctx {
+                state: &state,
+                identity: &identity,
+                route: &route,
+                query: &query,
+                api_version: &api_version,
+                kind,
+            };
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+            let send = |event: &str, object: Value| {
+                let tx = tx.clone();
+                let state = state.clone();
+                let event = event.to_owned();
+                async move {
+                    let object = with_status(&state, object).await;
+                    let line = format!("{}\n", json!({"type": event, "object": object}));
+                    tx.send(Bytes::from(line)).await.is_ok()
+                }
+            };
+            for (event, object) in first {
+                if !send(event, object).await {
+                    return;
+                }
+            }
+            if initial_end {
+                let bookmark = json!({"apiVersion": api_version, "kind": kind,
+                    "metadata": {"resourceVersion": seen_rv.to_string(),
+                        "annotations": {"k8s.io/initial-events-end": "true"}}});
+                if !send("BOOKMARK", bookmark).await {
+                    return;
+                }
+            }
+            loop {
+                let events: Vec<(&str, Value)> = {
+                    let store = state.store();
+                    let matches = |key: &Key, object: &Option<Value>| {
+                        object
+                            .as_ref()
+                            .is_some_and(|o| ctx.matches(key, o, &fields, name.as_deref()))
+                    };
+                    let events = store
+                        .changes
+                        .iter()
+                        .filter(|c| c.resource_version > seen_rv)
+                        .filter_map(|c| {
+                            let (was, is) = (matches(&c.key, &c.before), matches(&c.key, &c.after));
+                            let uid = |o: &Option<Value>| {
+                                o.as_ref().map(|o| o["metadata"]["uid"].clone())
+                            };
+                            match (was, is, c.after.clone()) {
+                                (true, true, Some(after)) if uid(&c.before) == uid(&c.after) => {
+                                    Some(("MODIFIED", after))
+                                }
+                                (_, true, Some(after)) => Some(("ADDED", after)),
+                                (true, _, after) => {
+                                    // Gone (or no longer selected): the object as it was,
+                                    // at the deletion's resourceVersion.
+                                    let mut last = after.or(c.before.clone())?;
+                                    last["metadata"]["resourceVersion"] =
+                                        json!(c.resource_version.to_string());
+                                    Some(("DELETED", last))
+                                }
+                                _ => None,
+                            }
+                        })
+                        .collect();
+                    seen_rv = store.resource_version;
+                    events
+                };
+                for (event, object) in events {
+                    if !send(event, object).await {
+                        return;
+                    }
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(25)) => {}
+                    () = tx.closed() => return,
+                }
+            }
+        });
+        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+            let bytes = rx.recv().await?;
+            Some((
+                Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes)),
+                rx,
+            ))
+        });
+        let mut reply = Response::new(http_body_util::StreamBody::new(frames).boxed());
+        reply.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        reply
+    }
+
+    fn self_review(&self) -> Reply {
+        let groups: Vec<String> = match self.identity {
+            Identity::Admin => vec!["system:masters".into(), "system:authenticated".into()],
+            Identity::ServiceAccount { namespace, .. } => vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ],
+        };
+        json_reply(
+            StatusCode::CREATED,
+            &json!({"apiVersion": self.api_version, "kind": self.kind,
+                "metadata": {"creationTimestamp": null},
+                "status": {"userInfo": {"username": self.identity.user_name(), "groups": groups}}}),
+        )
+    }
+
+    /// A PUT: the whole object replaced (its `resourceVersion`, when given, must be the
+    /// stored one: 409 otherwise, as the API server's optimistic concurrency answers).
+    async fn update(&self, name: &str, object: Value) -> Reply {
+        if object["metadata"]["name"].as_str() != Some(name) {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!(
+                    "the name of the object ({}) does not match the name on the URL ({name})",
+                    object["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                json!({}),
+            );
+        }
+        let Some(existing) = self.state.store().objects.get(&self.key(name)).cloned() else {
+            return not_found(self.route, name);
+        };
+        self.commit(name, existing, object).await
+    }
+
+    /// A PATCH applied to the stored object, then stored as an update.
+    async fn patch(&self, name: &str, kind: Patch, patch: Value) -> Reply {
+        let Some(existing) = self.state.store().objects.get(&self.key(name)).cloned() else {
+            return not_found(self.route, name);
+        };
+        let mut object = existing.clone();
+        let applied = match kind {
+            Patch::Json => super::patch::json_patch(&mut object, &patch),
+            Patch::Merge => {
+                super::patch::merge(&mut object, &patch);
+                Ok(())
+            }
+            Patch::StrategicMerge => super::patch::strategic(&mut object, &patch),
+        };
+        if let Err(e) = applied {
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                &format!(
+                    "the patch does not apply to {} \"{name}\": {e}",
+                    self.route.resource
+                ),
+                json!({"name": name, "kind": self.route.resource}),
+            );
+        }
+        if patch["metadata"].get("resourceVersion").is_none() {
+            // No precondition in the patch: it applies to the stored version.
+            object["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"].clone();
+        }
+        self.commit(name, existing, object).await
+    }
+
+    /// Stores `object` in place of `existing` (an update or a patched object): what the
+    /// server owns (UID, creation time, name, namespace, kind, a Pod's spec but for what may
+    /// change, a claim's and a namespace's status) is kept, `resourceVersion` advanced.
+    async fn commit(&self, name: &str, existing: Value, mut object: Value) -> Reply {
+        if !object.is_object() {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the body is not an object",
+                json!({}),
+            );
+        }
+        let stored_rv = existing["metadata"]["resourceVersion"].clone();
+        match object["metadata"]["resourceVersion"].as_str() {
+            Some(rv) if !rv.is_empty() && Some(rv) != stored_rv.as_str() => {
+                return status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                        self.route.resource
+                    ),
+                    json!({"name": name, "kind": self.route.resource}),
+                );
+            }
+            _ => {}
+        }
+        if self.route.resource == "pods" {
+            // Only what the API server lets change on a Pod (its metadata here; the spec's
+            // mutable fields, images and the like, are refused too: the double's runtime
+            // Pod could not follow them).
+            let mut spec = object.clone();
+            super::defaults::default_pod(&mut spec);
+            if spec["spec"] != existing["spec"] {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &format!(
+                        "Pod \"{name}\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative) (the double changes none of them)"
+                    ),
+                    json!({"name": name, "kind": "Pod"}),
+                );
+            }
+            object["spec"] = existing["spec"].clone();
+        }
+        if matches!(
+            self.route.resource.as_str(),
+            "pods" | "persistentvolumeclaims" | "namespaces"
+        ) && let Some(fields) = object.as_object_mut()
+        {
+            match existing.get("status") {
+                Some(kept) => fields.insert("status".into(), kept.clone()),
+                None => fields.remove("status"),
+            };
+        }
+        object["apiVersion"] = json!(self.api_version);
+        object["kind"] = json!(self.kind);
+        for field in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+        ] {
+            match existing["metadata"].get(field) {
+                Some(v) => object["metadata"][field] = v.clone(),
+                None => {
+                    if let Some(meta) = object["metadata"].as_object_mut() {
+                        meta.remove(field);
+                    }
+                }
+            }
+        }
+        if param(self.query, "dryRun") != Some("All") {
+            let key = self.key(name);
+            let mut store = self.state.store();
+            if store
+                .objects
+                .get(&key)
+                .map(|o| &o["metadata"]["resourceVersion"])
+                != Some(&stored_rv)
+            {
+                return status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                        self.route.resource
+                    ),
+                    json!({"name": name, "kind": self.route.resource}),
+                );
+            }
+            object["metadata"]["resourceVersion"] = json!(store.next_version());
+            store.put(key, object.clone());
+        }
+        json_reply(StatusCode::OK, &with_status(self.state, object).await)
     }
 
     async fn log(&self, name: &str) -> Reply {
@@ -769,7 +1410,7 @@ impl Ctx<'_> {
             },
             _ => String::new(),
         };
-        let mut reply = Response::new(Full::new(Bytes::from(text)));
+        let mut reply = Response::new(full(text));
         reply.headers_mut().insert(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("text/plain"),
@@ -830,19 +1471,19 @@ impl Ctx<'_> {
             "pods" if self.state.runtime.is_some() => {
                 // Terminating until the runtime removed its containers.
                 shown["metadata"]["resourceVersion"] = json!(store.next_version());
-                store.objects.insert(key.clone(), shown.clone());
+                store.put(key.clone(), shown.clone());
                 drop(store);
                 tokio::spawn(remove_pod(self.state.clone(), key, uid));
             }
             "namespaces" => {
                 shown["status"]["phase"] = json!("Terminating");
                 shown["metadata"]["resourceVersion"] = json!(store.next_version());
-                store.objects.insert(key.clone(), shown.clone());
+                store.put(key.clone(), shown.clone());
                 drop(store);
                 tokio::spawn(remove_namespace(self.state.clone(), name.to_owned()));
             }
             "persistentvolumeclaims" => {
-                store.objects.remove(&key);
+                store.delete(&key);
                 let volume = store.volumes.remove(&uid);
                 drop(store);
                 if let (Some(runtime), Some(volume)) = (self.state.runtime.clone(), volume) {
@@ -858,7 +1499,7 @@ impl Ctx<'_> {
                 }
             }
             _ => {
-                store.objects.remove(&key);
+                store.delete(&key);
             }
         }
         json_reply(StatusCode::OK, &shown)
@@ -944,22 +1585,90 @@ async fn run_pod(state: Arc<DoubleState>, runtime: Arc<dyn Backend>, uid: String
         Ok(pod) => {
             // Scheduled (after the create, as a scheduler binds it) onto the one node.
             let rv = store.next_version();
-            if let Some(object) = store
+            if let Some((key, mut object)) = store
                 .objects
-                .values_mut()
-                .find(|o| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+                .iter()
+                .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+                .map(|(k, o)| (k.clone(), o.clone()))
                 && object["spec"]["nodeName"]
                     .as_str()
                     .is_none_or(str::is_empty)
             {
                 object["spec"]["nodeName"] = json!(super::NODE);
                 object["metadata"]["resourceVersion"] = json!(rv);
+                store.put(key, object);
             }
-            store.running.insert(uid, Running::Ready(pod));
+            store.running.insert(uid.clone(), Running::Ready(pod));
+            drop(store);
+            tokio::spawn(kubelet(state, uid));
         }
         Err(e) => {
             store.running.insert(uid, Running::Failed(e));
         }
+    }
+}
+
+/// What a kubelet's status updates would change: the Pod's phase and each container's state
+/// and readiness (not the timestamps the double writes at each read).
+fn status_fingerprint(pod: &Value) -> String {
+    let status = &pod["status"];
+    let containers = |field: &str| -> Vec<String> {
+        status[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let state = c["state"]
+                    .as_object()
+                    .and_then(|s| s.iter().next())
+                    .map(|(k, v)| format!("{k}:{}:{}", v["reason"], v["exitCode"]))
+                    .unwrap_or_default();
+                format!("{}={state}:{}:{}", c["name"], c["ready"], c["restartCount"])
+            })
+            .collect()
+    };
+    format!(
+        "{} {:?} {:?}",
+        status["phase"],
+        containers("initContainerStatuses"),
+        containers("containerStatuses")
+    )
+}
+
+/// The kubelet's status updates, as far as a watch sees them: while the Pod is stored, its
+/// status (read from the runtime) is compared every half second, and a change stores the
+/// Pod again with a new `resourceVersion` (a `MODIFIED` event, as a kubelet's status update
+/// is), so `kubectl wait` and `get -w` see it become ready and its containers end.
+async fn kubelet(state: Arc<DoubleState>, uid: String) {
+    let mut last = String::new();
+    loop {
+        let stored = {
+            let store = state.store();
+            store
+                .objects
+                .iter()
+                .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+                .map(|(k, o)| (k.clone(), o.clone()))
+        };
+        let Some((key, object)) = stored else {
+            return;
+        };
+        let fingerprint = status_fingerprint(&with_status(&state, object).await);
+        if fingerprint != last {
+            let mut store = state.store();
+            if let Some(mut current) = store.objects.get(&key).cloned()
+                && current["metadata"]["uid"].as_str() == Some(&uid)
+            {
+                if !last.is_empty() {
+                    current["metadata"]["resourceVersion"] = json!(store.next_version());
+                    store.put(key, current);
+                }
+            } else {
+                return;
+            }
+            last = fingerprint;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -989,7 +1698,7 @@ async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
         .and_then(|o| o["metadata"]["uid"].as_str())
         == Some(uid.as_str())
     {
-        store.objects.remove(&key);
+        store.delete(&key);
     }
 }
 
@@ -1021,9 +1730,7 @@ async fn remove_namespace(state: Arc<DoubleState>, name: String) {
             .filter_map(|uid| store.volumes.remove(uid))
             .collect();
         volumes.extend(taken);
-        store
-            .objects
-            .retain(|(r, ns, _), _| *ns != name || r == "/pods");
+        store.delete_where(|(r, ns, _)| *ns == name && r != "/pods");
         pods
     };
     for (key, uid) in pods {
@@ -1041,10 +1748,8 @@ async fn remove_namespace(state: Arc<DoubleState>, name: String) {
         }
     }
     let mut store = state.store();
-    store.objects.retain(|(_, ns, _), _| *ns != name);
-    store
-        .objects
-        .remove(&("/namespaces".into(), String::new(), name));
+    store.delete_where(|(_, ns, _)| *ns == name);
+    store.delete(&("/namespaces".into(), String::new(), name));
 }
 
 /// A Pod with its status from the runtime (phase, container states, IP).
@@ -1178,7 +1883,7 @@ mod tests {
                 .unwrap()
                 .contains("persistentvolumeclaim \"gone\" not found")
         );
-        store.objects.insert(
+        store.put(
             ("/persistentvolumeclaims".into(), "ns".into(), "gone".into()),
             json!({}),
         );

@@ -19,17 +19,29 @@
 //! with the UID the double assigned, bound after their create to one node ([`NODE`]); claims
 //! are volumes there.
 //!
+//! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
+//! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
+//! version's resources, the OpenAPI v3 stubs kubectl's validation asks for), content
+//! negotiation (JSON answered, 406 for a client accepting only what the double does not
+//! write, 415 for a body it does not decode; protobuf bodies decoded for the kinds
+//! kubectl's typed commands send), watches streamed from the store's changes, PUT and
+//! PATCH (JSON, merge and strategic merge patches), `kubectl exec` and `logs`.
+//!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restarts), real admission plugins (Pod Security, the
-//! ServiceAccount plugin's token volume), watches, ClusterRoles, the apiserver's own
-//! exec/port-forward translation (SPDY towards the kubelet, the kubelet's CRI streaming
-//! server), namespaces as isolation (Pod names share the one local engine), and storage
-//! classes (claims are stored and reported `Bound`).
+//! ServiceAccount plugin's token volume), ClusterRoles, the apiserver's own exec/port-forward
+//! translation (SPDY towards the kubelet, the kubelet's CRI streaming server; kubectl's
+//! port-forward, SPDY tunnelled through a websocket, is refused here), Table output,
+//! server-side apply, namespaces as isolation (Pod names share the one local engine), and
+//! storage classes (claims are stored and reported `Bound`).
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
 mod api;
 mod defaults;
+mod discovery;
+mod patch;
+mod protobuf;
 pub mod recorded;
 mod streams;
 
@@ -106,6 +118,19 @@ pub struct Refusal {
     pub namespace: Option<String>,
 }
 
+/// A request as it reached the double (authenticated or not): what a test asserts about
+/// how a client speaks to the API server.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    pub content_type: Option<String>,
+    pub accept: Option<String>,
+    /// A list asked as a watch (`watch` set and not `0`/`false`).
+    pub watch: bool,
+}
+
 /// A mutating admission hook: changes a Pod (as JSON) before it is stored.
 pub type PodMutator = Box<dyn Fn(&mut Value) + Send + Sync>;
 
@@ -128,9 +153,29 @@ pub(crate) enum Running {
 /// (resource key `group/resource`, namespace or "", name)
 pub(crate) type Key = (String, String, String);
 
+/// A change to the stored objects, as a watch reports it.
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    /// The store's `resourceVersion` once the change was made.
+    pub resource_version: u64,
+    pub key: Key,
+    /// Before the change (None: it was created).
+    pub before: Option<Value>,
+    /// After the change (None: it was deleted).
+    pub after: Option<Value>,
+}
+
+/// How many changes the store keeps for watches; a watch from an older `resourceVersion`
+/// is 410 Gone, as from an API server whose watch cache has moved on.
+pub(crate) const KEPT_CHANGES: usize = 10_000;
+
 #[derive(Default)]
 pub(crate) struct Store {
+    /// Read freely; written only through [`Store::put`] and [`Store::delete`] (which
+    /// record the [`Change`] a watch reports).
     pub objects: BTreeMap<Key, Value>,
+    /// The latest changes, oldest first (at most [`KEPT_CHANGES`]).
+    pub changes: std::collections::VecDeque<Change>,
     pub resource_version: u64,
     pub tokens: HashMap<String, Identity>,
     /// By the double's Pod UID.
@@ -139,12 +184,48 @@ pub(crate) struct Store {
     pub volumes: HashMap<String, kandev_harness::backend::WorkspaceRef>,
     pub deletions: Vec<Deletion>,
     pub refusals: Vec<Refusal>,
+    pub seen: Vec<Seen>,
 }
 
 impl Store {
     pub fn next_version(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    fn record(&mut self, key: Key, before: Option<Value>, after: Option<Value>) {
+        if self.changes.len() >= KEPT_CHANGES {
+            self.changes.pop_front();
+        }
+        self.changes.push_back(Change {
+            resource_version: self.resource_version,
+            key,
+            before,
+            after,
+        });
+    }
+
+    /// Stores `object` (created or changed; its `resourceVersion` is the caller's).
+    pub fn put(&mut self, key: Key, object: Value) {
+        let before = self.objects.insert(key.clone(), object.clone());
+        self.record(key, before, Some(object));
+    }
+
+    /// Removes an object (its deletion gets a `resourceVersion` of its own, as from an
+    /// API server).
+    pub fn delete(&mut self, key: &Key) -> Option<Value> {
+        let before = self.objects.remove(key)?;
+        self.next_version();
+        self.record(key.clone(), Some(before.clone()), None);
+        Some(before)
+    }
+
+    /// Removes every object `gone` selects.
+    pub fn delete_where(&mut self, gone: impl Fn(&Key) -> bool) {
+        let keys: Vec<Key> = self.objects.keys().filter(|k| gone(k)).cloned().collect();
+        for key in keys {
+            self.delete(&key);
+        }
     }
 }
 
@@ -195,20 +276,23 @@ impl DoubleState {
     pub fn create_namespace(&self, name: &str, labels: &[(&str, &str)]) {
         let mut store = self.store();
         api::create_namespace_objects(&mut store, name);
-        if let Some(namespace) =
-            store
-                .objects
-                .get_mut(&("/namespaces".into(), String::new(), name.into()))
-        {
+        let key: Key = ("/namespaces".into(), String::new(), name.into());
+        if let Some(mut namespace) = store.objects.get(&key).cloned() {
             for (k, v) in labels {
                 namespace["metadata"]["labels"][*k] = json!(v);
             }
+            store.put(key, namespace);
         }
     }
 
     /// Every DELETE carried out so far.
     pub fn deletions(&self) -> Vec<Deletion> {
         self.store().deletions.clone()
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<Seen> {
+        self.store().seen.clone()
     }
 
     /// Every request refused with 403 so far.

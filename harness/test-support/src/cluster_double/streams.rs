@@ -23,7 +23,6 @@
 use super::api::{Reply, Route, status};
 use super::{DoubleState, Running};
 use futures_util::{SinkExt, StreamExt};
-use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -116,7 +115,7 @@ fn upgrade(
     };
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let on = hyper::upgrade::on(req);
-    let mut reply = Response::new(Full::new(Bytes::new()));
+    let mut reply = Response::new(super::api::full(Bytes::new()));
     *reply.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = reply.headers_mut();
     let value = hyper::header::HeaderValue::from_static;
@@ -132,6 +131,20 @@ fn upgrade(
 async fn socket(on: hyper::upgrade::OnUpgrade) -> Option<Socket> {
     let upgraded = on.await.ok()?;
     Some(WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await)
+}
+
+/// A close frame with the normal-closure code (1000), as the API server ends a stream:
+/// client-go's websocket executor (kubectl exec) takes any other end, a close without a
+/// code (1005) included, for a failed stream (`remotecommand/websocket.go`, `readDemuxLoop`:
+/// only `CloseNormalClosure` ends it cleanly), and reports "error reading from error
+/// stream" instead of the command's exit code.
+fn normal_close() -> Message {
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    }))
 }
 
 fn framed(channel: u8, bytes: &[u8]) -> Message {
@@ -195,7 +208,7 @@ pub(crate) async fn exec(
                 let failure = json!({"metadata": {}, "status": "Failure",
                     "message": e.to_string(), "reason": "InternalError"});
                 let _ = ws.send(framed(3, failure.to_string().as_bytes())).await;
-                let _ = ws.send(Message::Close(None)).await;
+                let _ = ws.send(normal_close()).await;
             }
         }
     });
@@ -272,7 +285,7 @@ async fn serve_exec(ws: Socket, v5: bool, attached: Attached, argv: Vec<String>,
             }
         };
         let _ = sink.send(framed(3, status.to_string().as_bytes())).await;
-        let _ = sink.send(Message::Close(None)).await;
+        let _ = sink.send(normal_close()).await;
     };
     tokio::pin!(to_command, from_command);
     let mut reading = true;
@@ -425,7 +438,7 @@ async fn serve_portforward(ws: Socket, streams: PodStreams, pod: PodRef, ports: 
         for tunnel in tunnels {
             let _ = tunnel.await;
         }
-        let _ = to_client.send(Message::Close(None)).await;
+        let _ = to_client.send(normal_close()).await;
     });
     // The client's bytes to each tunnel as they come, until the client closes or goes.
     let from_client = async {

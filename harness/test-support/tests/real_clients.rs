@@ -1,0 +1,644 @@
+//! The cluster double refereed by two clients its authors did not write: `kubectl` (v1.32 on
+//! these machines) and the official Kubernetes Python client (Debian's python3-kubernetes),
+//! each driven through an operator's session against a running double, through the
+//! kubeconfig it writes and nothing else. Where they disagree with the double, the double is
+//! wrong (issue 26).
+//!
+//! Without the engine (Pods are stored and stay Pending): discovery, namespaces,
+//! ServiceAccounts, Roles and RoleBindings through kubectl's typed commands (protobuf bodies)
+//! and `kubectl apply -f` (JSON, strategic merge patches), `auth can-i` as the admin and as
+//! an executor token from `kubectl create token`, `auth whoami`, `get -w` events, content
+//! negotiation (406, 415), and the same session through the Python client. With Pods on
+//! the engine (`#[ignore]`d): `kubectl exec`, `kubectl logs` and `kubectl delete --wait`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use kandev_harness::backend::kube::cluster::{self, executor_role};
+use kandev_harness::pod::template::WorkspaceMode;
+use kandev_test_support::cluster_double::{self, KubeDouble};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// kubectl against the double: its kubeconfig and context, a discovery cache of its own.
+struct Kubectl {
+    kubeconfig: PathBuf,
+    context: String,
+    cache: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(double: &KubeDouble) -> Self {
+        Self {
+            kubeconfig: double.kubeconfig.clone(),
+            context: double.context.clone(),
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("kubectl");
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--context", &self.context, "--cache-dir"])
+            .arg(self.cache.path())
+            .args(args);
+        command
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.command(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run kubectl: {e} (these machines have kubectl v1.32)"))
+    }
+
+    /// Its stdout; panics with stderr unless it succeeded.
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.output(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "kubectl {}: {stderr}", args.join(" "));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Its stderr; panics unless it failed.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.output(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {} succeeded: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// A multi-document YAML manifest of `objects`, as an operator writes one.
+fn manifest(folder: &Path, name: &str, objects: &[Value]) -> String {
+    let path = folder.join(name);
+    let text: Vec<String> = objects
+        .iter()
+        .map(|o| serde_yaml::to_string(o).unwrap())
+        .collect();
+    std::fs::write(&path, text.join("\n---\n")).unwrap();
+    path.display().to_string()
+}
+
+/// The harness's executor objects in `ns` (what `Cluster::set_up` creates), as manifests.
+fn executor_objects(ns: &str) -> Vec<Value> {
+    let labels = cluster::run_labels("real-clients");
+    let role = serde_json::to_value(executor_role(ns, WorkspaceMode::ManagedPvc, &labels)).unwrap();
+    vec![
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": cluster::EXECUTOR, "namespace": ns, "labels": labels}}),
+        role,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": cluster::EXECUTOR, "namespace": ns, "labels": labels},
+            "subjects": [{"kind": "ServiceAccount", "name": cluster::EXECUTOR, "namespace": ns}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": cluster::EXECUTOR}}),
+    ]
+}
+
+fn wait_gone(kubectl: &Kubectl, args: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = kubectl.output(args);
+        if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still there: {args:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drives_an_operators_session_on_the_double() {
+    let double = cluster_double::start(None).await.unwrap();
+    let folder = tempfile::tempdir().unwrap();
+    let folder_path = folder.path().to_owned();
+    let kubectl = Kubectl::new(&double);
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        // Discovery: the server's version, the resources with kubectl's short names.
+        let version: Value = serde_json::from_str(&k.run(&["version", "-o", "json"])).unwrap();
+        assert_eq!(version["serverVersion"]["gitVersion"], "v1.36.0-kube-double");
+        let resources = k.run(&["api-resources", "-o", "wide"]);
+        for (name, short) in [
+            ("namespaces", "ns"),
+            ("serviceaccounts", "sa"),
+            ("pods", "po"),
+            ("persistentvolumeclaims", "pvc"),
+        ] {
+            assert!(
+                resources
+                    .lines()
+                    .any(|l| l.starts_with(name) && l.split_whitespace().nth(1) == Some(short)),
+                "{name} ({short}) in\n{resources}"
+            );
+        }
+        assert!(resources.contains("rbac.authorization.k8s.io/v1"), "{resources}");
+        assert!(resources.contains("selfsubjectaccessreviews"), "{resources}");
+
+        // Namespaces (`create ns` is a typed command: a protobuf body).
+        assert_eq!(
+            lines(&k.run(&["get", "ns", "-o", "name"])),
+            ["namespace/default", "namespace/kube-system"]
+        );
+        assert_eq!(lines(&k.run(&["create", "ns", "op"])), ["namespace/op created"]);
+        assert_eq!(
+            lines(&k.run(&["-n", "op", "get", "sa", "-o", "name"])),
+            ["serviceaccount/default"]
+        );
+
+        // Typed creates of a ServiceAccount, Role and RoleBinding, read back and deleted.
+        k.run(&["-n", "op", "create", "sa", "typed"]);
+        k.run(&[
+            "-n", "op", "create", "role", "typed", "--verb=get,watch", "--resource=pods,pods/log",
+        ]);
+        k.run(&[
+            "-n", "op", "create", "rolebinding", "typed", "--role=typed", "--serviceaccount=op:typed",
+        ]);
+        let role: Value =
+            serde_json::from_str(&k.run(&["-n", "op", "get", "role", "typed", "-o", "json"])).unwrap();
+        assert_eq!(
+            role["rules"],
+            json!([{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "watch"]}])
+        );
+        let binding: Value = serde_json::from_str(&k.run(&[
+            "-n", "op", "get", "rolebinding", "typed", "-o", "json",
+        ]))
+        .unwrap();
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "typed", "namespace": "op"}])
+        );
+        assert_eq!(binding["roleRef"]["name"], "typed");
+        assert_eq!(
+            lines(&k.run(&["-n", "op", "delete", "rolebinding/typed", "role/typed", "sa/typed"])).len(),
+            3
+        );
+        k.fails(&["-n", "op", "get", "sa", "typed"]);
+
+        // `kubectl apply -f` of the harness's executor objects: created, unchanged, then a
+        // changed Role configured (a strategic merge patch).
+        let mut objects = executor_objects("op");
+        let file = manifest(&folder_path, "executor.yaml", &objects);
+        let applied = k.run(&["apply", "-f", &file]);
+        assert_eq!(lines(&applied).len(), 3, "{applied}");
+        assert!(lines(&applied).iter().all(|l| l.ends_with(" created")), "{applied}");
+        let again = k.run(&["apply", "-f", &file]);
+        assert!(lines(&again).iter().all(|l| l.ends_with(" unchanged")), "{again}");
+        objects[1]["rules"][0]["verbs"] = json!(["get", "create", "delete", "watch", "list"]);
+        let file = manifest(&folder_path, "executor.yaml", &objects);
+        let changed = k.run(&["apply", "-f", &file]);
+        assert!(
+            changed.contains(&format!("role.rbac.authorization.k8s.io/{} configured", cluster::EXECUTOR)),
+            "{changed}"
+        );
+        let rules = k.run(&["-n", "op", "get", "role", cluster::EXECUTOR, "-o", "jsonpath={.rules[0].verbs}"]);
+        assert_eq!(rules, r#"["get","create","delete","watch","list"]"#);
+        objects[1]["rules"][0]["verbs"] = json!(["get", "create", "delete", "watch"]);
+        let file = manifest(&folder_path, "executor.yaml", &objects);
+        k.run(&["apply", "-f", &file]);
+        // Server-side apply is not served: refused with 415, in kubectl's own words.
+        let refused = k.fails(&["apply", "--server-side", "-f", &file]);
+        assert!(refused.contains("UnsupportedMediaType") || refused.contains("unknown format"), "{refused}");
+
+        // auth can-i as the admin and as the executor's token (a TokenRequest).
+        assert_eq!(k.run(&["-n", "op", "auth", "can-i", "create", "pods"]).trim(), "yes");
+        let whoami: Value = serde_json::from_str(&k.run(&["auth", "whoami", "-o", "json"])).unwrap();
+        assert_eq!(whoami["status"]["userInfo"]["username"], "kube-double-admin");
+        let token = k.run(&["-n", "op", "create", "token", cluster::EXECUTOR]);
+        let token = token.trim();
+        assert!(!token.is_empty());
+        let as_executor = |args: &[&str]| -> Output {
+            let mut all = vec!["--token", token, "-n", "op"];
+            all.extend_from_slice(args);
+            k.output(&all)
+        };
+        let yes = as_executor(&["auth", "can-i", "create", "pods"]);
+        assert_eq!(String::from_utf8_lossy(&yes.stdout).trim(), "yes");
+        for (verb, resource) in [("list", "pods"), ("get", "secrets"), ("patch", "pods")] {
+            let no = as_executor(&["auth", "can-i", verb, resource]);
+            assert_eq!(String::from_utf8_lossy(&no.stdout).trim(), "no", "{verb} {resource}");
+            assert!(!no.status.success());
+        }
+        let listed = as_executor(&["get", "pods"]);
+        let stderr = String::from_utf8_lossy(&listed.stderr);
+        assert!(!listed.status.success());
+        assert!(
+            stderr.contains("Forbidden")
+                && stderr.contains(&format!("system:serviceaccount:op:{}", cluster::EXECUTOR)),
+            "{stderr}"
+        );
+        let whoami = as_executor(&["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+        assert_eq!(
+            String::from_utf8_lossy(&whoami.stdout),
+            format!("system:serviceaccount:op:{}", cluster::EXECUTOR)
+        );
+
+        // A watch: `get pods -w` (a list, then a watch from its resourceVersion) sees a Pod
+        // added, changed and deleted, and ends at its request timeout.
+        let watching = k
+            .command(&[
+                "-n", "op", "get", "pods", "--watch-only", "--output-watch-events",
+                "-o", "json", "--request-timeout=6s",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "watched", "namespace": "op"},
+            "spec": {"containers": [{"name": "main", "image": "debian:bookworm"}]}});
+        let file = manifest(&folder_path, "pod.yaml", &[pod]);
+        k.run(&["apply", "-f", &file]);
+        k.run(&["-n", "op", "label", "pod", "watched", "step=two"]);
+        // No runtime: the Pod is gone at once, and --wait (a watch on it) returns.
+        k.run(&["-n", "op", "delete", "pod", "watched", "--wait", "--timeout=20s"]);
+        let watched = watching.wait_with_output().unwrap();
+        let events: Vec<String> = serde_json::Deserializer::from_slice(&watched.stdout)
+            .into_iter::<Value>()
+            .map(|e| {
+                let e = e.unwrap();
+                format!("{} {}", e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            events,
+            ["ADDED watched", "MODIFIED watched", "DELETED watched"],
+            "{}",
+            String::from_utf8_lossy(&watched.stderr)
+        );
+
+        // Deleted as they were applied; the namespace deleted and gone.
+        let deleted = k.run(&["delete", "-f", &manifest(&folder_path, "executor.yaml", &objects)]);
+        assert_eq!(lines(&deleted).len(), 3, "{deleted}");
+        k.run(&["delete", "ns", "op", "--wait", "--timeout=30s"]);
+        wait_gone(k, &["get", "ns", "op"]);
+    })
+    .await
+    .unwrap();
+    // kubectl's typed commands sent protobuf, its apply JSON and patches.
+    let requests = double.state.requests();
+    let sent = |kind: &str| {
+        requests.iter().any(|r| {
+            r.content_type
+                .as_deref()
+                .is_some_and(|c| c.starts_with(kind))
+        })
+    };
+    assert!(sent("application/vnd.kubernetes.protobuf"));
+    assert!(sent("application/json"));
+    assert!(sent("application/strategic-merge-patch+json"));
+    assert!(requests.iter().any(|r| r.watch));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_drives_an_operators_session_on_the_double() {
+    // The Python that has the client: `python3`, else Debian's own (a pyenv python3 first on
+    // PATH does not see Debian's packages).
+    let python = ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .args(["-c", "import kubernetes"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .unwrap_or_else(|| {
+            panic!("no python3 with the Kubernetes client: apt-get install python3-kubernetes (harness/scripts/ensure-test-deps.sh)")
+        });
+    let double = cluster_double::start(None).await.unwrap();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_clients/operator_session.py");
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(&double.kubeconfig)
+        .args([double.context.as_str(), "py-op"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("watch events ADDED MODIFIED DELETED"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("deleted; namespace py-op deleted"),
+        "{stdout}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while double.state.object("namespaces", "", "py-op").is_some() {
+        assert!(Instant::now() < deadline, "namespace py-op left");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let requests = double.state.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.watch && r.uri.contains("watch=True"))
+    );
+}
+
+/// What the double answers to a raw request (status, body).
+async fn raw(
+    double: &KubeDouble,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Value, String) {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&double.kubeconfig).unwrap(),
+        &kube::config::KubeConfigOptions {
+            context: Some(double.context.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let mut request = http::Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let answer = client
+        .send(
+            request
+                .body(kube::client::Body::from(body.to_vec()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let code = answer.status().as_u16();
+    let bytes = http_body_util::BodyExt::collect(answer.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    )
+}
+
+#[tokio::test]
+async fn content_is_negotiated_as_an_api_server_does() {
+    let double = cluster_double::start(None).await.unwrap();
+    let protobuf = "application/vnd.kubernetes.protobuf";
+    // Only protobuf accepted: 406 with a Status; protobuf or JSON: JSON.
+    let (code, status, _) = raw(
+        &double,
+        "GET",
+        "/api/v1/namespaces",
+        &[("accept", protobuf)],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (406, Some("NotAcceptable")),
+        "{status}"
+    );
+    let (code, list, _) = raw(
+        &double,
+        "GET",
+        "/api/v1/namespaces",
+        &[(
+            "accept",
+            "application/vnd.kubernetes.protobuf,application/json",
+        )],
+        b"",
+    )
+    .await;
+    assert_eq!((code, list["kind"].as_str()), (200, Some("NamespaceList")));
+    // A Table asked for with no plain JSON fallback: not served, 406.
+    let (code, _, _) = raw(
+        &double,
+        "GET",
+        "/api/v1/namespaces",
+        &[("accept", "application/json;as=Table;v=v1;g=meta.k8s.io")],
+        b"",
+    )
+    .await;
+    assert_eq!(code, 406);
+    // Aggregated discovery asked for first: the legacy document, as plain JSON.
+    let (code, groups, _) = raw(
+        &double,
+        "GET",
+        "/apis",
+        &[(
+            "accept",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json",
+        )],
+        b"",
+    )
+    .await;
+    assert_eq!((code, groups["kind"].as_str()), (200, Some("APIGroupList")));
+    // A body the double does not decode: 415, never misread.
+    for (content_type, body) in [
+        ("application/cbor", &b"\xa0"[..]),
+        (protobuf, b"k8s\0\n\x0f\n\x02v1\x12\tConfigMap\x12\0"),
+    ] {
+        let (code, status, _) = raw(
+            &double,
+            "POST",
+            "/api/v1/namespaces/default/serviceaccounts",
+            &[("content-type", content_type)],
+            body,
+        )
+        .await;
+        assert_eq!(
+            (code, status["reason"].as_str()),
+            (415, Some("UnsupportedMediaType")),
+            "{content_type}: {status}"
+        );
+    }
+    let (code, status, _) = raw(
+        &double,
+        "PATCH",
+        "/api/v1/namespaces/default/serviceaccounts/default",
+        &[("content-type", "application/apply-patch+yaml")],
+        b"metadata: {}",
+    )
+    .await;
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (415, Some("UnsupportedMediaType"))
+    );
+    // A YAML body is decoded as the API server decodes it.
+    let (code, created, _) = raw(
+        &double,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        &[("content-type", "application/yaml")],
+        b"apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: from-yaml\n",
+    )
+    .await;
+    assert_eq!(
+        (code, created["metadata"]["name"].as_str()),
+        (201, Some("from-yaml"))
+    );
+    // A list asked as a watch is a watch (events), never a list: `watch=1` with a timeout
+    // streams an ADDED per object, then ends.
+    let started = Instant::now();
+    let (code, _, text) = raw(
+        &double,
+        "GET",
+        "/api/v1/namespaces/default/serviceaccounts?watch=1&timeoutSeconds=1",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["object"]["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [("ADDED", "default"), ("ADDED", "from-yaml")],
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn kubectl_execs_reads_logs_and_deletes_a_pod_running_on_the_engine() {
+    let (double, images) = kandev_test_support::engine::engine_double().await;
+    let folder = tempfile::tempdir().unwrap();
+    let folder_path = folder.path().to_owned();
+    let kubectl = Kubectl::new(&double);
+    // Pod names are shared by the one engine across namespaces: one of its own.
+    let name = format!(
+        "kubectl-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let state = double.state.clone();
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        k.run(&["create", "ns", "eng"]);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "eng"},
+            "spec": {"containers": [{"name": "work", "image": images.daemon,
+                "command": ["sh", "-c", "echo started; exec sleep 3600"]}]}});
+        k.run(&["apply", "-f", &manifest(&folder_path, "pod.yaml", &[pod])]);
+        // Ready as a kubelet's status update reports it (a watch event).
+        k.run(&[
+            "-n",
+            "eng",
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{name}"),
+            "--timeout=120s",
+        ]);
+        let uid = state.object("pods", "eng", &name).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+
+        // exec over websockets: stdout and stderr apart, the exit code, stdin.
+        let out = k.output(&[
+            "-n",
+            "eng",
+            "exec",
+            &name,
+            "-c",
+            "work",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+        let failed = k.output(&["-n", "eng", "exec", &name, "--", "sh", "-c", "exit 3"]);
+        assert_eq!(
+            failed.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&failed.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&failed.stderr).contains("command terminated with exit code 3")
+        );
+        let mut cat = k
+            .command(&["-n", "eng", "exec", "-i", &name, "--", "cat"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = cat.stdin.take().unwrap();
+            stdin.write_all(b"through stdin\n").unwrap();
+        }
+        let cat = cat.wait_with_output().unwrap();
+        assert!(
+            cat.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cat.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&cat.stdout), "through stdin\n");
+
+        // logs.
+        assert_eq!(
+            k.run(&["-n", "eng", "logs", &name, "-c", "work"]),
+            "started\n"
+        );
+
+        // port-forward: kubectl tunnels SPDY through a websocket (or falls back to SPDY),
+        // which the double does not serve: refused, and kubectl says why.
+        let refused = k.fails(&["-n", "eng", "port-forward", &format!("pod/{name}"), "0:80"]);
+        assert!(refused.contains("not over SPDY"), "{refused}");
+
+        // delete --wait: returns once the Pod is gone, its containers removed from the engine.
+        k.run(&[
+            "-n",
+            "eng",
+            "delete",
+            "pod",
+            &name,
+            "--wait",
+            "--timeout=60s",
+        ]);
+        assert!(state.object("pods", "eng", &name).is_none());
+        assert!(state.runtime_pod(&uid).is_none());
+        k.fails(&["-n", "eng", "get", "pod", &name]);
+        k.run(&["delete", "ns", "eng", "--wait", "--timeout=60s"]);
+    })
+    .await
+    .unwrap();
+}

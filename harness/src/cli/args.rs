@@ -26,8 +26,8 @@ pub(crate) enum Command {
     Validate(ValidateArgs),
     /// Remove what a killed run left behind, by label.
     Gc(GcArgs),
-    /// List every scenario's promise checks and the broken twin that shows each can fail
-    /// (a Markdown table).
+    /// List every scenario's promise checks, their kind (system or mirror) and the broken twin
+    /// that shows each system check can fail (a Markdown table).
     Checks,
     /// Gate a release on a report: passes only for a complete, uninterrupted run of this
     /// catalogue whose scenarios and checks all passed, on exactly these images (and template),

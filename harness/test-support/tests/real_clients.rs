@@ -9,7 +9,8 @@
 //! and `kubectl apply -f` (JSON, strategic merge patches), `auth can-i` as the admin and as
 //! an executor token from `kubectl create token`, `auth whoami`, `get -w` events, content
 //! negotiation (406, 415), and the same session through the Python client. With Pods on
-//! the engine (`#[ignore]`d): `kubectl exec`, `kubectl logs` and `kubectl delete --wait`.
+//! the engine (`#[ignore]`d): `kubectl exec`, `kubectl logs`, `kubectl delete --wait`, and
+//! `kubectl port-forward` (SPDY tunnelled through a websocket, and the plain SPDY fallback).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use kandev_harness::backend::kube::cluster::{self, executor_role};
@@ -619,11 +620,6 @@ async fn kubectl_execs_reads_logs_and_deletes_a_pod_running_on_the_engine() {
             "started\n"
         );
 
-        // port-forward: kubectl tunnels SPDY through a websocket (or falls back to SPDY),
-        // which the double does not serve: refused, and kubectl says why.
-        let refused = k.fails(&["-n", "eng", "port-forward", &format!("pod/{name}"), "0:80"]);
-        assert!(refused.contains("not over SPDY"), "{refused}");
-
         // delete --wait: returns once the Pod is gone, its containers removed from the engine.
         k.run(&[
             "-n",
@@ -638,6 +634,150 @@ async fn kubectl_execs_reads_logs_and_deletes_a_pod_running_on_the_engine() {
         assert!(state.runtime_pod(&uid).is_none());
         k.fails(&["-n", "eng", "get", "pod", &name]);
         k.run(&["delete", "ns", "eng", "--wait", "--timeout=60s"]);
+    })
+    .await
+    .unwrap();
+}
+
+/// A free port on 127.0.0.1 (free when asked: kubectl binds it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `kubectl port-forward` running, once it says it listens (its stdout a file: kubectl
+/// writes a line per connection there).
+fn port_forward(k: &Kubectl, env: &[(&str, &str)], pod: &str, ports: &str) -> std::process::Child {
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut command = k.command(&["-n", "pf", "port-forward", &format!("pod/{pod}"), ports]);
+    command
+        .envs(env.iter().copied())
+        .stdout(out.reopen().unwrap())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(out.path()).unwrap();
+        if text.contains("Forwarding from 127.0.0.1:") {
+            break;
+        }
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let failed = child.wait_with_output().unwrap();
+            panic!(
+                "kubectl port-forward: {text} {}",
+                String::from_utf8_lossy(&failed.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// One HTTP/1.0 exchange through the forwarded local port: the whole response.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    socket
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: pod\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut response = Vec::new();
+    match socket.read_to_end(&mut response) {
+        Ok(_) => String::from_utf8_lossy(&response).into_owned(),
+        Err(e) => format!("(reading: {e}) {}", String::from_utf8_lossy(&response)),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn kubectl_port_forwards_to_a_pod_running_on_the_engine() {
+    const PORT: u16 = 8080;
+    let (double, images) = kandev_test_support::engine::engine_double().await;
+    let folder = tempfile::tempdir().unwrap();
+    let folder_path = folder.path().to_owned();
+    let kubectl = Kubectl::new(&double);
+    let name = format!("pf-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        k.run(&["create", "ns", "pf"]);
+        // An HTTP server on 127.0.0.1 in the Pod's network namespace only.
+        let serve = format!(
+            "mkdir -p /tmp/site && echo through-the-tunnel > /tmp/site/hello.txt && cd /tmp/site \
+             && exec python3 -u -m http.server {PORT} --bind 127.0.0.1"
+        );
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "pf"},
+            "spec": {"containers": [{"name": "web", "image": images.worker,
+                "command": ["sh", "-c", serve]}]}});
+        k.run(&["apply", "-f", &manifest(&folder_path, "pod.yaml", &[pod])]);
+        k.run(&[
+            "-n",
+            "pf",
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{name}"),
+            "--timeout=120s",
+        ]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !k
+            .run(&["-n", "pf", "logs", &name])
+            .contains("Serving HTTP")
+        {
+            assert!(Instant::now() < deadline, "the HTTP server never listened");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+
+        // kubectl 1.32 asks for SPDY tunnelled through a websocket first; with the
+        // websockets turned off it upgrades to SPDY/3.1 itself. Both are served: two
+        // connections (two request ids) through each.
+        for env in [&[][..], &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")][..]] {
+            let local = free_port();
+            let mut forward = port_forward(k, env, &name, &format!("{local}:{PORT}"));
+            for _ in 0..2 {
+                let response = http_get(local, "/hello.txt");
+                if !response.starts_with("HTTP/1.0 200") {
+                    forward.kill().unwrap();
+                    let out = forward.wait_with_output().unwrap();
+                    panic!("{env:?}: {response}: {}", String::from_utf8_lossy(&out.stderr));
+                }
+                assert!(response.ends_with("through-the-tunnel\n"), "{env:?}: {response}");
+            }
+            forward.kill().unwrap();
+            let out = forward.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!stderr.contains("error"), "{env:?}: {stderr}");
+        }
+
+        // A port nothing listens on: the connection is refused in the Pod, and kubectl
+        // reports the kubelet's error from the error stream.
+        let local = free_port();
+        let mut forward = port_forward(k, &[], &name, &format!("{local}:{}", PORT + 1));
+        let response = http_get(local, "/");
+        assert_eq!(response, "");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while forward.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = forward.kill();
+        let out = forward.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "an error occurred forwarding {local} -> {}: error forwarding port {} to pod {name}",
+                PORT + 1,
+                PORT + 1
+            )),
+            "{stderr}"
+        );
+
+        k.run(&["-n", "pf", "delete", "pod", &name, "--wait", "--timeout=60s"]);
+        k.run(&["delete", "ns", "pf", "--wait", "--timeout=60s"]);
     })
     .await
     .unwrap();

@@ -586,6 +586,15 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             );
         }
     }
+    let spdy_upgrade = req
+        .headers()
+        .get(hyper::header::UPGRADE)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
+    if spdy_upgrade && route.resource == "pods" && route.sub.as_deref() == Some("portforward") {
+        // kubectl's fallback when the tunnelled websocket is refused (or turned off).
+        return streams::portforward_spdy(state, req, route).await;
+    }
     if !upgrade
         && route.resource == "pods"
         && matches!(
@@ -593,8 +602,9 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             Some("exec" | "portforward" | "attach")
         )
     {
-        // SPDY (`Upgrade: SPDY/3.1`, what kubectl falls back to when a websocket is refused)
-        // is not served: said in kubectl's own error ("error upgrading connection: ...").
+        // SPDY exec and attach (`Upgrade: SPDY/3.1`, what kubectl falls back to when a
+        // websocket is refused) are not served: said in kubectl's own error ("error
+        // upgrading connection: ...").
         return status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
@@ -602,7 +612,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
                 "the kube double serves pods/{} over websockets only ({}), not over SPDY",
                 route.sub.as_deref().unwrap_or_default(),
                 if route.sub.as_deref() == Some("portforward") {
-                    "v4.channel.k8s.io; not kubectl's SPDY-over-websocket tunnel, SPDY/3.1+portforward.k8s.io"
+                    "v4.channel.k8s.io and SPDY/3.1+portforward.k8s.io, or an upgrade to SPDY/3.1"
                 } else {
                     "v5.channel.k8s.io, v4.channel.k8s.io"
                 }

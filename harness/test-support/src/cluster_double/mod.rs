@@ -25,13 +25,14 @@
 //! negotiation (JSON answered, 406 for a client accepting only what the double does not
 //! write, 415 for a body it does not decode; protobuf bodies decoded for the kinds
 //! kubectl's typed commands send), watches streamed from the store's changes, PUT and
-//! PATCH (JSON, merge and strategic merge patches), `kubectl exec` and `logs`.
+//! PATCH (JSON, merge and strategic merge patches), `kubectl exec` and `logs`, and `kubectl
+//! port-forward` (SPDY/3.1 as a kubelet serves it, tunnelled through a websocket or over a
+//! plain upgrade: `spdy.rs`).
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restarts), real admission plugins (Pod Security, the
 //! ServiceAccount plugin's token volume), ClusterRoles, the apiserver's own exec/port-forward
-//! translation (SPDY towards the kubelet, the kubelet's CRI streaming server; kubectl's
-//! port-forward, SPDY tunnelled through a websocket, is refused here), Table output,
+//! translation (SPDY towards the kubelet, the kubelet's CRI streaming server), Table output,
 //! server-side apply, namespaces as isolation (Pod names share the one local engine), and
 //! storage classes (claims are stored and reported `Bound`).
 //!
@@ -43,6 +44,7 @@ mod discovery;
 mod patch;
 mod protobuf;
 pub mod recorded;
+mod spdy;
 mod streams;
 
 use anyhow::Context;

@@ -6,11 +6,13 @@
 //!
 //! Without the engine (Pods are stored and stay Pending): discovery, namespaces,
 //! ServiceAccounts, Roles and RoleBindings through kubectl's typed commands (protobuf bodies)
-//! and `kubectl apply -f` (JSON, strategic merge patches), `auth can-i` as the admin and as
+//! and `kubectl apply -f` (JSON, strategic merge patches), a claim through `apply -f` (stored
+//! `Pending`, listed, deleted with `--wait`), `auth can-i` as the admin and as
 //! an executor token from `kubectl create token`, `auth whoami`, `get -w` events, content
 //! negotiation (406, 415), and the same session through the Python client. With Pods on
-//! the engine (`#[ignore]`d): `kubectl exec`, `kubectl logs`, `kubectl delete --wait`, and
-//! `kubectl port-forward` (SPDY tunnelled through a websocket, and the plain SPDY fallback).
+//! the engine (`#[ignore]`d): `kubectl exec`, `kubectl logs`, `kubectl delete --wait`,
+//! `kubectl port-forward` (SPDY tunnelled through a websocket, and the plain SPDY fallback),
+//! and `kubectl apply -f` of a harness-composed task Pod with its workspace claim.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use kandev_harness::backend::kube::cluster::{self, executor_role};
@@ -280,6 +282,38 @@ async fn kubectl_drives_an_operators_session_on_the_double() {
             "{}",
             String::from_utf8_lossy(&watched.stderr)
         );
+
+        // A claim through `apply -f`: created Pending (no storage class, no runtime to
+        // provision it: nothing binds it), listed, deleted with --wait, then NotFound.
+        let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "op-claim", "namespace": "op"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}});
+        let file = manifest(&folder_path, "claim.yaml", &[claim]);
+        assert_eq!(
+            lines(&k.run(&["-n", "op", "apply", "-f", &file])),
+            ["persistentvolumeclaim/op-claim created"]
+        );
+        let stored: Value =
+            serde_json::from_str(&k.run(&["-n", "op", "get", "pvc", "op-claim", "-o", "json"])).unwrap();
+        assert_eq!(stored["kind"], "PersistentVolumeClaim");
+        assert_eq!(stored["metadata"]["name"], "op-claim");
+        assert_eq!(stored["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+        assert_eq!(stored["spec"]["resources"]["requests"]["storage"], "1Gi");
+        assert_eq!(stored["spec"]["volumeMode"], "Filesystem");
+        assert_eq!(stored["status"], json!({"phase": "Pending"}));
+        let listed = k.run(&["-n", "op", "get", "pvc"]);
+        assert!(lines(&listed).iter().any(|l| l.starts_with("op-claim ")), "{listed}");
+        assert_eq!(
+            lines(&k.run(&["-n", "op", "get", "pvc", "-o", "name"])),
+            ["persistentvolumeclaim/op-claim"]
+        );
+        assert_eq!(
+            lines(&k.run(&["-n", "op", "delete", "pvc", "op-claim", "--wait", "--timeout=20s"])),
+            [r#"persistentvolumeclaim "op-claim" deleted"#]
+        );
+        let gone = k.fails(&["-n", "op", "get", "pvc", "op-claim"]);
+        assert!(gone.contains("NotFound"), "{gone}");
 
         // Deleted as they were applied; the namespace deleted and gone.
         let deleted = k.run(&["delete", "-f", &manifest(&folder_path, "executor.yaml", &objects)]);
@@ -637,6 +671,156 @@ async fn kubectl_execs_reads_logs_and_deletes_a_pod_running_on_the_engine() {
     })
     .await
     .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn kubectl_applies_a_composed_task_pod_and_its_claim_on_the_engine() {
+    let engine = kandev_test_support::engine::FixtureEngine::start().await;
+    let runtime = engine.local_backend();
+    let double = cluster_double::start(Some(runtime.clone())).await.unwrap();
+    let folder = tempfile::tempdir().unwrap();
+    let folder_path = folder.path().to_owned();
+    let kubectl = Kubectl::new(&double);
+    // Claim (workspace volume) and Pod names are shared by the one engine: its own claim.
+    let claim = format!("ws-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let pod = cluster_double::recorded::composed_task_pod(
+        "task",
+        Some(&claim),
+        &engine.images.worker,
+        &engine.images.daemon,
+    )
+    .unwrap();
+    let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+    let state = double.state.clone();
+    let claim_name = claim.clone();
+    let (pod_name, worker, daemon) = (
+        name.clone(),
+        engine.images.worker.clone(),
+        engine.images.daemon.clone(),
+    );
+    let uid = tokio::task::spawn_blocking(move || {
+        let (k, claim, name) = (&kubectl, claim_name.as_str(), pod_name.as_str());
+        k.run(&["create", "ns", "task"]);
+        // The workspace claim first: provisioned on the engine at once, then bound.
+        let manifest_of_claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": "task"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}});
+        k.run(&[
+            "apply",
+            "-f",
+            &manifest(&folder_path, "claim.yaml", &[manifest_of_claim]),
+        ]);
+        let bound: Value =
+            serde_json::from_str(&k.run(&["-n", "task", "get", "pvc", claim, "-o", "json"]))
+                .unwrap();
+        assert_eq!(bound["status"]["phase"], "Bound", "{bound}");
+        assert_eq!(bound["status"]["capacity"]["storage"], "1Gi");
+
+        // The composed task Pod, applied as JSON (the harness's own create, through kubectl).
+        let file = folder_path.join("task-pod.json");
+        std::fs::write(&file, serde_json::to_string_pretty(&pod).unwrap()).unwrap();
+        let applied = k.run(&["apply", "-f", &file.display().to_string()]);
+        assert_eq!(lines(&applied), [format!("pod/{name} created")]);
+        let stored: Value =
+            serde_json::from_str(&k.run(&["-n", "task", "get", "pod", name, "-o", "json"]))
+                .unwrap();
+        // Labels as composed; annotations as composed plus apply's last-applied record.
+        assert_eq!(stored["metadata"]["labels"], pod["metadata"]["labels"]);
+        let annotations = stored["metadata"]["annotations"].as_object().unwrap();
+        for (key, value) in pod["metadata"]["annotations"].as_object().unwrap() {
+            assert_eq!(annotations.get(key), Some(value), "{key}");
+        }
+        assert!(annotations.contains_key("kubectl.kubernetes.io/last-applied-configuration"));
+        let containers: Vec<(&str, &str)> = stored["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["name"].as_str().unwrap(), c["image"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            containers,
+            [
+                ("kandev-agent", worker.as_str()),
+                ("docker-engine", daemon.as_str())
+            ]
+        );
+        assert_eq!(
+            stored["spec"]["volumes"][4]["persistentVolumeClaim"]["claimName"],
+            claim
+        );
+
+        // Both containers running (the privileged docker-engine companion too): Ready.
+        k.run(&[
+            "-n",
+            "task",
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{name}"),
+            "--timeout=60s",
+        ]);
+        let uid = state.object("pods", "task", name).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(state.runtime_pod(&uid).is_some());
+
+        // Deleted with --wait: gone from the double and its containers from the engine; then
+        // the claim, and the namespace.
+        k.run(&[
+            "-n",
+            "task",
+            "delete",
+            "pod",
+            name,
+            "--wait",
+            "--timeout=60s",
+        ]);
+        assert!(state.object("pods", "task", name).is_none());
+        assert!(state.runtime_pod(&uid).is_none());
+        k.fails(&["-n", "task", "get", "pod", name]);
+        k.run(&[
+            "-n",
+            "task",
+            "delete",
+            "pvc",
+            claim,
+            "--wait",
+            "--timeout=60s",
+        ]);
+        let gone = k.fails(&["-n", "task", "get", "pvc", claim]);
+        assert!(gone.contains("NotFound"), "{gone}");
+        k.run(&["delete", "ns", "task", "--wait", "--timeout=60s"]);
+        uid
+    })
+    .await
+    .unwrap();
+    // The claim's volume removed from the engine (the double retries while it is in use).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runtime.get_workspace(&claim).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "workspace {claim} left on the engine"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(double.state.runtime_pod(&uid).is_none());
+    // And no container of the Pod's left on the engine (the local backend names them
+    // `<pod>-<container>`, `<pod>-infra`).
+    let filters =
+        std::collections::HashMap::from([("name".to_owned(), vec![format!("^/{name}-")])]);
+    let left = engine
+        .docker
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A free port on 127.0.0.1 (free when asked: kubectl binds it right after).

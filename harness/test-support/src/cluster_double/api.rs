@@ -809,7 +809,7 @@ impl Ctx<'_> {
         }
         // What the runtime is asked to run: the Pod as admitted, before defaulting.
         let for_runtime = object.clone();
-        // A claim is a volume on the runtime (provisioned at once, reported Bound).
+        // A claim is a volume on the runtime (provisioned at once, then bound: below).
         let mut volume = None;
         if self.route.resource == "persistentvolumeclaims"
             && !dry_run
@@ -885,7 +885,19 @@ impl Ctx<'_> {
                 super::defaults::default_pod(&mut object);
             }
             if self.route.resource == "persistentvolumeclaims" {
-                object["status"] = json!({"phase": "Bound"});
+                // As an API server admits a claim: `PrepareForCreate` clears the status
+                // (pkg/registry/core/persistentvolumeclaim/strategy.go), and decoding
+                // defaults `status.phase` to `Pending` and `spec.volumeMode` to `Filesystem`
+                // (`SetDefaults_PersistentVolumeClaim`, `SetDefaults_PersistentVolumeClaimSpec`
+                // in pkg/apis/core/v1/defaults.go). Binding is the PV controller's later
+                // update (below, when a volume was provisioned); with no storage class and
+                // no volume the claim stays `Pending`, as on a cluster without a provisioner.
+                if object["spec"]["volumeMode"].is_null()
+                    && let Some(spec) = object["spec"].as_object_mut()
+                {
+                    spec.insert("volumeMode".into(), json!("Filesystem"));
+                }
+                object["status"] = json!({"phase": "Pending"});
             }
             if self.route.resource == "namespaces" {
                 object["status"] = json!({"phase": "Active"});
@@ -903,17 +915,30 @@ impl Ctx<'_> {
                 return json_reply(StatusCode::CREATED, &object);
             }
             object["metadata"]["resourceVersion"] = json!(store.next_version());
-            store.put(key, object.clone());
+            store.put(key.clone(), object.clone());
             if self.route.resource == "namespaces" {
                 add_default_account(&mut store, &name);
             }
             if self.route.resource == "pods" && self.state.runtime.is_some() {
                 store.running.insert(uid.clone(), Running::Creating);
             }
+            let reply = json_reply(StatusCode::CREATED, &object);
             if let Some(volume) = volume {
                 store.volumes.insert(uid.clone(), volume);
+                // Provisioned at once: bound as the PV controller binds a claim (a later
+                // update, its own resourceVersion), to a volume named as provisioners name
+                // theirs (`pvc-<uid>`), the status carrying the volume's modes and capacity.
+                let mut bound = object.clone();
+                bound["spec"]["volumeName"] = json!(format!("pvc-{uid}"));
+                bound["status"] = json!({
+                    "phase": "Bound",
+                    "accessModes": object["spec"]["accessModes"],
+                    "capacity": {"storage": object["spec"]["resources"]["requests"]["storage"]},
+                });
+                bound["metadata"]["resourceVersion"] = json!(store.next_version());
+                store.put(key, bound);
             }
-            json_reply(StatusCode::CREATED, &object)
+            reply
         };
         if self.route.resource == "pods"
             && let Some(runtime) = self.state.runtime.clone()

@@ -34,7 +34,8 @@
 //! ServiceAccount plugin's token volume), ClusterRoles, the apiserver's own exec/port-forward
 //! translation (SPDY towards the kubelet, the kubelet's CRI streaming server), Table output,
 //! server-side apply, namespaces as isolation (Pod names share the one local engine), and
-//! storage classes (claims are stored and reported `Bound`).
+//! storage classes (a claim is created `Pending`; with a runtime it is bound at once to a
+//! volume there, without one it stays `Pending`).
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 

@@ -274,6 +274,67 @@ async fn broken_fixtures_fail_the_right_scenario_on_kube_double() {
     );
 }
 
+/// The cluster twin of `launch::contract/no_service`, which no template, image or prepare
+/// script can break: a cluster where something else exposes the task Pods (a Service in their
+/// namespace selecting every Pod the harness labels, as a controller of the operator's might
+/// create). The run must fail exactly that check and leave nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_cluster_that_exposes_task_pods_fails_no_service_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let namespace = "kandev-agents-exposed";
+    double.state.create_namespace(
+        namespace,
+        &[("pod-security.kubernetes.io/enforce", "privileged")],
+    );
+    double.state.create_object(
+        "services",
+        namespace,
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "expose-everything"},
+            "spec": {
+                "selector": {LABEL_MANAGED: "true"},
+                "ports": [{"port": 8765, "targetPort": 8765}],
+            },
+        }),
+    );
+    let run = run(
+        &double,
+        &images,
+        &["--namespace", namespace, "--exact", "launch::contract"],
+    )
+    .await;
+    assert_eq!(run.report.scenarios.len(), 1, "{}", run.text);
+    let diagnosis = assert_fails(
+        &run,
+        "launch::contract",
+        "nothing exposes the Pod beyond the backend's forward",
+        true,
+    )
+    .await;
+    assert!(
+        diagnosis.starts_with("launch::contract/no_service")
+            && diagnosis.contains("service/expose-everything"),
+        "{diagnosis}"
+    );
+    let checks: Vec<_> = run.report.scenarios[0]
+        .checks
+        .iter()
+        .map(|c| (c.id.as_str(), c.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("launch::contract/labels_as_composed", "passed"),
+            ("launch::contract/no_token_anywhere", "passed"),
+            ("launch::contract/no_service", "failed"),
+            ("launch::contract/forward_loopback", "not reached"),
+        ]
+    );
+}
+
 /// The run's namespaces in the double (labelled with `run_id`).
 fn run_namespaces(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
     double

@@ -114,6 +114,17 @@ fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_liste
                         ));
                     }
                 }
+                (Twin::Cluster(test), None) => {
+                    // Run by scenarios/tests/kube_double.rs, which must hold that test.
+                    let tests =
+                        std::fs::read_to_string(root().join("scenarios/tests/kube_double.rs"))
+                            .unwrap_or_default();
+                    if !tests.contains(&format!("async fn {test}(")) {
+                        problems.push(format!(
+                            "{id}: its cluster twin {test} is no test of scenarios/tests/kube_double.rs"
+                        ));
+                    }
+                }
                 (Twin::Exempt(reason), None) => {
                     if reason.trim().is_empty() || reason.starts_with("TODO") {
                         problems.push(format!("{id}: a system check without a twin or a reason"));
@@ -197,7 +208,7 @@ fn twin_args(twin: &Twin) -> (Vec<String>, Option<String>) {
             let tag = broken_worker(name);
             (vec!["--worker-image".into(), tag.clone()], Some(tag))
         }
-        Twin::Exempt(_) | Twin::Mirror(_) => (Vec::new(), None),
+        Twin::Cluster(_) | Twin::Exempt(_) | Twin::Mirror(_) => (Vec::new(), None),
     }
 }
 

@@ -74,7 +74,7 @@ pub struct CheckChange {
     pub new: Option<CheckOutcome>,
 }
 
-/// "62 system checks, 57 with a twin; 10 mirror checks (62 and 10 passed)".
+/// "62 system checks, 58 with a twin; 10 mirror checks (62 and 10 passed)".
 fn kinds_passed(c: &CheckSummary) -> String {
     format!(
         "{} ({} and {} passed)",

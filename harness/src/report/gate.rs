@@ -181,7 +181,7 @@ fn same_image(report: &super::Report, role: &str, expected: &str) -> Result<(), 
 }
 
 /// What a passing gate says it proves, counted by kind from the catalogue and the report:
-/// "62 system checks (57 with a twin) and 10 mirror checks passed".
+/// "62 system checks (58 with a twin) and 10 mirror checks passed".
 pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
     let kinds = expect.catalogue.iter().flat_map(|(_, checks)| checks);
     let system = kinds
@@ -193,7 +193,7 @@ pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
         .scenarios
         .iter()
         .flat_map(|s| &s.checks)
-        .filter(|c| c.kind == CheckKind::System && c.twin.starts_with("fixtures/"))
+        .filter(|c| c.kind == CheckKind::System && super::has_twin(&c.twin))
         .count();
     format!(
         "{system} system checks ({with_twin} with a twin) and {mirror} mirror checks (which judge only the harness's mirror of Kandev) passed"

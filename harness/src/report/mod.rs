@@ -190,7 +190,7 @@ impl KindCount {
 }
 
 impl CheckSummary {
-    /// "62 system checks, 57 with a twin; 10 mirror checks": what a green of these checks
+    /// "62 system checks, 58 with a twin; 10 mirror checks": what a green of these checks
     /// proves about the system, and what only about the harness's mirror of Kandev.
     pub fn kinds_line(&self) -> String {
         format!(
@@ -216,7 +216,7 @@ impl Summary {
             }
             for check in &scenario.checks {
                 s.checks.total += 1;
-                s.checks.with_twin += usize::from(check.twin.starts_with("fixtures/"));
+                s.checks.with_twin += usize::from(has_twin(&check.twin));
                 match check.kind {
                     CheckKind::System => s.checks.system.add(check.outcome),
                     CheckKind::Mirror => s.checks.mirror.add(check.outcome),
@@ -348,6 +348,14 @@ pub struct CheckReport {
     /// The broken fixture that proves this check can fail (`fixtures/...`), or
     /// `exempt: <reason>` (a system check only a cluster can break), or `mirror: <reason>`.
     pub twin: String,
+}
+
+/// How a report's `twin` names a cluster twin: this, then the test's name.
+pub const CLUSTER_TWIN: &str = "cluster double: scenarios/tests/kube_double.rs ";
+
+/// Whether a report's `twin` names a broken twin (a fixture, or a cluster twin).
+pub fn has_twin(twin: &str) -> bool {
+    twin.starts_with("fixtures/") || twin.starts_with(CLUSTER_TWIN)
 }
 
 /// Who can break a check: what a green of it proves.

@@ -52,8 +52,13 @@ pub enum Twin {
     Worker(&'static str),
     /// `fixtures/prepare/broken/<name>.sh`, run as `--prepare-script`.
     Prepare(&'static str),
-    /// A system check that no fixture of the template, images or prepare script can break
-    /// (only a cluster can): the reason, which README's exemptions list.
+    /// A cluster twin: a behaviour of the cluster double (a cluster's own object or
+    /// controller, not the harness's) that breaks exactly this check; the name of the test in
+    /// `scenarios/tests/kube_double.rs` that switches it on and asserts exactly this check
+    /// fails.
+    Cluster(&'static str),
+    /// A system check with no twin yet (it can break only on a cluster): the reason, which
+    /// README's exemptions list.
     Exempt(&'static str),
     /// A mirror check: only the harness's mirror of Kandev's executor decides it, so a green
     /// says nothing about the cluster, template or images. The reason names the mirror, its
@@ -61,7 +66,7 @@ pub enum Twin {
     Mirror(&'static str),
 }
 
-pub use crate::report::CheckKind;
+pub use crate::report::{CLUSTER_TWIN, CheckKind};
 
 impl Twin {
     /// The fixture's path under `fixtures/`, or `None` for an exemption or a mirror check.
@@ -70,7 +75,7 @@ impl Twin {
             Twin::Template(name) => Some(format!("templates/broken/{name}.yaml")),
             Twin::Worker(name) => Some(format!("images/broken/{name}")),
             Twin::Prepare(name) => Some(format!("prepare/broken/{name}.sh")),
-            Twin::Exempt(_) | Twin::Mirror(_) => None,
+            Twin::Cluster(_) | Twin::Exempt(_) | Twin::Mirror(_) => None,
         }
     }
 
@@ -86,6 +91,7 @@ impl Twin {
     pub fn describe(&self) -> String {
         match (self, self.fixture()) {
             (_, Some(path)) => format!("fixtures/{path}"),
+            (Twin::Cluster(test), None) => format!("{CLUSTER_TWIN}{test}"),
             (Twin::Exempt(reason), None) => format!("exempt: {reason}"),
             (Twin::Mirror(reason), None) => format!("mirror: {reason}"),
             _ => String::new(),
@@ -102,6 +108,7 @@ pub fn checks_table(registry: &[Scenario]) -> String {
         for check in scenario.checks {
             let twin = match (check.twin, check.twin.fixture()) {
                 (_, Some(path)) => format!("`fixtures/{path}`"),
+                (Twin::Cluster(test), None) => format!("cluster double: `{test}`"),
                 (Twin::Exempt(_), None) => "exempt (see below)".to_owned(),
                 (Twin::Mirror(_), None) => "none: mirror check (see below)".to_owned(),
                 _ => String::new(),

@@ -18,25 +18,42 @@ pub struct FixtureEngine {
     pub mock_agent_binary: PathBuf,
 }
 
+/// The fixture images and the mock agent's binary, ensured once per test process: the tests of
+/// one binary run in parallel, and on a fresh engine each would otherwise build the same images
+/// at once (minutes of duplicated work on two cores; a build stream cut short under that load
+/// failed one of them).
+static FIXTURES: tokio::sync::OnceCell<(ImageSet, PathBuf)> = tokio::sync::OnceCell::const_new();
+
 impl FixtureEngine {
     /// Connects to the engine and ensures the fixture images (Debian bookworm base).
     pub async fn start() -> Self {
+        // A client per caller: each test has its own runtime, and a client's connections
+        // belong to the runtime that made them.
         let docker = connect_engine().await.unwrap();
-        let root = kandev_harness::paths::workspace_root();
-        let binary = mock_agent_binary(&root).await.unwrap();
-        let images = ensure_images(
-            &docker,
-            &ImageConfig {
-                base_image: "debian:bookworm".into(),
-                worker_image: None,
-                daemon_image: None,
-                images_dir: root.join("fixtures/images"),
-                mock_agent_binary: binary.clone(),
-            },
-            &indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::hidden()),
-        )
-        .await
-        .unwrap();
+        let (images, binary) = FIXTURES
+            .get_or_init(|| async {
+                let docker = connect_engine().await.unwrap();
+                let root = kandev_harness::paths::workspace_root();
+                let binary = mock_agent_binary(&root).await.unwrap();
+                let images = ensure_images(
+                    &docker,
+                    &ImageConfig {
+                        base_image: "debian:bookworm".into(),
+                        worker_image: None,
+                        daemon_image: None,
+                        images_dir: root.join("fixtures/images"),
+                        mock_agent_binary: binary.clone(),
+                    },
+                    &indicatif::MultiProgress::with_draw_target(
+                        indicatif::ProgressDrawTarget::hidden(),
+                    ),
+                )
+                .await
+                .unwrap();
+                (images, binary)
+            })
+            .await
+            .clone();
         Self {
             docker,
             images,

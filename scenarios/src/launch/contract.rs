@@ -35,9 +35,10 @@ const NO_TOKEN: Check = Check {
 const NO_SERVICE: Check = Check {
     id: "no_service",
     promise: "nothing exposes the Pod beyond the backend's forward: no Service selects it (local: no port published from any of its containers)",
-    twin: Twin::Exempt(
-        "it can break only on a cluster (a Service someone else creates that selects the task Pod): Kandev creates no Service, its rules refuse a template's hostPort, its Role grants no Services, the Pod has no API credentials to create one, and the local backend publishes no port",
-    ),
+    // Only a cluster breaks it (a Service someone else creates that selects the task Pod):
+    // Kandev creates no Service, its rules refuse a template's hostPort, its Role grants no
+    // Services, the Pod has no API credentials, and the local backend publishes no port.
+    twin: Twin::Cluster("a_cluster_that_exposes_task_pods_fails_no_service_on_kube_double"),
 };
 const FORWARD: Check = Check {
     id: "forward_loopback",

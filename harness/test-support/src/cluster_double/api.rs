@@ -199,7 +199,7 @@ pub(crate) fn allowed(
         })
 }
 
-fn now() -> String {
+pub(crate) fn now() -> String {
     // RFC 3339 from the system clock (seconds are enough for the double).
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

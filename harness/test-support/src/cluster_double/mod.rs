@@ -288,6 +288,22 @@ impl DoubleState {
         }
     }
 
+    /// Stores `object` of core `resource` (`services`, ...) in `namespace` as another client
+    /// of the API server would create it (UID, resourceVersion and creationTimestamp set): a
+    /// cluster's own objects beside the harness's, for tests that break the cluster.
+    pub fn create_object(&self, resource: &str, namespace: &str, mut object: Value) {
+        let mut store = self.store();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        object["metadata"]["namespace"] = json!(namespace);
+        object["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        object["metadata"]["resourceVersion"] = json!(store.next_version());
+        object["metadata"]["creationTimestamp"] = json!(api::now());
+        store.put((format!("/{resource}"), namespace.to_owned(), name), object);
+    }
+
     /// Every DELETE carried out so far.
     pub fn deletions(&self) -> Vec<Deletion> {
         self.store().deletions.clone()

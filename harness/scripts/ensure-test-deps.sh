@@ -19,6 +19,11 @@ command -v xmllint >/dev/null || need+=(libxml2-utils)
 command -v chromium >/dev/null || need+=(chromium)
 command -v jq >/dev/null || need+=(jq)
 /usr/bin/python3 -c 'import kubernetes' 2>/dev/null || need+=(python3-kubernetes)
+# kubectl is in no registry these machines reach (Debian does not package it): name the fix.
+if ! command -v kubectl >/dev/null; then
+  log "kubectl is missing (the cluster double's tests drive it): install kubectl v1.32 or later, then retry"
+  exit 3
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     log "missing ${need[*]}: install them (Debian: apt-get install ${need[*]}), then retry"

@@ -76,6 +76,19 @@ pub fn probe_tag(ctx: &Ctx, what: &str) -> String {
     )
 }
 
+/// A file the agent digested, as a diagnosis says it: `sha256 <hex> (<n> bytes)`, or that it
+/// is missing.
+pub fn digest_text(digest: Option<&FileDigest>) -> String {
+    match digest {
+        Some(d) if d.exists => format!(
+            "sha256 {} ({} bytes)",
+            or_unknown(d.sha256.as_deref()),
+            or_unknown(d.size)
+        ),
+        _ => "no such file".to_owned(),
+    }
+}
+
 /// A value that may be missing, printed plainly for a diagnosis ("unknown" when absent),
 /// never as Rust's `Some(..)`.
 pub fn or_unknown<T: std::fmt::Display>(value: Option<T>) -> String {

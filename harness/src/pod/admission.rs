@@ -84,8 +84,11 @@ pub fn compare(desired: &Pod, admitted: &Pod, main_container: &str) -> Vec<Admis
         push(
             "metadata.name",
             format!(
-                "changed from {:?}/{:?} to {:?}/{:?}",
-                dm.namespace, dm.name, am.namespace, am.name
+                "changed from {}/{} to {}/{}",
+                value_or_unset(&dm.namespace),
+                value_or_unset(&dm.name),
+                value_or_unset(&am.namespace),
+                value_or_unset(&am.name)
             ),
         );
     }

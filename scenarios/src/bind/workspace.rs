@@ -7,7 +7,9 @@
 //! different volume), when bytes differ, or when the agent's private HOME is visible to the
 //! daemon (runtime/auth mounts must not be shared with the companion).
 
-use crate::support::{build_workload, or_unknown, probe_tag, require_success, workload_digest};
+use crate::support::{
+    build_workload, digest_text, or_unknown, probe_tag, require_success, workload_digest,
+};
 use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
@@ -74,8 +76,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &READS,
             || {
                 format!(
-                    "agent sha256 {:?}, nested sha256 {:?}",
-                    agent_in.sha256, nested_in.sha256
+                    "the agent wrote {}, the nested container read {}",
+                    digest_text(Some(&agent_in)),
+                    digest_text(Some(&nested_in))
                 )
             },
         )?;
@@ -99,8 +102,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &WRITES,
             || {
                 format!(
-                    "nested sha256 {:?}, the agent saw {agent_out:?}",
-                    nested_out.sha256
+                    "the nested container wrote {}, the agent saw {}",
+                    digest_text(Some(&nested_out)),
+                    digest_text(agent_out.as_ref())
                 )
             },
         )?;

@@ -148,8 +148,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &UP,
             || {
                 format!(
-                    "out/result.bin is {produced:?}, expected sha256 {:?}",
-                    expected.sha256
+                    "out/result.bin is {}, expected {}",
+                    crate::support::digest_text(produced.as_ref()),
+                    crate::support::digest_text(Some(&expected))
                 )
             },
         )?;
@@ -178,7 +179,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                         .as_ref()
                         .map(|d| &d.sha256),
             &UP,
-            || format!("the reader saw {read_digest:?} of the input bind"),
+            || {
+                format!(
+                    "the reader saw {} of the input bind",
+                    crate::support::digest_text(read_digest.as_ref())
+                )
+            },
         )?;
 
         ctx.step("the read-only input bind refuses writes");

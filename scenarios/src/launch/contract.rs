@@ -2,10 +2,9 @@
 //! item 13), from the running Pod as the backend reads it back: its owned labels and
 //! `kandev.ai/*` annotations exactly as composed (the create nonce included);
 //! `automountServiceAccountToken: false` and no service-account token in any container;
-//! `/opt/kandev/agentctl` executable; nothing exposing the Pod (no Service; locally no
-//! published port); the control port reached through the backend's forward and bound on
-//! loopback only; Kandev's launch timing records for the session: exactly one
-//! `kubernetes.launch.stage` record per stage, in order, and one `kubernetes.launch.completed`.
+//! nothing exposing the Pod (no Service; locally no published port); the control port reached
+//! through the backend's forward and bound on loopback only. Kandev's launch timing records for
+//! the session are kept as evidence (their shape is a unit test of `session::timing`).
 //!
 //! What `daemon::socket_only` already judges is not judged again: the agent's own token and
 //! identity (`agent_unprivileged`), and listeners other than the control port
@@ -87,7 +86,14 @@ fn differences(
     let mut out: Vec<String> = composed
         .iter()
         .filter(|(k, v)| running.get(*k) != Some(*v))
-        .map(|(k, v)| format!("{what} {k}: composed {v:?}, running {:?}", running.get(k)))
+        .map(|(k, v)| {
+            format!(
+                "{what} {k}: composed {v:?}, running {}",
+                running
+                    .get(k)
+                    .map_or_else(|| "(absent)".to_owned(), |r| format!("{r:?}"))
+            )
+        })
         .collect();
     out.extend(
         running
@@ -169,7 +175,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &NO_TOKEN,
             || {
                 format!(
-                    "automountServiceAccountToken {automount:?}; {}",
+                    "automountServiceAccountToken {}; {}",
+                    crate::support::or_unknown(automount),
                     tokens.join("; ")
                 )
             },
@@ -214,11 +221,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &FORWARD,
             || {
                 format!(
-                    "through the forward: {:?}; agentctl listens on {control:?}",
+                    "through the forward: {}; agentctl listens on {control:?}",
                     health
                         .as_ref()
-                        .map(|_| "answered")
-                        .map_err(|e| format!("{e:#}"))
+                        .map_or_else(|e| format!("no answer ({e:#})"), |_| "answered".into())
                 )
             },
         )?;

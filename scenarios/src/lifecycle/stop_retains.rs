@@ -100,7 +100,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &STOP_KEEPS,
             || {
                 format!(
-                    "stop ended {ended:?}; agentctl before {agentctl_before}, after {agentctl_after}"
+                    "stop ended {}; agentctl before {agentctl_before}, after {agentctl_after}",
+                    ended
+                        .as_ref()
+                        .map_or_else(|| "without an answer".to_owned(), ToString::to_string)
                 )
             },
         )?;
@@ -127,7 +130,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .pod_uid(&pod_before.namespace, &pod_before.name)
             .await?;
         promise(gone.is_none(), &WORKSPACE_KEPT, || {
-            format!("the deleted Pod is still there ({gone:?})")
+            format!(
+                "the deleted Pod is still there (uid {})",
+                gone.as_deref().unwrap_or_default()
+            )
         })?;
         let replacement = ctx.replace(&session, None).await?;
         let file = replacement

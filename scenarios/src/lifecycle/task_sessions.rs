@@ -472,7 +472,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(
             ended.is_some() && wrong.is_empty(),
             &STOP_KEEPS_SIBLINGS,
-            || format!("stop answered {ended:?}; {}", wrong.join("; ")),
+            || {
+                format!(
+                    "stop answered {}; {}",
+                    ended
+                        .as_ref()
+                        .map_or_else(|| "nothing".to_owned(), ToString::to_string),
+                    wrong.join("; ")
+                )
+            },
         )?;
 
         ctx.step("stop the siblings, then the task's terminal cleanup");

@@ -147,7 +147,10 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             format!("still running after the Pod was deleted: {survivors:?}")
         })?;
         promise(cgroup_left.is_none(), &VANISH, || {
-            format!("the Pod cgroup {cgroup_left:?} is still on the node")
+            format!(
+                "the Pod cgroup {} is still on the node",
+                cgroup_left.as_deref().unwrap_or_default()
+            )
         })?;
         cleanup?;
 

@@ -284,6 +284,8 @@ impl DoubleState {
             for (k, v) in labels {
                 namespace["metadata"]["labels"][*k] = json!(v);
             }
+            // Labelled after its create: a change of its own, as an API server versions it.
+            namespace["metadata"]["resourceVersion"] = json!(store.next_version());
             store.put(key, namespace);
         }
     }
@@ -293,10 +295,9 @@ impl DoubleState {
     /// cluster's own objects beside the harness's, for tests that break the cluster.
     pub fn create_object(&self, resource: &str, namespace: &str, mut object: Value) {
         let mut store = self.store();
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let Some(name) = object["metadata"]["name"].as_str().map(str::to_owned) else {
+            panic!("create_object: the {resource} object has no metadata.name");
+        };
         object["metadata"]["namespace"] = json!(namespace);
         object["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
         object["metadata"]["resourceVersion"] = json!(store.next_version());

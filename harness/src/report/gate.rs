@@ -189,12 +189,7 @@ pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
         .filter(|(_, k)| *k == CheckKind::System)
         .count();
     let mirror = kinds.filter(|(_, k)| *k == CheckKind::Mirror).count();
-    let with_twin = report
-        .scenarios
-        .iter()
-        .flat_map(|s| &s.checks)
-        .filter(|c| c.kind == CheckKind::System && super::has_twin(&c.twin))
-        .count();
+    let with_twin = report.summary.checks.with_twin;
     format!(
         "{system} system checks ({with_twin} with a twin) and {mirror} mirror checks (which judge only the harness's mirror of Kandev) passed"
     )

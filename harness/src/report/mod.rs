@@ -156,8 +156,9 @@ pub struct CheckSummary {
     pub passed: usize,
     pub failed: usize,
     pub not_reached: usize,
-    /// System checks with a broken fixture that shows they can fail (the rest of the system
-    /// checks are exempt, with the reason in `twin`; mirror checks have none).
+    /// System checks with a broken twin that shows they can fail, a fixture or a cluster twin
+    /// (the rest of the system checks are exempt, with the reason in `twin`; mirror checks
+    /// have none).
     pub with_twin: usize,
     /// Checks the system under test (cluster, template, images, prepare script, daemon
     /// configuration) can break.
@@ -345,8 +346,9 @@ pub struct CheckReport {
     #[serde(default)]
     pub kind: CheckKind,
     pub outcome: CheckOutcome,
-    /// The broken fixture that proves this check can fail (`fixtures/...`), or
-    /// `exempt: <reason>` (a system check only a cluster can break), or `mirror: <reason>`.
+    /// The broken twin that proves this check can fail: a fixture (`fixtures/...`) or a
+    /// cluster twin ([`CLUSTER_TWIN`] and its test); else `exempt: <reason>` (a system check
+    /// only a cluster can break, no twin yet) or `mirror: <reason>`.
     pub twin: String,
 }
 

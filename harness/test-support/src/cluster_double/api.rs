@@ -1322,6 +1322,20 @@ impl Ctx<'_> {
     /// Stores `object` in place of `existing` (an update or a patched object): what the
     /// server owns (UID, creation time, name, namespace, kind, a Pod's spec but for what may
     /// change, a claim's and a namespace's status) is kept, `resourceVersion` advanced.
+    /// The 409 an API server answers an update whose resourceVersion is no longer the stored
+    /// one (the update's own, or the version read when a concurrent write won).
+    fn modified_since(&self, name: &str) -> Reply {
+        status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                self.route.resource
+            ),
+            json!({"name": name, "kind": self.route.resource}),
+        )
+    }
+
     async fn commit(&self, name: &str, existing: Value, mut object: Value) -> Reply {
         if !object.is_object() {
             return status(
@@ -1334,15 +1348,7 @@ impl Ctx<'_> {
         let stored_rv = existing["metadata"]["resourceVersion"].clone();
         match object["metadata"]["resourceVersion"].as_str() {
             Some(rv) if !rv.is_empty() && Some(rv) != stored_rv.as_str() => {
-                return status(
-                    StatusCode::CONFLICT,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                        self.route.resource
-                    ),
-                    json!({"name": name, "kind": self.route.resource}),
-                );
+                return self.modified_since(name);
             }
             _ => {}
         }
@@ -1401,15 +1407,7 @@ impl Ctx<'_> {
                 .map(|o| &o["metadata"]["resourceVersion"])
                 != Some(&stored_rv)
             {
-                return status(
-                    StatusCode::CONFLICT,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                        self.route.resource
-                    ),
-                    json!({"name": name, "kind": self.route.resource}),
-                );
+                return self.modified_since(name);
             }
             object["metadata"]["resourceVersion"] = json!(store.next_version());
             store.put(key, object.clone());

@@ -25,7 +25,7 @@
 //! Flow control is spdystream's: no windows (WINDOW_UPDATE is read and ignored); a client that
 //! stops reading blocks the double's writes, as on the websocket.
 
-use super::streams::{FRAME, MAX_ERROR};
+use super::streams::{FRAME, pod_side};
 use futures_util::{Stream, StreamExt};
 use kandev_harness::backend::PodRef;
 use kandev_harness::backend::local::attach::{Output, PodStreams};
@@ -537,7 +537,7 @@ struct Tunnel {
 async fn from_pod(
     tunnel: Tunnel,
     pod: PodRef,
-    mut output: Pin<Box<dyn Stream<Item = anyhow::Result<Output>> + Send>>,
+    output: Pin<Box<dyn Stream<Item = anyhow::Result<Output>> + Send>>,
     exit: kandev_harness::backend::local::attach::Exit,
     to_client: Sender<Vec<u8>>,
     reset: Arc<Mutex<HashSet<u32>>>,
@@ -549,35 +549,26 @@ async fn from_pod(
             .unwrap_or_else(|e| e.into_inner())
             .contains(&id)
     };
-    let mut stderr = Vec::new();
-    let mut failure = None;
-    while let Some(chunk) = output.next().await {
-        match chunk {
-            Ok(Output::Stdout(bytes)) => {
-                if !open(data) {
-                    continue;
+    let relayed = pod_side(output, exit, |bytes| {
+        // A data stream the client reset takes nothing more; the tunnel keeps draining.
+        let frames = if open(data) {
+            data_frames(data, &bytes)
+        } else {
+            Vec::new()
+        };
+        let to_client = to_client.clone();
+        async move {
+            for frame in frames {
+                if to_client.send(frame).await.is_err() {
+                    return false;
                 }
-                for frame in data_frames(data, &bytes) {
-                    if to_client.send(frame).await.is_err() {
-                        return;
-                    }
-                }
             }
-            Ok(Output::Stderr(bytes)) => {
-                let room = MAX_ERROR.saturating_sub(stderr.len());
-                stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
-            }
-            Err(e) => {
-                failure = Some(format!("{e:#}"));
-                break;
-            }
+            true
         }
-    }
-    let reason = match (failure, exit.code().await) {
-        (Some(e), _) => Some(e),
-        (None, Ok(Some(0))) => None,
-        (None, Ok(_)) => Some(String::from_utf8_lossy(&stderr).trim().to_owned()),
-        (None, Err(e)) => Some(format!("{e:#}")),
+    })
+    .await;
+    let Some(reason) = relayed else {
+        return;
     };
     let mut frames = Vec::new();
     if let Some(reason) = reason

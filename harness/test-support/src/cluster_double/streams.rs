@@ -357,26 +357,22 @@ fn channels(index: usize) -> (u8, u8) {
     (data, data + 1)
 }
 
-/// One tunnel's Pod side: its bytes to the client as they come (through the bounded `to_client`
-/// queue, so a slow client slows the tunnel), then, if the connection failed, why.
-async fn from_pod(
-    index: usize,
-    port: u16,
-    pod: PodRef,
+/// The Pod side of one port-forward tunnel, for the websocket and the SPDY forms alike: each
+/// chunk the bridge reads from the Pod's port goes to `relay` as it comes (`false`: the client
+/// is gone, and so is the tunnel: `None`); then why the connection failed, if it did (the
+/// bridge's error, or its stderr when it exited non-zero).
+pub(crate) async fn pod_side<Relayed: std::future::Future<Output = bool>>(
     mut output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
     exit: kandev_harness::backend::local::attach::Exit,
-    to_client: tokio::sync::mpsc::Sender<Message>,
-) {
-    let (data, error) = channels(index);
+    mut relay: impl FnMut(Vec<u8>) -> Relayed,
+) -> Option<Option<String>> {
     let mut stderr = Vec::new();
     let mut failure = None;
     while let Some(chunk) = output.next().await {
         match chunk {
             Ok(Output::Stdout(bytes)) => {
-                for piece in bytes.chunks(FRAME) {
-                    if to_client.send(framed(data, piece)).await.is_err() {
-                        return;
-                    }
+                if !relay(bytes).await {
+                    return None;
                 }
             }
             Ok(Output::Stderr(bytes)) => {
@@ -389,11 +385,39 @@ async fn from_pod(
             }
         }
     }
-    let reason = match (failure, exit.code().await) {
+    Some(match (failure, exit.code().await) {
         (Some(e), _) => Some(e),
         (None, Ok(Some(0))) => None,
         (None, Ok(_)) => Some(String::from_utf8_lossy(&stderr).trim().to_owned()),
         (None, Err(e)) => Some(format!("{e:#}")),
+    })
+}
+
+/// One tunnel's Pod side: its bytes to the client as they come (through the bounded `to_client`
+/// queue, so a slow client slows the tunnel), then, if the connection failed, why.
+async fn from_pod(
+    index: usize,
+    port: u16,
+    pod: PodRef,
+    output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
+    exit: kandev_harness::backend::local::attach::Exit,
+    to_client: tokio::sync::mpsc::Sender<Message>,
+) {
+    let (data, error) = channels(index);
+    let relayed = pod_side(output, exit, |bytes| {
+        let to_client = to_client.clone();
+        async move {
+            for piece in bytes.chunks(FRAME) {
+                if to_client.send(framed(data, piece)).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let Some(reason) = relayed else {
+        return;
     };
     if let Some(reason) = reason {
         let message = format!(

@@ -3,23 +3,16 @@
 //! pass; then always teardown, the label sweep and the leak ledger.
 
 use super::context::Ctx;
-use super::scenario::{Broken, JUDGED, JudgedChecks, Scenario, Verdict};
+use super::judge::{BodyEnd, check_reports, stopped};
+use super::scenario::{HELD, Scenario};
 use super::{Keep, Run, RunEnv};
-use crate::config::Capability;
-use crate::pod::admission::AdmissionMutated;
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
 use crate::report::cost::{CallMeter, SCENARIO_CALLS};
-use crate::report::gate::{Gate, GateProfile};
-use crate::report::{
-    CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport, StepOutcome,
-};
+use crate::report::{CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport};
 use futures_util::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-
-/// How a scenario body ended: a verdict, or an outcome with its diagnosis.
-type BodyResult = Result<Verdict, (Outcome, String)>;
 
 impl Run {
     /// Runs one scenario to its report, teardown included; with `--retries N` a failed,
@@ -62,43 +55,39 @@ impl Run {
     async fn attempt(self: &Arc<Self>, scenario: &Scenario) -> ScenarioReport {
         let mut report = empty_report(scenario);
         let started = Instant::now();
+        let unstarted = |mut report: ScenarioReport, end: BodyEnd| {
+            report.outcome = end.outcome();
+            report.diagnosis = end.diagnosis(scenario);
+            finished(report, started)
+        };
         if self.is_cancelled() {
-            let (outcome, diagnosis) = self.stop_diagnosis(false);
-            report.outcome = outcome;
-            report.diagnosis = Some(diagnosis);
-            return finished(report, started);
+            return unstarted(
+                report,
+                stopped(self.stop_reason(), self.config.deadline, false),
+            );
         }
         let env = match self.env().await {
             Ok(env) => env,
-            Err(e) => {
-                report.outcome = Outcome::Errored;
-                report.diagnosis = Some(format!("environment: {e}"));
-                return finished(report, started);
-            }
+            Err(e) => return unstarted(report, BodyEnd::Errored(format!("environment: {e}"))),
         };
         // The scenario's own time starts once the shared environment is ready.
         let started = Instant::now();
         report.started_at = crate::report::rfc3339(SystemTime::now());
         let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
         let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name, timeout);
-        let judged = JudgedChecks::default();
-        let result = JUDGED
-            .scope(judged.clone(), self.body(scenario, &mut ctx, timeout))
+        // The checks that held, as `promise` records them while the body runs.
+        let held = Arc::default();
+        let end = HELD
+            .scope(Arc::clone(&held), self.body(scenario, &mut ctx, timeout))
             .await;
-        report.checks = judged_checks(scenario, &judged);
-        let result = no_vacuous_pass(&report.checks, result);
-        let result = judge_by_gate(&self.config.gate, &mut report.lacking, result);
-        settle(&mut report, &mut ctx, result);
-        // A broken promise is named by its check's id first: what people grep and gate on.
-        if let (Some(check), Some(diagnosis)) = (
-            report
-                .checks
-                .iter()
-                .find(|c| c.outcome == CheckOutcome::Failed),
-            &report.diagnosis,
-        ) {
-            report.diagnosis = Some(format!("{}: {diagnosis}", check.id));
-        }
+        report.checks = match held.lock() {
+            Ok(held) => check_reports(scenario, &held, end.broken_check()),
+            Err(_) => Vec::new(),
+        };
+        let end = end.unless_vacuous(&report.checks);
+        report.lacking = end.lacking();
+        let end = end.by_gate(&self.config.gate);
+        end.settle(&mut report, &mut ctx, scenario);
         if report.outcome != Outcome::Passed {
             report.artifacts = super::evidence::collect(&ctx).await;
         }
@@ -120,27 +109,19 @@ impl Run {
     }
 
     /// The scenario's body, bounded by its deadline, the per-step limit and the run's stop.
-    async fn body(&self, scenario: &Scenario, ctx: &mut Ctx, timeout: Duration) -> BodyResult {
+    async fn body(&self, scenario: &Scenario, ctx: &mut Ctx, timeout: Duration) -> BodyEnd {
         let current_step = ctx.current_step.clone();
         let body = AssertUnwindSafe((scenario.run)(ctx)).catch_unwind();
         tokio::select! {
             result = tokio::time::timeout(timeout, body) => match result {
-                Ok(Ok(Ok(verdict))) => Ok(verdict),
-                Ok(Ok(Err(error))) => match lacking_tool(&error) {
-                    Some(capability) => Ok(Verdict::Lacks(capability, crate::error_chain(error.as_ref()))),
-                    None => {
-                        note_broken_check(&error);
-                        Err(classify(&error))
-                    }
-                },
-                Ok(Err(panic)) => Err((Outcome::Errored, format!("the scenario panicked: {}", panic_message(&panic)))),
-                Err(_) => Err((Outcome::TimedOut, format!("no result within the scenario's deadline of {timeout:?}"))),
+                Ok(Ok(returned)) => BodyEnd::of(returned),
+                Ok(Err(panic)) => BodyEnd::Errored(format!("the scenario panicked: {}", panic_message(&panic))),
+                Err(_) => BodyEnd::TimedOut(format!("no result within the scenario's deadline of {timeout:?}")),
             },
-            step = step_overrun(&current_step, self.config.step_timeout) => Err((
-                Outcome::TimedOut,
+            step = step_overrun(&current_step, self.config.step_timeout) => BodyEnd::TimedOut(
                 format!("step {step:?} ran past the per-step deadline of {:?}", self.config.step_timeout.unwrap_or_default()),
-            )),
-            () = self.cancelled() => Err(self.stop_diagnosis(true)),
+            ),
+            () = self.cancelled() => stopped(self.stop_reason(), self.config.deadline, true),
         }
     }
 
@@ -266,139 +247,9 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
     }
 }
 
-/// A body that ends `Passed` without judging every check proves less than its report would
-/// say: errored (the scenario's defect, not the system's), naming what went unjudged.
-fn no_vacuous_pass(checks: &[CheckReport], result: BodyResult) -> BodyResult {
-    let unjudged: Vec<&str> = checks
-        .iter()
-        .filter(|c| c.outcome == CheckOutcome::NotReached)
-        .map(|c| c.id.as_str())
-        .collect();
-    match result {
-        Ok(Verdict::Passed) if !unjudged.is_empty() => Err((
-            Outcome::Errored,
-            format!(
-                "the scenario ended passed without judging {}: a pass must judge every check",
-                unjudged.join(", ")
-            ),
-        )),
-        other => other,
-    }
-}
-
 /// Every check of `scenario`, none judged (a scenario that never started its body).
 fn not_reached(scenario: &Scenario) -> Vec<CheckReport> {
-    judged_checks(scenario, &JudgedChecks::default())
-}
-
-/// The worker tool a launch found missing (the bootstrap's exit 69: no Docker CLI).
-fn lacking_tool(error: &anyhow::Error) -> Option<Capability> {
-    error
-        .chain()
-        .find_map(|e| e.downcast_ref::<crate::session::WorkerImageLacks>())
-        .map(|lacks| Capability::parse(&lacks.tool).unwrap_or(Capability::Docker))
-}
-
-/// Records in the body's log which check the error broke, if it is a broken promise.
-fn note_broken_check(error: &anyhow::Error) {
-    let Some(broken) = error.chain().find_map(|e| e.downcast_ref::<Broken>()) else {
-        return;
-    };
-    let _ = JUDGED.try_with(|judged| {
-        if let Ok(mut judged) = judged.lock() {
-            judged.broke = Some(broken.check);
-        }
-    });
-}
-
-/// Each declared check with its outcome: failed when the body broke it, passed when the body
-/// judged it and it held (and did not break later), else not reached.
-fn judged_checks(scenario: &Scenario, judged: &JudgedChecks) -> Vec<CheckReport> {
-    let Ok(judged) = judged.lock() else {
-        return Vec::new();
-    };
-    scenario
-        .checks
-        .iter()
-        .map(|check| CheckReport {
-            id: scenario.check_id(check),
-            promise: check.promise.into(),
-            kind: check.twin.kind(),
-            outcome: if judged.broke == Some(check.id) {
-                CheckOutcome::Failed
-            } else if judged.held.contains(&check.id) {
-                CheckOutcome::Passed
-            } else {
-                CheckOutcome::NotReached
-            },
-            twin: check.twin.describe(),
-        })
-        .collect()
-}
-
-/// A scenario the body left unjudged, by the gate: one that lacks a capability is `failed`
-/// when the gate requires it (a release must not pass on what it never checked), else
-/// `skipped` (the node view) or `incompatible` (worker tools); under the release profile
-/// nothing passes unjudged, so any `skipped` or `incompatible` body (e.g. a workspace mode the
-/// scenario cannot be shown in) is `failed` too.
-fn judge_by_gate(gate: &Gate, lacking: &mut Option<Capability>, result: BodyResult) -> BodyResult {
-    if let Ok(Verdict::Skipped(reason) | Verdict::Incompatible(reason)) = &result
-        && gate.profile == GateProfile::Release
-    {
-        return Err((
-            Outcome::Failed,
-            format!("the release gate accepts no scenario left unjudged: {reason}"),
-        ));
-    }
-    let Ok(Verdict::Lacks(capability, reason)) = result else {
-        return result;
-    };
-    *lacking = Some(capability);
-    if gate.requires(capability) {
-        Err((
-            Outcome::Failed,
-            format!(
-                "required capability {} is missing ({} gate; required by {}): {reason}",
-                capability.name(),
-                gate.profile.name(),
-                gate.source
-            ),
-        ))
-    } else if capability == Capability::NodeView {
-        Ok(Verdict::Skipped(reason))
-    } else {
-        Ok(Verdict::Incompatible(reason))
-    }
-}
-
-/// The body's result as the report's outcome, closing the open step accordingly.
-fn settle(report: &mut ScenarioReport, ctx: &mut Ctx, result: BodyResult) {
-    let (outcome, step, diagnosis) = match result {
-        Ok(Verdict::Passed) => (Outcome::Passed, StepOutcome::Passed, None),
-        Ok(Verdict::Skipped(reason)) => (Outcome::Skipped, StepOutcome::Passed, Some(reason)),
-        // `Lacks` was judged by the gate before (judge_lacking); as incompatible if not.
-        Ok(Verdict::Incompatible(reason)) | Ok(Verdict::Lacks(_, reason)) => (
-            Outcome::Incompatible,
-            StepOutcome::Incompatible,
-            Some(reason),
-        ),
-        Err((outcome, diagnosis)) => {
-            let step = match outcome {
-                Outcome::Failed => StepOutcome::Failed,
-                Outcome::Incompatible => StepOutcome::Incompatible,
-                _ => StepOutcome::Errored,
-            };
-            (outcome, step, Some(diagnosis))
-        }
-    };
-    let step_error = if step == StepOutcome::Passed {
-        None
-    } else {
-        diagnosis.clone()
-    };
-    ctx.close_step(step, step_error);
-    report.outcome = outcome;
-    report.diagnosis = diagnosis;
+    check_reports(scenario, &[], None)
 }
 
 fn finished(mut report: ScenarioReport, started: Instant) -> ScenarioReport {
@@ -444,106 +295,9 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// A broken promise anywhere in the chain fails the scenario; anything else is an error of
-/// the infrastructure (the promise could not be judged).
-fn classify(error: &anyhow::Error) -> (Outcome, String) {
-    let text = crate::error_chain(error.as_ref());
-    // Admission that changed what Kandev owns breaks the promise that the Pod runs as
-    // composed: a failure of the cluster under test, not of the harness.
-    let admission_mutated =
-        |e: &(dyn std::error::Error + 'static)| e.downcast_ref::<AdmissionMutated>().is_some();
-    if error.chain().any(|e| e.downcast_ref::<Broken>().is_some())
-        || error.chain().any(admission_mutated)
-    {
-        (Outcome::Failed, text)
-    } else if error.chain().any(|e| {
-        e.downcast_ref::<crate::session::WorkerImageLacks>()
-            .is_some()
-    }) {
-        (Outcome::Incompatible, text)
-    } else {
-        (Outcome::Errored, text)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_pod_mutated_by_admission_fails_the_scenario() {
-        let mutated = crate::pod::admission::AdmissionMutated {
-            what: "pod",
-            name: "kandev-0123456789abcdef".into(),
-            uid: "u".into(),
-            mismatches: vec![crate::pod::admission::AdmissionMismatch {
-                path: "spec.containers[docker-engine].volumeMounts".into(),
-                message: "the workspace grant was removed".into(),
-            }],
-        };
-        let error = anyhow::Error::new(crate::backend::BackendError::Other {
-            operation: "admission of the Pod".into(),
-            source: mutated.into(),
-        })
-        .context("pod_ready: create the Pod");
-        let (outcome, text) = classify(&error);
-        assert_eq!(outcome, Outcome::Failed, "{text}");
-        assert!(text.contains("the workspace grant was removed"), "{text}");
-        let plain = anyhow::anyhow!("connection refused").context("pod_ready: create the Pod");
-        assert_eq!(classify(&plain).0, Outcome::Errored);
-    }
-
-    #[test]
-    fn a_pass_that_judged_not_every_check_is_no_pass() {
-        let check = |outcome| CheckReport {
-            id: "a::x/c".into(),
-            promise: "p".into(),
-            kind: Default::default(),
-            outcome,
-            twin: "t".into(),
-        };
-        let judged = [check(CheckOutcome::Passed)];
-        assert_eq!(
-            no_vacuous_pass(&judged, Ok(Verdict::Passed)),
-            Ok(Verdict::Passed)
-        );
-        let vacuous = [check(CheckOutcome::Passed), check(CheckOutcome::NotReached)];
-        let ended = no_vacuous_pass(&vacuous, Ok(Verdict::Passed));
-        assert!(
-            matches!(&ended, Err((Outcome::Errored, why)) if why.contains("without judging a::x/c")),
-            "{ended:?}"
-        );
-        // Skipped, incompatible and failed bodies judged nothing more: left as they are.
-        let skipped = Ok(Verdict::Skipped("no node view".into()));
-        assert_eq!(no_vacuous_pass(&vacuous, skipped.clone()), skipped);
-    }
-
-    #[test]
-    fn the_release_gate_fails_what_was_left_unjudged() {
-        let mut lacking = None;
-        let release = Gate::resolve(GateProfile::Release, None, &[]);
-        let default = Gate::resolve(GateProfile::Default, Some(&[]), &[]);
-        let incompatible = || Ok(Verdict::Incompatible("empty_dir".into()));
-        let ended = judge_by_gate(&release, &mut lacking, incompatible());
-        assert!(
-            matches!(&ended, Err((Outcome::Failed, why)) if why.contains("unjudged: empty_dir")),
-            "{ended:?}"
-        );
-        assert_eq!(
-            judge_by_gate(&default, &mut lacking, incompatible()),
-            incompatible()
-        );
-        let lacks = Ok(Verdict::Lacks(Capability::NodeView, "no node view".into()));
-        assert!(matches!(
-            judge_by_gate(&release, &mut lacking, lacks.clone()),
-            Err((Outcome::Failed, _))
-        ));
-        assert_eq!(
-            judge_by_gate(&default, &mut lacking, lacks),
-            Ok(Verdict::Skipped("no node view".into()))
-        );
-        assert_eq!(lacking, Some(Capability::NodeView));
-    }
 
     #[test]
     fn retries_only_what_a_rerun_can_change() {

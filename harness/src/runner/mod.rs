@@ -3,14 +3,16 @@
 //!
 //! Rooms: [`environment`] prepares what every scenario shares (once, lazily, so `--list` and
 //! filtered-out runs touch nothing); [`attempt`] runs one scenario to its report, teardown
-//! and leak ledger included; [`context`] is the scenario API; [`evidence`] collects what a
-//! scenario that did not pass leaves for people to read; [`finish`] assembles the report.
+//! and leak ledger included; [`judge`] classifies how its body ended, once, and states that
+//! as its outcome; [`context`] is the scenario API; [`evidence`] collects what a scenario that
+//! did not pass leaves for people to read; [`finish`] assembles the report.
 
 pub mod attempt;
 pub mod context;
 pub mod environment;
 pub mod evidence;
 pub mod finish;
+pub mod judge;
 pub mod ledger;
 pub mod live;
 pub mod scenario;
@@ -20,7 +22,7 @@ pub use context::Ctx;
 pub use environment::RunEnv;
 pub use scenario::{Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, promise};
 
-use crate::report::{Outcome, ScenarioReport, SetupLog, StepReport};
+use crate::report::{ScenarioReport, SetupLog, StepReport};
 use indicatif::MultiProgress;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,33 +121,6 @@ impl Run {
                 );
                 self.stop(StopReason::Deadline);
             }
-        }
-    }
-
-    pub(super) fn stop_diagnosis(&self, started: bool) -> (Outcome, String) {
-        match (self.stop_reason(), started) {
-            (Some(StopReason::Deadline), true) => (
-                Outcome::TimedOut,
-                format!(
-                    "the run's --deadline of {:?} passed; teardown ran",
-                    self.config.deadline.unwrap_or_default()
-                ),
-            ),
-            (Some(StopReason::Deadline), false) => (
-                Outcome::Cancelled,
-                format!(
-                    "not started: the run's --deadline of {:?} had passed",
-                    self.config.deadline.unwrap_or_default()
-                ),
-            ),
-            (_, true) => (
-                Outcome::Cancelled,
-                "cancelled (Ctrl-C or SIGTERM); teardown ran".to_owned(),
-            ),
-            (_, false) => (
-                Outcome::Cancelled,
-                "the run was cancelled before this scenario started".to_owned(),
-            ),
         }
     }
 

@@ -163,9 +163,9 @@ pub fn promise(
 ) -> anyhow::Result<()> {
     if holds {
         // Outside a scenario body (unit tests) there is no log: nothing to record.
-        let _ = JUDGED.try_with(|judged| {
-            if let Ok(mut judged) = judged.lock() {
-                judged.held.push(check.id);
+        let _ = HELD.try_with(|held| {
+            if let Ok(mut held) = held.lock() {
+                held.push(check.id);
             }
         });
         Ok(())
@@ -174,18 +174,10 @@ pub fn promise(
     }
 }
 
-/// What a scenario body judged: the checks that held, as it reached them, and the one that
-/// broke.
-#[derive(Debug, Default)]
-pub struct Judged {
-    pub held: Vec<&'static str>,
-    pub broke: Option<&'static str>,
-}
-
-pub type JudgedChecks = std::sync::Arc<std::sync::Mutex<Judged>>;
-
 tokio::task_local! {
-    /// Set by the runner around a scenario body: [`promise`] records what held here, so a
-    /// scenario's report lists a check as passed only when its body really judged it.
-    pub(super) static JUDGED: JudgedChecks;
+    /// Set by the runner around a scenario body: [`promise`] records here each check that
+    /// held, as the body reaches it, so a scenario's report lists a check as passed only when
+    /// its body really judged it. (A broken check ends the body: the runner's `BodyEnd` says
+    /// which.)
+    pub(super) static HELD: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>;
 }

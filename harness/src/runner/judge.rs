@@ -1,0 +1,322 @@
+//! How a scenario body's end is judged: classified once into a [`BodyEnd`], which the gate,
+//! the report's outcome, diagnosis, checks and last step all read.
+
+use super::StopReason;
+use super::context::Ctx;
+use super::scenario::{Broken, Scenario, Verdict};
+use crate::config::Capability;
+use crate::pod::admission::AdmissionMutated;
+use crate::report::gate::{Gate, GateProfile};
+use crate::report::{CheckOutcome, CheckReport, Outcome, ScenarioReport, StepOutcome};
+use crate::session::WorkerImageLacks;
+use std::time::Duration;
+
+/// How a scenario body ended, classified once ([`BodyEnd::of`] walks an error's chain once);
+/// everything after it matches on this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyEnd {
+    /// The body returned `Verdict::Passed`.
+    Passed,
+    /// Not judged, and why (the body's own skip, or a missing node view the gate lets go).
+    Skipped(String),
+    /// The environment cannot support what the scenario checks, and why.
+    Incompatible(String),
+    /// The run lacks a capability the scenario needs (the body said so, or a launch found a
+    /// worker tool missing), and why: the gate decides what it comes to ([`BodyEnd::by_gate`]).
+    Lacks(Capability, String),
+    /// A promise broke: the check's id within its scenario, and the error's chain.
+    Broke(&'static str, String),
+    /// Admission changed what Kandev owns: the cluster under test broke the promise that the
+    /// Pod runs as composed (no check of the scenario's own), and the error's chain.
+    Mutated(String),
+    /// The gate accepts no scenario left unjudged here, and why.
+    Refused(String),
+    /// The promise could not be judged: an error of the infrastructure, a panic, or a pass that
+    /// judged not every check.
+    Errored(String),
+    /// The scenario's deadline, a step's limit or the run's `--deadline` passed.
+    TimedOut(String),
+    /// The run was stopped (Ctrl-C, SIGTERM, or `--deadline` before the scenario started).
+    Cancelled(String),
+}
+
+impl From<Verdict> for BodyEnd {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Passed => Self::Passed,
+            Verdict::Skipped(reason) => Self::Skipped(reason),
+            Verdict::Incompatible(reason) => Self::Incompatible(reason),
+            Verdict::Lacks(capability, reason) => Self::Lacks(capability, reason),
+        }
+    }
+}
+
+impl BodyEnd {
+    /// What the body returned, classified: an error is a missing worker tool (which outranks
+    /// anything else in its chain: the launch judged nothing), else a broken check, else a
+    /// Pod mutated by admission, else an error of the infrastructure.
+    pub fn of(returned: anyhow::Result<Verdict>) -> Self {
+        let error = match returned {
+            Ok(verdict) => return verdict.into(),
+            Err(error) => error,
+        };
+        let text = crate::error_chain(error.as_ref());
+        let mut broke = None;
+        let mut mutated = false;
+        for cause in error.chain() {
+            if let Some(lacks) = cause.downcast_ref::<WorkerImageLacks>() {
+                let capability = Capability::parse(&lacks.tool).unwrap_or(Capability::Docker);
+                return Self::Lacks(capability, text);
+            }
+            if let Some(broken) = cause.downcast_ref::<Broken>() {
+                broke = broke.or(Some(broken.check));
+            }
+            mutated |= cause.is::<AdmissionMutated>();
+        }
+        match (broke, mutated) {
+            (Some(check), _) => Self::Broke(check, text),
+            (None, true) => Self::Mutated(text),
+            (None, false) => Self::Errored(text),
+        }
+    }
+
+    /// A body that ends `Passed` without judging every check proves less than its report
+    /// would say: errored (the scenario's defect, not the system's), naming what went
+    /// unjudged.
+    pub fn unless_vacuous(self, checks: &[CheckReport]) -> Self {
+        let unjudged: Vec<&str> = checks
+            .iter()
+            .filter(|c| c.outcome == CheckOutcome::NotReached)
+            .map(|c| c.id.as_str())
+            .collect();
+        match self {
+            Self::Passed if !unjudged.is_empty() => Self::Errored(format!(
+                "the scenario ended passed without judging {}: a pass must judge every check",
+                unjudged.join(", ")
+            )),
+            other => other,
+        }
+    }
+
+    /// The capability the run lacks, for the report's `lacking`.
+    pub fn lacking(&self) -> Option<Capability> {
+        match self {
+            Self::Lacks(capability, _) => Some(*capability),
+            _ => None,
+        }
+    }
+
+    /// What the gate makes of a body it left unjudged: one that lacks a capability is
+    /// refused (`failed`) when the gate requires it (a release must not pass on what it never
+    /// checked), else `skipped` (the node view) or `incompatible` (worker tools); under the
+    /// release profile nothing passes unjudged, so any `skipped` or `incompatible` body (e.g.
+    /// a workspace mode the scenario cannot be shown in) is refused too.
+    pub fn by_gate(self, gate: &Gate) -> Self {
+        match self {
+            Self::Skipped(reason) | Self::Incompatible(reason)
+                if gate.profile == GateProfile::Release =>
+            {
+                Self::Refused(format!(
+                    "the release gate accepts no scenario left unjudged: {reason}"
+                ))
+            }
+            Self::Lacks(capability, reason) if gate.requires(capability) => Self::Refused(format!(
+                "required capability {} is missing ({} gate; required by {}): {reason}",
+                capability.name(),
+                gate.profile.name(),
+                gate.source
+            )),
+            Self::Lacks(Capability::NodeView, reason) => Self::Skipped(reason),
+            Self::Lacks(_, reason) => Self::Incompatible(reason),
+            other => other,
+        }
+    }
+
+    /// The report's outcome. A `Lacks` the gate did not judge counts as incompatible.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Passed => Outcome::Passed,
+            Self::Skipped(_) => Outcome::Skipped,
+            Self::Incompatible(_) | Self::Lacks(..) => Outcome::Incompatible,
+            Self::Broke(..) | Self::Mutated(_) | Self::Refused(_) => Outcome::Failed,
+            Self::Errored(_) => Outcome::Errored,
+            Self::TimedOut(_) => Outcome::TimedOut,
+            Self::Cancelled(_) => Outcome::Cancelled,
+        }
+    }
+
+    /// The outcome of the step that was open when the body ended.
+    fn step(&self) -> StepOutcome {
+        match self.outcome() {
+            Outcome::Passed | Outcome::Skipped => StepOutcome::Passed,
+            Outcome::Failed => StepOutcome::Failed,
+            Outcome::Incompatible => StepOutcome::Incompatible,
+            _ => StepOutcome::Errored,
+        }
+    }
+
+    /// Why it ended so; none for a pass.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Self::Passed => None,
+            Self::Skipped(why)
+            | Self::Incompatible(why)
+            | Self::Lacks(_, why)
+            | Self::Broke(_, why)
+            | Self::Mutated(why)
+            | Self::Refused(why)
+            | Self::Errored(why)
+            | Self::TimedOut(why)
+            | Self::Cancelled(why) => Some(why),
+        }
+    }
+
+    /// The check the body broke, if it broke one.
+    pub fn broken_check(&self) -> Option<&'static str> {
+        match self {
+            Self::Broke(check, _) => Some(check),
+            _ => None,
+        }
+    }
+
+    /// The report's diagnosis: the reason, a broken promise named by its check's report id
+    /// first (what people grep and gate on).
+    pub fn diagnosis(&self, scenario: &Scenario) -> Option<String> {
+        let reason = self.reason()?;
+        let named = self
+            .broken_check()
+            .and_then(|broke| scenario.checks.iter().find(|c| c.id == broke))
+            .map(|check| format!("{}: {reason}", scenario.check_id(check)));
+        Some(named.unwrap_or_else(|| reason.to_owned()))
+    }
+
+    /// The end as the report states it (outcome and diagnosis), closing the open step
+    /// accordingly.
+    pub fn settle(&self, report: &mut ScenarioReport, ctx: &mut Ctx, scenario: &Scenario) {
+        let step = self.step();
+        let step_error = (step != StepOutcome::Passed)
+            .then(|| self.reason().map(str::to_owned))
+            .flatten();
+        ctx.close_step(step, step_error);
+        report.outcome = self.outcome();
+        report.diagnosis = self.diagnosis(scenario);
+    }
+}
+
+/// Each declared check with its outcome: failed when the body broke it, passed when the body
+/// judged it and it held (and did not break later), else not reached.
+pub fn check_reports(
+    scenario: &Scenario,
+    held: &[&'static str],
+    broke: Option<&'static str>,
+) -> Vec<CheckReport> {
+    scenario
+        .checks
+        .iter()
+        .map(|check| CheckReport {
+            id: scenario.check_id(check),
+            promise: check.promise.into(),
+            kind: check.twin.kind(),
+            outcome: if broke == Some(check.id) {
+                CheckOutcome::Failed
+            } else if held.contains(&check.id) {
+                CheckOutcome::Passed
+            } else {
+                CheckOutcome::NotReached
+            },
+            twin: check.twin.describe(),
+        })
+        .collect()
+}
+
+/// A scenario the run's stop reached: `started` (its body was running; teardown ran) or not.
+pub fn stopped(reason: Option<StopReason>, deadline: Option<Duration>, started: bool) -> BodyEnd {
+    let deadline = deadline.unwrap_or_default();
+    match (reason, started) {
+        (Some(StopReason::Deadline), true) => BodyEnd::TimedOut(format!(
+            "the run's --deadline of {deadline:?} passed; teardown ran"
+        )),
+        (Some(StopReason::Deadline), false) => BodyEnd::Cancelled(format!(
+            "not started: the run's --deadline of {deadline:?} had passed"
+        )),
+        (_, true) => BodyEnd::Cancelled("cancelled (Ctrl-C or SIGTERM); teardown ran".to_owned()),
+        (_, false) => {
+            BodyEnd::Cancelled("the run was cancelled before this scenario started".to_owned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_mutated_by_admission_fails_the_scenario() {
+        let mutated = crate::pod::admission::AdmissionMutated {
+            what: "pod",
+            name: "kandev-0123456789abcdef".into(),
+            uid: "u".into(),
+            mismatches: vec![crate::pod::admission::AdmissionMismatch {
+                path: "spec.containers[docker-engine].volumeMounts".into(),
+                message: "the workspace grant was removed".into(),
+            }],
+        };
+        let error = anyhow::Error::new(crate::backend::BackendError::Other {
+            operation: "admission of the Pod".into(),
+            source: mutated.into(),
+        })
+        .context("pod_ready: create the Pod");
+        let end = BodyEnd::of(Err(error));
+        let text = end.reason().unwrap_or_default();
+        assert_eq!(end.outcome(), Outcome::Failed, "{text}");
+        assert!(text.contains("the workspace grant was removed"), "{text}");
+        let plain = anyhow::anyhow!("connection refused").context("pod_ready: create the Pod");
+        assert_eq!(BodyEnd::of(Err(plain)).outcome(), Outcome::Errored);
+    }
+
+    #[test]
+    fn a_pass_that_judged_not_every_check_is_no_pass() {
+        let check = |outcome| CheckReport {
+            id: "a::x/c".into(),
+            promise: "p".into(),
+            kind: Default::default(),
+            outcome,
+            twin: "t".into(),
+        };
+        let judged = [check(CheckOutcome::Passed)];
+        assert_eq!(BodyEnd::Passed.unless_vacuous(&judged), BodyEnd::Passed);
+        let vacuous = [check(CheckOutcome::Passed), check(CheckOutcome::NotReached)];
+        let ended = BodyEnd::Passed.unless_vacuous(&vacuous);
+        assert!(
+            ended.outcome() == Outcome::Errored
+                && matches!(&ended, BodyEnd::Errored(why) if why.contains("without judging a::x/c")),
+            "{ended:?}"
+        );
+        // Skipped, incompatible and failed bodies judged nothing more: left as they are.
+        let skipped = BodyEnd::Skipped("no node view".into());
+        assert_eq!(skipped.clone().unless_vacuous(&vacuous), skipped);
+    }
+
+    #[test]
+    fn the_release_gate_fails_what_was_left_unjudged() {
+        let release = Gate::resolve(GateProfile::Release, None, &[]);
+        let default = Gate::resolve(GateProfile::Default, Some(&[]), &[]);
+        let incompatible = || BodyEnd::Incompatible("empty_dir".into());
+        let ended = incompatible().by_gate(&release);
+        assert!(
+            ended.outcome() == Outcome::Failed
+                && ended
+                    .reason()
+                    .is_some_and(|why| why.contains("unjudged: empty_dir")),
+            "{ended:?}"
+        );
+        assert_eq!(incompatible().by_gate(&default), incompatible());
+        let lacks = BodyEnd::Lacks(Capability::NodeView, "no node view".into());
+        assert_eq!(lacks.clone().by_gate(&release).outcome(), Outcome::Failed);
+        assert_eq!(
+            lacks.clone().by_gate(&default),
+            BodyEnd::Skipped("no node view".into())
+        );
+        assert_eq!(lacks.lacking(), Some(Capability::NodeView));
+    }
+}

@@ -249,6 +249,7 @@ pub fn stopped(reason: Option<StopReason>, deadline: Option<Duration>, started: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::scenario::{Check, Twin};
 
     #[test]
     fn a_pod_mutated_by_admission_fails_the_scenario() {
@@ -272,6 +273,60 @@ mod tests {
         assert!(text.contains("the workspace grant was removed"), "{text}");
         let plain = anyhow::anyhow!("connection refused").context("pod_ready: create the Pod");
         assert_eq!(BodyEnd::of(Err(plain)).outcome(), Outcome::Errored);
+    }
+
+    /// One walk of the chain decides: a missing worker tool outranks a broken check, which
+    /// outranks a mutated admission; the broken check names the diagnosis and fails its check.
+    #[test]
+    fn an_error_is_classified_once_by_what_its_chain_holds() {
+        const HOLDS: Check = Check {
+            id: "holds",
+            promise: "it holds",
+            twin: Twin::Exempt("test"),
+        };
+        const BREAKS: Check = Check {
+            id: "breaks",
+            promise: "it breaks",
+            twin: Twin::Exempt("test"),
+        };
+        fn run(_: &mut Ctx) -> crate::runner::ScenarioFuture<'_> {
+            Box::pin(async { Ok(Verdict::Passed) })
+        }
+        let scenario = Scenario {
+            name: "a::x",
+            promise: "p",
+            timeout: Duration::from_secs(1),
+            checks: &[HOLDS, BREAKS],
+            run,
+        };
+        let lacks = || WorkerImageLacks {
+            image: "worker".into(),
+            tool: "docker".into(),
+        };
+        let broke = BodyEnd::of(Err(
+            crate::runner::broken(&BREAKS, "evidence").context("step")
+        ));
+        assert_eq!(broke.broken_check(), Some("breaks"));
+        assert_eq!(broke.outcome(), Outcome::Failed);
+        assert_eq!(
+            broke.diagnosis(&scenario).as_deref(),
+            Some("a::x/breaks: step: it breaks: evidence")
+        );
+        let checks = check_reports(&scenario, &["holds", "breaks"], broke.broken_check());
+        assert_eq!(
+            checks.iter().map(|c| c.outcome).collect::<Vec<_>>(),
+            [CheckOutcome::Passed, CheckOutcome::Failed]
+        );
+        let lacking = BodyEnd::of(Err(anyhow::Error::new(lacks()).context(Broken {
+            check: "breaks",
+            promise: "it breaks",
+            evidence: "e".into(),
+        })));
+        assert!(
+            matches!(lacking, BodyEnd::Lacks(Capability::Docker, _)),
+            "{lacking:?}"
+        );
+        assert_eq!(lacking.broken_check(), None);
     }
 
     #[test]

@@ -11,4 +11,5 @@
 pub mod cluster_double;
 pub mod engine;
 pub mod fake_apiserver;
+pub mod node;
 pub mod schemas;

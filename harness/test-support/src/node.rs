@@ -1,10 +1,10 @@
-//! Fixture cgroup trees and recorded `/proc/<pid>/cgroup` texts for the node view's tests, in
-//! the shapes real nodes have (tests only).
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Fixture Kind nodes for the node view's tests: cgroup trees and recorded
+//! `/proc/<pid>/cgroup` texts in the shapes real nodes have, and what a view must find there.
 
+use kandev_harness::node::NodeView;
 use std::path::{Path, PathBuf};
 
-pub(crate) fn write(path: &Path, text: &str) {
+fn write(path: &Path, text: &str) {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).unwrap();
     }
@@ -13,7 +13,7 @@ pub(crate) fn write(path: &Path, text: &str) {
 
 /// A Pod's QoS class, which decides its cgroup's parent.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Qos {
+pub enum Qos {
     Guaranteed,
     Burstable,
     BestEffort,
@@ -31,7 +31,7 @@ impl Qos {
 
 /// How the kubelet and the host engine name cgroups.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Driver {
+pub enum Driver {
     /// `kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-<qos>.slice/
     /// kubelet-kubepods-<qos>-pod<u_i_d>.slice/cri-containerd-<id>.scope`, below the node
     /// container's `system.slice/docker-<id>.scope`.
@@ -43,7 +43,7 @@ pub(crate) enum Driver {
 /// A Kind node container as this host sees it in its cgroup tree (`cgroup/`, v1 or v2) and
 /// its `/proc` (`proc/`), each Pod with its container and optionally a nested container
 /// below it (a DinD companion's `docker/<64 hex>`).
-pub(crate) struct KindNode {
+pub struct KindNode {
     pub dir: tempfile::TempDir,
     pub v2: bool,
     pub driver: Driver,
@@ -51,9 +51,9 @@ pub(crate) struct KindNode {
     pub node_cgroup: String,
 }
 
-pub(crate) const NODE_ID: &str = "4d2f8c1b9e7a6d5c4b3a29181716151413121110f0e0d0c0b0a0908070605040";
+pub const NODE_ID: &str = "4d2f8c1b9e7a6d5c4b3a29181716151413121110f0e0d0c0b0a0908070605040";
 /// The node container's PID 1 on this host.
-pub(crate) const NODE_INIT_PID: u32 = 4242;
+pub const NODE_INIT_PID: u32 = 4242;
 
 impl KindNode {
     pub fn new(v2: bool, driver: Driver) -> Self {
@@ -219,16 +219,16 @@ impl KindNode {
     }
 }
 
-pub(crate) const GUARANTEED: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
-pub(crate) const BURSTABLE: &str = "11111111-2222-3333-4444-555555555555";
-pub(crate) const BESTEFFORT: &str = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+pub const GUARANTEED: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+pub const BURSTABLE: &str = "11111111-2222-3333-4444-555555555555";
+pub const BESTEFFORT: &str = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
 /// The nested container (a DinD companion's) of the burstable Pod.
-pub(crate) const NESTED: &str = "9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b";
-pub(crate) const NESTED_PID: u32 = 5001;
+pub const NESTED: &str = "9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b";
+pub const NESTED_PID: u32 = 5001;
 
 /// A Kind node with a guaranteed, a burstable and a best-effort Pod, the burstable one with
 /// a nested container (and its process) below its DinD companion.
-pub(crate) fn kind_node_with_pods(v2: bool, driver: Driver) -> KindNode {
+pub fn kind_node_with_pods(v2: bool, driver: Driver) -> KindNode {
     let node = KindNode::new(v2, driver);
     node.add_pod(Qos::Guaranteed, GUARANTEED, "c0ffee01");
     node.add_pod(Qos::Burstable, BURSTABLE, "c0ffee02");
@@ -247,7 +247,7 @@ pub(crate) fn kind_node_with_pods(v2: bool, driver: Driver) -> KindNode {
 /// What a node view must find on [`kind_node_with_pods`]: each Pod's cgroup folder, the
 /// limits and members read there, and what is left of a Pod (cgroups, the nested
 /// container's cgroup and process) until it is removed.
-pub(crate) async fn assert_kind_view(node: &KindNode, view: &dyn super::NodeView) {
+pub async fn assert_kind_view(node: &KindNode, view: &dyn NodeView) {
     for (qos, uid) in [
         (Qos::Guaranteed, GUARANTEED),
         (Qos::Burstable, BURSTABLE),

@@ -1,7 +1,6 @@
 //! How admission compares and says a mount, a port and a field's value: every field, with only
 //! the documented neutral defaults normalised.
 
-use crate::pod::template::{AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_ROOTS, clean_path};
 use k8s_openapi::api::core::v1::{ContainerPort, VolumeMount};
 
 /// A field's value as a finding says it: the value, or `(unset)`.
@@ -10,6 +9,7 @@ pub fn value_or_unset<T: std::fmt::Display>(value: &Option<T>) -> String {
         .as_ref()
         .map_or_else(|| "(unset)".to_owned(), ToString::to_string)
 }
+
 /// A mount as compared: every field, with only the neutral defaults normalised (an absent
 /// `readOnly` is `false`, an absent `subPath`/`subPathExpr` is empty, as in Kandev's Go types).
 pub(super) fn mount_key(m: &VolumeMount) -> impl Ord + '_ {
@@ -55,17 +55,6 @@ pub(super) fn describe_mounts(mounts: &[&VolumeMount]) -> String {
         .map(|m| describe_mount(m))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Whether a path is at or below one of Kandev's reserved mount roots (cleaned first).
-pub(super) fn is_reserved_path(path: &str) -> bool {
-    let cleaned = clean_path(path);
-    RESERVED_ROOTS
-        .iter()
-        .any(|root| cleaned == *root || cleaned.starts_with(&format!("{root}/")))
-}
-pub(super) fn is_agentctl_port(p: &ContainerPort) -> bool {
-    p.container_port == AGENTCTL_PORT || p.name.as_deref() == Some(AGENTCTL_PORT_NAME)
 }
 
 /// A port as compared: every field, an absent protocol being TCP (the API server's default).

@@ -1,11 +1,8 @@
 //! The main container as admission may not change it: unique container names, Kandev's
 //! command, the agentctl port and the reserved mounts, each compared field by field.
 
-use super::fields::{
-    describe_mount, describe_mounts, describe_port, is_agentctl_port, is_reserved_path, mount_key,
-    port_key,
-};
-use crate::pod::template::{AGENTCTL_PORT, RESERVED_VOLUMES};
+use super::fields::{describe_mount, describe_mounts, describe_port, mount_key, port_key};
+use crate::pod::template::{AGENTCTL_PORT, RESERVED_VOLUMES, is_agentctl_port, is_reserved_path};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, VolumeMount};
 use std::collections::BTreeMap;
 
@@ -49,6 +46,7 @@ pub(super) fn compare_main_container(
         ),
     }
 }
+
 /// The main container's reserved mounts, exactly as requested and exactly once each
 /// (upstream counts them with `reflect.DeepEqual`): per reserved volume, the admitted
 /// mounts of that volume must be the requested ones, field by field; any other mount under
@@ -109,6 +107,7 @@ fn compare_main_mounts(
         }
     }
 }
+
 /// The main container's agentctl port: exactly as requested, exactly once (upstream counts
 /// ports on 8765 or named `kandev-agentctl` with `reflect.DeepEqual`).
 fn compare_main_ports(

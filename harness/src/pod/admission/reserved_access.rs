@@ -2,8 +2,10 @@
 //! mount under a reserved root (a companion's exact workspace grant aside), the agentctl
 //! port, a reserved volume device; and on any container no new envFrom or reserved variable.
 
-use super::fields::{describe_mount, describe_port, is_agentctl_port, is_reserved_path};
-use crate::pod::template::{RESERVED_VOLUMES, clean_path, is_workspace_grant};
+use super::fields::{describe_mount, describe_port};
+use crate::pod::template::{
+    RESERVED_VOLUMES, clean_path, is_agentctl_port, is_reserved_path, is_workspace_grant,
+};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, VolumeDevice, VolumeMount};
 
 /// A companion's mounts with its workspace grant taken out, as upstream's

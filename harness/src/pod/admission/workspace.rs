@@ -59,6 +59,7 @@ pub(super) fn compare_reserved_volumes(
         }
     }
 }
+
 /// A grant as compared: its access mode (`readOnly` absent = false, a neutral default).
 fn grant_modes(container: &Container) -> Vec<bool> {
     container
@@ -76,6 +77,7 @@ fn touches_workspace(mounts: Option<&Vec<VolumeMount>>) -> bool {
         .flatten()
         .any(|m| m.name == "kandev-workspace")
 }
+
 /// Workspace grants by container name, both directions. (Init and ephemeral containers never
 /// hold one: [`super::reserved_access::compare_reserved_access`] refuses any workspace mount there.)
 pub(super) fn compare_grants(

@@ -21,7 +21,7 @@ pub use images::{
 pub use parse::{MAX_TEMPLATE_BYTES, parse};
 pub use reserved::{
     AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_ROOTS, RESERVED_VOLUMES, clean_path,
-    is_owned_label, is_workspace_grant,
+    is_agentctl_port, is_owned_label, is_reserved_path, is_workspace_grant,
 };
 pub use rules::{RuleOptions, WorkspaceMode, validate};
 

@@ -1,7 +1,7 @@
 //! What Kandev reserves in a task Pod: its volumes and mount roots, the agentctl port, the
 //! label keys it owns, and the one shape a workspace grant may take.
 
-use k8s_openapi::api::core::v1::VolumeMount;
+use k8s_openapi::api::core::v1::{ContainerPort, VolumeMount};
 
 pub const RESERVED_VOLUMES: [&str; 3] = ["kandev-runtime", "kandev-auth", "kandev-workspace"];
 pub const RESERVED_ROOTS: [&str; 3] = ["/opt/kandev", "/run/kandev", "/workspace"];
@@ -26,6 +26,16 @@ pub fn is_owned_label(key: &str) -> bool {
 pub(super) fn is_at_or_below(path: &str, root: &str) -> bool {
     let cleaned = clean_path(path);
     cleaned == root || cleaned.starts_with(&format!("{root}/"))
+}
+
+/// Whether a path is at or below one of Kandev's reserved mount roots (cleaned first).
+pub fn is_reserved_path(path: &str) -> bool {
+    RESERVED_ROOTS.iter().any(|root| is_at_or_below(path, root))
+}
+
+/// Whether a port is Kandev's agentctl port, by number or by name.
+pub fn is_agentctl_port(port: &ContainerPort) -> bool {
+    port.container_port == AGENTCTL_PORT || port.name.as_deref() == Some(AGENTCTL_PORT_NAME)
 }
 
 /// Lexically cleans an absolute path (`//a/./b/../c/` -> `/a/c`), as Go's `path.Clean`.

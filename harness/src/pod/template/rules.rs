@@ -3,8 +3,8 @@
 
 use super::finding::{PATH_PREFIX, TemplateFinding, error, warning};
 use super::reserved::{
-    AGENTCTL_PORT, AGENTCTL_PORT_NAME, RESERVED_ROOTS, RESERVED_VOLUMES, clean_path,
-    is_at_or_below, is_owned_label, is_workspace_grant,
+    RESERVED_VOLUMES, clean_path, is_agentctl_port, is_at_or_below, is_owned_label,
+    is_reserved_path, is_workspace_grant,
 };
 use k8s_openapi::api::core::v1::{Container, NodeSelectorTerm, PodSpec, PodTemplate, VolumeMount};
 use serde::{Deserialize, Serialize};
@@ -192,11 +192,7 @@ fn validate_spec(
             ));
         }
         for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
-            if RESERVED_VOLUMES.contains(&m.name.as_str())
-                || RESERVED_ROOTS
-                    .iter()
-                    .any(|r| is_at_or_below(&m.mount_path, r))
-            {
+            if RESERVED_VOLUMES.contains(&m.name.as_str()) || is_reserved_path(&m.mount_path) {
                 findings.push(error(
                     format!("{p}.volumeMounts[{j}]"),
                     "ephemeral containers cannot mount Kandev's reserved volumes or paths (the workspace grant is for ordinary containers only)",
@@ -304,8 +300,7 @@ fn validate_container(c: &Container, p: &str, role: Role, findings: &mut Vec<Tem
         }
     }
     for (j, port) in c.ports.iter().flatten().enumerate() {
-        if port.container_port == AGENTCTL_PORT || port.name.as_deref() == Some(AGENTCTL_PORT_NAME)
-        {
+        if is_agentctl_port(port) {
             findings.push(error(
                 format!("{p}.ports[{j}]"),
                 "port 8765 / kandev-agentctl is reserved for Kandev",
@@ -338,11 +333,7 @@ fn validate_container(c: &Container, p: &str, role: Role, findings: &mut Vec<Tem
             }
             continue;
         }
-        if RESERVED_VOLUMES.contains(&m.name.as_str())
-            || RESERVED_ROOTS
-                .iter()
-                .any(|r| is_at_or_below(&m.mount_path, r))
-        {
+        if RESERVED_VOLUMES.contains(&m.name.as_str()) || is_reserved_path(&m.mount_path) {
             let why = match role {
                 Role::Init => "init containers cannot mount Kandev's reserved volumes or paths",
                 _ => "mounts a volume or path reserved for Kandev",
@@ -358,11 +349,7 @@ fn validate_container(c: &Container, p: &str, role: Role, findings: &mut Vec<Tem
         }
     }
     for (j, d) in c.volume_devices.iter().flatten().enumerate() {
-        if RESERVED_VOLUMES.contains(&d.name.as_str())
-            || RESERVED_ROOTS
-                .iter()
-                .any(|r| is_at_or_below(&d.device_path, r))
-        {
+        if RESERVED_VOLUMES.contains(&d.name.as_str()) || is_reserved_path(&d.device_path) {
             findings.push(error(
                 format!("{p}.volumeDevices[{j}]"),
                 "uses a volume or path reserved for Kandev",

@@ -51,3 +51,11 @@ pub(super) fn warning(path: impl Into<String>, message: impl Into<String>) -> Te
 pub fn errors(findings: &[TemplateFinding]) -> impl Iterator<Item = &TemplateFinding> {
     findings.iter().filter(|f| f.severity == Severity::Error)
 }
+
+/// A template refused: every finding that refused it (what a run's preparation fails with).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "template: {}",
+    .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+)]
+pub struct TemplateRefused(pub Vec<TemplateFinding>);

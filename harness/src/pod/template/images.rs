@@ -23,9 +23,14 @@ pub fn sha256_hex(text: &str) -> String {
 /// Substitutes the fixture placeholders with the images of this run. Templates that name
 /// real images (operators' own) pass through unchanged.
 pub fn render(text: &str, worker_image: &str, daemon_image: &str) -> RenderedTemplate {
-    let text = text
-        .replace(WORKER_IMAGE_PLACEHOLDER, worker_image)
-        .replace(DAEMON_IMAGE_PLACEHOLDER, daemon_image);
+    let text = fill_placeholders(text, worker_image, daemon_image);
     let sha256 = sha256_hex(&text);
     RenderedTemplate { text, sha256 }
+}
+
+/// `text` with the worker and daemon placeholders replaced: the one substitution, for a
+/// template's text and for each image field of a parsed template alike.
+pub(super) fn fill_placeholders(text: &str, worker_image: &str, daemon_image: &str) -> String {
+    text.replace(WORKER_IMAGE_PLACEHOLDER, worker_image)
+        .replace(DAEMON_IMAGE_PLACEHOLDER, daemon_image)
 }

@@ -11,15 +11,7 @@ pub const MAX_TEMPLATE_BYTES: usize = 256 * 1024;
 /// Parses one strict `v1/PodTemplate` document. Unknown fields are errors (found by
 /// comparing the document with its typed round trip), as Kandev decodes strictly.
 pub fn parse(text: &str) -> Result<PodTemplate, Vec<TemplateFinding>> {
-    if text.len() > MAX_TEMPLATE_BYTES {
-        return Err(vec![error(
-            PATH_PREFIX,
-            format!(
-                "is {} bytes; the limit is {MAX_TEMPLATE_BYTES} bytes",
-                text.len()
-            ),
-        )]);
-    }
+    within_size_limit(text).map_err(|finding| vec![finding])?;
     if text.trim().is_empty() {
         return Err(vec![error(
             PATH_PREFIX,
@@ -87,6 +79,20 @@ pub fn parse(text: &str) -> Result<PodTemplate, Vec<TemplateFinding>> {
     } else {
         Err(findings)
     }
+}
+
+/// Kandev's size limit on a template's text.
+pub(super) fn within_size_limit(text: &str) -> Result<(), TemplateFinding> {
+    if text.len() > MAX_TEMPLATE_BYTES {
+        return Err(error(
+            PATH_PREFIX,
+            format!(
+                "is {} bytes; the limit is {MAX_TEMPLATE_BYTES} bytes",
+                text.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Deepest flow-collection nesting a template may have. The YAML scanner slows down

@@ -175,3 +175,52 @@ fn clean_path_matches_go() {
     assert_eq!(clean_path("//a/./b/../c"), "/a/c");
     assert_eq!(clean_path("/"), "/");
 }
+
+/// A template file parsed once and given images on its parsed form is what rendering the text
+/// and parsing it again gave (the run's earlier way): the same Pod template, the same digests.
+#[test]
+fn images_on_the_parsed_template_match_the_rendered_text() {
+    let root = crate::paths::workspace_root().join("fixtures/templates");
+    let mut compared = 0;
+    for folder in [root.clone(), root.join("broken"), root.join("cases")] {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            if entry.path().extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let Ok(file) = TemplateFile::parse(text.clone()) else {
+                continue;
+            };
+            let rendered = render(&text, "w@sha256:1", "d@sha256:2");
+            let with_images = file.with_images("w@sha256:1", "d@sha256:2").unwrap();
+            let name = entry.path().display().to_string();
+            assert_eq!(
+                with_images.template,
+                parse(&rendered.text).unwrap(),
+                "{name}"
+            );
+            assert_eq!(with_images.sha256, rendered.sha256, "{name}");
+            assert_eq!(file.source_sha256(), sha256_hex(&text), "{name}");
+            compared += 1;
+        }
+    }
+    assert!(compared > 20, "only {compared} fixture templates compared");
+}
+
+/// Kandev's size limit applies to the text a profile stores: the rendered one.
+#[test]
+fn images_that_push_the_text_over_the_limit_are_refused() {
+    let base = GOOD.replace(
+        "image: worker",
+        &format!("image: {WORKER_IMAGE_PLACEHOLDER}"),
+    );
+    let padding = "x".repeat(MAX_TEMPLATE_BYTES - base.len() - 2);
+    let file = TemplateFile::parse(format!("{base}#{padding}\n")).unwrap();
+    assert!(file.with_images("w", "d").is_ok());
+    let refused = file.with_images(&"w".repeat(64), "d").unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.starts_with("template: error: config.pod_template_yaml: is 262182 bytes"),
+        "{message}"
+    );
+}

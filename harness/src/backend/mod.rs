@@ -13,9 +13,10 @@ use crate::config::RunConfig;
 use crate::host::HostEngine;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
+use crate::pod::template::TemplateFile;
 use crate::report::{CleanupRecord, Environment, SetupLog};
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Pod, PodTemplate};
+use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,8 +45,9 @@ pub struct PrepareInput<'a> {
     pub setup: &'a SetupLog,
     /// Image builds show their progress here.
     pub progress: &'a indicatif::MultiProgress,
-    /// The run's template rendered with the images the backend will run (for a preflight).
-    pub template_for: &'a (dyn Fn(&ImageSet) -> anyhow::Result<PodTemplate> + Send + Sync),
+    /// The run's template, parsed once; a preflight puts the images the backend will run into
+    /// it ([`TemplateFile::with_images`]).
+    pub template: &'a TemplateFile,
 }
 
 impl PrepareInput<'_> {

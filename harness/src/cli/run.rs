@@ -3,12 +3,13 @@
 
 use super::args::{ClusterArgs, RunArgs};
 use super::read_input;
-use super::validate::check_template;
+use super::validate::check_rules;
 use crate::backend::BackendKind;
 use crate::config::{ClusterSettings, Gate, GateProfile, KindSettings, RunConfig};
-use crate::pod::template::Severity;
+use crate::pod::template::{Severity, TemplateFile, TemplateFinding};
 use crate::report::{Outcome, Report, exit};
 use crate::runner::{Run, Scenario};
+use k8s_openapi::api::core::v1::PodTemplate;
 use libtest_mimic::Trial;
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -106,23 +107,21 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         Err(code) => return code,
     };
     // Kandev's rules first: an invalid template creates nothing, and every problem is named.
-    let findings = check_template(
-        &template_text,
+    // The template is parsed here, once; the run puts its images into the parsed form.
+    let template = match TemplateFile::parse(template_text) {
+        Ok(template) => template,
+        Err(findings) => return breaks_rules(&config, &findings),
+    };
+    let findings = check_rules(
+        template.parsed(),
         &config.main_container,
         config.workspace_mode,
         None,
     );
     if findings.iter().any(|f| f.severity == Severity::Error) {
-        eprintln!(
-            "error: the template {} breaks Kandev's rules; nothing was created:",
-            config.template.display()
-        );
-        for finding in &findings {
-            eprintln!("  {finding}");
-        }
-        return exit::USAGE;
+        return breaks_rules(&config, &findings);
     }
-    config.gate = match resolve_gate(&args, &template_text, &config) {
+    config.gate = match resolve_gate(&args, template.parsed(), &config) {
         Ok(gate) => gate,
         Err(problems) => {
             eprintln!(
@@ -172,7 +171,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
             &libtest,
             &registry,
             runtime,
-            template_text.clone(),
+            template.clone(),
             prepare_text.clone(),
         );
         let stop =
@@ -195,13 +194,13 @@ fn run_once(
     libtest: &libtest_mimic::Arguments,
     registry: &Arc<Vec<Scenario>>,
     runtime: &tokio::runtime::Runtime,
-    template_text: String,
+    template: TemplateFile,
     prepare_text: String,
 ) -> (u8, Option<Report>) {
     let run = Arc::new(Run::new(
         crate::pod::identity::new_run_id(),
         config.clone(),
-        template_text,
+        template,
         prepare_text,
     ));
     // The run's folder exists from the start, so that the run id can be found (and `gc --run`
@@ -333,6 +332,18 @@ async fn watch_signals(run: Arc<Run>) {
     }
 }
 
+/// Refuses the run: the template breaks Kandev's rules (every finding named).
+fn breaks_rules(config: &RunConfig, findings: &[TemplateFinding]) -> u8 {
+    eprintln!(
+        "error: the template {} breaks Kandev's rules; nothing was created:",
+        config.template.display()
+    );
+    for finding in findings {
+        eprintln!("  {finding}");
+    }
+    exit::USAGE
+}
+
 /// The local Pod MTU a release is judged at, at most (clusters' overlay CNIs run 1450 or lower).
 const RELEASE_MAX_POD_MTU: u32 = 1450;
 
@@ -340,18 +351,16 @@ const RELEASE_MAX_POD_MTU: u32 = 1450;
 /// release profile also what it refuses before anything runs (each with its field or flag).
 fn resolve_gate(
     args: &RunArgs,
-    template_text: &str,
+    parsed: &PodTemplate,
     config: &RunConfig,
 ) -> Result<Gate, Vec<String>> {
-    let parsed = crate::pod::template::parse(template_text)
-        .map_err(|findings| findings.iter().map(ToString::to_string).collect::<Vec<_>>())?;
-    let serves = crate::pod::release::declared_serves(&parsed).map_err(|f| vec![f.to_string()])?;
+    let serves = crate::pod::release::declared_serves(parsed).map_err(|f| vec![f.to_string()])?;
     let required = args.require.as_ref().map(|r| r.0.as_slice());
     let gate = Gate::resolve(args.gate, required, &serves);
     if gate.profile != GateProfile::Release {
         return Ok(gate);
     }
-    let mut problems: Vec<String> = crate::pod::release::mutable_references(&parsed, true)
+    let mut problems: Vec<String> = crate::pod::release::mutable_references(parsed, true)
         .iter()
         .map(ToString::to_string)
         .collect();

@@ -1,5 +1,6 @@
-//! The run's environment, prepared once: the backend (through its provider), the rendered
-//! template, and what every session shares. Nothing here knows which backend it is.
+//! The run's environment, prepared once: the backend (through its provider), the template
+//! with the images the backend runs, and what every session shares. Nothing here knows which
+//! backend it is.
 
 use super::Run;
 use crate::backend::metered::Metered;
@@ -8,11 +9,9 @@ use crate::host::HostEngine;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
 use crate::node::metered::MeteredNode;
-use crate::pod::template::{self, RenderedTemplate};
 use crate::report::{Environment, TemplateRecord};
 use crate::session::LaunchSettings;
-use anyhow::{Context, anyhow};
-use k8s_openapi::api::core::v1::PodTemplate;
+use anyhow::Context;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +24,6 @@ pub struct RunEnv {
     pub host_engine: Option<HostEngine>,
     pub images: ImageSet,
     pub launch: LaunchSettings,
-    pub rendered: RenderedTemplate,
     pub environment: Environment,
     /// The node seen from outside the Pods, when the backend has one (leak ledger, evidence).
     pub node: Option<Arc<dyn NodeView>>,
@@ -52,24 +50,7 @@ impl Run {
         self.env.get().and_then(|r| r.as_ref().ok()).cloned()
     }
 
-    /// The run's template rendered with `images`, parsed.
-    fn template_for(&self, images: &ImageSet) -> anyhow::Result<(RenderedTemplate, PodTemplate)> {
-        let rendered = template::render(&self.template_text, &images.worker, &images.daemon);
-        let parsed = template::parse(&rendered.text).map_err(|findings| {
-            anyhow!(
-                "template: {}",
-                findings
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )
-        })?;
-        Ok((rendered, parsed))
-    }
-
     async fn prepare_env(&self) -> anyhow::Result<RunEnv> {
-        let template_for = |images: &ImageSet| self.template_for(images).map(|(_, t)| t);
         let input = PrepareInput {
             run_id: &self.id,
             config: &self.config,
@@ -77,7 +58,7 @@ impl Run {
             mock_agent: tokio::sync::OnceCell::new(),
             setup: &self.setup,
             progress: &self.progress,
-            template_for: &template_for,
+            template: &self.template,
         };
         let prepared = crate::backend::provider(self.config.backend)
             .prepare(&input)
@@ -87,9 +68,13 @@ impl Run {
         let agent_binary = binary.and_then(|path| {
             std::fs::read(&path).with_context(|| format!("read {}", path.display()))
         });
-        let rendered = self.template_for(&prepared.images);
-        let (agent_binary, (rendered, parsed)) = match (agent_binary, rendered) {
-            (Ok(binary), Ok(rendered)) => (binary, rendered),
+        let (worker, daemon) = (&prepared.images.worker, &prepared.images.daemon);
+        let used = self
+            .template
+            .with_images(worker, daemon)
+            .map_err(anyhow::Error::from);
+        let (agent_binary, used) = match (agent_binary, used) {
+            (Ok(binary), Ok(used)) => (binary, used),
             (Err(e), _) | (_, Err(e)) => {
                 // The backend set things up already: undo them before failing.
                 if let Some(teardown) = prepared_teardown {
@@ -102,8 +87,8 @@ impl Run {
         environment.images = prepared.images.records.clone();
         environment.template = Some(TemplateRecord {
             path: crate::paths::shown(&self.config.template),
-            sha256: rendered.sha256.clone(),
-            source_sha256: Some(crate::pod::template::sha256_hex(&self.template_text)),
+            sha256: used.sha256,
+            source_sha256: Some(self.template.source_sha256()),
         });
         let config = &self.config;
         // Every call the scenarios make goes through the meter (the report's cost).
@@ -112,7 +97,7 @@ impl Run {
         let launch = LaunchSettings {
             backend: backend.clone(),
             namespace: prepared.namespace,
-            template: parsed,
+            template: used.template,
             main_container: config.main_container.clone(),
             daemon_container: config.daemon_container.clone(),
             prepare_script: self.prepare_text.clone(),
@@ -134,7 +119,6 @@ impl Run {
             host_engine: prepared.host_engine,
             images: prepared.images,
             launch,
-            rendered,
             environment,
             node: prepared.node.map(|node| {
                 Arc::new(MeteredNode::new(node, self.calls.clone())) as Arc<dyn NodeView>

@@ -22,6 +22,7 @@ pub use context::Ctx;
 pub use environment::RunEnv;
 pub use scenario::{Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, promise};
 
+use crate::pod::template::TemplateFile;
 use crate::report::{ScenarioReport, SetupLog, StepReport};
 use indicatif::MultiProgress;
 use std::path::PathBuf;
@@ -42,7 +43,8 @@ pub enum StopReason {
 pub struct Run {
     pub id: String,
     pub config: RunConfig,
-    pub template_text: String,
+    /// The run's template, read and parsed once.
+    pub template: TemplateFile,
     pub prepare_text: String,
     pub progress: MultiProgress,
     /// The live status view (hidden unless the CLI shows it on a terminal).
@@ -70,13 +72,18 @@ fn engine_host(config: &RunConfig) -> Option<crate::report::cost::EngineHost> {
 }
 
 impl Run {
-    pub fn new(id: String, config: RunConfig, template_text: String, prepare_text: String) -> Self {
+    pub fn new(
+        id: String,
+        config: RunConfig,
+        template: TemplateFile,
+        prepare_text: String,
+    ) -> Self {
         let started = Instant::now();
         let cost_start = crate::report::cost::CostStart::now(engine_host(&config).as_ref());
         Self {
             id,
             config,
-            template_text,
+            template,
             prepare_text,
             progress: MultiProgress::new(),
             live: crate::runner::live::LiveView::default(),

@@ -270,7 +270,10 @@ async fn preflight(
         )?;
     }
     let started = Instant::now();
-    let template = (input.template_for)(images)?;
+    let template = input
+        .template
+        .with_images(&images.worker, &images.daemon)?
+        .template;
     let probe_identity = SessionIdentity::new(input.run_id, "preflight", 0);
     let mut probe = compose_pod(&ComposeInput {
         template: &template,

@@ -11,4 +11,6 @@
 pub mod cluster_double;
 pub mod engine;
 pub mod fake_apiserver;
+#[cfg(test)]
+mod import_circles;
 pub mod schemas;

@@ -46,7 +46,7 @@
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
 mod defaults;
-mod discovery;
+pub(crate) mod discovery;
 mod negotiation;
 mod objects;
 mod patch;
@@ -54,12 +54,12 @@ mod protobuf;
 mod rbac;
 pub mod recorded;
 mod request;
-mod route;
+pub(crate) mod route;
 mod routing;
 mod runtime;
 mod spdy;
 mod status;
-mod store;
+pub(crate) mod store;
 mod streams;
 mod tunnel;
 mod watch;

@@ -5,7 +5,7 @@ use super::request::Ctx;
 use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status};
-use super::store::{Deletion, Running, add_default_account, now};
+use super::store::{Deletion, Preconditions, Running, add_default_account, now};
 use super::{defaults, patch};
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -161,20 +161,21 @@ impl Ctx<'_> {
             if self.route.resource == "namespaces" {
                 object["status"] = json!({"phase": "Active"});
             }
-            let uid = uuid::Uuid::new_v4().to_string();
             object["apiVersion"] = json!(self.api_version);
             object["kind"] = json!(self.kind);
             object["metadata"]["name"] = json!(name);
             if let Some(ns) = &ns {
                 object["metadata"]["namespace"] = json!(ns);
             }
-            object["metadata"]["uid"] = json!(uid);
-            object["metadata"]["creationTimestamp"] = json!(now());
             if dry_run {
+                store.stamp_new(&mut object);
                 return json_reply(StatusCode::CREATED, &object);
             }
-            object["metadata"]["resourceVersion"] = json!(store.next_version());
-            store.put(key.clone(), object.clone());
+            object = store.create(key.clone(), object);
+            let uid = object["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
             if self.route.resource == "namespaces" {
                 add_default_account(&mut store, &name);
             }
@@ -194,7 +195,6 @@ impl Ctx<'_> {
                     "accessModes": object["spec"]["accessModes"],
                     "capacity": {"storage": object["spec"]["resources"]["requests"]["storage"]},
                 });
-                bound["metadata"]["resourceVersion"] = json!(store.next_version());
                 store.put(key, bound);
             }
             reply
@@ -394,8 +394,7 @@ impl Ctx<'_> {
             {
                 return self.modified_since(name);
             }
-            object["metadata"]["resourceVersion"] = json!(store.next_version());
-            store.put(key, object.clone());
+            object = store.put(key, object);
         }
         json_reply(StatusCode::OK, &with_status(self.state, object).await)
     }
@@ -446,57 +445,41 @@ impl Ctx<'_> {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let rv = object["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let want_uid = options["preconditions"]["uid"].as_str().map(str::to_owned);
-        let want_rv = options["preconditions"]["resourceVersion"]
-            .as_str()
-            .map(str::to_owned);
-        let conflict = |field: &str, wanted: &str, actual: &str| {
-            status(
+        let preconditions = Preconditions::of(&options);
+        if let Err(unmet) = preconditions.check(&object) {
+            return status(
                 StatusCode::CONFLICT,
                 "Conflict",
                 &format!(
                     "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {actual}",
-                    self.route.resource
+                    self.route.resource,
+                    field = unmet.field,
+                    wanted = unmet.wanted,
+                    actual = unmet.actual,
                 ),
                 json!({"name": name, "kind": self.route.resource}),
-            )
-        };
-        if let Some(want) = &want_uid
-            && *want != uid
-        {
-            return conflict("UID", want, &uid);
-        }
-        if let Some(want) = &want_rv
-            && *want != rv
-        {
-            return conflict("ResourceVersion", want, &rv);
+            );
         }
         store.deletions.push(Deletion {
             resource: self.route.resource.clone(),
             namespace: key.1.clone(),
             name: name.into(),
             uid: uid.clone(),
-            precondition_uid: want_uid,
-            precondition_resource_version: want_rv,
+            precondition_uid: preconditions.uid,
+            precondition_resource_version: preconditions.resource_version,
         });
         let mut shown = object.clone();
         shown["metadata"]["deletionTimestamp"] = json!(now());
         match self.route.resource.as_str() {
             "pods" if self.state.runtime.is_some() => {
                 // Terminating until the runtime removed its containers.
-                shown["metadata"]["resourceVersion"] = json!(store.next_version());
-                store.put(key.clone(), shown.clone());
+                shown = store.put(key.clone(), shown);
                 drop(store);
                 tokio::spawn(remove_pod(self.state.clone(), key, uid));
             }
             "namespaces" => {
                 shown["status"]["phase"] = json!("Terminating");
-                shown["metadata"]["resourceVersion"] = json!(store.next_version());
-                store.put(key.clone(), shown.clone());
+                shown = store.put(key.clone(), shown);
                 drop(store);
                 tokio::spawn(remove_namespace(self.state.clone(), name.to_owned()));
             }

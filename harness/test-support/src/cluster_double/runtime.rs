@@ -110,7 +110,6 @@ pub(crate) async fn run_pod(
     match created {
         Ok(pod) => {
             // Scheduled (after the create, as a scheduler binds it) onto the one node.
-            let rv = store.next_version();
             if let Some((key, mut object)) = store
                 .objects
                 .iter()
@@ -121,7 +120,6 @@ pub(crate) async fn run_pod(
                     .is_none_or(str::is_empty)
             {
                 object["spec"]["nodeName"] = json!(NODE);
-                object["metadata"]["resourceVersion"] = json!(rv);
                 store.put(key, object);
             }
             store.running.insert(uid.clone(), Running::Ready(pod));
@@ -182,11 +180,10 @@ async fn kubelet(state: Arc<DoubleState>, uid: String) {
         let fingerprint = status_fingerprint(&with_status(&state, object).await);
         if fingerprint != last {
             let mut store = state.store();
-            if let Some(mut current) = store.objects.get(&key).cloned()
+            if let Some(current) = store.objects.get(&key).cloned()
                 && current["metadata"]["uid"].as_str() == Some(&uid)
             {
                 if !last.is_empty() {
-                    current["metadata"]["resourceVersion"] = json!(store.next_version());
                     store.put(key, current);
                 }
             } else {

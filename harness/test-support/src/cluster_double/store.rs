@@ -99,10 +99,23 @@ pub(crate) struct Change {
 /// is 410 Gone, as from an API server whose watch cache has moved on.
 pub(crate) const KEPT_CHANGES: usize = 10_000;
 
+/// Where a new object's UID comes from.
+#[derive(Default)]
+enum Uids {
+    /// Random (version 4), as an API server's.
+    #[default]
+    Random,
+    /// `00000000-0000-4000-8000-000000000001`, `...002`, ...: what a test names in advance.
+    Counted(u64),
+}
+
+/// The stored objects and what the API server keeps about them: one model of UIDs,
+/// resourceVersions and DELETE preconditions for the double and for the tower-test fake
+/// (`fake_apiserver`), which keeps one of these.
 #[derive(Default)]
 pub(crate) struct Store {
-    /// Read freely; written only through [`Store::put`] and [`Store::delete`] (which
-    /// record the [`Change`] a watch reports).
+    /// Read freely; written only through [`Store::create`], [`Store::put`] and
+    /// [`Store::delete`] (which record the [`Change`] a watch reports).
     pub objects: BTreeMap<Key, Value>,
     /// The latest changes, oldest first (at most [`KEPT_CHANGES`]).
     pub changes: std::collections::VecDeque<Change>,
@@ -115,12 +128,65 @@ pub(crate) struct Store {
     pub deletions: Vec<Deletion>,
     pub refusals: Vec<Refusal>,
     pub seen: Vec<Seen>,
+    uids: Uids,
 }
 
 impl Store {
+    /// A store whose UIDs count up from `00000000-0000-4000-8000-000000000001`.
+    pub fn counting_uids() -> Store {
+        Store {
+            uids: Uids::Counted(0),
+            ..Store::default()
+        }
+    }
+
     pub fn next_version(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    /// What the API server sets on every new object, a dry run's too: its UID and creation
+    /// time.
+    pub fn stamp_new(&mut self, object: &mut Value) {
+        let uid = match &mut self.uids {
+            Uids::Random => uuid::Uuid::new_v4().to_string(),
+            Uids::Counted(n) => {
+                *n += 1;
+                format!("00000000-0000-4000-8000-{n:012}")
+            }
+        };
+        object["metadata"]["uid"] = json!(uid);
+        object["metadata"]["creationTimestamp"] = json!(now());
+    }
+
+    /// Stores a new object, stamped ([`Store::stamp_new`]); returns it as stored.
+    pub fn create(&mut self, key: Key, mut object: Value) -> Value {
+        self.stamp_new(&mut object);
+        self.put(key, object)
+    }
+
+    /// The stored object of `resource` (`pods`, `roles`: core or the group's own name) named
+    /// `name`, in `namespace` (any, if None).
+    pub fn find(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<(&Key, &Value)> {
+        self.objects.iter().find(|((r, ns, n), _)| {
+            r.rsplit('/').next() == Some(resource)
+                && namespace.is_none_or(|want| want == ns)
+                && n == name
+        })
+    }
+
+    /// Every stored object of `resource`, in every namespace.
+    pub fn of_resource<'a>(&'a self, resource: &str) -> impl Iterator<Item = &'a Value> + 'a {
+        let resource = resource.to_owned();
+        self.objects
+            .iter()
+            .filter(move |((r, _, _), _)| r.rsplit('/').next() == Some(resource.as_str()))
+            .map(|(_, v)| v)
     }
 
     fn record(&mut self, key: Key, before: Option<Value>, after: Option<Value>) {
@@ -135,10 +201,13 @@ impl Store {
         });
     }
 
-    /// Stores `object` (created or changed; its `resourceVersion` is the caller's).
-    pub fn put(&mut self, key: Key, object: Value) {
+    /// Stores `object` (created or changed) with a resourceVersion of its own, as the API
+    /// server versions every write; returns it as stored.
+    pub fn put(&mut self, key: Key, mut object: Value) -> Value {
+        object["metadata"]["resourceVersion"] = json!(self.next_version());
         let before = self.objects.insert(key.clone(), object.clone());
-        self.record(key, before, Some(object));
+        self.record(key, before, Some(object.clone()));
+        object
     }
 
     /// Removes an object (its deletion gets a `resourceVersion` of its own, as from an
@@ -159,7 +228,8 @@ impl Store {
     }
 }
 
-/// What the double holds; tests read it (and set an admission hook) through [`KubeDouble::state`].
+/// What the double holds; tests read it (and set an admission hook) through
+/// [`KubeDouble::state`](super::KubeDouble::state).
 pub struct DoubleState {
     pub(crate) store: Mutex<Store>,
     pub(crate) runtime: Option<Arc<dyn Backend>>,
@@ -183,22 +253,13 @@ impl DoubleState {
     pub fn object(&self, resource: &str, namespace: &str, name: &str) -> Option<Value> {
         let store = self.store();
         store
-            .objects
-            .iter()
-            .find(|((r, ns, n), _)| {
-                r.rsplit('/').next() == Some(resource) && ns == namespace && n == name
-            })
+            .find(resource, Some(namespace), name)
             .map(|(_, v)| v.clone())
     }
 
     /// Every stored object of `resource` (`pods`, `namespaces`, ...), in every namespace.
     pub fn objects(&self, resource: &str) -> Vec<Value> {
-        self.store()
-            .objects
-            .iter()
-            .filter(|((r, _, _), _)| r.rsplit('/').next() == Some(resource))
-            .map(|(_, v)| v.clone())
-            .collect()
+        self.store().of_resource(resource).cloned().collect()
     }
 
     /// Creates a Namespace with `labels` (as another client of the API server would), with
@@ -212,7 +273,6 @@ impl DoubleState {
                 namespace["metadata"]["labels"][*k] = json!(v);
             }
             // Labelled after its create: a change of its own, as an API server versions it.
-            namespace["metadata"]["resourceVersion"] = json!(store.next_version());
             store.put(key, namespace);
         }
     }
@@ -226,10 +286,7 @@ impl DoubleState {
             panic!("create_object: the {resource} object has no metadata.name");
         };
         object["metadata"]["namespace"] = json!(namespace);
-        object["metadata"]["uid"] = json!(uuid::Uuid::new_v4().to_string());
-        object["metadata"]["resourceVersion"] = json!(store.next_version());
-        object["metadata"]["creationTimestamp"] = json!(now());
-        store.put((format!("/{resource}"), namespace.to_owned(), name), object);
+        store.create((format!("/{resource}"), namespace.to_owned(), name), object);
     }
 
     /// Every DELETE carried out so far.
@@ -279,24 +336,67 @@ pub(crate) fn now() -> String {
 
 /// Stores a namespace and its `default` service account (what the controller would create).
 pub(crate) fn create_namespace_objects(store: &mut Store, name: &str) {
-    let rv = store.next_version();
-    store.put(
+    store.create(
         ("/namespaces".into(), String::new(), name.into()),
-        json!({"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "uid": uuid::Uuid::new_v4().to_string(),
-                "resourceVersion": rv, "creationTimestamp": now()},
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
             "status": {"phase": "Active"}}),
     );
     add_default_account(store, name);
 }
 
+/// Stores the `default` ServiceAccount of namespace `ns`, as the service-account controller
+/// creates it in every namespace.
 pub(crate) fn add_default_account(store: &mut Store, ns: &str) {
-    let rv = store.next_version();
-    store.put(
+    store.create(
         ("/serviceaccounts".into(), ns.into(), "default".into()),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": {"name": "default", "namespace": ns,
-                "uid": uuid::Uuid::new_v4().to_string(), "resourceVersion": rv,
-                "creationTimestamp": now()}}),
+            "metadata": {"name": "default", "namespace": ns}}),
     );
+}
+
+/// A DELETE's `preconditions`: the UID and resourceVersion the object must still have.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// A precondition the stored object does not meet: the field as the API server names it
+/// (`UID`, `ResourceVersion`), the wanted and the stored value.
+pub(crate) struct Unmet {
+    pub field: &'static str,
+    pub wanted: String,
+    pub actual: String,
+}
+
+impl Preconditions {
+    /// Read from a DELETE's body (`DeleteOptions`; none without a body).
+    pub fn of(options: &Value) -> Preconditions {
+        let read = |field: &str| options["preconditions"][field].as_str().map(str::to_owned);
+        Preconditions {
+            uid: read("uid"),
+            resource_version: read("resourceVersion"),
+        }
+    }
+
+    /// Whether `object` meets them, the UID first, as the API server's store checks them.
+    pub fn check(&self, object: &Value) -> Result<(), Unmet> {
+        let checks = [
+            ("UID", &self.uid, "uid"),
+            ("ResourceVersion", &self.resource_version, "resourceVersion"),
+        ];
+        for (field, wanted, stored) in checks {
+            let actual = object["metadata"][stored].as_str().unwrap_or_default();
+            if let Some(wanted) = wanted
+                && wanted != actual
+            {
+                return Err(Unmet {
+                    field,
+                    wanted: wanted.clone(),
+                    actual: actual.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
 }

@@ -576,14 +576,7 @@ async fn preflight_passes_with_kandevs_role_and_an_admitting_namespace() {
         json!([])
     );
     // The dry run created nothing.
-    assert!(
-        state
-            .lock()
-            .unwrap()
-            .objects
-            .get("pods")
-            .is_none_or(|p| p.is_empty())
-    );
+    assert!(state.lock().unwrap().objects("pods").is_empty());
 }
 
 #[tokio::test]
@@ -746,10 +739,7 @@ async fn a_named_namespace_must_exist_and_only_the_executor_objects_are_removed_
         matches!(missing, ClusterError::NamespaceMissing { .. }),
         "{missing}"
     );
-    assert!(
-        state.lock().unwrap().objects.values().all(|o| o.is_empty()),
-        "nothing was created"
-    );
+    assert!(state.lock().unwrap().is_empty(), "nothing was created");
 
     state.lock().unwrap().insert(
         "namespaces",
@@ -963,16 +953,7 @@ fn edit_stored(
     name: &str,
     edit: impl FnOnce(&mut Value),
 ) {
-    edit(
-        state
-            .lock()
-            .unwrap()
-            .objects
-            .get_mut(resource)
-            .unwrap()
-            .get_mut(name)
-            .unwrap(),
-    );
+    state.lock().unwrap().edit(resource, name, edit);
 }
 
 fn edit_claim(

@@ -1,13 +1,18 @@
-//! A fake Kubernetes API server behind a `tower-test` mock service: Pods and PVCs of one
-//! namespace in memory, create/get/list/delete with the API server's semantics that the
-//! backend relies on (UIDs, resourceVersions, delete preconditions, `Status` bodies from
-//! `fixtures/kube/`), and hooks for what a real cluster does on its own: admission that
-//! mutates a created object, a status update racing a delete, a Pod's status.
+//! A fake Kubernetes API server behind a `tower-test` mock service, for the kube backend's
+//! mocked-API tests: create/get/list/delete with the API server's semantics the backend
+//! relies on. Its objects live in the cluster double's store (`cluster_double::store`: UIDs,
+//! counted here so a test can name them, resourceVersions, the DELETE preconditions' check);
+//! its answers are the `Status` bodies recorded in `fixtures/kube/`. On top, what a test
+//! scripts of a real cluster: admission that mutates a created object, a status update racing
+//! a delete, a Pod's status, SelfSubjectAccessReview answers, Pod Security refusing the
+//! privileged companion, a namespace whose `default` ServiceAccount is not made yet.
 
+use crate::cluster_double::discovery;
+use crate::cluster_double::route::{Route, matches_selector, param, parse_route, query_pairs};
+use crate::cluster_double::store::{Key, Preconditions, Store, add_default_account};
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -15,8 +20,8 @@ pub type Mutation = Box<dyn Fn(&mut Value) + Send>;
 
 #[derive(Default)]
 pub struct State {
-    /// `pods` / `persistentvolumeclaims` -> name -> object.
-    pub objects: BTreeMap<String, BTreeMap<String, Value>>,
+    /// The stored objects, with their UIDs and resourceVersions.
+    store: Store,
     /// Every request: method, path with query, body.
     pub requests: Vec<(String, String, Value)>,
     /// Applied to each created Pod / PVC before it is stored (mutating admission).
@@ -38,15 +43,27 @@ pub struct State {
     pub ssar_denials: usize,
     /// How many more GETs of the namespace's `default` ServiceAccount answer 404 before the
     /// service-account controller has created it (a namespace just created). Unless stored
-    /// explicitly, `default` exists, as in every namespace of a real cluster.
+    /// explicitly, `default` exists, as in every namespace of a real cluster: it is stored
+    /// when first read.
     pub default_service_account_missing_gets: usize,
-    next_uid: u64,
-    next_version: u64,
 }
 
 impl State {
+    /// The stored `resource` (`pods`, `roles`, ...) named `name`, in any namespace.
     pub fn get(&self, resource: &str, name: &str) -> Option<&Value> {
-        self.objects.get(resource).and_then(|o| o.get(name))
+        self.store
+            .find(resource, None, name)
+            .map(|(_, object)| object)
+    }
+
+    /// Every stored object of `resource`.
+    pub fn objects(&self, resource: &str) -> Vec<&Value> {
+        self.store.of_resource(resource).collect()
+    }
+
+    /// Whether nothing is stored.
+    pub fn is_empty(&self) -> bool {
+        self.store.objects.is_empty()
     }
 
     /// The DELETE requests' bodies for `resource/name`.
@@ -61,30 +78,40 @@ impl State {
             .collect()
     }
 
-    /// Stores an object as if something else had created it (a look-alike, a claim).
-    pub fn insert(&mut self, resource: &str, mut object: Value) -> String {
-        let uid = self.uid();
-        object["metadata"]["uid"] = json!(uid);
-        object["metadata"]["resourceVersion"] = json!(self.version());
-        let name = object["metadata"]["name"]
+    /// Stores an object as if something else had created it (a look-alike, a claim); its UID.
+    pub fn insert(&mut self, resource: &str, object: Value) -> String {
+        let group = discovery::RESOURCES
+            .iter()
+            .find(|r| r.name == resource)
+            .map(|r| r.group)
+            .unwrap_or_default();
+        let key = (
+            format!("{group}/{resource}"),
+            object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        let stored = self.store.create(key, object);
+        stored["metadata"]["uid"]
             .as_str()
             .unwrap_or_default()
-            .to_owned();
-        self.objects
-            .entry(resource.into())
-            .or_default()
-            .insert(name, object);
-        uid
+            .to_owned()
     }
 
-    fn uid(&mut self) -> String {
-        self.next_uid += 1;
-        format!("00000000-0000-4000-8000-{:012}", self.next_uid)
-    }
-
-    fn version(&mut self) -> String {
-        self.next_version += 1;
-        self.next_version.to_string()
+    /// Changes the stored `resource` object `name` behind the client's back (as an admission
+    /// hook, a controller or another actor would): a write, with a resourceVersion of its own.
+    pub fn edit(&mut self, resource: &str, name: &str, edit: impl FnOnce(&mut Value)) {
+        let Some((key, object)) = self.store.find(resource, None, name) else {
+            panic!("edit: no {resource} {name} is stored");
+        };
+        let (key, mut object) = (key.clone(), object.clone());
+        edit(&mut object);
+        self.store.put(key, object);
     }
 }
 
@@ -104,213 +131,192 @@ fn status(name: &str, object: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn matches_selector(object: &Value, selector: &str) -> bool {
-    selector.split(',').filter(|s| !s.is_empty()).all(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        object["metadata"]["labels"][k].as_str() == Some(v)
-    })
-}
-
-fn query_param(query: &str, key: &str) -> Option<String> {
-    query.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        (k == key).then(|| {
-            v.replace("%3D", "=")
-                .replace("%2C", ",")
-                .replace("%2F", "/")
-                .replace("%3A", ":")
-        })
-    })
-}
-
-fn answer(state: &mut State, method: &str, path: &str, query: &str, body: Value) -> (u16, Value) {
+fn answer(
+    state: &mut State,
+    method: &str,
+    path: &str,
+    query: &[(String, String)],
+    body: Value,
+) -> (u16, Value) {
     if path == "/version" {
         return (200, fixture("version.json"));
     }
     if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" && method == "POST" {
-        let attributes = &body["spec"]["resourceAttributes"];
-        let mut asked = format!(
-            "{} {}",
-            attributes["verb"].as_str().unwrap_or_default(),
-            attributes["resource"].as_str().unwrap_or_default()
-        );
-        if let Some(sub) = attributes["subresource"].as_str() {
-            asked.push('/');
-            asked.push_str(sub);
-        }
-        let mut review = body.clone();
-        let allowed = if state.ssar_denials > 0 {
-            state.ssar_denials -= 1;
-            false
-        } else {
-            state.allowed.contains(&asked)
-        };
-        review["status"] = json!({"allowed": allowed});
-        return (201, review);
+        return access_review(state, body);
     }
-    // /api/v1/... or /apis/<group>/<version>/...; then namespaces[/ns[/resource[/name[/sub]]]].
-    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let rest = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => rest,
-        ["apis", _, _, rest @ ..] => rest,
-        _ => return (404, status("status-404.json", path)),
+    // Namespaces, and namespaced resources (a namespace's Pods, claims, RBAC objects, ...).
+    let route = parse_route(path)
+        .filter(|r| r.namespace.is_some() || (r.resource == "namespaces" && r.sub.is_none()));
+    let Some(route) = route else {
+        return (404, status("status-404.json", path));
     };
-    let (resource, name) = match rest {
-        ["namespaces"] => ("namespaces".to_owned(), None),
-        ["namespaces", name] => ("namespaces".to_owned(), Some(name.to_string())),
-        ["namespaces", _, resource] => (resource.to_string(), None),
-        ["namespaces", _, resource, name] => (resource.to_string(), Some(name.to_string())),
-        ["namespaces", _, "serviceaccounts", account, "token"] if method == "POST" => {
-            if state.get("serviceaccounts", account).is_none() {
+    let namespace = route.namespace.clone().unwrap_or_default();
+    let key = |name: &str| -> Key { (route.key(), namespace.clone(), name.to_owned()) };
+    match (method, route.name.as_deref(), route.sub.as_deref()) {
+        ("POST", Some(account), Some("token")) if route.resource == "serviceaccounts" => {
+            if !state.store.objects.contains_key(&key(account)) {
                 return (404, status("status-404.json", account));
             }
-            let mut answer = body.clone();
+            let mut answer = body;
             answer["status"] = json!({"token": format!("token-of-{account}"), "expirationTimestamp": "2026-11-30T04:00:00Z"});
-            state.tokens.push(account.to_string());
-            return (201, answer);
+            state.tokens.push(account.to_owned());
+            (201, answer)
         }
-        _ => return (404, status("status-404.json", path)),
-    };
-    match (method, name) {
-        ("POST", None) => {
-            let mut object = body;
-            let name = object["metadata"]["name"]
+        (_, _, Some(_)) => (404, status("status-404.json", path)),
+        ("POST", None, None) => {
+            let name = body["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            let privileged = object["spec"]["containers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["securityContext"]["privileged"] == json!(true));
-            if resource == "pods" && privileged && state.reject_privileged {
-                return (403, status("status-403-pod-security.json", &name));
-            }
-            // The ServiceAccount admission plugin: a Pod needs its account (dry runs too).
-            if resource == "pods"
-                && state.default_service_account_missing_gets > 0
-                && object["spec"]["serviceAccountName"].is_null()
-            {
-                let namespace = rest.get(1).copied().unwrap_or_default();
-                let text = status("status-403-service-account.json", &name)
-                    .to_string()
-                    .replace("POD_NS", namespace);
-                return (403, serde_json::from_str(&text).unwrap());
-            }
-            if query.contains("dryRun=All") {
-                return (201, object);
-            }
-            if state.get(&resource, &name).is_some() {
-                return (409, status("status-409-exists.json", &name));
-            }
-            let (uid, version) = (state.uid(), state.version());
-            object["metadata"]["uid"] = json!(uid);
-            object["metadata"]["resourceVersion"] = json!(version);
-            object["metadata"]["creationTimestamp"] = json!("2026-11-30T00:00:00Z");
-            let mutation = match resource.as_str() {
-                "pods" => state.mutate_pod.as_ref(),
-                "persistentvolumeclaims" => state.mutate_pvc.as_ref(),
-                _ => None,
-            };
-            if let Some(mutate) = mutation {
-                mutate(&mut object);
-            }
-            if resource == "pods"
-                && let Some(status) = &state.pod_status
-            {
-                object["status"] = status.clone();
-            }
-            state
-                .objects
-                .entry(resource)
-                .or_default()
-                .insert(name, object.clone());
-            (201, object)
+            create(state, &route, query, key(&name), body)
         }
-        ("GET", None) => {
-            let selector = query_param(query, "labelSelector").unwrap_or_default();
+        ("GET", None, None) => {
+            let selector = param(query, "labelSelector").unwrap_or_default();
             let items: Vec<Value> = state
+                .store
                 .objects
-                .get(&resource)
-                .into_iter()
-                .flat_map(|o| o.values())
-                .filter(|o| matches_selector(o, &selector))
-                .cloned()
+                .iter()
+                .filter(|((r, ns, _), o)| {
+                    *r == route.key()
+                        && route.namespace.as_ref().is_none_or(|want| want == ns)
+                        && matches_selector(&o["metadata"]["labels"], selector)
+                })
+                .map(|(_, o)| o.clone())
                 .collect();
-            let kind = match resource.as_str() {
-                "pods" => "PodList",
-                "namespaces" => "NamespaceList",
-                _ => "PersistentVolumeClaimList",
-            };
+            let kind = discovery::find(&route.group, &route.version, &route.resource)
+                .map(|r| format!("{}List", r.kind))
+                .unwrap_or_else(|| "List".into());
+            let version = state.store.resource_version.to_string();
             (
                 200,
-                json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "99"}, "items": items}),
+                json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": version}, "items": items}),
             )
         }
-        ("GET", Some(name)) => {
-            let answer = match state.get(&resource, &name) {
-                Some(o) => (200, o.clone()),
-                None if resource == "serviceaccounts" && name == "default" => {
-                    if state.default_service_account_missing_gets > 0 {
-                        state.default_service_account_missing_gets -= 1;
-                        (404, status("status-404.json", &name))
-                    } else {
-                        let namespace = rest.get(1).copied().unwrap_or_default();
-                        (
-                            200,
-                            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                                "metadata": {"name": "default", "namespace": namespace,
-                                    "uid": "00000000-0000-4000-8000-00000000d0d0", "resourceVersion": "1"}}),
-                        )
-                    }
-                }
-                None => (404, status("status-404.json", &name)),
+        ("GET", Some(name), None) => get(state, &route, key(name)),
+        ("DELETE", Some(name), None) => {
+            let key = key(name);
+            let Some(current) = state.store.objects.get(&key).cloned() else {
+                return (404, status("status-404.json", name));
             };
-            // The object changes right after this read was answered (a status update).
-            if let Some(n) = state.bump_after_gets.as_mut() {
-                if *n == 0 {
-                    state.bump_after_gets = None;
-                    let version = state.version();
-                    if let Some(o) = state
-                        .objects
-                        .get_mut(&resource)
-                        .and_then(|o| o.get_mut(&name))
-                    {
-                        o["metadata"]["resourceVersion"] = json!(version);
-                    }
-                } else {
-                    *n -= 1;
-                }
+            if Preconditions::of(&body).check(&current).is_err() {
+                // Between the read and the delete, the object changed (or is another one).
+                return (409, status("status-409-precondition.json", name));
             }
-            answer
-        }
-        ("DELETE", Some(name)) => {
-            let Some(current) = state.get(&resource, &name).cloned() else {
-                return (404, status("status-404.json", &name));
-            };
-            let pre = &body["preconditions"];
-            if let Some(uid) = pre["uid"].as_str()
-                && Some(uid) != current["metadata"]["uid"].as_str()
-            {
-                return (409, status("status-409-precondition.json", &name));
-            }
-            if let Some(version) = pre["resourceVersion"].as_str()
-                && Some(version) != current["metadata"]["resourceVersion"].as_str()
-            {
-                // Between the read and the delete, the status moved on.
-                return (409, status("status-409-precondition.json", &name));
-            }
-            state.objects.get_mut(&resource).map(|o| o.remove(&name));
+            state.store.delete(&key);
             (200, current)
         }
         _ => (405, json!({"kind": "Status", "code": 405})),
     }
 }
 
+/// A SelfSubjectAccessReview answered from `allowed` (after any scripted denials).
+fn access_review(state: &mut State, body: Value) -> (u16, Value) {
+    let attributes = &body["spec"]["resourceAttributes"];
+    let mut asked = format!(
+        "{} {}",
+        attributes["verb"].as_str().unwrap_or_default(),
+        attributes["resource"].as_str().unwrap_or_default()
+    );
+    if let Some(sub) = attributes["subresource"].as_str() {
+        asked.push('/');
+        asked.push_str(sub);
+    }
+    let mut review = body.clone();
+    let allowed = if state.ssar_denials > 0 {
+        state.ssar_denials -= 1;
+        false
+    } else {
+        state.allowed.contains(&asked)
+    };
+    review["status"] = json!({"allowed": allowed});
+    (201, review)
+}
+
+fn create(
+    state: &mut State,
+    route: &Route,
+    query: &[(String, String)],
+    key: Key,
+    mut object: Value,
+) -> (u16, Value) {
+    let name = key.2.clone();
+    let pods = route.resource == "pods";
+    let privileged = object["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["securityContext"]["privileged"] == json!(true));
+    if pods && privileged && state.reject_privileged {
+        return (403, status("status-403-pod-security.json", &name));
+    }
+    // The ServiceAccount admission plugin: a Pod needs its account (dry runs too).
+    if pods
+        && state.default_service_account_missing_gets > 0
+        && object["spec"]["serviceAccountName"].is_null()
+    {
+        let text = status("status-403-service-account.json", &name)
+            .to_string()
+            .replace("POD_NS", &key.1);
+        return (403, serde_json::from_str(&text).unwrap());
+    }
+    if param(query, "dryRun") == Some("All") {
+        return (201, object);
+    }
+    if state.store.objects.contains_key(&key) {
+        return (409, status("status-409-exists.json", &name));
+    }
+    let mutation = match route.resource.as_str() {
+        "pods" => state.mutate_pod.as_ref(),
+        "persistentvolumeclaims" => state.mutate_pvc.as_ref(),
+        _ => None,
+    };
+    if let Some(mutate) = mutation {
+        mutate(&mut object);
+    }
+    if pods && let Some(status) = &state.pod_status {
+        object["status"] = status.clone();
+    }
+    (201, state.store.create(key, object))
+}
+
+fn get(state: &mut State, route: &Route, key: Key) -> (u16, Value) {
+    let name = key.2.clone();
+    let answer = match state.store.objects.get(&key) {
+        Some(object) => (200, object.clone()),
+        None if route.resource == "serviceaccounts" && name == "default" => {
+            if state.default_service_account_missing_gets > 0 {
+                state.default_service_account_missing_gets -= 1;
+                (404, status("status-404.json", &name))
+            } else {
+                // Made by the service-account controller when the namespace appeared.
+                add_default_account(&mut state.store, &key.1);
+                (200, state.store.objects[&key].clone())
+            }
+        }
+        None => (404, status("status-404.json", &name)),
+    };
+    // The object changes right after this read was answered (a status update).
+    if let Some(n) = state.bump_after_gets.as_mut() {
+        if *n == 0 {
+            state.bump_after_gets = None;
+            if let Some(object) = state.store.objects.get(&key).cloned() {
+                state.store.put(key, object);
+            }
+        } else {
+            *n -= 1;
+        }
+    }
+    answer
+}
+
 /// A kube client whose requests the fake answers, and the fake's state.
 pub fn start(namespace: &str) -> (kube::Client, Arc<Mutex<State>>) {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let state = Arc::new(Mutex::new(State::default()));
+    let state = Arc::new(Mutex::new(State {
+        // Counted UIDs: a test names the UID a create returned.
+        store: Store::counting_uids(),
+        ..State::default()
+    }));
     let shared = state.clone();
     tokio::spawn(async move {
         while let Some((request, send)) = handle.next_request().await {
@@ -328,7 +334,7 @@ pub fn start(namespace: &str) -> (kube::Client, Arc<Mutex<State>>) {
                 state
                     .requests
                     .push((method.clone(), format!("{path}?{query}"), body.clone()));
-                answer(&mut state, &method, &path, &query, body)
+                answer(&mut state, &method, &path, &query_pairs(Some(&query)), body)
             };
             let response = Response::builder()
                 .status(StatusCode::from_u16(code).unwrap())

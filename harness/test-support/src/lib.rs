@@ -12,4 +12,6 @@ pub mod cluster_double;
 pub mod engine;
 pub mod fake_apiserver;
 pub mod node;
+#[cfg(test)]
+mod import_circles;
 pub mod schemas;

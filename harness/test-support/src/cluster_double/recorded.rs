@@ -160,13 +160,10 @@ pub async fn replay(recording: &Recording) -> anyhow::Result<Value> {
         .as_str()
         .unwrap_or("default");
     if account != "default" {
-        let mut store = double.state.store();
-        let version = store.next_version();
-        store.objects.insert(
-            ("/serviceaccounts".into(), namespace.clone(), account.into()),
-            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {
-                "name": account, "namespace": namespace,
-                "uid": uuid::Uuid::new_v4().to_string(), "resourceVersion": version}}),
+        double.state.create_object(
+            "serviceaccounts",
+            &namespace,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}}),
         );
     }
     let kubeconfig = kube::config::Kubeconfig::read_from(&double.kubeconfig)?;

@@ -25,7 +25,7 @@
 //! Flow control is spdystream's: no windows (WINDOW_UPDATE is read and ignored); a client that
 //! stops reading blocks the double's writes, as on the websocket.
 
-use super::streams::{FRAME, pod_side};
+use super::tunnel::{FRAME, pod_side};
 use futures_util::{Stream, StreamExt};
 use kandev_harness::backend::PodRef;
 use kandev_harness::backend::local::attach::{Output, PodStreams};

@@ -20,8 +20,11 @@
 //! blocks the double's writes, which stops it reading the command's output (or the tunnel),
 //! which stops the writer in the Pod; and the other way round.
 
-use super::api::{Reply, Route, status};
-use super::{DoubleState, Running, spdy};
+use super::route::Route;
+use super::spdy;
+use super::status::{Reply, full, status};
+use super::store::{DoubleState, Running};
+use super::tunnel::{FRAME, pod_side};
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
@@ -38,14 +41,10 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 
 const V5: &str = "v5.channel.k8s.io";
 const V4: &str = "v4.channel.k8s.io";
-/// The largest frame the double sends.
-pub(super) const FRAME: usize = 32 * 1024;
 /// The longest command the double runs (the client bounds its own exec).
 const EXEC_LIMIT: Duration = Duration::from_secs(3600);
 /// How long port tunnels may take to finish once the client has gone.
 const TUNNEL_GRACE: Duration = Duration::from_secs(30);
-/// At most this much of a tunnel's stderr goes into its error message.
-pub(super) const MAX_ERROR: usize = 4096;
 
 /// An error answer before the upgrade (boxed: a Response is large).
 type Refused = Box<Reply>;
@@ -109,7 +108,7 @@ fn upgrade(
     };
     let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let on = hyper::upgrade::on(req);
-    let mut reply = Response::new(super::api::full(Bytes::new()));
+    let mut reply = Response::new(full(Bytes::new()));
     *reply.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = reply.headers_mut();
     let value = hyper::header::HeaderValue::from_static;
@@ -357,42 +356,6 @@ fn channels(index: usize) -> (u8, u8) {
     (data, data + 1)
 }
 
-/// The Pod side of one port-forward tunnel, for the websocket and the SPDY forms alike: each
-/// chunk the bridge reads from the Pod's port goes to `relay` as it comes (`false`: the client
-/// is gone, and so is the tunnel: `None`); then why the connection failed, if it did (the
-/// bridge's error, or its stderr when it exited non-zero).
-pub(crate) async fn pod_side<Relayed: std::future::Future<Output = bool>>(
-    mut output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
-    exit: kandev_harness::backend::local::attach::Exit,
-    mut relay: impl FnMut(Vec<u8>) -> Relayed,
-) -> Option<Option<String>> {
-    let mut stderr = Vec::new();
-    let mut failure = None;
-    while let Some(chunk) = output.next().await {
-        match chunk {
-            Ok(Output::Stdout(bytes)) => {
-                if !relay(bytes).await {
-                    return None;
-                }
-            }
-            Ok(Output::Stderr(bytes)) => {
-                let room = MAX_ERROR.saturating_sub(stderr.len());
-                stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
-            }
-            Err(e) => {
-                failure = Some(format!("{e:#}"));
-                break;
-            }
-        }
-    }
-    Some(match (failure, exit.code().await) {
-        (Some(e), _) => Some(e),
-        (None, Ok(Some(0))) => None,
-        (None, Ok(_)) => Some(String::from_utf8_lossy(&stderr).trim().to_owned()),
-        (None, Err(e)) => Some(format!("{e:#}")),
-    })
-}
-
 /// One tunnel's Pod side: its bytes to the client as they come (through the bounded `to_client`
 /// queue, so a slow client slows the tunnel), then, if the connection failed, why.
 async fn from_pod(
@@ -576,7 +539,7 @@ pub(crate) async fn portforward_spdy(
         );
     }
     let on = hyper::upgrade::on(&mut req);
-    let mut reply = Response::new(super::api::full(Bytes::new()));
+    let mut reply = Response::new(full(Bytes::new()));
     *reply.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let headers = reply.headers_mut();
     let value = hyper::header::HeaderValue::from_static;

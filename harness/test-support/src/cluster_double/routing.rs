@@ -1,0 +1,304 @@
+//! The double's router: every request recorded, authenticated, negotiated, routed to what
+//! serves it (discovery, RBAC's gate, the stored objects' verbs, watches, exec and
+//! port-forward streams).
+
+use super::negotiation::{decode_body, media_type, negotiate};
+use super::objects::Patch;
+use super::rbac::allowed;
+use super::request::Ctx;
+use super::route::{param, parse_route, query_pairs};
+use super::status::{Reply, json_reply, status};
+use super::store::{DoubleState, Refusal, Seen};
+use super::{discovery, streams};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde_json::json;
+use std::sync::Arc;
+
+pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> Reply {
+    let path = req.uri().path().to_owned();
+    {
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        };
+        let seen = Seen {
+            method: req.method().to_string(),
+            uri: req.uri().to_string(),
+            content_type: header(hyper::header::CONTENT_TYPE),
+            accept: header(hyper::header::ACCEPT),
+            watch: param(&query_pairs(req.uri().query()), "watch")
+                .is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false")),
+        };
+        state.store().seen.push(seen);
+    }
+    if path.trim_end_matches('/') == "/version"
+        && req.method() == Method::GET
+        && !req.headers().contains_key(hyper::header::AUTHORIZATION)
+    {
+        // Readable without credentials, as `system:anonymous` (the `system:public-info-viewer`
+        // ClusterRole); a request with a token the server does not know is still 401, as
+        // authentication comes first. The Python client asks for `/version/` (a go-restful
+        // route, "/" under "/version").
+        return json_reply(StatusCode::OK, &discovery::version());
+    }
+    let token = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let identity = token.and_then(|t| state.store().tokens.get(&t).cloned());
+    let Some(identity) = identity else {
+        return status(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized",
+            json!({}),
+        );
+    };
+    // Negotiated by the handler of a path that exists (an unknown path is 404 whatever the
+    // client accepts), after authentication, as the API server does; pods/log is text, exec
+    // and port-forward are websockets.
+    let json_answer = !(req.method() == Method::GET
+        && (path.ends_with("/log") || req.headers().contains_key(hyper::header::UPGRADE)));
+    if req.method() == Method::GET
+        && let Some(document) = discovery::document(&path)
+    {
+        if let Err(refused) = negotiate(req.headers()) {
+            return *refused;
+        }
+        // Any authenticated caller reads discovery (the `system:discovery` ClusterRole).
+        return json_reply(StatusCode::OK, &document);
+    }
+    let query = query_pairs(req.uri().query());
+    let Some(route) = parse_route(&path) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("the server could not find the requested resource ({path})"),
+            json!({}),
+        );
+    };
+    let served = discovery::find(&route.group, &route.version, &route.resource).filter(|_| {
+        route.sub.as_ref().is_none_or(|sub| {
+            discovery::find(
+                &route.group,
+                &route.version,
+                &format!("{}/{sub}", route.resource),
+            )
+            .is_some()
+        })
+    });
+    let Some(resource) = served else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("the server could not find the requested resource ({path})"),
+            json!({}),
+        );
+    };
+    if json_answer && let Err(refused) = negotiate(req.headers()) {
+        return *refused;
+    }
+    let (api_version, kind, namespaced) =
+        (resource.api_version(), resource.kind, resource.namespaced);
+    // `watch=1`, `watch=true`, `watch=True`: the API server reads a bool query parameter as
+    // true unless it is `0` or `false` in any case (apimachinery `runtime/conversion.go`,
+    // `Convert_Slice_string_To_bool`).
+    let watching =
+        param(&query, "watch").is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false"));
+    let upgrade = req
+        .headers()
+        .get(hyper::header::UPGRADE)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+    let verb = match (req.method().clone(), &route.name, &route.sub) {
+        (Method::GET, _, Some(sub)) if upgrade && (sub == "exec" || sub == "portforward") => {
+            // A websocket upgrade is a GET; the API server also asks for `create` since 1.30.
+            "create"
+        }
+        (Method::GET, _, None) if watching => "watch",
+        (Method::GET, Some(_), _) => "get",
+        (Method::GET, None, _) => "list",
+        (Method::POST, _, _) => "create",
+        (Method::DELETE, _, _) => "delete",
+        (Method::PUT, _, _) => "update",
+        (Method::PATCH, _, _) => "patch",
+        _ => {
+            return status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                "method not allowed",
+                json!({}),
+            );
+        }
+    };
+    if !matches!(
+        route.resource.as_str(),
+        "selfsubjectaccessreviews" | "selfsubjectreviews"
+    ) {
+        let mut store = state.store();
+        let resource = route.resource_with_sub();
+        let ns = route
+            .namespace
+            .clone()
+            .or_else(|| (route.resource == "namespaces").then(|| route.name.clone())?);
+        if !allowed(
+            &store,
+            &identity,
+            verb,
+            &route.group,
+            &resource,
+            ns.as_deref(),
+        ) {
+            store.refusals.push(Refusal {
+                user: identity.user_name(),
+                verb: verb.into(),
+                resource: resource.clone(),
+                namespace: ns.clone(),
+            });
+            let scope = match &ns {
+                Some(ns) => format!(" in the namespace \"{ns}\""),
+                None => " at the cluster scope".into(),
+            };
+            return status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                &format!(
+                    "{resource} is forbidden: User \"{}\" cannot {verb} resource \"{resource}\" in API group \"{}\"{scope}",
+                    identity.user_name(),
+                    route.group
+                ),
+                // A real API server leaves `name` out when the request has none (a create):
+                // `"name": null` is no Status a client can parse.
+                match &route.name {
+                    Some(name) => json!({"kind": route.resource, "name": name}),
+                    None => json!({"kind": route.resource}),
+                },
+            );
+        }
+    }
+    if namespaced != route.namespace.is_some() && route.resource != "namespaces" {
+        // A namespaced resource listed across namespaces is fine; anything else is not served.
+        if !(namespaced && route.name.is_none() && (verb == "list" || verb == "watch")) {
+            return status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("the server could not find the requested resource ({path})"),
+                json!({}),
+            );
+        }
+    }
+    let spdy_upgrade = req
+        .headers()
+        .get(hyper::header::UPGRADE)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
+    if spdy_upgrade && route.resource == "pods" && route.sub.as_deref() == Some("portforward") {
+        // kubectl's fallback when the tunnelled websocket is refused (or turned off).
+        return streams::portforward_spdy(state, req, route).await;
+    }
+    if !upgrade
+        && route.resource == "pods"
+        && matches!(
+            route.sub.as_deref(),
+            Some("exec" | "portforward" | "attach")
+        )
+    {
+        // SPDY exec and attach (`Upgrade: SPDY/3.1`, what kubectl falls back to when a
+        // websocket is refused) are not served: said in kubectl's own error ("error
+        // upgrading connection: ...").
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!(
+                "the kube double serves pods/{} over websockets only ({}), not over SPDY",
+                route.sub.as_deref().unwrap_or_default(),
+                if route.sub.as_deref() == Some("portforward") {
+                    "v4.channel.k8s.io and SPDY/3.1+portforward.k8s.io, or an upgrade to SPDY/3.1"
+                } else {
+                    "v5.channel.k8s.io, v4.channel.k8s.io"
+                }
+            ),
+            json!({}),
+        );
+    }
+    if upgrade {
+        return match route.sub.as_deref() {
+            Some("exec") => streams::exec(state, req, route, query).await,
+            Some("portforward") => streams::portforward(state, req, route, query).await,
+            _ => status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "upgrade only for exec and portforward",
+                json!({}),
+            ),
+        };
+    }
+    let method = req.method().clone();
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &e.to_string(),
+                json!({}),
+            );
+        }
+    };
+    let body = match decode_body(&method, content_type.as_deref(), &body) {
+        Ok(body) => body,
+        Err(refused) => return *refused,
+    };
+    let ctx = Ctx {
+        state: &state,
+        identity: &identity,
+        route: &route,
+        query: &query,
+        api_version: &api_version,
+        kind,
+    };
+    match (method, route.name.as_deref(), route.sub.as_deref()) {
+        (Method::POST, None, None) if route.resource == "selfsubjectreviews" => ctx.self_review(),
+        (Method::GET, name, None) if watching => ctx.watch(name),
+        (Method::POST, None, None) if route.resource == "selfsubjectaccessreviews" => {
+            ctx.access_review(body)
+        }
+        (Method::POST, None, None) => ctx.create(body).await,
+        (Method::POST, Some(name), Some("token")) if route.resource == "serviceaccounts" => {
+            ctx.token(name, body)
+        }
+        (Method::GET, None, None) => ctx.list().await,
+        (Method::GET, Some(name), None) => ctx.get(name).await,
+        (Method::GET, Some(name), Some("log")) if route.resource == "pods" => ctx.log(name).await,
+        (Method::DELETE, Some(name), None) => ctx.delete(name, body),
+        (Method::PUT, Some(name), None) => ctx.update(name, body).await,
+        (Method::PATCH, Some(name), None) => {
+            let patch = match content_type.as_deref().map(media_type).unwrap_or_default() {
+                "application/json-patch+json" => Patch::Json,
+                "application/merge-patch+json" => Patch::Merge,
+                _ => Patch::StrategicMerge,
+            };
+            ctx.patch(name, patch, body).await
+        }
+        _ => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            &format!(
+                "the double does not serve {verb} on {}",
+                route.resource_with_sub()
+            ),
+            json!({}),
+        ),
+    }
+}

@@ -1,0 +1,415 @@
+//! The double's Pods on its runtime, as a scheduler, a kubelet and the namespace controller
+//! would handle them: bound to the one node ([`NODE`]), created and removed there, and their
+//! status read back from it.
+
+use super::defaults;
+use super::store::{DoubleState, Key, Running, Store, now};
+use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::Backend;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The double's one node: every Pod's `spec.nodeName` (its Pods run on this host's engine).
+pub const NODE: &str = "kube-double-node";
+
+/// The labels the double's node carries (what its scheduler matches `nodeSelector` against),
+/// as a kubelet registers them.
+pub fn node_labels() -> BTreeMap<String, String> {
+    let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
+    BTreeMap::from([
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("kubernetes.io/arch".to_owned(), arch.to_owned()),
+        ("kubernetes.io/hostname".to_owned(), NODE.to_owned()),
+        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("beta.kubernetes.io/arch".to_owned(), arch.to_owned()),
+    ])
+}
+
+/// Why the double's scheduler cannot bind `pod` to its one node, in a v1.36 scheduler's
+/// words: a `nodeSelector` the node's labels do not satisfy, or a claim the Pod mounts that
+/// does not exist in its namespace. None: it schedules.
+pub(crate) fn unschedulable(store: &Store, pod: &Value) -> Option<String> {
+    const PREEMPTION: &str =
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.";
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str()
+            && !store.objects.contains_key(&(
+                "/persistentvolumeclaims".into(),
+                namespace.to_owned(),
+                claim.to_owned(),
+            ))
+        {
+            return Some(format!(
+                "0/1 nodes are available: persistentvolumeclaim \"{claim}\" not found. {PREEMPTION}"
+            ));
+        }
+    }
+    let node = node_labels();
+    let selector = pod["spec"]["nodeSelector"].as_object();
+    if selector
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| node.get(k).map(String::as_str) != v.as_str())
+    {
+        return Some(format!(
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. {PREEMPTION}"
+        ));
+    }
+    None
+}
+
+/// Creates the Pod on the runtime; a Pod deleted meanwhile is removed there again. A Pod the
+/// scheduler cannot place never reaches the runtime; an image the node cannot pull is the
+/// kubelet's `ErrImagePull`, not a runtime failure.
+pub(crate) async fn run_pod(
+    state: Arc<DoubleState>,
+    runtime: Arc<dyn Backend>,
+    uid: String,
+    pod: Value,
+) {
+    let refused = {
+        let store = state.store();
+        let stored = store
+            .objects
+            .values()
+            .find(|o| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+            .cloned()
+            .unwrap_or_else(|| pod.clone());
+        unschedulable(&store, &stored)
+    };
+    if let Some(message) = refused {
+        state
+            .store()
+            .running
+            .insert(uid, Running::Unschedulable(message));
+        return;
+    }
+    let created = match serde_json::from_value::<Pod>(pod.clone()) {
+        Ok(parsed) => match runtime.create_pod(&parsed).await {
+            Err(kandev_harness::backend::BackendError::ImageMissing { image }) => {
+                let container = ["initContainers", "containers"]
+                    .iter()
+                    .flat_map(|f| pod["spec"][*f].as_array().cloned().unwrap_or_default())
+                    .find(|c| c["image"].as_str() == Some(image.as_str()))
+                    .and_then(|c| c["name"].as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                state
+                    .store()
+                    .running
+                    .insert(uid, Running::PullFailed { container, image });
+                return;
+            }
+            other => other.map_err(|e| e.to_string()),
+        },
+        Err(e) => Err(format!("the Pod does not parse: {e}")),
+    };
+    let mut store = state.store();
+    match created {
+        Ok(pod) => {
+            // Scheduled (after the create, as a scheduler binds it) onto the one node.
+            if let Some((key, mut object)) = store
+                .objects
+                .iter()
+                .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+                .map(|(k, o)| (k.clone(), o.clone()))
+                && object["spec"]["nodeName"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
+            {
+                object["spec"]["nodeName"] = json!(NODE);
+                store.put(key, object);
+            }
+            store.running.insert(uid.clone(), Running::Ready(pod));
+            drop(store);
+            tokio::spawn(kubelet(state, uid));
+        }
+        Err(e) => {
+            store.running.insert(uid, Running::Failed(e));
+        }
+    }
+}
+
+/// What a kubelet's status updates would change: the Pod's phase and each container's state
+/// and readiness (not the timestamps the double writes at each read).
+fn status_fingerprint(pod: &Value) -> String {
+    let status = &pod["status"];
+    let containers = |field: &str| -> Vec<String> {
+        status[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let state = c["state"]
+                    .as_object()
+                    .and_then(|s| s.iter().next())
+                    .map(|(k, v)| format!("{k}:{}:{}", v["reason"], v["exitCode"]))
+                    .unwrap_or_default();
+                format!("{}={state}:{}:{}", c["name"], c["ready"], c["restartCount"])
+            })
+            .collect()
+    };
+    format!(
+        "{} {:?} {:?}",
+        status["phase"],
+        containers("initContainerStatuses"),
+        containers("containerStatuses")
+    )
+}
+
+/// The kubelet's status updates, as far as a watch sees them: while the Pod is stored, its
+/// status (read from the runtime) is compared every half second, and a change stores the
+/// Pod again with a new `resourceVersion` (a `MODIFIED` event, as a kubelet's status update
+/// is), so `kubectl wait` and `get -w` see it become ready and its containers end.
+async fn kubelet(state: Arc<DoubleState>, uid: String) {
+    let mut last = String::new();
+    loop {
+        let stored = {
+            let store = state.store();
+            store
+                .objects
+                .iter()
+                .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+                .map(|(k, o)| (k.clone(), o.clone()))
+        };
+        let Some((key, object)) = stored else {
+            return;
+        };
+        let fingerprint = status_fingerprint(&with_status(&state, object).await);
+        if fingerprint != last {
+            let mut store = state.store();
+            if let Some(current) = store.objects.get(&key).cloned()
+                && current["metadata"]["uid"].as_str() == Some(&uid)
+            {
+                if !last.is_empty() {
+                    store.put(key, current);
+                }
+            } else {
+                return;
+            }
+            last = fingerprint;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Removes a deleted Pod's containers (waiting for a create still under way), then the object.
+pub(crate) async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
+    let runtime = state.runtime.clone();
+    for _ in 0..600 {
+        let running = state.store().running.get(&uid).cloned();
+        match running {
+            Some(Running::Creating) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Some(Running::Ready(pod)) => {
+                if let Some(runtime) = &runtime
+                    && let Err(e) = runtime.delete_pod(&pod).await
+                {
+                    eprintln!("kube double: removing pod {} failed: {e}", pod.name);
+                }
+                break;
+            }
+            _ => break,
+        }
+    }
+    let mut store = state.store();
+    store.running.remove(&uid);
+    if store
+        .objects
+        .get(&key)
+        .and_then(|o| o["metadata"]["uid"].as_str())
+        == Some(uid.as_str())
+    {
+        store.delete(&key);
+    }
+}
+
+/// Removes everything in the namespace (Pods through the runtime), then the namespace.
+pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
+    let mut volumes: Vec<kandev_harness::backend::WorkspaceRef> = Vec::new();
+    let pods: Vec<(Key, String)> = {
+        let mut store = state.store();
+        let pods: Vec<(Key, String)> = store
+            .objects
+            .iter()
+            .filter(|((r, ns, _), _)| r == "/pods" && *ns == name)
+            .map(|(k, o)| {
+                (
+                    k.clone(),
+                    o["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        // The claims' volumes are taken before their objects go, and removed after the Pods.
+        let claims: Vec<String> = store
+            .objects
+            .iter()
+            .filter(|((r, ns, _), _)| r == "/persistentvolumeclaims" && *ns == name)
+            .filter_map(|(_, o)| o["metadata"]["uid"].as_str().map(str::to_owned))
+            .collect();
+        let taken: Vec<kandev_harness::backend::WorkspaceRef> = claims
+            .iter()
+            .filter_map(|uid| store.volumes.remove(uid))
+            .collect();
+        volumes.extend(taken);
+        store.delete_where(|(r, ns, _)| *ns == name && r != "/pods");
+        pods
+    };
+    for (key, uid) in pods {
+        remove_pod(state.clone(), key, uid).await;
+    }
+    if let Some(runtime) = state.runtime.clone() {
+        for volume in volumes {
+            // In use until the runtime has removed its Pod's containers: retried until free.
+            for _ in 0..120 {
+                if runtime.delete_workspace(&volume).await.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    let mut store = state.store();
+    store.delete_where(|(_, ns, _)| *ns == name);
+    store.delete(&("/namespaces".into(), String::new(), name));
+}
+
+/// A Pod with its status from the runtime (phase, container states, IP).
+pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> Value {
+    if object["kind"] != "Pod" {
+        return object;
+    }
+    let Some(runtime) = state.runtime.clone() else {
+        return object;
+    };
+    let uid = object["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let running = state.store().running.get(&uid).cloned();
+    let names = |field: &str| -> Vec<(String, String)> {
+        object["spec"][field]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        (
+                            c["name"].as_str().unwrap_or_default().to_owned(),
+                            c["image"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (init, main) = (names("initContainers"), names("containers"));
+    let waiting =
+        |reason: &str, message: &str| json!({"waiting": {"reason": reason, "message": message}});
+    let states: Vec<kandev_harness::backend::ContainerState> = match &running {
+        Some(Running::Ready(pod)) => runtime.container_states(pod).await.unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if let Some(Running::Unschedulable(message)) = &running {
+        // Never bound: no container statuses, the scheduler's condition only.
+        object["status"] = json!({
+            "phase": "Pending",
+            "qosClass": defaults::qos_class(&object["spec"]),
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": message, "lastProbeTime": null, "lastTransitionTime": now()}],
+        });
+        return object;
+    }
+    let status_of = |(name, image): &(String, String)| {
+        let found = states.iter().find(|s| &s.name == name);
+        let state = match (&running, found) {
+            (
+                Some(Running::PullFailed {
+                    container,
+                    image: missing,
+                }),
+                _,
+            ) if container == name => {
+                // containerd's answer for a reference no registry resolves, as the kubelet
+                // relays it.
+                waiting(
+                    "ErrImagePull",
+                    &format!(
+                        "failed to pull and unpack image \"{missing}\": failed to resolve reference \"{missing}\": {missing}: not found"
+                    ),
+                )
+            }
+            (Some(Running::PullFailed { .. }), _) => waiting("ContainerCreating", ""),
+            (Some(Running::Failed(e)), _) => waiting("CreateContainerError", e),
+            (_, Some(s)) if s.running => json!({"running": {"startedAt": now()}}),
+            (_, Some(s)) if s.exit_code.is_some() => json!({"terminated": {
+                "exitCode": s.exit_code.unwrap_or_default(),
+                "reason": if s.exit_code == Some(0) { "Completed" } else { "Error" }}}),
+            _ => waiting("ContainerCreating", ""),
+        };
+        json!({"name": name, "image": image, "imageID": "", "ready": found.is_some_and(|s| s.running),
+            "restartCount": found.map(|s| s.restarts).unwrap_or(0), "started": found.is_some_and(|s| s.running),
+            "state": state})
+    };
+    let main_statuses: Vec<Value> = main.iter().map(status_of).collect();
+    let init_statuses: Vec<Value> = init.iter().map(status_of).collect();
+    let all_running = !main_statuses.is_empty()
+        && main_statuses
+            .iter()
+            .all(|s| s["state"].get("running").is_some());
+    let phase = match &running {
+        Some(Running::Failed(_) | Running::PullFailed { .. }) => "Pending",
+        _ if all_running => "Running",
+        _ => "Pending",
+    };
+    let ip = match &running {
+        Some(Running::Ready(pod)) => runtime.pod_ip(pod).await.ok().flatten(),
+        _ => None,
+    };
+    object["status"] = json!({
+        "phase": phase,
+        "qosClass": defaults::qos_class(&object["spec"]),
+        "containerStatuses": main_statuses,
+        "initContainerStatuses": init_statuses,
+        "conditions": [{"type": "Ready", "status": if all_running { "True" } else { "False" }}],
+    });
+    if let Some(ip) = ip {
+        object["status"]["podIP"] = json!(ip);
+        object["status"]["podIPs"] = json!([{"ip": ip}]);
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Store, unschedulable};
+    use serde_json::json;
+
+    #[test]
+    fn the_scheduler_refuses_an_unmatched_selector_and_a_missing_claim() {
+        let mut store = Store::default();
+        let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
+        let fits = json!({"metadata": {"namespace": "ns"},
+            "spec": {"nodeSelector": {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch}}});
+        assert_eq!(unschedulable(&store, &fits), None);
+        let never = json!({"metadata": {"namespace": "ns"},
+            "spec": {"nodeSelector": {"kandev.ai/e2e-never": "true"}}});
+        assert!(
+            unschedulable(&store, &never)
+                .unwrap()
+                .contains("didn't match Pod's node affinity/selector")
+        );
+        let claim = json!({"metadata": {"namespace": "ns"}, "spec": {"volumes": [
+            {"name": "kandev-workspace", "persistentVolumeClaim": {"claimName": "gone"}}]}});
+        assert!(
+            unschedulable(&store, &claim)
+                .unwrap()
+                .contains("persistentvolumeclaim \"gone\" not found")
+        );
+        store.put(
+            ("/persistentvolumeclaims".into(), "ns".into(), "gone".into()),
+            json!({}),
+        );
+        assert_eq!(unschedulable(&store, &claim), None);
+    }
+}

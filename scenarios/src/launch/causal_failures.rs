@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 /// Why these system checks have no twin yet: they can break only on a cluster.
-const ONLY_A_CLUSTER: &str = "it can break only on a cluster: by how the API server and kubelet answer an impossible launch (a pull that hangs instead of failing, a Pod a webhook's finalizer holds after the rollback's delete), or by the template there (an init container that sleeps delays the absent image's pull past the bound). The cases copy the run's template and replace only the main container's image, add one node-selector key or name a missing claim; the local backend, where the twins run, names each cause before it creates anything. The backend's classification (harness/src/backend/kube/mod.rs cannot_start) is unit-tested on recorded Pod statuses";
+const ONLY_A_CLUSTER: &str = "it can break only on a cluster: by how the API server and kubelet answer an impossible launch (a pull that hangs instead of failing, a Pod a webhook's finalizer holds after the rollback's delete), or by the template there (an init container that sleeps delays the absent image's pull past the bound). The cases copy the run's template and replace only the main container's image, add one node-selector key or name a missing claim; the local backend, where the twins run, names each cause before it creates anything. The backend's classification (harness/src/backend/kube/status.rs cannot_start) is unit-tested on recorded Pod statuses";
 
 const NAMES_CAUSE: Check = Check {
     id: "names_cause",

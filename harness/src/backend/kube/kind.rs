@@ -1,7 +1,7 @@
 //! Every `kind` command the harness runs: creating, loading, listing and deleting the Kind
 //! clusters of runs. Kind's nodes are containers on this host's engine.
 
-use super::cluster::ClusterError;
+use super::errors::ClusterError;
 use crate::pod::compose::Arch;
 use std::path::{Path, PathBuf};
 

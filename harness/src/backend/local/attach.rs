@@ -7,7 +7,7 @@
 //! reader slows the writer (nothing is buffered beyond the engine's and the sockets' own
 //! buffers).
 
-use super::{LocalBackend, other, verified_container};
+use super::engine::{other, verified_container};
 use crate::backend::{PodRef, Result};
 use anyhow::anyhow;
 use bollard::Docker;
@@ -164,12 +164,5 @@ impl PodStreams {
             }),
             StartExecResults::Detached => Err(anyhow!("the engine started the exec detached")),
         }
-    }
-}
-
-impl LocalBackend {
-    /// Streams into this backend's Pods (see [`PodStreams`]).
-    pub fn streams(&self) -> PodStreams {
-        PodStreams::new(self.objects.docker.clone())
     }
 }

@@ -2,8 +2,8 @@
 //! removed by label or Pod UID: what teardown, the label sweep and `gc` share. `gc` needs
 //! only this, not a backend able to run Pods.
 
+use super::engine::{label_filter, other};
 use super::plan::{self, LABEL_POD_UID, LABEL_ROLE};
-use super::{label_filter, other};
 use crate::backend::{BackendError, Result};
 use crate::host::is_not_found;
 use crate::node::CgroupFs;

@@ -1,7 +1,7 @@
 //! How a run prepares the local backend (this host's engine, the fixture images, the host's
 //! cgroup tree as the node view), and `gc` of what killed runs left in the engine.
 
-use super::LocalBackend;
+use super::backend::{LOCAL_NAMESPACE, LocalBackend};
 use super::objects::LocalObjects;
 use crate::backend::{
     Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, on_this_host,
@@ -20,9 +20,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Namespace name the local backend reports (it has no namespaces).
-pub const LOCAL_NAMESPACE: &str = "local";
 
 pub struct LocalProvider;
 

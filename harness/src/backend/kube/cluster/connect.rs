@@ -1,0 +1,142 @@
+//! Reaching a cluster: the kubeconfig client of an explicitly named context (never the
+//! ambient current one), bounded so that an unreachable cluster fails in seconds.
+
+use crate::backend::kube::errors::ClusterError;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long the first answer of the API server may take before the run gives up.
+pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a client bounds its calls. Deliberately no read timeout: kube's `read_timeout` wraps
+/// the socket, and an exec or a port-forward keeps that socket after the upgrade, so any
+/// command answering after it would be cut (kube 5 leaves it unset for that reason). Each
+/// exec and port-forward is bounded by its own deadline instead (as Kandev bounds each exec by
+/// its context), and every request by how long the API server may take to start answering.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientBounds {
+    /// Establishing the connection (an unreachable cluster fails fast).
+    pub connect: Duration,
+    /// Until the response head arrives (for exec and port-forward: the upgrade), retries
+    /// included; the stream after an upgrade is not bounded by it.
+    pub answer: Duration,
+}
+
+impl Default for ClientBounds {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(5),
+            answer: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The client of `config`, every request bounded by `bounds.answer` (a tower timeout around
+/// the request future, which ends at the response head).
+pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
+        .build())
+}
+
+/// The kubeconfig client of an explicitly named context, with the default [`ClientBounds`].
+pub async fn client_for(
+    path: Option<&Path>,
+    context: Option<&str>,
+) -> Result<(Client, Config, String), ClusterError> {
+    client_for_bounded(path, context, ClientBounds::default()).await
+}
+
+/// [`client_for`] with explicit bounds.
+pub async fn client_for_bounded(
+    path: Option<&Path>,
+    context: Option<&str>,
+    bounds: ClientBounds,
+) -> Result<(Client, Config, String), ClusterError> {
+    let shown = path
+        .map(|p| p.display().to_string())
+        .or_else(|| std::env::var("KUBECONFIG").ok())
+        .unwrap_or_else(|| "~/.kube/config".into());
+    let kubeconfig = match path {
+        Some(p) => Kubeconfig::read_from(p),
+        None => Kubeconfig::read(),
+    }
+    .map_err(|e| ClusterError::Kubeconfig {
+        path: shown.clone(),
+        cause: crate::error_chain(&e),
+    })?;
+    let available: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    let Some(context) = context else {
+        return Err(ClusterError::NoContext { available });
+    };
+    if !available.iter().any(|c| c == context) {
+        return Err(ClusterError::ContextMissing {
+            context: context.into(),
+            available,
+        });
+    }
+    let options = KubeConfigOptions {
+        context: Some(context.into()),
+        ..Default::default()
+    };
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| ClusterError::Kubeconfig {
+            path: shown,
+            cause: crate::error_chain(&e),
+        })?;
+    config.connect_timeout = Some(bounds.connect);
+    let client = client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
+        what: format!("a client for context {context}"),
+        source: e.into(),
+    })?;
+    Ok((client, config, context.to_owned()))
+}
+
+/// The API server's version, or [`ClusterError::Unreachable`] within [`REACH_TIMEOUT`].
+pub async fn reach(client: &Client, context: &str, server: &str) -> Result<String, ClusterError> {
+    let unreachable = |reason: String| ClusterError::Unreachable {
+        context: context.into(),
+        server: server.into(),
+        reason,
+    };
+    match tokio::time::timeout(REACH_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(info)) => Ok(info.git_version),
+        Ok(Err(e)) => Err(unreachable(crate::error_chain(&e))),
+        Err(_) => Err(unreachable(format!("no answer within {REACH_TIMEOUT:?}"))),
+    }
+}
+
+/// A cluster whose API server answered: the operator's client and what it answered.
+pub struct Reached {
+    pub admin: Client,
+    pub config: Config,
+    pub context: String,
+    pub server: String,
+    pub server_version: String,
+}
+
+/// The client of an explicitly named context, with the API server reached (fast failure).
+pub async fn open(path: Option<&Path>, context: Option<&str>) -> Result<Reached, ClusterError> {
+    let (admin, config, context) = client_for(path, context).await?;
+    open_with(admin, config, context).await
+}
+
+/// [`open`] with a client in hand.
+pub async fn open_with(
+    admin: Client,
+    config: Config,
+    context: String,
+) -> Result<Reached, ClusterError> {
+    let server = config.cluster_url.to_string();
+    let server_version = reach(&admin, &context, &server).await?;
+    Ok(Reached {
+        admin,
+        config,
+        context,
+        server,
+        server_version,
+    })
+}

@@ -1,0 +1,37 @@
+//! Where the `kube` backend's cluster comes from and what the run sets up in it.
+//!
+//! - `--backend kind`: a Kind cluster from `kind/cluster.yaml` (single node, node image pinned
+//!   by digest), the locally built images loaded with `docker save` + `kind load
+//!   image-archive`, deleted at the end unless kept. Its node is a container on this host's
+//!   engine, so the node view reads the node's processes and cgroups from this host.
+//! - `--backend kube`: a kubeconfig and a context the operator names (never the ambient
+//!   current context), in a namespace the operator names or one the run creates and removes.
+//!
+//! In both, the run applies a namespaced Role mirroring Kandev's executor permissions
+//! (kandev-contract.md §7), binds it to a service account, and every session call goes
+//! through a client holding that account's token: the suite proves the recipe works with
+//! Kandev's least privilege. The operator's own identity only sets up, reads evidence (logs,
+//! events: not in Kandev's Role) and cleans up.
+//!
+//! Here: `connect` (kubeconfig, context, clients, reaching the API server), `executor` (the
+//! Role and the permissions Kandev needs), `run` (the run's [`Cluster`]: set up, torn down),
+//! `preflight`, `kind_node` (the node view of a Kind node), `gc`, and `settings` (the command
+//! line's cluster settings as these backends read them).
+
+mod connect;
+mod executor;
+mod gc;
+mod kind_node;
+mod preflight;
+mod run;
+mod settings;
+
+pub use super::errors::ClusterError;
+pub use connect::{
+    ClientBounds, REACH_TIMEOUT, Reached, client_for, client_for_bounded, client_of, open,
+    open_with, reach,
+};
+pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, required_access};
+pub use gc::gc;
+pub use kind_node::{kind_node, node_cgroup_scope};
+pub use run::{Cluster, SETTLE, run_labels, run_namespace};

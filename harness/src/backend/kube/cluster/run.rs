@@ -1,0 +1,324 @@
+//! The run's cluster: the operator's and the executor's clients and what the run created
+//! there; set up (the namespace, the executor's service account, Role, binding and token) and
+//! torn down, newest first.
+
+use super::connect::{ClientBounds, Reached, client_of, open};
+use super::executor::{EXECUTOR, executor_role};
+use crate::backend::kube::errors::{ClusterError, setup};
+use crate::backend::kube::kind::{KindCluster, KindOptions};
+use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::pod::template::WorkspaceMode;
+use crate::report::{CleanupOutcome, CleanupRecord};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::{Client, Config};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How long the preflight waits for a fresh namespace to settle ([`Cluster::settle`]).
+pub const SETTLE: Duration = Duration::from_secs(10);
+
+/// The run's cluster: the operator's client (setup, evidence, cleanup), the executor's client
+/// (sessions), and what the run created there.
+pub struct Cluster {
+    pub admin: Client,
+    pub session: Client,
+    pub namespace: String,
+    pub created_namespace: bool,
+    pub context: String,
+    pub server: String,
+    pub server_version: String,
+    pub kind: Option<KindCluster>,
+    pub run_id: String,
+    /// Permission checks of the executor identity (`verb resource`: allowed).
+    pub access: BTreeMap<String, bool>,
+    /// The operator's client configuration (server and CA), from which clients acting as
+    /// other identities are made (a restricted one, for `launch::causal_failures`).
+    pub config: Option<Config>,
+    /// How long the preflight waits for what a fresh namespace settles into: a RoleBinding
+    /// just created becoming effective, the namespace's `default` ServiceAccount.
+    pub settle: Duration,
+}
+
+/// Labels of everything the run creates in the cluster (for `gc`).
+pub fn run_labels(run_id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED.to_owned(), "true".to_owned()),
+        (LABEL_RUN.to_owned(), run_id.to_owned()),
+    ])
+}
+
+/// The namespace a run creates when the operator names none.
+pub fn run_namespace(run_id: &str) -> String {
+    let name = format!("kandev-acceptance-{run_id}");
+    name.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches('-')
+        .to_owned()
+}
+
+impl Cluster {
+    /// Brings the Kind cluster up, reaches its API server, then prepares the namespace, the
+    /// executor Role, its service account and binding, and the executor's client.
+    pub async fn connect_kind(
+        options: &KindOptions,
+        namespace: Option<&str>,
+        mode: WorkspaceMode,
+        run_id: &str,
+    ) -> Result<Self, ClusterError> {
+        let kind = KindCluster::up(options.clone())?;
+        let context = format!("kind-{}", options.name);
+        let reached = open(Some(&options.kubeconfig), Some(&context)).await?;
+        Self::set_up(reached, Some(kind), namespace, mode, run_id).await
+    }
+
+    /// With the API server reached: the namespace and the executor.
+    pub async fn set_up(
+        reached: Reached,
+        kind: Option<KindCluster>,
+        namespace: Option<&str>,
+        mode: WorkspaceMode,
+        run_id: &str,
+    ) -> Result<Self, ClusterError> {
+        let Reached {
+            admin,
+            config,
+            context,
+            server,
+            server_version,
+        } = reached;
+        let labels = run_labels(run_id);
+
+        let namespaces: Api<Namespace> = Api::all(admin.clone());
+        let (namespace, created_namespace) = match namespace {
+            Some(name) => {
+                let found = namespaces
+                    .get_opt(name)
+                    .await
+                    .map_err(setup(format!("get namespace {name}")))?;
+                if found.is_none() {
+                    return Err(ClusterError::NamespaceMissing {
+                        namespace: name.into(),
+                    });
+                }
+                (name.to_owned(), false)
+            }
+            None => {
+                let name = run_namespace(run_id);
+                let mut ns_labels = labels.clone();
+                // The companion is privileged by design: the run's own namespace admits it.
+                ns_labels.insert(
+                    "pod-security.kubernetes.io/enforce".into(),
+                    "privileged".into(),
+                );
+                let ns = Namespace {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        labels: Some(ns_labels),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                namespaces
+                    .create(&PostParams::default(), &ns)
+                    .await
+                    .map_err(setup(format!("create namespace {name}")))?;
+                (name, true)
+            }
+        };
+        let mut cluster = Self {
+            admin: admin.clone(),
+            session: admin.clone(),
+            namespace: namespace.clone(),
+            created_namespace,
+            context,
+            server,
+            server_version,
+            kind,
+            run_id: run_id.to_owned(),
+            access: BTreeMap::new(),
+            settle: SETTLE,
+            config: Some(config.clone()),
+        };
+        // From here on the run owns objects: a failure tears them down before returning.
+        match cluster.set_up_executor(&config, mode, &labels).await {
+            Ok(session) => {
+                cluster.session = session;
+                Ok(cluster)
+            }
+            Err(e) => {
+                cluster.teardown().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn set_up_executor(
+        &mut self,
+        config: &Config,
+        mode: WorkspaceMode,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Client, ClusterError> {
+        let ns = self.namespace.clone();
+        let meta = || ObjectMeta {
+            name: Some(EXECUTOR.into()),
+            namespace: Some(ns.clone()),
+            labels: Some(labels.clone()),
+            ..Default::default()
+        };
+        let pp = PostParams::default();
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), &ns);
+        accounts
+            .create(
+                &pp,
+                &ServiceAccount {
+                    metadata: meta(),
+                    automount_service_account_token: Some(false),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(setup(format!("create service account {EXECUTOR}")))?;
+        Api::<Role>::namespaced(self.admin.clone(), &ns)
+            .create(&pp, &executor_role(&ns, mode, labels))
+            .await
+            .map_err(setup(format!("create role {EXECUTOR}")))?;
+        Api::<RoleBinding>::namespaced(self.admin.clone(), &ns)
+            .create(
+                &pp,
+                &RoleBinding {
+                    metadata: meta(),
+                    role_ref: RoleRef {
+                        api_group: Some("rbac.authorization.k8s.io".into()),
+                        kind: "Role".into(),
+                        name: EXECUTOR.into(),
+                    },
+                    subjects: Some(vec![Subject {
+                        kind: "ServiceAccount".into(),
+                        name: EXECUTOR.into(),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    }]),
+                },
+            )
+            .await
+            .map_err(setup(format!("create role binding {EXECUTOR}")))?;
+        let token = accounts
+            .create_token_request(
+                EXECUTOR,
+                &pp,
+                &TokenRequest {
+                    spec: Some(TokenRequestSpec {
+                        audiences: Some(Vec::new()),
+                        expiration_seconds: Some(4 * 3600),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(setup(format!("request a token for {EXECUTOR}")))?
+            .status
+            .map(|s| s.token)
+            .unwrap_or_default();
+        // The executor's client: same server and CA, the service account's token only.
+        let mut session_config = config.clone();
+        session_config.auth_info =
+            serde_json::from_value(json!({ "token": token })).map_err(|e| ClusterError::Setup {
+                what: "the executor's credentials".into(),
+                source: e.into(),
+            })?;
+        client_of(session_config, ClientBounds::default()).map_err(|e| ClusterError::Setup {
+            what: "the executor's client".into(),
+            source: e.into(),
+        })
+    }
+
+    /// Removes what the run created, newest first: the namespace it created (which takes
+    /// everything inside), otherwise its Role, binding and service account; then the Kind
+    /// cluster it created unless kept.
+    pub async fn teardown(&self) -> Vec<CleanupRecord> {
+        let mut records = Vec::new();
+        let mut record = |object: String, started: Instant, result: Result<(), String>| {
+            records.push(CleanupRecord {
+                object,
+                outcome: if result.is_ok() {
+                    CleanupOutcome::Removed
+                } else {
+                    CleanupOutcome::Failed
+                },
+                duration_ms: started.elapsed().as_millis() as u64,
+                error: result.err(),
+            })
+        };
+        let (admin, ns) = (&self.admin, self.namespace.as_str());
+        if self.created_namespace {
+            let started = Instant::now();
+            let result = delete_if_present(Api::<Namespace>::all(admin.clone()), ns).await;
+            record(format!("namespace/{ns}"), started, result);
+        } else {
+            let started = Instant::now();
+            let result =
+                delete_if_present(Api::<RoleBinding>::namespaced(admin.clone(), ns), EXECUTOR)
+                    .await;
+            record(format!("rolebinding/{EXECUTOR}"), started, result);
+            let started = Instant::now();
+            let result =
+                delete_if_present(Api::<Role>::namespaced(admin.clone(), ns), EXECUTOR).await;
+            record(format!("role/{EXECUTOR}"), started, result);
+            let started = Instant::now();
+            let result = delete_if_present(
+                Api::<ServiceAccount>::namespaced(admin.clone(), ns),
+                EXECUTOR,
+            )
+            .await;
+            record(format!("serviceaccount/{EXECUTOR}"), started, result);
+        }
+        if let Some(kind) = &self.kind
+            && kind.created
+            && !kind.options.keep
+        {
+            let started = Instant::now();
+            let result = kind.delete().map_err(|e| e.to_string());
+            record(
+                format!("kind-cluster/{}", kind.options.name),
+                started,
+                result,
+            );
+        }
+        records
+    }
+}
+
+/// Deletes `name`; absent is success (the error text otherwise).
+async fn delete_if_present<K>(api: Api<K>, name: &str) -> Result<(), String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_namespace_is_a_dns_label() {
+        let ns = run_namespace("20261130t003536-abc123");
+        assert!(
+            ns.len() <= 63
+                && ns
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
+        assert!(!ns.ends_with('-'));
+    }
+}

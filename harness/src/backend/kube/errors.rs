@@ -1,0 +1,105 @@
+//! The `kind` and `kube` backends' errors: [`ClusterError`] for what stops a cluster's set-up
+//! (each names its cause and fix; Kind's commands and the cluster's set-up both use it), and
+//! how kube-rs errors of Pod operations become [`BackendError`]s.
+
+use crate::backend::BackendError;
+use crate::wait::WaitTimedOut;
+use std::time::Duration;
+
+/// Why the cluster cannot be used; each names the cause and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(
+        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: install kind (https://kind.sigs.k8s.io, v0.32.0 is what Kandev's e2e pins) or pass --kind-bin PATH"
+    )]
+    KindMissing { bin: String },
+    #[error(
+        "kind {step} failed: {output}\n  fix: check that this host's Docker engine can run Kind nodes (`kind create cluster` by hand shows the same)"
+    )]
+    Kind { step: String, output: String },
+    #[error(
+        "docker {step} failed: {output}\n  fix: loading images into Kind needs the docker CLI of this host's engine on PATH"
+    )]
+    Docker { step: String, output: String },
+    #[error(
+        "read the kubeconfig {path}: {cause}\n  fix: pass --kubeconfig FILE (or set KUBECONFIG)"
+    )]
+    Kubeconfig {
+        path: String,
+        /// In the message (the fix follows it), so not a `source`: printed once.
+        cause: String,
+    },
+    #[error(
+        "--backend kube needs an explicit --context (the ambient current context is never used); contexts in the kubeconfig: {available:?}"
+    )]
+    NoContext { available: Vec<String> },
+    #[error(
+        "the kubeconfig has no context {context:?}; it has {available:?}\n  fix: pass one of those to --context"
+    )]
+    ContextMissing {
+        context: String,
+        available: Vec<String>,
+    },
+    #[error(
+        "the API server of context {context} ({server}) does not answer: {reason}\n  fix: check that the cluster is up and reachable from here (VPN, firewall, `kubectl --context {context} version`); nothing was created"
+    )]
+    Unreachable {
+        context: String,
+        server: String,
+        reason: String,
+    },
+    #[error(
+        "namespace {namespace} does not exist\n  fix: create it (Kandev never creates namespaces), or omit --namespace so the run creates and removes its own"
+    )]
+    NamespaceMissing { namespace: String },
+    #[error(
+        "the executor identity lacks permissions Kandev needs in namespace {namespace}: {missing:?}\n  fix: the run's Role grants them; an admission policy or RBAC webhook is denying them"
+    )]
+    Forbidden {
+        namespace: String,
+        missing: Vec<String>,
+    },
+    #[error(
+        "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
+    )]
+    PrivilegedRejected { namespace: String, message: String },
+    #[error(
+        "the service account {account} of the task Pods does not exist in namespace {namespace} (waited {waited:?}; the service-account controller creates `default` in every namespace)\n  fix: check that the controller manager runs, or create the account the template names"
+    )]
+    ServiceAccountMissing {
+        namespace: String,
+        account: String,
+        waited: Duration,
+    },
+    /// A bounded wait of the set-up ran out (mapped to the error it means where it ends).
+    #[error(transparent)]
+    TimedOut(#[from] WaitTimedOut),
+    #[error("{what}")]
+    Setup {
+        what: String,
+        #[source]
+        source: anyhow::Error,
+    },
+}
+
+/// A set-up step's kube-rs error, named by what the step did.
+pub(super) fn setup(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ClusterError {
+    let what = what.into();
+    move |e| ClusterError::Setup {
+        what,
+        source: e.into(),
+    }
+}
+
+/// A Pod operation's failure, named by the operation.
+pub(super) fn other(operation: impl Into<String>, e: impl Into<anyhow::Error>) -> BackendError {
+    BackendError::Other {
+        operation: operation.into(),
+        source: e.into(),
+    }
+}
+
+/// Whether the API server refused with HTTP status `code`.
+pub(super) fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == code)
+}

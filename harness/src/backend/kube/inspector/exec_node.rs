@@ -1,0 +1,264 @@
+//! One node seen through an exec-capable helper container: its Pods' cgroups (copied out and
+//! read with the same [`CgroupFs`] code as on this host), its processes and their cgroups,
+//! the kernel's OOM records, and what is left of a Pod.
+
+use super::script::{CgroupReader, READER_PROBE, cgroup_reader, parse_processes, quote, sections};
+use crate::backend::{Backend, ExecRequest, PodRef};
+use crate::node::{
+    CgroupFs, NESTED_CGROUP_DEPTH, NodeProcess, NodeView, POD_CGROUP_DEPTH, PodCgroupReading,
+};
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the inspector mounts the node's `/sys/fs/cgroup`.
+pub const HOST_CGROUP: &str = "/host/cgroup";
+
+/// The files [`CgroupFs::read_pod`] reads (v1 and v2).
+const CGROUP_FILES: [&str; 17] = [
+    "cgroup.procs",
+    "cpu.max",
+    "cpu.stat",
+    "cpuacct.usage",
+    "cpu.cfs_period_us",
+    "cpu.cfs_quota_us",
+    "memory.current",
+    "memory.events",
+    "memory.failcnt",
+    "memory.limit_in_bytes",
+    "memory.max",
+    "memory.max_usage_in_bytes",
+    "memory.oom_control",
+    "memory.peak",
+    "memory.usage_in_bytes",
+    "pids.current",
+    "pids.max",
+];
+
+/// One node seen through an exec-capable helper container.
+pub struct ExecNode {
+    pub backend: Arc<dyn Backend>,
+    pub pod: PodRef,
+    pub container: String,
+    pub description: String,
+    /// How `/proc/<pid>/cgroup` is read there (found out on first use).
+    reader: tokio::sync::OnceCell<CgroupReader>,
+}
+
+/// The names a Pod's cgroup folder has: cgroupfs driver, then systemd driver.
+fn pod_cgroup_patterns(pod_uid: &str) -> [String; 2] {
+    [
+        format!("pod{pod_uid}"),
+        format!("*pod{}.slice", pod_uid.replace('-', "_")),
+    ]
+}
+
+impl ExecNode {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        pod: PodRef,
+        container: &str,
+        description: impl Into<String>,
+    ) -> Self {
+        Self {
+            backend,
+            pod,
+            container: container.to_owned(),
+            description: description.into(),
+            reader: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn sh(&self, script: &str) -> anyhow::Result<String> {
+        self.run(&[], script).await
+    }
+
+    /// How this inspector reads `/proc/<pid>/cgroup` (probed once).
+    async fn reader(&self) -> anyhow::Result<&CgroupReader> {
+        self.reader
+            .get_or_try_init(|| async {
+                let reader = cgroup_reader(&self.sh(READER_PROBE).await?);
+                if let CgroupReader::Own { why, root } = &reader {
+                    tracing::warn!(
+                        inspector = %self.pod.name,
+                        "reading process cgroups in the inspector's own cgroup namespace ({why}); its root in the node's tree: {root:?}"
+                    );
+                }
+                Ok(reader)
+            })
+            .await
+    }
+
+    /// Runs `script` where `/proc/<pid>/cgroup` shows the node's paths: in the node's cgroup
+    /// namespace when the inspector can enter it, else in its own (the reader says which).
+    async fn sh_reading_cgroups(&self, script: &str) -> anyhow::Result<(String, &CgroupReader)> {
+        let reader = self.reader().await?;
+        let text = match reader {
+            CgroupReader::Node => {
+                self.run(&["nsenter", "-t", "1", "-C", "--"], script)
+                    .await?
+            }
+            CgroupReader::Own { .. } => self.sh(script).await?,
+        };
+        Ok((text, reader))
+    }
+
+    /// `sh -c script` in the inspector, behind `prefix` (a command that runs its arguments).
+    async fn run(&self, prefix: &[&str], script: &str) -> anyhow::Result<String> {
+        // Processes vanish while the loops read /proc: only the scripts' output counts.
+        let script = format!("{script}\nexit 0");
+        let mut argv = prefix.to_vec();
+        argv.extend(["sh", "-c", &script]);
+        let request = ExecRequest::new(&self.container, &argv).timeout(Duration::from_secs(60));
+        let out = self
+            .backend
+            .exec(&self.pod, request)
+            .await
+            .with_context(|| format!("node inspector {}", self.pod.name))?;
+        if !out.success() {
+            bail!(
+                "node inspector {} ended with {}: {}",
+                self.pod.name,
+                out.exit_text(),
+                out.stderr_text().trim()
+            );
+        }
+        Ok(out.stdout_text())
+    }
+
+    /// The hierarchy folders below `/host/cgroup` (v2: the root itself, as "").
+    const HIERARCHIES: &str = r#"if [ -f /host/cgroup/cgroup.controllers ]; then set -- ""; else set --; for h in /host/cgroup/*/; do [ -L "${h%/}" ] || set -- "$@" "$(basename "$h")"; done; fi"#;
+}
+
+#[async_trait]
+impl NodeView for ExecNode {
+    fn describe(&self) -> String {
+        match self.reader.get() {
+            Some(CgroupReader::Own { why, root }) => format!(
+                "{} (process cgroups read in the inspector's own cgroup namespace, {why}: {})",
+                self.description,
+                match root {
+                    Some(root) => format!("resolved from its place {root} in the node's tree"),
+                    None => "left as read, its place in the node's tree was not found".into(),
+                }
+            ),
+            _ => self.description.clone(),
+        }
+    }
+
+    fn settle_time(&self) -> Duration {
+        crate::node::KUBELET_SETTLE
+    }
+
+    async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
+        let [plain, slice] = pod_cgroup_patterns(pod_uid);
+        let script = format!(
+            "{}\nfor h in \"$@\"; do d=$(find \"/host/cgroup/$h\" -maxdepth {} -type d \\( -name {} -o -name {} \\) -print 2>/dev/null | head -n 1); if [ -n \"$d\" ]; then echo \"${{d#/host/cgroup/$h}}\"; exit 0; fi; done",
+            ExecNode::HIERARCHIES,
+            POD_CGROUP_DEPTH,
+            quote(&plain),
+            quote(&slice)
+        );
+        let found = self.sh(&script).await?;
+        let path = found.trim();
+        Ok((!path.is_empty()).then(|| format!("/{}", path.trim_start_matches('/'))))
+    }
+
+    async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading> {
+        // The path goes into a shell script: cgroup paths are plain names.
+        if !path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/-_.:@".contains(c))
+            || path.contains("..")
+        {
+            bail!("not a cgroup path: {path:?}");
+        }
+        let names: Vec<String> = CGROUP_FILES.iter().map(|f| format!("-name {f}")).collect();
+        let script = format!(
+            "{}\n[ -f /host/cgroup/cgroup.controllers ] && echo '=== file cgroup.controllers'\nfor h in \"$@\"; do base=\"/host/cgroup/$h\"; [ -d \"$base{path}\" ] || continue; find \"$base{path}\" -type d | while read -r d; do echo \"=== dir ${{d#/host/cgroup/}}\"; done; find \"$base{path}\" -type f \\( {} \\) | while read -r f; do echo \"=== file ${{f#/host/cgroup/}}\"; cat \"$f\" 2>/dev/null; done; done",
+            ExecNode::HIERARCHIES,
+            names.join(" -o ")
+        );
+        let text = self.sh(&script).await?;
+        let tree = tempfile::tempdir().context("a folder for the inspector's cgroup copy")?;
+        for (key, body) in sections(&text) {
+            let (kind, relative) = key.split_once(' ').unwrap_or(("", ""));
+            if relative.contains("..") {
+                continue;
+            }
+            let target = tree.path().join(relative);
+            match kind {
+                "dir" => std::fs::create_dir_all(&target)?,
+                "file" => {
+                    if let Some(parent) = target.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    std::fs::write(&target, body)?;
+                }
+                _ => {}
+            }
+        }
+        let cgroups = CgroupFs::at(tree.path())?;
+        Ok(cgroups.read_pod(path.trim_start_matches('/')))
+    }
+
+    async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        let script = format!(
+            "needle={}\nfor p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null) || continue; case \"$c\" in *\"$needle\"*) ;; *) continue ;; esac; case \"$c\" in *'needle='*) continue ;; esac; echo \"=== ${{p#/proc/}} $c\"; cat \"$p/cgroup\" 2>/dev/null; done",
+            quote(needle)
+        );
+        let (text, reader) = self.sh_reading_cgroups(&script).await?;
+        Ok(parse_processes(&text, reader))
+    }
+
+    async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
+        let log = self.sh("dmesg").await.ok()?;
+        Some(crate::node::memcg_ooms_in(&log, path))
+    }
+
+    async fn pod_remains(
+        &self,
+        pod_name: &str,
+        pod_uid: &str,
+        nested_ids: &[String],
+    ) -> anyhow::Result<Vec<String>> {
+        let [plain, slice] = pod_cgroup_patterns(pod_uid);
+        let mut needles = vec![plain.clone(), slice.trim_start_matches('*').to_owned()];
+        needles.extend(nested_ids.iter().filter(|i| !i.is_empty()).cloned());
+        let cases = needles
+            .iter()
+            .map(|n| format!("*{}*", n.replace('\'', "")))
+            .collect::<Vec<_>>()
+            .join("|");
+        let mut names = vec![
+            format!("-name {}", quote(&plain)),
+            format!("-name {}", quote(&slice)),
+        ];
+        names.extend(
+            nested_ids
+                .iter()
+                .filter(|i| !i.is_empty())
+                .map(|i| format!("-name {}", quote(&format!("*{i}*")))),
+        );
+        let script = format!(
+            "host={}\nfor p in /proc/[0-9]*; do cg=$(cat \"$p/cgroup\" 2>/dev/null) || continue; hit=; case \"$cg\" in {cases}) hit=1 ;; esac; if [ -z \"$hit\" ] && tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"$host\"; then hit=1; fi; [ -n \"$hit\" ] && echo \"process/${{p#/proc/}} \\`$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null)\\`\"; done\nfind /host/cgroup -maxdepth {} -type d \\( {} \\) 2>/dev/null | sed 's#^/host/cgroup/#cgroup/#'",
+            quote(&format!("HOSTNAME={pod_name}")),
+            // One more level on v1: the hierarchy's folder.
+            NESTED_CGROUP_DEPTH + 1,
+            names.join(" -o ")
+        );
+        // Matched by the names in the path, which a relative path read in the inspector's
+        // own namespace has too; in the node's namespace when possible all the same.
+        let (text, _) = self.sh_reading_cgroups(&script).await?;
+        let mut remains: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        remains.sort();
+        remains.dedup();
+        Ok(remains)
+    }
+}

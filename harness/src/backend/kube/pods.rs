@@ -1,0 +1,300 @@
+//! Task and helper Pods through the executor identity: create (with Kandev's admission
+//! comparison, rolled back by exact UID), wait until a container runs (surfacing a Pod that
+//! will not start), read back, delete.
+
+use super::backend::KubeBackend;
+use super::deletes::{POLL, delete_exact};
+use super::errors::{is_status, other};
+use crate::backend::{BackendError, ContainerState, HostSharing, PodRef, Result};
+use crate::pod::admission::{self, AdmissionMutated};
+use crate::pod::identity::ANNOTATION_CREATE_NONCE;
+use crate::wait::{self, WaitTimedOut};
+use anyhow::anyhow;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Created as requested, with no admission comparison (a helper has no main container
+/// or Kandev labels to compare); an ambiguous create is not retried by name, since a
+/// helper carries no create nonce to prove the object is this create's.
+pub(super) async fn create_helper(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
+    crate::backend::check_helper_labels(pod)?;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let created = backend
+        .pods()
+        .create(&KubeBackend::post_params(), pod)
+        .await
+        .map_err(|e| BackendError::Create {
+            what: "helper pod",
+            name: name.clone(),
+            source: e.into(),
+        })?;
+    Ok(PodRef {
+        namespace: backend.namespace.clone(),
+        name,
+        uid: created.uid().unwrap_or_default(),
+    })
+}
+
+/// Creates a Kandev task Pod and compares the admitted Pod with it.
+pub(super) async fn create(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let admitted = match backend
+        .pods()
+        .create(&KubeBackend::post_params(), pod)
+        .await
+    {
+        Ok(admitted) => admitted,
+        Err(e) if is_status(&e, 409) => {
+            return Err(BackendError::Create {
+                what: "pod",
+                name,
+                source: anyhow!("a Pod of that name already exists: {e}"),
+            });
+        }
+        Err(e) => {
+            // An ambiguous create (timeout, 5xx): the exact name is ours only if it
+            // carries this create's nonce.
+            let nonce = pod.annotations().get(ANNOTATION_CREATE_NONCE);
+            match backend.pods().get_opt(&name).await {
+                Ok(Some(found))
+                    if nonce.is_some()
+                        && found.annotations().get(ANNOTATION_CREATE_NONCE) == nonce =>
+                {
+                    found
+                }
+                _ => {
+                    return Err(BackendError::Create {
+                        what: "pod",
+                        name,
+                        source: e.into(),
+                    });
+                }
+            }
+        }
+    };
+    let uid = admitted.uid().unwrap_or_default();
+    let mismatches = admission::compare(pod, &admitted, &backend.main_container);
+    if !mismatches.is_empty() {
+        // Roll back only the exact object this create made; no labels needed.
+        let _ = delete_exact(
+            &backend.delete_policy(),
+            &backend.pods(),
+            "pod",
+            &name,
+            &uid,
+        )
+        .await;
+        return Err(other(
+            "admission of the Pod",
+            AdmissionMutated {
+                what: "pod",
+                name,
+                uid,
+                mismatches,
+            },
+        ));
+    }
+    Ok(PodRef {
+        namespace: backend.namespace.clone(),
+        name,
+        uid,
+    })
+}
+
+/// Polls until `container` runs, or the Pod's status says it will not start.
+pub(super) async fn wait_running(
+    backend: &KubeBackend,
+    pod: &PodRef,
+    container: &str,
+    timeout: Duration,
+) -> Result<()> {
+    // Polled GETs (bounded): Kandev's Role grants no `list`, which a watch starts with.
+    // The last reason seen names why the container is not running when time runs out.
+    let why = std::sync::Mutex::new(String::new());
+    let started = Instant::now();
+    // Some(true): running; Some(false): the Pod is gone, and will not start.
+    let fatal = std::sync::Mutex::new(None::<String>);
+    let ended = wait::until("the Pod", timeout, POLL, || async {
+        let found = backend
+            .pods()
+            .get_opt(&pod.name)
+            .await
+            .map_err(|e| other(format!("get pod {}", pod.name), e))?;
+        let reason = match &found {
+            Some(p) if KubeBackend::container_running(p, &pod.uid, container) => {
+                return Ok(Some(true));
+            }
+            Some(p) if p.uid().as_deref() != Some(pod.uid.as_str()) => {
+                "a Pod of that name with another UID replaced it".to_owned()
+            }
+            Some(p) => {
+                if let Some(cause) = KubeBackend::cannot_start(p) {
+                    if let Ok(mut fatal) = fatal.lock() {
+                        *fatal = Some(cause);
+                    }
+                    return Ok(Some(false));
+                }
+                KubeBackend::waiting_reason(p, container)
+            }
+            None => "the Pod is gone".to_owned(),
+        };
+        if let Ok(mut why) = why.lock() {
+            *why = reason;
+        }
+        Ok(found.is_none().then_some(false))
+    })
+    .await;
+    if let Some(cause) = fatal.lock().ok().and_then(|f| f.clone()) {
+        return Err(BackendError::CannotStart {
+            pod: pod.name.clone(),
+            cause,
+        });
+    }
+    match ended {
+        Ok(true) => Ok(()),
+        Ok(false) | Err(BackendError::WaitTimedOut(_)) => Err(WaitTimedOut {
+            what: format!(
+                "container {container} of pod {} to run: {}",
+                pod.name,
+                why.lock().map(|w| w.clone()).unwrap_or_default()
+            ),
+            waited: started.elapsed(),
+        }
+        .into()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(super) async fn container_states(
+    backend: &KubeBackend,
+    pod: &PodRef,
+) -> Result<Vec<ContainerState>> {
+    let found = backend
+        .pods()
+        .get_opt(&pod.name)
+        .await
+        .map_err(|e| other(format!("get pod {}", pod.name), e))?;
+    let Some(found) = found.filter(|p| p.uid().as_deref() == Some(pod.uid.as_str())) else {
+        return Ok(Vec::new());
+    };
+    Ok(found
+        .status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .into_iter()
+                .flatten()
+                .chain(s.container_statuses.into_iter().flatten())
+        })
+        .map(|c| ContainerState {
+            running: c.state.as_ref().and_then(|s| s.running.as_ref()).is_some(),
+            exit_code: c
+                .state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| i64::from(t.exit_code)),
+            restarts: u32::try_from(c.restart_count).unwrap_or(0),
+            name: c.name,
+        })
+        .collect())
+}
+
+/// Deletes the Pod by its exact UID and waits until it is gone.
+pub(super) async fn delete(backend: &KubeBackend, pod: &PodRef) -> Result<()> {
+    delete_exact(
+        &backend.delete_policy(),
+        &backend.pods(),
+        "pod",
+        &pod.name,
+        &pod.uid,
+    )
+    .await
+    .map(|_| ())
+}
+
+pub(super) async fn uid(
+    backend: &KubeBackend,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>> {
+    let api: Api<Pod> = Api::namespaced(backend.client.clone(), namespace);
+    api.get_opt(name)
+        .await
+        .map(|p| p.and_then(|p| p.uid()))
+        .map_err(|e| other(format!("get pod {name}"), e))
+}
+
+pub(super) async fn labels(
+    backend: &KubeBackend,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, String>>> {
+    let api: Api<Pod> = Api::namespaced(backend.client.clone(), namespace);
+    api.get_opt(name)
+        .await
+        .map(|p| p.map(|p| p.labels().clone()))
+        .map_err(|e| other(format!("get pod {name}"), e))
+}
+
+/// The Pod as the API server stores it (None when gone or replaced).
+pub(super) async fn object(backend: &KubeBackend, pod: &PodRef) -> Result<Option<Pod>> {
+    Ok(backend
+        .pods()
+        .get_opt(&pod.name)
+        .await
+        .map_err(|e| other(format!("get pod {}", pod.name), e))?
+        .filter(|p| p.uid().as_deref() == Some(pod.uid.as_str())))
+}
+
+/// Host paths and host namespaces of the Pod object the API server returns.
+pub(super) async fn host_sharing(backend: &KubeBackend, pod: &PodRef) -> Result<HostSharing> {
+    let found = backend
+        .pods()
+        .get_opt(&pod.name)
+        .await
+        .map_err(|e| other(format!("get pod {}", pod.name), e))?
+        .filter(|p| p.uid().as_deref() == Some(pod.uid.as_str()))
+        .ok_or_else(|| other(format!("get pod {}", pod.name), anyhow!("it is gone")))?;
+    let spec = found.spec.unwrap_or_default();
+    let mut sharing = HostSharing::default();
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+    {
+        for m in c.volume_mounts.iter().flatten() {
+            let host_path = spec
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == m.name)
+                .and_then(|v| v.host_path.as_ref());
+            if let Some(h) = host_path {
+                sharing.host_paths.push(format!("{}: {}", c.name, h.path));
+            }
+        }
+    }
+    for (ns, set) in [
+        ("network", spec.host_network),
+        ("pid", spec.host_pid),
+        ("ipc", spec.host_ipc),
+    ] {
+        if set == Some(true) {
+            sharing.host_namespaces.push(format!("pod: {ns}"));
+        }
+    }
+    Ok(sharing)
+}
+
+pub(super) async fn ip(backend: &KubeBackend, pod: &PodRef) -> Result<Option<String>> {
+    let found = backend
+        .pods()
+        .get_opt(&pod.name)
+        .await
+        .map_err(|e| other(format!("get pod {}", pod.name), e))?;
+    Ok(found.and_then(|p| p.status).and_then(|s| s.pod_ip))
+}

@@ -19,12 +19,13 @@ use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
 use crate::pod::identity::{ANNOTATION_CREATE_NONCE, SessionIdentity, create_nonce};
 use crate::pod::template::WorkspaceMode;
 use crate::report::SessionRecord;
-use crate::session::agent::{AgentClient, AgentExec, AgentExecResult};
+use crate::session::agent::{AgentClient, AgentExec, AgentExecResult, CONTROL_PORT};
 use crate::session::cleanup::{CleanupStack, CleanupTarget};
 use crate::session::snapshot::LaunchSnapshot;
 use crate::session::timing::{LaunchLog, LaunchTiming};
 use anyhow::{Context, anyhow, bail};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate};
+use kandev_agent_wire::{InstanceList, env_file};
 use sha2::Digest;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -447,10 +448,6 @@ pub struct Session {
     session_env: BTreeMap<String, String>,
 }
 
-fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "'\\''"))
-}
-
 /// A session's agent process: the agent CLI (here the mock agent's `session` role) through
 /// the agent user's login shell.
 const SESSION_PROCESS: [&str; 3] = ["sh", "-lc", "/opt/kandev/agentctl session"];
@@ -487,13 +484,6 @@ const PUT: &str = r#"put() {
   chmod "$mode" "$tmp"
   mv -f "$tmp" "$dest"
 }"#;
-
-fn env_file(pairs: &[(&str, &str)]) -> String {
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={}\n", shell_quote(v)))
-        .collect()
-}
 
 impl Session {
     /// Stages `storage` and `pod_ready` (no timing records: the caller drives the rest).
@@ -789,9 +779,10 @@ printf '%s' "$5" | put /run/kandev/auth.env 0600
 command -v docker >/dev/null 2>&1 || exit 69"#
         );
         let id = &self.identity;
-        let runtime = env_file(&[
+        let port = CONTROL_PORT.to_string();
+        let runtime = env_file::render(&[
             ("AGENTCTL_LISTEN_HOST", "127.0.0.1"),
-            ("AGENTCTL_PORT", "8765"),
+            ("AGENTCTL_PORT", &port),
             ("AGENTCTL_INSTANCE_PORT_BASE", "41001"),
             ("AGENTCTL_INSTANCE_PORT_MAX", "41100"),
             ("KANDEV_INSTANCE_ID", &id.environment_id),
@@ -817,7 +808,7 @@ command -v docker >/dev/null 2>&1 || exit 69"#
             ("AGENTCTL_BOOTSTRAP_NONCE", self.bootstrap_nonce.as_str()),
             ("HOME", home.as_str()),
         ]);
-        let (session, shared) = (env_file(&session), env_file(&shared));
+        let (session, shared) = (env_file::render(&session), env_file::render(&shared));
         let size = self.settings.agent_binary.len().to_string();
         let argv = [
             "sh",
@@ -885,7 +876,7 @@ command -v docker >/dev/null 2>&1 || exit 69"#
     /// nonce, the agent's own HOME), as Kandev rewrites it for task-owned Pods; then the
     /// `prepared` and `start` markers.
     pub async fn mark_prepared_and_start(&self) -> anyhow::Result<()> {
-        let control = env_file(&[
+        let control = env_file::render(&[
             ("AGENTCTL_BOOTSTRAP_NONCE", self.bootstrap_nonce.as_str()),
             ("HOME", AGENT_HOME),
         ]);
@@ -1068,17 +1059,11 @@ printf '%s' "$1" | put /run/kandev/auth.env 0600
             .reauthorized(format!("{}/auth.env", self.home()), "reconnect")
             .await?;
         let instances = client.instances().await.context("reconnect: instances")?;
-        let lost = self.instance.take_if(|id| {
-            !instances
-                .get("instances")
-                .and_then(serde_json::Value::as_array)
-                .is_some_and(|list| {
-                    list.iter().any(|i| {
-                        i.get("id").and_then(serde_json::Value::as_str) == Some(id.as_str())
-                            && i.get("running") == Some(&serde_json::Value::Bool(true))
-                    })
-                })
-        });
+        let instances: InstanceList =
+            serde_json::from_value(instances).context("reconnect: decode the instances")?;
+        let lost = self
+            .instance
+            .take_if(|id| !instances.instances.iter().any(|i| &i.id == id && i.running));
         self.agent = Some(client);
         Ok(Reconnected {
             health,
@@ -1121,7 +1106,7 @@ printf '%s' "$1" | put "$2/auth.env" 0600"#
         );
         let out = self
             .main_exec(
-                &["sh", "-c", &script, "sh", &env_file(&env), &home],
+                &["sh", "-c", &script, "sh", &env_file::render(&env), &home],
                 None,
                 Duration::from_secs(30),
             )

@@ -149,7 +149,7 @@ if [ -f /run/kandev/auth.env ]; then . /run/kandev/auth.env; fi
 set +a
 if [ ! -f /opt/kandev/prepared ]; then echo "kubernetes preparation marker is missing" >&2; exit 70; fi
 exec /opt/kandev/agentctl'
-# Kandev's way of writing a file into a Pod (harness/src/session/mod.rs).
+# Kandev's way of writing a file into a Pod (harness/src/session/bootstrap.rs).
 PUT='put() {
   dest=$1; mode=$2; dir=${1%/*}; cur=
   old_ifs=$IFS; IFS=/; set -- $dir; IFS=$old_ifs

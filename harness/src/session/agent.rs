@@ -1,106 +1,16 @@
 //! The harness side of the mock agent's control API, spoken over the backend's port
-//! exchange (port-forward; locally an exec bridge) to 127.0.0.1:8765 inside the Pod.
+//! exchange (port-forward; locally the mock agent's tunnel) to 127.0.0.1:8765 inside the Pod.
+//! Paths, requests and answers are `kandev-agent-wire`'s, the mock agent's own definitions.
 
 use crate::backend::{Backend, PodRef};
 use anyhow::{Context, anyhow, bail};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use kandev_agent_wire::{Handshake, HandshakeAnswer, InstanceStarted, StartInstance, path};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const CONTROL_PORT: u16 = 8765;
-
-/// A command for the agent to run as the agent user, with the agent's environment.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct AgentExec {
-    pub argv: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stdin: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    /// A session's environment file (`KEY='value'` lines) the agent loads for this command,
-    /// as agentctl starts a session's process with that session's environment.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub env_file: Option<String>,
-    pub timeout_ms: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub digests: Vec<String>,
-}
-
-impl AgentExec {
-    /// `sh -c script` in `/workspace`, bounded by `timeout`.
-    pub fn sh(script: &str, timeout: Duration) -> Self {
-        Self {
-            argv: vec!["sh".into(), "-c".into(), script.into()],
-            cwd: Some("/workspace".into()),
-            timeout_ms: timeout.as_millis() as u64,
-            ..Default::default()
-        }
-    }
-    pub fn digests(mut self, paths: &[&str]) -> Self {
-        self.digests = paths.iter().map(|p| (*p).to_owned()).collect();
-        self
-    }
-}
-
-/// A file as the agent saw it.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-pub struct FileDigest {
-    pub path: String,
-    pub exists: bool,
-    pub sha256: Option<String>,
-    pub size: Option<u64>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub mode: Option<String>,
-}
-
-/// What the agent reports for one command.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-pub struct AgentExecResult {
-    pub exit_code: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub stdout: String,
-    pub stderr: String,
-    pub stdout_bytes: usize,
-    pub stderr_bytes: usize,
-    pub truncated: bool,
-    pub digests: Vec<FileDigest>,
-}
-
-impl AgentExecResult {
-    pub fn success(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out
-    }
-    pub fn digest(&self, path: &str) -> Option<&FileDigest> {
-        self.digests.iter().find(|d| d.path == path)
-    }
-    /// A short, bounded summary for diagnoses.
-    pub fn summary(&self) -> String {
-        let tail = |s: &str| {
-            s.trim()
-                .chars()
-                .rev()
-                .take(600)
-                .collect::<String>()
-                .chars()
-                .rev()
-                .collect::<String>()
-        };
-        format!(
-            "{}{} after {} ms; stderr: {}; stdout: {}",
-            crate::backend::exit_text(self.exit_code),
-            if self.timed_out { " (timed out)" } else { "" },
-            self.duration_ms,
-            tail(&self.stderr),
-            tail(&self.stdout)
-        )
-    }
-}
+/// The commands' wire types, re-exported where scenarios reach them.
+pub use kandev_agent_wire::{AgentExec, AgentExecResult, CONTROL_PORT, FileDigest};
 
 /// A connection to one Pod's mock agent.
 #[derive(Clone)]
@@ -151,17 +61,15 @@ impl AgentClient {
         }
     }
 
+    /// One request to the control port: `body` as JSON, the token if there is one.
     async fn request(
         &self,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> anyhow::Result<(u16, Value)> {
-        let body = body
-            .map(serde_json::to_vec)
-            .transpose()?
-            .unwrap_or_default();
+        let body = body.unwrap_or_default();
         let mut head = format!(
             "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{CONTROL_PORT}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
             body.len()
@@ -182,7 +90,7 @@ impl AgentClient {
     /// `GET /health`.
     pub async fn health(&self) -> anyhow::Result<Value> {
         let (status, body) = self
-            .request("GET", "/health", None, Duration::from_secs(10))
+            .request("GET", path::HEALTH, None, Duration::from_secs(10))
             .await?;
         if status != 200 {
             bail!("health answered {status}: {body}");
@@ -192,22 +100,23 @@ impl AgentClient {
 
     /// `POST /auth/handshake` with the bootstrap nonce; keeps the token.
     pub async fn handshake(&mut self, nonce: &str) -> anyhow::Result<()> {
+        let handshake = Handshake {
+            nonce: nonce.to_owned(),
+        };
         let (status, body) = self
             .request(
                 "POST",
-                "/auth/handshake",
-                Some(&json!({"nonce": nonce})),
+                path::HANDSHAKE,
+                Some(serde_json::to_vec(&handshake)?),
                 Duration::from_secs(10),
             )
             .await?;
         if status != 200 {
             bail!("handshake answered {status}: {body}");
         }
-        let token = body
-            .get("token")
-            .and_then(Value::as_str)
-            .ok_or_else(|| anyhow!("handshake answer has no token: {body}"))?;
-        self.token = Some(token.to_owned());
+        let answer: HandshakeAnswer = serde_json::from_value(body.clone())
+            .map_err(|e| anyhow!("handshake answer has no token: {body} ({e})"))?;
+        self.token = Some(answer.token);
         Ok(())
     }
 
@@ -221,8 +130,8 @@ impl AgentClient {
         let (status, body) = self
             .request(
                 "POST",
-                "/api/v1/exec",
-                Some(&serde_json::to_value(&exec)?),
+                path::EXEC,
+                Some(serde_json::to_vec(&exec)?),
                 timeout,
             )
             .await?;
@@ -236,34 +145,32 @@ impl AgentClient {
     /// the session's environment file), as Kandev starts an agent CLI through agentctl.
     /// Returns the instance id.
     pub async fn start_instance(&self, argv: &[&str]) -> anyhow::Result<String> {
-        let body = json!({"argv": argv, "cwd": "/workspace", "env_file": self.session_env_file});
+        let start = StartInstance {
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+            cwd: Some("/workspace".into()),
+            env_file: self.session_env_file.clone(),
+        };
         let (status, body) = self
             .request(
                 "POST",
-                "/api/v1/instances",
-                Some(&body),
+                path::INSTANCES,
+                Some(serde_json::to_vec(&start)?),
                 Duration::from_secs(10),
             )
             .await?;
         if status != 200 {
             bail!("starting the session process answered {status}: {body}");
         }
-        body.get("id")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| anyhow!("the instance answer has no id: {body}"))
+        let started: InstanceStarted = serde_json::from_value(body.clone())
+            .map_err(|e| anyhow!("the instance answer has no id: {body} ({e})"))?;
+        Ok(started.id)
     }
 
     /// `DELETE /api/v1/instances/<id>`: ends a session's agent process (agentctl stays);
-    /// answers once it has exited, with its exit status.
+    /// answers once it has exited, with its exit status (`kandev_agent_wire::InstanceEnded`).
     pub async fn stop_instance(&self, id: &str) -> anyhow::Result<Value> {
         let (status, body) = self
-            .request(
-                "DELETE",
-                &format!("/api/v1/instances/{id}"),
-                None,
-                Duration::from_secs(30),
-            )
+            .request("DELETE", &path::instance(id), None, Duration::from_secs(30))
             .await?;
         if status != 200 {
             bail!("ending session process {id} answered {status}: {body}");
@@ -271,10 +178,11 @@ impl AgentClient {
         Ok(body)
     }
 
-    /// `GET /api/v1/instances`: the session processes agentctl runs.
+    /// `GET /api/v1/instances`: the session processes agentctl runs
+    /// (`kandev_agent_wire::InstanceList`).
     pub async fn instances(&self) -> anyhow::Result<Value> {
         let (status, body) = self
-            .request("GET", "/api/v1/instances", None, Duration::from_secs(10))
+            .request("GET", path::INSTANCES, None, Duration::from_secs(10))
             .await?;
         if status != 200 {
             bail!("instances answered {status}: {body}");
@@ -287,7 +195,7 @@ impl AgentClient {
     /// container restart); anything else is an error.
     pub async fn authorized(&self) -> anyhow::Result<bool> {
         let (status, body) = self
-            .request("GET", "/api/v1/identity", None, Duration::from_secs(10))
+            .request("GET", path::IDENTITY, None, Duration::from_secs(10))
             .await?;
         match status {
             200 => Ok(true),
@@ -299,7 +207,7 @@ impl AgentClient {
     /// The agent process's user, groups and capabilities.
     pub async fn identity(&self) -> anyhow::Result<Value> {
         let (status, body) = self
-            .request("GET", "/api/v1/identity", None, Duration::from_secs(10))
+            .request("GET", path::IDENTITY, None, Duration::from_secs(10))
             .await?;
         if status != 200 {
             bail!("identity answered {status}: {body}");
@@ -338,6 +246,7 @@ fn parse_response(bytes: &[u8]) -> anyhow::Result<(u16, Value)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn parses_a_response() {

@@ -36,7 +36,7 @@ const SAME_CLAIM: Check = Check {
     id: "same_claim",
     promise: "the replacement mounts the same claim (name and UID) with the task's files",
     twin: Twin::Mirror(
-        "the claim is chosen by the replacement (Kandev's, mirrored in harness/src/session/mod.rs) and checked by name and UID before anything is created; whether the task's files survive is grant_kept's, judged before it. Kept in the scenario because the claim's UID and the task's files are read from the running replacement",
+        "the claim is chosen by the replacement (Kandev's, mirrored in harness/src/session/recovery.rs) and checked by name and UID before anything is created; whether the task's files survive is grant_kept's, judged before it. Kept in the scenario because the claim's UID and the task's files are read from the running replacement",
     ),
 };
 

@@ -57,7 +57,7 @@ const CLEANUP_REMOVES: Check = Check {
     id: "cleanup_removes",
     promise: "the task's terminal cleanup removes its one Pod and its workspace claim",
     twin: Twin::Mirror(
-        "as lifecycle::teardown_exact/removes_owned: only the terminal cleanup's own deletes decide it (Kandev's, mirrored in terminal_cleanup in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs), by the recorded UIDs; nothing of the Pod runs at its deletion or can hold it, and the sessions' files live inside the Pod. Kept in the scenario because it deletes the running Pod and claim and reads the API back",
+        "as lifecycle::teardown_exact/removes_owned: only the terminal cleanup's own deletes decide it (Kandev's, mirrored in terminal_cleanup in harness/src/session/recovery.rs, tested against the API double in harness/tests/kube_backend.rs), by the recorded UIDs; nothing of the Pod runs at its deletion or can hold it, and the sessions' files live inside the Pod. Kept in the scenario because it deletes the running Pod and claim and reads the API back",
     ),
 };
 

@@ -21,7 +21,7 @@ const REMOVES: Check = Check {
     id: "removes_owned",
     promise: "terminal cleanup removes exactly the owned Pod and its workspace",
     twin: Twin::Mirror(
-        "only the terminal cleanup's own deletes decide it (Kandev's, mirrored in terminal_cleanup in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs): nothing of the Pod runs at its deletion or can hold it. Kept in the scenario because it deletes the running Pod and claim by their recorded UIDs and reads the API back",
+        "only the terminal cleanup's own deletes decide it (Kandev's, mirrored in terminal_cleanup in harness/src/session/recovery.rs, tested against the API double in harness/tests/kube_backend.rs): nothing of the Pod runs at its deletion or can hold it. Kept in the scenario because it deletes the running Pod and claim by their recorded UIDs and reads the API back",
     ),
 };
 const VANISH: Check = Check {
@@ -33,14 +33,14 @@ const SURVIVE: Check = Check {
     id: "look_alikes_survive",
     promise: "look-alike objects the run did not tear down survive untouched",
     twin: Twin::Mirror(
-        "decided by the cleanup's identity checks alone (verify_recorded in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs: terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label); the look-alikes are the harness's. Kept in the scenario because the look-alikes are real objects beside the running Pod",
+        "decided by the cleanup's identity checks alone (verify_recorded in harness/src/session/recovery.rs, tested against the API double in harness/tests/kube_backend.rs: terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label); the look-alikes are the harness's. Kept in the scenario because the look-alikes are real objects beside the running Pod",
     ),
 };
 const FAIL_CLOSED: Check = Check {
     id: "fails_closed",
     promise: "cleanup fails closed on a same-name Pod with another UID or a foreign kandev.ai label",
     twin: Twin::Mirror(
-        "decided by the cleanup's identity checks alone (verify_recorded in harness/src/session/mod.rs, tested against the API double in harness/tests/kube_backend.rs: terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label); the look-alikes are the harness's. Kept in the scenario because it is judged on real objects of the backend",
+        "decided by the cleanup's identity checks alone (verify_recorded in harness/src/session/recovery.rs, tested against the API double in harness/tests/kube_backend.rs: terminal_cleanup_fails_closed_on_a_foreign_uid_or_an_extra_kandev_label); the look-alikes are the harness's. Kept in the scenario because it is judged on real objects of the backend",
     ),
 };
 

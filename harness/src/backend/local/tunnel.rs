@@ -4,14 +4,15 @@
 //! serves one port-forward stream per Pod. One exec per request cost the engine a runc exec,
 //! a shim and several API calls each time (most of the harness's engine overhead).
 //!
-//! Frames: `[kind: u8][connection: u32 BE][length: u32 BE][payload]`; the mock agent's
-//! `tunnel` documents the kinds. A tunnel that ends (its Pod gone, the infra container
+//! Frames as `kandev_agent_wire::tunnel` defines them (shared with the mock agent). A tunnel
+//! that ends (its Pod gone, the infra container
 //! restarted) fails the exchanges it carried and is replaced on the next one.
 
 use super::attach::{Attached, Output, PodStreams};
 use crate::backend::{BackendError, PodRef, Result};
 use anyhow::anyhow;
 use futures_util::StreamExt;
+use kandev_agent_wire::tunnel as frame;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -114,11 +115,8 @@ impl Tunnel {
 
     /// Queues one whole frame for the writer task.
     fn send(&self, kind: u8, id: u32, payload: &[u8]) -> anyhow::Result<()> {
-        let mut frame = Vec::with_capacity(9 + payload.len());
-        frame.push(kind);
-        frame.extend_from_slice(&id.to_be_bytes());
-        frame.extend_from_slice(&u32::try_from(payload.len())?.to_be_bytes());
-        frame.extend_from_slice(payload);
+        let frame = frame::frame(kind, id, payload)
+            .ok_or_else(|| anyhow!("a payload of {} bytes is over a frame's", payload.len()))?;
         self.frames
             .send(frame)
             .map_err(|_| anyhow!("the tunnel's writer has ended"))
@@ -146,11 +144,11 @@ impl Tunnel {
             return Err(anyhow!(reason));
         }
         let run = async {
-            self.send(b'O', id, addr.as_bytes())?;
+            self.send(frame::OPEN, id, addr.as_bytes())?;
             for chunk in request.chunks(FRAME) {
-                self.send(b'D', id, chunk)?;
+                self.send(frame::DATA, id, chunk)?;
             }
-            self.send(b'E', id, &[])?;
+            self.send(frame::END, id, &[])?;
             let mut response = Vec::new();
             loop {
                 match events.recv().await {
@@ -164,7 +162,7 @@ impl Tunnel {
         let result = match tokio::time::timeout(timeout, run).await {
             Ok(result) => result,
             Err(_) => {
-                let _ = self.send(b'K', id, &[]);
+                let _ = self.send(frame::KILL, id, &[]);
                 Err(anyhow!("no answer within {timeout:?}"))
             }
         };
@@ -179,16 +177,14 @@ impl Tunnel {
 /// Routes every whole frame in `buffer` to its connection and keeps the rest.
 fn dispatch(buffer: &mut Vec<u8>, routes: &Routes) {
     let mut at = 0;
-    while let Some(header) = buffer.get(at..at + 9) {
-        let kind = header[0];
-        let id = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-        let len = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) as usize;
-        let Some(payload) = buffer.get(at + 9..at + 9 + len) else {
+    while let Some(header) = buffer.get(at..).and_then(frame::Header::parse) {
+        let (id, len) = (header.connection, header.length);
+        let Some(payload) = buffer.get(at + frame::HEADER..at + frame::HEADER + len) else {
             break;
         };
-        let event = match kind {
-            b'D' => Event::Data(payload.to_vec()),
-            b'E' => Event::End,
+        let event = match header.kind {
+            frame::DATA => Event::Data(payload.to_vec()),
+            frame::END => Event::End,
             _ => Event::Failed(String::from_utf8_lossy(payload).into_owned()),
         };
         let mut routes = routes.lock().unwrap_or_else(|e| e.into_inner());
@@ -199,7 +195,7 @@ fn dispatch(buffer: &mut Vec<u8>, routes: &Routes) {
         if last {
             routes.remove(&id);
         }
-        at += 9 + len;
+        at += frame::HEADER + len;
     }
     buffer.drain(..at);
 }

@@ -7,47 +7,9 @@
 //! scenario, for the scenario that made them (a call from a task a scenario spawned counts
 //! for the run only).
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+pub use kandev_report::{CallCost, Calls, EngineCpu, RunCost};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Calls of one kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CallCost {
-    pub count: u64,
-    /// Wall time spent in them, summed (calls overlap).
-    pub total_ms: u64,
-}
-
-/// Calls by kind (`exec`, `port_exchange`, `create_pod`, `node_scan`, ...).
-pub type Calls = BTreeMap<String, CallCost>;
-
-/// CPU of the engine's own processes over the run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EngineCpu {
-    pub cpu_ms: u64,
-    /// How it was measured: the engine's cgroups (exact, shims included), or its processes
-    /// (the shims of containers removed during the run are not counted).
-    pub method: String,
-}
-
-/// What the run cost.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunCost {
-    /// The harness process itself (user + system).
-    pub harness_cpu_ms: u64,
-    /// The engine on this machine (absent when the engine is elsewhere, e.g. a cluster).
-    pub engine: Option<EngineCpu>,
-    /// Machine-wide busy CPU on the harness's machine over the run (`/proc/stat`).
-    pub machine_busy_ms: Option<u64>,
-    /// Every call the harness made, by kind.
-    pub calls: Calls,
-}
 
 /// Counts calls by kind; cheap to clone, shared.
 #[derive(Clone, Default)]

@@ -3,7 +3,6 @@
 //! CI, operators and release gating read this file; `schema_version` changes whenever a
 //! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
 
-pub mod assemble;
 pub mod cost;
 pub mod diff;
 pub mod exit;
@@ -20,7 +19,6 @@ pub use kandev_report::{
     SessionRecord, StepOutcome, StepReport, Summary, TemplateRecord, has_twin, json_schema, read,
     rfc3339, unix_ms, write,
 };
-use serde_json::Value;
 use std::path::Path;
 
 /// The short human summary printed after a run.
@@ -88,53 +86,3 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
     out.push_str(&format!("  report: {}\n", path.display()));
     out
 }
-
-/// The run-level set-up steps as they happen (engine, images, cluster, preflight), each with
-/// its timing and evidence or error, for `report.setup`.
-pub struct SetupLog {
-    run_started: std::time::Instant,
-    steps: std::sync::Mutex<Vec<StepReport>>,
-}
-
-impl SetupLog {
-    pub fn new(run_started: std::time::Instant) -> Self {
-        Self {
-            run_started,
-            steps: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Records the step's `result` (with `evidence` of its value, or its error with every
-    /// cause) and returns it.
-    pub fn step<T, E: Into<anyhow::Error>>(
-        &self,
-        name: &str,
-        started: std::time::Instant,
-        result: Result<T, E>,
-        evidence: impl FnOnce(&T) -> Value,
-    ) -> anyhow::Result<T> {
-        let result = result.map_err(Into::into);
-        let step = StepReport {
-            name: name.to_owned(),
-            outcome: if result.is_ok() {
-                StepOutcome::Passed
-            } else {
-                StepOutcome::Errored
-            },
-            offset_ms: started.duration_since(self.run_started).as_millis() as u64,
-            duration_ms: started.elapsed().as_millis() as u64,
-            evidence: result.as_ref().map(evidence).unwrap_or(Value::Null),
-            // `{:#}`: the error with its causes.
-            error: result.as_ref().err().map(|e| format!("{e:#}")),
-        };
-        if let Ok(mut steps) = self.steps.lock() {
-            steps.push(step);
-        }
-        result
-    }
-
-    pub fn steps(&self) -> Vec<StepReport> {
-        self.steps.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-}
-

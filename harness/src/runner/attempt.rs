@@ -8,7 +8,7 @@ use super::{Keep, Run, RunEnv};
 use crate::config::Capability;
 use crate::pod::admission::AdmissionMutated;
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
-use crate::report::cost::{CallMeter, SCENARIO_CALLS};
+use crate::runner::cost::{CallMeter, SCENARIO_CALLS};
 use crate::report::gate::{Gate, GateProfile};
 use crate::report::{
     CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport, StepOutcome,

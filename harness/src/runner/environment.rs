@@ -2,12 +2,12 @@
 //! template, and what every session shares. Nothing here knows which backend it is.
 
 use super::Run;
-use crate::backend::metered::Metered;
+use super::cost::backend::Metered;
+use super::cost::node::MeteredNode;
 use crate::backend::{Backend, PrepareInput, RunTeardown};
 use crate::host::HostEngine;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
-use crate::node::metered::MeteredNode;
 use crate::pod::template::{self, RenderedTemplate};
 use crate::report::{Environment, TemplateRecord};
 use crate::session::LaunchSettings;

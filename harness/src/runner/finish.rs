@@ -5,7 +5,7 @@
 use super::scenario::Scenario;
 use super::{Keep, Run, StopReason};
 use crate::pod::identity::LABEL_RUN;
-use crate::report::assemble::{RunParts, assemble};
+use super::assemble::{RunParts, assemble};
 use crate::report::{Report, exit};
 
 impl Run {

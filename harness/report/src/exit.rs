@@ -1,7 +1,7 @@
 //! Exit codes: what a run (or a report) means for CI and release gates, most severe first.
 //! The README's table lists the same codes.
 
-use crate::report::Report;
+use crate::run::Report;
 use crate::scenario::CleanupOutcome;
 use serde_json::Value;
 

@@ -1,7 +1,7 @@
 //! `report.json` on disk: written atomically, read (with what older reports lack filled in),
 //! and its JSON Schema.
 
-use crate::report::Report;
+use crate::run::Report;
 use crate::summary::Summary;
 use serde_json::Value;
 use std::path::Path;

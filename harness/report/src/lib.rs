@@ -11,7 +11,7 @@ mod cost;
 pub mod exit;
 mod file;
 mod gate;
-mod report;
+mod run;
 mod scenario;
 mod summary;
 mod time;
@@ -19,13 +19,11 @@ mod time;
 pub use cost::{CallCost, Calls, EngineCpu, ResourceUsage, RunCost};
 pub use file::{json_schema, read, write};
 pub use gate::{Capability, Gate, GateProfile};
-pub use report::{
-    Configuration, Environment, ImageRecord, Report, SCHEMA_VERSION, TemplateRecord,
-};
+pub use run::{Configuration, Environment, ImageRecord, Report, SCHEMA_VERSION, TemplateRecord};
 pub use scenario::{
     CLUSTER_TWIN, CheckKind, CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Finding,
-    FindingLevel, NestedInventory, Outcome, ScenarioReport, SessionRecord, StepOutcome,
-    StepReport, has_twin,
+    FindingLevel, NestedInventory, Outcome, ScenarioReport, SessionRecord, StepOutcome, StepReport,
+    has_twin,
 };
 pub use summary::{CheckSummary, KindCount, Summary};
 pub use time::{Civil, rfc3339, unix_ms};

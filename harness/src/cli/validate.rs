@@ -3,7 +3,7 @@
 use super::args::{OutputFormat, ValidateArgs};
 use super::read_input;
 use crate::pod::template::{self, RuleOptions, Severity, WorkspaceMode};
-use crate::report::exit;
+use kandev_report::exit;
 
 pub(crate) fn validate(args: &ValidateArgs) -> u8 {
     let text = match read_input(&args.template, "template") {

@@ -5,15 +5,15 @@
 use super::context::Ctx;
 use super::scenario::{Broken, JUDGED, JudgedChecks, Scenario, Verdict};
 use super::{Keep, Run, RunEnv};
-use crate::config::Capability;
 use crate::pod::admission::AdmissionMutated;
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
 use crate::runner::cost::{CallMeter, SCENARIO_CALLS};
-use crate::report::gate::{Gate, GateProfile};
-use crate::report::{
+use futures_util::FutureExt;
+use kandev_report::Capability;
+use kandev_report::{
     CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport, StepOutcome,
 };
-use futures_util::FutureExt;
+use kandev_report::{Gate, GateProfile};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -78,7 +78,7 @@ impl Run {
         };
         // The scenario's own time starts once the shared environment is ready.
         let started = Instant::now();
-        report.started_at = crate::report::rfc3339(SystemTime::now());
+        report.started_at = kandev_report::rfc3339(SystemTime::now());
         let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
         let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name, timeout);
         let judged = JudgedChecks::default();
@@ -249,7 +249,7 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         diagnosis: None,
         checks: not_reached(scenario),
         lacking: None,
-        started_at: crate::report::rfc3339(SystemTime::now()),
+        started_at: kandev_report::rfc3339(SystemTime::now()),
         duration_ms: 0,
         steps: Vec::new(),
         findings: Vec::new(),

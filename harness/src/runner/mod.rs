@@ -4,7 +4,7 @@
 //! Rooms: [`environment`] prepares what every scenario shares (once, lazily, so `--list` and
 //! filtered-out runs touch nothing); [`attempt`] runs one scenario to its report, teardown
 //! and leak ledger included; [`context`] is the scenario API; [`evidence`] collects what a
-//! scenario that did not pass leaves for people to read; [`finish`] assembles the report.
+//! scenario that did not pass leaves for people to read; [`finish`] assembles the report; [`cost`] meters the run's calls and CPU.
 
 pub mod assemble;
 pub mod attempt;

@@ -18,7 +18,6 @@ use crate::config::ClusterSettings;
 use crate::node::{CgroupFs, HostNode, NodeView};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use crate::pod::template::WorkspaceMode;
-use crate::report::{CleanupOutcome, CleanupRecord};
 use crate::wait::{self, WaitTimedOut};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -26,6 +25,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kandev_report::{CleanupOutcome, CleanupRecord};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};

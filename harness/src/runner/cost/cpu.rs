@@ -175,7 +175,6 @@ impl CostStart {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +197,4 @@ mod tests {
             Some("/kandev-engine")
         );
     }
-
 }

@@ -1,10 +1,9 @@
-//! The gate vocabulary, one for the command line (`run --gate`, `--require`, `validate
-//! --for-release`, `gate`), the report and README: the capabilities a run needs to judge every
-//! scenario, the gate profiles, and the gate a run was judged by.
+//! What `kandev-acceptance gate` holds a report to, and every reason a report does not gate
+//! a release (the words, capabilities and profiles, are kandev-report's).
 
-use super::CheckKind;
-
-pub use kandev_report::{Capability, Gate, GateProfile};
+use kandev_report::{
+    Capability, CheckKind, CheckOutcome, CleanupOutcome, GateProfile, Outcome, Report, unix_ms,
+};
 
 /// What `kandev-acceptance gate` holds a report to: exactly these artefacts, this
 /// catalogue, these capabilities, this recent.
@@ -28,7 +27,7 @@ pub struct Expectations {
 /// Whether the image the report ran as `role` is exactly `expected` (`name@sha256:<digest>`):
 /// the same reference, or the digest as the reference's or as the engine's image id (images
 /// built locally have only the latter).
-fn same_image(report: &super::Report, role: &str, expected: &str) -> Result<(), String> {
+fn same_image(report: &Report, role: &str, expected: &str) -> Result<(), String> {
     let Some(image) = report.environment.images.iter().find(|i| i.role == role) else {
         return Err(format!("the report records no {role} image"));
     };
@@ -53,7 +52,7 @@ fn same_image(report: &super::Report, role: &str, expected: &str) -> Result<(), 
 
 /// What a passing gate says it proves, counted by kind from the catalogue and the report:
 /// "62 system checks (58 with a twin) and 10 mirror checks passed".
-pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
+pub fn passed_line(report: &Report, expect: &Expectations) -> String {
     let kinds = expect.catalogue.iter().flat_map(|(_, checks)| checks);
     let system = kinds
         .clone()
@@ -67,8 +66,7 @@ pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
 }
 
 /// Every reason `report` does not gate a release under `expect` (empty: it does).
-pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
-    use super::{CheckOutcome, Outcome};
+pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
     let mut reasons = Vec::new();
     if report.gate.profile != GateProfile::Release {
         reasons.push(format!(
@@ -132,7 +130,7 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
     for record in report
         .teardown
         .iter()
-        .filter(|r| r.outcome == super::CleanupOutcome::Failed)
+        .filter(|r| r.outcome == CleanupOutcome::Failed)
     {
         reasons.push(format!(
             "the run's teardown failed to remove {}: {}",
@@ -164,7 +162,7 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
         }
     }
     if let Some(max_age) = expect.max_age_ms {
-        match super::unix_ms(&report.finished_at) {
+        match unix_ms(&report.finished_at) {
             Some(finished) if expect.now_ms.saturating_sub(finished) <= max_age => {}
             Some(finished) => reasons.push(format!(
                 "the report is {} h old (finished {}); the limit is {} h",
@@ -185,7 +183,7 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn report(outcome: &str, check: &str, lacking: Option<&str>) -> crate::report::Report {
+    fn report(outcome: &str, check: &str, lacking: Option<&str>) -> Report {
         let scenario = serde_json::json!({
             "name": "a::x", "promise": "p", "outcome": outcome, "diagnosis": "why",
             "checks": [{"id": "a::x/holds", "promise": "p", "outcome": check, "twin": "t"}],
@@ -224,7 +222,7 @@ mod tests {
                 "a::x".into(),
                 vec![("a::x/holds".into(), CheckKind::System)],
             )],
-            now_ms: crate::report::unix_ms("2026-11-30T10:30:00.000Z").unwrap_or_default(),
+            now_ms: unix_ms("2026-11-30T10:30:00.000Z").unwrap_or_default(),
         }
     }
 

@@ -1,24 +1,7 @@
-//! The run report: typed, versioned JSON whose JSON Schema is checked in under `reports/`.
-//!
-//! CI, operators and release gating read this file; `schema_version` changes whenever a
-//! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
+//! The run on the console: the summary printed after a run (and by `report show`), and the
+//! one line of what the run itself cost.
 
-pub mod cost;
-pub mod diff;
-pub mod exit;
-pub mod gate;
-pub mod html;
-pub mod outputs;
-pub mod repeat;
-pub mod summary;
-
-pub use kandev_report::{
-    CLUSTER_TWIN, CheckKind, CheckOutcome, CheckReport, CheckSummary, Civil, CleanupOutcome,
-    CleanupRecord, Configuration, Environment, Finding, FindingLevel, ImageRecord, KindCount,
-    NestedInventory, Outcome, Report, ResourceUsage, SCHEMA_VERSION, ScenarioReport,
-    SessionRecord, StepOutcome, StepReport, Summary, TemplateRecord, has_twin, json_schema, read,
-    rfc3339, unix_ms, write,
-};
+use kandev_report::{CheckOutcome, FindingLevel, Report, RunCost};
 use std::path::Path;
 
 /// The short human summary printed after a run.
@@ -78,11 +61,31 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
         ));
     }
     if let Some(cost) = &report.cost {
-        out.push_str(&format!("  cost: {}\n", cost::console_line(cost)));
+        out.push_str(&format!("  cost: {}\n", console_line(cost)));
     }
     if !report.leftovers.is_empty() {
         out.push_str(&format!("  LEFT BEHIND: {}\n", report.leftovers.join(", ")));
     }
     out.push_str(&format!("  report: {}\n", path.display()));
     out
+}
+
+/// One line for the console: `harness 2.1 s CPU, engine 24.3 s, machine 58.0 s busy; 131 exec, ...`.
+pub fn console_line(cost: &RunCost) -> String {
+    let s = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    let mut parts = vec![format!("harness {} CPU", s(cost.harness_cpu_ms))];
+    if let Some(engine) = &cost.engine {
+        parts.push(format!("engine {}", s(engine.cpu_ms)));
+    }
+    if let Some(busy) = cost.machine_busy_ms {
+        parts.push(format!("machine {} busy", s(busy)));
+    }
+    let mut calls: Vec<_> = cost.calls.iter().collect();
+    calls.sort_by_key(|(_, c)| std::cmp::Reverse(c.count));
+    let calls: Vec<String> = calls
+        .iter()
+        .take(6)
+        .map(|(kind, c)| format!("{} {kind}", c.count))
+        .collect();
+    format!("{}; calls: {}", parts.join(", "), calls.join(", "))
 }

@@ -1,3 +1,0 @@
-//! Exit codes (now in kandev-report).
-
-pub use kandev_report::exit::*;

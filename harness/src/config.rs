@@ -2,7 +2,7 @@
 //! (its digest is the configuration's identity) and read by the runner and the backends.
 
 use crate::pod::template::WorkspaceMode;
-pub use crate::report::gate::{Capability, Gate, GateProfile};
+use kandev_report::Gate;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;

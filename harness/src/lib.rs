@@ -1,10 +1,12 @@
 //! kandev-acceptance: proves, on a real engine, that Kandev's Docker-workloads task Pod keeps
 //! the promises of its design, and writes a report CI and release gating can read.
 //!
+//! The report model (outcomes, exit codes, the gate vocabulary, `report.json` and its schema)
+//! is a crate of its own, `kandev-report` (`harness/report/`), which every layer may use.
+//!
 //! The layers, each a folder (or file), each using only the ones listed before it
 //! (`harness/tests/layers.rs` enforces the order):
 //!
-//! - [`report`]: the report model (outcomes, exit codes), its assembly and output formats.
 //! - [`wait`], [`paths`]: the one polling helper; where fixtures and reports live.
 //! - [`pod`]: Kandev's knowledge of a task Pod: template rules, identity, composition,
 //!   admission comparison. Pure: no I/O.
@@ -16,7 +18,9 @@
 //!   [`backend::provider`].
 //! - [`session`]: one Kandev task session launched through Kandev's stages, and its agent.
 //! - [`runner`]: a run: scenarios as trials, the scenario API ([`runner::Ctx`]), teardown,
-//!   the leak ledger, report assembly.
+//!   the leak ledger, the run's set-up log and cost meter, report assembly.
+//! - [`outputs`]: what is made of a report: JUnit, CTRF, HTML, the console and GitHub
+//!   summaries, and its readings (`report diff`, `--repeat` pass rates, the release gate).
 //! - [`cli`]: argument parsing and dispatch.
 
 pub mod backend;
@@ -24,9 +28,9 @@ pub mod cli;
 pub mod config;
 pub mod host;
 pub mod node;
+pub mod outputs;
 pub mod paths;
 pub mod pod;
-pub mod report;
 pub mod runner;
 pub mod session;
 pub mod wait;

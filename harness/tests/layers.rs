@@ -4,7 +4,6 @@
 
 const LAYERS: &[&str] = &[
     "error_chain",
-    "report",
     "wait",
     "paths",
     "pod",
@@ -14,6 +13,7 @@ const LAYERS: &[&str] = &[
     "backend",
     "session",
     "runner",
+    "outputs",
     "cli",
 ];
 

@@ -5,8 +5,8 @@
 
 use kandev_harness::backend::kube::cluster::{kind_node, node_cgroup_scope};
 use kandev_harness::node::{CgroupFs, ENGINE_SETTLE, HostNode, NodeView};
-use kandev_harness::report::NestedInventory;
 use kandev_harness::runner::ledger::node_remains_after_teardown;
+use kandev_report::NestedInventory;
 use kandev_test_support::node::{
     BURSTABLE, Driver, KindNode, NESTED, NESTED_PID, Qos, assert_kind_view, kind_node_with_pods,
 };

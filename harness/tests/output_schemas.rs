@@ -2,8 +2,8 @@
 //! harness reports (and the report's classes show up in each).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use kandev_harness::report::outputs::{ctrf, junit};
-use kandev_harness::report::{
+use kandev_harness::outputs::{ctrf, junit};
+use kandev_report::{
     CheckKind, CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, Report,
     ScenarioReport, StepOutcome, StepReport, Summary,
 };
@@ -58,20 +58,15 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
             },
             twin: "fixtures/templates/broken/x.yaml".into(),
         }],
-        lacking: None,
         started_at: "2026-11-30T00:00:01.250Z".into(),
         duration_ms: 61_001,
         steps,
-        findings: Vec::new(),
-        sessions: Vec::new(),
         cleanup: vec![CleanupRecord {
             object: "pod/kandev-0123456789abcdef (uid u)".into(),
             outcome: CleanupOutcome::Failed,
             duration_ms: 10,
             error: Some("busy".into()),
         }],
-        resources: None,
-        calls: Default::default(),
         artifacts: vec![
             "area-x/kandev-1.kandev-agent.log".into(),
             "area-x/p.cgroup.json".into(),
@@ -86,35 +81,28 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
         } else {
             Vec::new()
         },
-        nested_inventory: Vec::new(),
         leaks: if outcome == Outcome::Leaked {
             vec!["node: process/42 `sleep 3600` (4:memory:/escaped)".into()]
         } else {
             Vec::new()
         },
+        ..Default::default()
     }
 }
 
 fn report(scenarios: Vec<ScenarioReport>, leftovers: Vec<String>) -> Report {
     Report {
-        schema_version: kandev_harness::report::SCHEMA_VERSION,
         run_id: "20261130t000000-abcdef".into(),
         harness_version: "0.1.0".into(),
         started_at: "2026-11-30T00:00:00.000Z".into(),
         finished_at: "2026-11-30T00:02:00.000Z".into(),
         duration_ms: 120_000,
         interrupted: true,
-        deadline_exceeded: false,
         backend: "local".into(),
-        gate: Default::default(),
-        environment: Default::default(),
-        configuration: Default::default(),
         summary: Summary::of(&scenarios),
-        setup: Vec::new(),
         scenarios,
         leftovers,
-        teardown: Vec::new(),
-        cost: None,
+        ..Default::default()
     }
 }
 

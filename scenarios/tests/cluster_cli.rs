@@ -3,7 +3,7 @@
 //! and create nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use kandev_harness::report::Report;
+use kandev_report::Report;
 use std::process::Command;
 use std::time::{Duration, Instant};
 

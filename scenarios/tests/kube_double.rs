@@ -13,9 +13,9 @@ mod common;
 
 use common::fixture;
 use common::kube::{Run, command, run, run_command};
-use kandev_harness::config::Capability;
 use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
-use kandev_harness::report::Outcome;
+use kandev_report::Capability;
+use kandev_report::Outcome;
 use kandev_test_support::cluster_double;
 use kandev_test_support::engine::engine_double;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 mod common;
 
 use common::kube::{Run, run};
-use kandev_harness::report::Outcome;
+use kandev_report::Outcome;
 use kandev_test_support::engine::engine_double;
 use serde_json::Value;
 

@@ -11,8 +11,8 @@
 mod common;
 
 use common::*;
-use kandev_harness::config::Capability;
-use kandev_harness::report::{CheckOutcome, Outcome, Report};
+use kandev_report::Capability;
+use kandev_report::{CheckOutcome, Outcome, Report};
 use kandev_test_support::schemas;
 use std::path::Path;
 use std::process::Command;

@@ -10,7 +10,7 @@
 mod common;
 
 use common::{fixture, only, root};
-use kandev_harness::report::{
+use kandev_report::{
     CheckOutcome, CheckReport, Outcome, Report, ScenarioReport, StepOutcome, StepReport, Summary,
 };
 use serde_json::{Value, json};
@@ -193,7 +193,7 @@ fn an_assembled_report_renders_in_chromium() {
         cost: None,
     };
     let json = dir.path().join("report.json");
-    kandev_harness::report::write(&report, &json).unwrap();
+    kandev_report::write(&report, &json).unwrap();
     let out = Command::new(BIN)
         .args(["report", "show", "--html"])
         .arg(&json)

@@ -22,8 +22,8 @@
 mod common;
 
 use common::*;
-use kandev_harness::report::{CheckOutcome, Outcome};
 use kandev_harness::runner::{Check, Scenario, Twin};
+use kandev_report::{CheckOutcome, Outcome};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 

@@ -6,23 +6,24 @@
 
 pub mod kube;
 pub mod local;
-pub mod metered;
 pub mod on_this_host;
+pub mod setup_steps;
 
 use crate::config::RunConfig;
 use crate::host::HostEngine;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
 use crate::pod::template::TemplateFile;
-use crate::report::{CleanupRecord, Environment, SetupLog};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
+use kandev_report::{CleanupRecord, Environment};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::config::BackendKind;
+pub use setup_steps::SetupSteps;
 
 /// The one place a backend is registered: its provider (preparation, teardown, `gc`).
 pub fn provider(kind: BackendKind) -> &'static dyn Provider {
@@ -42,7 +43,7 @@ pub struct PrepareInput<'a> {
     /// The static mock agent, built on first use ([`PrepareInput::mock_agent_binary`]).
     pub mock_agent: tokio::sync::OnceCell<PathBuf>,
     /// Run-level set-up steps, recorded in the report.
-    pub setup: &'a SetupLog,
+    pub setup: &'a dyn SetupSteps,
     /// Image builds show their progress here.
     pub progress: &'a indicatif::MultiProgress,
     /// The run's template, parsed once; a preflight puts the images the backend will run into

@@ -4,7 +4,7 @@
 use super::PrepareInput;
 use crate::host::HostEngine;
 use crate::host::images::{ImageConfig, ImageSet, ensure_images};
-use crate::report::Environment;
+use kandev_report::Environment;
 use serde_json::json;
 use std::time::Instant;
 

@@ -2,9 +2,10 @@
 //! `validate` in their own files, the backends through their providers.
 
 use crate::backend::BackendKind;
-use crate::config::{Capability, GateProfile, Keep};
+use crate::config::Keep;
 use crate::pod::template::WorkspaceMode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use kandev_report::{Capability, GateProfile};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]

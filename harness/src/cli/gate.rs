@@ -1,13 +1,12 @@
 //! `gate`: release gating on a report, for exactly the artefacts a release ships (the
-//! judgement itself is `report::gate::refusals`).
+//! judgement itself is `outputs::gate::refusals`).
 
 use super::args::GateArgs;
 use super::read_input;
-use crate::config::Capability;
+use crate::outputs::gate::{Expectations, passed_line, refusals};
 use crate::pod::release::is_immutable;
-use crate::report::exit;
-use crate::report::gate::{Expectations, passed_line, refusals};
 use crate::runner::Scenario;
+use kandev_report::{Capability, exit};
 
 pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
     for (flag, image) in [
@@ -21,7 +20,7 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             return exit::USAGE;
         }
     }
-    let report = match crate::report::read(&args.report) {
+    let report = match kandev_report::read(&args.report) {
         Ok(report) => report,
         Err(e) => {
             eprintln!(

@@ -3,7 +3,7 @@
 use super::args::GcArgs;
 use super::run::cluster_settings;
 use crate::backend::GcRequest;
-use crate::report::exit;
+use kandev_report::exit;
 use std::time::Duration;
 
 pub(crate) async fn gc(args: &GcArgs) -> u8 {

@@ -11,10 +11,10 @@ mod report;
 mod run;
 mod validate;
 
-use crate::report::exit;
 use crate::runner::Scenario;
 use args::{Cli, Command};
 use clap::Parser;
+use kandev_report::exit;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

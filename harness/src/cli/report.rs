@@ -1,7 +1,8 @@
 //! `report show FILE [--html]` and `report diff OLD NEW [--format text|json]`.
 
 use super::args::{OutputFormat, ReportCommand};
-use crate::report::{Report, diff, exit, html};
+use crate::outputs::{console, diff, html};
+use kandev_report::{Report, exit};
 use std::path::Path;
 
 pub(crate) fn report(command: ReportCommand) -> u8 {
@@ -12,7 +13,7 @@ pub(crate) fn report(command: ReportCommand) -> u8 {
 }
 
 fn read(file: &Path) -> Result<Report, u8> {
-    crate::report::read(file).map_err(|e| {
+    kandev_report::read(file).map_err(|e| {
         eprintln!(
             "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
             file.display()
@@ -26,7 +27,7 @@ fn show(file: &Path, write_html: bool) -> u8 {
         Ok(report) => report,
         Err(code) => return code,
     };
-    print!("{}", crate::report::human_summary(&report, file));
+    print!("{}", console::human_summary(&report, file));
     if write_html {
         let folder = file.parent().unwrap_or(Path::new("."));
         let path = folder.join("report.html");
@@ -46,7 +47,7 @@ fn compare(old: &Path, new: &Path, format: OutputFormat) -> u8 {
     };
     let d = diff::diff(&old, &new);
     match format {
-        OutputFormat::Text => print!("{}", diff::human(&d)),
+        OutputFormat::Text => print!("{}", diff::text::human(&d)),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default()),
     }
     diff::exit_code(&d)

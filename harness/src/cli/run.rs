@@ -5,11 +5,12 @@ use super::args::{ClusterArgs, RunArgs};
 use super::read_input;
 use super::validate::check_rules;
 use crate::backend::BackendKind;
-use crate::config::{ClusterSettings, Gate, GateProfile, KindSettings, RunConfig};
+use crate::config::{ClusterSettings, Keep, KindSettings, RunConfig};
 use crate::pod::template::{Severity, TemplateFile, TemplateFinding};
-use crate::report::{Outcome, Report, exit};
 use crate::runner::{Run, Scenario};
 use k8s_openapi::api::core::v1::PodTemplate;
+use kandev_report::{Gate, GateProfile};
+use kandev_report::{Outcome, Report, exit};
 use libtest_mimic::Trial;
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -184,7 +185,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
     if repeat == 1 {
         return runs.first().map(|(code, _)| *code).unwrap_or(exit::SUCCESS);
     }
-    crate::report::repeat::finish(&config.report_dir, &runs)
+    crate::outputs::repeat::finish(&config.report_dir, &runs)
 }
 
 /// One run of the selected scenarios: its own id, report folder, signal and deadline
@@ -236,8 +237,9 @@ fn run_once(
         if let Err(e) = prepared {
             run.live.finish();
             eprintln!("error: {e}");
-            let (_, report) = runtime.block_on(run.finish(registry));
-            return (exit::ENVIRONMENT, report);
+            let report = runtime.block_on(run.finish(registry));
+            publish(&run, &report);
+            return (exit::ENVIRONMENT, Some(report));
         }
     }
     let handle = runtime.handle().clone();
@@ -286,8 +288,17 @@ fn run_once(
         let _ = std::fs::remove_dir_all(run.report_folder());
         return (exit::NOTHING_SELECTED, None);
     }
-    let (code, report) = runtime.block_on(run.finish(registry));
-    (code, report)
+    let report = runtime.block_on(run.finish(registry));
+    let code = publish(&run, &report);
+    (code, Some(report))
+}
+
+/// Writes a finished run's report in every format, summarises it on the console (and to
+/// GitHub Actions); returns its exit code.
+fn publish(run: &Run, report: &Report) -> u8 {
+    // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
+    let kept = run.config.keep != Keep::Never;
+    crate::outputs::publish_run(report, &run.report_folder(), kept)
 }
 
 fn valid_reference(reference: &str) -> bool {

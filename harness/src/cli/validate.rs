@@ -3,8 +3,8 @@
 use super::args::{OutputFormat, ValidateArgs};
 use super::read_input;
 use crate::pod::template::{self, RuleOptions, Severity, WorkspaceMode};
-use crate::report::exit;
 use k8s_openapi::api::core::v1::PodTemplate;
+use kandev_report::exit;
 
 pub(crate) fn validate(args: &ValidateArgs) -> u8 {
     let text = match read_input(&args.template, "template") {

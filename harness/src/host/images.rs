@@ -7,12 +7,12 @@
 //! of everything that goes into the image, so a second run builds nothing.
 
 use super::is_not_found;
-use crate::report::ImageRecord;
 use anyhow::{Context, anyhow, bail};
 use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, CreateImageOptionsBuilder};
 use futures_util::StreamExt;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use kandev_report::ImageRecord;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

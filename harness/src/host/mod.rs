@@ -4,9 +4,9 @@
 
 pub mod images;
 
-use crate::report::Environment;
 use crate::wait::WaitTimedOut;
 use bollard::Docker;
+use kandev_report::Environment;
 use std::time::Duration;
 
 /// Why this host's engine cannot be used.

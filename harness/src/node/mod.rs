@@ -1,7 +1,6 @@
 //! The node seen from outside the Pods: the [`NodeView`] trait and the host's own view.
 
 mod cgroup;
-pub mod metered;
 mod process;
 
 pub use cgroup::{CgroupFs, CgroupLimits, CgroupVersion, PodCgroupReading};

@@ -41,7 +41,7 @@ pub fn new_run_id() -> String {
 
 /// Formats seconds since the epoch as `YYYYMMDD` and `HHMMSS` (UTC).
 fn civil_from_unix(secs: u64) -> (String, String) {
-    let c = crate::report::Civil::from_unix(secs);
+    let c = kandev_report::Civil::from_unix(secs);
     (
         format!("{:04}{:02}{:02}", c.year, c.month, c.day),
         format!("{:02}{:02}{:02}", c.hour, c.minute, c.second),

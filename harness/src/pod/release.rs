@@ -6,8 +6,8 @@ use super::identity::ANNOTATION_SERVES;
 use super::template::{
     DAEMON_IMAGE_PLACEHOLDER, PATH_PREFIX, Severity, TemplateFinding, WORKER_IMAGE_PLACEHOLDER,
 };
-use crate::report::gate::Capability;
 use k8s_openapi::api::core::v1::PodTemplate;
+use kandev_report::Capability;
 
 /// The capabilities the template declares it serves (`acceptance.kandev.ai/serves` on the
 /// PodTemplate, comma-separated); an unknown name is an error naming the field.

@@ -7,9 +7,9 @@ use super::judge::{BodyEnd, check_reports, stopped};
 use super::scenario::{HELD, Scenario};
 use super::{Keep, Run, RunEnv};
 use crate::pod::identity::{LABEL_RUN, LABEL_SCENARIO, scenario_label};
-use crate::report::cost::{CallMeter, SCENARIO_CALLS};
-use crate::report::{CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport};
+use crate::runner::cost::{CallMeter, SCENARIO_CALLS};
 use futures_util::FutureExt;
+use kandev_report::{CheckReport, CleanupOutcome, CleanupRecord, Outcome, ScenarioReport};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -72,7 +72,7 @@ impl Run {
         };
         // The scenario's own time starts once the shared environment is ready.
         let started = Instant::now();
-        report.started_at = crate::report::rfc3339(SystemTime::now());
+        report.started_at = kandev_report::rfc3339(SystemTime::now());
         let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
         let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name, timeout);
         // The checks that held, as `promise` records them while the body runs.
@@ -230,7 +230,7 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         diagnosis: None,
         checks: not_reached(scenario),
         lacking: None,
-        started_at: crate::report::rfc3339(SystemTime::now()),
+        started_at: kandev_report::rfc3339(SystemTime::now()),
         duration_ms: 0,
         steps: Vec::new(),
         findings: Vec::new(),

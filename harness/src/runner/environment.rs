@@ -3,15 +3,15 @@
 //! backend it is.
 
 use super::Run;
-use crate::backend::metered::Metered;
+use super::cost::backend::Metered;
+use super::cost::node::MeteredNode;
 use crate::backend::{Backend, PrepareInput, RunTeardown};
 use crate::host::HostEngine;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
-use crate::node::metered::MeteredNode;
-use crate::report::{Environment, TemplateRecord};
 use crate::session::LaunchSettings;
 use anyhow::Context;
+use kandev_report::{Environment, TemplateRecord};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! scenario, what its Pods consumed (CPU time, peak memory).
 
 use super::context::Ctx;
-use crate::report::ResourceUsage;
+use kandev_report::ResourceUsage;
 use serde_json::json;
 use std::time::Duration;
 

@@ -1,17 +1,15 @@
 //! The end of a run: the node view shut down, what still carries the run's label, the
-//! run-level teardown, the report assembled and written in every format (and, under GitHub
-//! Actions, its step summary and annotations), the exit code.
+//! run-level teardown, the report assembled (the command line writes it, `outputs`).
 
+use super::assemble::{RunParts, assemble};
 use super::scenario::Scenario;
 use super::{Keep, Run, StopReason};
 use crate::pod::identity::LABEL_RUN;
-use crate::report::assemble::{RunParts, assemble};
-use crate::report::{Report, exit};
+use kandev_report::Report;
 
 impl Run {
-    /// Assembles and writes the report (scenarios in `registry` order); returns the exit
-    /// code and the report.
-    pub async fn finish(&self, registry: &[Scenario]) -> (u8, Option<Report>) {
+    /// Assembles the report (scenarios in `registry` order).
+    pub async fn finish(&self, registry: &[Scenario]) -> Report {
         let mut scenarios = self.results();
         let order = |name: &str| {
             registry
@@ -44,7 +42,7 @@ impl Run {
             }
             None => Vec::new(),
         };
-        let report = assemble(RunParts {
+        assemble(RunParts {
             run_id: self.id.clone(),
             backend: env
                 .as_ref()
@@ -69,19 +67,6 @@ impl Run {
                 super::engine_host(&self.config).as_ref(),
                 self.calls.snapshot(),
             )),
-        });
-        let path = match crate::report::outputs::write_all(&report, &self.report_folder()) {
-            Ok(path) => path,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return (exit::ENVIRONMENT, Some(report));
-            }
-        };
-        eprint!("{}", crate::report::human_summary(&report, &path));
-        // GitHub Actions: the step summary and the failed checks as annotations.
-        crate::report::summary::publish_from_env(&report);
-        // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
-        let code = exit::exit_code(&report, self.config.keep != Keep::Never);
-        (code, Some(report))
+        })
     }
 }

@@ -4,11 +4,11 @@
 use super::StopReason;
 use super::context::Ctx;
 use super::scenario::{Broken, Scenario, Verdict};
-use crate::config::Capability;
 use crate::pod::admission::AdmissionMutated;
-use crate::report::gate::{Gate, GateProfile};
-use crate::report::{CheckOutcome, CheckReport, Outcome, ScenarioReport, StepOutcome};
 use crate::session::WorkerImageLacks;
+use kandev_report::Capability;
+use kandev_report::{CheckOutcome, CheckReport, Outcome, ScenarioReport, StepOutcome};
+use kandev_report::{Gate, GateProfile};
 use std::time::Duration;
 
 /// How a scenario body ended, classified once ([`BodyEnd::of`] walks an error's chain once);

@@ -8,7 +8,7 @@
 
 use crate::backend::{Backend, ExecRequest, PodRef};
 use crate::node::NodeView;
-use crate::report::NestedInventory;
+use kandev_report::NestedInventory;
 use std::time::Duration;
 
 /// One exec in the companion lists the nested daemon's objects, a section each (four CLI

@@ -3,8 +3,8 @@
 //! Hidden unless [`LiveView::show`] is called, which the CLI does only when stderr is a
 //! terminal: CI logs get libtest's plain lines and no control characters.
 
-use crate::report::{Outcome, ScenarioReport};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kandev_report::{Outcome, ScenarioReport};
 use std::sync::Mutex;
 use std::time::Duration;
 

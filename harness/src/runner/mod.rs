@@ -5,10 +5,13 @@
 //! filtered-out runs touch nothing); [`attempt`] runs one scenario to its report, teardown
 //! and leak ledger included; [`judge`] classifies how its body ended, once, and states that
 //! as its outcome; [`context`] is the scenario API; [`evidence`] collects what a scenario that
-//! did not pass leaves for people to read; [`finish`] assembles the report.
+//! did not pass leaves for people to read; [`finish`] assembles the report; [`cost`] meters
+//! the run's calls and CPU.
 
+pub mod assemble;
 pub mod attempt;
 pub mod context;
+pub mod cost;
 pub mod environment;
 pub mod evidence;
 pub mod finish;
@@ -16,6 +19,7 @@ pub mod judge;
 pub mod ledger;
 pub mod live;
 pub mod scenario;
+pub mod setup_log;
 
 pub use crate::config::{Keep, RunConfig};
 pub use context::Ctx;
@@ -23,8 +27,9 @@ pub use environment::RunEnv;
 pub use scenario::{Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, promise};
 
 use crate::pod::template::TemplateFile;
-use crate::report::{ScenarioReport, SetupLog, StepReport};
 use indicatif::MultiProgress;
+use kandev_report::{ScenarioReport, StepReport};
+use setup_log::SetupLog;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,14 +63,14 @@ pub struct Run {
     stop_reason: Mutex<Option<StopReason>>,
     cancel: tokio::sync::Notify,
     /// Every backend and node call of the run, by kind.
-    calls: crate::report::cost::CallMeter,
+    calls: cost::CallMeter,
     /// CPU readings at the start, for the report's cost.
-    cost_start: crate::report::cost::CostStart,
+    cost_start: cost::cpu::CostStart,
 }
 
 /// Where the engine's processes can be read: on this machine for the local backend.
-fn engine_host(config: &RunConfig) -> Option<crate::report::cost::EngineHost> {
-    (config.backend == crate::config::BackendKind::Local).then(|| crate::report::cost::EngineHost {
+fn engine_host(config: &RunConfig) -> Option<cost::cpu::EngineHost> {
+    (config.backend == crate::config::BackendKind::Local).then(|| cost::cpu::EngineHost {
         proc_root: "/proc".into(),
         cgroup_root: "/sys/fs/cgroup".into(),
     })
@@ -79,7 +84,7 @@ impl Run {
         prepare_text: String,
     ) -> Self {
         let started = Instant::now();
-        let cost_start = crate::report::cost::CostStart::now(engine_host(&config).as_ref());
+        let cost_start = cost::cpu::CostStart::now(engine_host(&config).as_ref());
         Self {
             id,
             config,

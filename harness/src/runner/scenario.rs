@@ -1,7 +1,7 @@
 //! What a scenario is, and how its body says that a promise broke.
 
-use crate::config::Capability;
 use crate::runner::context::Ctx;
+use kandev_report::Capability;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -66,7 +66,7 @@ pub enum Twin {
     Mirror(&'static str),
 }
 
-pub use crate::report::{CLUSTER_TWIN, CheckKind};
+pub use kandev_report::{CLUSTER_TWIN, CheckKind};
 
 impl Twin {
     /// The fixture's path under `fixtures/`, or `None` for an exemption or a mirror check.

@@ -2,7 +2,7 @@
 //! tears it down (LIFO) after the scenario body, whatever happened, recording each result.
 
 use crate::backend::{Backend, PodRef, WorkspaceRef};
-use crate::report::{CleanupOutcome, CleanupRecord};
+use kandev_report::{CleanupOutcome, CleanupRecord};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 pub mod cluster_double;
 pub mod engine;
 pub mod fake_apiserver;
-pub mod node;
 #[cfg(test)]
 mod import_circles;
+pub mod node;
 pub mod schemas;

@@ -10,10 +10,10 @@
 use crate::support::{
     build_workload, digest_text, or_unknown, probe_tag, require_success, workload_digest,
 };
-use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use kandev_harness::session::agent::AgentExec;
+use kandev_report::FindingLevel;
 use serde_json::json;
 use std::time::Duration;
 

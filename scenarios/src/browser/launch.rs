@@ -7,10 +7,10 @@
 //! folder, missing libraries), when the page's script does not run, or when the screenshot is
 //! missing, empty or the wrong size. A worker without a browser is `incompatible`.
 
-use kandev_harness::config::Capability;
-use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
+use kandev_report::Capability;
+use kandev_report::FindingLevel;
 use serde_json::json;
 use std::time::Duration;
 

@@ -15,13 +15,13 @@
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::backend::BackendKind;
-use kandev_harness::config::Capability;
 use kandev_harness::node::PodCgroupReading;
-use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
 };
 use kandev_harness::session::{Session, SessionOptions};
+use kandev_report::Capability;
+use kandev_report::FindingLevel;
 use serde_json::json;
 use std::time::Duration;
 

@@ -9,9 +9,9 @@
 //! objects behind.
 
 use crate::support::{build_workload, probe_tag, require_success, workload_digest};
-use kandev_harness::config::Capability;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
+use kandev_report::Capability;
 use serde_json::json;
 use std::time::Duration;
 

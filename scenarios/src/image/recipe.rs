@@ -13,9 +13,9 @@
 //! Image references immutable for release gating are `validate --for-release`'s and
 //! `run --gate release`'s (harness/src/pod/release.rs), not repeated here.
 
-use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
+use kandev_report::FindingLevel;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

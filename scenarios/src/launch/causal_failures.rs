@@ -11,10 +11,10 @@ use kandev_harness::backend::WorkspaceRef;
 use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::create_nonce;
 use kandev_harness::pod::template::WorkspaceMode;
-use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use kandev_harness::session::timing::{COMPLETED_RECORD, LaunchRecord, Outcome};
+use kandev_report::FindingLevel;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 

@@ -9,10 +9,10 @@
 //! whose identity does not match the record.
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
-use kandev_harness::config::Capability;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::{RecordMismatch, SessionOptions, terminal_cleanup};
+use kandev_report::Capability;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -7,11 +7,11 @@
 //! Can fail when the worker image lacks a tool, when a tool does not work for UID 1000, when
 //! the caches are not writable, or when a tool lives on a mounted path.
 
-use kandev_harness::report::FindingLevel;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
 };
 use kandev_harness::session::SessionOptions;
+use kandev_report::FindingLevel;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 
 use super::root;
 use kandev_harness::host::images::ImageSet;
-use kandev_harness::report::Report;
+use kandev_report::Report;
 use kandev_test_support::cluster_double;
 use std::path::{Path, PathBuf};
 

@@ -6,7 +6,7 @@
 
 pub mod kube;
 
-use kandev_harness::report::{Outcome, Report};
+use kandev_report::{Outcome, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,7 +1,9 @@
 //! Exit codes: what a run (or a report) means for CI and release gates, most severe first.
 //! The README's table lists the same codes.
 
-use super::{CleanupOutcome, Report};
+use crate::run::Report;
+use crate::scenario::CleanupOutcome;
+use serde_json::Value;
 
 /// Every selected scenario passed (or was skipped/incompatible with a reason).
 pub const SUCCESS: u8 = 0;
@@ -40,6 +42,17 @@ pub fn meaning(code: u8) -> &'static str {
     }
 }
 
+/// Whether the run was told to keep Pods (`--keep`), which excuses its leftovers: the exit
+/// code a report's own run ended with is `exit_code(report, kept(report))`.
+pub fn kept(report: &Report) -> bool {
+    report
+        .configuration
+        .settings
+        .get("keep")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k != "never")
+}
+
 /// The exit code a report maps to (most severe class first); `kept` excuses leftovers that
 /// `--keep` left on purpose.
 pub fn exit_code(report: &Report, kept: bool) -> u8 {
@@ -66,28 +79,17 @@ pub fn exit_code(report: &Report, kept: bool) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{SCHEMA_VERSION, Summary};
+    use crate::summary::Summary;
 
     fn report(summary: Summary, leftovers: &[&str], interrupted: bool) -> Report {
         Report {
-            schema_version: SCHEMA_VERSION,
             run_id: "r".into(),
             harness_version: "0".into(),
-            started_at: String::new(),
-            finished_at: String::new(),
-            duration_ms: 0,
             interrupted,
-            deadline_exceeded: false,
             backend: "local".into(),
-            gate: Default::default(),
-            environment: Default::default(),
-            configuration: Default::default(),
             summary,
-            setup: Vec::new(),
-            scenarios: Vec::new(),
             leftovers: leftovers.iter().map(|s| (*s).to_owned()).collect(),
-            teardown: Vec::new(),
-            cost: None,
+            ..Default::default()
         }
     }
 

@@ -1,139 +1,9 @@
-//! The gate vocabulary, one for the command line (`run --gate`, `--require`, `validate
-//! --for-release`, `gate`), the report and README: the capabilities a run needs to judge every
-//! scenario, the gate profiles, and the gate a run was judged by.
+//! What `kandev-acceptance gate` holds a report to, and every reason a report does not gate
+//! a release (the words, capabilities and profiles, are kandev-report's).
 
-use super::CheckKind;
-
-/// What a run needs to judge every scenario. Lacking one ends the scenarios that need it
-/// `skipped` (node view) or `incompatible` (worker tools) — unless the gate requires it: then
-/// they fail, naming what was missing.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum Capability {
-    /// The Docker CLI in the worker image (and a daemon it reaches).
-    Docker,
-    /// Docker Compose (v2 plugin or v1) in the worker image.
-    Compose,
-    /// A headless browser in the worker image.
-    Browser,
-    /// The node's processes and cgroups readable by the run (`cgroup::accounting`,
-    /// `lifecycle::teardown_exact`).
-    NodeView,
-}
-
-impl Capability {
-    pub const ALL: [Capability; 4] = [
-        Capability::Docker,
-        Capability::Compose,
-        Capability::Browser,
-        Capability::NodeView,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Capability::Docker => "docker",
-            Capability::Compose => "compose",
-            Capability::Browser => "browser",
-            Capability::NodeView => "node-view",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Capability> {
-        Capability::ALL
-            .into_iter()
-            .find(|c| c.name() == name.trim())
-    }
-}
-
-/// A gate profile: how strictly a run (or a report, `kandev-acceptance gate`) is judged.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum GateProfile {
-    /// Require what the template declares it serves, or `--require`.
-    #[default]
-    Default,
-    /// Release gating: every capability required, and every image reference immutable.
-    Release,
-}
-
-impl GateProfile {
-    pub fn name(self) -> &'static str {
-        match self {
-            GateProfile::Default => "default",
-            GateProfile::Release => "release",
-        }
-    }
-}
-
-/// The gate a run is judged by: its profile and the capabilities it requires (resolved from
-/// `--gate`, `--require` and the template's declaration).
-#[derive(
-    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-#[serde(deny_unknown_fields)]
-pub struct Gate {
-    pub profile: GateProfile,
-    /// Sorted, unique.
-    pub requires: Vec<Capability>,
-    /// Where `requires` came from: `release profile`, `--require`, `template annotation
-    /// acceptance.kandev.ai/serves`, or `nothing declared`.
-    pub source: String,
-}
-
-impl Gate {
-    pub fn requires(&self, capability: Capability) -> bool {
-        self.requires.contains(&capability)
-    }
-
-    /// Resolves the gate: the release profile requires everything; else `--require` (when
-    /// given) replaces what the template declares it serves.
-    pub fn resolve(
-        profile: GateProfile,
-        required: Option<&[Capability]>,
-        template_serves: &[Capability],
-    ) -> Gate {
-        let (mut requires, source) = match (profile, required) {
-            (GateProfile::Release, _) => (Capability::ALL.to_vec(), "release profile"),
-            (GateProfile::Default, Some(list)) => (list.to_vec(), "--require"),
-            (GateProfile::Default, None) if !template_serves.is_empty() => (
-                template_serves.to_vec(),
-                "template annotation acceptance.kandev.ai/serves",
-            ),
-            (GateProfile::Default, None) => (Vec::new(), "nothing declared"),
-        };
-        requires.sort();
-        requires.dedup();
-        Gate {
-            profile,
-            requires,
-            source: source.into(),
-        }
-    }
-}
+use kandev_report::{
+    Capability, CheckKind, CheckOutcome, CleanupOutcome, GateProfile, Outcome, Report, unix_ms,
+};
 
 /// What `kandev-acceptance gate` holds a report to: exactly these artefacts, this
 /// catalogue, these capabilities, this recent.
@@ -157,7 +27,7 @@ pub struct Expectations {
 /// Whether the image the report ran as `role` is exactly `expected` (`name@sha256:<digest>`):
 /// the same reference, or the digest as the reference's or as the engine's image id (images
 /// built locally have only the latter).
-fn same_image(report: &super::Report, role: &str, expected: &str) -> Result<(), String> {
+fn same_image(report: &Report, role: &str, expected: &str) -> Result<(), String> {
     let Some(image) = report.environment.images.iter().find(|i| i.role == role) else {
         return Err(format!("the report records no {role} image"));
     };
@@ -182,7 +52,7 @@ fn same_image(report: &super::Report, role: &str, expected: &str) -> Result<(), 
 
 /// What a passing gate says it proves, counted by kind from the catalogue and the report:
 /// "62 system checks (58 with a twin) and 10 mirror checks passed".
-pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
+pub fn passed_line(report: &Report, expect: &Expectations) -> String {
     let kinds = expect.catalogue.iter().flat_map(|(_, checks)| checks);
     let system = kinds
         .clone()
@@ -196,8 +66,7 @@ pub fn passed_line(report: &super::Report, expect: &Expectations) -> String {
 }
 
 /// Every reason `report` does not gate a release under `expect` (empty: it does).
-pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
-    use super::{CheckOutcome, Outcome};
+pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
     let mut reasons = Vec::new();
     if report.gate.profile != GateProfile::Release {
         reasons.push(format!(
@@ -261,7 +130,7 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
     for record in report
         .teardown
         .iter()
-        .filter(|r| r.outcome == super::CleanupOutcome::Failed)
+        .filter(|r| r.outcome == CleanupOutcome::Failed)
     {
         reasons.push(format!(
             "the run's teardown failed to remove {}: {}",
@@ -293,7 +162,7 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
         }
     }
     if let Some(max_age) = expect.max_age_ms {
-        match super::unix_ms(&report.finished_at) {
+        match unix_ms(&report.finished_at) {
             Some(finished) if expect.now_ms.saturating_sub(finished) <= max_age => {}
             Some(finished) => reasons.push(format!(
                 "the report is {} h old (finished {}); the limit is {} h",
@@ -314,39 +183,7 @@ pub fn refusals(report: &super::Report, expect: &Expectations) -> Vec<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_release_profile_requires_everything_and_require_replaces_the_template() {
-        let serves = [Capability::Browser, Capability::Docker, Capability::Docker];
-        let by_template = Gate::resolve(GateProfile::Default, None, &serves);
-        assert_eq!(
-            by_template.requires,
-            vec![Capability::Docker, Capability::Browser]
-        );
-        assert!(by_template.source.contains("acceptance.kandev.ai/serves"));
-        let by_flag = Gate::resolve(GateProfile::Default, Some(&[Capability::NodeView]), &serves);
-        assert_eq!(by_flag.requires, vec![Capability::NodeView]);
-        assert_eq!(by_flag.source, "--require");
-        let none = Gate::resolve(GateProfile::Default, Some(&[]), &serves);
-        assert!(none.requires.is_empty());
-        let release = Gate::resolve(GateProfile::Release, Some(&[]), &[]);
-        assert_eq!(release.requires, Capability::ALL.to_vec());
-        assert!(release.requires(Capability::NodeView));
-        assert_eq!(
-            Gate::resolve(GateProfile::Default, None, &[]).requires,
-            vec![]
-        );
-    }
-
-    #[test]
-    fn capability_names_round_trip() {
-        for capability in Capability::ALL {
-            assert_eq!(Capability::parse(capability.name()), Some(capability));
-        }
-        assert_eq!(Capability::parse(" node-view "), Some(Capability::NodeView));
-        assert_eq!(Capability::parse("gpu"), None);
-    }
-
-    fn report(outcome: &str, check: &str, lacking: Option<&str>) -> crate::report::Report {
+    fn report(outcome: &str, check: &str, lacking: Option<&str>) -> Report {
         let scenario = serde_json::json!({
             "name": "a::x", "promise": "p", "outcome": outcome, "diagnosis": "why",
             "checks": [{"id": "a::x/holds", "promise": "p", "outcome": check, "twin": "t"}],
@@ -385,7 +222,7 @@ mod tests {
                 "a::x".into(),
                 vec![("a::x/holds".into(), CheckKind::System)],
             )],
-            now_ms: crate::report::unix_ms("2026-11-30T10:30:00.000Z").unwrap_or_default(),
+            now_ms: unix_ms("2026-11-30T10:30:00.000Z").unwrap_or_default(),
         }
     }
 

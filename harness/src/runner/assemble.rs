@@ -1,8 +1,8 @@
 //! A run's report from its parts: the one place that fills in [`Report`].
 
-use super::{
-    CleanupRecord, Configuration, Environment, Report, SCHEMA_VERSION, ScenarioReport, StepReport,
-    Summary,
+use kandev_report::{
+    CleanupRecord, Configuration, Environment, Gate, Report, RunCost, SCHEMA_VERSION,
+    ScenarioReport, StepReport, Summary, rfc3339,
 };
 use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 pub struct RunParts {
     pub run_id: String,
     pub backend: String,
-    pub gate: super::gate::Gate,
+    pub gate: Gate,
     pub started_at: SystemTime,
     pub duration: Duration,
     pub interrupted: bool,
@@ -24,7 +24,7 @@ pub struct RunParts {
     pub scenarios: Vec<ScenarioReport>,
     pub leftovers: Vec<String>,
     pub teardown: Vec<CleanupRecord>,
-    pub cost: Option<super::cost::RunCost>,
+    pub cost: Option<RunCost>,
 }
 
 pub fn assemble(parts: RunParts) -> Report {
@@ -33,8 +33,8 @@ pub fn assemble(parts: RunParts) -> Report {
         schema_version: SCHEMA_VERSION,
         run_id: parts.run_id,
         harness_version: env!("CARGO_PKG_VERSION").into(),
-        started_at: super::rfc3339(parts.started_at),
-        finished_at: super::rfc3339(SystemTime::now()),
+        started_at: rfc3339(parts.started_at),
+        finished_at: rfc3339(SystemTime::now()),
         duration_ms: parts.duration.as_millis() as u64,
         interrupted: parts.interrupted,
         deadline_exceeded: parts.deadline_exceeded,

@@ -2,7 +2,7 @@
 //! `GITHUB_STEP_SUMMARY` names, and each failed check as an `::error` workflow command on
 //! stdout, which the runner shows as an annotation.
 
-use super::{CheckKind, CheckOutcome, Report, exit};
+use kandev_report::{CheckKind, CheckOutcome, Report, exit};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -30,7 +30,7 @@ fn cell(text: &str) -> String {
 pub fn markdown(report: &Report) -> String {
     let s = &report.summary;
     // As the run exited: Pods kept with --keep are not leftovers.
-    let code = exit::exit_code(report, super::html::kept(report));
+    let code = exit::exit_code(report, exit::kept(report));
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -213,8 +213,8 @@ pub fn publish_from_env(report: &Report) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Outcome;
-    use crate::report::html::tests::{report, scenario};
+    use crate::outputs::html::tests::{report, scenario};
+    use kandev_report::Outcome;
 
     #[test]
     fn the_summary_has_a_row_per_scenario_and_each_failure_with_its_check() {

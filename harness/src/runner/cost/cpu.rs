@@ -1,89 +1,8 @@
-//! What a run cost, beyond the work it asked for: the harness's own CPU, the engine's CPU
-//! (dockerd, containerd and the shims), the machine's busy CPU, and every call the harness
-//! made to the backend and the node view, by kind (count and time). Always recorded: a
-//! counter and a clock read per call.
-//!
-//! Calls are counted for the run and, through a task-local meter the runner sets around each
-//! scenario, for the scenario that made them (a call from a task a scenario spawned counts
-//! for the run only).
+//! CPU readings for the run's cost: this process's own CPU, the machine's busy CPU, and the
+//! engine's (dockerd, containerd and the shims), taken at the start of a run and at its end.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use kandev_report::{Calls, EngineCpu, RunCost};
 use std::time::Duration;
-
-/// Calls of one kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CallCost {
-    pub count: u64,
-    /// Wall time spent in them, summed (calls overlap).
-    pub total_ms: u64,
-}
-
-/// Calls by kind (`exec`, `port_exchange`, `create_pod`, `node_scan`, ...).
-pub type Calls = BTreeMap<String, CallCost>;
-
-/// CPU of the engine's own processes over the run.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EngineCpu {
-    pub cpu_ms: u64,
-    /// How it was measured: the engine's cgroups (exact, shims included), or its processes
-    /// (the shims of containers removed during the run are not counted).
-    pub method: String,
-}
-
-/// What the run cost.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunCost {
-    /// The harness process itself (user + system).
-    pub harness_cpu_ms: u64,
-    /// The engine on this machine (absent when the engine is elsewhere, e.g. a cluster).
-    pub engine: Option<EngineCpu>,
-    /// Machine-wide busy CPU on the harness's machine over the run (`/proc/stat`).
-    pub machine_busy_ms: Option<u64>,
-    /// Every call the harness made, by kind.
-    pub calls: Calls,
-}
-
-/// Counts calls by kind; cheap to clone, shared.
-#[derive(Clone, Default)]
-pub struct CallMeter(Arc<Mutex<Calls>>);
-
-impl CallMeter {
-    pub fn record(&self, kind: &str, took: Duration) {
-        let mut calls = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = calls.entry(kind.to_owned()).or_default();
-        entry.count += 1;
-        entry.total_ms += took.as_millis() as u64;
-    }
-
-    pub fn snapshot(&self) -> Calls {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-tokio::task_local! {
-    /// The meter of the scenario running in this task.
-    pub static SCENARIO_CALLS: CallMeter;
-}
-
-/// Records a call for the run (`run`) and for the scenario running in this task, if any.
-pub fn record(run: &CallMeter, kind: &str, took: Duration) {
-    run.record(kind, took);
-    let _ = SCENARIO_CALLS.try_with(|scenario| scenario.record(kind, took));
-}
-
-/// Times `call` and records it under `kind`.
-pub async fn metered<T>(run: &CallMeter, kind: &str, call: impl Future<Output = T>) -> T {
-    let started = std::time::Instant::now();
-    let out = call.await;
-    record(run, kind, started.elapsed());
-    out
-}
 
 /// This process's CPU (user + system) so far, from `/proc/self/stat`.
 pub fn own_cpu() -> Option<Duration> {
@@ -256,26 +175,6 @@ impl CostStart {
     }
 }
 
-/// One line for the console: `harness 2.1 s CPU, engine 24.3 s, machine 58.0 s busy; 131 exec, ...`.
-pub fn console_line(cost: &RunCost) -> String {
-    let s = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
-    let mut parts = vec![format!("harness {} CPU", s(cost.harness_cpu_ms))];
-    if let Some(engine) = &cost.engine {
-        parts.push(format!("engine {}", s(engine.cpu_ms)));
-    }
-    if let Some(busy) = cost.machine_busy_ms {
-        parts.push(format!("machine {} busy", s(busy)));
-    }
-    let mut calls: Vec<_> = cost.calls.iter().collect();
-    calls.sort_by_key(|(_, c)| std::cmp::Reverse(c.count));
-    let calls: Vec<String> = calls
-        .iter()
-        .take(6)
-        .map(|(kind, c)| format!("{} {kind}", c.count))
-        .collect();
-    format!("{}; calls: {}", parts.join(", "), calls.join(", "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,33 +195,6 @@ mod tests {
         assert_eq!(
             cpu_cgroup("0::/kandev-engine\n").as_deref(),
             Some("/kandev-engine")
-        );
-    }
-
-    #[test]
-    fn counts_calls_for_the_run_and_the_scenario() {
-        let run = CallMeter::default();
-        let scenario = CallMeter::default();
-        record(&run, "exec", Duration::from_millis(5));
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"))
-            .block_on(SCENARIO_CALLS.scope(scenario.clone(), async {
-                record(&run, "exec", Duration::from_millis(7));
-            }));
-        assert_eq!(
-            run.snapshot()["exec"],
-            CallCost {
-                count: 2,
-                total_ms: 12
-            }
-        );
-        assert_eq!(
-            scenario.snapshot()["exec"],
-            CallCost {
-                count: 1,
-                total_ms: 7
-            }
         );
     }
 }

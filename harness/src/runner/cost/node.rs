@@ -1,8 +1,8 @@
 //! A node view that counts and times every read it forwards, by kind, for the report's cost
 //! section: node scans (every process's command line, a cgroup tree) are the dearest reads.
 
-use super::{NodeProcess, NodeView, PodCgroupReading};
-use crate::report::cost::{CallMeter, metered};
+use super::{CallMeter, metered};
+use crate::node::{NodeProcess, NodeView, PodCgroupReading};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -7,10 +7,11 @@
 //! [`exit::REGRESSED`]. Slower durations and environment changes are reported, not judged:
 //! timings on shared CI machines are too noisy to fail a job on.
 
-use super::{CheckKind, CheckOutcome, CheckSummary, Outcome, Report, ScenarioReport, exit};
+pub mod text;
+
+use kandev_report::{CheckKind, CheckOutcome, CheckSummary, Outcome, Report, ScenarioReport, exit};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// A duration change is reported only beyond both of these: the larger of 2 s and 25 % of the
 /// old duration. 2 s: on the 2-core reference machine the same scenario's duration varies by
@@ -72,16 +73,6 @@ pub struct CheckChange {
     /// None: the check was not in that report (a new check, or a report from before checks).
     pub old: Option<CheckOutcome>,
     pub new: Option<CheckOutcome>,
-}
-
-/// "62 system checks, 58 with a twin; 10 mirror checks (62 and 10 passed)".
-fn kinds_passed(c: &CheckSummary) -> String {
-    format!(
-        "{} ({} and {} passed)",
-        c.kinds_line(),
-        c.system.passed,
-        c.mirror.passed
-    )
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -382,149 +373,12 @@ pub fn exit_code(diff: &Diff) -> u8 {
     }
 }
 
-fn outcome_text(outcome: Option<Outcome>) -> &'static str {
-    outcome.map(Outcome::as_str).unwrap_or("(not run)")
-}
-
-fn check_text(outcome: Option<CheckOutcome>) -> &'static str {
-    outcome.map(CheckOutcome::as_str).unwrap_or("(absent)")
-}
-
-/// The diff for people.
-pub fn human(diff: &Diff) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "report diff {} -> {}: {}",
-        diff.old_run,
-        diff.new_run,
-        if diff.regressed {
-            "REGRESSED"
-        } else {
-            "no regression"
-        }
-    );
-    let section = |out: &mut String, title: &str, lines: Vec<String>| {
-        if !lines.is_empty() {
-            let _ = writeln!(out, "{title} ({}):", lines.len());
-            for line in lines {
-                let _ = writeln!(out, "  {line}");
-            }
-        }
-    };
-    let outcome_lines = |changes: &[OutcomeChange]| {
-        changes
-            .iter()
-            .map(|c| {
-                let diagnosis = c
-                    .diagnosis
-                    .as_deref()
-                    .and_then(|d| d.lines().next())
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default();
-                format!(
-                    "{:<28} {} -> {}{diagnosis}",
-                    c.scenario,
-                    outcome_text(c.old),
-                    c.new.as_str()
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    section(
-        &mut out,
-        "newly failing",
-        outcome_lines(&diff.newly_failing),
-    );
-    section(&mut out, "fixed", outcome_lines(&diff.fixed));
-    section(
-        &mut out,
-        "flaky (passed only after a retry)",
-        diff.flaky.clone(),
-    );
-    section(
-        &mut out,
-        "other outcome changes",
-        outcome_lines(&diff.other_outcome_changes),
-    );
-    section(&mut out, "no longer run", diff.removed.clone());
-    // The checks by kind, when they differ: what each green proves.
-    if diff.old_checks != diff.new_checks {
-        let _ = writeln!(
-            out,
-            "checks: {} -> {}",
-            kinds_passed(&diff.old_checks),
-            kinds_passed(&diff.new_checks)
-        );
-    }
-    let change_line = |c: &CheckChange| {
-        let reclassified = c
-            .old_kind
-            .map(|k| format!(" (was a {} check)", k.as_str()))
-            .unwrap_or_default();
-        format!(
-            "{:<40} {} {} -> {}{reclassified}",
-            c.id,
-            c.kind.as_str(),
-            check_text(c.old),
-            check_text(c.new)
-        )
-    };
-    for (kind, title) in [
-        (CheckKind::System, "system checks whose outcome changed"),
-        (
-            CheckKind::Mirror,
-            "mirror checks (the harness's mirror of Kandev) whose outcome changed",
-        ),
-    ] {
-        section(
-            &mut out,
-            title,
-            diff.checks
-                .iter()
-                .filter(|c| c.kind == kind)
-                .map(change_line)
-                .collect(),
-        );
-    }
-    section(
-        &mut out,
-        "catalogue changes (not judged: checks only one harness has, or whose kind changed)",
-        diff.catalogue_changes.iter().map(change_line).collect(),
-    );
-    section(
-        &mut out,
-        &format!("durations changed beyond {}", diff.threshold),
-        diff.durations
-            .iter()
-            .map(|c| {
-                format!(
-                    "{:<44} {:.1} s -> {:.1} s ({:+.1} s, {})",
-                    c.what,
-                    c.old_ms as f64 / 1000.0,
-                    c.new_ms as f64 / 1000.0,
-                    c.delta_ms as f64 / 1000.0,
-                    if c.delta_ms > 0 { "slower" } else { "faster" }
-                )
-            })
-            .collect(),
-    );
-    section(
-        &mut out,
-        "environment changes",
-        diff.environment
-            .iter()
-            .map(|c| format!("{}: {} -> {}", c.what, c.old, c.new))
-            .collect(),
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::html::tests::{report, scenario};
-    use crate::report::{ImageRecord, TemplateRecord};
+    use crate::outputs::html::tests::{report, scenario};
+    use kandev_report::{ImageRecord, TemplateRecord};
+    use text::human;
 
     fn pair() -> (Report, Report) {
         let old = report(vec![
@@ -617,10 +471,10 @@ mod tests {
         let (mut old, mut new) = pair();
         // NEW's harness no longer has a::one/first and calls a::one/second a system check.
         old.scenarios[0].checks[1].kind = CheckKind::Mirror;
-        old.summary = crate::report::Summary::of(&old.scenarios);
+        old.summary = kandev_report::Summary::of(&old.scenarios);
         new.scenarios[0].checks.remove(0);
         new.scenarios[0].checks[0].kind = CheckKind::System;
-        new.summary = crate::report::Summary::of(&new.scenarios);
+        new.summary = kandev_report::Summary::of(&new.scenarios);
         let d = diff(&old, &new);
         assert!(!d.regressed, "{d:?}");
         assert!(d.checks.is_empty(), "{d:?}");
@@ -683,7 +537,7 @@ mod tests {
             id: Some("sha256:1".into()),
             built: false,
         });
-        new.gate.profile = crate::report::gate::GateProfile::Release;
+        new.gate.profile = kandev_report::GateProfile::Release;
         let d = diff(&old, &new);
         let what: Vec<_> = d.environment.iter().map(|c| c.what.as_str()).collect();
         assert_eq!(

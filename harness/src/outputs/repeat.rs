@@ -2,8 +2,7 @@
 //! rate of every scenario over those runs (`repeat-<first run id>/repeat.json`), so that a
 //! flaky promise shows as a rate rather than as a lucky green.
 
-use crate::report::exit;
-use crate::report::{Outcome, Report, Summary};
+use kandev_report::{Outcome, Report, Summary, exit};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -166,7 +165,7 @@ mod tests {
     }
 
     fn run(id: &str, outcomes: &[(&str, Outcome, bool)]) -> Report {
-        let scenarios: Vec<crate::report::ScenarioReport> = outcomes
+        let scenarios: Vec<kandev_report::ScenarioReport> = outcomes
             .iter()
             .map(|(name, outcome, flaky)| {
                 serde_json::from_value(serde_json::json!({

@@ -1,10 +1,10 @@
 //! A backend that counts and times every call it forwards, by kind, for the report's cost
-//! section (`report::cost`): what the harness asks of the engine or the cluster.
+//! section: what the harness asks of the engine or the cluster.
 
-use super::{
+use super::{CallMeter, metered};
+use crate::backend::{
     Backend, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result, WorkspaceRef,
 };
-use crate::report::cost::{CallMeter, metered};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;

@@ -1,0 +1,102 @@
+//! `report.json` on disk: written atomically, read (with what older reports lack filled in),
+//! and its JSON Schema.
+
+use crate::run::Report;
+use crate::summary::Summary;
+use serde_json::Value;
+use std::path::Path;
+
+/// The JSON Schema of [`Report`], as checked in at `reports/report.schema.json`.
+pub fn json_schema() -> Value {
+    serde_json::to_value(schemars::schema_for!(Report)).unwrap_or(Value::Null)
+}
+
+/// Writes the report atomically (temp file + rename) so readers never see half a file.
+pub fn write(report: &Report, path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, path)
+}
+
+pub fn read(path: &Path) -> anyhow::Result<Report> {
+    let text = std::fs::read(path)?;
+    let mut report: Report = serde_json::from_slice(&text)?;
+    // A report from before check kinds has no kind counts: its checks were read as system
+    // checks (the default), so count them so.
+    let c = &report.summary.checks;
+    if c.total > 0 && c.system.total + c.mirror.total == 0 {
+        report.summary.checks = Summary::of(&report.scenarios).checks;
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{CheckKind, CheckOutcome, CheckReport, ScenarioReport};
+
+    #[test]
+    fn a_report_from_before_check_kinds_counts_its_checks_as_system() {
+        let check = |id: &str, kind| CheckReport {
+            id: id.into(),
+            promise: "p".into(),
+            kind,
+            outcome: CheckOutcome::Passed,
+            twin: "fixtures/templates/broken/x.yaml".into(),
+        };
+        let scenarios = vec![ScenarioReport {
+            name: "a::x".into(),
+            checks: vec![
+                check("a::x/first", CheckKind::System),
+                check("a::x/second", CheckKind::Mirror),
+            ],
+            ..Default::default()
+        }];
+        let report = Report {
+            summary: Summary::of(&scenarios),
+            scenarios,
+            ..Default::default()
+        };
+        let mut old = serde_json::to_value(&report).unwrap();
+        for check in old["scenarios"][0]["checks"].as_array_mut().unwrap() {
+            check.as_object_mut().unwrap().remove("kind");
+        }
+        let summary = old["summary"]["checks"].as_object_mut().unwrap();
+        summary.remove("system");
+        summary.remove("mirror");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        std::fs::write(&path, serde_json::to_vec(&old).unwrap()).unwrap();
+        let read = read(&path).unwrap();
+        assert_eq!(read.summary.checks.system.total, 2);
+        assert_eq!(read.summary.checks.system.passed, 2);
+        assert_eq!(read.summary.checks.mirror.total, 0);
+    }
+
+    #[test]
+    fn checked_in_schema_matches_the_types() {
+        // `reports/` of the repository (`KANDEV_ACCEPTANCE_ROOT`, as the harness finds it).
+        let root = std::env::var_os("KANDEV_ACCEPTANCE_ROOT")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
+        let path = root.join("reports/report.schema.json");
+        let generated = json_schema();
+        if std::env::var_os("KANDEV_ACCEPTANCE_BLESS").is_some() {
+            let text = serde_json::to_string_pretty(&generated).unwrap_or_default() + "\n";
+            std::fs::write(&path, text).unwrap_or_default();
+        }
+        let checked_in: Value = std::fs::read(&path)
+            .ok()
+            .and_then(|t| serde_json::from_slice(&t).ok())
+            .unwrap_or(Value::Null);
+        assert!(
+            checked_in == generated,
+            "reports/report.schema.json drifted from the report types; regenerate it with \
+             KANDEV_ACCEPTANCE_BLESS=1 cargo test -p kandev-report checked_in_schema"
+        );
+    }
+}

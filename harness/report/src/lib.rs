@@ -1,0 +1,29 @@
+//! The report of a kandev-acceptance run, as a model and nothing else: typed, versioned JSON
+//! (`report.json`) whose JSON Schema is checked in under `reports/`, how it is read and
+//! written, the exit codes a report maps to, and the gate vocabulary.
+//!
+//! CI, operators and release gating read this file; `schema_version` changes whenever a
+//! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
+//! The harness writes reports and renders them; whatever only reads one (`gate`, `report
+//! diff`, a CI script) needs this crate alone.
+
+mod cost;
+pub mod exit;
+mod file;
+mod gate;
+mod run;
+mod scenario;
+mod summary;
+mod time;
+
+pub use cost::{CallCost, Calls, EngineCpu, ResourceUsage, RunCost};
+pub use file::{json_schema, read, write};
+pub use gate::{Capability, Gate, GateProfile};
+pub use run::{Configuration, Environment, ImageRecord, Report, SCHEMA_VERSION, TemplateRecord};
+pub use scenario::{
+    CLUSTER_TWIN, CheckKind, CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Finding,
+    FindingLevel, NestedInventory, Outcome, ScenarioReport, SessionRecord, StepOutcome, StepReport,
+    has_twin,
+};
+pub use summary::{CheckSummary, KindCount, Summary};
+pub use time::{Civil, rfc3339, unix_ms};

@@ -11,10 +11,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kandev_harness::backend::kube::{KubeBackend, ManagedPvc, compare_pvc};
 use kandev_harness::backend::{Backend, BackendError, PodRef};
-use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::pod::compose::{Arch, WorkspaceSource};
 use kandev_harness::pod::identity::{SessionIdentity, create_nonce};
 use kandev_harness::session::{RecordMismatch, RecordedSession, owned_labels, terminal_cleanup};
 use kandev_test_support::fake_apiserver;
+use kandev_test_support::pod::{TaskPod, task_pod};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,29 +23,11 @@ use std::time::Duration;
 const NS: &str = "kandev-acceptance-test";
 
 fn composed(identity: &SessionIdentity, claim: &str) -> Pod {
-    let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
-    let rendered = kandev_harness::pod::template::render(
-        &text,
-        "kandev-acceptance/worker:0",
-        "kandev-acceptance/daemon:0",
-    );
-    let template = kandev_harness::pod::template::parse(&rendered.text).unwrap();
-    let nonce = create_nonce();
-    let mut pod = compose_pod(&ComposeInput {
-        template: &template,
-        identity,
-        namespace: NS,
-        main_container: "kandev-agent",
-        arch: Arch::Amd64,
+    task_pod(TaskPod {
         workspace: WorkspaceSource::Claim(claim.into()),
-        create_nonce: &nonce,
+        ..TaskPod::new(NS, identity)
     })
-    .unwrap();
-    pod.metadata
-        .labels
-        .get_or_insert_default()
-        .extend(identity.harness_labels());
-    pod
+    .unwrap()
 }
 
 fn backend(client: kube::Client) -> KubeBackend {

@@ -21,11 +21,11 @@ use kandev_harness::backend::kube::cluster::{self, Cluster};
 use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
 use kandev_harness::backend::{Backend, ExecRequest, PodRef};
 use kandev_harness::host::images::ImageSet;
-use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
-use kandev_harness::pod::identity::{SessionIdentity, create_nonce, random_hex};
+use kandev_harness::pod::identity::{SessionIdentity, random_hex};
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_test_support::cluster_double::{self, KubeDouble};
 use kandev_test_support::engine::engine_double;
+use kandev_test_support::pod::{TaskPod, task_pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -256,29 +256,8 @@ async fn the_double_answers_with_kubernetes_status_codes_and_selectors() {
 /// A Pod composed from the default template as a session composes it (main container
 /// `kandev-agent`), in `namespace`.
 fn composed(namespace: &str, session: &str) -> Pod {
-    let text = std::fs::read_to_string(kandev_harness::paths::default_template()).unwrap();
-    let rendered = kandev_harness::pod::template::render(
-        &text,
-        "kandev-acceptance/worker:0",
-        "kandev-acceptance/daemon:0",
-    );
-    let template = kandev_harness::pod::template::parse(&rendered.text).unwrap();
     let identity = SessionIdentity::new("20261130t000000-abcdef", session, 1);
-    let mut pod = compose_pod(&ComposeInput {
-        template: &template,
-        identity: &identity,
-        namespace,
-        main_container: "kandev-agent",
-        arch: Arch::Amd64,
-        workspace: WorkspaceSource::EmptyDir,
-        create_nonce: &create_nonce(),
-    })
-    .unwrap();
-    pod.metadata
-        .labels
-        .get_or_insert_default()
-        .extend(identity.harness_labels());
-    pod
+    task_pod(TaskPod::new(namespace, &identity)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,3 +77,22 @@ fn each_layer_uses_only_the_layers_before_it() {
         violations.join("\n")
     );
 }
+
+/// No two modules of the library (or of the report crate) use each other, directly or round a
+/// loop: splitting a file must not leave its halves calling each other. A folder's `mod.rs`
+/// and its own children are exempt (`Kinship::Ignored`): the parent holds the trait or types
+/// the children implement and dispatches to them.
+#[test]
+fn no_two_modules_use_each_other_round_a_loop() {
+    use kandev_test_support::import_circles::{Kinship, circles};
+    let harness = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for src in [harness.join("src"), harness.join("report/src")] {
+        let found = circles(&src, Kinship::Ignored);
+        assert!(
+            found.is_empty(),
+            "modules of {} that use each other:\n{}",
+            src.display(),
+            found.join("\n")
+        );
+    }
+}

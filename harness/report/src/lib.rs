@@ -4,8 +4,9 @@
 //!
 //! CI, operators and release gating read this file; `schema_version` changes whenever a
 //! field changes meaning. Readers in this repository deserialize with `deny_unknown_fields`.
-//! The harness writes reports and renders them; whatever only reads one (`gate`, `report
-//! diff`, a CI script) needs this crate alone.
+//! The harness writes reports and renders them (`harness/src/outputs/`, where `gate`,
+//! `report diff` and `--repeat` read them too); a CI script or release tool that only reads a
+//! report needs this crate alone.
 
 mod cost;
 pub mod exit;

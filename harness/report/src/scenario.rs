@@ -262,14 +262,15 @@ pub struct CleanupRecord {
     pub error: Option<String>,
 }
 
-/// A scenario that passed on its one attempt and recorded nothing: a base for
-/// `ScenarioReport { name, outcome, .., ..Default::default() }`.
+/// A scenario judged nothing on its one attempt and recorded nothing: a base for
+/// `ScenarioReport { name, outcome, .., ..Default::default() }`. Its outcome is `Errored`,
+/// so a report that forgets to say how its scenario ended fails rather than passes.
 impl Default for ScenarioReport {
     fn default() -> Self {
         Self {
             name: String::new(),
             promise: String::new(),
-            outcome: Outcome::Passed,
+            outcome: Outcome::Errored,
             diagnosis: None,
             checks: Vec::new(),
             lacking: None,

@@ -227,23 +227,9 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
         name: scenario.name.into(),
         promise: scenario.promise.into(),
         outcome: Outcome::Errored,
-        diagnosis: None,
         checks: not_reached(scenario),
-        lacking: None,
         started_at: kandev_report::rfc3339(SystemTime::now()),
-        duration_ms: 0,
-        steps: Vec::new(),
-        findings: Vec::new(),
-        sessions: Vec::new(),
-        cleanup: Vec::new(),
-        resources: None,
-        calls: Default::default(),
-        artifacts: Vec::new(),
-        attempts: 1,
-        flaky: false,
-        previous_attempts: Vec::new(),
-        nested_inventory: Vec::new(),
-        leaks: Vec::new(),
+        ..Default::default()
     }
 }
 

@@ -3,8 +3,8 @@
 //! backend it is.
 
 use super::Run;
-use super::cost::backend::Metered;
-use super::cost::node::MeteredNode;
+use super::cost::metered_backend::MeteredBackend;
+use super::cost::metered_node::MeteredNode;
 use crate::backend::{Backend, PrepareInput, RunTeardown};
 use crate::host::HostEngine;
 use crate::host::images::ImageSet;
@@ -93,7 +93,7 @@ impl Run {
         let config = &self.config;
         // Every call the scenarios make goes through the meter (the report's cost).
         let backend: Arc<dyn Backend> =
-            Arc::new(Metered::new(prepared.backend, self.calls.clone()));
+            Arc::new(MeteredBackend::new(prepared.backend, self.calls.clone()));
         let launch = LaunchSettings {
             backend: backend.clone(),
             namespace: prepared.namespace,

@@ -4,22 +4,24 @@
 //! Rooms: [`environment`] prepares what every scenario shares (once, lazily, so `--list` and
 //! filtered-out runs touch nothing); [`attempt`] runs one scenario to its report, teardown
 //! and leak ledger included; [`judge`] classifies how its body ended, once, and states that
-//! as its outcome; [`context`] is the scenario API; [`evidence`] collects what a scenario that
-//! did not pass leaves for people to read; [`finish`] assembles the report; [`cost`] meters
-//! the run's calls and CPU.
+//! as its outcome; [`scenario`] and [`context`] are the scenario API; [`evidence`] collects
+//! what a scenario that did not pass leaves for people to read; [`ledger`] finds what a
+//! scenario left behind; [`live`] is the console's view of a run; [`setup_log`] records the
+//! run's set-up steps; [`cost`] meters the run's calls and CPU; [`finish`] tears down and
+//! [`assemble`] builds the report from the run's parts.
 
-pub mod assemble;
+pub(crate) mod assemble;
 pub mod attempt;
 pub mod context;
 pub mod cost;
 pub mod environment;
 pub mod evidence;
 pub mod finish;
-pub mod judge;
+pub(crate) mod judge;
 pub mod ledger;
 pub mod live;
 pub mod scenario;
-pub mod setup_log;
+pub(crate) mod setup_log;
 
 pub use crate::config::{Keep, RunConfig};
 pub use context::Ctx;

@@ -12,6 +12,9 @@ use std::time::Duration;
 /// The commands' wire types, re-exported where scenarios reach them.
 pub use kandev_agent_wire::{AgentExec, AgentExecResult, CONTROL_PORT, FileDigest};
 
+// The port the mock agent listens on is the one Kandev reserves for agentctl.
+const _: () = assert!(CONTROL_PORT as i32 == crate::pod::template::AGENTCTL_PORT);
+
 /// A connection to one Pod's mock agent.
 #[derive(Clone)]
 pub struct AgentClient {

@@ -132,11 +132,14 @@ impl Session {
             .reauthorized(format!("{}/auth.env", self.home()), "reconnect")
             .await?;
         let instances = client.instances().await.context("reconnect: instances")?;
-        let instances: InstanceList =
-            serde_json::from_value(instances).context("reconnect: decode the instances")?;
-        let lost = self
-            .instance
-            .take_if(|id| !instances.instances.iter().any(|i| &i.id == id && i.running));
+        // An answer that does not read as a list of instances leaves the instance lost (Kandev
+        // starts a new one), as an empty list does.
+        let listed = serde_json::from_value::<InstanceList>(instances).ok();
+        let lost = self.instance.take_if(|id| {
+            !listed
+                .as_ref()
+                .is_some_and(|l| l.instances.iter().any(|i| &i.id == id && i.running))
+        });
         self.agent = Some(client);
         Ok(Reconnected {
             health,

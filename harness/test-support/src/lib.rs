@@ -3,7 +3,8 @@
 //! a wire-level cluster double (HTTPS, kubeconfig, websocket exec and port-forward), the
 //! engine tests' starting point (the fixture images on this host's engine), and validation of
 //! the harness's outputs against the formats' own schemas (vendored in `schemas/` beside this
-//! crate's manifest).
+//! crate's manifest), fixture Kind nodes (`node`: cgroup trees and `/proc` texts as real nodes
+//! have them) and the import-circle check the crates' module graphs are held to.
 
 // Test support: failing loudly with unwrap/panic is the point here, as in the tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -11,7 +12,7 @@
 pub mod cluster_double;
 pub mod engine;
 pub mod fake_apiserver;
-#[cfg(test)]
-mod import_circles;
+pub mod import_circles;
 pub mod node;
+pub mod pod;
 pub mod schemas;

@@ -5,7 +5,7 @@
 //! created): that refusal is this check failing, and its twin
 //! (`fixtures/templates/broken/main-command-overridden.yaml`) is expected refused so. Each
 //! upstream rejection case (AC-001.2), applied to the fixture template, is a unit test below:
-//! only the rules themselves (Kandev's validator, mirrored in `harness/src/pod/template.rs`)
+//! only the rules themselves (Kandev's validator, mirrored in `harness/src/pod/template/rules.rs`)
 //! decide those, so they are no check of the system.
 
 use kandev_harness::pod::template::{self, RuleOptions, Severity};

@@ -109,7 +109,7 @@ impl PodStreams {
     }
 
     /// The Pod's port-forward tunnel: the mock agent's `tunnel` in the infra container, its
-    /// stdin and stdout carrying framed connections (see `tunnel.rs`).
+    /// stdin and stdout carrying framed connections (`kandev_agent_wire::tunnel`'s frames; `tunnel.rs`).
     pub(super) async fn tunnel(&self, pod: &PodRef) -> Result<Attached> {
         let name = verified_container(&self.docker, pod, "infra").await?;
         let argv = vec![BRIDGE.to_owned(), "tunnel".to_owned()];

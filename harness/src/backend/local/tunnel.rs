@@ -5,8 +5,8 @@
 //! a shim and several API calls each time (most of the harness's engine overhead).
 //!
 //! Frames as `kandev_agent_wire::tunnel` defines them (shared with the mock agent). A tunnel
-//! that ends (its Pod gone, the infra container
-//! restarted) fails the exchanges it carried and is replaced on the next one.
+//! that ends (its Pod gone, the infra container restarted) fails the exchanges it carried and
+//! is replaced on the next one.
 
 use super::attach::{Attached, Output, PodStreams};
 use crate::backend::{BackendError, PodRef, Result};

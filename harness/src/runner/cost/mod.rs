@@ -1,15 +1,16 @@
 //! What a run costs, measured as it goes: every call the harness makes to the backend and
 //! the node view, counted and timed by kind (always recorded: a counter and a clock read per
-//! call). [`cpu`] reads the harness's, the engine's and the machine's CPU; [`backend`] and
-//! [`node`] wrap the run's backend and node view so that every call they forward is metered.
+//! call). [`cpu`] reads the harness's, the engine's and the machine's CPU;
+//! [`metered_backend`] and [`metered_node`] wrap the run's backend and node view so that every
+//! call they forward is metered.
 //!
 //! Calls are counted for the run and, through a task-local meter the runner sets around each
 //! scenario, for the scenario that made them (a call from a task a scenario spawned counts
 //! for the run only).
 
-pub mod backend;
 pub mod cpu;
-pub mod node;
+pub mod metered_backend;
+pub mod metered_node;
 
 use kandev_report::Calls;
 use std::sync::{Arc, Mutex};

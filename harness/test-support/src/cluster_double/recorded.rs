@@ -201,24 +201,20 @@ pub fn composed_task_pod(
     worker_image: &str,
     daemon_image: &str,
 ) -> anyhow::Result<Value> {
-    use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
-    use kandev_harness::pod::identity::{SessionIdentity, create_nonce};
-    let text = std::fs::read_to_string(kandev_harness::paths::default_template())?;
-    let rendered = kandev_harness::pod::template::render(&text, worker_image, daemon_image);
-    let template = kandev_harness::pod::template::parse(&rendered.text)
-        .map_err(|e| anyhow::anyhow!("the default template: {e:?}"))?;
+    use crate::pod::{TaskPod, task_pod};
+    use kandev_harness::pod::compose::{Arch, WorkspaceSource};
+    use kandev_harness::pod::identity::SessionIdentity;
     let identity = SessionIdentity::new("20260101t000000-record", "record::task_pod", 1);
-    let pod = compose_pod(&ComposeInput {
-        template: &template,
-        identity: &identity,
-        namespace,
-        main_container: "kandev-agent",
+    let pod = task_pod(TaskPod {
         arch: Arch::of_this_machine(),
         workspace: match claim {
             Some(claim) => WorkspaceSource::Claim(claim.to_owned()),
             None => WorkspaceSource::EmptyDir,
         },
-        create_nonce: &create_nonce(),
+        worker_image,
+        daemon_image,
+        harness_labels: false,
+        ..TaskPod::new(namespace, &identity)
     })?;
     let mut pod = serde_json::to_value(pod)?;
     pod["apiVersion"] = json!("v1");

@@ -11,19 +11,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub struct Metered {
+pub struct MeteredBackend {
     inner: Arc<dyn Backend>,
     meter: CallMeter,
 }
 
-impl Metered {
+impl MeteredBackend {
     pub fn new(inner: Arc<dyn Backend>, meter: CallMeter) -> Self {
         Self { inner, meter }
     }
 }
 
 #[async_trait]
-impl Backend for Metered {
+impl Backend for MeteredBackend {
     fn name(&self) -> &'static str {
         self.inner.name()
     }

@@ -3,12 +3,12 @@
 //!
 //! Rooms: [`environment`] prepares what every scenario shares (once, lazily, so `--list` and
 //! filtered-out runs touch nothing); [`attempt`] runs one scenario to its report, teardown
-//! and leak ledger included; [`judge`] classifies how its body ended, once, and states that
+//! and leak ledger included; `judge` classifies how its body ended, once, and states that
 //! as its outcome; [`scenario`] and [`context`] are the scenario API; [`evidence`] collects
 //! what a scenario that did not pass leaves for people to read; [`ledger`] finds what a
-//! scenario left behind; [`live`] is the console's view of a run; [`setup_log`] records the
+//! scenario left behind; [`live`] is the console's view of a run; `setup_log` records the
 //! run's set-up steps; [`cost`] meters the run's calls and CPU; [`finish`] tears down and
-//! [`assemble`] builds the report from the run's parts.
+//! `assemble` builds the report from the run's parts.
 
 pub(crate) mod assemble;
 pub mod attempt;

@@ -34,4 +34,11 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# The tests' build (target/, ~3 GB) and the engine's images and Pods (/var/lib/docker, ~8 GB)
+# need room; a full disk shows up much later as a linker's bus error. Say so first.
+free_gb=$(df -P -BG . | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+if [ "${free_gb:-0}" -lt 12 ]; then
+  log "warning: ${free_gb} GB free on $(df -P . | awk 'NR == 2 { print $6 }'); the tests need about 12 GB (target/ and /var/lib/docker): free some space, or expect 'No space left on device'"
+fi
+
 exec bash harness/scripts/ensure-engine.sh

@@ -93,10 +93,20 @@ impl LocalObjects {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) => {
+                    let source = if e.to_string().contains("volume has active mounts") {
+                        // The engine keeps a mount count it never drops for a container that
+                        // its own restart policy started after an engine restart
+                        // (docker/for-linux#404); only a new engine process forgets it.
+                        anyhow::anyhow!(
+                            "{e}\n  cause: the engine still counts a mount of a container already removed (a container restarted by the engine after an engine restart keeps its volumes counted: docker/for-linux#404)\n  fix: restart the engine (stop dockerd, then harness/scripts/ensure-engine.sh) and run `kandev-acceptance gc` again"
+                        )
+                    } else {
+                        e.into()
+                    };
                     return Err(BackendError::Delete {
                         what: "volume",
                         name: name.into(),
-                        source: e.into(),
+                        source,
                     });
                 }
             }
@@ -288,6 +298,71 @@ impl LocalObjects {
             }
             removed.push(format!("volume/{}", v.name));
         }
+        if selector.iter().all(|(k, _)| *k == LABEL_MANAGED) {
+            removed.extend(self.remove_unlabelled_pod_volumes(dry_run).await?);
+        }
         Ok(removed)
+    }
+
+    /// Volumes no container uses, without labels, named as a task Pod's emptyDir
+    /// (`kandev-<16 hex>-<volume>`). The engine makes such a volume when a container that its
+    /// restart policy starts (after an engine restart) mounts an emptyDir the killed run had
+    /// already removed: the engine recreates it by name, without the Pod's labels.
+    async fn remove_unlabelled_pod_volumes(&self, dry_run: bool) -> Result<Vec<String>> {
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&HashMap::from([("dangling", vec!["true"])]))
+            .build();
+        let list = self
+            .docker
+            .list_volumes(Some(options))
+            .await
+            .map_err(|e| other("list unused volumes", e))?;
+        let mut removed = Vec::new();
+        for v in list.volumes.unwrap_or_default() {
+            if !v.labels.is_empty() || !is_task_pod_volume_name(&v.name) {
+                continue;
+            }
+            if !dry_run {
+                self.remove_volume(&v.name).await?;
+            }
+            removed.push(format!("volume/{}", v.name));
+        }
+        Ok(removed)
+    }
+}
+
+/// `kandev-<16 lowercase hex>-<volume name>`: a task Pod's name (Kandev's `kandev-` and 16 hex
+/// digits) and one of its volumes.
+fn is_task_pod_volume_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("kandev-") else {
+        return false;
+    };
+    let (hex, volume) = rest.split_at_checked(16).unwrap_or(("", ""));
+    hex.len() == 16
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && volume.len() > 1
+        && volume.starts_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_task_pod_volume_name;
+
+    #[test]
+    fn task_pod_volume_names_are_told_from_others() {
+        assert!(is_task_pod_volume_name(
+            "kandev-e71cd370b2d324fe-docker-socket"
+        ));
+        assert!(!is_task_pod_volume_name(
+            "kandev-e71cd370b2d324f-docker-socket"
+        ));
+        assert!(!is_task_pod_volume_name(
+            "kandev-E71CD370B2D324FE-workspace"
+        ));
+        assert!(!is_task_pod_volume_name("kandev-e71cd370b2d324fe-"));
+        assert!(!is_task_pod_volume_name("kandev-acceptance-shared"));
+        assert!(!is_task_pod_volume_name("postgres-data"));
     }
 }

@@ -7,7 +7,8 @@
 # Usage: hand-run-baseline.sh WORKER_IMAGE DAEMON_IMAGE MOCK_AGENT_BINARY
 #   Environment (defaults = the catalogue's defaults; bench-catalogue.sh passes the run's):
 #   POD_MTU (1450), DOCKER_READY_TIMEOUT_SECONDS (60), REQUIRED_TOOLS ("git python-venv c node
-#   docker compose"), OPTIONAL_TOOLS ("buildx go rust pnpm"), PREPARE_SCRIPT (the fixture's).
+#   pnpm go rust docker buildx compose playwright"), OPTIONAL_TOOLS ("golangci-lint"),
+#   PREPARE_SCRIPT (the fixture's).
 #
 # THE SAME AS THE CATALOGUE
 # - 22 sessions, as the 14 Pod scenarios make them (template::grant_rules makes none), plus
@@ -95,8 +96,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 PREPARE_SCRIPT=${PREPARE_SCRIPT:-$here/../../fixtures/prepare/full-worker-prepare.sh}
 POD_MTU=${POD_MTU:-1450}
 READY_TIMEOUT=${DOCKER_READY_TIMEOUT_SECONDS:-60}
-REQUIRED_TOOLS=${REQUIRED_TOOLS:-git python-venv c node docker compose}
-OPTIONAL_TOOLS=${OPTIONAL_TOOLS:-buildx go rust pnpm}
+REQUIRED_TOOLS=${REQUIRED_TOOLS:-git python-venv c node pnpm go rust docker buildx compose playwright}
+OPTIONAL_TOOLS=${OPTIONAL_TOOLS:-golangci-lint}
 [ -f "$A" ] || { echo "hand-run-baseline: no mock agent binary at $A" >&2; exit 2; }
 [ -f "$PREPARE_SCRIPT" ] || { echo "hand-run-baseline: no prepare script at $PREPARE_SCRIPT" >&2; exit 2; }
 docker image inspect "$W" "$D" >/dev/null || { echo "hand-run-baseline: build the images first (a catalogue run does)" >&2; exit 2; }
@@ -328,8 +329,8 @@ mkdir -p $dir && /opt/kandev/agentctl write $dir/in.bin 2097152 7
 docker run --rm --network none -v $dir:/data $t digest /data/in.bin
 docker run --rm --network none -v $dir:/data $t write /data/out.bin 1048576 99
 sha256sum $dir/out.bin; [ "$(stat -c %u $dir/out.bin)" = 1000 ] || rm $dir/out.bin
-mkdir -p "$HOME/bind-probe" && /opt/kandev/agentctl write "$HOME/bind-probe/private.bin" 4096 3
-docker run --rm --network none -v "$HOME/bind-probe:/data" $t digest /data/private.bin || true' >>"$OUT" 2>&1
+mkdir -p "$HOME/bind-probe" && /opt/kandev/agentctl write "$HOME/bind-probe/private.bin" 4096 3 && physical=$(cd "$HOME" && pwd -P)
+docker run --rm --network none -v "$physical/bind-probe:/data" $t digest /data/private.bin || true' >>"$OUT" 2>&1
 
 teardown "$s"
 
@@ -429,8 +430,10 @@ daemon_id "$s"
 teardown "$s"
 
 # --- worker::toolchain: each required and optional tool's version and job -------------------
-# The tools' versions and jobs, verbatim from scenarios/src/worker/toolchain.rs.
-tool_script() {
+# tool NAME: the tool's binary, version command and job in tool_bin, tool_version, tool_job,
+# verbatim from scenarios/src/worker/toolchain.rs.
+tool_bin='' tool_version='' tool_job=''
+tool() {
   local bin version job
   case $1 in
     git) bin=git version='git --version'
@@ -450,10 +453,20 @@ tool_script() {
       job='cd $W && printf '\''package main\nimport "fmt"\nfunc main(){fmt.Println("hello-go")}\n'\'' > m.go && go run m.go | grep -qx hello-go && echo ok' ;;
     rust) bin=cargo version='cargo --version'
       job='cd $W && cargo new -q --offline t && cd t && cargo run -q --offline | grep -qx '\''Hello, world!'\'' && echo ok' ;;
-    pnpm) bin=pnpm version='pnpm --version' job='pnpm store path >/dev/null && echo ok' ;;
+    pnpm) bin=pnpm version='pnpm --version'
+      job='cd $W && printf '\''{"name":"t","version":"1.0.0","private":true,"scripts":{"test":"node t.js"}}\n'\'' > package.json && echo '\''console.log(6 * 7)'\'' > t.js && npm_config_update_notifier=false pnpm test | grep -qx 42 && echo ok' ;;
+    playwright) bin=node version='node -p '\''require("playwright-core/package.json").version'\'
+      job='cd $W && printf '\''<p id=p>a</p><script>document.getElementById("p").textContent="b"</script>'\'' > p.html && printf '\''const {chromium}=require("playwright-core");(async()=>{const b=await chromium.launch({executablePath:process.env.FULL_WORKER_BROWSER||"/usr/bin/chromium",args:["--no-sandbox"]});const p=await b.newPage();await p.goto("file://"+process.argv[2]);console.log(await p.textContent("#p"));await b.close()})().catch(e=>{console.error(e);process.exit(1)})'\'' > b.js && test "$(timeout 90 node b.js $W/p.html)" = b && echo ok' ;;
+    golangci-lint) bin=golangci-lint version='golangci-lint version'
+      job='golangci-lint version | grep -q '\''version 2\.'\'' && cd $W && printf '\''module t\n\ngo 1.24\n'\'' > go.mod && printf '\''package t\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n'\'' > t.go && golangci-lint run ./... && echo ok' ;;
     *) echo "hand-run-baseline: unknown tool $1" >&2; return 1 ;;
   esac
-  echo "( export npm_config_cache=/workspace/.cache/npm PIP_CACHE_DIR=/workspace/.cache/pip GOCACHE=/workspace/.cache/go-build GOMODCACHE=/workspace/.cache/go-mod CARGO_HOME=/workspace/.cache/cargo PNPM_HOME=/workspace/.pnpm npm_config_store_dir=/workspace/.pnpm-store; p=\$(command -v $bin) || { echo missing; exit 0; }; v=\$($version 2>&1) || { echo missing; exit 0; }; echo \"path \$p\"; echo \"version \$(echo \"\$v\" | head -n1)\"; W=\$(mktemp -d /workspace/.kandev-acceptance-tool-XXXXXX); export W; ( $job ) 2>&1 | tail -n 5; rm -rf \"\$W\" )"
+  tool_bin=$bin tool_version=$version tool_job=$job
+}
+# tool_script NAME: the scenario's script for one tool (run in a subshell of the one exec).
+tool_script() {
+  tool "$1" || return 1
+  echo "( export npm_config_cache=/workspace/.cache/npm PIP_CACHE_DIR=/workspace/.cache/pip GOCACHE=/workspace/.cache/go-build GOMODCACHE=/workspace/.cache/go-mod CARGO_HOME=/workspace/.cache/cargo PNPM_HOME=/workspace/.pnpm npm_config_store_dir=/workspace/.pnpm-store; p=\$(command -v $tool_bin) || { echo missing; exit 0; }; v=\$($tool_version 2>&1) || { echo missing; exit 0; }; echo \"path \$p\"; echo \"version \$(echo \"\$v\" | head -n1)\"; W=\$(mktemp -d /workspace/.kandev-acceptance-tool-XXXXXX); export W; ( $tool_job ) 2>&1 | tail -n 5; rm -rf \"\$W\" )"
 }
 session s
 tool_jobs=""

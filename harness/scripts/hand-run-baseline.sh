@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
 # The nested work of one catalogue run (`kandev-acceptance run`, local backend, default
-# settings), done by hand: serially, in one shell, with the plain docker CLI, no harness and no
-# checks. It is the yardstick of the harness's own overhead (harness/scripts/bench-catalogue.sh
-# runs both alternately), so it does what runs inside the catalogue's Pods, and only that.
+# settings, all 21 scenarios), done by hand: serially, in one shell, with the plain docker CLI,
+# no harness and no checks. It is the yardstick of the harness's own overhead
+# (harness/scripts/bench-catalogue.sh runs both alternately), so it does what runs inside the
+# catalogue's Pods, and only that.
 #
 # Usage: hand-run-baseline.sh WORKER_IMAGE DAEMON_IMAGE MOCK_AGENT_BINARY
+#        hand-run-baseline.sh --scenarios   (the catalogue's scenarios it does, one a line)
 #   Environment (defaults = the catalogue's defaults; bench-catalogue.sh passes the run's):
 #   POD_MTU (1450), DOCKER_READY_TIMEOUT_SECONDS (60), REQUIRED_TOOLS ("git python-venv c node
-#   docker compose"), OPTIONAL_TOOLS ("buildx go rust pnpm"), PREPARE_SCRIPT (the fixture's).
+#   pnpm go rust docker buildx compose playwright"), OPTIONAL_TOOLS ("golangci-lint"),
+#   PREPARE_SCRIPT (the fixture's).
 #
 # THE SAME AS THE CATALOGUE
-# - 22 sessions, as the 14 Pod scenarios make them (template::grant_rules makes none), plus
-#   network::mtu's HTTPS peer: 23 Pods. (The report's resources.pods, 20, counts only the Pods
-#   still there at each scenario's teardown: not the replaced Pods of stop_retains and
-#   replacement_snapshot nor teardown_exact's owned one.) 19 are launched (bootstrap +
-#   prepare), 1 is prepared without a daemon (docker_gate), 2 are only created (teardown_exact's
-#   look-alikes, emptyDir workspace). replacement_snapshot's Pods carry its third container
-#   (the observer companion).
+# - 27 Pods of sessions, as the 19 Pod scenarios make them (template::grant_rules and
+#   launch::causal_failures make none), plus network::mtu's HTTPS peer: 28 Pods; 29 sessions
+#   (lifecycle::task_sessions' two further sessions join its Pod). The report's
+#   summary.resources.pods, 24, counts only the Pods still there at each scenario's teardown:
+#   not the replaced Pods of stop_retains and replacement_snapshot, teardown_exact's owned
+#   one, nor task_sessions' Pod, which its terminal cleanup deletes. 24 are launched (bootstrap
+#   + prepare), 1 is prepared without a daemon (docker_gate), 2 are only created
+#   (teardown_exact's look-alikes, emptyDir workspace). replacement_snapshot's Pods carry its
+#   third container (the observer companion).
+# - launch::causal_failures' three impossible launches create nothing on the local engine, here
+#   as there: the absent image (`registry.invalid/...`) and the missing claim are looked up
+#   (`docker image inspect`, `docker volume inspect`; both fail, nothing is pulled) and the
+#   unsatisfiable nodeSelector is refused before any engine call; the restricted identity does
+#   not apply locally (no RBAC).
 # - Each Pod as the rendered fixtures/templates/full-worker.yaml composes it: kandev-agent
 #   (worker image, UID/GID 1000, fsGroup 1000, cap-drop ALL, no-new-privileges, default
 #   seccomp, memory 4Gi = swap, 2 CPUs, cpu-shares 256, restart always, workdir /workspace,
@@ -34,60 +44,110 @@
 #   3 docker info` once a second; git config; the caches); then auth.env is reduced and the
 #   prepared/start markers written, so agentctl starts. The absent-daemon Pod (daemon command
 #   `exec sleep 3600`, DOCKER_READY_TIMEOUT_SECONDS=2) runs the gate until it gives up.
+#   image::recipe's Pod is created first, its repository bundle made in kandev-agent, then
+#   bootstrapped with KANDEV_REPOSITORY_BUNDLE in the profile environment (both auth.env
+#   files), so its prepare clones the bundle into /workspace before the caches.
+#   task_sessions' two joining sessions: one exec each writes the session's auth.env into its
+#   own home (`put`), no new Pod, claim or preparation.
 # - The nested work of every scenario, its scripts copied from scenarios/src: workload builds,
-#   nested runs, binds, writes and the digests at a transfer's other end, Compose detection,
-#   up, service states, logs, down -v and the leftover listing, Chromium (version, the sandboxed
-#   attempt, the --no-sandbox retry when it fails, the screenshot), the TLS client image, MTU
-#   probes, the 64 MiB HTTPS transfer from the peer, the 32 MiB holder and the hog beyond the
-#   Pod's 7 GiB (7424 MiB, killed at the companion's 3 GiB), each required and optional tool's
-#   version and job, cross-session objects, visibility and tcp:// probes, the session process
-#   started, stopped (waiting for its exit) and started again, the replacement Pod on the kept
-#   workspace, teardown_exact's nested sleeper, `docker info` wherever a scenario asks it,
-#   then the Pods' and workspaces' deletion.
+#   nested runs, binds (the HOME probe's physical path), writes and the digests at a
+#   transfer's other end, Compose detection, up, service states, logs, down -v and the
+#   leftover listing, Chromium (version, the sandboxed attempt, the --no-sandbox retry when it
+#   fails, the screenshot), the TLS client image, MTU probes, the 64 MiB HTTPS transfer from
+#   the peer, the 32 MiB holder and the hog beyond the Pod's 7 GiB (7424 MiB, killed at the
+#   companion's 3 GiB), each required and optional tool's version and job (playwright's
+#   Chromium page included), image::recipe's reads of the worker and daemon images (config,
+#   history, and every overlay2 layer file the scan reads, ~42k, searched for the same kinds
+#   of credentials) and the recipe tools' versions, the recipe's own smoke (`bash
+#   /opt/full-worker/smoke.sh --all` as the agent: Go vet/test/build, pnpm, the browser, a
+#   scratch build, the nested HTTPS fetch, Compose), cross-session objects, visibility and
+#   tcp:// probes, session processes started, stopped (waiting for their exit) and started
+#   again, the replacement Pods on the kept workspace, agent_restart's nested keeper, its
+#   `kill 1` in kandev-agent as the agent user and the wait for the engine to restart the
+#   container (same Pod, restart count up), task_sessions' three session processes in one
+#   Pod, each stopped in turn, teardown_exact's nested sleeper, `docker info` wherever a
+#   scenario asks it, then the Pods' and workspaces' deletion.
 #
 # DIFFERENCES (harness plumbing, evidence-only reads, or how a hand run does it)
-# - Serial: one scenario, one session at a time (the catalogue runs scenarios on 4 threads and
-#   launches launch_many sessions together).
+# - Serial: one scenario, one session at a time (the catalogue runs scenarios on 4 threads,
+#   launches launch_many sessions together and joins task_sessions' two sessions together).
 # - No infra container per Pod: kandev-agent owns the Pod's network and IPC namespaces and
 #   docker-engine joins them. fsGroup is in place before the containers start, without an
 #   exec, as the catalogue's infra container applies it in its own process: the disk volumes
 #   (workspace, kandev-runtime) are host folders made group 1000 and setgid first, the memory
 #   ones tmpfs mounted with gid=1000; not on docker-data (only dockerd, as root, uses it).
+#   So agent_restart's restarted kandev-agent gets new namespaces and docker-engine keeps the
+#   old ones (nothing here needs them shared: the daemon is reached over the socket volume);
+#   in the catalogue the infra container keeps the Pod's namespaces across the restart.
 # - No Pod-level cgroup (the harness's /kandev-acceptance/pod<uid>, 7 GiB, 4 CPUs, 4096 pids,
 #   as the containers' parent): each container has the template's own limits, which decide
 #   everything here (the hog dies at docker-engine's 3 GiB in both).
 # - Commands run with `docker exec` (the agent's ones as UID 1000 in /workspace with the
 #   session's HOME, not the rest of its auth.env), one exec per run of consecutive commands
-#   in one container, instead of an HTTP request to agentctl (which spawns `sh -c`) through
+#   in one container (the tool jobs and the recipe tools' versions one exec each, not one
+#   request per tool), instead of an HTTP request to agentctl (which spawns `sh -c`) through
 #   the Pod's port-forward tunnel once per step; agent-side digests the catalogue asks
 #   agentctl for are `sha256sum`/`stat`.
 # - Not done: the control-API traffic (/health polling, the nonce handshake, identity,
-#   instances, health, the Resume token reattach), so the hand run never waits for agentctl
-#   to listen; the session process and Stop are `docker exec -d sh -lc 'agentctl session'`
-#   and `pkill -TERM` + wait for its exit, not agentctl's instances API.
+#   instances, health, the Resume token reattach, the joins' handshakes, the backend restarts'
+#   reattach in agent_restart and task_sessions, agent_restart's reconnect after the restart),
+#   so the hand run never waits for agentctl to listen; a session process is `docker exec -d
+#   sh -lc 'agentctl session'` with the session's HOME and KANDEV_SESSION_ID, its Stop `kill
+#   -TERM` to it (found by that variable in its environment) + wait for its exit, not
+#   agentctl's instances API.
+# - image::recipe's credentials scan reads the layer files with find and grep (the harness's
+#   rules: files of at most 256 KiB, outside the documentation, Go sources and test data, no
+#   compiled code, archives or media; the file names; the same kinds: private keys, access key
+#   ids, bearer tokens, Docker auths, kubeconfig keys), where the harness reads them in its
+#   own process; its config and history through `docker image inspect`/`history`, one inspect
+#   per image (the harness inspects the worker twice).
 # - Not done, evidence-only reads: docker_gate's never-started probe (`sleep 1`, markers,
 #   /proc scan, /proc/net/tcp); socket_only's socket stat, /proc/net/tcp{,6}, the companion's
-#   /proc cmdline scan, the service-account listing; shared's `test ! -e` after the EROFS
-#   write; compose's `test -e`/`test -s` of its files; network::mtu's Pod-MTU read and
-#   docker0's MTU in the companion; cgroup::accounting's /proc/1/stat of both containers
-#   (twice); toolchain's cache-folder check; cross_session's `ls -A /run/docker` (twice) and
-#   the marker `test -e` in B; stop_retains's `cat` of the kept file in the replacement; the
-#   screenshot copied into the report.
+#   /proc cmdline scan, the service-account listing; launch::contract's token probe in each
+#   container and its /proc/net/tcp{,6} read; shared's `test ! -e` after the EROFS write;
+#   compose's `test -e`/`test -s` of its files; network::mtu's Pod-MTU read and docker0's MTU
+#   in the companion; cgroup::accounting's /proc/1/stat of both containers (twice);
+#   toolchain's cache-folder check; image::recipe's pins `cat`, the clone's HEAD and origin
+#   and the clone's and caches' `stat`; recipe_smoke's `test -f` of smoke.sh and its socket
+#   and result-file read afterwards (the hand run reads the smoke's exit status instead);
+#   cross_session's `ls -A /run/docker` (twice) and the marker look in B (a 2 s poll);
+#   stop_retains's `cat` of the kept file in the replacement; agent_restart's `id -u` probes
+#   and dockerd /proc scans (before and after); task_sessions' home and auth.env stats (twice),
+#   `ls` of the homes and /proc scans of the agent processes (three times); the screenshot
+#   copied into the report.
+# - Not done, the checks' own waits: agent_restart's 5 s settle before judging the daemon,
+#   task_sessions' 1 s after the Stop.
 # - Not done, harness-side reads of the host: the engine's inspections (Pod UIDs, labels,
-#   container states, host_sharing, image lookups by tag/id, the engine's daemon ID), the node
+#   container states but agent_restart's wait for the restart, which polls the restart count,
+#   host_sharing, published ports, image lookups by tag/id, the engine's daemon ID), the node
 #   view (cgroup files, /proc scans for nested processes, the kernel log, the settle waits
-#   after deletions), terminal_cleanup's identity checks and its two refused cleanups, the
-#   label sweeps and leak ledger after each scenario, and the nested inventory (four listings
-#   in each Pod's companion before its teardown) the ledger compares against.
+#   after deletions), causal_failures' Pod-name lookups and its leak checks after each failed
+#   launch, terminal_cleanup's identity checks and its two refused cleanups, the label sweeps
+#   and leak ledger after each scenario, and the nested inventory (four listings in each Pod's
+#   companion before its teardown) the ledger compares against.
 # - Not done, run plumbing: setup (engine, mock-agent binary and image checks), the template
-#   rendering and rule checks (template::grant_rules), the report (JSON, HTML, JUnit, CTRF).
+#   rendering and rule checks (template::grant_rules), the launch timing records, the report
+#   (JSON, HTML, JUnit, CTRF).
 # - The peer is one container on the Pod network (no infra container); the waits are the
-#   work's own (the prepare gate, the peer's readiness, the session process's exit).
+#   work's own (the prepare gate, the peer's readiness, the session processes' exits, the
+#   main container's restart).
 # shellcheck disable=SC2016,SC2129 # nested scripts single-quoted on purpose; one redirect per step
 set -Eeuo pipefail
 
+# The catalogue's scenarios whose nested work this script does, in the catalogue's order
+# (bench-catalogue.sh refuses to compare a run of other scenarios).
+SCENARIOS=(template::grant_rules launch::contract launch::causal_failures prepare::docker_gate
+  daemon::socket_only workspace::shared image::build_run bind::workspace compose::cleanup
+  browser::launch network::mtu cgroup::accounting worker::toolchain image::recipe
+  worker::recipe_smoke isolation::cross_session lifecycle::stop_retains
+  lifecycle::replacement_snapshot lifecycle::agent_restart lifecycle::task_sessions
+  lifecycle::teardown_exact)
+if [ "$*" = --scenarios ]; then
+  printf '%s\n' "${SCENARIOS[@]}"
+  exit 0
+fi
 if [ $# -ne 3 ]; then
-  echo "usage: $0 WORKER_IMAGE DAEMON_IMAGE MOCK_AGENT_BINARY" >&2
+  echo "usage: $0 WORKER_IMAGE DAEMON_IMAGE MOCK_AGENT_BINARY | --scenarios" >&2
   exit 2
 fi
 W=$1 D=$2 A=$3
@@ -95,8 +155,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 PREPARE_SCRIPT=${PREPARE_SCRIPT:-$here/../../fixtures/prepare/full-worker-prepare.sh}
 POD_MTU=${POD_MTU:-1450}
 READY_TIMEOUT=${DOCKER_READY_TIMEOUT_SECONDS:-60}
-REQUIRED_TOOLS=${REQUIRED_TOOLS:-git python-venv c node docker compose}
-OPTIONAL_TOOLS=${OPTIONAL_TOOLS:-buildx go rust pnpm}
+REQUIRED_TOOLS=${REQUIRED_TOOLS:-git python-venv c node pnpm go rust docker buildx compose playwright}
+OPTIONAL_TOOLS=${OPTIONAL_TOOLS:-golangci-lint}
 [ -f "$A" ] || { echo "hand-run-baseline: no mock agent binary at $A" >&2; exit 2; }
 [ -f "$PREPARE_SCRIPT" ] || { echo "hand-run-baseline: no prepare script at $PREPARE_SCRIPT" >&2; exit 2; }
 docker image inspect "$W" "$D" >/dev/null || { echo "hand-run-baseline: build the images first (a catalogue run does)" >&2; exit 2; }
@@ -110,7 +170,7 @@ OUT=${BASELINE_OUTPUT:-/dev/null}
 LOG=$(mktemp "${TMPDIR:-/tmp}/$P.XXXXXX.log")
 # Host folders behind the Pods' disk volumes (see dvol).
 VOLROOT=$(mktemp -d /var/tmp/"$P".XXXXXX)
-n=0
+n=0 joined=0 # Pods of sessions; sessions that joined a task's Pod
 g='' s='' rw='' ro='' a='' b='' o='' nb='' # session names, set by session()
 
 cleanup() {
@@ -221,11 +281,14 @@ pod() {
     --mount "$(mnt "$s-docker-data" /var/lib/docker)" --entrypoint /bin/sh "$D" "${cmd[@]}" >/dev/null
 }
 
-# write_files POD [READY_TIMEOUT] [IDENTITY]: the bootstrap's first exec (a replacement Pod
-# keeps its task's identity, so the session's home).
+# home_of SESSION: the session's home, /run/kandev/sessions/<hash>/home (harness/src/session).
+home_of() { printf '/run/kandev/sessions/%s/home' "$(printf %s "$1" | sha256sum | cut -c1-32)"; }
+# write_files POD [READY_TIMEOUT] [IDENTITY] [PROFILE_ENV]: the bootstrap's first exec (a
+# replacement Pod keeps its task's identity, so the session's home); PROFILE_ENV, env-file
+# lines, is the session's profile environment besides DOCKER_READY_TIMEOUT_SECONDS.
 write_files() {
-  local p=$1 t=${2:-$READY_TIMEOUT} s=${3:-$1} home
-  home=/run/kandev/sessions/$(printf %s "$s" | sha256sum | cut -c1-32)/home
+  local p=$1 t=${2:-$READY_TIMEOUT} s=${3:-$1} profile=${4:-} home
+  home=$(home_of "$s")
   HOME_OF[$p]=$home
   local runtime="AGENTCTL_LISTEN_HOST='127.0.0.1'
 AGENTCTL_PORT='8765'
@@ -236,14 +299,14 @@ KANDEV_TASK_ID='task-$s'
 KANDEV_TASK_ENVIRONMENT_ID='env-$s'
 "
   local session="DOCKER_READY_TIMEOUT_SECONDS='$t'
-HOME='$home'
+${profile}HOME='$home'
 KANDEV_SESSION_ID='$s'
 KANDEV_TASK_ID='task-$s'
 KANDEV_INSTANCE_ID='env-$s'
 KANDEV_TASK_ENVIRONMENT_ID='env-$s'
 "
   local shared="DOCKER_READY_TIMEOUT_SECONDS='$t'
-AGENTCTL_BOOTSTRAP_NONCE='nonce-$s'
+${profile}AGENTCTL_BOOTSTRAP_NONCE='nonce-$s'
 HOME='$home'
 "
   docker exec -i "$p-kandev-agent" sh -c "$WRITE_FILES" sh "$SIZE" "$runtime" "$PREPARE" \
@@ -264,6 +327,41 @@ session() {
   write_files "$name"; prepare "$name"; markers "$name"
   printf -v "$1" %s "$name"
 }
+# join POD SESSION: a further session of the Pod's task joins it (harness/src/session/
+# agent_process.rs Session::join): its auth.env written into its own home, nothing else.
+JOIN="set -e
+umask 077
+$PUT"'
+printf "%s" "$1" | put "$2/auth.env" 0600'
+join() {
+  local p=$1 s=$2 home
+  home=$(home_of "$s")
+  docker exec "$p-kandev-agent" sh -c "$JOIN" sh "DOCKER_READY_TIMEOUT_SECONDS='$READY_TIMEOUT'
+HOME='$home'
+KANDEV_SESSION_ID='$s'
+KANDEV_TASK_ID='task-$p'
+KANDEV_INSTANCE_ID='env-$p'
+KANDEV_TASK_ENVIRONMENT_ID='env-$p'
+" "$home" 2>>"$LOG"
+}
+# start_process POD [SESSION]: the session's agent process as agentctl starts it (argv `sh -lc
+# '/opt/kandev/agentctl session'`, in /workspace, the session's HOME and id); SESSION defaults
+# to the Pod's own.
+start_process() {
+  local s=${2:-$1} home
+  if [ -n "${2:-}" ]; then home=$(home_of "$2"); else home=${HOME_OF[$1]}; fi
+  docker exec -d -w /workspace -e HOME="$home" -e KANDEV_SESSION_ID="$s" "$1-kandev-agent" \
+    sh -lc '/opt/kandev/agentctl session'
+}
+# stop_process POD [SESSION]: Stop: TERM to the session's agent process (its KANDEV_SESSION_ID),
+# then wait for its exit.
+STOP_PROCESS='pids=
+for p in $(pgrep -f "^/opt/kandev/agentctl session"); do
+  if tr "\0" "\n" <"/proc/$p/environ" 2>/dev/null | grep -qx "KANDEV_SESSION_ID=$1"; then kill -TERM "$p" && pids="$pids $p"; fi
+done
+[ -n "$pids" ] || { echo "no agent process of session $1" >&2; exit 1; }
+for p in $pids; do while kill -0 "$p" 2>/dev/null; do sleep 0.05; done; done'
+stop_process() { docker exec "$1-kandev-agent" sh -c "$STOP_PROCESS" sh "${2:-$1}" 2>>"$LOG"; }
 # ag NAME SCRIPT [ARGS]: `sh -c` as the agent user in /workspace with the session's HOME.
 ag() {
   local s=$1; shift
@@ -289,6 +387,16 @@ daemon_id() { ag "$1" "docker info --format '{{.ID}}'" >>"$OUT"; }
 
 start=$(date +%s.%N)
 docker network create --label "$P" -d bridge -o com.docker.network.driver.mtu="$POD_MTU" "$NET" >/dev/null
+
+# --- launch::contract: a launched session (everything else it does is a read) ---------------
+session s
+teardown "$s"
+
+# --- launch::causal_failures: three impossible launches, as far as they get locally ----------
+# The absent image and the missing claim are looked up and not found (nothing is pulled or
+# created); the unsatisfiable nodeSelector is refused before any engine call.
+docker image inspect registry.invalid/kandev-acceptance/absent:never >/dev/null 2>&1 || true
+docker volume inspect "kandev-acceptance-missing-claim-$P" >/dev/null 2>&1 || true
 
 # --- prepare::docker_gate -------------------------------------------------------------------
 session g
@@ -328,8 +436,8 @@ mkdir -p $dir && /opt/kandev/agentctl write $dir/in.bin 2097152 7
 docker run --rm --network none -v $dir:/data $t digest /data/in.bin
 docker run --rm --network none -v $dir:/data $t write /data/out.bin 1048576 99
 sha256sum $dir/out.bin; [ "$(stat -c %u $dir/out.bin)" = 1000 ] || rm $dir/out.bin
-mkdir -p "$HOME/bind-probe" && /opt/kandev/agentctl write "$HOME/bind-probe/private.bin" 4096 3
-docker run --rm --network none -v "$HOME/bind-probe:/data" $t digest /data/private.bin || true' >>"$OUT" 2>&1
+mkdir -p "$HOME/bind-probe" && /opt/kandev/agentctl write "$HOME/bind-probe/private.bin" 4096 3 && physical=$(cd "$HOME" && pwd -P)
+docker run --rm --network none -v "$physical/bind-probe:/data" $t digest /data/private.bin || true' >>"$OUT" 2>&1
 
 teardown "$s"
 
@@ -429,8 +537,10 @@ daemon_id "$s"
 teardown "$s"
 
 # --- worker::toolchain: each required and optional tool's version and job -------------------
-# The tools' versions and jobs, verbatim from scenarios/src/worker/toolchain.rs.
-tool_script() {
+# tool NAME: the tool's binary, version command and job in tool_bin, tool_version, tool_job,
+# verbatim from scenarios/src/worker/toolchain.rs.
+tool_bin='' tool_version='' tool_job=''
+tool() {
   local bin version job
   case $1 in
     git) bin=git version='git --version'
@@ -450,16 +560,76 @@ tool_script() {
       job='cd $W && printf '\''package main\nimport "fmt"\nfunc main(){fmt.Println("hello-go")}\n'\'' > m.go && go run m.go | grep -qx hello-go && echo ok' ;;
     rust) bin=cargo version='cargo --version'
       job='cd $W && cargo new -q --offline t && cd t && cargo run -q --offline | grep -qx '\''Hello, world!'\'' && echo ok' ;;
-    pnpm) bin=pnpm version='pnpm --version' job='pnpm store path >/dev/null && echo ok' ;;
+    pnpm) bin=pnpm version='pnpm --version'
+      job='cd $W && printf '\''{"name":"t","version":"1.0.0","private":true,"scripts":{"test":"node t.js"}}\n'\'' > package.json && echo '\''console.log(6 * 7)'\'' > t.js && npm_config_update_notifier=false pnpm test | grep -qx 42 && echo ok' ;;
+    playwright) bin=node version='node -p '\''require("playwright-core/package.json").version'\'
+      job='cd $W && printf '\''<p id=p>a</p><script>document.getElementById("p").textContent="b"</script>'\'' > p.html && printf '\''const {chromium}=require("playwright-core");(async()=>{const b=await chromium.launch({executablePath:process.env.FULL_WORKER_BROWSER||"/usr/bin/chromium",args:["--no-sandbox"]});const p=await b.newPage();await p.goto("file://"+process.argv[2]);console.log(await p.textContent("#p"));await b.close()})().catch(e=>{console.error(e);process.exit(1)})'\'' > b.js && test "$(timeout 90 node b.js $W/p.html)" = b && echo ok' ;;
+    golangci-lint) bin=golangci-lint version='golangci-lint version'
+      job='golangci-lint version | grep -q '\''version 2\.'\'' && cd $W && printf '\''module t\n\ngo 1.24\n'\'' > go.mod && printf '\''package t\n\n// Add adds.\nfunc Add(a, b int) int { return a + b }\n'\'' > t.go && golangci-lint run ./... && echo ok' ;;
     *) echo "hand-run-baseline: unknown tool $1" >&2; return 1 ;;
   esac
-  echo "( export npm_config_cache=/workspace/.cache/npm PIP_CACHE_DIR=/workspace/.cache/pip GOCACHE=/workspace/.cache/go-build GOMODCACHE=/workspace/.cache/go-mod CARGO_HOME=/workspace/.cache/cargo PNPM_HOME=/workspace/.pnpm npm_config_store_dir=/workspace/.pnpm-store; p=\$(command -v $bin) || { echo missing; exit 0; }; v=\$($version 2>&1) || { echo missing; exit 0; }; echo \"path \$p\"; echo \"version \$(echo \"\$v\" | head -n1)\"; W=\$(mktemp -d /workspace/.kandev-acceptance-tool-XXXXXX); export W; ( $job ) 2>&1 | tail -n 5; rm -rf \"\$W\" )"
+  tool_bin=$bin tool_version=$version tool_job=$job
+}
+# tool_script NAME: the scenario's script for one tool (run in a subshell of the one exec).
+tool_script() {
+  tool "$1" || return 1
+  echo "( export npm_config_cache=/workspace/.cache/npm PIP_CACHE_DIR=/workspace/.cache/pip GOCACHE=/workspace/.cache/go-build GOMODCACHE=/workspace/.cache/go-mod CARGO_HOME=/workspace/.cache/cargo PNPM_HOME=/workspace/.pnpm npm_config_store_dir=/workspace/.pnpm-store; p=\$(command -v $tool_bin) || { echo missing; exit 0; }; v=\$($tool_version 2>&1) || { echo missing; exit 0; }; echo \"path \$p\"; echo \"version \$(echo \"\$v\" | head -n1)\"; W=\$(mktemp -d /workspace/.kandev-acceptance-tool-XXXXXX); export W; ( $tool_job ) 2>&1 | tail -n 5; rm -rf \"\$W\" )"
 }
 session s
 tool_jobs=""
 for t in ${REQUIRED_TOOLS//,/ } ${OPTIONAL_TOOLS//,/ }; do tool_jobs="$tool_jobs$(tool_script "$t")
 "; done
 ag "$s" "$tool_jobs" >>"$OUT"
+teardown "$s"
+
+# --- image::recipe: a repository bundle, the images' config, history and layer files, tools ---
+# The session's Pod first; the bundle is made in kandev-agent (HOME=/tmp) before the bootstrap,
+# whose prepare clones it into /workspace.
+BUNDLE=/tmp/kandev-acceptance-recipe.bundle
+n=$((n + 1)); s=$P-$n; dvol "$s-ws"; pod "$s" "$s-ws"
+docker exec "$s-kandev-agent" sh -c "set -e; export HOME=/tmp; r=\$(mktemp -d /tmp/kandev-acceptance-repo.XXXXXX); cd \$r; git init -q; echo recipe > README.md; git add README.md; git -c user.email=acceptance@kandev.invalid -c user.name=acceptance commit -q -m recipe; git bundle create $BUNDLE --all 2>/dev/null; git rev-parse HEAD; cd /; rm -rf \$r" >>"$OUT" 2>>"$LOG"
+write_files "$s" "" "" "KANDEV_REPOSITORY_BUNDLE='$BUNDLE'
+"
+prepare "$s"; markers "$s"
+# What the credentials scan looks for (scenarios/src/image/recipe.rs: private keys, access key
+# ids, bearer tokens, Docker auths, kubeconfig keys); a file's name alone for .netrc, SSH keys
+# and AWS credentials.
+SECRETS=(-e '^[[:space:]]*-----BEGIN .*PRIVATE KEY-----[[:space:]]*$' -e '(^|[^A-Za-z0-9])A[KS]IA[A-Z0-9]{16}([^A-Za-z0-9]|$)'
+  -e '[Bb][Ee][Aa][Rr][Ee][Rr] [A-Za-z0-9._~+/=-]{20,}' -e '"auths"' -e 'client-key-data:')
+secrets() { grep -E "${SECRETS[@]}" || [ $? -eq 1 ]; } # no match is the expected answer
+for img in "$W" "$D"; do
+  # Platform, user, working folder; Env and labels; the overlay2 layer folders (lower, upper).
+  config=$(docker image inspect -f '{{.Os}}/{{.Architecture}} {{.Config.User}} {{.Config.WorkingDir}}{{"\n"}}{{json .Config.Env}} {{json .Config.Labels}}{{"\n"}}{{with .GraphDriver.Data.LowerDir}}{{.}}:{{end}}{{.GraphDriver.Data.UpperDir}}' "$img")
+  sed -n 1p <<<"$config" >>"$OUT"
+  sed -n 2p <<<"$config" | secrets >>"$OUT"
+  docker image history --no-trunc --format '{{.CreatedBy}}' "$img" | secrets >>"$OUT"
+  IFS=: read -ra layers <<<"$(sed -n 3p <<<"$config")"
+  find "${layers[@]}" -type f \( -name .netrc -o -name _netrc -o -name id_rsa -o -name id_ecdsa \
+    -o -name id_ed25519 -o -name id_dsa -o -path '*/.aws/credentials' \) >>"$OUT"
+  rc=0
+  find "${layers[@]}" -type f -size -262145c ! -path '*usr/share/go-*' ! -path '*usr/lib/go-*' \
+    ! -path '*usr/share/doc/*' ! -path '*usr/share/man/*' ! -path '*usr/share/locale/*' \
+    ! -path '*usr/share/zoneinfo/*' ! -path '*usr/share/i18n/*' ! -path '*/testdata/*' \
+    ! -name '*.so' ! -name '*.a' ! -name '*.o' ! -name '*.rlib' ! -name '*.rmeta' ! -name '*.png' \
+    ! -name '*.gz' ! -name '*.xz' ! -name '*.pak' ! -name '*.mo' ! -name '*.pyc' ! -name '*.bin' \
+    ! -path '*.so.*' -print0 | xargs -0 -r grep -l -E "${SECRETS[@]}" -- >>"$OUT" 2>>"$LOG" || rc=$?
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 123 ] # 123: some grep found nothing
+done
+# The recipe's tools and their versions (config::RECIPE_TOOLS and RECIPE_OPTIONAL_TOOLS).
+versions=""
+for t in git python-venv c node pnpm go rust docker buildx compose playwright golangci-lint; do
+  tool "$t"
+  versions="${versions}p=\$(command -v $tool_bin) && v=\$($tool_version 2>&1) && echo \"$t \$p \$(echo \"\$v\" | head -n1)\" || echo \"$t missing\"
+"
+done
+ag "$s" "$versions" >>"$OUT"
+teardown "$s"
+
+# --- worker::recipe_smoke: the recipe's own smoke as the agent --------------------------------
+session s
+smoke=$(ag "$s" 'id -u; { bash /opt/full-worker/smoke.sh --all 2>&1; echo "smoke-exit $?"; } | tail -n 40')
+printf '%s\n' "$smoke" >>"$OUT"
+[ "${smoke##*smoke-exit }" = 0 ] || { echo "hand-run-baseline: smoke.sh --all failed:" >&2; tail -n 15 <<<"$smoke" >&2; exit 1; }
 teardown "$s"
 
 # --- isolation::cross_session ---------------------------------------------------------------
@@ -477,14 +647,12 @@ ag "$a" 'echo a > /workspace/isolation-marker-base && test -s /workspace/isolati
 teardown "$a" "$b"
 
 # --- lifecycle::stop_retains: Stop, Resume, then a replacement Pod on the kept workspace -----
-# The session's agent process as agentctl starts it (argv `sh -lc '/opt/kandev/agentctl session'`).
-start_process() { docker exec -d -w /workspace -e HOME="${HOME_OF[$1]}" "$1-kandev-agent" sh -lc '/opt/kandev/agentctl session'; }
 session s
 start_process "$s"
 build "$s" baseline-stop:1
 ag "$s" 'set -e; docker run -d --name keeper-base --network none baseline-stop:1 sleep 600 >/dev/null; docker volume create keep-base >/dev/null; echo uncommitted > /workspace/retained-base.txt; echo ok' >>"$OUT"
 daemon_id "$s"
-ag "$s" 'pkill -TERM -f "^/opt/kandev/agentctl session"; while pgrep -f "^/opt/kandev/agentctl session" >/dev/null; do sleep 0.05; done'
+stop_process "$s"
 start_process "$s"
 daemon_id "$s"
 ag "$s" "docker inspect -f '{{.State.Running}}' keeper-base; docker volume inspect -f '{{.Name}}' keep-base; cat /workspace/retained-base.txt" >>"$OUT"
@@ -516,6 +684,35 @@ dm "$r" cat /workspace/snapshot-base.txt >>"$OUT"
 ag "$r" 'cat /workspace/snapshot-base.txt' >>"$OUT"
 docker rm -f "$r-observer" >/dev/null; delete_pod "$r"; docker volume rm "$s-ws" >/dev/null
 
+# --- lifecycle::agent_restart: a nested keeper, then `kill 1` in kandev-agent and its restart --
+session s
+start_process "$s"
+build "$s" baseline-restart:1
+keeper="docker inspect -f '{{.State.Running}} {{.State.StartedAt}}' restart-keeper-base"
+ag "$s" "set -e; docker run -d --name restart-keeper-base --network none baseline-restart:1 sleep 600 >/dev/null; $keeper" >>"$OUT"
+daemon_id "$s"
+restarts=$(docker inspect -f '{{.RestartCount}}' "$s-kandev-agent")
+ag "$s" 'id -u; kill 1' >>"$OUT" 2>&1 || true # the exec ends with the container it runs in
+for i in $(seq 450); do # the engine restarts it (restart always); 45 s at most, as the scenario
+  docker inspect -f '{{.RestartCount}} {{.State.Running}}' "$s-kandev-agent" |
+    awk -v r="$restarts" '$1 > r && $2 == "true" { ok = 1 } END { exit !ok }' && break
+  [ "$i" -lt 450 ] || { echo "hand-run-baseline: kandev-agent of $s did not restart within 45 s" >&2; exit 1; }
+  sleep 0.1
+done
+start_process "$s"
+ag "$s" "docker info --format '{{.ID}}'; $keeper" >>"$OUT"
+teardown "$s"
+
+# --- lifecycle::task_sessions: three sessions in one task Pod, each stopped in turn ---------
+session s
+start_process "$s"
+join "$s" "$s-b"; join "$s" "$s-c"
+start_process "$s" "$s-b"; start_process "$s" "$s-c"
+stop_process "$s"
+stop_process "$s" "$s-b"; stop_process "$s" "$s-c"
+teardown "$s" # the task's terminal cleanup: its Pod and claim
+joined=$((joined + 2))
+
 # --- lifecycle::teardown_exact: the owned session and a neighbour, then two look-alikes ------
 session o; session nb
 build "$o" baseline-teardown:1
@@ -530,4 +727,4 @@ teardown "$nb" "${lookalikes[@]}"
 
 docker network rm "$NET" >/dev/null
 end=$(date +%s.%N)
-awk -v n="$n" -v a="$start" -v b="$end" 'BEGIN { printf "hand-run baseline: %d sessions, %.1f s\n", n, b - a }'
+awk -v n="$n" -v j="$joined" -v a="$start" -v b="$end" 'BEGIN { printf "hand-run baseline: %d Pods (the HTTPS peer included), %d sessions, %.1f s\n", n + 1, n + j, b - a }'

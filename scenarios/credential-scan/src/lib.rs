@@ -32,7 +32,7 @@ const BINARY_SUFFIXES: [&str; 12] = [
 ];
 
 /// Walks each layer folder (`names[i]` names `dirs[i]` in findings); returns how many files
-/// were read, and each credential found as "<layer> /<path>: <kind>" (never the value).
+/// were read, and each credential found as `<layer> /<path>: <kind>` (never the value).
 pub fn scan_layers(dirs: &[PathBuf], names: &[String]) -> (usize, Vec<String>) {
     let mut files = 0;
     let mut found = Vec::new();

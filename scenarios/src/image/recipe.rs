@@ -13,12 +13,13 @@
 //! Image references immutable for release gating are `validate --for-release`'s and
 //! `run --gate release`'s (harness/src/pod/release.rs), not repeated here.
 
+use kandev_credential_scan::{scan_layers, secret_in_env, secret_in_text};
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use kandev_report::FindingLevel;
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const CONFIG: Check = Check {
@@ -423,168 +424,6 @@ fn layer_dirs(data: &std::collections::HashMap<String, String>) -> Vec<PathBuf> 
     dirs
 }
 
-/// Folders not scanned by content: Debian's documentation and translations, and test data
-/// (Go's standard library sources carry test keys, e.g. crypto/x509's platform_root_key.pem).
-const SKIP_CONTENT: [&str; 8] = [
-    "usr/share/go-",
-    "usr/lib/go-",
-    "usr/share/doc/",
-    "usr/share/man/",
-    "usr/share/locale/",
-    "usr/share/zoneinfo/",
-    "usr/share/i18n/",
-    "/testdata/",
-];
-/// Files larger than this are not read (secrets live in small files).
-const MAX_SCANNED: u64 = 256 * 1024;
-/// Compiled code, archives and media: not read by content (their names are still checked).
-const BINARY_SUFFIXES: [&str; 12] = [
-    ".so", ".a", ".o", ".rlib", ".rmeta", ".png", ".gz", ".xz", ".pak", ".mo", ".pyc", ".bin",
-];
-
-/// Walks each layer; returns how many files were read, and each credential found as
-/// "<layer> /<path>: <kind>" (never the value).
-fn scan_layers(dirs: &[PathBuf], names: &[String]) -> (usize, Vec<String>) {
-    let mut files = 0;
-    let mut found = Vec::new();
-    for (dir, name) in dirs.iter().zip(names) {
-        let mut stack = vec![dir.clone()];
-        while let Some(current) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&current) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                let path = entry.path();
-                if kind.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                if !kind.is_file() {
-                    continue;
-                }
-                let relative = path
-                    .strip_prefix(dir)
-                    .unwrap_or(&path)
-                    .to_string_lossy()
-                    .into_owned();
-                if let Some(kind) = secret_by_name(&relative) {
-                    found.push(format!("{name} /{relative}: {kind}"));
-                    continue;
-                }
-                if SKIP_CONTENT.iter().any(|s| relative.contains(s))
-                    || BINARY_SUFFIXES.iter().any(|s| relative.ends_with(s))
-                    || relative.contains(".so.")
-                    || entry.metadata().map_or(true, |m| m.len() > MAX_SCANNED)
-                {
-                    continue;
-                }
-                files += 1;
-                if let Some(kind) = secret_in_file(&path, &relative) {
-                    found.push(format!("{name} /{relative}: {kind}"));
-                }
-            }
-        }
-    }
-    (files, found)
-}
-
-/// A file whose name alone says it holds credentials (only when it has content).
-fn secret_by_name(relative: &str) -> Option<&'static str> {
-    let base = relative.rsplit('/').next().unwrap_or_default();
-    match base {
-        ".netrc" | "_netrc" => Some(".netrc credentials"),
-        "id_rsa" | "id_ecdsa" | "id_ed25519" | "id_dsa" => Some("an SSH private key"),
-        "credentials" if relative.ends_with(".aws/credentials") => Some("AWS credentials"),
-        _ => None,
-    }
-}
-
-fn secret_in_file(path: &Path, relative: &str) -> Option<&'static str> {
-    let bytes = std::fs::read(path).ok()?;
-    let text = String::from_utf8_lossy(&bytes);
-    if relative.ends_with(".docker/config.json") && text.contains("\"auths\"") {
-        let auth = text.contains("\"auth\"") || text.contains("\"identitytoken\"");
-        if auth {
-            return Some("Docker registry auths");
-        }
-    }
-    if text.contains("client-key-data:")
-        || (text.contains("kind: Config") && text.contains("users:") && text.contains("token:"))
-    {
-        return Some("kubeconfig credentials");
-    }
-    secret_in_text(&text)
-}
-
-/// Private keys, cloud access key ids and bearer tokens in `text`.
-pub fn secret_in_text(text: &str) -> Option<&'static str> {
-    // The scan reads ~42k files: every test below first searches with std's `find`, which is
-    // compiled optimised even in the harness's debug build, and walks lines or bytes only
-    // around a hit (a byte-by-byte walk of every file cost ~10 s of CPU in a debug build).
-    if text.contains("-----BEGIN ")
-        && text.lines().any(|l| {
-            let l = l.trim();
-            l.starts_with("-----BEGIN ") && l.ends_with("PRIVATE KEY-----")
-        })
-    {
-        return Some("a private key");
-    }
-    if has_access_key_id(text) {
-        return Some("a cloud access key id");
-    }
-    let lower = text.to_ascii_lowercase();
-    let mut rest = lower.as_str();
-    while let Some(i) = rest.find("bearer ") {
-        let token: String = rest[i + 7..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || "._~+/=-".contains(*c))
-            .collect();
-        if token.len() >= 20 {
-            return Some("a bearer token");
-        }
-        rest = &rest[i + 7..];
-    }
-    None
-}
-
-/// `AKIA`/`ASIA` followed by 16 upper-case letters or digits, as AWS access key ids are.
-fn has_access_key_id(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    ["AKIA", "ASIA"].iter().any(|prefix| {
-        text.match_indices(prefix).any(|(i, _)| {
-            bytes.get(i..i + 20).is_some_and(|w| {
-                w[4..]
-                    .iter()
-                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
-            }) && (i == 0 || !bytes[i - 1].is_ascii_alphanumeric())
-                && bytes.get(i + 20).is_none_or(|b| !b.is_ascii_alphanumeric())
-        })
-    })
-}
-
-/// An `Env` entry that holds a secret: by its value, or a secret-named variable with a value.
-fn secret_in_env(entry: &str) -> Option<&'static str> {
-    let (name, value) = entry.split_once('=')?;
-    if let Some(kind) = secret_in_text(value) {
-        return Some(kind);
-    }
-    let upper = name.to_ascii_uppercase();
-    let named = [
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "API_KEY",
-        "ACCESS_KEY",
-    ]
-    .iter()
-    .any(|s| upper.contains(s));
-    (named && !value.is_empty()).then_some("a secret-named variable with a value")
-}
-
 /// The pins of a pins file that are neither a digest, a checksum nor an exact version.
 pub fn mutable_pins(text: &str) -> Vec<String> {
     let mut wrong = Vec::new();
@@ -666,29 +505,5 @@ mod tests {
         ] {
             assert_eq!(mutable_pins(bad).len(), 1, "{bad}");
         }
-    }
-
-    #[test]
-    fn secrets_are_recognised_without_their_values() {
-        assert_eq!(
-            secret_in_text("-----BEGIN OPENSSH PRIVATE KEY-----\nabc"),
-            Some("a private key")
-        );
-        assert_eq!(
-            secret_in_text("key=AKIAFAKEFAKEFAKEFAKE"),
-            Some("a cloud access key id")
-        );
-        assert_eq!(secret_in_text("xAKIAFAKEFAKEFAKEFAKE"), None);
-        assert_eq!(
-            secret_in_text("Authorization: Bearer abcdefghijklmnopqrstuvwxyz"),
-            Some("a bearer token")
-        );
-        assert_eq!(secret_in_text("-----BEGIN CERTIFICATE-----"), None);
-        assert_eq!(
-            secret_in_env("GITHUB_TOKEN=x"),
-            Some("a secret-named variable with a value")
-        );
-        assert_eq!(secret_in_env("PATH=/usr/bin"), None);
-        assert_eq!(secret_by_name("root/.netrc"), Some(".netrc credentials"));
     }
 }

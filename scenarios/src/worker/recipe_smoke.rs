@@ -6,8 +6,17 @@
 //! `incompatible` with that reason, never passed.
 //!
 //! Its own scenario rather than a check of `image::recipe`: the smoke drives the Pod's daemon,
-//! the browser and Compose (a minute or more), and an image without it must not leave the
-//! recipe's other checks unjudged. Can fail when the smoke fails or stays silent.
+//! the browser and Compose (the catalogue's longest scenario, about 40 s on 2 cores; most of it
+//! the Go step compiling the standard library behind net/http once), and an image without it
+//! must not leave the recipe's other checks unjudged. Can fail when the smoke fails or stays
+//! silent.
+//!
+//! Its steps overlap work other scenarios judge (`worker::toolchain`'s tool jobs,
+//! `browser::launch`, `image::build_run`, `compose::cleanup`), and it still runs `--all` whole:
+//! what it judges is the recipe's own script (AC-003.1), which no other scenario runs; its
+//! Docker half needs the static program its Go step builds; and `worker::toolchain` judges any
+//! worker image's tools (`--required-tools`), with or without this script, in its own session
+//! (scenarios share no session, so neither can take its evidence from the other's run).
 
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;

@@ -98,8 +98,10 @@
 # - image::recipe's credentials scan reads the layer files with find and grep (the harness's
 #   rules: files of at most 256 KiB, outside the documentation, Go sources and test data, no
 #   compiled code, archives or media; the file names; the same kinds: private keys, access key
-#   ids, bearer tokens, Docker auths, kubeconfig keys), where the harness reads them in its
-#   own process; its config and history through `docker image inspect`/`history`, one inspect
+#   ids, bearer tokens, Docker auths, kubeconfig keys; without the harness's finer rules: a
+#   kubeconfig's `kind: Config` with users and a token, Docker auths only with "auth" or
+#   "identitytoken" or in .docker/config.json, secret-named Env variables), where the harness
+#   reads them in its own process; its config and history through `docker image inspect`/`history`, one inspect
 #   per image (the harness inspects the worker twice).
 # - Not done, evidence-only reads: docker_gate's never-started probe (`sleep 1`, markers,
 #   /proc scan, /proc/net/tcp); socket_only's socket stat, /proc/net/tcp{,6}, the companion's

@@ -785,6 +785,52 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
     );
 }
 
+/// After an engine restart, a killed run's Pod can leave an emptyDir volume the engine
+/// recreated by name without labels; `gc` (for all runs) finds it by its task-Pod name, and
+/// leaves an unlabelled volume of any other name alone. A dry run: a real `gc` for all runs
+/// would also remove the Pods of the tests running beside this one.
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn gc_finds_an_unlabelled_emptydir_volume_of_a_task_pod() {
+    let hex = format!("{:016x}", u64::from(std::process::id()) << 20 | 0xabcde);
+    let leftover = format!("kandev-{hex}-docker-socket");
+    let unrelated = format!("kandev-acceptance-unrelated-{}", std::process::id());
+    for name in [&leftover, &unrelated] {
+        let made = Command::new("docker")
+            .args(["volume", "create", name.as_str()])
+            .output()
+            .unwrap();
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    }
+    let dry = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--dry-run"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&dry.stdout).into_owned();
+    for name in [&leftover, &unrelated] {
+        let _ = Command::new("docker")
+            .args(["volume", "rm", name.as_str()])
+            .output();
+    }
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    assert!(
+        listed.contains(&format!("would remove volume/{leftover}")),
+        "gc does not find the unlabelled task-Pod volume:\n{listed}"
+    );
+    assert!(
+        !listed.contains(&unrelated),
+        "gc would remove an unlabelled volume that is not a task Pod's:\n{listed}"
+    );
+}
+
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn a_worker_without_browser_and_compose_fails_only_those_scenarios_on_the_gate() {

@@ -296,6 +296,7 @@ mod tests {
             name: "a::x",
             promise: "p",
             timeout: Duration::from_secs(1),
+            starts_first: false,
             checks: &[HOLDS, BREAKS],
             run,
         };

@@ -6,7 +6,7 @@
 //! Cargo.toml's `[profile.dev.package.kandev-credential-scan]`): the scan reads ~42k files,
 //! and std's string searches (`contains`, `find`, `to_ascii_lowercase`, `from_utf8_lossy`) are
 //! generic or inline, so they are compiled in the crate that calls them, at its opt-level.
-//! Called from the scenarios crate's debug code they cost ~7 s of CPU per catalogue;
+//! Called from the scenarios crate's debug code they cost ~10 s of CPU per catalogue;
 //! optimised, the scan is mostly the kernel reading the files. No dependencies: it compiles in
 //! about a second.
 

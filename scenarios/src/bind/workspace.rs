@@ -39,6 +39,7 @@ pub fn scenario() -> Scenario {
         promise: "a nested container's bind mount of a `/workspace` path reads and writes the same bytes the agent sees; ownership of nested writes is reported; a bind source outside `/workspace` is reported incompatible",
         checks: &[READS, WRITES, PRIVATE_HOME],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

@@ -35,6 +35,7 @@ pub fn scenario() -> Scenario {
         promise: "a headless browser from the worker image renders a page from `/workspace`, runs its script, and writes a screenshot whose PNG header and size are checked",
         checks: &[RENDERS, SCREENSHOT],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

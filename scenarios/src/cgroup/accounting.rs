@@ -61,6 +61,7 @@ pub fn scenario() -> Scenario {
         promise: "every nested process's cgroup lies under the Pod's cgroup; the Pod's limits are finite; a nested memory hog beyond the budget is killed inside the Pod budget; nothing escapes the measured Pod budget",
         checks: &[FINITE, CHARGED, INSIDE, KILLED, UNHARMED],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

@@ -42,6 +42,7 @@ pub fn scenario() -> Scenario {
         promise: "a Compose project (services, network, named volume, binds under `/workspace`, a read-only input bind that must refuse writes) comes up, produces its output, and `down -v` leaves no container, network or volume of that project; workspace output retained",
         checks: &[UP, READ_ONLY, DOWN, RETAINED],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

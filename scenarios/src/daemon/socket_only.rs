@@ -48,6 +48,7 @@ pub fn scenario() -> Scenario {
         promise: "the daemon is reachable only through `/run/docker/docker.sock` (group 1000); no TCP listener in the Pod; agent stays UID 1000 without capabilities",
         checks: &[SOCKET, NO_TCP, NO_TCP_CONFIG, AGENT, NO_HOST],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

@@ -33,6 +33,7 @@ pub fn scenario() -> Scenario {
         promise: "`docker build` from a context in `/workspace`, then `docker run`; output matches; the image exists only in this session's daemon",
         checks: &[BUILDS, RUNS, LOCAL],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

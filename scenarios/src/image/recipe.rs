@@ -70,6 +70,7 @@ pub fn scenario() -> Scenario {
         promise: "the worker recipe as an artefact: platform, user 1000:1000 and /workspace; no credentials in any image layer or config; the promised tools outside the mounts with versions; pins immutable; caches under /workspace created after the clone",
         checks: &[CONFIG, NO_CREDENTIALS, TOOLS, PINS, CACHES],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

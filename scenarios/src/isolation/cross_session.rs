@@ -47,6 +47,7 @@ pub fn scenario() -> Scenario {
         promise: "two concurrent sessions have distinct daemon IDs; containers, images and volumes of one are invisible to the other; neither can reach the other's daemon; workspaces are separate",
         checks: &[DISTINCT, INVISIBLE, UNREACHABLE, WORKSPACES],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

@@ -48,6 +48,7 @@ pub fn scenario() -> Scenario {
         promise: "a launch that cannot succeed (absent image, unsatisfiable nodeSelector, missing claim, restricted identity) fails naming that cause, within a bound, leaving nothing behind",
         checks: &[NAMES_CAUSE, WITHIN_BOUND, NOTHING_LEFT],
         timeout: Duration::from_secs(600),
+        starts_first: false,
         run,
     }
 }

@@ -54,6 +54,7 @@ pub fn scenario() -> Scenario {
         promise: "the launched Pod is exactly as composed: owned labels and annotations, no service-account token anywhere, no Service, a loopback-only control port reached through the forward; the launch's timing records kept as evidence",
         checks: &[LABELS, NO_TOKEN, NO_SERVICE, FORWARD],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

@@ -62,6 +62,7 @@ pub fn scenario() -> Scenario {
         promise: "a backend restart reconnects to the same Pod and agent process; killing the main container's PID 1 restarts it in the same Pod; the agent re-handshakes with the recorded nonce; the daemon and its containers are untouched",
         checks: &[BACKEND_RESTART, RESTARTED, REHANDSHAKE, DAEMON_UNTOUCHED],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

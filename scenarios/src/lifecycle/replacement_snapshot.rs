@@ -46,6 +46,7 @@ pub fn scenario() -> Scenario {
         promise: "a replacement after a lost Pod composes the launch snapshot with the same claim, never the edited profile",
         checks: &[EDIT_IGNORED, GRANT_KEPT, SAME_CLAIM],
         timeout: Duration::from_secs(240),
+        starts_first: false,
         run,
     }
 }

@@ -37,6 +37,7 @@ pub fn scenario() -> Scenario {
         promise: "ordinary stop keeps the Pod, its daemon ID and nested containers; a replacement Pod keeps the workspace and gets a new daemon",
         checks: &[STOP_KEEPS, WORKSPACE_KEPT, NEW_DAEMON],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

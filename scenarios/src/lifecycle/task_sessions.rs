@@ -74,6 +74,7 @@ pub fn scenario() -> Scenario {
             CLEANUP_REMOVES,
         ],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

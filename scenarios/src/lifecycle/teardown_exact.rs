@@ -57,6 +57,7 @@ pub fn scenario() -> Scenario {
         promise: "terminal delete removes exactly the owned Pod and volume (UID-checked), nested processes and their cgroups vanish from the node, and look-alike objects the run does not own survive untouched",
         checks: &[VANISH, REMOVES, SURVIVE, FAIL_CLOSED],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

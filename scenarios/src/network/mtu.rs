@@ -40,6 +40,7 @@ pub fn scenario() -> Scenario {
         promise: "nested bridge MTU is no higher than the Pod interface MTU; a large transfer (tens of MiB, HTTPS) from a nested container completes with a matching digest",
         checks: &[MTU, TRANSFER],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

@@ -51,6 +51,7 @@ pub fn scenario() -> Scenario {
         promise: "preparation waits (bounded) for `docker info` before the normal prepare flow; an absent daemon fails within the bound with a clear message and the agent never starts",
         checks: &[READY, BOUNDED, FAILS, MESSAGE, NEVER_STARTS],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

@@ -24,6 +24,7 @@ pub fn scenario() -> Scenario {
         promise: "the template passes Kandev's rules (a template that breaks one is refused before anything is created)",
         checks: &[PASSES],
         timeout: Duration::from_secs(60),
+        starts_first: false,
         run,
     }
 }

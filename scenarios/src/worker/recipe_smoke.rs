@@ -6,8 +6,9 @@
 //! `incompatible` with that reason, never passed.
 //!
 //! Its own scenario rather than a check of `image::recipe`: the smoke drives the Pod's daemon,
-//! the browser and Compose (the catalogue's longest scenario, about 40 s on 2 cores; most of it
-//! the Go step compiling the standard library behind net/http once), and an image without it
+//! the browser and Compose (the catalogue's longest scenario, about 80 s in a warm catalogue on
+//! 2 cores, 70 s of its Pod's CPU; much of it the Go step compiling the standard library behind
+//! net/http, once), and an image without it
 //! must not leave the recipe's other checks unjudged. Can fail when the smoke fails or stays
 //! silent.
 //!
@@ -39,6 +40,7 @@ pub fn scenario() -> Scenario {
         promise: "the worker image's own smoke (`smoke.sh --all`: source tools, browser click and screenshot, scratch build with --network=none, nested HTTPS fetch, Compose with RO/RW binds and `down`) passes as the agent and writes its result line",
         checks: &[RESULT],
         timeout: Duration::from_secs(600),
+        starts_first: true,
         run,
     }
 }

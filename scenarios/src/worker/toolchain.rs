@@ -51,6 +51,7 @@ pub fn scenario() -> Scenario {
         promise: "the worker image's toolchain works as the agent user with caches under `/workspace`; tool versions go into the report; baked tools live outside mounted paths",
         checks: &[CACHES, TOOLS, BAKED],
         timeout: Duration::from_secs(300),
+        starts_first: true,
         run,
     }
 }

@@ -28,6 +28,7 @@ pub fn scenario() -> Scenario {
         promise: "both containers see one `/workspace`; a read-only grant cannot write (EROFS)",
         checks: &[SHARED, READ_ONLY],
         timeout: Duration::from_secs(300),
+        starts_first: false,
         run,
     }
 }

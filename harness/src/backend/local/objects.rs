@@ -298,17 +298,15 @@ impl LocalObjects {
             }
             removed.push(format!("volume/{}", v.name));
         }
-        if selector.iter().all(|(k, _)| *k == LABEL_MANAGED) {
-            removed.extend(self.remove_unlabelled_pod_volumes(dry_run).await?);
-        }
         Ok(removed)
     }
 
     /// Volumes no container uses, without labels, named as a task Pod's emptyDir
     /// (`kandev-<16 hex>-<volume>`). The engine makes such a volume when a container that its
     /// restart policy starts (after an engine restart) mounts an emptyDir the killed run had
-    /// already removed: the engine recreates it by name, without the Pod's labels.
-    async fn remove_unlabelled_pod_volumes(&self, dry_run: bool) -> Result<Vec<String>> {
+    /// already removed: the engine recreates it by name, without the Pod's labels. A dry run
+    /// lists only those no container uses yet.
+    pub async fn remove_unlabelled_pod_volumes(&self, dry_run: bool) -> Result<Vec<String>> {
         let options = ListVolumesOptionsBuilder::default()
             .filters(&HashMap::from([("dangling", vec!["true"])]))
             .build();

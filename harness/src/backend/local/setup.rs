@@ -82,6 +82,15 @@ impl Provider for LocalProvider {
                 .sweep_orphan_cgroups(request.older_than, request.dry_run)
                 .await?,
         );
+        // Last: such a volume may be one the engine still counts as mounted (a failure then
+        // names the fix), and everything else is already gone.
+        if request.run.is_none() {
+            removed.extend(
+                objects
+                    .remove_unlabelled_pod_volumes(request.dry_run)
+                    .await?,
+            );
+        }
         Ok(removed)
     }
 }

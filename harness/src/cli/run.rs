@@ -247,12 +247,10 @@ fn run_once(
         handle.spawn(watch_signals(run.clone())),
         handle.spawn(run.clone().enforce_deadline()),
     ];
-    // The longest scenarios start first (libtest-mimic starts trials in the order given); a
-    // listing keeps the catalogue's order.
+    // The longest scenarios start first (libtest-mimic starts trials in the order given;
+    // `--list` returned earlier, in the catalogue's order).
     let mut start_order: Vec<usize> = (0..registry.len()).collect();
-    if !libtest.list {
-        start_order.sort_by_key(|&index| !registry.get(index).is_some_and(|s| s.starts_first));
-    }
+    start_order.sort_by_key(|&index| !registry.get(index).is_some_and(|s| s.starts_first));
     let trials: Vec<Trial> = start_order
         .into_iter()
         .map(|index| {

@@ -7,7 +7,7 @@
 //!
 //! Its own scenario rather than a check of `image::recipe`: the smoke drives the Pod's daemon,
 //! the browser and Compose (the catalogue's longest scenario, about 80 s in a warm catalogue on
-//! 2 cores, 70 s of its Pod's CPU; much of it the Go step compiling the standard library behind
+//! 2 cores, 55–70 s of its Pod's CPU; much of it the Go step compiling the standard library behind
 //! net/http, once), and an image without it
 //! must not leave the recipe's other checks unjudged. Can fail when the smoke fails or stays
 //! silent.

@@ -66,7 +66,8 @@ impl Provider for LocalProvider {
     }
 
     /// Everything labelled with the run (or with the harness), then Pod cgroups whose Pod is
-    /// gone (a cgroup carries no labels).
+    /// gone (a cgroup carries no labels), then (not for one run) unused unlabelled volumes
+    /// named as a task Pod's emptyDir.
     async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>> {
         let objects = LocalObjects::new(crate::host::connect_engine().await?);
         let selector = match &request.run {

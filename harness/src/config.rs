@@ -99,6 +99,11 @@ pub struct ClusterSettings {
     pub kind: Option<KindSettings>,
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
+    /// `--in-cluster`: the run is inside a Pod, its service account the sessions' identity.
+    pub in_cluster: bool,
+    /// In-cluster: the token file of the identity that keeps the books (evidence, ledger,
+    /// sweeps); None: the Pod's own identity does.
+    pub bookkeeper_token: Option<PathBuf>,
     /// None: the run creates `kandev-acceptance-<run id>` and removes it.
     pub namespace: Option<String>,
     pub workspace_size: String,

@@ -112,6 +112,24 @@ pub(crate) struct RunArgs {
     /// Storage class of a managed workspace claim (default: the cluster's default class).
     #[arg(long, value_name = "NAME")]
     pub(crate) storage_class: Option<String>,
+    /// --backend kube from inside the cluster: the Pod's service account (its mounted token
+    /// and CA, KUBERNETES_SERVICE_HOST/PORT) is the sessions' identity; no kubeconfig, no
+    /// --context. The namespace is --namespace, else the service account's own.
+    #[arg(long, conflicts_with_all = ["context", "kubeconfig"])]
+    pub(crate) in_cluster: bool,
+    /// With --in-cluster: a token file of the identity that reads evidence (logs, events),
+    /// lists the run's objects and sweeps them, which Kandev's executor Role does not allow;
+    /// default: the Pod's own identity.
+    #[arg(long, value_name = "FILE", requires = "in_cluster")]
+    pub(crate) bookkeeper_token: Option<PathBuf>,
+    /// The run's id (default: a fresh one); `launch` passes the id it labels its objects with.
+    #[arg(long, value_name = "ID", hide = true, value_parser = parse_run_id)]
+    pub(crate) run_id: Option<String>,
+    /// After publishing, keep the process (and so its Pod) alive up to SECONDS until the
+    /// report folder is retrieved (`<report dir>/<run id>.retrieved` appears) or SIGTERM;
+    /// then exit with the run's code. For `launch`, which copies the folder out of the Pod.
+    #[arg(long, value_name = "SECONDS", hide = true, requires = "run_id")]
+    pub(crate) hold_report: Option<u64>,
     /// --backend kube: admit a privileged inspector Pod (host PID, the node's cgroup tree
     /// read-only) on each session's node for the node view; without it the scenarios that
     /// need the node's own view are skipped.
@@ -227,6 +245,20 @@ pub(crate) struct GateArgs {
     /// skipped and incompatible scenarios.
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
     pub(crate) require: Option<Requirements>,
+}
+
+/// A run id names labels, a namespace and folders: lowercase letters, digits and `-`, at
+/// most 40 characters (the namespace `kandev-acceptance-<id>` stays a DNS label).
+fn parse_run_id(text: &str) -> Result<String, String> {
+    let fine = !text.is_empty()
+        && text.len() <= 40
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    fine.then(|| text.to_owned())
+        .ok_or_else(|| format!("{text:?}: lowercase letters, digits and '-', at most 40"))
 }
 
 /// `90m`, `36h`, `7d`, `3600s` in milliseconds.

@@ -7,6 +7,7 @@
 mod args;
 mod gate;
 mod gc;
+mod hold;
 mod report;
 mod run;
 mod validate;

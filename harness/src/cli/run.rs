@@ -45,6 +45,8 @@ pub(crate) fn cluster_settings(
         settings.storage_class = r.storage_class.clone();
         settings.node_inspector = r.node_inspector;
         settings.node_inspector_image = r.node_inspector_image.clone();
+        settings.in_cluster = r.in_cluster;
+        settings.bookkeeper_token = r.bookkeeper_token.clone();
     }
     settings
 }
@@ -162,6 +164,10 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         libtest.test_threads = Some(args.jobs.unwrap_or((cores * 2).min(8)).max(1));
     }
     let repeat = args.repeat.max(1);
+    if repeat > 1 && args.run_id.is_some() {
+        eprintln!("error: --run-id names one run; --repeat {repeat} makes {repeat}");
+        return exit::USAGE;
+    }
     let mut runs = Vec::new();
     for iteration in 1..=repeat {
         if repeat > 1 {
@@ -174,6 +180,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
             runtime,
             template.clone(),
             prepare_text.clone(),
+            args.run_id.clone(),
         );
         let stop =
             code == exit::INTERRUPTED || code == exit::USAGE || code == exit::NOTHING_SELECTED;
@@ -183,7 +190,18 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         }
     }
     if repeat == 1 {
-        return runs.first().map(|(code, _)| *code).unwrap_or(exit::SUCCESS);
+        let code = runs.first().map(|(code, _)| *code).unwrap_or(exit::SUCCESS);
+        if let (Some(seconds), Some(id), Some((_, Some(_)))) =
+            (args.hold_report, &args.run_id, runs.first())
+        {
+            runtime.block_on(super::hold::hold(
+                &config.report_dir,
+                id,
+                code,
+                Duration::from_secs(seconds),
+            ));
+        }
+        return code;
     }
     crate::outputs::repeat::finish(&config.report_dir, &runs)
 }
@@ -197,9 +215,10 @@ fn run_once(
     runtime: &tokio::runtime::Runtime,
     template: TemplateFile,
     prepare_text: String,
+    run_id: Option<String>,
 ) -> (u8, Option<Report>) {
     let run = Arc::new(Run::new(
-        crate::pod::identity::new_run_id(),
+        run_id.unwrap_or_else(crate::pod::identity::new_run_id),
         config.clone(),
         template,
         prepare_text,

@@ -49,6 +49,14 @@ pub enum ClusterError {
         reason: String,
     },
     #[error(
+        "--in-cluster, but this is not a Pod with a service account: {cause}\n  fix: run inside a Pod whose service account token is mounted (automountServiceAccountToken: true; `kandev-acceptance launch` makes such a Job), or drop --in-cluster and pass --context"
+    )]
+    NotInCluster { cause: String },
+    #[error(
+        "read the bookkeeper's token {path}: {cause}\n  fix: mount the Secret holding a token of the harness's bookkeeping identity there (`kandev-acceptance launch` does), or omit --bookkeeper-token so the Pod's own identity also keeps the books"
+    )]
+    BookkeeperToken { path: String, cause: String },
+    #[error(
         "namespace {namespace} does not exist\n  fix: create it (Kandev never creates namespaces), or omit --namespace so the run creates and removes its own"
     )]
     NamespaceMissing { namespace: String },

@@ -53,7 +53,10 @@ fn operator_images(config: &RunConfig) -> anyhow::Result<ImageSet> {
 
 #[async_trait]
 impl Provider for KindProvider {
-    fn check(&self, _config: &RunConfig) -> Result<(), String> {
+    fn check(&self, config: &RunConfig) -> Result<(), String> {
+        if config.cluster.in_cluster {
+            return Err("--in-cluster runs inside an existing cluster: use --backend kube (Kind's cluster is created from this host)".into());
+        }
         Ok(())
     }
 
@@ -129,7 +132,7 @@ impl Provider for KindProvider {
 #[async_trait]
 impl Provider for KubeProvider {
     fn check(&self, config: &RunConfig) -> Result<(), String> {
-        if config.cluster.context.is_none() {
+        if config.cluster.context.is_none() && !config.cluster.in_cluster {
             return Err("--backend kube needs --context NAME: the harness never uses the kubeconfig's current context implicitly".into());
         }
         if config.worker_image.is_none() || config.daemon_image.is_none() {
@@ -146,8 +149,16 @@ impl Provider for KubeProvider {
         let settings = &input.config.cluster;
         // Reached before anything is built or created: an unreachable cluster fails fast.
         let started = Instant::now();
-        let opened =
-            cluster::open(settings.kubeconfig.as_deref(), settings.context.as_deref()).await;
+        let (opened, session) = if settings.in_cluster {
+            match cluster::open_in_cluster(settings.bookkeeper_token.as_deref()).await {
+                Ok((reached, session)) => (Ok(reached), Some(session)),
+                Err(e) => (Err(e), None),
+            }
+        } else {
+            let opened =
+                cluster::open(settings.kubeconfig.as_deref(), settings.context.as_deref()).await;
+            (opened, None)
+        };
         let reached = input.setup.step(
             "cluster",
             started,
@@ -155,20 +166,35 @@ impl Provider for KubeProvider {
             |r| json!({"context": r.context, "server": r.server, "version": r.server_version}),
         )?;
         let started = Instant::now();
+        let images = operator_images(input.config).map(|mut images| {
+            images.records.extend(harness_image_record());
+            images
+        });
         let images = input
             .setup
-            .step("images", started, operator_images(input.config), |i| {
-                json!(i.records)
-            })?;
+            .step("images", started, images, |i| json!(i.records))?;
         let started = Instant::now();
-        let set_up = Cluster::set_up(
-            reached,
-            None,
-            settings.namespace.as_deref(),
-            input.config.workspace_mode,
-            input.run_id,
-        )
-        .await;
+        let set_up = match session {
+            Some(session) => {
+                Cluster::in_cluster(
+                    reached,
+                    session,
+                    settings.namespace.as_deref(),
+                    input.run_id,
+                )
+                .await
+            }
+            None => {
+                Cluster::set_up(
+                    reached,
+                    None,
+                    settings.namespace.as_deref(),
+                    input.config.workspace_mode,
+                    input.run_id,
+                )
+                .await
+            }
+        };
         let cluster = input
             .setup
             .step("cluster_setup", started, set_up, setup_evidence)?;
@@ -202,8 +228,23 @@ impl Provider for KubeProvider {
     }
 }
 
+/// The environment variable naming the image a run inside the cluster runs from (`launch`
+/// sets it), recorded in the report as the `harness` image.
+pub const HARNESS_IMAGE_ENV: &str = "KANDEV_ACCEPTANCE_HARNESS_IMAGE";
+
+/// The harness's own image when the run is inside a Pod that names it.
+fn harness_image_record() -> Option<ImageRecord> {
+    let reference = std::env::var(HARNESS_IMAGE_ENV).ok()?;
+    Some(ImageRecord {
+        role: "harness".into(),
+        reference,
+        id: None,
+        built: false,
+    })
+}
+
 fn setup_evidence(c: &Cluster) -> serde_json::Value {
-    json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace})
+    json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace, "executor": c.executor})
 }
 
 /// With the cluster set up: load the images (Kind), the preflight, the backend. A failure

@@ -140,3 +140,66 @@ pub async fn open_with(
         server_version,
     })
 }
+
+/// The name in-cluster runs show where a context is shown (there is no kubeconfig).
+pub const IN_CLUSTER: &str = "in-cluster";
+
+/// Inside a Pod (`--in-cluster`): the session client is the Pod's own service account, read
+/// from the environment and the mounted token and CA exactly as Kandev's backend reads them
+/// (`rest.InClusterConfig`; kube-rs's `Config::incluster`, whose token file is re-read when
+/// it rotates). The bookkeeping client (evidence, the ledger, sweeps: what the operator's
+/// identity does outside) uses the same server and CA with the token in `bookkeeper_token`,
+/// or the Pod's own identity when none is given. Returns the reached cluster (its `admin` is
+/// the bookkeeper) and the session client.
+pub async fn open_in_cluster(
+    bookkeeper_token: Option<&Path>,
+) -> Result<(Reached, Client), ClusterError> {
+    let bounds = ClientBounds::default();
+    let mut config = Config::incluster().map_err(|e| ClusterError::NotInCluster {
+        cause: crate::error_chain(&e),
+    })?;
+    config.connect_timeout = Some(bounds.connect);
+    let client = |config: &Config, what: &str| {
+        client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
+            what: what.into(),
+            source: e.into(),
+        })
+    };
+    let session = client(&config, "the in-cluster service account's client")?;
+    let admin_config = match bookkeeper_token {
+        Some(path) => {
+            // Read once here so that a missing or empty file is named now, not as a 401 later.
+            let token =
+                std::fs::read_to_string(path).map_err(|e| ClusterError::BookkeeperToken {
+                    path: path.display().to_string(),
+                    cause: e.to_string(),
+                })?;
+            if token.trim().is_empty() {
+                return Err(ClusterError::BookkeeperToken {
+                    path: path.display().to_string(),
+                    cause: "the file is empty".into(),
+                });
+            }
+            let mut admin = config.clone();
+            admin.auth_info = kube::config::AuthInfo {
+                token_file: Some(path.display().to_string()),
+                ..Default::default()
+            };
+            admin
+        }
+        None => config.clone(),
+    };
+    let admin = client(&admin_config, "the bookkeeper's client")?;
+    let server = admin_config.cluster_url.to_string();
+    let server_version = reach(&admin, IN_CLUSTER, &server).await?;
+    Ok((
+        Reached {
+            admin,
+            config: admin_config,
+            context: IN_CLUSTER.into(),
+            server,
+            server_version,
+        },
+        session,
+    ))
+}

@@ -28,8 +28,8 @@ mod settings;
 
 pub use super::errors::ClusterError;
 pub use connect::{
-    ClientBounds, REACH_TIMEOUT, Reached, client_for, client_for_bounded, client_of, open,
-    open_with, reach,
+    ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, client_for, client_for_bounded, client_of,
+    open, open_in_cluster, open_with, reach,
 };
 pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, required_access};
 pub use gc::gc;

@@ -2,7 +2,7 @@
 //! while a fresh RoleBinding reaches the authorizer), the Pods' service account exists, and
 //! the API server admits the privileged companion (a server-side dry run).
 
-use super::executor::{EXECUTOR, NOT_NEEDED, can_i, required_access};
+use super::executor::{NOT_NEEDED, can_i, required_access};
 use super::run::Cluster;
 use crate::backend::kube::backend::FIELD_MANAGER;
 use crate::backend::kube::errors::{ClusterError, setup};
@@ -135,7 +135,8 @@ impl Cluster {
             "server_version": self.server_version,
             "namespace": self.namespace,
             "namespace_created_by_run": self.created_namespace,
-            "executor": format!("system:serviceaccount:{}:{EXECUTOR}", self.namespace),
+            "executor": self.executor,
+            "executor_created_by_run": self.created_executor,
             "executor_access": self.access,
             "executor_access_effective_after_ms": access_effective_ms,
             "pod_service_account": account,

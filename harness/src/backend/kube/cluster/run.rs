@@ -41,6 +41,11 @@ pub struct Cluster {
     /// How long the preflight waits for what a fresh namespace settles into: a RoleBinding
     /// just created becoming effective, the namespace's `default` ServiceAccount.
     pub settle: Duration,
+    /// Who the sessions run as (`system:serviceaccount:<namespace>:<name>`).
+    pub executor: String,
+    /// Whether the run created the executor's account, Role and binding (not in-cluster:
+    /// there the Pod's own account is the executor, and whoever launched it removes it).
+    pub created_executor: bool,
 }
 
 /// Labels of everything the run creates in the cluster (for `gc`).
@@ -143,6 +148,8 @@ impl Cluster {
             access: BTreeMap::new(),
             settle: SETTLE,
             config: Some(config.clone()),
+            executor: format!("system:serviceaccount:{namespace}:{EXECUTOR}"),
+            created_executor: true,
         };
         // From here on the run owns objects: a failure tears them down before returning.
         match cluster.set_up_executor(&config, mode, &labels).await {
@@ -155,6 +162,62 @@ impl Cluster {
                 Err(e)
             }
         }
+    }
+
+    /// Inside the cluster (`--in-cluster`): the session client is the Pod's own service
+    /// account, which someone else (`launch`, or the operator's own Job) bound to Kandev's
+    /// executor Role; the run creates no namespace and no identity, so its teardown removes
+    /// only what its sessions created (they clean up after themselves). The namespace is
+    /// `--namespace`, else the one the service account's mounted namespace file names.
+    pub async fn in_cluster(
+        reached: Reached,
+        session: Client,
+        namespace: Option<&str>,
+        run_id: &str,
+    ) -> Result<Self, ClusterError> {
+        let Reached {
+            admin,
+            config,
+            context,
+            server,
+            server_version,
+        } = reached;
+        let namespace = match namespace {
+            Some(name) => name.to_owned(),
+            None => kube::Config::incluster()
+                .map(|c| c.default_namespace)
+                .map_err(|e| ClusterError::NotInCluster {
+                    cause: crate::error_chain(&e),
+                })?,
+        };
+        if Api::<Namespace>::all(admin.clone())
+            .get_opt(&namespace)
+            .await
+            // A bookkeeper that may not read namespaces: the preflight's dry run names
+            // a missing one as well.
+            .is_ok_and(|found| found.is_none())
+        {
+            return Err(ClusterError::NamespaceMissing { namespace });
+        }
+        let executor = who_am_i(&session)
+            .await
+            .unwrap_or_else(|| "the Pod's service account (SelfSubjectReview not served)".into());
+        Ok(Self {
+            admin,
+            session,
+            namespace,
+            created_namespace: false,
+            context,
+            server,
+            server_version,
+            kind: None,
+            run_id: run_id.to_owned(),
+            access: BTreeMap::new(),
+            config: Some(config),
+            settle: SETTLE,
+            executor,
+            created_executor: false,
+        })
     }
 
     async fn set_up_executor(
@@ -260,7 +323,7 @@ impl Cluster {
             let started = Instant::now();
             let result = delete_if_present(Api::<Namespace>::all(admin.clone()), ns).await;
             record(format!("namespace/{ns}"), started, result);
-        } else {
+        } else if self.created_executor {
             let started = Instant::now();
             let result =
                 delete_if_present(Api::<RoleBinding>::namespaced(admin.clone(), ns), EXECUTOR)
@@ -292,6 +355,17 @@ impl Cluster {
         }
         records
     }
+}
+
+/// The username the API server knows `client` by (a SelfSubjectReview); None when the
+/// server does not serve the review (before v1.28) or refuses it.
+pub(super) async fn who_am_i(client: &Client) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .ok()?;
+    review.status?.user_info?.username
 }
 
 /// Deletes `name`; absent is success (the error text otherwise).

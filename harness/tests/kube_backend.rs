@@ -528,6 +528,8 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         access: BTreeMap::new(),
         settle: Duration::from_millis(600),
         config: None,
+        executor: format!("system:serviceaccount:{NS}:kandev-acceptance-executor"),
+        created_executor: true,
     }
 }
 

@@ -23,6 +23,10 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Run the acceptance scenarios (libtest-style filters, --list, --exact, --skip, --test-threads).
     Run(Box<RunArgs>),
+    /// Run the scenarios from inside a cluster: a Job running the harness image with
+    /// `run --in-cluster` as Kandev's executor identity; follows its log, retrieves the
+    /// report into --report DIR, removes what it created and exits with the run's code.
+    Launch(Box<LaunchArgs>),
     /// Check a Pod template with Kandev's rules; creates nothing.
     Validate(ValidateArgs),
     /// Remove what a killed run left behind, by label.
@@ -223,6 +227,45 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) libtest: libtest_mimic::Arguments,
 }
+
+#[derive(Args, Debug)]
+pub(crate) struct LaunchArgs {
+    /// The harness image the cluster's nodes can pull (`kandev-acceptance image harness`
+    /// builds one here; push it, or `kind load docker-image` it).
+    #[arg(long, value_name = "REF")]
+    pub(crate) harness_image: String,
+    /// How long the run inside the Pod may take, in seconds (the Job's deadline, with the
+    /// hold added).
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) job_timeout: u64,
+    /// How long the Job's Pod may take to start (an image pull included), in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) start_timeout: u64,
+    /// How long the finished run waits for its report to be retrieved, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
+    pub(crate) hold: u64,
+    /// What `run` takes (passed on to the run in the Pod; --template and --prepare-script
+    /// travel in a Secret, --report is where the report is retrieved to).
+    #[command(flatten)]
+    pub(crate) run: RunArgs,
+}
+
+/// `launch`'s own options and the host-side ones the Pod's `run` gets otherwise (each takes
+/// a value): not forwarded as they are.
+pub(crate) const NOT_FORWARDED: [&str; 12] = [
+    "--harness-image",
+    "--job-timeout",
+    "--start-timeout",
+    "--hold",
+    "--backend",
+    "--context",
+    "--kubeconfig",
+    "--namespace",
+    "--report",
+    "--template",
+    "--prepare-script",
+    "--executor-role",
+];
 
 #[derive(Args, Debug)]
 pub(crate) struct GateArgs {

@@ -4,25 +4,13 @@
 //! API, only a running one's (exec). The exit code travels twice: in a file beside the folder
 //! (`launch` reads it before copying) and as the process's own exit code.
 
+use crate::backend::kube::launch::{HOLDING, exit_file, retrieved_file};
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-/// The line `launch` waits for in the Pod's log (followed by the run id).
-pub(crate) const HOLDING: &str = "kandev-acceptance: holding run";
 
 /// How often the marker file is looked for.
 const POLL: Duration = Duration::from_millis(250);
-
-/// The file holding the run's exit code, beside its report folder.
-pub(crate) fn exit_file(report_dir: &Path, run_id: &str) -> PathBuf {
-    report_dir.join(format!("{run_id}.exit"))
-}
-
-/// The file whose appearance ends the hold, beside the report folder.
-pub(crate) fn retrieved_file(report_dir: &Path, run_id: &str) -> PathBuf {
-    report_dir.join(format!("{run_id}.retrieved"))
-}
 
 /// Writes the exit file, logs the holding line (with the report's sha256, which `launch`
 /// compares with the copy it retrieved), and waits until the folder was retrieved, a

@@ -8,6 +8,7 @@ mod args;
 mod gate;
 mod gc;
 mod hold;
+mod launch;
 mod report;
 mod run;
 mod validate;
@@ -53,6 +54,7 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
     };
     let code = match cli.command {
         Command::Run(args) => run::run(*args, registry, &runtime),
+        Command::Launch(args) => launch::launch(*args, registry, &runtime),
         Command::Validate(args) => validate::validate(&args),
         Command::Gc(args) => runtime.block_on(gc::gc(&args)),
         Command::Gate(args) => gate::gate(&args, &registry),

@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod inspector;
 pub mod kind;
+pub mod launch;
 pub mod setup;
 
 mod backend;

@@ -4,14 +4,16 @@ use crate::backend::kube::deletes::DeletePolicy;
 use crate::backend::kube::errors::{ClusterError, setup};
 use crate::backend::kube::sweeps::remove_labelled;
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
 
 /// `gc` in a cluster: namespaces the harness created (by label, optionally of one run) are
 /// deleted whole; in a namespace the operator named, the run's Pods, claims and executor
-/// objects are removed. Returns what was (or would be) removed.
+/// objects are removed, and what `launch` created there (its Job with its Pod, its Secret,
+/// the bookkeeper's account, Role and binding). Returns what was (or would be) removed.
 pub async fn gc(
     admin: &Client,
     namespace: Option<&str>,
@@ -51,6 +53,11 @@ pub async fn gc(
                     source: e.into(),
                 })?,
         );
+        // A Job's Pods go with it (batch/v1 Jobs orphan them by default).
+        let background = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
         macro_rules! sweep {
             ($kind:ty, $label:expr) => {{
                 let api: Api<$kind> = Api::namespaced(admin.clone(), ns);
@@ -62,7 +69,7 @@ pub async fn gc(
                 {
                     let name = item.metadata.name.clone().unwrap_or_default();
                     if !dry_run {
-                        api.delete(&name, &dp)
+                        api.delete(&name, &background)
                             .await
                             .map_err(setup(format!("delete {} {name}", $label)))?;
                     }
@@ -70,6 +77,9 @@ pub async fn gc(
                 }
             }};
         }
+        // What a killed `launch` left (its Job's deadline and TTL end the Job on their own).
+        sweep!(Job, "job");
+        sweep!(Secret, "secret");
         sweep!(RoleBinding, "rolebinding");
         sweep!(Role, "role");
         sweep!(ServiceAccount, "serviceaccount");

@@ -1,0 +1,321 @@
+//! `launch`: the harness run from inside the cluster, as Sonobuoy runs conformance. With the
+//! operator's identity it creates the namespace (or uses `--namespace`), the executor's and
+//! the bookkeeper's service accounts, Roles and bindings, a Secret with the run's inputs and
+//! the bookkeeper's token, and a Job running the harness image with `run --in-cluster`; it
+//! follows the Job's Pod's log, copies the report folder out of the finished run (which holds
+//! until then), removes everything it created — also after Ctrl-C — and exits with the run's
+//! own code.
+//!
+//! Here: `objects` (what is created, as plain objects), `follow` (the Pod's start, its log,
+//! the holding line), `retrieve` (the report folder out of the Pod), and this file (create,
+//! drive, remove).
+
+mod follow;
+mod objects;
+mod retrieve;
+
+pub use follow::{Held, Interrupts, parse_holding};
+pub use objects::{
+    BOOKKEEPER, CONTAINER, HARNESS_UID, INPUTS, LABEL_LAUNCH, LaunchPlan, REPORTS, TOKEN_KEY,
+    bookkeeper_rules, job_name,
+};
+
+use super::cluster::EXECUTOR;
+use super::errors::ClusterError;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kandev_report::exit;
+use kube::Client;
+use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The line the run inside the Pod logs once its report is published and held (followed by
+/// the run id, `exit N`, `report.json sha256 H`): `launch`'s cue to retrieve it.
+pub const HOLDING: &str = "kandev-acceptance: holding run";
+
+/// The file holding a held run's exit code, beside its report folder.
+pub fn exit_file(report_dir: &Path, run_id: &str) -> PathBuf {
+    report_dir.join(format!("{run_id}.exit"))
+}
+
+/// The file whose appearance ends a run's hold (`launch` has the folder), beside it.
+pub fn retrieved_file(report_dir: &Path, run_id: &str) -> PathBuf {
+    report_dir.join(format!("{run_id}.retrieved"))
+}
+
+/// Why a launch ended without the run's own exit code; each names the cause and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(
+        "the harness image {image} cannot start: {reason}\n  fix: push it where the cluster's nodes pull from (Kind: `kind load docker-image {image}`) and pass that reference to --harness-image"
+    )]
+    ImageCannotStart { image: String, reason: String },
+    #[error(
+        "the Job's Pod did not start within {waited:?}: {state}\n  fix: raise --start-timeout for a slow image pull, or see `kubectl -n {namespace} describe job,pod` (quota, admission, scheduling)"
+    )]
+    StartTimedOut {
+        waited: Duration,
+        state: String,
+        namespace: String,
+    },
+    #[error(
+        "the run did not finish within --job-timeout ({timeout:?}; the Job's deadline): {state}\n  fix: raise --job-timeout, or select fewer scenarios"
+    )]
+    JobTimedOut { timeout: Duration, state: String },
+    #[error(
+        "the harness in the Pod ended without a report to retrieve ({ended}); its last lines:\n{tail}"
+    )]
+    HarnessEnded {
+        ended: String,
+        code: Option<i32>,
+        tail: String,
+    },
+    #[error("retrieve the report folder from the Pod: {0}")]
+    Retrieve(String),
+    #[error("interrupted (a second Ctrl-C): what the launch created was removed")]
+    Interrupted,
+}
+
+impl LaunchError {
+    /// The exit code: bad input 2 (what the harness in the Pod refused as such), the cluster,
+    /// the image or a bound 3, interrupted 130.
+    pub fn code(&self) -> u8 {
+        match self {
+            Self::Interrupted => exit::INTERRUPTED,
+            Self::HarnessEnded { code: Some(2), .. } => exit::USAGE,
+            _ => exit::ENVIRONMENT,
+        }
+    }
+}
+
+/// One object the launch created, removed newest first.
+#[derive(Debug, Clone)]
+enum Created {
+    Namespace(String),
+    ServiceAccount(String),
+    Role(String),
+    RoleBinding(String),
+    Secret(String),
+    Job(String),
+}
+
+/// What `launch` ends with: the run's exit code (or the launch's own), and what it removed.
+pub struct Ended {
+    pub code: u8,
+    /// `kind/name: removed` or `kind/name: <error>`, newest first.
+    pub cleanup: Vec<(String, Result<(), String>)>,
+}
+
+/// Creates the launch's objects, drives the run to its end, retrieves the report folder
+/// into `report_dir/<run id>/`, and removes what it created.
+pub async fn launch(
+    admin: Client,
+    plan: &LaunchPlan,
+    report_dir: &Path,
+    interrupts: &Interrupts,
+) -> Result<Ended, (LaunchError, Ended)> {
+    let mut created = Vec::new();
+    let result = async {
+        create(&admin, plan, &mut created).await?;
+        if interrupts.count() > 0 {
+            // Interrupted before the run began: there is nothing to wait for.
+            return Err(LaunchError::Interrupted);
+        }
+        let held = follow::follow(&admin, plan, interrupts).await?;
+        let code = retrieve::retrieve(&admin, plan, &held, report_dir).await?;
+        // Interrupted meanwhile: the run's own code says so (it stopped on SIGTERM).
+        Ok(code)
+    }
+    .await;
+    let cleanup = remove(&admin, plan, &created).await;
+    match result {
+        Ok(code) => Ok(Ended { code, cleanup }),
+        Err(e) => {
+            let code = e.code();
+            Err((e, Ended { code, cleanup }))
+        }
+    }
+}
+
+async fn create(
+    admin: &Client,
+    plan: &LaunchPlan,
+    created: &mut Vec<Created>,
+) -> Result<(), LaunchError> {
+    let ns = plan.namespace();
+    let pp = PostParams::default();
+    let failed = |what: String| {
+        move |e: kube::Error| ClusterError::Setup {
+            what,
+            source: e.into(),
+        }
+    };
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    match &plan.namespace {
+        Some(name) => {
+            if namespaces
+                .get_opt(name)
+                .await
+                .map_err(failed(format!("get namespace {name}")))?
+                .is_none()
+            {
+                return Err(ClusterError::NamespaceMissing {
+                    namespace: name.clone(),
+                }
+                .into());
+            }
+        }
+        None => {
+            namespaces
+                .create(&pp, &plan.namespace_object())
+                .await
+                .map_err(failed(format!("create namespace {ns}")))?;
+            created.push(Created::Namespace(ns.clone()));
+        }
+    }
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
+    let roles: Api<Role> = Api::namespaced(admin.clone(), &ns);
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);
+    for (name, role) in [
+        (EXECUTOR, plan.executor_role()),
+        (BOOKKEEPER, plan.bookkeeper_role()),
+    ] {
+        accounts
+            .create(&pp, &plan.service_account(name))
+            .await
+            .map_err(failed(format!("create service account {name}")))?;
+        created.push(Created::ServiceAccount(name.into()));
+        roles
+            .create(&pp, &role)
+            .await
+            .map_err(failed(format!("create role {name}")))?;
+        created.push(Created::Role(name.into()));
+        bindings
+            .create(&pp, &plan.binding(name))
+            .await
+            .map_err(failed(format!("create role binding {name}")))?;
+        created.push(Created::RoleBinding(name.into()));
+    }
+    let token = accounts
+        .create_token_request(
+            BOOKKEEPER,
+            &pp,
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences: Some(Vec::new()),
+                    expiration_seconds: Some(plan.token_seconds()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(failed(format!("request a token for {BOOKKEEPER}")))?
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ClusterError::Setup {
+            what: format!("request a token for {BOOKKEEPER}"),
+            source: anyhow::anyhow!("the API server answered without a token"),
+        })?;
+    let job = plan.job_name();
+    Api::<Secret>::namespaced(admin.clone(), &ns)
+        .create(&pp, &plan.inputs_secret(&token))
+        .await
+        .map_err(failed(format!("create secret {job}")))?;
+    created.push(Created::Secret(job.clone()));
+    Api::<Job>::namespaced(admin.clone(), &ns)
+        .create(&pp, &plan.job())
+        .await
+        .map_err(failed(format!("create job {job}")))?;
+    created.push(Created::Job(job));
+    Ok(())
+}
+
+/// Removes what the launch created, newest first. A namespace it created takes everything
+/// inside with it; the Job takes its Pod (background propagation, as kubectl deletes).
+async fn remove(
+    admin: &Client,
+    plan: &LaunchPlan,
+    created: &[Created],
+) -> Vec<(String, Result<(), String>)> {
+    let ns = plan.namespace();
+    let background = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    let namespace_created = created.iter().any(|c| matches!(c, Created::Namespace(_)));
+    let mut records = Vec::new();
+    for object in created.iter().rev() {
+        // Inside a namespace the launch created, deleting the namespace is enough.
+        if namespace_created && !matches!(object, Created::Namespace(_)) {
+            continue;
+        }
+        let (shown, result) = match object {
+            Created::Namespace(name) => (
+                format!("namespace/{name}"),
+                gone(
+                    Api::<Namespace>::all(admin.clone())
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+            Created::ServiceAccount(name) => (
+                format!("serviceaccount/{name}"),
+                gone(
+                    Api::<ServiceAccount>::namespaced(admin.clone(), &ns)
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+            Created::Role(name) => (
+                format!("role/{name}"),
+                gone(
+                    Api::<Role>::namespaced(admin.clone(), &ns)
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+            Created::RoleBinding(name) => (
+                format!("rolebinding/{name}"),
+                gone(
+                    Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+            Created::Secret(name) => (
+                format!("secret/{name}"),
+                gone(
+                    Api::<Secret>::namespaced(admin.clone(), &ns)
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+            Created::Job(name) => (
+                format!("job/{name}"),
+                gone(
+                    Api::<Job>::namespaced(admin.clone(), &ns)
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+        };
+        records.push((shown, result));
+    }
+    records
+}
+
+/// A delete's answer: absent already is success.
+fn gone<T>(answer: Result<T, kube::Error>) -> Result<(), String> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(e) => Err(crate::error_chain(&e)),
+    }
+}

@@ -1,0 +1,339 @@
+//! What `launch` creates in the cluster, as plain objects (built here, created in `mod.rs`):
+//! the namespace (unless named), the executor's and the bookkeeper's service accounts, Roles
+//! and bindings, the Secret with the run's inputs, and the Job running the harness image.
+
+use crate::backend::kube::cluster::{EXECUTOR, run_namespace};
+use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, Namespace, PodSecurityContext, PodSpec,
+    PodTemplateSpec, SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::ObjectMeta;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Labels a launch's objects carry besides the run's: `gc --run ID` finds them by the run's,
+/// and the Job's Pod carries only this one (and the managed label), so that the run inside
+/// it never counts its own Pod among the run's objects.
+pub const LABEL_LAUNCH: &str = "acceptance.kandev.ai/launch";
+
+/// The service account, Role and binding the harness keeps its books with inside the Pod.
+pub const BOOKKEEPER: &str = "kandev-acceptance-bookkeeper";
+
+/// The Job's one container.
+pub const CONTAINER: &str = "harness";
+
+/// Where the Pod's run writes its reports (an emptyDir, copied out by `launch`).
+pub const REPORTS: &str = "/reports";
+
+/// Where the Secret with the run's inputs is mounted (read-only).
+pub const INPUTS: &str = "/etc/kandev-acceptance";
+
+/// The inputs Secret's key holding the bookkeeper's token.
+pub const TOKEN_KEY: &str = "bookkeeper-token";
+
+/// The UID the harness runs as in its Pod (the image's `USER`; no capabilities, no root).
+pub const HARNESS_UID: i64 = 65532;
+
+/// What one launch creates, from the command line.
+#[derive(Debug, Clone)]
+pub struct LaunchPlan {
+    pub run_id: String,
+    /// An existing namespace to run in; None: `kandev-acceptance-<run id>`, created here.
+    pub namespace: Option<String>,
+    pub harness_image: String,
+    /// The executor's Role (Kandev's, or the operator's `--executor-role`).
+    pub executor_role: Role,
+    /// `--node-inspector`: the bookkeeper also creates the inspector Pods and execs in them.
+    pub node_inspector: bool,
+    /// How long the run inside may take (the Job's deadline adds the hold).
+    pub job_timeout: Duration,
+    /// How long the Pod may take to start (an image pull included).
+    pub start_timeout: Duration,
+    /// How long the finished run waits to be retrieved.
+    pub hold: Duration,
+    /// Files the run reads, put in the inputs Secret: (key, contents); the arguments name
+    /// them under [`INPUTS`].
+    pub inputs: Vec<(String, Vec<u8>)>,
+    /// The `run` arguments the Pod's harness gets after `--in-cluster` and launch's own.
+    pub run_args: Vec<String>,
+}
+
+impl LaunchPlan {
+    /// The namespace the run uses.
+    pub fn namespace(&self) -> String {
+        self.namespace
+            .clone()
+            .unwrap_or_else(|| run_namespace(&self.run_id))
+    }
+
+    /// The Job's (and the inputs Secret's) name.
+    pub fn job_name(&self) -> String {
+        job_name(&self.run_id)
+    }
+
+    /// Every object's labels: managed, the run's, the launch's.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_RUN.to_owned(), self.run_id.clone()),
+            (LABEL_LAUNCH.to_owned(), self.run_id.clone()),
+        ])
+    }
+
+    /// The token's lifetime: the whole Job and ten minutes more (600 s is the API's minimum).
+    pub fn token_seconds(&self) -> i64 {
+        (self.job_timeout + self.hold + Duration::from_secs(600)).as_secs() as i64
+    }
+
+    fn meta(&self, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(self.namespace()),
+            labels: Some(self.labels()),
+            ..Default::default()
+        }
+    }
+
+    /// The namespace a launch creates (privileged: the docker-engine companion runs there).
+    pub fn namespace_object(&self) -> Namespace {
+        let mut labels = self.labels();
+        labels.insert(
+            "pod-security.kubernetes.io/enforce".into(),
+            "privileged".into(),
+        );
+        Namespace {
+            metadata: ObjectMeta {
+                name: Some(self.namespace()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// A service account whose token is mounted only where a Pod asks for it.
+    pub fn service_account(&self, name: &str) -> ServiceAccount {
+        ServiceAccount {
+            metadata: self.meta(name),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }
+    }
+
+    /// The executor's Role, named and labelled for this launch.
+    pub fn executor_role(&self) -> Role {
+        let mut role = self.executor_role.clone();
+        role.metadata = self.meta(EXECUTOR);
+        role
+    }
+
+    /// The bookkeeper's Role: what the run's own bookkeeping does that Kandev's executor may
+    /// not (README, "Against your cluster, from inside it", justifies each line).
+    pub fn bookkeeper_role(&self) -> Role {
+        Role {
+            metadata: self.meta(BOOKKEEPER),
+            rules: Some(bookkeeper_rules(self.node_inspector)),
+        }
+    }
+
+    /// `name`'s Role bound to `name`'s service account.
+    pub fn binding(&self, name: &str) -> RoleBinding {
+        RoleBinding {
+            metadata: self.meta(name),
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "Role".into(),
+                name: name.into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: name.into(),
+                namespace: Some(self.namespace()),
+                ..Default::default()
+            }]),
+        }
+    }
+
+    /// The inputs Secret: the bookkeeper's token and the run's input files.
+    pub fn inputs_secret(&self, bookkeeper_token: &str) -> k8s_openapi::api::core::v1::Secret {
+        let mut data = BTreeMap::from([(
+            TOKEN_KEY.to_owned(),
+            ByteString(bookkeeper_token.as_bytes().to_vec()),
+        )]);
+        for (key, bytes) in &self.inputs {
+            data.insert(key.clone(), ByteString(bytes.clone()));
+        }
+        k8s_openapi::api::core::v1::Secret {
+            metadata: self.meta(&self.job_name()),
+            data: Some(data),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        }
+    }
+
+    /// The harness's arguments inside the Pod.
+    pub fn pod_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "run",
+            "--backend",
+            "kube",
+            "--in-cluster",
+            "--bookkeeper-token",
+            &format!("{INPUTS}/{TOKEN_KEY}"),
+            "--namespace",
+            &self.namespace(),
+            "--run-id",
+            &self.run_id,
+            "--report",
+            REPORTS,
+            "--hold-report",
+            &self.hold.as_secs().to_string(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(self.run_args.iter().cloned());
+        args
+    }
+
+    /// The Job: one Pod, never retried (a failed run is the answer), as the executor's
+    /// service account, its deadline the run's plus the hold; removed an hour after it
+    /// ends should `launch` itself be killed.
+    pub fn job(&self) -> Job {
+        let mut pod_labels = BTreeMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_LAUNCH.to_owned(), self.run_id.clone()),
+        ]);
+        pod_labels.insert("app.kubernetes.io/name".into(), "kandev-acceptance".into());
+        let container = Container {
+            name: CONTAINER.into(),
+            image: Some(self.harness_image.clone()),
+            image_pull_policy: Some("IfNotPresent".into()),
+            args: Some(self.pod_args()),
+            env: Some(vec![EnvVar {
+                name: crate::backend::kube::setup::HARNESS_IMAGE_ENV.into(),
+                value: Some(self.harness_image.clone()),
+                ..Default::default()
+            }]),
+            security_context: Some(SecurityContext {
+                allow_privilege_escalation: Some(false),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    name: "reports".into(),
+                    mount_path: REPORTS.into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "inputs".into(),
+                    mount_path: INPUTS.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let spec = PodSpec {
+            service_account_name: Some(EXECUTOR.into()),
+            // The account says no; this Pod is the one that needs its token.
+            automount_service_account_token: Some(true),
+            restart_policy: Some("Never".into()),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(HARNESS_UID),
+                run_as_group: Some(HARNESS_UID),
+                // The reports emptyDir becomes writable by the harness's group.
+                fs_group: Some(HARNESS_UID),
+                ..Default::default()
+            }),
+            containers: vec![container],
+            volumes: Some(vec![
+                Volume {
+                    name: "reports".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "inputs".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(self.job_name()),
+                        // Readable by the harness's UID (the token is its own to use).
+                        default_mode: Some(0o444),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        Job {
+            metadata: self.meta(&self.job_name()),
+            spec: Some(JobSpec {
+                backoff_limit: Some(0),
+                active_deadline_seconds: Some((self.job_timeout + self.hold).as_secs() as i64),
+                ttl_seconds_after_finished: Some(3600),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(pod_labels),
+                        ..Default::default()
+                    }),
+                    spec: Some(spec),
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// The Job's name for a run id (a DNS label).
+pub fn job_name(run_id: &str) -> String {
+    run_namespace(run_id)
+}
+
+/// The bookkeeper's rules, each for what the run does with the operator's identity outside
+/// the cluster.
+pub fn bookkeeper_rules(node_inspector: bool) -> Vec<PolicyRule> {
+    let rule = |resources: &[&str], verbs: &[&str], names: &[&str]| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        resource_names: (!names.is_empty())
+            .then(|| names.iter().map(|n| (*n).to_owned()).collect()),
+        ..Default::default()
+    };
+    let mut pod_verbs = vec!["get", "list", "delete"];
+    if node_inspector {
+        pod_verbs.push("create");
+    }
+    let mut rules = vec![
+        // The ledger lists the run's Pods; sweeps delete what a scenario left; evidence reads
+        // the Pods' status.
+        rule(&["pods"], &pod_verbs, &[]),
+        // Evidence: the containers' logs and the namespace's events.
+        rule(&["pods/log"], &["get"], &[]),
+        rule(&["events"], &["list"], &[]),
+        // `launch::contract`: no Service exposes a task Pod.
+        rule(&["services"], &["list"], &[]),
+        // The ledger and sweeps of workspace claims.
+        rule(&["persistentvolumeclaims"], &["get", "list", "delete"], &[]),
+        // The preflight waits for the task Pods' service account.
+        rule(&["serviceaccounts"], &["get"], &[]),
+        // `launch::causal_failures`' restricted identity: a token of `default` only.
+        rule(&["serviceaccounts/token"], &["create"], &["default"]),
+    ];
+    if node_inspector {
+        // The node view's inspector Pod: created, read through exec, deleted.
+        rules.push(rule(&["pods/exec"], &["get", "create"], &[]));
+    }
+    rules
+}

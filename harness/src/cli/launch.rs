@@ -1,0 +1,235 @@
+//! `launch`: the run from inside the cluster (see `backend::kube::launch`). Checks what it
+//! can here first (the options, the template against Kandev's rules, the cluster reached),
+//! so that bad input creates nothing; then hands the run's own options on to the Pod.
+
+use super::args::{LaunchArgs, NOT_FORWARDED};
+use super::read_input;
+use super::validate::check_rules;
+use crate::backend::BackendKind;
+use crate::backend::kube::cluster::{self, executor_role};
+use crate::backend::kube::launch::{self, INPUTS, Interrupts, LaunchPlan};
+use crate::pod::template::{Severity, TemplateFile};
+use crate::runner::Scenario;
+use kandev_report::exit;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub(crate) fn launch(
+    args: LaunchArgs,
+    registry: Vec<Scenario>,
+    runtime: &tokio::runtime::Runtime,
+) -> u8 {
+    let run = &args.run;
+    if run.libtest.list {
+        return super::run::run(args.run, registry, runtime);
+    }
+    if let Err(problem) = refused(&args) {
+        eprintln!("error: {problem}");
+        return exit::USAGE;
+    }
+    let mut inputs = Vec::new();
+    let mut run_args = forwarded(&std::env::args().collect::<Vec<_>>());
+    // The files travel in the inputs Secret; without one, the image's defaults serve.
+    for (path, key, flag, what) in [
+        (&run.template, "template.yaml", "--template", "template"),
+        (
+            &run.prepare_script,
+            "prepare.sh",
+            "--prepare-script",
+            "prepare script",
+        ),
+    ] {
+        let Some(path) = path else { continue };
+        let text = match read_input(path, what) {
+            Ok(text) => text,
+            Err(code) => return code,
+        };
+        if key == "template.yaml" {
+            let problems: Vec<String> = match TemplateFile::parse(text.clone()) {
+                Ok(template) => check_rules(
+                    template.parsed(),
+                    &run.main_container,
+                    run.workspace_mode,
+                    None,
+                )
+                .into_iter()
+                .filter(|f| f.severity == Severity::Error)
+                .map(|f| f.to_string())
+                .collect(),
+                Err(findings) => findings.iter().map(ToString::to_string).collect(),
+            };
+            if !problems.is_empty() {
+                eprintln!(
+                    "error: the template {} breaks Kandev's rules; nothing was created:",
+                    path.display()
+                );
+                for problem in problems {
+                    eprintln!("  {problem}");
+                }
+                return exit::USAGE;
+            }
+        }
+        inputs.push((key.to_owned(), text.into_bytes()));
+        run_args.extend([flag.to_owned(), format!("{INPUTS}/{key}")]);
+    }
+    let run_id = crate::pod::identity::new_run_id();
+    let mut plan = LaunchPlan {
+        run_id: run_id.clone(),
+        namespace: run.cluster.namespace.clone(),
+        harness_image: args.harness_image.clone(),
+        executor_role: executor_role("", run.workspace_mode, &BTreeMap::new()),
+        node_inspector: run.node_inspector,
+        job_timeout: Duration::from_secs(args.job_timeout),
+        start_timeout: Duration::from_secs(args.start_timeout),
+        hold: Duration::from_secs(args.hold),
+        inputs,
+        run_args,
+    };
+    plan.executor_role.metadata = Default::default();
+    let report_dir = run.report_dir.clone().unwrap_or_else(crate::paths::reports);
+    let context = run.cluster.context.clone();
+    eprintln!(
+        "launch {run_id}: namespace {}, Job {} running {}",
+        plan.namespace(),
+        plan.job_name(),
+        plan.harness_image
+    );
+    let ended = runtime.block_on(async {
+        let reached = cluster::open(run.cluster.kubeconfig.as_deref(), context.as_deref()).await;
+        let reached = match reached {
+            Ok(reached) => reached,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return None;
+            }
+        };
+        let interrupts = Interrupts::listen();
+        Some(launch::launch(reached.admin, &plan, &report_dir, &interrupts).await)
+    });
+    let Some(ended) = ended else {
+        return exit::ENVIRONMENT;
+    };
+    let (code, cleanup) = match ended {
+        Ok(ended) => {
+            eprintln!(
+                "launch {run_id}: report retrieved: {} (its sha256 is the one the run logged); the run's exit code {}",
+                report_dir.join(&run_id).join("report.json").display(),
+                ended.code
+            );
+            (ended.code, ended.cleanup)
+        }
+        Err((e, ended)) => {
+            eprintln!("error: {e}");
+            (ended.code, ended.cleanup)
+        }
+    };
+    let mut leftovers = false;
+    for (object, result) in &cleanup {
+        match result {
+            Ok(()) => eprintln!("launch {run_id}: removed {object}"),
+            Err(e) => {
+                leftovers = true;
+                eprintln!("launch {run_id}: could not remove {object}: {e}");
+            }
+        }
+    }
+    if leftovers {
+        eprintln!(
+            "  fix: kandev-acceptance gc --backend kube --context {} --run {run_id}{}",
+            context.unwrap_or_default(),
+            run.cluster
+                .namespace
+                .as_ref()
+                .map(|ns| format!(" --namespace {ns}"))
+                .unwrap_or_default()
+        );
+        return exit::LEAKED;
+    }
+    code
+}
+
+/// What `launch` refuses before creating anything.
+fn refused(args: &LaunchArgs) -> Result<(), String> {
+    let run = &args.run;
+    if run.backend != BackendKind::Kube {
+        return Err(
+            "launch runs in an existing cluster: pass --backend kube --context NAME".into(),
+        );
+    }
+    if run.cluster.context.is_none() {
+        return Err("launch needs --context NAME: the harness never uses the kubeconfig's current context implicitly".into());
+    }
+    if run.worker_image.is_none() || run.daemon_image.is_none() {
+        return Err("launch runs your images: pass --worker-image and --daemon-image references the cluster can pull".into());
+    }
+    if run.in_cluster
+        || run.bookkeeper_token.is_some()
+        || run.run_id.is_some()
+        || run.hold_report.is_some()
+    {
+        return Err("--in-cluster, --bookkeeper-token, --run-id and --hold-report are launch's to set for the run in the Pod".into());
+    }
+    if run.repeat > 1 {
+        return Err("launch runs the selection once: run launch again for another run".into());
+    }
+    Ok(())
+}
+
+/// The `run` options of a `launch` command line that the Pod's run gets as they are: all
+/// after `launch`, without [`NOT_FORWARDED`] (each with its value, `--flag value` or
+/// `--flag=value`).
+pub(crate) fn forwarded(argv: &[String]) -> Vec<String> {
+    let mut rest = argv.iter().skip_while(|a| a.as_str() != "launch").skip(1);
+    let mut kept = Vec::new();
+    while let Some(arg) = rest.next() {
+        if arg == "--" {
+            kept.push(arg.clone());
+            kept.extend(rest.by_ref().cloned());
+            break;
+        }
+        let flag = arg.split_once('=').map_or(arg.as_str(), |(f, _)| f);
+        if NOT_FORWARDED.contains(&flag) {
+            if !arg.contains('=') {
+                rest.next();
+            }
+            continue;
+        }
+        kept.push(arg.clone());
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::args::{Cli, Command};
+    use clap::Parser;
+
+    fn argv(words: &str) -> Vec<String> {
+        words.split_whitespace().map(str::to_owned).collect()
+    }
+
+    /// Every `run` option survives the trip to the Pod: the launch's `run` options parsed
+    /// here equal those of `run` given the forwarded ones plus the host-side ones.
+    #[test]
+    fn forwarded_options_parse_to_the_same_run() {
+        let host = "--backend kube --context c --kubeconfig /k --namespace ns --report /r --template /t --prepare-script /p";
+        let given = format!(
+            "kandev-acceptance launch --harness-image h:1 --job-timeout 60 {host} --worker-image w:1 --daemon-image=d:1 --node-inspector --workspace-mode empty-dir --retries 2 --require docker,compose --step-timeout 30 --keep on-failure --test-threads 3 --exact worker::toolchain"
+        );
+        let Command::Launch(launch) = Cli::try_parse_from(argv(&given)).unwrap().command else {
+            panic!("not launch")
+        };
+        let forwarded = forwarded(&argv(&given));
+        assert!(
+            !forwarded
+                .iter()
+                .any(|a| a.contains("h:1") || a == "/t" || a == "c")
+        );
+        let again = format!("kandev-acceptance run {host} {}", forwarded.join(" "));
+        let Command::Run(run) = Cli::try_parse_from(argv(&again)).unwrap().command else {
+            panic!("not run")
+        };
+        assert_eq!(format!("{:?}", launch.run), format!("{run:?}"));
+    }
+}

@@ -7,6 +7,7 @@
 mod args;
 mod gate;
 mod gc;
+mod image;
 mod report;
 mod run;
 mod validate;
@@ -60,6 +61,7 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
             exit::SUCCESS
         }
         Command::Report { command } => report::report(command),
+        Command::Image { command } => runtime.block_on(image::image(command)),
     };
     ExitCode::from(code)
 }

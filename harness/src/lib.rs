@@ -12,7 +12,7 @@
 //!   admission comparison. Pure: no I/O.
 //! - [`config`]: the settings of a run, as the command line gave them.
 //! - [`node`]: evidence from outside the Pods: processes and cgroups of a node.
-//! - [`host`]: this host's Docker engine and the fixture images built there.
+//! - [`host`]: this host's Docker engine, the fixture images and the harness image built there.
 //! - [`backend`]: what runs a composed Pod (local engine, Kind, an existing cluster); each
 //!   backend owns its preparation, teardown, `gc` and node view, registered once in
 //!   [`backend::provider`].

@@ -923,3 +923,140 @@ fn compose_cleanup_passes_on_the_compose_v1_worker() {
     );
     assert_nothing_left(&run.report);
 }
+
+/// `kandev-acceptance image harness` (with `args`): its exit status, stdout and stderr, and how
+/// long it took.
+fn image_harness(args: &[&str]) -> (std::process::Output, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["image", "harness"])
+        .args(args)
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .output()
+        .unwrap();
+    (output, started.elapsed())
+}
+
+/// `docker run --rm <options> <image> <command>`.
+fn docker_run(options: &[&str], image: &str, command: &[&str]) -> std::process::Output {
+    Command::new("docker")
+        .args(["run", "--rm"])
+        .args(options)
+        .arg(image)
+        .args(command)
+        .output()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn the_harness_image_runs_this_binary_as_non_root_without_a_toolchain() {
+    let (output, first) = image_harness(&[]);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{}", output_text(&output));
+    // One line, the reference alone: scripts take it as it is.
+    let reference = stdout.trim_end_matches('\n');
+    assert!(
+        reference.starts_with("kandev-acceptance/harness:") && !reference.contains('\n'),
+        "{stdout}"
+    );
+    let id = docker_lines(&["image", "inspect", "--format", "{{.Id}}", reference]);
+
+    // The image holds this very binary, and it lists the whole catalogue as the host's does.
+    let host_list = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--list"])
+        .output()
+        .unwrap();
+    let list = docker_run(&[], reference, &["run", "--list"]);
+    assert!(list.status.success(), "{}", output_text(&list));
+    assert_eq!(
+        String::from_utf8_lossy(&list.stdout),
+        String::from_utf8_lossy(&host_list.stdout)
+    );
+    let sums = docker_run(
+        &["--entrypoint", "sha256sum"],
+        reference,
+        &["/usr/local/bin/kandev-acceptance"],
+    );
+    let host_sum = Command::new("sha256sum")
+        .arg(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .output()
+        .unwrap();
+    let digest = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(digest(&sums), digest(&host_sum), "{}", output_text(&sums));
+
+    // Non-root, no compiler or cargo.
+    let probe = docker_run(
+        &["--entrypoint", "sh"],
+        reference,
+        &[
+            "-c",
+            "id -u; for t in cc gcc clang rustc cargo; do command -v $t; done; true",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&probe.stdout).trim(),
+        "65532",
+        "{}",
+        output_text(&probe)
+    );
+
+    // A run finds its fixtures and the mock agent without arguments, and writes its report to
+    // the default folder as that user: here it reads the template and prepare script, then
+    // stops at the engine (none in the container), exit 3 with a report.
+    let inside = docker_run(
+        &[
+            "-e",
+            "DOCKER_HOST=unix:///nonexistent.sock",
+            "--entrypoint",
+            "sh",
+        ],
+        reference,
+        &[
+            "-c",
+            "test -x \"$KANDEV_MOCK_AGENT_BIN\" || exit 9; kandev-acceptance run --exact image::build_run >/dev/null 2>&1; echo $?; ls \"$KANDEV_ACCEPTANCE_ROOT\"/reports/*/report.json",
+        ],
+    );
+    let text = String::from_utf8_lossy(&inside.stdout);
+    assert!(
+        text.starts_with("3\n") && text.contains("/opt/kandev-acceptance/reports/"),
+        "{}",
+        output_text(&inside)
+    );
+
+    // A second build builds nothing: the same reference and image, quickly.
+    let (again, second) = image_harness(&[]);
+    assert!(again.status.success(), "{}", output_text(&again));
+    assert_eq!(String::from_utf8_lossy(&again.stdout), stdout);
+    assert!(
+        String::from_utf8_lossy(&again.stderr).starts_with("reused "),
+        "{}",
+        output_text(&again)
+    );
+    assert_eq!(
+        docker_lines(&["image", "inspect", "--format", "{{.Id}}", reference]),
+        id
+    );
+    assert!(
+        second < std::time::Duration::from_secs(15),
+        "the reuse took {second:?} (the first call {first:?})"
+    );
+
+    // The engine tests' helper names the same image for this binary (and builds nothing).
+    let record = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        kandev_test_support::engine::FixtureEngine::start()
+            .await
+            .harness_image(Path::new(env!("CARGO_BIN_EXE_kandev-acceptance")))
+            .await
+    });
+    assert_eq!(record.reference, reference);
+    assert_eq!(record.role, "harness");
+    assert!(!record.built);
+    assert_eq!(record.id.into_iter().collect::<Vec<_>>(), id);
+}

@@ -69,7 +69,7 @@ pub struct Environment {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImageRecord {
-    /// `base`, `daemon`, `worker`, `mock-agent`.
+    /// `base`, `daemon`, `worker`, `mock-agent`; `harness`: the image of a run in the cluster.
     pub role: String,
     pub reference: String,
     /// Engine image id (`sha256:...`).

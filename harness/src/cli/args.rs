@@ -43,6 +43,11 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: ReportCommand,
     },
+    /// Build images the harness itself runs from (`image harness`).
+    Image {
+        #[command(subcommand)]
+        command: super::image::ImageCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -8,6 +8,7 @@ mod args;
 mod gate;
 mod gc;
 mod hold;
+mod image;
 mod launch;
 mod report;
 mod run;
@@ -63,6 +64,7 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
             exit::SUCCESS
         }
         Command::Report { command } => report::report(command),
+        Command::Image { command } => runtime.block_on(image::image(command)),
     };
     ExitCode::from(code)
 }

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub const DEBIAN_SUITE: &str = "bookworm";
+/// The base the images are built from when the engine has it (`--base-image`'s default).
+pub const DEFAULT_BASE_IMAGE: &str = "debian:bookworm";
 pub const DEBIAN_MIRROR: &str = "http://deb.debian.org/debian";
 
 /// Where the images come from.
@@ -43,7 +45,7 @@ pub struct ImageSet {
     pub records: Vec<ImageRecord>,
 }
 
-fn short_hash(parts: &[&[u8]]) -> String {
+pub(super) fn short_hash(parts: &[&[u8]]) -> String {
     let mut hasher = Sha256::new();
     for part in parts {
         hasher.update((part.len() as u64).to_le_bytes());
@@ -52,7 +54,7 @@ fn short_hash(parts: &[&[u8]]) -> String {
     hex::encode(hasher.finalize()).chars().take(16).collect()
 }
 
-async fn image_id(docker: &Docker, reference: &str) -> anyhow::Result<Option<String>> {
+pub(super) async fn image_id(docker: &Docker, reference: &str) -> anyhow::Result<Option<String>> {
     match docker.inspect_image(reference).await {
         Ok(image) => Ok(image.id),
         Err(e) if is_not_found(&e) => Ok(None),
@@ -78,8 +80,16 @@ pub async fn ensure_images(
     config: &ImageConfig,
     progress: &MultiProgress,
 ) -> anyhow::Result<ImageSet> {
+    let lock = image_lock().await?;
+    let result = ensure_images_locked(docker, config, progress).await;
+    drop(lock);
+    result
+}
+
+/// The machine-wide image lock (held until the file is dropped): image builds take turns.
+pub(super) async fn image_lock() -> anyhow::Result<std::fs::File> {
     let lock_path = std::env::temp_dir().join("kandev-acceptance-images.lock");
-    let lock = tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
+    tokio::task::spawn_blocking(move || -> anyhow::Result<std::fs::File> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -91,10 +101,7 @@ pub async fn ensure_images(
         Ok(file)
     })
     .await
-    .context("wait for the image lock")??;
-    let result = ensure_images_locked(docker, config, progress).await;
-    drop(lock);
-    result
+    .context("wait for the image lock")?
 }
 
 async fn ensure_images_locked(
@@ -112,7 +119,7 @@ async fn ensure_images_locked(
     let agent_tag = format!("kandev-acceptance/mock-agent:{}", short_hash(&[&binary]));
     let built = build_if_missing(docker, &agent_tag, progress, "mock-agent image", || {
         context_tar(&[("Dockerfile", b"FROM scratch\nCOPY kandev-mock-agent /kandev-mock-agent\nENTRYPOINT [\"/kandev-mock-agent\"]\n".to_vec()), ("kandev-mock-agent", binary.clone())])
-    }, HashMap::new())
+    }, HashMap::new(), &fixture_fix)
     .await?;
     records.push(ImageRecord {
         role: "mock-agent".into(),
@@ -123,7 +130,7 @@ async fn ensure_images_locked(
 
     let need_base = config.worker_image.is_none() || config.daemon_image.is_none();
     let base = if need_base {
-        Some(ensure_base(docker, config, progress, &mut records).await?)
+        Some(ensure_base(docker, &config.base_image, progress, &mut records).await?)
     } else {
         None
     };
@@ -185,21 +192,22 @@ async fn ensure_images_locked(
     })
 }
 
-/// The configured base if the engine has it, else a debootstrapped Debian (built once).
-async fn ensure_base(
+/// `base_image` if the engine has it, else a debootstrapped Debian (built once): its reference
+/// and image id.
+pub(super) async fn ensure_base(
     docker: &Docker,
-    config: &ImageConfig,
+    base_image: &str,
     progress: &MultiProgress,
     records: &mut Vec<ImageRecord>,
 ) -> anyhow::Result<(String, String)> {
-    if let Some(id) = image_id(docker, &config.base_image).await? {
+    if let Some(id) = image_id(docker, base_image).await? {
         records.push(ImageRecord {
             role: "base".into(),
-            reference: config.base_image.clone(),
+            reference: base_image.to_owned(),
             id: Some(id.clone()),
             built: false,
         });
-        return Ok((config.base_image.clone(), id));
+        return Ok((base_image.to_owned(), id));
     }
     let tag = format!(
         "kandev-acceptance/base:{DEBIAN_SUITE}-{}",
@@ -220,8 +228,7 @@ async fn ensure_base(
     }
     let bar = spinner(progress, "base image");
     bar.set_message(format!(
-        "{} is not in the engine: debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR}",
-        config.base_image
+        "{base_image} is not in the engine: debootstrap {DEBIAN_SUITE} from {DEBIAN_MIRROR}"
     ));
     let rootfs = tempfile::Builder::new()
         .prefix("kandev-acceptance-rootfs-")
@@ -312,15 +319,14 @@ async fn build_fixture(
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let borrowed: Vec<(&str, Vec<u8>)> =
-        files.iter().map(|(p, b)| (p.as_str(), b.clone())).collect();
     let built = build_if_missing(
         docker,
         &tag,
         progress,
         &format!("{name} image"),
-        || context_tar(&borrowed),
+        || context_tar(&files),
         buildargs,
+        &fixture_fix,
     )
     .await?;
     records.push(ImageRecord {
@@ -357,7 +363,7 @@ fn read_context(dir: &Path) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     Ok(files)
 }
 
-fn context_tar(files: &[(&str, Vec<u8>)]) -> anyhow::Result<Vec<u8>> {
+pub(super) fn context_tar(files: &[(impl AsRef<Path>, Vec<u8>)]) -> anyhow::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
     for (path, bytes) in files {
         let mut header = tar::Header::new_gnu();
@@ -369,14 +375,22 @@ fn context_tar(files: &[(&str, Vec<u8>)]) -> anyhow::Result<Vec<u8>> {
     Ok(builder.into_inner()?)
 }
 
+/// The fix of a failed fixture image build.
+fn fixture_fix(_failure: &str) -> String {
+    "the Dockerfile is under fixtures/images/; apt needs a reachable Debian mirror".into()
+}
+
 /// Builds `tag` from a context unless the engine already has it; returns whether it built.
-async fn build_if_missing(
+/// A failed build's error names the engine's error, the log's tail and `fix` of them (the
+/// error and the tail, one text).
+pub(super) async fn build_if_missing(
     docker: &Docker,
     tag: &str,
     progress: &MultiProgress,
     what: &str,
     context: impl FnOnce() -> anyhow::Result<Vec<u8>>,
     buildargs: HashMap<String, String>,
+    fix: &(dyn Fn(&str) -> String + Sync),
 ) -> anyhow::Result<bool> {
     if image_id(docker, tag).await?.is_some() {
         tracing::info!(image = tag, "reusing image built from the same content");
@@ -399,17 +413,26 @@ async fn build_if_missing(
     let mut stream = docker.build_image(options, None, Some(bollard::body_full(context()?.into())));
     let mut log = Vec::<String>::new();
     while let Some(item) = stream.next().await {
-        let info = item.with_context(|| format!("build {tag}"))?;
-        if let Some(line) = info
-            .stream
-            .as_deref()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-        {
-            bar.set_message(line.chars().take(100).collect::<String>());
-            log.push(line.to_owned());
-        }
-        if let Some(error) = info.error_detail.and_then(|d| d.message) {
+        // bollard hands the engine's error (a failed step) over as an `Err` item; an item's
+        // own error detail is kept for answers it passes through.
+        let error = match item {
+            Ok(info) => {
+                if let Some(line) = info
+                    .stream
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                {
+                    let line = without_colours(line);
+                    bar.set_message(line.chars().take(100).collect::<String>());
+                    log.push(line);
+                }
+                info.error_detail.and_then(|d| d.message)
+            }
+            Err(bollard::errors::Error::DockerStreamError { error }) => Some(error),
+            Err(e) => Some(crate::error_chain(&e)),
+        };
+        if let Some(error) = error {
             let tail = log
                 .iter()
                 .rev()
@@ -419,13 +442,31 @@ async fn build_if_missing(
                 .collect::<Vec<_>>()
                 .join("\n");
             bar.abandon_with_message("failed");
-            bail!(
-                "build {tag} failed: {error}\n{tail}\n  fix: the Dockerfile is under fixtures/images/; apt needs a reachable Debian mirror"
-            );
+            let fix = fix(&format!("{error}\n{tail}"));
+            bail!("build {tag} failed: {error}\n{tail}\n  fix: {fix}");
         }
     }
     bar.finish_with_message(format!("built {tag}"));
     Ok(true)
+}
+
+/// A build log line without the terminal colour codes the engine puts around a step's stderr.
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ parameters... final letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The host's Rust target triple (the mock agent is built for it, statically).
@@ -464,4 +505,15 @@ pub async fn mock_agent_binary(root: &Path) -> anyhow::Result<PathBuf> {
         );
     }
     Ok(target_dir.join(triple).join("release/kandev-mock-agent"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_build_log_line_loses_its_colour_codes() {
+        assert_eq!(
+            super::without_colours("\u{1b}[91mexec /usr/local/bin/x: no such file\u{1b}[0m"),
+            "exec /usr/local/bin/x: no such file"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! This host's Docker engine: the connection (with API-version negotiation), the facts a
-//! report records about it, and the fixture images built there. The local backend runs its
-//! Pods on it; Kind runs its node on it.
+//! report records about it, the fixture images and the harness image built there. The local
+//! backend runs its Pods on it; Kind runs its node on it.
 
+pub mod harness_image;
 pub mod images;
 
 use crate::wait::WaitTimedOut;

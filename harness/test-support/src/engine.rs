@@ -1,13 +1,17 @@
 //! What the engine tests start from: this host's engine with the fixture images on it (built
 //! from `fixtures/images` when missing, reused by content otherwise), a local backend running
-//! Pods there, and the wire-level cluster double whose Pods run on it.
+//! Pods there, the wire-level cluster double whose Pods run on it, and the harness image.
 
 use crate::cluster_double::{self, KubeDouble};
 use kandev_harness::backend::Backend;
 use kandev_harness::backend::local::LocalBackend;
 use kandev_harness::host::connect_engine;
-use kandev_harness::host::images::{ImageConfig, ImageSet, ensure_images, mock_agent_binary};
-use std::path::PathBuf;
+use kandev_harness::host::harness_image::ensure_harness_image;
+use kandev_harness::host::images::{
+    DEFAULT_BASE_IMAGE, ImageConfig, ImageSet, ensure_images, mock_agent_binary,
+};
+use kandev_report::ImageRecord;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// This host's engine and the fixture images on it.
@@ -24,6 +28,9 @@ pub struct FixtureEngine {
 /// failed one of them).
 static FIXTURES: tokio::sync::OnceCell<(ImageSet, PathBuf)> = tokio::sync::OnceCell::const_new();
 
+/// The harness image and the binary it holds, ensured once per test process (as [`FIXTURES`]).
+static HARNESS: tokio::sync::OnceCell<(PathBuf, ImageRecord)> = tokio::sync::OnceCell::const_new();
+
 impl FixtureEngine {
     /// Connects to the engine and ensures the fixture images (Debian bookworm base).
     pub async fn start() -> Self {
@@ -38,7 +45,7 @@ impl FixtureEngine {
                 let images = ensure_images(
                     &docker,
                     &ImageConfig {
-                        base_image: "debian:bookworm".into(),
+                        base_image: DEFAULT_BASE_IMAGE.into(),
                         worker_image: None,
                         daemon_image: None,
                         images_dir: root.join("fixtures/images"),
@@ -59,6 +66,31 @@ impl FixtureEngine {
             images,
             mock_agent_binary: binary,
         }
+    }
+
+    /// The harness image holding `binary` (a test's `env!("CARGO_BIN_EXE_kandev-acceptance")`)
+    /// and the mock agent, on the fixture images' base: built once per process, reused by
+    /// content otherwise. One binary per process: a second, different one is a test's mistake.
+    pub async fn harness_image(&self, binary: &Path) -> ImageRecord {
+        let (built_from, record) = HARNESS
+            .get_or_init(|| async {
+                let docker = connect_engine().await.unwrap();
+                let record = ensure_harness_image(
+                    &docker,
+                    DEFAULT_BASE_IMAGE,
+                    binary,
+                    &self.mock_agent_binary,
+                    &indicatif::MultiProgress::with_draw_target(
+                        indicatif::ProgressDrawTarget::hidden(),
+                    ),
+                )
+                .await
+                .unwrap();
+                (binary.to_owned(), record)
+            })
+            .await;
+        assert_eq!(built_from, binary, "one harness image per test process");
+        record.clone()
     }
 
     /// A local backend running Pods on this engine (pids limit 4096).

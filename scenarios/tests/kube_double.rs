@@ -1,7 +1,9 @@
-//! The whole catalogue through `--backend kube --node-inspector` against the wire-level
-//! cluster double (`kandev_test_support::cluster_double`): the harness binary reaches the double
-//! only through the kubeconfig it wrote (HTTPS, its own CA, a token), sets the executor up with
-//! real RBAC and runs every session over the double's websockets; the double runs the Pods on
+//! The whole catalogue through `launch --backend kube --node-inspector` against the
+//! wire-level cluster double (`kandev_test_support::cluster_double`), the run inside a Job's
+//! Pod (`run --in-cluster`), and `run --backend kube` from outside for the broken fixtures and
+//! gc: the harness binary reaches the double only through the kubeconfig it wrote (HTTPS, its
+//! own CA, a token) or, in the Pod, through the mounted token and CA, with real RBAC, and runs
+//! every session over the double's websockets; the double runs the Pods on
 //! this host's engine through the local backend (with the UIDs it assigned, so the inspector
 //! Pod finds each Pod's `pod<uid>` cgroup on the one node). Every scenario must pass and
 //! nothing of the run may be left on the engine. Needs a reachable engine, so it is `#[ignore]`d.
@@ -12,11 +14,15 @@
 mod common;
 
 use common::fixture;
-use common::kube::{Run, command, run, run_command};
+use common::kube::{
+    Run, command, launch, launch_command, launched_run_id, left_in_double, run, run_command,
+};
+use kandev_harness::host::images::ImageSet;
 use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use kandev_report::Capability;
 use kandev_report::Outcome;
 use kandev_test_support::cluster_double;
+use kandev_test_support::engine::FixtureEngine;
 use kandev_test_support::engine::engine_double;
 use std::sync::Arc;
 
@@ -97,13 +103,22 @@ async fn assert_fails(run: &Run, scenario: &str, promise: &str, evidence: bool) 
     diagnosis
 }
 
+/// The whole catalogue from inside the cluster, as an operator runs it with `launch`: the
+/// harness creates the executor's and the bookkeeper's identities, the inputs Secret and a Job
+/// on the double; the Job's Pod runs the harness image (this very binary) with `run
+/// --in-cluster`, reaching the double at the address its Pods reach it at with the token and
+/// CA mounted there, and every session goes through that service account. Every scenario
+/// passes, the report retrieved is the one the Pod wrote (launch compares its sha256 with the
+/// one the run logged), and nothing of the launch or the run is left in the double or on the
+/// engine behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
-async fn catalogue_on_kube_double() {
-    let (double, images) = engine_double().await;
-    let Run {
-        code, report, text, ..
-    } = run(&double, &images, &["--node-inspector"]).await;
+async fn catalogue_in_cluster_on_kube_double() {
+    let (double, images, harness) = in_cluster_double().await;
+    let launched = launch(&double, &images, &harness, &["--node-inspector"]).await;
+    let text = &launched.text;
+    let (_, report) = launched.report();
+    assert_eq!(report.run_id, launched.run_id, "{text}");
     assert_eq!(
         report.scenarios.len(),
         kandev_scenarios::registry().len(),
@@ -122,12 +137,218 @@ async fn catalogue_on_kube_double() {
         .map(|s| format!("{}: {:?} {:?}", s.name, s.outcome, s.diagnosis))
         .collect();
     assert!(failures.is_empty(), "{failures:#?}\n{text}");
-    assert_eq!(report.summary.passed, kandev_scenarios::registry().len());
-    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(launched.code, Some(0), "{text}");
+    assert!(
+        text.contains("its sha256 is the one the run logged"),
+        "{text}"
+    );
     assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
-    // Nothing of the run is left on the engine behind the double.
-    let left = left_on_engine(&report.run_id).await;
+    // The sessions ran as the Pod's own service account, which the run did not create.
+    let preflight = report
+        .setup
+        .iter()
+        .find(|s| s.name == "preflight")
+        .unwrap_or_else(|| panic!("no preflight step: {text}"));
+    assert_eq!(
+        preflight.evidence["executor"],
+        format!(
+            "system:serviceaccount:kandev-acceptance-{}:kandev-acceptance-executor",
+            report.run_id
+        ),
+        "{text}"
+    );
+    assert_eq!(preflight.evidence["executor_created_by_run"], false);
+    assert!(
+        report
+            .environment
+            .images
+            .iter()
+            .any(|i| i.role == "harness" && i.reference == harness),
+        "{:?}",
+        report.environment.images
+    );
+    let left = left_in_double(&double, &launched.run_id).await;
+    assert!(left.is_empty(), "left in the double: {left:?}");
+    let left = left_on_engine(&launched.run_id).await;
     assert!(left.is_empty(), "left on the engine: {left:?}");
+}
+
+/// The double with its Pods on this host's engine, the fixture images, and the harness image
+/// of this very binary.
+async fn in_cluster_double() -> (cluster_double::KubeDouble, ImageSet, String) {
+    let engine = FixtureEngine::start().await;
+    let double = cluster_double::start(Some(engine.local_backend()))
+        .await
+        .unwrap();
+    let harness = engine
+        .harness_image(std::path::Path::new(env!(
+            "CARGO_BIN_EXE_kandev-acceptance"
+        )))
+        .await;
+    (double, engine.images, harness.reference)
+}
+
+/// What `launch` refuses or bounds, each with its cause named and nothing left: a harness
+/// image the node cannot pull (exit 3), a run past `--job-timeout` (the Job's deadline, exit
+/// 3), Ctrl-C (the run in the Pod stops and its interrupted report is still retrieved, exit
+/// 130), and a killed launch whose leftovers `gc --run` removes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn launch_bounds_and_interruptions_on_kube_double() {
+    let (double, images, harness) = in_cluster_double().await;
+    let started = std::time::Instant::now();
+
+    let missing = launch(
+        &double,
+        &images,
+        "kandev-acceptance/harness:not-built",
+        &["--exact", "daemon::socket_only"],
+    )
+    .await;
+    assert_eq!(missing.code, Some(3), "{}", missing.text);
+    assert!(
+        missing.text.contains("cannot start") && missing.text.contains("ErrImagePull"),
+        "{}",
+        missing.text
+    );
+    let left = left_in_double(&double, &missing.run_id).await;
+    assert!(left.is_empty(), "left in the double: {left:?}");
+    eprintln!("missing image in {:?}", started.elapsed());
+
+    let started = std::time::Instant::now();
+    let bounded = launch(
+        &double,
+        &images,
+        &harness,
+        &[
+            "--job-timeout",
+            "1",
+            "--hold",
+            "10",
+            "--exact",
+            "worker::recipe_smoke",
+        ],
+    )
+    .await;
+    assert_eq!(bounded.code, Some(3), "{}", bounded.text);
+    assert!(
+        bounded.text.contains("did not finish within --job-timeout")
+            && bounded.text.contains("DeadlineExceeded"),
+        "{}",
+        bounded.text
+    );
+    let left = left_in_double(&double, &bounded.run_id).await;
+    assert!(left.is_empty(), "left in the double: {left:?}");
+    let left = left_on_engine(&bounded.run_id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+    eprintln!("job timeout in {:?}", started.elapsed());
+
+    // Ctrl-C once the run in the Pod has started its scenario.
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text) = interrupt_launch(
+        launch_command(
+            &double,
+            &images,
+            &harness,
+            dir.path(),
+            &["--exact", "worker::recipe_smoke"],
+        ),
+        nix_signal::SIGINT,
+    )
+    .await;
+    let run_id = launched_run_id(&text).unwrap();
+    assert_eq!(code, Some(130), "{text}");
+    let (_, report) = common::written_report(dir.path(), &text);
+    assert!(report.interrupted, "{text}");
+    let left = left_in_double(&double, &run_id).await;
+    assert!(left.is_empty(), "left in the double: {left:?}");
+    let left = left_on_engine(&run_id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+    eprintln!("interrupted in {:?}", started.elapsed());
+
+    // Killed: the Job's Pod runs on; gc --run removes the namespace and all in it.
+    let started = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, text) = interrupt_launch(
+        launch_command(
+            &double,
+            &images,
+            &harness,
+            dir.path(),
+            &["--exact", "worker::recipe_smoke"],
+        ),
+        nix_signal::SIGKILL,
+    )
+    .await;
+    let run_id = launched_run_id(&text).unwrap();
+    assert!(
+        !left_in_double(&double, &run_id).await.is_empty(),
+        "a killed launch removed its objects?"
+    );
+    let gc = command(&double, "gc")
+        .args(["--run", &run_id])
+        .output()
+        .await
+        .unwrap();
+    assert!(gc.status.success(), "{}", common::output_text(&gc));
+    let left = left_in_double(&double, &run_id).await;
+    assert!(left.is_empty(), "left in the double after gc: {left:?}");
+    let left = left_on_engine(&run_id).await;
+    assert!(left.is_empty(), "left on the engine after gc: {left:?}");
+    eprintln!("killed and gc in {:?}", started.elapsed());
+}
+
+/// Signals for [`interrupt_launch`].
+mod nix_signal {
+    pub const SIGINT: i32 = 2;
+    pub const SIGKILL: i32 = 9;
+}
+
+/// Starts `command` (a launch), waits until the run in the Pod has started its scenario (its
+/// libtest line in the log launch prints), sends `signal`, and returns the exit code and all
+/// the launch printed.
+async fn interrupt_launch(
+    mut command: tokio::process::Command,
+    signal: i32,
+) -> (Option<i32>, String) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut text = String::new();
+    let mut signalled = false;
+    let bound = tokio::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let line = tokio::time::timeout_at(bound, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no end within 300 s:\n{text}"))
+            .unwrap();
+        let Some(line) = line else { break };
+        text.push_str(&line);
+        text.push('\n');
+        if !signalled && line.contains("running 1 test") {
+            signalled = true;
+            // The scenario is under way in the Pod: a session is being created.
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            std::process::Command::new("kill")
+                .args([format!("-{signal}"), pid.to_string()])
+                .status()
+                .unwrap();
+        }
+    }
+    let status = child.wait().await.unwrap();
+    let mut out = String::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        use tokio::io::AsyncReadExt;
+        let _ = stdout.read_to_string(&mut out).await;
+    }
+    assert!(signalled, "the run never started:\n{text}{out}");
+    (status.code(), format!("{out}{text}"))
 }
 
 /// The broken templates fail, over the double, exactly the scenario they target, with the

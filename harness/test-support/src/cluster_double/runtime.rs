@@ -72,6 +72,12 @@ fn live_pod(store: &Store, uid: &str) -> Option<(Key, Value)> {
         .map(|(k, o)| (k.clone(), o.clone()))
 }
 
+/// Whether a message of `mounts::runtime_copy` is a volume's (a kubelet's `FailedMount`)
+/// rather than a container environment's (`CreateContainerConfigError`).
+fn mount_problem(message: &str) -> bool {
+    message.starts_with("MountVolume.")
+}
+
 /// Creates the Pod on the runtime once its volumes are set up (`mounts`: retried every
 /// second while a Secret it needs is missing, as a kubelet retries a `FailedMount`); a Pod
 /// deleted meanwhile is removed there again. A Pod the scheduler cannot place never reaches
@@ -113,8 +119,14 @@ pub(crate) async fn run_pod(
             Err(message) => {
                 let mut store = state.store();
                 if !reported && let Some((_, stored)) = live_pod(&store, &uid) {
-                    // Once: a kubelet counts its repeats in the same Event.
-                    store.event(&stored, ("Warning", "FailedMount"), &message, "kubelet");
+                    // Once: a kubelet counts its repeats in the same Event. A volume's problem
+                    // is a `FailedMount`, an env's the container's `Failed`.
+                    let (reason, shown) = if mount_problem(&message) {
+                        ("FailedMount", message.clone())
+                    } else {
+                        ("Failed", format!("Error: {message}"))
+                    };
+                    store.event(&stored, ("Warning", reason), &shown, "kubelet");
                     reported = true;
                 }
                 store
@@ -401,7 +413,12 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
             (Some(Running::Failed(e)), _) => waiting("CreateContainerError", e),
             // The kubelet's reason is `ContainerCreating` (the cause is in its FailedMount
             // Event); the double also names it here, where a client reading the Pod sees it.
-            (Some(Running::MountFailed(message)), _) => waiting("ContainerCreating", message),
+            (Some(Running::MountFailed(message)), _) if mount_problem(message) => {
+                waiting("ContainerCreating", message)
+            }
+            (Some(Running::MountFailed(message)), _) => {
+                waiting("CreateContainerConfigError", message)
+            }
             (_, Some(s)) if s.running => json!({"running": {"startedAt": s.started_at}}),
             (_, Some(s)) if s.exit_code.is_some() => {
                 let reason = match s.exit_code {

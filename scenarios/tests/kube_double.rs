@@ -130,10 +130,20 @@ async fn catalogue_in_cluster_on_kube_double() {
             scenario.name, scenario.outcome, scenario.duration_ms
         );
     }
+    // `image::recipe` reads the images' config and layers from an engine holding them; the
+    // Pod has none (as on any cluster whose images were not built where the harness runs):
+    // it is skipped, with that reason, and every other scenario passes.
     let failures: Vec<String> = report
         .scenarios
         .iter()
         .filter(|s| s.outcome != Outcome::Passed)
+        .filter(|s| {
+            !(s.name == "image::recipe"
+                && s.outcome == Outcome::Skipped
+                && s.diagnosis
+                    .as_deref()
+                    .is_some_and(|d| d.contains("no engine holding the run's images")))
+        })
         .map(|s| format!("{}: {:?} {:?}", s.name, s.outcome, s.diagnosis))
         .collect();
     assert!(failures.is_empty(), "{failures:#?}\n{text}");
@@ -213,7 +223,11 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     );
     let left = left_in_double(&double, &missing.run_id).await;
     assert!(left.is_empty(), "left in the double: {left:?}");
-    eprintln!("missing image in {:?}", started.elapsed());
+    eprintln!(
+        "missing image in {:?}:\n{}",
+        started.elapsed(),
+        missing.text
+    );
 
     let started = std::time::Instant::now();
     let bounded = launch(

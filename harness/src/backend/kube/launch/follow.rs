@@ -217,7 +217,9 @@ pub(super) async fn follow(
         if let Some(at) = signalled_at
             && at.elapsed() > INTERRUPT_BOUND
         {
-            return Err(LaunchError::Interrupted);
+            return Err(LaunchError::StopTimedOut {
+                waited: INTERRUPT_BOUND,
+            });
         }
         if phase != "Running" && log_ended {
             let terminated = pod
@@ -290,20 +292,30 @@ async fn stream_log(
 }
 
 /// Asks the run to stop: SIGTERM to the harness (its container's PID 1, which handles it as
-/// Ctrl-C: teardown, report, hold).
+/// Ctrl-C: teardown, report, hold). Through `sh`: the image has no `kill` binary (procps),
+/// the shell has it built in.
 async fn signal_run(pods: &Api<Pod>, name: &str) {
-    let params = AttachParams::default()
-        .container(CONTAINER)
-        .stdout(false)
-        .stderr(false);
-    match pods.exec(name, ["kill", "-TERM", "1"], &params).await {
-        Ok(attached) => {
+    // (kube-rs refuses an exec without a stream; `kill` writes to stderr only on failure.)
+    let params = AttachParams::default().container(CONTAINER);
+    let failed = |why: String| eprintln!("launch: could not signal the run: {why}");
+    match pods.exec(name, ["sh", "-c", "kill -TERM 1"], &params).await {
+        Ok(mut attached) => {
+            let status = attached.take_status();
+            let mut stderr = String::new();
+            if let Some(mut err) = attached.stderr() {
+                use tokio::io::AsyncReadExt;
+                let _ = err.read_to_string(&mut stderr).await;
+            }
+            let status = match status {
+                Some(status) => status.await,
+                None => None,
+            };
             let _ = attached.join().await;
+            if status.as_ref().and_then(|s| s.status.as_deref()) != Some("Success") {
+                failed(format!("{status:?} {}", stderr.trim()));
+            }
         }
-        Err(e) => eprintln!(
-            "launch: could not signal the run: {}",
-            crate::error_chain(&e)
-        ),
+        Err(e) => failed(crate::error_chain(&e)),
     }
 }
 

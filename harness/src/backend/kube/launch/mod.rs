@@ -77,8 +77,12 @@ pub enum LaunchError {
     },
     #[error("retrieve the report folder from the Pod: {0}")]
     Retrieve(String),
-    #[error("interrupted (a second Ctrl-C): what the launch created was removed")]
+    #[error("interrupted: what the launch created is removed")]
     Interrupted,
+    #[error(
+        "interrupted, and the run in the Pod did not stop and hold its report within {waited:?}: what the launch created is removed without it"
+    )]
+    StopTimedOut { waited: Duration },
 }
 
 impl LaunchError {
@@ -86,7 +90,7 @@ impl LaunchError {
     /// the image or a bound 3, interrupted 130.
     pub fn code(&self) -> u8 {
         match self {
-            Self::Interrupted => exit::INTERRUPTED,
+            Self::Interrupted | Self::StopTimedOut { .. } => exit::INTERRUPTED,
             Self::HarnessEnded { code: Some(2), .. } => exit::USAGE,
             _ => exit::ENVIRONMENT,
         }

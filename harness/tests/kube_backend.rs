@@ -528,6 +528,8 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         access: BTreeMap::new(),
         settle: Duration::from_millis(600),
         config: None,
+        executor: "system:serviceaccount:kandev-agents:kandev-acceptance-executor".into(),
+        created_executor: true,
     }
 }
 

@@ -206,12 +206,13 @@ pub(crate) struct RunArgs {
     /// scenario's deadline applies).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) step_timeout: Option<u64>,
-    /// The gate the run is judged by: `release` requires every capability
-    /// (docker, compose, browser, node-view) and immutable image references (digests).
+    /// The gate the run is judged by: `release` requires every capability the backend offers
+    /// (docker, compose, browser, node-view; and cluster on kind and kube) and immutable image
+    /// references (digests).
     #[arg(long, value_enum, default_value = "default")]
     pub(crate) gate: GateProfile,
     /// Capabilities the run must be able to check (comma-separated: docker, compose, browser,
-    /// node-view; or none); a scenario that lacks one fails instead of ending skipped or
+    /// node-view, cluster; or none); a scenario that lacks one fails instead of ending skipped or
     /// incompatible. Replaces what the template declares it serves
     /// (acceptance.kandev.ai/serves).
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
@@ -241,8 +242,9 @@ pub(crate) struct GateArgs {
     /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
     #[arg(long, value_name = "DURATION", value_parser = parse_age)]
     pub(crate) max_age: Option<u64>,
-    /// Capabilities whose lack fails (default: all, the release profile); `none` to excuse
-    /// skipped and incompatible scenarios.
+    /// Capabilities whose lack fails (default: as the release profile, every capability the
+    /// report's backend offers: cluster only on kind and kube); `none` to excuse skipped and
+    /// incompatible scenarios.
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
     pub(crate) require: Option<Requirements>,
 }

@@ -391,7 +391,7 @@ fn resolve_gate(
 ) -> Result<Gate, Vec<String>> {
     let serves = crate::pod::release::declared_serves(parsed).map_err(|f| vec![f.to_string()])?;
     let required = args.require.as_ref().map(|r| r.0.as_slice());
-    let gate = Gate::resolve(args.gate, required, &serves);
+    let gate = Gate::resolve(args.gate, required, &serves, config.backend.name());
     if gate.profile != GateProfile::Release {
         return Ok(gate);
     }

@@ -122,6 +122,13 @@ pub(crate) struct RunArgs {
     /// default: the Pod's own identity.
     #[arg(long, value_name = "FILE", requires = "in_cluster")]
     pub(crate) bookkeeper_token: Option<PathBuf>,
+    /// --backend kind|kube: a Role document (rbac.authorization.k8s.io/v1, kind Role) whose
+    /// rules replace the ones the run binds its executor service account to (default: a
+    /// mirror of Kandev's executor Role); the harness sets its name, namespace and labels.
+    /// `launch::connection` judges the identity it makes. Not with --in-cluster, where the
+    /// Pod's own service account is the executor.
+    #[arg(long, value_name = "FILE", conflicts_with = "in_cluster")]
+    pub(crate) executor_role: Option<PathBuf>,
     /// The run's id (default: a fresh one); `launch` passes the id it labels its objects with.
     #[arg(long, value_name = "ID", hide = true, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,

@@ -47,6 +47,7 @@ pub(crate) fn cluster_settings(
         settings.node_inspector_image = r.node_inspector_image.clone();
         settings.in_cluster = r.in_cluster;
         settings.bookkeeper_token = r.bookkeeper_token.clone();
+        settings.executor_role = r.executor_role.clone();
     }
     settings
 }

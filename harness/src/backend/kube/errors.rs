@@ -68,6 +68,10 @@ pub enum ClusterError {
         missing: Vec<String>,
     },
     #[error(
+        "the executor Role {path} {problem}\n  fix: pass a file holding one rbac.authorization.k8s.io/v1 Role (`kind: Role`) whose rules are the executor's permissions; the harness sets its name, namespace and labels; nothing was created"
+    )]
+    ExecutorRole { path: String, problem: String },
+    #[error(
         "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
     )]
     PrivilegedRejected { namespace: String, message: String },

@@ -27,7 +27,7 @@ mod preflight;
 mod run;
 mod settings;
 
-pub use super::errors::ClusterError;
+pub use super::errors::{ClusterError, GRANTED_CHECK};
 pub use connect::{
     ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, client_for, client_for_bounded, client_of,
     open, open_in_cluster, open_with, reach,

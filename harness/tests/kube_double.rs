@@ -691,3 +691,916 @@ async fn a_port_forward_over_the_doubles_websocket_carries_64_mib_each_way() {
     backend.delete_pod(&pod).await.unwrap();
     cluster.teardown().await;
 }
+
+// ---- Issue 25: what a harness running in the cluster as a Job Pod needs of the double ----
+
+/// The double's admin client (its kubeconfig), as the harness opens it.
+async fn admin_client(double: &KubeDouble) -> kube::Client {
+    cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap()
+        .admin
+}
+
+/// `value` as a `K` (a typed object written as JSON).
+fn typed<K: serde::de::DeserializeOwned>(value: Value) -> K {
+    serde_json::from_value(value).unwrap()
+}
+
+/// Creates the namespace `ns` and, in it, the ServiceAccount `account` bound to a Role
+/// holding `rules`.
+async fn account_with_rules(admin: &kube::Client, ns: &str, account: &str, rules: Value) {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let pp = PostParams::default();
+    if Api::<Namespace>::all(admin.clone())
+        .get_opt(ns)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        Api::<Namespace>::all(admin.clone())
+            .create(&pp, &typed(json!({"metadata": {"name": ns}})))
+            .await
+            .unwrap();
+    }
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create(&pp, &typed(json!({"metadata": {"name": account}})))
+        .await
+        .unwrap();
+    Api::<Role>::namespaced(admin.clone(), ns)
+        .create(
+            &pp,
+            &typed(json!({"metadata": {"name": account}, "rules": rules})),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(
+            &pp,
+            &typed(json!({"metadata": {"name": account},
+                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// A client of `server` (`https://...`) trusting `ca_pem` and sending `token`, as a
+/// kubeconfig would make it.
+async fn client_with(server: &str, ca_pem: &str, token: &str) -> kube::Client {
+    let ca = serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec())).unwrap();
+    let kubeconfig: kube::config::Kubeconfig = typed(json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": "c", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}],
+    }));
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A TokenRequest's token for `account` of `ns` (the admin asks).
+async fn token_of(admin: &kube::Client, ns: &str, account: &str) -> String {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request(account, &PostParams::default(), &TokenRequest::default())
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .unwrap()
+}
+
+/// The user `client` authenticates as (a SelfSubjectReview).
+async fn who(client: &kube::Client) -> k8s_openapi::api::authentication::v1::UserInfo {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .user_info
+        .unwrap()
+}
+
+/// Polls `probe` every 100 ms until it gives a value (at most `limit`).
+async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = probe().await {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The API status code of a failed call.
+fn code_of<T: std::fmt::Debug>(result: kube::Result<T>) -> u16 {
+    match result {
+        Err(kube::Error::Api(status)) => status.code,
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+/// Runs `argv` in `pod`'s first container through pods/exec (kube-rs, websocket): its
+/// stdout, and its stderr with the exit status.
+async fn exec_in(pods: &Api<Pod>, pod: &str, argv: &[&str]) -> (String, String) {
+    use kube::api::AttachParams;
+    use tokio::io::AsyncReadExt;
+    let mut attached = pods
+        .exec(pod, argv.iter().copied(), &AttachParams::default())
+        .await
+        .unwrap();
+    let (mut stdout, mut stderr) = (attached.stdout().unwrap(), attached.stderr().unwrap());
+    let status = attached.take_status().unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    let (read_out, read_err) = tokio::join!(
+        stdout.read_to_string(&mut out),
+        stderr.read_to_string(&mut err)
+    );
+    read_out.unwrap();
+    read_err.unwrap();
+    let status = status.await.unwrap();
+    attached.join().await.unwrap();
+    (out, format!("{err}{status:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_review_lists_the_bound_role_and_resource_names_are_honoured() {
+    use k8s_openapi::api::authorization::v1::SelfSubjectRulesReview;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::Role;
+    let double = cluster_double::start(None).await.unwrap();
+    let admin = admin_client(&double).await;
+    let ns = "rules";
+    let rules = json!([
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"], "resourceNames": ["named"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"],
+         "resourceNames": ["runner"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list"]},
+    ]);
+    account_with_rules(&admin, ns, "launcher", rules.clone()).await;
+    for account in ["runner", "other"] {
+        Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &typed(json!({"metadata": {"name": account}})),
+            )
+            .await
+            .unwrap();
+    }
+    let spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+    for name in ["named", "unnamed"] {
+        Api::<Pod>::namespaced(admin.clone(), ns)
+            .create(&PostParams::default(), &pod(name, spec.clone()))
+            .await
+            .unwrap();
+    }
+    let launcher = client_with(
+        &double.server,
+        &double.ca_pem,
+        &token_of(&admin, ns, "launcher").await,
+    )
+    .await;
+
+    // The review: the default ClusterRoleBindings' rules, then exactly the Role's.
+    let review: SelfSubjectRulesReview = typed(json!({"spec": {"namespace": ns}}));
+    let answered = Api::<SelfSubjectRulesReview>::all(launcher.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    let status = serde_json::to_value(answered.status.unwrap()).unwrap();
+    let mut expected_rules = vec![
+        json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+            "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}),
+        json!({"verbs": ["create"], "apiGroups": ["authentication.k8s.io"],
+            "resources": ["selfsubjectreviews"]}),
+    ];
+    expected_rules.extend(rules.as_array().unwrap().iter().cloned());
+    assert_eq!(status["resourceRules"], json!(expected_rules));
+    assert_eq!(status["incomplete"], false);
+    let paths: Vec<String> = status["nonResourceRules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["nonResourceURLs"].as_array().unwrap().clone())
+        .map(|p| p.as_str().unwrap().to_owned())
+        .collect();
+    for path in [
+        "/api",
+        "/api/*",
+        "/apis",
+        "/apis/*",
+        "/healthz",
+        "/livez",
+        "/readyz",
+        "/version",
+        "/version/",
+        "/openapi",
+        "/openapi/*",
+    ] {
+        assert!(paths.iter().any(|p| p == path), "{path} in {paths:?}");
+    }
+    // Another namespace: the defaults only.
+    let elsewhere = Api::<SelfSubjectRulesReview>::all(launcher.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"spec": {"namespace": "default"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status.unwrap().resource_rules.len(), 2);
+
+    // resourceNames: the named Pod and ServiceAccount, not another.
+    let pods = Api::<Pod>::namespaced(launcher.clone(), ns);
+    pods.get("named").await.unwrap();
+    assert_eq!(code_of(pods.get("unnamed").await), 403);
+    assert_eq!(code_of(pods.list(&ListParams::default()).await), 403);
+    let accounts = Api::<ServiceAccount>::namespaced(launcher.clone(), ns);
+    let pp = PostParams::default();
+    let request = k8s_openapi::api::authentication::v1::TokenRequest::default();
+    accounts
+        .create_token_request("runner", &pp, &request)
+        .await
+        .unwrap();
+    assert_eq!(
+        code_of(accounts.create_token_request("other", &pp, &request).await),
+        403
+    );
+    // The batch group.
+    assert!(!can_i(&launcher, ns, "create", "pods").await);
+    let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(launcher.clone(), ns);
+    jobs.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        code_of(jobs.delete("any", &Default::default()).await),
+        403,
+        "no delete granted on jobs"
+    );
+    // Who the token is: the ServiceAccount, its UID, its groups.
+    let user = who(&launcher).await;
+    assert_eq!(
+        user.username.as_deref(),
+        Some("system:serviceaccount:rules:launcher")
+    );
+    let uid = double
+        .state
+        .object("serviceaccounts", ns, "launcher")
+        .unwrap()["metadata"]["uid"]
+        .clone();
+    assert_eq!(json!(user.uid), uid);
+    assert_eq!(
+        user.groups.unwrap(),
+        [
+            "system:serviceaccounts",
+            "system:serviceaccounts:rules",
+            "system:authenticated"
+        ]
+    );
+
+    // A rule without verbs is refused, in the API server's words.
+    let invalid: Role = typed(json!({"metadata": {"name": "empty"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": []}]}));
+    match Api::<Role>::namespaced(admin.clone(), ns)
+        .create(&pp, &invalid)
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422);
+            assert_eq!(
+                status.message,
+                "Role.rbac.authorization.k8s.io \"empty\" is invalid: rules[0].verbs: Required value: verbs must contain at least one value"
+            );
+        }
+        other => panic!("a Role without verbs was not refused: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_and_jobs_are_stored_as_the_api_server_stores_them() {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use kube::api::DeleteParams;
+    let double = cluster_double::start(None).await.unwrap();
+    let admin = admin_client(&double).await;
+    let ns = "stored";
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": ns}})),
+        )
+        .await
+        .unwrap();
+    let pp = PostParams::default();
+
+    // A Secret's stringData is merged into data (base64) and never stored.
+    let secrets = Api::<Secret>::namespaced(admin.clone(), ns);
+    secrets
+        .create(
+            &pp,
+            &typed(json!({"metadata": {"name": "s"},
+            "data": {"kept": "a2VwdA=="}, "stringData": {"token": "s3cret"}})),
+        )
+        .await
+        .unwrap();
+    let stored = double.state.object("secrets", ns, "s").unwrap();
+    assert_eq!(
+        stored["data"],
+        json!({"kept": "a2VwdA==", "token": "czNjcmV0"})
+    );
+    assert_eq!(stored["type"], "Opaque");
+    assert!(stored.get("stringData").is_none(), "{stored}");
+    let read = secrets.get("s").await.unwrap();
+    assert_eq!(read.data.unwrap()["token"].0, b"s3cret");
+    assert_eq!(
+        secrets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+
+    // A Job: defaulted, its Pod made by the controller (stored, Pending: no runtime).
+    let jobs = Api::<Job>::namespaced(admin.clone(), ns);
+    let job: Job = typed(
+        json!({"metadata": {"name": "run"}, "spec": {"backoffLimit": 0,
+        "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}}}),
+    );
+    let created = jobs.create(&pp, &job).await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let created = serde_json::to_value(&created).unwrap();
+    let labels = json!({"batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": "run", "controller-uid": uid, "job-name": "run"});
+    assert_eq!(created["spec"]["template"]["metadata"]["labels"], labels);
+    assert_eq!(
+        created["spec"]["selector"]["matchLabels"],
+        json!({"batch.kubernetes.io/controller-uid": uid})
+    );
+    assert_eq!(created["spec"]["completions"], 1);
+    assert_eq!(created["spec"]["backoffLimit"], 0);
+    let pods = Api::<Pod>::namespaced(admin.clone(), ns);
+    let pod = eventually("the Job's Pod", Duration::from_secs(10), || async {
+        pods.list(&ListParams::default().labels("job-name=run"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let name = pod.metadata.name.clone().unwrap();
+    assert!(name.starts_with("run-") && name.len() == 9, "{name}");
+    let pod_json = serde_json::to_value(&pod).unwrap();
+    assert_eq!(pod_json["metadata"]["labels"], labels);
+    assert_eq!(
+        pod_json["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "run", "uid": uid,
+            "controller": true, "blockOwnerDeletion": true}])
+    );
+    let status = eventually("the Job's status", Duration::from_secs(10), || async {
+        jobs.get("run")
+            .await
+            .unwrap()
+            .status
+            .filter(|s| s.active == Some(1))
+    })
+    .await;
+    assert!(status.start_time.is_some());
+    // A Job whose template restarts Always is refused as validation words it.
+    let mut always = serde_json::to_value(&job).unwrap();
+    always["metadata"]["name"] = json!("always");
+    always["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
+    match jobs.create(&pp, &typed(always)).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422);
+            assert!(
+                status
+                    .message
+                    .contains("spec.template.spec.restartPolicy: Unsupported value: \"Always\""),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // DELETE without a policy orphans the Pod (batch/v1's default); Background deletes it.
+    jobs.delete("run", &DeleteParams::default()).await.unwrap();
+    let orphan = pods.get(&name).await.unwrap();
+    assert!(orphan.metadata.owner_references.is_none(), "{orphan:?}");
+    let second = jobs
+        .create(
+            &pp,
+            &typed(json!({"metadata": {"name": "second"},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox"}]}}}})),
+        )
+        .await
+        .unwrap();
+    let selector = format!(
+        "batch.kubernetes.io/controller-uid={}",
+        second.metadata.uid.unwrap()
+    );
+    eventually("the second Job's Pod", Duration::from_secs(10), || async {
+        let found = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap();
+        (!found.items.is_empty()).then_some(())
+    })
+    .await;
+    jobs.delete("second", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the second Job's Pod gone",
+        Duration::from_secs(10),
+        || async {
+            let found = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .unwrap();
+            found.items.is_empty().then_some(())
+        },
+    )
+    .await;
+    // Deleting the namespace removes the Secret and what is left.
+    Api::<Namespace>::all(admin.clone())
+        .delete(ns, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the namespace gone", Duration::from_secs(10), || async {
+        double
+            .state
+            .object("namespaces", "", ns)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(double.state.object("secrets", ns, "s").is_none());
+    assert!(double.state.objects("pods").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_pods_token_reaches_the_double_from_inside_the_pod() {
+    let started = Instant::now();
+    let (double, images) = engine_double().await;
+    let admin = admin_client(&double).await;
+    let ns = "in-cluster";
+    account_with_rules(
+        &admin,
+        ns,
+        "reader",
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]),
+    )
+    .await;
+    let address = double
+        .pod_address
+        .expect("a runtime gives the double a Pod address");
+    assert_ne!(address.ip(), std::net::IpAddr::from([127, 0, 0, 1]));
+    let pods = Api::<Pod>::namespaced(admin.clone(), ns);
+    // Pod names share the one engine: unique ones.
+    let name = format!("reader-{}", random_hex(4));
+    let name = name.as_str();
+    // From inside the Pod: kube-rs's in-cluster config's inputs (the env and the three
+    // files), TLS checked against the mounted CA and the IP SAN, the token's identity asked.
+    let script = r#"
+import json, os, ssl, urllib.request
+d = "/var/run/secrets/kubernetes.io/serviceaccount"
+ctx = ssl.create_default_context(cafile=d + "/ca.crt")
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+review = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+req = urllib.request.Request("https://%s:%s/apis/authentication.k8s.io/v1/selfsubjectreviews" % (host, port),
+    data=review.encode(), method="POST", headers={"Content-Type": "application/json",
+    "Authorization": "Bearer " + open(d + "/token").read()})
+user = json.load(urllib.request.urlopen(req, context=ctx))["status"]["userInfo"]["username"]
+print(user, open(d + "/namespace").read(), os.getuid())
+"#;
+    pods.create(
+        &PostParams::default(),
+        &pod(
+            name,
+            json!({"serviceAccountName": "reader", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "work", "image": images.worker, "command": ["sleep", "3600"]}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    // Stored as the ServiceAccount plugin admits it.
+    let stored = double.state.object("pods", ns, name).unwrap();
+    let volume = stored["spec"]["volumes"][0].clone();
+    let volume_name = volume["name"].as_str().unwrap().to_owned();
+    assert!(volume_name.starts_with("kube-api-access-"), "{volume}");
+    assert_eq!(volume["projected"]["defaultMode"], 420);
+    assert_eq!(
+        stored["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": volume_name, "readOnly": true,
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    );
+    eventually("the Pod running", Duration::from_secs(60), || async {
+        let pod = pods.get(name).await.unwrap();
+        (pod.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await;
+    let (inside, stderr) = exec_in(&pods, name, &["python3", "-c", script]).await;
+    assert_eq!(
+        inside.trim(),
+        "system:serviceaccount:in-cluster:reader in-cluster 1000",
+        "{stderr}"
+    );
+    // The same files read through exec make a working client on the host, at the address the
+    // Pod reached.
+    let dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let (token, _) = exec_in(&pods, name, &["cat", &format!("{dir}/token")]).await;
+    let (ca, _) = exec_in(&pods, name, &["cat", &format!("{dir}/ca.crt")]).await;
+    assert_eq!(ca, double.ca_pem);
+    let (env, _) = exec_in(
+        &pods,
+        name,
+        &[
+            "sh",
+            "-c",
+            "echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT",
+        ],
+    )
+    .await;
+    assert_eq!(env.trim(), address.to_string());
+    let (written, _) = exec_in(
+        &pods,
+        name,
+        &["sh", "-c", &format!("touch {dir}/x 2>&1 || echo refused")],
+    )
+    .await;
+    assert!(
+        written.contains("refused"),
+        "the token volume is read-only: {written}"
+    );
+    let from_host = client_with(&format!("https://{address}"), &ca, &token).await;
+    assert_eq!(
+        from_host.apiserver_version().await.unwrap().git_version,
+        "v1.36.0-kube-double"
+    );
+    assert_eq!(
+        who(&from_host).await.username.as_deref(),
+        Some("system:serviceaccount:in-cluster:reader")
+    );
+    Api::<Pod>::namespaced(from_host.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    // The token is bound to the Pod: once the Pod is gone it no longer authenticates.
+    pods.delete(name, &Default::default()).await.unwrap();
+    eventually("the Pod gone", Duration::from_secs(30), || async {
+        pods.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(
+        code_of(
+            Api::<Pod>::namespaced(from_host, ns)
+                .list(&ListParams::default())
+                .await
+        ),
+        401
+    );
+    eprintln!("in-Pod token test: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn pods_that_end_succeed_or_fail_by_their_exit_codes() {
+    let started = Instant::now();
+    let (double, images) = engine_double().await;
+    let admin = admin_client(&double).await;
+    let pods = Api::<Pod>::namespaced(admin.clone(), "default");
+    // Pod names share the one engine: unique ones.
+    let (zero, three) = (
+        format!("ends-0-{}", random_hex(4)),
+        format!("ends-3-{}", random_hex(4)),
+    );
+    for (name, code) in [(&zero, 0), (&three, 3)] {
+        let script = format!("echo ran; exit {code}");
+        pods.create(
+            &PostParams::default(),
+            &pod(name, json!({"restartPolicy": "Never", "automountServiceAccountToken": false,
+                "containers": [{"name": "c", "image": images.daemon, "command": ["sh", "-c", script]}]})),
+        )
+        .await
+        .unwrap();
+    }
+    for (name, phase, code, reason) in [
+        (&zero, "Succeeded", 0, "Completed"),
+        (&three, "Failed", 3, "Error"),
+    ] {
+        let status = eventually(
+            &format!("{name} ended"),
+            Duration::from_secs(60),
+            || async {
+                let status = pods.get(name).await.unwrap().status?;
+                matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")).then_some(status)
+            },
+        )
+        .await;
+        assert_eq!(status.phase.as_deref(), Some(phase), "{name}: {status:?}");
+        let container = &status.container_statuses.unwrap()[0];
+        let terminated = container
+            .state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .clone()
+            .unwrap();
+        assert_eq!(terminated.exit_code, code, "{name}");
+        assert_eq!(terminated.reason.as_deref(), Some(reason), "{name}");
+        assert!(
+            terminated.started_at.is_some() && terminated.finished_at.is_some(),
+            "{terminated:?}"
+        );
+        assert_eq!(
+            container.restart_count, 0,
+            "restartPolicy Never: not restarted"
+        );
+        assert_eq!(pods.logs(name, &Default::default()).await.unwrap(), "ran\n");
+    }
+    // Not automounted: no token volume.
+    let stored = double.state.object("pods", "default", &zero).unwrap();
+    assert!(stored["spec"]["volumes"].is_null(), "{stored}");
+    for name in [&zero, &three] {
+        pods.delete(name, &Default::default()).await.unwrap();
+    }
+    eventually("the Pods gone", Duration::from_secs(30), || async {
+        double.state.objects("pods").is_empty().then_some(())
+    })
+    .await;
+    eprintln!("phases test: {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_job_runs_to_completion_with_its_logs_followed_and_a_deadline_fails_one() {
+    use futures_util::AsyncBufReadExt;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use kube::api::{DeleteParams, LogParams};
+    let started = Instant::now();
+    let (double, images) = engine_double().await;
+    let admin = admin_client(&double).await;
+    let ns = "launch";
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": ns}})),
+        )
+        .await
+        .unwrap();
+    let jobs = Api::<Job>::namespaced(admin.clone(), ns);
+    let pods = Api::<Pod>::namespaced(admin.clone(), ns);
+    let job = |name: &str, extra: Value, pod: Value| -> Job {
+        let mut spec = json!({"backoffLimit": 0, "template": {"spec": pod}});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k.as_str()] = v.clone();
+        }
+        typed(json!({"metadata": {"name": name}, "spec": spec}))
+    };
+    // The deadline Job and a brief one with a TTL first (they run beside the other).
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "brief",
+            json!({"ttlSecondsAfterFinished": 1}),
+            json!({"restartPolicy": "Never",
+            "containers": [{"name": "c", "image": images.daemon, "command": ["true"]}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "deadline",
+            json!({"activeDeadlineSeconds": 2}),
+            json!({"restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": images.daemon, "command": ["sleep", "60"]}]}),
+        ),
+    )
+    .await
+    .unwrap();
+    // The Secret it mounts does not exist yet: its Pod waits, as a kubelet's FailedMount.
+    let script = "echo start; sleep 1; cat /etc/launch/token; echo; \
+        touch /etc/launch/x 2>/dev/null && echo writable || echo read-only; id -u; \
+        echo \"$FROM_SECRET $NS\"; echo end";
+    jobs.create(
+        &PostParams::default(),
+        &job("run", json!({}), json!({"restartPolicy": "Never",
+            "securityContext": {"runAsUser": 65532, "runAsGroup": 65532},
+            "volumes": [{"name": "launch", "secret": {"secretName": "launch-token"}}],
+            "containers": [{"name": "harness", "image": images.daemon, "command": ["sh", "-c", script],
+                "env": [
+                    {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "launch-token", "key": "token"}}},
+                    {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                "volumeMounts": [{"name": "launch", "mountPath": "/etc/launch", "readOnly": true}]}]})),
+    )
+    .await
+    .unwrap();
+    let waiting = eventually(
+        "the Job's Pod waiting for its Secret",
+        Duration::from_secs(30),
+        || async {
+            let pod = pods
+                .list(&ListParams::default().labels("job-name=run"))
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .next()?;
+            let status = pod.status.clone()?;
+            let message = status.container_statuses?[0]
+                .state
+                .clone()?
+                .waiting?
+                .message?;
+            message
+                .contains("secret \"launch-token\" not found")
+                .then_some(pod)
+        },
+    )
+    .await;
+    assert_eq!(waiting.status.unwrap().phase.as_deref(), Some("Pending"));
+    let name = waiting.metadata.name.clone().unwrap();
+    let events = double.state.objects("events");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "FailedMount" && e["involvedObject"]["name"] == name.as_str()),
+        "{events:?}"
+    );
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "launch-token"},
+            "stringData": {"token": "s3cret"}})),
+        )
+        .await
+        .unwrap();
+    // Followed from the container's start to its end (kube-rs's log_stream).
+    let follow = LogParams {
+        follow: true,
+        ..Default::default()
+    };
+    let stream = eventually(
+        "the log to be readable",
+        Duration::from_secs(30),
+        || async { pods.log_stream(&name, &follow).await.ok() },
+    )
+    .await;
+    let mut lines = stream.lines();
+    let mut seen = Vec::new();
+    let mut complete_at_first_line = None;
+    while let Some(line) = futures_util::TryStreamExt::try_next(&mut lines)
+        .await
+        .unwrap()
+    {
+        if complete_at_first_line.is_none() {
+            let status = jobs.get("run").await.unwrap().status.unwrap_or_default();
+            complete_at_first_line = Some(status.completion_time.is_some());
+        }
+        seen.push(line);
+    }
+    assert_eq!(
+        seen,
+        [
+            "start",
+            "s3cret",
+            "read-only",
+            "65532",
+            "s3cret launch",
+            "end"
+        ]
+    );
+    assert_eq!(
+        complete_at_first_line,
+        Some(false),
+        "the first line came while the Job ran"
+    );
+    let done = eventually("the Job complete", Duration::from_secs(30), || async {
+        let status = jobs.get("run").await.unwrap().status?;
+        status.completion_time.is_some().then_some(status)
+    })
+    .await;
+    assert_eq!(done.succeeded, Some(1));
+    assert!(done.start_time.is_some());
+    let conditions: Vec<(String, String)> = done
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.type_, c.reason.unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        conditions,
+        [
+            ("SuccessCriteriaMet".into(), "CompletionsReached".into()),
+            ("Complete".into(), "CompletionsReached".into())
+        ]
+    );
+    let pod = pods.get(&name).await.unwrap();
+    assert_eq!(pod.status.unwrap().phase.as_deref(), Some("Succeeded"));
+    let labels = pod.metadata.labels.unwrap();
+    let uid = jobs.get("run").await.unwrap().metadata.uid.unwrap();
+    assert_eq!(labels["job-name"], "run");
+    assert_eq!(labels["batch.kubernetes.io/job-name"], "run");
+    assert_eq!(labels["controller-uid"], uid);
+    assert_eq!(labels["batch.kubernetes.io/controller-uid"], uid);
+    let owner = &pod.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (
+            owner.kind.as_str(),
+            owner.uid.as_str(),
+            owner.controller,
+            owner.block_owner_deletion
+        ),
+        ("Job", uid.as_str(), Some(true), Some(true))
+    );
+    // The deadline: its Pod deleted, the Job failed.
+    let failed = eventually(
+        "the deadline Job failed",
+        Duration::from_secs(30),
+        || async {
+            let status = jobs.get("deadline").await.unwrap().status?;
+            status
+                .conditions
+                .clone()?
+                .iter()
+                .any(|c| c.type_ == "Failed")
+                .then_some(status)
+        },
+    )
+    .await;
+    let failed_condition = failed
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Failed")
+        .unwrap();
+    assert_eq!(failed_condition.reason.as_deref(), Some("DeadlineExceeded"));
+    assert!(
+        pods.list(&ListParams::default().labels("job-name=deadline"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // The brief Job went a second after it completed, and its Pod with it.
+    eventually(
+        "the brief Job gone (its TTL)",
+        Duration::from_secs(30),
+        || async { jobs.get_opt("brief").await.unwrap().is_none().then_some(()) },
+    )
+    .await;
+    assert!(
+        pods.list(&ListParams::default().labels("job-name=brief"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let completed = double
+        .state
+        .objects("events")
+        .into_iter()
+        .any(|e| e["reason"] == "Completed" && e["involvedObject"]["name"] == "brief");
+    assert!(completed, "the brief Job completed before it went");
+    // Deleting the Job (Background, as kubectl does) removes its Pod.
+    jobs.delete("run", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually("the Job's Pod gone", Duration::from_secs(30), || async {
+        pods.get_opt(&name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    Api::<Namespace>::all(admin.clone())
+        .delete(ns, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the namespace gone", Duration::from_secs(30), || async {
+        double
+            .state
+            .object("namespaces", "", ns)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eprintln!("Job test: {:?}", started.elapsed());
+}

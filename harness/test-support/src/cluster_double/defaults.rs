@@ -5,7 +5,7 @@
 //! server's rules (`pkg/apis/core/v1/defaults.go`, the Pod strategy's `PrepareForCreate`,
 //! the QoS class of `GetPodQOS`), not recorded here; `recorded` compares them with the
 //! answers of a real API server wherever recordings exist (the nightly Kind run makes them).
-//! The ServiceAccount plugin's token volume is not added (see the module doc).
+//! The ServiceAccount plugin's token volume is `serviceaccount`'s.
 
 use kandev_harness::pod::quantity;
 use serde_json::{Value, json};
@@ -109,7 +109,7 @@ pub(crate) fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
-fn default_container(container: &mut Value) {
+fn default_container(container: &mut Value, requests: bool) {
     let image = container["image"].as_str().unwrap_or_default().to_owned();
     default(container, "imagePullPolicy", json!(pull_policy(&image)));
     default(
@@ -119,13 +119,15 @@ fn default_container(container: &mut Value) {
     );
     default(container, "terminationMessagePolicy", json!("File"));
     default(container, "resources", json!({}));
-    default_requests(&mut container["resources"]);
-    if let Some(ports) = container["ports"].as_array_mut() {
+    if requests {
+        default_requests(&mut container["resources"]);
+    }
+    if let Some(ports) = container.get_mut("ports").and_then(Value::as_array_mut) {
         for port in ports {
             default(port, "protocol", json!("TCP"));
         }
     }
-    if let Some(env) = container["env"].as_array_mut() {
+    if let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) {
         for var in env {
             if var["valueFrom"]["fieldRef"].is_object() {
                 default(&mut var["valueFrom"]["fieldRef"], "apiVersion", json!("v1"));
@@ -146,13 +148,24 @@ pub(crate) fn default_pod(pod: &mut Value) {
     if !pod["spec"].is_object() {
         return;
     }
-    default_spec(&mut pod["spec"]);
+    default_spec(&mut pod["spec"], true);
     pod["metadata"]["generation"] = json!(1);
     let qos = qos_class(&pod["spec"]);
     pod["status"] = json!({"phase": "Pending", "qosClass": qos});
 }
 
-fn default_spec(spec: &mut Value) {
+/// Defaults a Pod template (a Job's `spec.template`) as the API server defaults one: a Pod
+/// spec's defaults less the requests a Pod's containers take from their limits.
+pub(crate) fn default_template(template: &mut Value) {
+    if !template["spec"].is_object() {
+        return;
+    }
+    default_spec(&mut template["spec"], false);
+    // A template's metadata is an ObjectMeta too (serialized with its null creation time).
+    template["metadata"]["creationTimestamp"] = Value::Null;
+}
+
+fn default_spec(spec: &mut Value, requests: bool) {
     default(spec, "restartPolicy", json!("Always"));
     default(spec, "terminationGracePeriodSeconds", json!(30));
     default(spec, "dnsPolicy", json!("ClusterFirst"));
@@ -166,11 +179,13 @@ fn default_spec(spec: &mut Value) {
     let account = spec["serviceAccountName"].clone();
     default(spec, "serviceAccount", account);
     for field in ["initContainers", "containers", "ephemeralContainers"] {
-        if let Some(containers) = spec[field].as_array_mut() {
-            containers.iter_mut().for_each(default_container);
+        if let Some(containers) = spec.get_mut(field).and_then(Value::as_array_mut) {
+            containers
+                .iter_mut()
+                .for_each(|c| default_container(c, requests));
         }
     }
-    if let Some(volumes) = spec["volumes"].as_array_mut() {
+    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
         for volume in volumes {
             for source in ["configMap", "secret", "projected", "downwardAPI"] {
                 if volume[source].is_object() {

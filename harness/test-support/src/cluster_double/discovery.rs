@@ -123,6 +123,7 @@ pub(crate) const RESOURCES: &[Resource] = &[
         categories: &["all"],
         ..resource("", "services", "service", "Service", true, &["svc"])
     },
+    resource("", "secrets", "secret", "Secret", true, &[]),
     resource("", "events", "event", "Event", true, &["ev"]),
     resource("events.k8s.io", "events", "event", "Event", true, &["ev"]),
     resource(
@@ -155,6 +156,21 @@ pub(crate) const RESOURCES: &[Resource] = &[
     Resource {
         verbs: &["create"],
         ..resource(
+            "authorization.k8s.io",
+            "selfsubjectrulesreviews",
+            "selfsubjectrulesreview",
+            "SelfSubjectRulesReview",
+            false,
+            &[],
+        )
+    },
+    Resource {
+        categories: &["all"],
+        ..resource("batch", "jobs", "job", "Job", true, &[])
+    },
+    Resource {
+        verbs: &["create"],
+        ..resource(
             "authentication.k8s.io",
             "selfsubjectreviews",
             "selfsubjectreview",
@@ -170,6 +186,7 @@ const GROUPS: &[&str] = &[
     "events.k8s.io",
     "authentication.k8s.io",
     "authorization.k8s.io",
+    "batch",
     "rbac.authorization.k8s.io",
 ];
 

@@ -19,6 +19,31 @@
 //! with the UID the double assigned, bound after their create to one node ([`NODE`]); claims
 //! are volumes there.
 //!
+//! **In the cluster** (for a harness that runs as a Job Pod with kube-rs's
+//! `Config::incluster()`): with a runtime the double also listens on the engine's `bridge`
+//! gateway ([`KubeDouble::pod_address`], in the server certificate's IP SANs), and a Pod is
+//! admitted as the `ServiceAccount` plugin admits it (`serviceaccount`: its account must
+//! exist; an automounted token is the projected `kube-api-access-<5>` volume mounted
+//! read-only at `/var/run/secrets/kubernetes.io/serviceaccount`). What the runtime runs is a
+//! copy (`mounts`) in which, as a kubelet prepares them, that volume and every `secret`
+//! volume are read-only host folders holding a fresh token bound to the Pod (it
+//! authenticates as the ServiceAccount, through the same RBAC, until the Pod is gone), the
+//! double's CA, the namespace and a Secret's decoded data (modes and owners as the kubelet
+//! sets them); a missing Secret keeps the Pod `ContainerCreating` with a `FailedMount` Event
+//! until it exists. Every container gets `KUBERNETES_SERVICE_HOST`/`_PORT` (and the other
+//! `kubernetes` Service variables) naming the Pod address. Pods end `Succeeded` or `Failed`
+//! by their containers' exit codes and restart policy (the kubelet's `getPhase`), with each
+//! container's `terminated` state and times read from the engine (`containers`); pods/log is
+//! streamed with `follow=true` until the container ends (`tailLines`, `timestamps`,
+//! `sinceSeconds`, `limitBytes`). Secrets (`secrets`: `stringData` merged into `data`, the
+//! token controller's part for a `kubernetes.io/service-account-token` Secret), batch/v1
+//! Jobs with a minimal Job controller, the TTL-after-finished controller and the garbage
+//! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
+//! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
+//! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
+//! SelfSubjectReviews (`rbac`), and namespaces that stop taking new objects while they
+//! terminate.
+//!
 //! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
 //! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
 //! version's resources, the OpenAPI v3 stubs kubectl's validation asks for), content
@@ -27,26 +52,40 @@
 //! kubectl's typed commands send), watches streamed from the store's changes, PUT and
 //! PATCH (JSON, merge and strategic merge patches), `kubectl exec` and `logs`, and `kubectl
 //! port-forward` (SPDY/3.1 as a kubelet serves it, tunnelled through a websocket or over a
-//! plain upgrade: `spdy.rs`).
+//! plain upgrade: `spdy.rs`). The in-Pod path is refereed by Python's `ssl` and `urllib` in
+//! a Pod (the mounted CA, the IP SAN and the token, `tests/kube_double.rs` of the harness).
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
-//! `podPidsLimit`, housekeeping timing, restarts), real admission plugins (Pod Security, the
-//! ServiceAccount plugin's token volume), ClusterRoles, the apiserver's own exec/port-forward
-//! translation (SPDY towards the kubelet, the kubelet's CRI streaming server), Table output,
-//! server-side apply, namespaces as isolation (Pod names share the one local engine), and
-//! storage classes (a claim is created `Pending`; with a runtime it is bound at once to a
-//! volume there, without one it stays `Pending`).
+//! `podPidsLimit`, housekeeping timing, restart backoff), real admission plugins (Pod
+//! Security), tokens as JWTs (the double's are opaque strings, never expiring, with no
+//! audience; a kubelet rotates the file, the double writes it once), Secret volumes updated
+//! when their Secret changes, the `kube-root-ca.crt` ConfigMap and ConfigMaps at all, the
+//! `kubernetes.default.svc` name (the Pod address is an IP: `Config::incluster_dns()` finds
+//! nothing), ClusterRoles and RBAC's escalation checks, the rest of the Job controller
+//! (parallel and indexed Jobs, pod failure and success policies, suspension, the
+//! `batch.kubernetes.io/job-tracking` finalizer), finalizers and garbage collection beyond a
+//! Job's Pods, the apiserver's own exec/port-forward translation (SPDY towards the kubelet,
+//! the kubelet's CRI streaming server), Table output, server-side apply, namespaces as
+//! isolation (Pod names share the one local engine), and storage classes (a claim is created
+//! `Pending`; with a runtime it is bound at once to a volume there, without one it stays
+//! `Pending`).
 //!
 //! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
-//! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, each on a
-//! `request::Ctx`) or to the exec and port-forward streams (`streams`, `spdy`, `tunnel`);
-//! `runtime` runs the stored Pods, `store` holds the state, `route` and `status` read
-//! requests and write answers. The modules use each other one way only (no import circles).
+//! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
+//! create and delete, each on a `request::Ctx`; `serviceaccount` and `secrets` admit what is
+//! written) or to the exec and port-forward streams (`streams`, `spdy`, `tunnel`); `runtime`
+//! runs the stored Pods (`mounts` prepares their volumes, `containers` reads their state and
+//! logs from the engine), `jobs` runs the Job controller, `store` holds the state, `route`
+//! and `status` read requests and write answers. The modules use each other one way only (no
+//! import circles).
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
+mod containers;
 mod defaults;
 pub(crate) mod discovery;
+mod jobs;
+mod mounts;
 mod negotiation;
 mod objects;
 mod patch;
@@ -57,6 +96,8 @@ mod request;
 pub(crate) mod route;
 mod routing;
 mod runtime;
+mod secrets;
+mod serviceaccount;
 mod spdy;
 mod status;
 pub(crate) mod store;
@@ -75,7 +116,7 @@ use kandev_harness::backend::Backend;
 use kandev_harness::backend::local::attach::PodStreams;
 use kandev_harness::host::connect_engine;
 use serde_json::json;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use store::Store;
@@ -88,16 +129,27 @@ pub const CONTEXT: &str = "kube-double";
 pub struct KubeDouble {
     pub kubeconfig: PathBuf,
     pub context: String,
+    /// `https://127.0.0.1:<port>`: where the host reaches it (the kubeconfig's server).
     pub server: String,
+    /// The address its Pods reach it at (with a runtime): the engine's `bridge` network
+    /// gateway, which is in the server certificate's IP SANs, and the double's port. A Pod's
+    /// containers get it as `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`, as a
+    /// kubelet sets them for the `kubernetes` Service. None without a runtime.
+    pub pod_address: Option<SocketAddr>,
+    /// The CA that signed the server certificate (PEM): the kubeconfig's
+    /// `certificate-authority-data` and every Pod's `ca.crt`.
+    pub ca_pem: String,
     pub admin_token: String,
     pub state: Arc<DoubleState>,
     _folder: tempfile::TempDir,
-    server_task: tokio::task::JoinHandle<()>,
+    server_tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for KubeDouble {
     fn drop(&mut self) {
-        self.server_task.abort();
+        for task in &self.server_tasks {
+            task.abort();
+        }
     }
 }
 
@@ -105,17 +157,23 @@ impl Drop for KubeDouble {
 /// and writes its kubeconfig (context [`CONTEXT`]). Pods run on `runtime` when given (a
 /// [`LocalBackend`](kandev_harness::backend::local::LocalBackend) on the engine
 /// `DOCKER_HOST` names: pods/exec and pods/portforward stream into its containers there);
-/// without one they are stored and stay `Pending`.
+/// without one they are stored and stay `Pending`. With a runtime the double also listens on
+/// the engine's `bridge` gateway ([`KubeDouble::pod_address`]), where its Pods reach it.
 pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDouble> {
-    let streams = match &runtime {
-        Some(_) => Some(PodStreams::new(
+    let docker = match &runtime {
+        Some(_) => Some(
             connect_engine()
                 .await
                 .context("the engine the double's Pods run on")?,
-        )),
+        ),
         None => None,
     };
-    let (ca_pem, cert_der, key_der) = certificates()?;
+    let streams = docker.clone().map(PodStreams::new);
+    let gateway = match &docker {
+        Some(docker) => Some(bridge_gateway(docker).await?),
+        None => None,
+    };
+    let (ca_pem, cert_der, key_der) = certificates(gateway.as_slice())?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -130,12 +188,27 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let address = listener.local_addr()?;
     let server = format!("https://{address}");
+    let pod_listener = match gateway {
+        Some(ip) => Some(listen_beside(ip, address.port()).await?),
+        None => None,
+    };
+    let pod_address = match &pod_listener {
+        Some(l) => Some(l.local_addr()?),
+        None => None,
+    };
 
+    let folder = tempfile::tempdir()?;
+    let pod_files = folder.path().join("pods");
+    std::fs::create_dir(&pod_files)?;
     let admin_token = format!("double-admin-{}", uuid::Uuid::new_v4().simple());
     let state = Arc::new(DoubleState {
         store: Mutex::new(Store::default()),
         runtime,
         streams,
+        docker,
+        pod_address,
+        ca_pem: ca_pem.clone(),
+        pod_files,
         mutator: Mutex::new(None),
     });
     {
@@ -146,27 +219,48 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         }
     }
 
-    let folder = tempfile::tempdir()?;
     let kubeconfig = folder.path().join("kubeconfig");
     let config = json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": CONTEXT, "cluster": {
             "server": server,
-            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(&ca_pem),
         }}],
         "users": [{"name": CONTEXT, "user": {"token": admin_token}}],
         "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
     });
     std::fs::write(&kubeconfig, serde_json::to_vec_pretty(&config)?)?;
 
-    let serving = state.clone();
-    let server_task = tokio::spawn(async move {
+    let mut server_tasks = vec![serve(listener, acceptor.clone(), state.clone())];
+    if let Some(listener) = pod_listener {
+        server_tasks.push(serve(listener, acceptor, state.clone()));
+    }
+    Ok(KubeDouble {
+        kubeconfig,
+        context: CONTEXT.into(),
+        server,
+        pod_address,
+        ca_pem,
+        admin_token,
+        state,
+        _folder: folder,
+        server_tasks,
+    })
+}
+
+/// Serves the API on every connection `listener` accepts.
+fn serve(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    state: Arc<DoubleState>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
                 continue;
             };
-            let (acceptor, state) = (acceptor.clone(), serving.clone());
+            let (acceptor, state) = (acceptor.clone(), state.clone());
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
@@ -181,25 +275,69 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
                     .await;
             });
         }
-    });
-    Ok(KubeDouble {
-        kubeconfig,
-        context: CONTEXT.into(),
-        server,
-        admin_token,
-        state,
-        _folder: folder,
-        server_task,
     })
 }
 
-/// A CA (its PEM) and a server certificate for 127.0.0.1 and localhost signed by it (DER,
-/// with its PKCS#8 key).
-fn certificates() -> anyhow::Result<(String, Vec<u8>, Vec<u8>)> {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+/// The gateway of the engine's default `bridge` network: the host's address on the network
+/// the local backend's Pods join (their route out), so the one a process in a Pod reaches
+/// the double at.
+async fn bridge_gateway(docker: &bollard::Docker) -> anyhow::Result<IpAddr> {
+    let network = docker
+        .inspect_network(
+            "bridge",
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+        .context("inspecting the engine's `bridge` network (where the double's Pods run) for its gateway")?;
+    let gateways: Vec<String> = network
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .into_iter()
+        .flatten()
+        .filter_map(|config| config.gateway)
+        .collect();
+    gateways
+        .iter()
+        .filter_map(|g| g.parse::<IpAddr>().ok())
+        .find(IpAddr::is_ipv4)
+        .with_context(|| {
+            format!(
+                "the engine's `bridge` network has no IPv4 gateway in its IPAM configuration (gateways: {gateways:?}): the double's Pods could not reach it"
+            )
+        })
+}
+
+/// Listens on `ip` at `port` (the host-side port, so that both addresses differ only in
+/// their host), or at a random port when that one is taken there.
+async fn listen_beside(ip: IpAddr, port: u16) -> anyhow::Result<TcpListener> {
+    match TcpListener::bind((ip, port)).await {
+        Ok(listener) => Ok(listener),
+        Err(_) => TcpListener::bind((ip, 0)).await.with_context(|| {
+            format!(
+                "listening on the engine's `bridge` gateway {ip} (where the double's Pods reach it): is the engine on another host?"
+            )
+        }),
+    }
+}
+
+/// A CA (its PEM) and a server certificate for 127.0.0.1, localhost and the `extra` IP
+/// addresses signed by it (DER, with its PKCS#8 key). An IP a client dials must be in the
+/// certificate's IP SANs (kube-rs's in-cluster config dials `KUBERNETES_SERVICE_HOST`).
+fn certificates(extra: &[IpAddr]) -> anyhow::Result<(String, Vec<u8>, Vec<u8>)> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose, SanType,
+    };
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // As a cluster CA's (kubeadm's): strict verifiers (OpenSSL's X509_STRICT, Python 3.13's
+    // default) want a CA's key usages and the leaf's authority key identifier.
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+    ];
     ca_params
         .distinguished_name
         .push(DnType::CommonName, "kube-double CA");
@@ -210,6 +348,15 @@ fn certificates() -> anyhow::Result<(String, Vec<u8>, Vec<u8>)> {
     params
         .subject_alt_names
         .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    for ip in extra {
+        params.subject_alt_names.push(SanType::IpAddress(*ip));
+    }
+    params.use_authority_key_identifier_extension = true;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params
         .distinguished_name
         .push(DnType::CommonName, "kube-double apiserver");

@@ -1,12 +1,14 @@
 //! The verbs on stored objects: create (with the double's admission and defaulting), get,
 //! list, update, patch, delete, and pods/log.
 
+use super::rbac::invalid_rules;
 use super::request::Ctx;
 use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{defaults, patch};
+use super::{containers, defaults, patch, secrets, serviceaccount};
+use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -32,7 +34,17 @@ impl Ctx<'_> {
         }
     }
 
-    pub(crate) async fn create(&self, mut object: Value) -> Reply {
+    pub(crate) async fn create(&self, object: Value) -> Reply {
+        self.create_with(object, |_| {}).await
+    }
+
+    /// A create whose object `prepare` finishes once it has its UID (a Job's selector names
+    /// it), before it is stored.
+    pub(crate) async fn create_with(
+        &self,
+        mut object: Value,
+        prepare: impl FnOnce(&mut Value),
+    ) -> Reply {
         if !object.is_object() {
             return status(
                 StatusCode::BAD_REQUEST,
@@ -66,8 +78,11 @@ impl Ctx<'_> {
                 mutate(&mut object);
             }
         }
-        // What the runtime is asked to run: the Pod as admitted, before defaulting.
-        let for_runtime = object.clone();
+        // What the runtime is asked to run: the Pod as admitted, before defaulting (set below).
+        let mut for_runtime = None;
+        if let Some(refused) = self.refused_content(&mut object) {
+            return refused;
+        }
         // A claim is a volume on the runtime (provisioned at once, then bound: below).
         let mut volume = None;
         if self.route.resource == "persistentvolumeclaims"
@@ -98,18 +113,36 @@ impl Ctx<'_> {
         let key = self.key(&name);
         let reply = {
             let mut store = self.state.store();
-            if let Some(ns) = &ns
-                && !store
-                    .objects
-                    .contains_key(&("/namespaces".into(), String::new(), ns.clone()))
-            {
-                self.discard(volume.take());
-                return status(
-                    StatusCode::NOT_FOUND,
-                    "NotFound",
-                    &format!("namespaces \"{ns}\" not found"),
-                    json!({"name": ns, "kind": "namespaces"}),
-                );
+            if let Some(ns) = &ns {
+                let namespace =
+                    store
+                        .objects
+                        .get(&("/namespaces".into(), String::new(), ns.clone()));
+                let Some(namespace) = namespace else {
+                    self.discard(volume.take());
+                    return status(
+                        StatusCode::NOT_FOUND,
+                        "NotFound",
+                        &format!("namespaces \"{ns}\" not found"),
+                        json!({"name": ns, "kind": "namespaces"}),
+                    );
+                };
+                if namespace["status"]["phase"] == "Terminating" {
+                    // The NamespaceLifecycle admission plugin.
+                    self.discard(volume.take());
+                    return status(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        &format!(
+                            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                            self.route.resource
+                        ),
+                        json!({"name": name, "kind": self.route.resource,
+                            "causes": [{"reason": "NamespaceTerminating",
+                                "message": format!("namespace {ns} is being terminated"),
+                                "field": "metadata.namespace"}]}),
+                    );
+                }
             }
             if store.objects.contains_key(&key) {
                 self.discard(volume.take());
@@ -121,26 +154,27 @@ impl Ctx<'_> {
                 );
             }
             if self.route.resource == "pods" {
-                let account = object["spec"]["serviceAccountName"]
-                    .as_str()
-                    .unwrap_or("default")
-                    .to_owned();
+                // Admission sees a generated name's prefix (the name is generated later).
+                let shown = match object["metadata"]["generateName"].as_str() {
+                    Some(prefix)
+                        if object["metadata"]["name"]
+                            .as_str()
+                            .is_none_or(str::is_empty) =>
+                    {
+                        prefix.to_owned()
+                    }
+                    _ => name.clone(),
+                };
                 let ns = ns.clone().unwrap_or_default();
-                if !store.objects.contains_key(&(
-                    "/serviceaccounts".into(),
-                    ns.clone(),
-                    account.clone(),
-                )) {
+                if let Err(message) = serviceaccount::admit(&store, &ns, &shown, &mut object) {
                     return status(
                         StatusCode::FORBIDDEN,
                         "Forbidden",
-                        &format!(
-                            "pods \"{name}\" is forbidden: error looking up service account {ns}/{account}: serviceaccount \"{account}\" not found"
-                        ),
-                        json!({"name": name, "kind": "pods"}),
+                        &message,
+                        json!({"name": shown, "kind": "pods"}),
                     );
                 }
-                object["spec"]["serviceAccountName"] = json!(account);
+                for_runtime = Some(object.clone());
                 defaults::default_pod(&mut object);
             }
             if self.route.resource == "persistentvolumeclaims" {
@@ -167,17 +201,24 @@ impl Ctx<'_> {
             if let Some(ns) = &ns {
                 object["metadata"]["namespace"] = json!(ns);
             }
+            store.stamp_new(&mut object);
+            prepare(&mut object);
             if dry_run {
-                store.stamp_new(&mut object);
                 return json_reply(StatusCode::CREATED, &object);
             }
-            object = store.create(key.clone(), object);
+            object = store.put(key.clone(), object);
             let uid = object["metadata"]["uid"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
             if self.route.resource == "namespaces" {
                 add_default_account(&mut store, &name);
+            }
+            if self.route.resource == "secrets"
+                && let Some(filled) = secrets::fill_token(&mut store, &key, &self.state.ca_pem)
+            {
+                // The token controller's update (a version of its own).
+                object = filled;
             }
             if self.route.resource == "pods" && self.state.runtime.is_some() {
                 store.running.insert(uid.clone(), Running::Creating);
@@ -199,17 +240,22 @@ impl Ctx<'_> {
             }
             reply
         };
-        if self.route.resource == "pods"
-            && let Some(runtime) = self.state.runtime.clone()
+        if let Some(runtime) = self.state.runtime.clone()
+            && let Some(mut for_runtime) = for_runtime
         {
             let uid = object["metadata"]["uid"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
             // The runtime's Pod carries the double's UID (its cgroup is `pod<uid>`, as a
-            // kubelet names it); scheduling is the double's business, not the runtime's.
-            let mut for_runtime = for_runtime;
+            // kubelet names it) and name; scheduling is the double's business, not the
+            // runtime's.
             for_runtime["metadata"]["uid"] = json!(uid);
+            for_runtime["metadata"]["name"] = object["metadata"]["name"].clone();
+            for_runtime["metadata"]["namespace"] = object["metadata"]["namespace"].clone();
+            if let Some(meta) = for_runtime["metadata"].as_object_mut() {
+                meta.remove("generateName");
+            }
             if let Some(spec) = for_runtime["spec"].as_object_mut() {
                 spec.remove("nodeName");
             }
@@ -217,6 +263,35 @@ impl Ctx<'_> {
             tokio::spawn(run_pod(state, runtime, uid, for_runtime));
         }
         reply
+    }
+
+    /// What decoding and validation refuse in a written object (a create's, an update's, a
+    /// patched one), by resource: a Role's rules, a Secret's data (`stringData` merged in).
+    fn refused_content(&self, object: &mut Value) -> Option<Reply> {
+        match self.route.resource.as_str() {
+            "roles" => {
+                let (message, causes) = invalid_rules(object)?;
+                let name = object["metadata"]["name"].clone();
+                Some(status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &message,
+                    json!({"name": name, "group": "rbac.authorization.k8s.io", "kind": "Role",
+                        "causes": causes}),
+                ))
+            }
+            "secrets" => secrets::prepare(object).err().map(|refused| {
+                let code =
+                    StatusCode::from_u16(refused.code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
+                let details = if refused.code == 422 {
+                    json!({"name": object["metadata"]["name"], "kind": "Secret"})
+                } else {
+                    json!({})
+                };
+                status(code, refused.reason, &refused.message, details)
+            }),
+            _ => None,
+        }
     }
 
     pub(crate) async fn get(&self, name: &str) -> Reply {
@@ -330,6 +405,9 @@ impl Ctx<'_> {
                 json!({}),
             );
         }
+        if let Some(refused) = self.refused_content(&mut object) {
+            return refused;
+        }
         let stored_rv = existing["metadata"]["resourceVersion"].clone();
         match object["metadata"]["resourceVersion"].as_str() {
             Some(rv) if !rv.is_empty() && Some(rv) != stored_rv.as_str() => {
@@ -357,7 +435,7 @@ impl Ctx<'_> {
         }
         if matches!(
             self.route.resource.as_str(),
-            "pods" | "persistentvolumeclaims" | "namespaces"
+            "pods" | "persistentvolumeclaims" | "namespaces" | "jobs"
         ) && let Some(fields) = object.as_object_mut()
         {
             match existing.get("status") {
@@ -399,6 +477,10 @@ impl Ctx<'_> {
         json_reply(StatusCode::OK, &with_status(self.state, object).await)
     }
 
+    /// pods/log: the container's log as the kubelet serves it (`tailLines`, `timestamps`,
+    /// `sinceSeconds`, `limitBytes`), streamed as the container writes it with
+    /// `follow=true` until the container ends. A container that has not started is 400, in
+    /// the API server's words.
     pub(crate) async fn log(&self, name: &str) -> Reply {
         let found = self.state.store().objects.get(&self.key(name)).cloned();
         let Some(pod) = found else {
@@ -412,30 +494,93 @@ impl Ctx<'_> {
                     .map(str::to_owned)
             })
             .unwrap_or_default();
+        let known = ["initContainers", "containers"].iter().any(|list| {
+            pod["spec"][*list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["name"].as_str() == Some(container.as_str()))
+        });
+        if !known {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!("container {container} is not valid for pod {name}"),
+                json!({}),
+            );
+        }
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-        let text = match (self.state.runtime.clone(), self.state.runtime_pod(uid)) {
-            (Some(runtime), Some(pod)) => match runtime.logs(&pod, &container).await {
-                Ok(text) => text,
-                Err(e) => {
-                    return status(
-                        StatusCode::BAD_REQUEST,
-                        "BadRequest",
-                        &format!("container \"{container}\": {e}"),
-                        json!({}),
-                    );
-                }
-            },
-            _ => String::new(),
+        let text_reply = |body| {
+            let mut reply = Response::new(body);
+            reply.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain"),
+            );
+            reply
         };
-        let mut reply = Response::new(full(text));
-        reply.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/plain"),
-        );
-        reply
+        let Some(docker) = self.state.docker.clone() else {
+            // No runtime: a stored Pod that never runs has no log.
+            return text_reply(full(String::new()));
+        };
+        let id = match self.state.runtime_pod(uid) {
+            Some(_) => containers::container_id(&docker, uid, &container).await,
+            None => None,
+        };
+        let Some(id) = id else {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!(
+                    "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
+                ),
+                json!({}),
+            );
+        };
+        let number = |key: &str| param(self.query, key).and_then(|v| v.parse::<u64>().ok());
+        let flag = |key: &str| param(self.query, key).is_some_and(|v| v == "true" || v == "1");
+        let query = containers::LogQuery {
+            follow: flag("follow"),
+            tail_lines: number("tailLines"),
+            timestamps: flag("timestamps"),
+            since_seconds: number("sinceSeconds"),
+        };
+        let mut left =
+            number("limitBytes").map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        // Pumped through a bounded queue (a slow client slows the reading), as a watch is.
+        let (tx, rx) = tokio::sync::mpsc::channel::<hyper::body::Bytes>(16);
+        let log = containers::log(&docker, &id, &query);
+        tokio::spawn(async move {
+            tokio::pin!(log);
+            while left > 0
+                && let Some(mut bytes) = log.next().await
+            {
+                bytes.truncate(left);
+                left -= bytes.len();
+                if tx.send(bytes).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+            let bytes = rx.recv().await?;
+            Some((
+                Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes)),
+                rx,
+            ))
+        });
+        text_reply(http_body_util::BodyExt::boxed(
+            http_body_util::StreamBody::new(frames),
+        ))
     }
 
     pub(crate) fn delete(&self, name: &str, options: Value) -> Reply {
+        self.delete_with(name, options, false)
+    }
+
+    /// A DELETE; with `foreground`, the object is only marked (`deletionTimestamp`, the
+    /// `foregroundDeletion` finalizer) and stays until whoever asked for it (the garbage
+    /// collector of `jobs`) has removed its dependents and then the object.
+    pub(crate) fn delete_with(&self, name: &str, options: Value, foreground: bool) -> Reply {
         let key = self.key(name);
         let mut store = self.state.store();
         let Some(object) = store.objects.get(&key).cloned() else {
@@ -470,6 +615,18 @@ impl Ctx<'_> {
         });
         let mut shown = object.clone();
         shown["metadata"]["deletionTimestamp"] = json!(now());
+        if foreground {
+            if shown["metadata"]["finalizers"].as_array().is_none() {
+                shown["metadata"]["finalizers"] = json!([]);
+            }
+            if let Some(finalizers) = shown["metadata"]["finalizers"].as_array_mut()
+                && !finalizers.iter().any(|f| f == "foregroundDeletion")
+            {
+                finalizers.push(json!("foregroundDeletion"));
+            }
+            let shown = store.put(key, shown);
+            return json_reply(StatusCode::OK, &shown);
+        }
         match self.route.resource.as_str() {
             "pods" if self.state.runtime.is_some() => {
                 // Terminating until the runtime removed its containers.
@@ -501,6 +658,7 @@ impl Ctx<'_> {
             }
             _ => {
                 store.delete(&key);
+                store.forget_bound_tokens(&uid);
             }
         }
         json_reply(StatusCode::OK, &shown)

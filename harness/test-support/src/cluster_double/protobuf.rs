@@ -2,7 +2,8 @@
 //! decoded into the JSON the double stores, for the kinds a client sends that way.
 //!
 //! kubectl's typed commands (`create namespace`, `create serviceaccount`, `create role`,
-//! `create rolebinding`, `create token`, `auth can-i`, `auth whoami`) go through client-go's
+//! `create rolebinding`, `create secret`, `create token`, `auth can-i` (with `--list`), `auth
+//! whoami`) go through client-go's
 //! typed clientsets, which send built-in kinds as protobuf (`Content-Type:
 //! application/vnd.kubernetes.protobuf`, `Accept: application/vnd.kubernetes.protobuf,
 //! application/json`); the API server decodes it as it decodes JSON. The envelope
@@ -29,6 +30,8 @@ enum Kind {
     Msg(&'static [Field]),
     /// `map<string, string>`.
     Map,
+    /// `map<string, bytes>` (a Secret's `data`): JSON carries the bytes as base64.
+    BytesMap,
     /// Dropped: a `metav1.Time`, or a `status` (what the server writes; go-to-protobuf
     /// sends it empty).
     Dropped,
@@ -110,6 +113,14 @@ const SERVICE_ACCOUNT: &[Field] = &[
     list(4, "imagePullSecrets", Kind::Msg(LOCAL_OBJECT_REFERENCE)),
 ];
 
+const SECRET: &[Field] = &[
+    f(1, "metadata", Kind::Msg(OBJECT_META)),
+    f(2, "data", Kind::BytesMap),
+    f(3, "type", Kind::Str),
+    f(4, "stringData", Kind::Map),
+    f(5, "immutable", Kind::Kept(&Kind::Bool)),
+];
+
 const POLICY_RULE: &[Field] = &[
     list(1, "verbs", Kind::Str),
     list(2, "apiGroups", Kind::Str),
@@ -178,6 +189,12 @@ const SELF_SUBJECT_ACCESS_REVIEW: &[Field] = &[
     f(2, "spec", Kind::Msg(SELF_SUBJECT_ACCESS_REVIEW_SPEC)),
     f(3, "status", Kind::Dropped),
 ];
+const SELF_SUBJECT_RULES_REVIEW_SPEC: &[Field] = &[f(1, "namespace", Kind::Str)];
+const SELF_SUBJECT_RULES_REVIEW: &[Field] = &[
+    f(1, "metadata", Kind::Msg(OBJECT_META)),
+    f(2, "spec", Kind::Msg(SELF_SUBJECT_RULES_REVIEW_SPEC)),
+    f(3, "status", Kind::Dropped),
+];
 const SELF_SUBJECT_REVIEW: &[Field] = &[
     f(1, "metadata", Kind::Msg(OBJECT_META)),
     f(2, "status", Kind::Dropped),
@@ -188,17 +205,19 @@ fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
     Some(match (api_version, kind) {
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
+        ("v1", "Secret") => SECRET,
         ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => ROLE_BINDING,
         ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         ("authentication.k8s.io/v1", "SelfSubjectReview") => SELF_SUBJECT_REVIEW,
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => SELF_SUBJECT_RULES_REVIEW,
         _ => return None,
     })
 }
 
 /// The kinds [`decode`] reads, for an error message.
-pub(crate) const DECODED: &str = "Namespace, ServiceAccount, Role, RoleBinding, TokenRequest, SelfSubjectAccessReview, SelfSubjectReview";
+pub(crate) const DECODED: &str = "Namespace, ServiceAccount, Secret, Role, RoleBinding, TokenRequest, SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview";
 
 /// Why a body was not decoded.
 #[derive(Debug)]
@@ -314,7 +333,7 @@ fn message(bytes: &[u8], schema: &[Field]) -> Result<Value, Error> {
             if let Some(items) = slot.as_array_mut() {
                 items.push(value);
             }
-        } else if let (Kind::Map, Some((k, v))) = (field.kind, pair(&value)) {
+        } else if let (Kind::Map | Kind::BytesMap, Some((k, v))) = (field.kind, pair(&value)) {
             let slot = object
                 .entry(field.name)
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -352,6 +371,19 @@ fn scalar(kind: Kind, wire: &Wire<'_>, keep_zero: bool) -> Result<Option<Value>,
             let entry = message(v, ENTRY)?;
             Some(json!({"key": entry["key"].as_str().unwrap_or_default(),
                 "value": entry["value"].as_str().unwrap_or_default()}))
+        }
+        (Kind::BytesMap, Wire::Bytes(v)) => {
+            use base64::Engine;
+            let (mut key, mut value) = (String::new(), Vec::new());
+            for (number, wire) in fields(v)? {
+                match (number, wire) {
+                    (1, Wire::Bytes(k)) => key = text(k)?,
+                    (2, Wire::Bytes(b)) => value = b.to_vec(),
+                    _ => return Err(wrong()),
+                }
+            }
+            let encoded = base64::engine::general_purpose::STANDARD.encode(value);
+            Some(json!({"key": key, "value": encoded}))
         }
         (Kind::Dropped, Wire::Bytes(_)) => None,
         _ => return Err(wrong()),

@@ -1,49 +1,50 @@
-//! Who may do what: RBAC from the Roles bound to a service account, the reviews that ask
-//! it (SelfSubjectAccessReview, SelfSubjectReview), and TokenRequests.
+//! Who may do what: RBAC from the Roles bound to a service account (their `resourceNames`
+//! honoured) and the default ClusterRoleBindings every authenticated user has, Role
+//! validation, the reviews that ask it (SelfSubjectAccessReview, SelfSubjectRulesReview,
+//! SelfSubjectReview), and TokenRequests.
 
 use super::request::Ctx;
-use super::status::{Reply, json_reply, not_found};
-use super::store::{Identity, Store};
+use super::status::{Reply, json_reply, not_found, status};
+use super::store::{Bound, Identity, Store};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 
-/// Whether `identity` may `verb` the `resource` (`pods`, `pods/exec`) of `group` in `namespace`.
-pub(crate) fn allowed(
-    store: &Store,
-    identity: &Identity,
-    verb: &str,
-    group: &str,
-    resource: &str,
-    namespace: Option<&str>,
-) -> bool {
-    let Identity::ServiceAccount {
-        namespace: sa_ns,
-        name: sa_name,
-    } = identity
-    else {
-        return true;
-    };
-    // No ClusterRoles here: a service account gets only what namespaced Roles grant.
-    let Some(ns) = namespace else {
-        return false;
-    };
-    let contains = |list: Option<&Value>, wanted: &str| {
-        list.and_then(Value::as_array).is_some_and(|items| {
-            items
-                .iter()
-                .any(|i| i.as_str() == Some(wanted) || i.as_str() == Some("*"))
-        })
-    };
+/// What every authenticated user may do with resources through the default
+/// ClusterRoleBindings: `system:basic-user`'s rules (asking about itself).
+fn basic_user_rules() -> Vec<Value> {
+    vec![
+        json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+            "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}),
+        json!({"verbs": ["create"], "apiGroups": ["authentication.k8s.io"],
+            "resources": ["selfsubjectreviews"]}),
+    ]
+}
+
+/// The non-resource paths every authenticated user may get: `system:discovery`'s and
+/// `system:public-info-viewer`'s rules (in the order of their bindings' names).
+fn discovery_rules() -> Vec<Value> {
+    vec![
+        json!({"verbs": ["get"], "nonResourceURLs":
+            ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
+             "/readyz", "/version", "/version/"]}),
+        json!({"verbs": ["get"], "nonResourceURLs":
+            ["/healthz", "/livez", "/readyz", "/version", "/version/"]}),
+    ]
+}
+
+/// The rules of every Role bound in `namespace` to the service account `sa_ns`/`sa_name`
+/// (no ClusterRoles here: a service account gets only what namespaced Roles grant).
+fn bound_rules(store: &Store, sa_ns: &str, sa_name: &str, namespace: &str) -> Vec<Value> {
     store
         .objects
         .iter()
-        .filter(|((r, n, _), _)| r == "rbac.authorization.k8s.io/rolebindings" && n == ns)
+        .filter(|((r, n, _), _)| r == "rbac.authorization.k8s.io/rolebindings" && n == namespace)
         .filter(|(_, binding)| {
             binding["subjects"].as_array().is_some_and(|subjects| {
                 subjects.iter().any(|s| {
                     s["kind"] == "ServiceAccount"
                         && s["name"].as_str() == Some(sa_name)
-                        && s["namespace"].as_str().unwrap_or(ns) == sa_ns
+                        && s["namespace"].as_str().unwrap_or(namespace) == sa_ns
                 })
             })
         })
@@ -52,16 +53,123 @@ pub(crate) fn allowed(
             let role = binding["roleRef"]["name"].as_str()?;
             store.objects.get(&(
                 "rbac.authorization.k8s.io/roles".to_owned(),
-                ns.to_owned(),
+                namespace.to_owned(),
                 role.to_owned(),
             ))
         })
         .flat_map(|role| role["rules"].as_array().cloned().unwrap_or_default())
-        .any(|rule| {
-            contains(rule.get("apiGroups"), group)
-                && contains(rule.get("resources"), resource)
-                && contains(rule.get("verbs"), verb)
+        .collect()
+}
+
+/// What a request asks RBAC: `verb` on `resource` (`pods`, `pods/exec`) of `group`, in
+/// `namespace` (None: cluster-scoped), of the object `name` when it names one.
+pub(crate) struct Attributes<'a> {
+    pub verb: &'a str,
+    pub group: &'a str,
+    pub resource: &'a str,
+    pub namespace: Option<&'a str>,
+    pub name: Option<&'a str>,
+}
+
+/// Whether `rule` grants the request, as RBAC's `RuleAllows` matches one: its verbs, API
+/// groups and resources (each `*` or listed), and its `resourceNames` when it has any (then
+/// only a request naming one of them: a create of a new object names none).
+pub(crate) fn rule_allows(rule: &Value, asked: &Attributes) -> bool {
+    let contains = |list: &Value, wanted: &str| {
+        list.as_array().is_some_and(|items| {
+            items
+                .iter()
+                .any(|i| i.as_str() == Some(wanted) || i.as_str() == Some("*"))
         })
+    };
+    let names = rule["resourceNames"].as_array().filter(|n| !n.is_empty());
+    contains(&rule["apiGroups"], asked.group)
+        && contains(&rule["resources"], asked.resource)
+        && contains(&rule["verbs"], asked.verb)
+        && names.is_none_or(|names| {
+            asked
+                .name
+                .is_some_and(|name| names.iter().any(|n| n.as_str() == Some(name)))
+        })
+}
+
+/// Whether `identity` may do what `asked` says.
+pub(crate) fn allowed(store: &Store, identity: &Identity, asked: &Attributes) -> bool {
+    let Identity::ServiceAccount {
+        namespace: sa_ns,
+        name: sa_name,
+    } = identity
+    else {
+        return true;
+    };
+    if basic_user_rules().iter().any(|r| rule_allows(r, asked)) {
+        return true;
+    }
+    let Some(ns) = asked.namespace else {
+        return false;
+    };
+    bound_rules(store, sa_ns, sa_name, ns)
+        .iter()
+        .any(|rule| rule_allows(rule, asked))
+}
+
+/// A Role's rules as the API server validates them (`ValidatePolicyRule`): the first
+/// problem's message, worded as a 422's (`rules[0].verbs: Required value: ...`), and every
+/// problem as a Status cause.
+pub(crate) fn invalid_rules(role: &Value) -> Option<(String, Vec<Value>)> {
+    let mut causes: Vec<(String, String, &str)> = Vec::new();
+    for (i, rule) in role["rules"].as_array().into_iter().flatten().enumerate() {
+        let empty = |field: &str| rule[field].as_array().is_none_or(Vec::is_empty);
+        let required = |field: &str, why: &str| {
+            (
+                format!("rules[{i}].{field}"),
+                format!("Required value: {why}"),
+                "FieldValueRequired",
+            )
+        };
+        if empty("verbs") {
+            causes.push(required("verbs", "verbs must contain at least one value"));
+        }
+        if !empty("nonResourceURLs") {
+            causes.push((
+                format!("rules[{i}].nonResourceURLs"),
+                format!(
+                    "Invalid value: {}: namespaced rules cannot apply to non-resource URLs",
+                    rule["nonResourceURLs"]
+                ),
+                "FieldValueInvalid",
+            ));
+            continue;
+        }
+        if empty("apiGroups") {
+            causes.push(required(
+                "apiGroups",
+                "resource rules must supply at least one api group",
+            ));
+        }
+        if empty("resources") {
+            causes.push(required(
+                "resources",
+                "resource rules must supply at least one resource",
+            ));
+        }
+    }
+    if causes.is_empty() {
+        return None;
+    }
+    let name = role["metadata"]["name"].as_str().unwrap_or_default();
+    let listed: Vec<String> = causes.iter().map(|(f, m, _)| format!("{f}: {m}")).collect();
+    let joined = if listed.len() == 1 {
+        listed[0].clone()
+    } else {
+        format!("[{}]", listed.join(", "))
+    };
+    let message = format!("Role.rbac.authorization.k8s.io \"{name}\" is invalid: {joined}");
+    let causes = causes
+        .into_iter()
+        .map(|(field, message, reason)| json!({"reason": reason, "message": message, "field": field}))
+        .collect();
+    Some((message, causes))
 }
 
 impl Ctx<'_> {
@@ -74,10 +182,13 @@ impl Ctx<'_> {
         let ok = allowed(
             &self.state.store(),
             self.identity,
-            attrs["verb"].as_str().unwrap_or(""),
-            attrs["group"].as_str().unwrap_or(""),
-            &resource,
-            attrs["namespace"].as_str().filter(|n| !n.is_empty()),
+            &Attributes {
+                verb: attrs["verb"].as_str().unwrap_or(""),
+                group: attrs["group"].as_str().unwrap_or(""),
+                resource: &resource,
+                namespace: attrs["namespace"].as_str().filter(|n| !n.is_empty()),
+                name: attrs["name"].as_str().filter(|n| !n.is_empty()),
+            },
         );
         body["apiVersion"] = json!(self.api_version);
         body["kind"] = json!(self.kind);
@@ -89,6 +200,9 @@ impl Ctx<'_> {
         json_reply(StatusCode::CREATED, &body)
     }
 
+    /// A TokenRequest: a token for the ServiceAccount, bound to the Pod or Secret its
+    /// `boundObjectRef` names when it names one (then it stops authenticating once that
+    /// object is gone, as a bound token does).
     pub(crate) fn token(&self, name: &str, body: Value) -> Reply {
         let ns = self.route.namespace.clone().unwrap_or_default();
         let mut store = self.state.store();
@@ -98,14 +212,44 @@ impl Ctx<'_> {
         {
             return not_found(self.route, name);
         }
-        let token = format!("double-sa-{}", uuid::Uuid::new_v4().simple());
-        store.tokens.insert(
-            token.clone(),
-            Identity::ServiceAccount {
-                namespace: ns.clone(),
-                name: name.into(),
-            },
-        );
+        let reference = &body["spec"]["boundObjectRef"];
+        let bound = match reference["kind"].as_str() {
+            Some(kind @ ("Pod" | "Secret")) => {
+                let resource = if kind == "Pod" { "pods" } else { "secrets" };
+                let object = reference["name"].as_str().unwrap_or_default();
+                let key = (format!("/{resource}"), ns.clone(), object.to_owned());
+                let Some(uid) = store
+                    .objects
+                    .get(&key)
+                    .and_then(|o| o["metadata"]["uid"].as_str())
+                    .map(str::to_owned)
+                else {
+                    return status(
+                        StatusCode::NOT_FOUND,
+                        "NotFound",
+                        &format!("{resource} \"{object}\" not found"),
+                        json!({"name": object, "kind": resource}),
+                    );
+                };
+                if reference["uid"]
+                    .as_str()
+                    .is_some_and(|u| !u.is_empty() && u != uid)
+                {
+                    return status(
+                        StatusCode::CONFLICT,
+                        "Conflict",
+                        &format!(
+                            "the UID in the bound object reference ({}) does not match the UID in record. The object might have been deleted and then recreated",
+                            reference["uid"].as_str().unwrap_or_default()
+                        ),
+                        json!({}),
+                    );
+                }
+                Some(Bound { key, uid })
+            }
+            _ => None,
+        };
+        let token = store.issue_token(&ns, name, bound);
         json_reply(
             StatusCode::CREATED,
             &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -113,6 +257,52 @@ impl Ctx<'_> {
                 "spec": body.get("spec").cloned().unwrap_or(json!({})),
                 "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}}),
         )
+    }
+
+    /// A SelfSubjectRulesReview: what the caller may do in `spec.namespace`, as RBAC's rule
+    /// resolver lists it (the default ClusterRoleBindings' rules first, then the rules of the
+    /// Roles bound to it there), complete.
+    pub(crate) fn rules_review(&self, mut body: Value) -> Reply {
+        let ns = body["spec"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let (mut resource_rules, mut non_resource_rules) = (basic_user_rules(), discovery_rules());
+        match self.identity {
+            Identity::Admin => {
+                // The admin's `cluster-admin` binding.
+                resource_rules.insert(
+                    0,
+                    json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
+                );
+                non_resource_rules.insert(0, json!({"verbs": ["*"], "nonResourceURLs": ["*"]}));
+            }
+            Identity::ServiceAccount { namespace, name } => {
+                // `system:service-account-issuer-discovery`, bound to every service account.
+                non_resource_rules.push(json!({"verbs": ["get"], "nonResourceURLs": [
+                    "/.well-known/openid-configuration", "/.well-known/openid-configuration/",
+                    "/openid/v1/jwks", "/openid/v1/jwks/"]}));
+                let store = self.state.store();
+                resource_rules.extend(bound_rules(&store, namespace, name, &ns).into_iter().map(
+                    |rule| {
+                        // As `PolicyRule` serializes: empty lists left out.
+                        let mut shown = serde_json::Map::new();
+                        for field in ["verbs", "apiGroups", "resources", "resourceNames"] {
+                            if rule[field].as_array().is_some_and(|l| !l.is_empty()) {
+                                shown.insert(field.into(), rule[field].clone());
+                            }
+                        }
+                        Value::Object(shown)
+                    },
+                ));
+            }
+        }
+        body["apiVersion"] = json!(self.api_version);
+        body["kind"] = json!(self.kind);
+        body["metadata"] = json!({"creationTimestamp": null});
+        body["status"] = json!({"resourceRules": resource_rules,
+            "nonResourceRules": non_resource_rules, "incomplete": false});
+        json_reply(StatusCode::CREATED, &body)
     }
 
     pub(crate) fn self_review(&self) -> Reply {
@@ -124,11 +314,20 @@ impl Ctx<'_> {
                 "system:authenticated".into(),
             ],
         };
+        let mut user = json!({"username": self.identity.user_name(), "groups": groups});
+        if let Identity::ServiceAccount { namespace, name } = self.identity
+            && let Some(account) = self.state.store().objects.get(&(
+                "/serviceaccounts".into(),
+                namespace.clone(),
+                name.clone(),
+            ))
+        {
+            user["uid"] = account["metadata"]["uid"].clone();
+        }
         json_reply(
             StatusCode::CREATED,
             &json!({"apiVersion": self.api_version, "kind": self.kind,
-                "metadata": {"creationTimestamp": null},
-                "status": {"userInfo": {"username": self.identity.user_name(), "groups": groups}}}),
+                "metadata": {"creationTimestamp": null}, "status": {"userInfo": user}}),
         )
     }
 }

@@ -4,7 +4,7 @@
 
 use super::negotiation::{decode_body, media_type, negotiate};
 use super::objects::Patch;
-use super::rbac::allowed;
+use super::rbac::{Attributes, allowed};
 use super::request::Ctx;
 use super::route::{param, parse_route, query_pairs};
 use super::status::{Reply, json_reply, status};
@@ -51,7 +51,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.strip_prefix("Bearer "))
         .map(str::to_owned);
-    let identity = token.and_then(|t| state.store().tokens.get(&t).cloned());
+    let identity = token.and_then(|t| state.store().authenticate(&t));
     let Some(identity) = identity else {
         return status(
             StatusCode::UNAUTHORIZED,
@@ -139,7 +139,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     };
     if !matches!(
         route.resource.as_str(),
-        "selfsubjectaccessreviews" | "selfsubjectreviews"
+        "selfsubjectaccessreviews" | "selfsubjectrulesreviews" | "selfsubjectreviews"
     ) {
         let mut store = state.store();
         let resource = route.resource_with_sub();
@@ -147,14 +147,24 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             .namespace
             .clone()
             .or_else(|| (route.resource == "namespaces").then(|| route.name.clone())?);
-        if !allowed(
-            &store,
-            &identity,
+        // A list or watch of one object by `metadata.name` names it, as the API server's
+        // request info does (so `resourceNames` can grant it).
+        let selected = param(&query, "fieldSelector")
+            .and_then(|f| f.strip_prefix("metadata.name="))
+            .filter(|n| !n.contains(','))
+            .map(str::to_owned);
+        let name = match verb {
+            "list" | "watch" => selected,
+            _ => route.name.clone(),
+        };
+        let asked = Attributes {
             verb,
-            &route.group,
-            &resource,
-            ns.as_deref(),
-        ) {
+            group: &route.group,
+            resource: &resource,
+            namespace: ns.as_deref(),
+            name: name.as_deref(),
+        };
+        if !allowed(&store, &identity, &asked) {
             store.refusals.push(Refusal {
                 user: identity.user_name(),
                 verb: verb.into(),
@@ -270,6 +280,13 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     };
     match (method, route.name.as_deref(), route.sub.as_deref()) {
         (Method::POST, None, None) if route.resource == "selfsubjectreviews" => ctx.self_review(),
+        (Method::POST, None, None) if route.resource == "selfsubjectrulesreviews" => {
+            ctx.rules_review(body)
+        }
+        (Method::POST, None, None) if route.resource == "jobs" => ctx.create_job(body).await,
+        (Method::DELETE, Some(name), None) if route.resource == "jobs" => {
+            ctx.delete_job(name, body).await
+        }
         (Method::GET, name, None) if watching => ctx.watch(name),
         (Method::POST, None, None) if route.resource == "selfsubjectaccessreviews" => {
             ctx.access_review(body)

@@ -2,8 +2,9 @@
 //! would handle them: bound to the one node ([`NODE`]), created and removed there, and their
 //! status read back from it.
 
-use super::defaults;
+use super::containers::{Observed, observe};
 use super::store::{DoubleState, Key, Running, Store, now};
+use super::{defaults, mounts};
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
 use serde_json::{Value, json};
@@ -61,9 +62,27 @@ pub(crate) fn unschedulable(store: &Store, pod: &Value) -> Option<String> {
     None
 }
 
-/// Creates the Pod on the runtime; a Pod deleted meanwhile is removed there again. A Pod the
-/// scheduler cannot place never reaches the runtime; an image the node cannot pull is the
-/// kubelet's `ErrImagePull`, not a runtime failure.
+/// The stored Pod of `uid`, unless it is gone or being deleted.
+fn live_pod(store: &Store, uid: &str) -> Option<(Key, Value)> {
+    store
+        .objects
+        .iter()
+        .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(uid))
+        .filter(|(_, o)| o["metadata"]["deletionTimestamp"].is_null())
+        .map(|(k, o)| (k.clone(), o.clone()))
+}
+
+/// Whether a message of `mounts::runtime_copy` is a volume's (a kubelet's `FailedMount`)
+/// rather than a container environment's (`CreateContainerConfigError`).
+fn mount_problem(message: &str) -> bool {
+    message.starts_with("MountVolume.")
+}
+
+/// Creates the Pod on the runtime once its volumes are set up (`mounts`: retried every
+/// second while a Secret it needs is missing, as a kubelet retries a `FailedMount`); a Pod
+/// deleted meanwhile is removed there again. A Pod the scheduler cannot place never reaches
+/// the runtime; an image the node cannot pull is the kubelet's `ErrImagePull`, not a runtime
+/// failure.
 pub(crate) async fn run_pod(
     state: Arc<DoubleState>,
     runtime: Arc<dyn Backend>,
@@ -87,7 +106,37 @@ pub(crate) async fn run_pod(
             .insert(uid, Running::Unschedulable(message));
         return;
     }
-    let created = match serde_json::from_value::<Pod>(pod.clone()) {
+    let mut reported = false;
+    let copy = loop {
+        if live_pod(&state.store(), &uid).is_none() {
+            return;
+        }
+        match mounts::runtime_copy(&state, &uid, (&pod, NODE)) {
+            Ok(copy) => {
+                state.store().running.insert(uid.clone(), Running::Creating);
+                break copy;
+            }
+            Err(message) => {
+                let mut store = state.store();
+                if !reported && let Some((_, stored)) = live_pod(&store, &uid) {
+                    // Once: a kubelet counts its repeats in the same Event. A volume's problem
+                    // is a `FailedMount`, an env's the container's `Failed`.
+                    let (reason, shown) = if mount_problem(&message) {
+                        ("FailedMount", message.clone())
+                    } else {
+                        ("Failed", format!("Error: {message}"))
+                    };
+                    store.event(&stored, ("Warning", reason), &shown, "kubelet");
+                    reported = true;
+                }
+                store
+                    .running
+                    .insert(uid.clone(), Running::MountFailed(message));
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let created = match serde_json::from_value::<Pod>(copy) {
         Ok(parsed) => match runtime.create_pod(&parsed).await {
             Err(kandev_harness::backend::BackendError::ImageMissing { image }) => {
                 let container = ["initContainers", "containers"]
@@ -106,29 +155,48 @@ pub(crate) async fn run_pod(
         },
         Err(e) => Err(format!("the Pod does not parse: {e}")),
     };
-    let mut store = state.store();
-    match created {
-        Ok(pod) => {
-            // Scheduled (after the create, as a scheduler binds it) onto the one node.
-            if let Some((key, mut object)) = store
-                .objects
-                .iter()
-                .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
-                .map(|(k, o)| (k.clone(), o.clone()))
-                && object["spec"]["nodeName"]
+    let created = match created {
+        Ok(created) => created,
+        Err(e) => {
+            state.store().running.insert(uid, Running::Failed(e));
+            return;
+        }
+    };
+    let stored = {
+        let mut store = state.store();
+        // Scheduled (after the create, as a scheduler binds it) onto the one node.
+        let stored = store
+            .objects
+            .iter()
+            .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+            .map(|(k, o)| (k.clone(), o.clone()));
+        match stored {
+            Some((key, mut object)) => {
+                if object["spec"]["nodeName"]
                     .as_str()
                     .is_none_or(str::is_empty)
-            {
-                object["spec"]["nodeName"] = json!(NODE);
-                store.put(key, object);
+                {
+                    object["spec"]["nodeName"] = json!(NODE);
+                    store.put(key, object);
+                }
+                store
+                    .running
+                    .insert(uid.clone(), Running::Ready(created.clone()));
+                true
             }
-            store.running.insert(uid.clone(), Running::Ready(pod));
-            drop(store);
-            tokio::spawn(kubelet(state, uid));
+            None => {
+                store.running.remove(&uid);
+                store.forget_bound_tokens(&uid);
+                false
+            }
         }
-        Err(e) => {
-            store.running.insert(uid, Running::Failed(e));
-        }
+    };
+    if stored {
+        tokio::spawn(kubelet(state, uid));
+    } else {
+        // Removed while it was being created (its namespace went): removed here too.
+        let _ = runtime.delete_pod(&created).await;
+        mounts::remove_pod_folder(&state, &uid);
     }
 }
 
@@ -213,8 +281,10 @@ pub(crate) async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
             _ => break,
         }
     }
+    mounts::remove_pod_folder(&state, &uid);
     let mut store = state.store();
     store.running.remove(&uid);
+    store.forget_bound_tokens(&uid);
     if store
         .objects
         .get(&key)
@@ -306,8 +376,8 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
     let (init, main) = (names("initContainers"), names("containers"));
     let waiting =
         |reason: &str, message: &str| json!({"waiting": {"reason": reason, "message": message}});
-    let states: Vec<kandev_harness::backend::ContainerState> = match &running {
-        Some(Running::Ready(pod)) => runtime.container_states(pod).await.unwrap_or_default(),
+    let observed: Vec<Observed> = match (&running, &state.docker) {
+        (Some(Running::Ready(_)), Some(docker)) => observe(docker, &uid).await,
         _ => Vec::new(),
     };
     if let Some(Running::Unschedulable(message)) = &running {
@@ -320,8 +390,8 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
         });
         return object;
     }
-    let status_of = |(name, image): &(String, String)| {
-        let found = states.iter().find(|s| &s.name == name);
+    let status_of = |role: &str, (name, image): &(String, String)| {
+        let found = observed.iter().find(|s| &s.name == name && s.role == role);
         let state = match (&running, found) {
             (
                 Some(Running::PullFailed {
@@ -341,37 +411,71 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
             }
             (Some(Running::PullFailed { .. }), _) => waiting("ContainerCreating", ""),
             (Some(Running::Failed(e)), _) => waiting("CreateContainerError", e),
-            (_, Some(s)) if s.running => json!({"running": {"startedAt": now()}}),
-            (_, Some(s)) if s.exit_code.is_some() => json!({"terminated": {
-                "exitCode": s.exit_code.unwrap_or_default(),
-                "reason": if s.exit_code == Some(0) { "Completed" } else { "Error" }}}),
+            // The kubelet's reason is `ContainerCreating` (the cause is in its FailedMount
+            // Event); the double also names it here, where a client reading the Pod sees it.
+            (Some(Running::MountFailed(message)), _) if mount_problem(message) => {
+                waiting("ContainerCreating", message)
+            }
+            (Some(Running::MountFailed(message)), _) => {
+                waiting("CreateContainerConfigError", message)
+            }
+            (_, Some(s)) if s.running => json!({"running": {"startedAt": s.started_at}}),
+            (_, Some(s)) if s.exit_code.is_some() => {
+                let reason = match s.exit_code {
+                    _ if s.oom_killed => "OOMKilled",
+                    Some(0) => "Completed",
+                    _ => "Error",
+                };
+                json!({"terminated": {"exitCode": s.exit_code, "reason": reason,
+                    "startedAt": s.started_at, "finishedAt": s.finished_at,
+                    "containerID": format!("docker://{}", s.id)}})
+            }
             _ => waiting("ContainerCreating", ""),
         };
-        json!({"name": name, "image": image, "imageID": "", "ready": found.is_some_and(|s| s.running),
-            "restartCount": found.map(|s| s.restarts).unwrap_or(0), "started": found.is_some_and(|s| s.running),
-            "state": state})
+        let mut status = json!({"name": name, "image": image, "imageID": "",
+            "ready": found.is_some_and(|s| s.running),
+            "restartCount": found.map(|s| s.restarts).unwrap_or(0),
+            "started": found.is_some_and(|s| s.running), "state": state});
+        if let Some(s) = found {
+            status["containerID"] = json!(format!("docker://{}", s.id));
+        }
+        status
     };
-    let main_statuses: Vec<Value> = main.iter().map(status_of).collect();
-    let init_statuses: Vec<Value> = init.iter().map(status_of).collect();
+    let main_statuses: Vec<Value> = main.iter().map(|c| status_of("container", c)).collect();
+    let init_statuses: Vec<Value> = init.iter().map(|c| status_of("init", c)).collect();
+    let restart = object["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    let phase = match &running {
+        Some(Running::Ready(_)) => phase(restart, &init_statuses, &main_statuses),
+        _ => "Pending",
+    };
     let all_running = !main_statuses.is_empty()
         && main_statuses
             .iter()
             .all(|s| s["state"].get("running").is_some());
-    let phase = match &running {
-        Some(Running::Failed(_) | Running::PullFailed { .. }) => "Pending",
-        _ if all_running => "Running",
-        _ => "Pending",
+    let ended = phase == "Succeeded" || phase == "Failed";
+    let condition = |kind: &str, ok: bool| {
+        let mut condition = json!({"type": kind, "status": if ok { "True" } else { "False" }});
+        if ended && !ok {
+            condition["reason"] = json!("PodCompleted");
+        }
+        condition
     };
     let ip = match &running {
         Some(Running::Ready(pod)) => runtime.pod_ip(pod).await.ok().flatten(),
         _ => None,
     };
+    let bound = matches!(running, Some(Running::Ready(_)));
     object["status"] = json!({
         "phase": phase,
         "qosClass": defaults::qos_class(&object["spec"]),
         "containerStatuses": main_statuses,
         "initContainerStatuses": init_statuses,
-        "conditions": [{"type": "Ready", "status": if all_running { "True" } else { "False" }}],
+        "conditions": [
+            condition("Initialized", bound),
+            condition("Ready", all_running),
+            condition("ContainersReady", all_running),
+            {"type": "PodScheduled", "status": "True"},
+        ],
     });
     if let Some(ip) = ip {
         object["status"]["podIP"] = json!(ip);
@@ -380,10 +484,74 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
     object
 }
 
+/// The phase of a Pod whose containers exist, as the kubelet's `getPhase` computes it from
+/// its init and app container statuses: `Pending` while an init container has not
+/// completed or an app container waits; `Running` while one runs (or, under `Always`,
+/// restarts); once all have ended, `Succeeded` if every one exited 0, else `Failed` under
+/// `Never` (`OnFailure` restarts the failed ones: `Running`).
+pub(crate) fn phase(restart: &str, init: &[Value], main: &[Value]) -> &'static str {
+    let terminated = |s: &Value| s["state"].get("terminated").is_some();
+    let exit_zero = |s: &Value| s["state"]["terminated"]["exitCode"] == 0;
+    if init.iter().any(|s| !(terminated(s) && exit_zero(s))) {
+        let failed = init.iter().any(|s| terminated(s) && !exit_zero(s));
+        return if failed && restart == "Never" {
+            "Failed"
+        } else {
+            "Pending"
+        };
+    }
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in main {
+        if s["state"].get("running").is_some() {
+            running += 1;
+        } else if terminated(s) {
+            stopped += 1;
+            if exit_zero(s) {
+                succeeded += 1;
+            }
+        } else {
+            waiting += 1;
+        }
+    }
+    match () {
+        () if waiting > 0 || main.is_empty() => "Pending",
+        () if running > 0 => "Running",
+        () if restart == "Always" => "Running",
+        () if stopped == succeeded => "Succeeded",
+        () if restart == "Never" => "Failed",
+        () => "Running",
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Store, unschedulable};
-    use serde_json::json;
+    use super::{Store, phase, unschedulable};
+    use serde_json::{Value, json};
+
+    #[test]
+    fn the_phase_follows_the_containers_and_the_restart_policy() {
+        let running = json!({"state": {"running": {}}});
+        let exited = |code: i64| json!({"state": {"terminated": {"exitCode": code}}});
+        let waiting = json!({"state": {"waiting": {"reason": "ContainerCreating"}}});
+        let none: [Value; 0] = [];
+        assert_eq!(phase("Never", &none, &[exited(0)]), "Succeeded");
+        assert_eq!(phase("Never", &none, &[exited(3)]), "Failed");
+        assert_eq!(phase("Never", &none, &[exited(0), exited(1)]), "Failed");
+        assert_eq!(
+            phase("Never", &none, &[exited(3), running.clone()]),
+            "Running"
+        );
+        assert_eq!(phase("OnFailure", &none, &[exited(0)]), "Succeeded");
+        assert_eq!(phase("OnFailure", &none, &[exited(1)]), "Running");
+        assert_eq!(phase("Always", &none, &[exited(0)]), "Running");
+        assert_eq!(
+            phase("Never", &none, &[waiting.clone(), exited(0)]),
+            "Pending"
+        );
+        assert_eq!(phase("Never", &[waiting], &[]), "Pending");
+        assert_eq!(phase("Never", &[exited(2)], &[]), "Failed");
+        assert_eq!(phase("Always", &[exited(0)], &[running]), "Running");
+    }
 
     #[test]
     fn the_scheduler_refuses_an_unmatched_selector_and_a_missing_claim() {

@@ -78,6 +78,17 @@ pub(crate) enum Running {
         container: String,
         image: String,
     },
+    /// A volume cannot be set up yet (a Secret it projects does not exist): the kubelet's
+    /// `FailedMount`, retried until it can or the Pod is deleted; its message.
+    MountFailed(String),
+}
+
+/// What a bound token is bound to: it authenticates only while that object (this UID) is
+/// stored, as the API server checks a bound service-account token's Pod or Secret.
+#[derive(Debug, Clone)]
+pub(crate) struct Bound {
+    pub key: Key,
+    pub uid: String,
 }
 
 /// (resource key `group/resource`, namespace or "", name)
@@ -121,6 +132,8 @@ pub(crate) struct Store {
     pub changes: std::collections::VecDeque<Change>,
     pub resource_version: u64,
     pub tokens: HashMap<String, Identity>,
+    /// Tokens bound to an object (a Pod's projected token, a token Secret's), by token.
+    pub bound: HashMap<String, Bound>,
     /// By the double's Pod UID.
     pub running: HashMap<String, Running>,
     /// The runtime's volume behind each claim, by the double's claim UID.
@@ -132,6 +145,53 @@ pub(crate) struct Store {
 }
 
 impl Store {
+    /// Who `token` authenticates as: None for a token never issued, or one bound to an
+    /// object that is gone (deleted, or replaced by one of the same name).
+    pub fn authenticate(&self, token: &str) -> Option<Identity> {
+        let identity = self.tokens.get(token)?;
+        if let Some(bound) = self.bound.get(token)
+            && self
+                .objects
+                .get(&bound.key)
+                .and_then(|o| o["metadata"]["uid"].as_str())
+                != Some(bound.uid.as_str())
+        {
+            return None;
+        }
+        Some(identity.clone())
+    }
+
+    /// Issues a token for the ServiceAccount `namespace`/`name`, bound to the object `key`
+    /// (`uid`) when given.
+    pub fn issue_token(&mut self, namespace: &str, name: &str, bound: Option<Bound>) -> String {
+        let token = format!("double-sa-{}", uuid::Uuid::new_v4().simple());
+        self.tokens.insert(
+            token.clone(),
+            Identity::ServiceAccount {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            },
+        );
+        if let Some(bound) = bound {
+            self.bound.insert(token.clone(), bound);
+        }
+        token
+    }
+
+    /// Forgets the tokens bound to the object of `uid` (they no longer authenticate anyway).
+    pub fn forget_bound_tokens(&mut self, uid: &str) {
+        let gone: Vec<String> = self
+            .bound
+            .iter()
+            .filter(|(_, b)| b.uid == uid)
+            .map(|(t, _)| t.clone())
+            .collect();
+        for token in gone {
+            self.bound.remove(&token);
+            self.tokens.remove(&token);
+        }
+    }
+
     /// A store whose UIDs count up from `00000000-0000-4000-8000-000000000001`.
     pub fn counting_uids() -> Store {
         Store {
@@ -219,6 +279,37 @@ impl Store {
         Some(before)
     }
 
+    /// Records a core v1 Event about `involved` (a stored object), as `component` reports
+    /// one (`kubelet`, `job-controller`); `kind` is `Normal` or `Warning`.
+    pub fn event(
+        &mut self,
+        involved: &Value,
+        (kind, reason): (&str, &str),
+        message: &str,
+        component: &str,
+    ) {
+        let ns = involved["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default();
+        let name = involved["metadata"]["name"].as_str().unwrap_or_default();
+        let event = format!(
+            "{name}.{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..16]
+        );
+        let time = now();
+        self.create(
+            ("/events".into(), ns.to_owned(), event.clone()),
+            json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": event, "namespace": ns},
+                "involvedObject": {"apiVersion": involved["apiVersion"], "kind": involved["kind"],
+                    "namespace": ns, "name": name, "uid": involved["metadata"]["uid"]},
+                "reason": reason, "message": message, "type": kind, "count": 1,
+                "source": {"component": component},
+                "reportingComponent": component, "reportingInstance": "",
+                "firstTimestamp": time, "lastTimestamp": time}),
+        );
+    }
+
     /// Removes every object `gone` selects.
     pub fn delete_where(&mut self, gone: impl Fn(&Key) -> bool) {
         let keys: Vec<Key> = self.objects.keys().filter(|k| gone(k)).cloned().collect();
@@ -236,6 +327,16 @@ pub struct DoubleState {
     /// exec and port-forward streams into the runtime's Pods (on the engine `DOCKER_HOST`
     /// names, where the local backend runs them).
     pub(crate) streams: Option<PodStreams>,
+    /// The engine the runtime's Pods run on: their containers' states and logs, read as a
+    /// kubelet reads its runtime's.
+    pub(crate) docker: Option<bollard::Docker>,
+    /// Where the Pods reach the API server ([`KubeDouble::pod_address`](super::KubeDouble::pod_address)).
+    pub(crate) pod_address: Option<std::net::SocketAddr>,
+    /// The CA of the server certificate (PEM): every Pod's `ca.crt`.
+    pub(crate) ca_pem: String,
+    /// A folder per Pod (by UID) holding what its secret and token volumes show (the
+    /// kubelet's volume folders), removed with the Pod.
+    pub(crate) pod_files: std::path::PathBuf,
     pub(crate) mutator: Mutex<Option<PodMutator>>,
 }
 

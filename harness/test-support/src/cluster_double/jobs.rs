@@ -1,0 +1,859 @@
+//! batch/v1 Jobs: the API server's defaulting and validation of a Job, a minimal Job
+//! controller, the TTL-after-finished controller, and the garbage collector's part when a
+//! Job is deleted.
+//!
+//! - **Create** (`SetDefaults_Job`, the Job strategy's `PrepareForCreate`, validation):
+//!   `completions` and `parallelism` 1, `backoffLimit` 6, `completionMode` `NonIndexed`,
+//!   `suspend` false, `podReplacementPolicy` `TerminatingOrFailed`, a selector on
+//!   `batch.kubernetes.io/controller-uid`, the template's labels gaining
+//!   `batch.kubernetes.io/job-name`, `job-name`, `batch.kubernetes.io/controller-uid` and
+//!   `controller-uid` (and becoming the Job's own labels when it has none), the template
+//!   defaulted as a Pod template. A template whose `restartPolicy` is not `Never` or
+//!   `OnFailure` is 422, as validation words it. What the double's controller does not run is
+//!   422 too, naming the field: more than one completion or parallel Pod, `Indexed`,
+//!   `podFailurePolicy`, `successPolicy`, `backoffLimitPerIndex`, `suspend`,
+//!   `manualSelector`.
+//! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, from the template
+//!   (its labels, and an ownerReference to the Job: `controller` and `blockOwnerDeletion`
+//!   true); the Pod goes through the same admission as any Pod create (the ServiceAccount
+//!   must exist: a `FailedCreate` Event and a retry otherwise). The Job's status follows its
+//!   Pod: `startTime`, `active`, `ready`, then `succeeded: 1` with `SuccessCriteriaMet` and
+//!   `Complete` (reason `CompletionsReached`) and `completionTime`; or `failed` with
+//!   `FailureTarget` and `Failed` (`BackoffLimitExceeded`) once failed Pods exceed
+//!   `backoffLimit` (under `Never` a failed Pod is replaced after the controller's backoff,
+//!   10 s doubling up to 6 min; under `OnFailure` the runtime restarts the container and the
+//!   restarts count against the limit, as `pastBackoffLimitOnFailure` counts them). Past
+//!   `activeDeadlineSeconds` (from `startTime`) the active Pod is deleted and the Job fails
+//!   with `DeadlineExceeded`. `Failed` and `Complete` are added once no Pod of the Job is
+//!   still terminating (as since v1.31).
+//! - **TTL**: `ttlSecondsAfterFinished` after it finished, the Job is deleted in the
+//!   foreground (its Pods, then the Job), as the TTL-after-finished controller deletes it.
+//! - **Delete**: `propagationPolicy` `Background` deletes the Job, then its Pods;
+//!   `Foreground` marks the Job (`foregroundDeletion`), deletes its Pods and then the Job;
+//!   `Orphan` (and no policy at all: batch/v1's default, kept for old clients, with the
+//!   API server's warning header) leaves the Pods, their ownerReference to the Job removed.
+//!   `kubectl delete job` asks for `Background`; kube-rs's `DeleteParams::default()` asks
+//!   for nothing, so its Pods stay, as on a cluster.
+//!
+//! Not modelled: the `batch.kubernetes.io/job-tracking` finalizer on the Job's Pods, the
+//! `jobs/status` subresource, Job updates changing the controller's course (the template is
+//! immutable; a changed `activeDeadlineSeconds` is read each round), and a controller restart
+//! (each Job's controller lives as long as the double).
+
+use super::defaults;
+use super::request::Ctx;
+use super::route::Route;
+use super::runtime::with_status;
+use super::status::{Reply, status};
+use super::store::{DoubleState, Identity, Key, now};
+use http_body_util::BodyExt;
+use hyper::StatusCode;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The labels the API server adds to a Job's template (and selects on).
+const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+const LEGACY_JOB_NAME: &str = "job-name";
+const CONTROLLER_UID: &str = "batch.kubernetes.io/controller-uid";
+const LEGACY_CONTROLLER_UID: &str = "controller-uid";
+
+/// How often the controller looks at its Job and Pods.
+const ROUND: Duration = Duration::from_millis(250);
+
+/// The warning an API server sends on a batch/v1 Job DELETE without a propagation policy.
+const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning\"";
+
+/// The 422 of a Job the API server (or the double's controller) does not accept.
+fn invalid(name: &str, field: &str, message: &str) -> Reply {
+    let reason = if message.starts_with("Unsupported value") {
+        "FieldValueNotSupported"
+    } else if message.starts_with("Required value") {
+        "FieldValueRequired"
+    } else {
+        "FieldValueInvalid"
+    };
+    status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        &format!("Job.batch \"{name}\" is invalid: {field}: {message}"),
+        json!({"name": name, "group": "batch", "kind": "Job",
+            "causes": [{"reason": reason, "message": message, "field": field}]}),
+    )
+}
+
+/// Validates a Job as sent (before defaulting): Err is the 422.
+pub(crate) fn validate(job: &Value) -> Result<(), Box<Reply>> {
+    let name = job["metadata"]["name"]
+        .as_str()
+        .or_else(|| job["metadata"]["generateName"].as_str())
+        .unwrap_or_default();
+    let spec = &job["spec"];
+    if spec["template"]["spec"]["containers"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        return Err(Box::new(invalid(
+            name,
+            "spec.template.spec.containers",
+            "Required value",
+        )));
+    }
+    let restart = spec["template"]["spec"]["restartPolicy"]
+        .as_str()
+        .unwrap_or("Always");
+    if restart != "Never" && restart != "OnFailure" {
+        return Err(Box::new(invalid(
+            name,
+            "spec.template.spec.restartPolicy",
+            &format!(
+                "Unsupported value: \"{restart}\": supported values: \"OnFailure\", \"Never\""
+            ),
+        )));
+    }
+    if spec["backoffLimit"].as_i64().is_some_and(|b| b < 0) {
+        return Err(Box::new(invalid(
+            name,
+            "spec.backoffLimit",
+            &format!(
+                "Invalid value: {}: must be greater than or equal to 0",
+                spec["backoffLimit"]
+            ),
+        )));
+    }
+    let one_pod = "the kube double's Job controller runs one Pod at a time to one completion";
+    for field in ["completions", "parallelism"] {
+        if spec[field].as_i64().is_some_and(|n| n != 1) {
+            return Err(Box::new(invalid(
+                name,
+                &format!("spec.{field}"),
+                &format!("Unsupported value: {}: {one_pod}", spec[field]),
+            )));
+        }
+    }
+    if spec["completionMode"]
+        .as_str()
+        .is_some_and(|m| m != "NonIndexed")
+    {
+        return Err(Box::new(invalid(
+            name,
+            "spec.completionMode",
+            &format!("Unsupported value: {}: {one_pod}", spec["completionMode"]),
+        )));
+    }
+    for field in [
+        "podFailurePolicy",
+        "successPolicy",
+        "backoffLimitPerIndex",
+        "maxFailedIndexes",
+        "managedBy",
+    ] {
+        if !spec[field].is_null() {
+            return Err(Box::new(invalid(
+                name,
+                &format!("spec.{field}"),
+                "Unsupported value: not modelled by the kube double's Job controller",
+            )));
+        }
+    }
+    for field in ["suspend", "manualSelector"] {
+        if spec[field] == true {
+            return Err(Box::new(invalid(
+                name,
+                &format!("spec.{field}"),
+                "Unsupported value: true: not modelled by the kube double's Job controller",
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The generated labels of the Job `name` of `uid`, added to `labels` where absent.
+fn add_job_labels(labels: &mut Value, name: &str, uid: &str) {
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    for (key, value) in [
+        (LEGACY_CONTROLLER_UID, uid),
+        (CONTROLLER_UID, uid),
+        (JOB_NAME, name),
+        (LEGACY_JOB_NAME, name),
+    ] {
+        if labels.get(key).is_none() {
+            labels[key] = json!(value);
+        }
+    }
+}
+
+/// Defaults a Job about to be stored (its name and UID set), as `SetDefaults_Job` and the
+/// Job strategy's `PrepareForCreate` (`generateSelector`) do.
+pub(crate) fn default_job(job: &mut Value) {
+    let name = job["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let uid = job["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let spec = &mut job["spec"];
+    if spec["completions"].is_null() && spec["parallelism"].is_null() {
+        spec["completions"] = json!(1);
+    }
+    for (field, value) in [
+        ("parallelism", json!(1)),
+        ("backoffLimit", json!(6)),
+        ("completionMode", json!("NonIndexed")),
+        ("suspend", json!(false)),
+        ("podReplacementPolicy", json!("TerminatingOrFailed")),
+    ] {
+        if spec[field].is_null() {
+            spec[field] = value;
+        }
+    }
+    add_job_labels(&mut spec["template"]["metadata"]["labels"], &name, &uid);
+    if !spec["selector"]["matchLabels"].is_object() {
+        spec["selector"]["matchLabels"] = json!({});
+    }
+    if spec["selector"]["matchLabels"]
+        .get(CONTROLLER_UID)
+        .is_none()
+    {
+        spec["selector"]["matchLabels"][CONTROLLER_UID] = json!(uid);
+    }
+    defaults::default_template(&mut spec["template"]);
+    let template_labels = spec["template"]["metadata"]["labels"].clone();
+    if job["metadata"]["labels"]
+        .as_object()
+        .is_none_or(serde_json::Map::is_empty)
+    {
+        job["metadata"]["labels"] = template_labels;
+    }
+    job["metadata"]["generation"] = json!(1);
+    job["status"] = json!({});
+}
+
+/// What a DELETE asks to happen to a Job's Pods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Propagation {
+    Orphan,
+    Background,
+    Foreground,
+}
+
+/// The DeleteOptions' policy, and whether it was batch/v1's default (no policy given).
+fn propagation(options: &Value) -> (Propagation, bool) {
+    match options["propagationPolicy"].as_str() {
+        Some("Background") => (Propagation::Background, false),
+        Some("Foreground") => (Propagation::Foreground, false),
+        Some(_) => (Propagation::Orphan, false),
+        None => match options["orphanDependents"].as_bool() {
+            Some(false) => (Propagation::Background, false),
+            Some(true) => (Propagation::Orphan, false),
+            None => (Propagation::Orphan, true),
+        },
+    }
+}
+
+/// A request context of the controllers (the admin's identity) on `resource` of `ns`.
+fn controller_route(resource: &str, ns: &str, name: Option<&str>) -> Route {
+    Route {
+        group: String::new(),
+        version: "v1".into(),
+        resource: resource.into(),
+        namespace: Some(ns.to_owned()),
+        name: name.map(str::to_owned),
+        sub: None,
+    }
+}
+
+/// Deletes the Pod `name` of `ns` as the controllers do (through the API's DELETE).
+fn delete_pod(state: &Arc<DoubleState>, ns: &str, name: &str) {
+    let route = controller_route("pods", ns, Some(name));
+    let ctx = Ctx {
+        state,
+        identity: &Identity::Admin,
+        route: &route,
+        query: &[],
+        api_version: "v1",
+        kind: "Pod",
+    };
+    let _ = ctx.delete(name, json!({}));
+}
+
+/// The stored Pods of `ns` whose ownerReferences name the object of `uid`.
+fn owned_pods(state: &DoubleState, ns: &str, uid: &str) -> Vec<(Key, Value)> {
+    state
+        .store()
+        .objects
+        .iter()
+        .filter(|((r, n, _), _)| r == "/pods" && n == ns)
+        .filter(|(_, pod)| {
+            pod["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["uid"].as_str() == Some(uid))
+        })
+        .map(|(k, o)| (k.clone(), o.clone()))
+        .collect()
+}
+
+/// The garbage collector's part: the Pods of the Job `uid` deleted, then (foreground) the
+/// Job itself once they are gone.
+async fn collect(state: Arc<DoubleState>, job_key: Key, uid: String, foreground: bool) {
+    let ns = job_key.1.clone();
+    for (key, _) in owned_pods(&state, &ns, &uid) {
+        delete_pod(&state, &ns, &key.2);
+    }
+    if !foreground {
+        return;
+    }
+    for _ in 0..1200 {
+        if owned_pods(&state, &ns, &uid).is_empty() {
+            break;
+        }
+        tokio::time::sleep(ROUND).await;
+    }
+    let mut store = state.store();
+    if store
+        .objects
+        .get(&job_key)
+        .and_then(|j| j["metadata"]["uid"].as_str())
+        == Some(uid.as_str())
+    {
+        store.delete(&job_key);
+    }
+}
+
+impl Ctx<'_> {
+    /// A Job create: validated, defaulted once it has its UID, stored; then its controller
+    /// runs.
+    pub(crate) async fn create_job(&self, job: Value) -> Reply {
+        if let Err(refused) = validate(&job) {
+            return *refused;
+        }
+        // The controller makes Pods from the template as sent (defaulting a Pod from it gives
+        // the stored template's defaults; the runtime refuses fields it does not honour, and a
+        // Pod's defaults are such fields).
+        let template = job["spec"]["template"].clone();
+        let mut created: Option<(String, String)> = None;
+        let reply = self
+            .create_with(job, |job| {
+                default_job(job);
+                let name = job["metadata"]["name"].as_str().unwrap_or_default();
+                let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+                created = Some((name.to_owned(), uid.to_owned()));
+            })
+            .await;
+        let dry_run = super::route::param(self.query, "dryRun") == Some("All");
+        if reply.status() == StatusCode::CREATED
+            && !dry_run
+            && let Some((name, uid)) = created
+        {
+            let key = self.key(&name);
+            tokio::spawn(control(self.state.clone(), key, uid, template));
+        }
+        reply
+    }
+
+    /// A Job DELETE, its Pods handled as the propagation policy says (see the module doc):
+    /// the DeleteOptions' or, as the API server also reads them, the query's.
+    pub(crate) async fn delete_job(&self, name: &str, mut options: Value) -> Reply {
+        if !options.is_object() {
+            options = json!({});
+        }
+        for field in ["propagationPolicy", "orphanDependents"] {
+            if options[field].is_null()
+                && let Some(value) = super::route::param(self.query, field)
+            {
+                options[field] = match value {
+                    "true" => json!(true),
+                    "false" => json!(false),
+                    other => json!(other),
+                };
+            }
+        }
+        let key = self.key(name);
+        let uid = self
+            .state
+            .store()
+            .objects
+            .get(&key)
+            .and_then(|j| j["metadata"]["uid"].as_str())
+            .map(str::to_owned);
+        let (policy, defaulted) = propagation(&options);
+        let mut reply = self.delete_with(name, options, policy == Propagation::Foreground);
+        let Some(uid) = uid.filter(|_| reply.status() == StatusCode::OK) else {
+            return reply;
+        };
+        match policy {
+            Propagation::Orphan => {
+                let mut store = self.state.store();
+                let ns = key.1.clone();
+                let pods: Vec<(Key, Value)> = store
+                    .objects
+                    .iter()
+                    .filter(|((r, n, _), _)| r == "/pods" && *n == ns)
+                    .map(|(k, o)| (k.clone(), o.clone()))
+                    .collect();
+                for (pod_key, mut pod) in pods {
+                    let Some(owners) = pod
+                        .pointer_mut("/metadata/ownerReferences")
+                        .and_then(Value::as_array_mut)
+                    else {
+                        continue;
+                    };
+                    let before = owners.len();
+                    owners.retain(|o| o["uid"].as_str() != Some(uid.as_str()));
+                    if owners.len() == before {
+                        continue;
+                    }
+                    if owners.is_empty()
+                        && let Some(meta) = pod["metadata"].as_object_mut()
+                    {
+                        meta.remove("ownerReferences");
+                    }
+                    store.put(pod_key, pod);
+                }
+                if defaulted
+                    && let Ok(warning) = hyper::header::HeaderValue::from_str(ORPHAN_WARNING)
+                {
+                    reply.headers_mut().insert("warning", warning);
+                }
+            }
+            Propagation::Background | Propagation::Foreground => {
+                tokio::spawn(collect(
+                    self.state.clone(),
+                    key,
+                    uid,
+                    policy == Propagation::Foreground,
+                ));
+            }
+        }
+        reply
+    }
+}
+
+/// A Job condition, true since now.
+fn condition(kind: &str, reason: &str, message: &str) -> Value {
+    let time = now();
+    json!({"type": kind, "status": "True", "lastProbeTime": time, "lastTransitionTime": time,
+        "reason": reason, "message": message})
+}
+
+/// The Job's status counts, with zero counts left out as the API server serializes them
+/// (`ready` and `terminating` are always there).
+fn counts(status: &mut Value, active: usize, ready: usize, terminating: usize) {
+    let set = |status: &mut Value, field: &str, n: usize| match status.as_object_mut() {
+        Some(fields) if n == 0 => {
+            fields.remove(field);
+        }
+        _ => status[field] = json!(n),
+    };
+    set(status, "active", active);
+    status["ready"] = json!(ready);
+    status["terminating"] = json!(terminating);
+    status["uncountedTerminatedPods"] = json!({});
+}
+
+/// How long the controller waits before replacing the `failures`th failed Pod (the Job
+/// controller's pod-failure backoff: 10 s, doubling, at most 6 minutes).
+fn backoff(failures: u32) -> Duration {
+    let doubled = 10u64.saturating_mul(1 << failures.saturating_sub(1).min(10));
+    Duration::from_secs(doubled.min(360))
+}
+
+/// A Pod the controller makes from `template` for the Job `job`.
+fn pod_for(job: &Value, template: &Value) -> Value {
+    let name = job["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = job["metadata"]["uid"].as_str().unwrap_or_default();
+    let mut labels = template["metadata"]["labels"].clone();
+    add_job_labels(&mut labels, name, uid);
+    let mut metadata = json!({
+        "generateName": format!("{name}-"),
+        "labels": labels,
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
+            "controller": true, "blockOwnerDeletion": true}],
+    });
+    if template["metadata"]["annotations"].is_object() {
+        metadata["annotations"] = template["metadata"]["annotations"].clone();
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]})
+}
+
+/// Creates the Job's Pod through the API (its admission included): the Pod's name, or the
+/// API server's message.
+async fn create_pod(state: &Arc<DoubleState>, ns: &str, pod: Value) -> Result<String, String> {
+    let route = controller_route("pods", ns, None);
+    let ctx = Ctx {
+        state,
+        identity: &Identity::Admin,
+        route: &route,
+        query: &[],
+        api_version: "v1",
+        kind: "Pod",
+    };
+    let reply = ctx.create(pod).await;
+    let code = reply.status();
+    let body = reply
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let answer: Value = serde_json::from_slice(&body).unwrap_or_default();
+    if code == StatusCode::CREATED {
+        Ok(answer["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    } else {
+        Err(answer["message"].as_str().unwrap_or_default().to_owned())
+    }
+}
+
+/// What the controller remembers of its Job between rounds.
+#[derive(Default)]
+struct Progress {
+    started: Option<Instant>,
+    /// Pods counted as succeeded or failed (by UID): each counts once.
+    counted: HashSet<String>,
+    succeeded: u32,
+    failed: u32,
+    /// When the last failed Pod was counted (the next one waits for the backoff).
+    last_failure: Option<Instant>,
+    /// The failure the Job ends with once its Pods are gone: (reason, message).
+    failure: Option<(&'static str, &'static str)>,
+    finished: Option<Instant>,
+    /// Whether a `FailedCreate` was reported for the current attempt.
+    create_failed: bool,
+}
+
+/// Stores the Job's new status when it changed (a `MODIFIED` event, as the controller's
+/// status update). None: the Job is gone or being deleted.
+fn store_status(state: &DoubleState, key: &Key, uid: &str, status: &Value) -> Option<()> {
+    let mut store = state.store();
+    let job = store.objects.get(key)?;
+    if job["metadata"]["uid"].as_str() != Some(uid)
+        || !job["metadata"]["deletionTimestamp"].is_null()
+    {
+        return None;
+    }
+    if job["status"] != *status {
+        let mut job = job.clone();
+        job["status"] = status.clone();
+        store.put(key.clone(), job);
+    }
+    Some(())
+}
+
+/// The Job controller and the TTL-after-finished controller of one Job, until the Job is
+/// gone (see the module doc).
+async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value) {
+    let ns = key.1.clone();
+    let mut progress = Progress::default();
+    loop {
+        let job = {
+            let store = state.store();
+            store.objects.get(&key).cloned()
+        };
+        let Some(job) = job.filter(|j| j["metadata"]["uid"].as_str() == Some(uid.as_str())) else {
+            return;
+        };
+        if !job["metadata"]["deletionTimestamp"].is_null() {
+            return;
+        }
+        let mut status = job["status"].clone();
+        if let Some(finished) = progress.finished {
+            // The TTL-after-finished controller: a foreground delete, preconditioned on the
+            // UID.
+            if let Some(ttl) = job["spec"]["ttlSecondsAfterFinished"].as_u64()
+                && finished.elapsed() >= Duration::from_secs(ttl)
+            {
+                let route = Route {
+                    group: "batch".into(),
+                    ..controller_route("jobs", &ns, Some(&key.2))
+                };
+                let ctx = Ctx {
+                    state: &state,
+                    identity: &Identity::Admin,
+                    route: &route,
+                    query: &[],
+                    api_version: "batch/v1",
+                    kind: "Job",
+                };
+                let options = json!({"propagationPolicy": "Foreground",
+                    "preconditions": {"uid": uid}});
+                let _ = ctx.delete_job(&key.2, options).await;
+                return;
+            }
+            tokio::time::sleep(ROUND).await;
+            continue;
+        }
+        let started = *progress.started.get_or_insert_with(Instant::now);
+        if status["startTime"].is_null() {
+            status["startTime"] = json!(now());
+        }
+        // The Job's Pods with their status from the runtime.
+        let mut pods = Vec::new();
+        for (_, pod) in owned_pods(&state, &ns, &uid) {
+            pods.push(with_status(&state, pod).await);
+        }
+        let deleting = |p: &Value| !p["metadata"]["deletionTimestamp"].is_null();
+        let phase = |p: &Value| {
+            p["status"]["phase"]
+                .as_str()
+                .unwrap_or("Pending")
+                .to_owned()
+        };
+        for pod in &pods {
+            let pod_uid = pod["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            match phase(pod).as_str() {
+                "Succeeded" if progress.counted.insert(pod_uid.clone()) => {
+                    progress.succeeded += 1;
+                }
+                "Failed" if progress.counted.insert(pod_uid.clone()) => {
+                    progress.failed += 1;
+                    progress.last_failure = Some(Instant::now());
+                }
+                _ => {}
+            }
+        }
+        let active: Vec<&Value> = pods
+            .iter()
+            .filter(|p| !deleting(p) && !matches!(phase(p).as_str(), "Succeeded" | "Failed"))
+            .collect();
+        let terminating = pods.iter().filter(|p| deleting(p)).count();
+        let ready = active
+            .iter()
+            .filter(|p| {
+                p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .count();
+        let backoff_limit = job["spec"]["backoffLimit"].as_u64().unwrap_or(6);
+        let restarts: u64 = active
+            .iter()
+            .flat_map(|p| {
+                ["initContainerStatuses", "containerStatuses"]
+                    .iter()
+                    .flat_map(|f| p["status"][*f].as_array().cloned().unwrap_or_default())
+            })
+            .map(|c| c["restartCount"].as_u64().unwrap_or(0))
+            .sum();
+        let on_failure = job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure";
+        let mut conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+        if progress.failure.is_none() && progress.succeeded == 0 {
+            let deadline = job["spec"]["activeDeadlineSeconds"].as_u64();
+            if deadline.is_some_and(|d| started.elapsed() >= Duration::from_secs(d)) {
+                progress.failure = Some((
+                    "DeadlineExceeded",
+                    "Job was active longer than specified deadline",
+                ));
+            } else if u64::from(progress.failed) > backoff_limit
+                || (on_failure
+                    && (if backoff_limit == 0 {
+                        restarts > 0
+                    } else {
+                        restarts >= backoff_limit
+                    }))
+            {
+                progress.failure = Some((
+                    "BackoffLimitExceeded",
+                    "Job has reached the specified backoff limit",
+                ));
+            }
+            if let Some((reason, message)) = progress.failure {
+                // The active Pods go (each counts as failed), the Job's failure is its target.
+                for pod in &active {
+                    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                    delete_pod(&state, &ns, name);
+                    progress.counted.insert(
+                        pod["metadata"]["uid"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    );
+                    progress.failed += 1;
+                }
+                conditions.push(condition("FailureTarget", reason, message));
+                state
+                    .store()
+                    .event(&job, ("Warning", reason), message, "job-controller");
+            }
+        }
+        let (active_n, ready_n) = if progress.failure.is_some() {
+            (0, 0)
+        } else {
+            (active.len(), ready)
+        };
+        if progress.succeeded > 0 && progress.failure.is_none() {
+            let message = "Reached expected number of succeeded pods";
+            conditions.push(condition(
+                "SuccessCriteriaMet",
+                "CompletionsReached",
+                message,
+            ));
+            conditions.push(condition("Complete", "CompletionsReached", message));
+            status["completionTime"] = json!(now());
+            progress.finished = Some(Instant::now());
+            state.store().event(
+                &job,
+                ("Normal", "Completed"),
+                "Job completed",
+                "job-controller",
+            );
+        } else if let Some((reason, message)) = progress.failure
+            && terminating == 0
+            && owned_pods(&state, &ns, &uid)
+                .iter()
+                .all(|(_, p)| !deleting(p))
+        {
+            conditions.push(condition("Failed", reason, message));
+            progress.finished = Some(Instant::now());
+        } else if progress.failure.is_none()
+            && active.is_empty()
+            && terminating == 0
+            && progress
+                .last_failure
+                .is_none_or(|at| at.elapsed() >= backoff(progress.failed))
+        {
+            match create_pod(&state, &ns, pod_for(&job, &template)).await {
+                Ok(pod) => {
+                    progress.create_failed = false;
+                    state.store().event(
+                        &job,
+                        ("Normal", "SuccessfulCreate"),
+                        &format!("Created pod: {pod}"),
+                        "job-controller",
+                    );
+                }
+                Err(message) => {
+                    if !progress.create_failed {
+                        state.store().event(
+                            &job,
+                            ("Warning", "FailedCreate"),
+                            &format!("Error creating: {message}"),
+                            "job-controller",
+                        );
+                        progress.create_failed = true;
+                    }
+                }
+            }
+        }
+        if !conditions.is_empty() {
+            status["conditions"] = json!(conditions);
+        }
+        if progress.succeeded > 0 {
+            status["succeeded"] = json!(progress.succeeded);
+        }
+        if progress.failed > 0 {
+            status["failed"] = json!(progress.failed);
+        }
+        counts(&mut status, active_n, ready_n, terminating);
+        if store_status(&state, &key, &uid, &status).is_none() {
+            return;
+        }
+        tokio::time::sleep(ROUND).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_is_defaulted_as_the_api_server_defaults_it() {
+        let mut job = json!({"metadata": {"name": "run", "uid": "u-1"}, "spec": {"template": {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i:1",
+                "resources": {"limits": {"cpu": "1"}}}]}}}});
+        validate(&job).ok().unwrap();
+        default_job(&mut job);
+        let spec = &job["spec"];
+        assert_eq!(spec["completions"], 1);
+        assert_eq!(spec["parallelism"], 1);
+        assert_eq!(spec["backoffLimit"], 6);
+        assert_eq!(spec["completionMode"], "NonIndexed");
+        assert_eq!(spec["suspend"], false);
+        assert_eq!(spec["podReplacementPolicy"], "TerminatingOrFailed");
+        assert_eq!(
+            spec["selector"],
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+        );
+        let labels = json!({"batch.kubernetes.io/controller-uid": "u-1",
+            "batch.kubernetes.io/job-name": "run", "controller-uid": "u-1", "job-name": "run"});
+        assert_eq!(spec["template"]["metadata"]["labels"], labels);
+        assert_eq!(
+            job["metadata"]["labels"], labels,
+            "the Job takes its template's labels"
+        );
+        assert_eq!(spec["template"]["spec"]["dnsPolicy"], "ClusterFirst");
+        assert!(
+            spec["template"]["spec"]["containers"][0]["resources"]["requests"].is_null(),
+            "a template's requests are not defaulted from its limits"
+        );
+        let pod = pod_for(&job, &spec["template"]);
+        assert_eq!(pod["metadata"]["generateName"], "run-");
+        assert_eq!(
+            pod["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "run", "uid": "u-1",
+                "controller": true, "blockOwnerDeletion": true}])
+        );
+        assert_eq!(pod["metadata"]["labels"], labels);
+    }
+
+    #[test]
+    fn a_job_the_controller_cannot_run_is_refused_naming_the_field() {
+        let job = |spec: Value| {
+            let mut job = json!({"metadata": {"name": "run"}, "spec": {"template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
+            for (k, v) in spec.as_object().unwrap() {
+                job["spec"][k.as_str()] = v.clone();
+            }
+            job
+        };
+        let message = |job: &Value| {
+            let reply = validate(job).err().unwrap();
+            assert_eq!(reply.status(), StatusCode::UNPROCESSABLE_ENTITY);
+            reply
+        };
+        let mut always = job(json!({}));
+        always["spec"]["template"]["spec"]["restartPolicy"] = json!("Always");
+        message(&always);
+        let mut unset = job(json!({}));
+        unset["spec"]["template"]["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("restartPolicy");
+        message(&unset);
+        message(&job(json!({"parallelism": 2})));
+        message(&job(json!({"completionMode": "Indexed"})));
+        message(&job(json!({"podFailurePolicy": {"rules": []}})));
+        message(&job(json!({"suspend": true})));
+        assert!(validate(&job(json!({"backoffLimit": 3, "completions": 1}))).is_ok());
+    }
+
+    #[test]
+    fn the_delete_policy_defaults_to_orphan_for_batch_v1() {
+        assert_eq!(propagation(&json!({})), (Propagation::Orphan, true));
+        assert_eq!(
+            propagation(&json!({"propagationPolicy": "Background"})),
+            (Propagation::Background, false)
+        );
+        assert_eq!(
+            propagation(&json!({"orphanDependents": false})),
+            (Propagation::Background, false)
+        );
+        assert_eq!(backoff(1), Duration::from_secs(10));
+        assert_eq!(backoff(3), Duration::from_secs(40));
+        assert_eq!(backoff(12), Duration::from_secs(360));
+    }
+}

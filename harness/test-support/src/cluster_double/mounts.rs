@@ -1,0 +1,491 @@
+//! What a kubelet prepares before a Pod's containers start, turned into what the runtime (the
+//! local backend) runs: the Pod's `secret` and `projected` volumes (the ServiceAccount
+//! plugin's `kube-api-access-*` among them) become read-only `hostPath` folders on this host
+//! holding what the kubelet would write there (a fresh token bound to the Pod, the double's
+//! CA, the namespace, a Secret's decoded data), and every container gets the `kubernetes`
+//! Service's environment (`KUBERNETES_SERVICE_HOST`, ...) pointing at the address the Pods
+//! reach the double at. Only the runtime's copy changes; the stored Pod is as admitted.
+//!
+//! File modes and owners follow the kubelet's volume plugins: `defaultMode` (or an item's
+//! `mode`), a projected token `0600` owned by the Pod's one `runAsUser` when all its
+//! containers share one (`FsUser`), and with an `fsGroup` every file group-owned by it and
+//! group-readable (`SetVolumeOwnership`). The folders are traversable by anyone (0755), so a
+//! non-root container reads what its modes allow.
+
+use super::store::{Bound, DoubleState, Store};
+use base64::Engine;
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// One file a volume shows.
+struct File {
+    path: String,
+    data: Vec<u8>,
+    mode: u32,
+    /// The projected ServiceAccount token (its owner and mode follow `FsUser`).
+    token: bool,
+}
+
+/// What one volume shows, or why the kubelet cannot set it up (its `FailedMount` message).
+fn volume_files(
+    store: &Store,
+    state: &DoubleState,
+    (pod, node): (&Value, &str),
+    volume: &Value,
+) -> Result<Option<Vec<File>>, String> {
+    let name = volume["name"].as_str().unwrap_or_default();
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let failed = |why: String| format!("MountVolume.SetUp failed for volume \"{name}\" : {why}");
+    if volume["secret"].is_object() {
+        let source = &volume["secret"];
+        let mode = mode_of(&source["defaultMode"]);
+        return secret_files(store, ns, source, mode)
+            .map(Some)
+            .map_err(failed);
+    }
+    if !volume["projected"].is_object() {
+        return Ok(None);
+    }
+    let mode = mode_of(&volume["projected"]["defaultMode"]);
+    let mut files = Vec::new();
+    for source in volume["projected"]["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(token) = source.get("serviceAccountToken") {
+            files.push(File {
+                path: token["path"].as_str().unwrap_or("token").to_owned(),
+                data: Vec::new(),
+                mode,
+                token: true,
+            });
+        } else if let Some(config_map) = source.get("configMap") {
+            // The root CA publisher's ConfigMap is in every namespace; the double serves no
+            // other ConfigMap.
+            let wanted = config_map["name"].as_str().unwrap_or_default();
+            if wanted != "kube-root-ca.crt" {
+                if config_map["optional"] == true {
+                    continue;
+                }
+                return Err(failed(format!("configmap \"{wanted}\" not found")));
+            }
+            let items = config_map["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_else(|| vec![json!({"key": "ca.crt", "path": "ca.crt"})]);
+            for item in items {
+                files.push(File {
+                    path: item["path"].as_str().unwrap_or("ca.crt").to_owned(),
+                    data: state.ca_pem.clone().into_bytes(),
+                    mode: item.get("mode").map_or(mode, mode_of),
+                    token: false,
+                });
+            }
+        } else if let Some(secret) = source.get("secret") {
+            files.extend(secret_files(store, ns, secret, mode).map_err(failed)?);
+        } else if let Some(downward) = source.get("downwardAPI") {
+            for item in downward["items"].as_array().into_iter().flatten() {
+                let field = item["fieldRef"]["fieldPath"].as_str().unwrap_or_default();
+                let Some(value) = field_value(pod, field, node) else {
+                    return Err(failed(format!(
+                        "the kube double does not project {field:?} (only metadata.name, metadata.namespace, metadata.uid, metadata.labels, metadata.annotations, spec.serviceAccountName, spec.nodeName)"
+                    )));
+                };
+                files.push(File {
+                    path: item["path"].as_str().unwrap_or_default().to_owned(),
+                    data: value.into_bytes(),
+                    mode: item.get("mode").map_or(mode, mode_of),
+                    token: false,
+                });
+            }
+        }
+    }
+    Ok(Some(files))
+}
+
+/// A `defaultMode` or an item's `mode` (420, 0644, when absent).
+fn mode_of(mode: &Value) -> u32 {
+    mode.as_u64()
+        .and_then(|m| u32::try_from(m).ok())
+        .unwrap_or(0o644)
+        & 0o777
+}
+
+/// The files of a Secret (a `secret` volume's or a projection's): every key, or the
+/// `items` asked for; a missing Secret or key fails unless `optional`.
+fn secret_files(store: &Store, ns: &str, source: &Value, mode: u32) -> Result<Vec<File>, String> {
+    let name = source["secretName"]
+        .as_str()
+        .or_else(|| source["name"].as_str())
+        .unwrap_or_default();
+    let optional = source["optional"] == true;
+    let Some(secret) = store
+        .objects
+        .get(&("/secrets".into(), ns.to_owned(), name.to_owned()))
+    else {
+        return if optional {
+            Ok(Vec::new())
+        } else {
+            Err(format!("secret \"{name}\" not found"))
+        };
+    };
+    let decoded = |key: &str| -> Option<Vec<u8>> {
+        let text = secret["data"][key].as_str()?;
+        base64::engine::general_purpose::STANDARD.decode(text).ok()
+    };
+    let mut files = Vec::new();
+    match source["items"].as_array() {
+        Some(items) => {
+            for item in items {
+                let key = item["key"].as_str().unwrap_or_default();
+                let Some(data) = decoded(key) else {
+                    if optional {
+                        continue;
+                    }
+                    return Err(format!("references non-existent secret key: {key}"));
+                };
+                files.push(File {
+                    path: item["path"].as_str().unwrap_or(key).to_owned(),
+                    data,
+                    mode: item.get("mode").map_or(mode, mode_of),
+                    token: false,
+                });
+            }
+        }
+        None => {
+            for key in secret["data"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+            {
+                files.push(File {
+                    path: key.clone(),
+                    data: decoded(key).unwrap_or_default(),
+                    mode,
+                    token: false,
+                });
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// The downward API's value of `field` for `pod`, bound to `node` (None: not one the double
+/// projects).
+fn field_value(pod: &Value, field: &str, node: &str) -> Option<String> {
+    let pairs = |map: &Value| -> String {
+        map.as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", json!(v.as_str().unwrap_or_default())))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let meta = &pod["metadata"];
+    Some(match field {
+        "metadata.name" | "metadata.namespace" | "metadata.uid" => {
+            meta[&field[9..]].as_str().unwrap_or_default().to_owned()
+        }
+        "metadata.labels" => pairs(&meta["labels"]),
+        "metadata.annotations" => pairs(&meta["annotations"]),
+        "spec.serviceAccountName" => pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned(),
+        "spec.nodeName" => node.to_owned(),
+        _ => return None,
+    })
+}
+
+/// Who the volume files belong to: the Pod's `fsGroup`, and its one `runAsUser` when every
+/// container shares it (`volumeutil.FsUserFrom`).
+struct Owner {
+    user: Option<u32>,
+    group: Option<u32>,
+}
+
+impl Owner {
+    fn of(spec: &Value) -> Owner {
+        let id = |v: &Value| v.as_u64().and_then(|v| u32::try_from(v).ok());
+        let pod_user = &spec["securityContext"]["runAsUser"];
+        let users: Vec<Option<u32>> = ["initContainers", "containers"]
+            .iter()
+            .flat_map(|list| spec[*list].as_array().cloned().unwrap_or_default())
+            .map(|c| match c["securityContext"].get("runAsUser") {
+                Some(user) if !user.is_null() => id(user),
+                _ => id(pod_user),
+            })
+            .collect();
+        let user = match users.first() {
+            Some(Some(first)) if users.iter().all(|u| *u == Some(*first)) => Some(*first),
+            _ => None,
+        };
+        Owner {
+            user,
+            group: id(&spec["securityContext"]["fsGroup"]),
+        }
+    }
+}
+
+/// Writes one volume's files below `folder`.
+fn write_files(folder: &Path, files: &[File], owner: &Owner) -> std::io::Result<()> {
+    std::fs::create_dir_all(folder)?;
+    std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755))?;
+    for file in files {
+        let path = folder.join(&file.path);
+        if let Some(parent) = path.parent()
+            && parent != folder
+        {
+            std::fs::create_dir_all(parent)?;
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
+        }
+        std::fs::write(&path, &file.data)?;
+        let (mut mode, user) = if file.token && (owner.user.is_some() || owner.group.is_some()) {
+            (0o600, owner.user)
+        } else {
+            (file.mode, None)
+        };
+        if owner.group.is_some() {
+            // `SetVolumeOwnership` on a read-only volume: group-owned, group-readable.
+            mode |= 0o440;
+        }
+        std::os::unix::fs::chown(&path, user, owner.group)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+/// The folder of the Pod of `uid`'s volumes.
+pub(crate) fn pod_folder(state: &DoubleState, uid: &str) -> PathBuf {
+    state.pod_files.join(uid)
+}
+
+/// Removes the Pod's volume folders (the kubelet's cleanup of a removed Pod).
+pub(crate) fn remove_pod_folder(state: &DoubleState, uid: &str) {
+    let folder = pod_folder(state, uid);
+    if let Err(e) = std::fs::remove_dir_all(&folder)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        eprintln!("kube double: removing {}: {e}", folder.display());
+    }
+}
+
+/// The runtime's copy of `pod` (as admitted, before defaulting; its UID `uid`, bound to
+/// `node`), once its
+/// volumes are set up on this host: secret and projected volumes become read-only hostPath
+/// folders, `automountServiceAccountToken` goes (the token is one of those folders), each
+/// container gets the `kubernetes` Service's environment and its `valueFrom` values. Err: the
+/// kubelet's `FailedMount` (or `CreateContainerConfigError`) message; nothing is written then.
+pub(crate) fn runtime_copy(
+    state: &DoubleState,
+    uid: &str,
+    (pod, node): (&Value, &str),
+) -> Result<Value, String> {
+    let mut store = state.store();
+    let mut shown: Vec<(String, Vec<File>)> = Vec::new();
+    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        if let Some(files) = volume_files(&store, state, (pod, node), volume)? {
+            shown.push((
+                volume["name"].as_str().unwrap_or_default().to_owned(),
+                files,
+            ));
+        }
+    }
+    let mut copy = pod.clone();
+    for list in ["initContainers", "containers"] {
+        for container in copy
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            resolve_env(&store, state, (pod, node), container)?;
+        }
+    }
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    if shown.iter().any(|(_, files)| files.iter().any(|f| f.token)) {
+        // A token bound to this Pod, as the kubelet requests one for the projection: it
+        // authenticates as the Pod's ServiceAccount until the Pod is gone.
+        let account = pod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default");
+        let token = store.issue_token(
+            ns,
+            account,
+            Some(Bound {
+                key: ("/pods".into(), ns.to_owned(), name.to_owned()),
+                uid: uid.to_owned(),
+            }),
+        );
+        for (_, files) in &mut shown {
+            for file in files.iter_mut().filter(|f| f.token) {
+                file.data = token.clone().into_bytes();
+            }
+        }
+    }
+    drop(store);
+    let folder = pod_folder(state, uid);
+    let owner = Owner::of(&pod["spec"]);
+    for (volume, files) in &shown {
+        write_files(&folder.join(volume), files, &owner)
+            .map_err(|e| format!("MountVolume.SetUp failed for volume \"{volume}\" : {e}"))?;
+    }
+    // The hostPath folders, mounted read-only as the kubelet mounts secret and projected
+    // volumes whatever the Pod says.
+    for volume in copy
+        .pointer_mut("/spec/volumes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        let name = volume["name"].as_str().unwrap_or_default().to_owned();
+        if shown.iter().any(|(v, _)| *v == name) {
+            let path = folder.join(&name).display().to_string();
+            *volume = json!({"name": name, "hostPath": {"path": path, "type": "Directory"}});
+        }
+    }
+    for list in ["initContainers", "containers"] {
+        for container in copy
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            for mount in container
+                .get_mut("volumeMounts")
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if shown.iter().any(|(v, _)| mount["name"].as_str() == Some(v)) {
+                    mount["readOnly"] = json!(true);
+                }
+            }
+        }
+    }
+    if let Some(spec) = copy["spec"].as_object_mut() {
+        spec.remove("automountServiceAccountToken");
+    }
+    Ok(copy)
+}
+
+/// The container's environment as the kubelet makes it: the `kubernetes` Service's
+/// variables first (the container's own win), then its own with `valueFrom` resolved
+/// (`fieldRef` and `secretKeyRef`; the runtime knows no API server).
+fn resolve_env(
+    store: &Store,
+    state: &DoubleState,
+    (pod, node): (&Value, &str),
+    container: &mut Value,
+) -> Result<(), String> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let mut env: Vec<Value> = Vec::new();
+    for var in container["env"].as_array().into_iter().flatten() {
+        let name = var["name"].as_str().unwrap_or_default();
+        let from = &var["valueFrom"];
+        let value = if let Some(field) = from["fieldRef"]["fieldPath"].as_str() {
+            field_value(pod, field, node).ok_or_else(|| {
+                format!("the kube double does not resolve fieldRef {field:?} (env {name})")
+            })?
+        } else if let Some(key_ref) = from.get("secretKeyRef") {
+            let secret_name = key_ref["name"].as_str().unwrap_or_default();
+            let key = key_ref["key"].as_str().unwrap_or_default();
+            let secret =
+                store
+                    .objects
+                    .get(&("/secrets".into(), ns.to_owned(), secret_name.to_owned()));
+            let data = secret
+                .and_then(|s| s["data"][key].as_str())
+                .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok());
+            match (secret, data) {
+                (_, Some(data)) => String::from_utf8_lossy(&data).into_owned(),
+                _ if key_ref["optional"] == true => continue,
+                (None, _) => return Err(format!("secret \"{secret_name}\" not found")),
+                (Some(_), None) => {
+                    return Err(format!(
+                        "couldn't find key {key} in Secret {ns}/{secret_name}"
+                    ));
+                }
+            }
+        } else if from.is_object() {
+            return Err(format!(
+                "the kube double resolves only fieldRef and secretKeyRef (env {name})"
+            ));
+        } else {
+            var["value"].as_str().unwrap_or_default().to_owned()
+        };
+        env.push(json!({"name": name, "value": value}));
+    }
+    if let Some(address) = state.pod_address {
+        let (host, port) = (address.ip().to_string(), address.port().to_string());
+        let url = format!("tcp://{host}:{port}");
+        let service = [
+            ("KUBERNETES_SERVICE_HOST".to_owned(), host.clone()),
+            ("KUBERNETES_SERVICE_PORT".to_owned(), port.clone()),
+            ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), port.clone()),
+            ("KUBERNETES_PORT".to_owned(), url.clone()),
+            (format!("KUBERNETES_PORT_{port}_TCP"), url),
+            (
+                format!("KUBERNETES_PORT_{port}_TCP_PROTO"),
+                "tcp".to_owned(),
+            ),
+            (format!("KUBERNETES_PORT_{port}_TCP_PORT"), port.clone()),
+            (format!("KUBERNETES_PORT_{port}_TCP_ADDR"), host),
+        ];
+        let own: Vec<String> = env
+            .iter()
+            .filter_map(|v| v["name"].as_str().map(str::to_owned))
+            .collect();
+        let mut all: Vec<Value> = service
+            .into_iter()
+            .filter(|(k, _)| !own.contains(k))
+            .map(|(k, v)| json!({"name": k, "value": v}))
+            .collect();
+        all.append(&mut env);
+        env = all;
+    }
+    if !env.is_empty() {
+        container["env"] = json!(env);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pods_one_run_as_user_owns_the_token() {
+        let shared = json!({"securityContext": {"runAsUser": 65532, "fsGroup": 2000},
+            "containers": [{"name": "a"}, {"name": "b", "securityContext": {"runAsUser": 65532}}]});
+        let owner = Owner::of(&shared);
+        assert_eq!((owner.user, owner.group), (Some(65532), Some(2000)));
+        let mixed = json!({"containers": [{"name": "a", "securityContext": {"runAsUser": 1}},
+            {"name": "b"}]});
+        assert_eq!(Owner::of(&mixed).user, None);
+        assert_eq!(mode_of(&json!(420)), 0o644);
+        assert_eq!(mode_of(&json!(256)), 0o400);
+        assert_eq!(mode_of(&Value::Null), 0o644);
+    }
+
+    #[test]
+    fn the_downward_api_projects_what_the_pod_says() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+            "labels": {"a": "1", "b": "x y"}}, "spec": {"serviceAccountName": "runner"}});
+        assert_eq!(field_value(&pod, "metadata.namespace", "n").unwrap(), "ns");
+        assert_eq!(field_value(&pod, "metadata.uid", "n").unwrap(), "u");
+        assert_eq!(
+            field_value(&pod, "metadata.labels", "n").unwrap(),
+            "a=\"1\"\nb=\"x y\""
+        );
+        assert_eq!(
+            field_value(&pod, "spec.serviceAccountName", "n").unwrap(),
+            "runner"
+        );
+        assert_eq!(field_value(&pod, "status.podIP", "n"), None);
+    }
+}

@@ -378,6 +378,23 @@ async fn role_twins_fail_exactly_their_check_on_kube_double() {
     );
     assert_eq!(evidence("identity"), executor);
     assert_eq!(evidence("broader"), serde_json::json!([]));
+    // The double serves the rules review as an API server does: the Role's rules and every
+    // authenticated user's, judged apart.
+    let grants = evidence("grants");
+    assert_eq!(grants["beyond"], serde_json::json!([]), "{grants}");
+    assert_eq!(
+        grants["every_user"].as_array().map(Vec::len),
+        Some(3),
+        "{grants}"
+    );
+    assert!(
+        grants["within"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|g| g == "create pods/portforward")),
+        "{grants}"
+    );
+    assert_eq!(evidence("rules_review")["incomplete"], false);
+    assert!(connection.findings.is_empty(), "{:?}", connection.findings);
     eprintln!("launch::connection passed in {:?}", started.elapsed());
 
     let registry = kandev_scenarios::registry();
@@ -429,6 +446,22 @@ async fn role_twins_fail_exactly_their_check_on_kube_double() {
                 if !diagnosis.contains(names) {
                     wrong.push(format!(
                         "{id}: the diagnosis does not name {names}: {diagnosis}"
+                    ));
+                }
+                // Found by the rules review itself, not only by the access reviews.
+                let grants = twin.report.scenarios.first().and_then(|s| {
+                    s.steps
+                        .iter()
+                        .find_map(|step| step.evidence.get("grants").cloned())
+                });
+                let in_rules = grants.as_ref().is_some_and(|g| {
+                    g["beyond"]
+                        .as_array()
+                        .is_some_and(|b| b.iter().any(|x| x == names))
+                });
+                if !in_rules {
+                    wrong.push(format!(
+                        "{id}: the rules review does not list {names} beyond: {grants:?}"
                     ));
                 }
                 if twin.code != Some(1) {

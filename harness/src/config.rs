@@ -106,6 +106,9 @@ pub struct ClusterSettings {
     pub bookkeeper_token: Option<PathBuf>,
     /// None: the run creates `kandev-acceptance-<run id>` and removes it.
     pub namespace: Option<String>,
+    /// `--executor-role`: a Role file whose rules replace the ones the run binds its executor
+    /// to (Kandev's, mirrored); None: Kandev's.
+    pub executor_role: Option<PathBuf>,
     pub workspace_size: String,
     pub workspace_access_modes: Vec<String>,
     pub storage_class: Option<String>,

@@ -25,6 +25,7 @@ pub mod image {
 }
 pub mod launch {
     pub mod causal_failures;
+    pub mod connection;
     pub mod contract;
 }
 pub mod isolation {
@@ -60,6 +61,7 @@ use kandev_harness::runner::Scenario;
 pub fn registry() -> Vec<Scenario> {
     vec![
         template::grant_rules::scenario(),
+        launch::connection::scenario(),
         launch::contract::scenario(),
         launch::causal_failures::scenario(),
         prepare::docker_gate::scenario(),

@@ -162,3 +162,73 @@ fn kind_without_the_kind_binary_names_the_fix() {
     );
     assert!(text.contains("install kind"), "{text}");
 }
+
+#[test]
+fn an_executor_role_file_that_is_no_role_with_rules_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path());
+    let reports = dir.path().join("reports");
+    let cluster_role = dir.path().join("cluster-role.yaml");
+    std::fs::write(
+        &cluster_role,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nrules: []\n",
+    )
+    .unwrap();
+    let no_rules = dir.path().join("no-rules.yaml");
+    std::fs::write(
+        &no_rules,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: x}\n",
+    )
+    .unwrap();
+    for (file, problem) in [
+        (&cluster_role, "is a ClusterRole"),
+        (&no_rules, "has no rules"),
+    ] {
+        let file = file.to_str().unwrap();
+        let (code, text, _) = acceptance(&[
+            "run",
+            "--backend",
+            "kube",
+            "--kubeconfig",
+            config.to_str().unwrap(),
+            "--context",
+            "dead",
+            "--worker-image",
+            "registry.example/worker:1",
+            "--daemon-image",
+            "registry.example/dind:1",
+            "--executor-role",
+            file,
+            "--report",
+            reports.to_str().unwrap(),
+        ]);
+        // Refused before the cluster is reached (the dead one would be exit 3).
+        assert_eq!(code, Some(2), "{text}");
+        assert!(
+            text.contains(&format!("the executor Role {file} {problem}"))
+                && text.contains("fix: pass a file holding one rbac.authorization.k8s.io/v1 Role"),
+            "{text}"
+        );
+        assert!(!reports.exists(), "refused before any run started");
+    }
+    // The local engine has no RBAC to bind it in; --in-cluster binds none.
+    let (code, text, _) = acceptance(&[
+        "run",
+        "--executor-role",
+        no_rules.to_str().unwrap(),
+        "--report",
+        reports.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("use --backend kind or kube"), "{text}");
+    let (code, text, _) = acceptance(&[
+        "run",
+        "--backend",
+        "kube",
+        "--in-cluster",
+        "--executor-role",
+        no_rules.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("cannot be used with"), "{text}");
+}

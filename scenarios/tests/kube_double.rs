@@ -13,12 +13,13 @@
 
 mod common;
 
-use common::fixture;
 use common::kube::{
     Run, command, launch, launch_command, launched_run_id, left_in_double, run, run_command,
 };
+use common::{REFUSED_BEFORE_THE_RUN, fixture, twin_failures};
 use kandev_harness::host::images::ImageSet;
 use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use kandev_harness::runner::Twin;
 use kandev_report::Capability;
 use kandev_report::Outcome;
 use kandev_test_support::cluster_double;
@@ -199,7 +200,7 @@ async fn in_cluster_double() -> (cluster_double::KubeDouble, ImageSet, String) {
 }
 
 /// What `launch` refuses or bounds, each with its cause named and nothing left: a harness
-/// image the node cannot pull (exit 3), a run past `--job-timeout` (the Job's deadline, exit
+/// image the node cannot pull (exit 3), a Role the API server refuses (exit 3), a run past `--job-timeout` (the Job's deadline, exit
 /// 3), Ctrl-C (the run in the Pod stops and its interrupted report is still retrieved, exit
 /// 130), and a killed launch whose leftovers `gc --run` removes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -228,6 +229,37 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
         started.elapsed(),
         missing.text
     );
+
+    // A Role the API server refuses (a rule without apiGroups): named, nothing left.
+    let role = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        role.path(),
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: executor}\nrules:\n- resources: [pods]\n  verbs: [get, create, delete, watch]\n",
+    )
+    .unwrap();
+    let refused = launch(
+        &double,
+        &images,
+        &harness,
+        &[
+            "--executor-role",
+            role.path().to_str().unwrap(),
+            "--exact",
+            "daemon::socket_only",
+        ],
+    )
+    .await;
+    assert_eq!(refused.code, Some(3), "{}", refused.text);
+    assert!(
+        refused
+            .text
+            .contains("create role kandev-acceptance-executor")
+            && refused.text.contains("apiGroups: Required value"),
+        "{}",
+        refused.text
+    );
+    let left = left_in_double(&double, &refused.run_id).await;
+    assert!(left.is_empty(), "left in the double: {left:?}");
 
     let started = std::time::Instant::now();
     let bounded = launch(
@@ -568,6 +600,169 @@ async fn a_cluster_that_exposes_task_pods_fails_no_service_on_kube_double() {
             ("launch::contract/forward_loopback", "not reached"),
         ]
     );
+}
+
+/// `launch::connection` passes with the run's own executor Role (Kandev's), and each Role twin
+/// (`Twin::Role`, found in the catalogue as twins.rs finds the others), run as
+/// `--executor-role`, fails exactly its check: one granting more than Kandev needs fails
+/// `nothing_broader`; one lacking a permission Kandev needs is refused by the preflight before
+/// any scenario, naming the check (exit 3). Each leaves nothing in the double or on the engine.
+/// Only `launch::connection` runs: it creates no Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn role_twins_fail_exactly_their_check_on_kube_double() {
+    const SCENARIO: &str = "launch::connection";
+    let (double, images) = engine_double().await;
+    let started = std::time::Instant::now();
+    let good = run(&double, &images, &["--exact", SCENARIO]).await;
+    let report = &good.report;
+    assert_eq!(report.scenarios.len(), 1, "{}", good.text);
+    let connection = &report.scenarios[0];
+    assert_eq!(
+        connection.outcome,
+        Outcome::Passed,
+        "{:?}\n{}",
+        connection.diagnosis,
+        good.text
+    );
+    assert_eq!(good.code, Some(0), "{}", good.text);
+    let evidence = |key: &str| {
+        connection
+            .steps
+            .iter()
+            .find_map(|s| s.evidence.get(key).cloned())
+            .unwrap_or_default()
+    };
+    assert_eq!(evidence("auth_mode"), "kubeconfig");
+    assert_eq!(evidence("success"), true);
+    let executor = evidence("executor");
+    assert!(
+        executor
+            .as_str()
+            .is_some_and(|e| e.ends_with(":kandev-acceptance-executor")),
+        "{executor}"
+    );
+    assert_eq!(evidence("identity"), executor);
+    assert_eq!(evidence("broader"), serde_json::json!([]));
+    // The double serves the rules review as an API server does: the Role's rules and every
+    // authenticated user's, judged apart.
+    let grants = evidence("grants");
+    assert_eq!(grants["beyond"], serde_json::json!([]), "{grants}");
+    assert_eq!(
+        grants["every_user"].as_array().map(Vec::len),
+        Some(3),
+        "{grants}"
+    );
+    assert!(
+        grants["within"]
+            .as_array()
+            .is_some_and(|w| w.iter().any(|g| g == "create pods/portforward")),
+        "{grants}"
+    );
+    assert_eq!(evidence("rules_review")["incomplete"], false);
+    assert!(connection.findings.is_empty(), "{:?}", connection.findings);
+    eprintln!("launch::connection passed in {:?}", started.elapsed());
+
+    let registry = kandev_scenarios::registry();
+    let mut wrong = Vec::new();
+    let mut ran = 0;
+    for scenario in &registry {
+        for check in scenario.checks {
+            let (Twin::Role(name), Some(path)) = (check.twin, check.twin.fixture()) else {
+                continue;
+            };
+            // What the failure must name: the permission the Role adds or lacks.
+            let names = match name {
+                "executor-role-lists-pods" => "list pods",
+                "executor-role-without-portforward" => "create pods/portforward",
+                other => panic!("say what the failure of Role twin {other} names"),
+            };
+            assert_eq!(scenario.name, SCENARIO, "a Role twin of another scenario");
+            let id = scenario.check_id(check);
+            let started = std::time::Instant::now();
+            let twin = run(
+                &double,
+                &images,
+                &["--executor-role", &fixture(&path), "--exact", scenario.name],
+            )
+            .await;
+            if REFUSED_BEFORE_THE_RUN.contains(&id.as_str()) {
+                // Refused by the preflight: no scenario ran, and the refusal names the check.
+                let preflight = twin.report.setup.iter().find(|s| s.name == "preflight");
+                let refusal = preflight.and_then(|s| s.error.clone()).unwrap_or_default();
+                if twin.code != Some(3)
+                    || !twin.report.scenarios.is_empty()
+                    || !refusal.starts_with(&format!("{id}: "))
+                    || !refusal.contains(names)
+                    || !twin.text.contains(&format!("error: {id}: "))
+                {
+                    wrong.push(format!(
+                        "{id}: fixtures/{path} was not refused by the preflight naming the check (exit {:?}, preflight {refusal:?})\n{}",
+                        twin.code, twin.text
+                    ));
+                }
+            } else {
+                wrong.extend(twin_failures(&twin.report, scenario, check));
+                let diagnosis = twin
+                    .report
+                    .scenarios
+                    .first()
+                    .and_then(|s| s.diagnosis.clone())
+                    .unwrap_or_default();
+                if !diagnosis.contains(names) {
+                    wrong.push(format!(
+                        "{id}: the diagnosis does not name {names}: {diagnosis}"
+                    ));
+                }
+                // Found by the rules review itself, not only by the access reviews.
+                let grants = twin.report.scenarios.first().and_then(|s| {
+                    s.steps
+                        .iter()
+                        .find_map(|step| step.evidence.get("grants").cloned())
+                });
+                let in_rules = grants.as_ref().is_some_and(|g| {
+                    g["beyond"]
+                        .as_array()
+                        .is_some_and(|b| b.iter().any(|x| x == names))
+                });
+                if !in_rules {
+                    wrong.push(format!(
+                        "{id}: the rules review does not list {names} beyond: {grants:?}"
+                    ));
+                }
+                if twin.code != Some(1) {
+                    wrong.push(format!(
+                        "{id}: fixtures/{path} exited {:?} (expected 1)\n{}",
+                        twin.code, twin.text
+                    ));
+                }
+            }
+            if !twin.report.leftovers.is_empty()
+                || !left_on_engine(&twin.report.run_id).await.is_empty()
+            {
+                wrong.push(format!(
+                    "{id}: fixtures/{path} left {:?}",
+                    twin.report.leftovers
+                ));
+            }
+            // The namespace goes once the double has removed what is inside.
+            let mut left = run_namespaces(&double, &twin.report.run_id);
+            for _ in 0..40 {
+                if left.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                left = run_namespaces(&double, &twin.report.run_id);
+            }
+            if !left.is_empty() {
+                wrong.push(format!("{id}: fixtures/{path} left {left:?}"));
+            }
+            ran += 1;
+            eprintln!("role twin fixtures/{path}: {id} in {:?}", started.elapsed());
+        }
+    }
+    assert!(ran >= 2, "the catalogue has {ran} Role twins");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// The run's namespaces in the double (labelled with `run_id`).

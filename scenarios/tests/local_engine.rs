@@ -23,6 +23,16 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
     // Under the release gate: what `gate` then accepts.
     let run = run(&["--gate", "release"]);
     for scenario in &run.report.scenarios {
+        // No API server here: the one scenario that needs one is skipped, which the release
+        // gate of a local run accepts (it requires what the backend can offer).
+        if scenario.name == "launch::connection" {
+            assert!(
+                scenario.outcome == Outcome::Skipped
+                    && scenario.lacking == Some(Capability::Cluster),
+                "{scenario:?}"
+            );
+            continue;
+        }
         assert_eq!(
             scenario.outcome,
             Outcome::Passed,
@@ -52,7 +62,7 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
     }
     assert_eq!(
         run.report.summary.passed,
-        kandev_scenarios::registry().len()
+        kandev_scenarios::registry().len() - 1
     );
     assert_eq!(run.code, 0, "{}", run.output);
     assert_nothing_left(&run.report);
@@ -154,8 +164,9 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
         serde_json::from_slice(&std::fs::read(folder.join("ctrf.json")).unwrap()).unwrap();
     assert_eq!(
         ctrf["results"]["summary"]["passed"].as_u64(),
-        Some(run.report.scenarios.len() as u64)
+        Some(run.report.summary.passed as u64)
     );
+    assert_eq!(ctrf["results"]["summary"]["skipped"].as_u64(), Some(1));
     let errors = schemas::junit_errors(&junit);
     assert!(
         errors.is_empty(),

@@ -11,7 +11,8 @@
 //!   check in each of them, with a diagnosis naming it, while the checks before it still pass.
 //!   The twin of `template::grant_rules/passes` is a template `run` refuses before anything
 //!   starts (exit 2, the broken rule named at its field path): that refusal is the check
-//!   failing.
+//!   failing. Role twins (`--executor-role`) need RBAC: `kube_double.rs` runs them on the
+//!   cluster double (`role_twins_fail_exactly_their_check_on_kube_double`).
 //!
 //! One run per fixture: a fixture that twins checks of several scenarios runs them together
 //! (it breaks one check in each). `KANDEV_TWINS=<part of a fixture path>` runs only matching
@@ -23,7 +24,6 @@ mod common;
 
 use common::*;
 use kandev_harness::runner::{Check, Scenario, Twin};
-use kandev_report::{CheckOutcome, Outcome};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
@@ -35,8 +35,6 @@ const HOST_FOLDERS: [&str; 3] = [
     "/tmp/kandev-acceptance-shared-containerd",
     "/tmp/kandev-acceptance-shared-workspace",
 ];
-/// The one check judged before a run starts: its twin is refused by `run` (exit 2).
-const REFUSED_BEFORE_THE_RUN: &str = "template::grant_rules/passes";
 const TABLE_BEGIN: &str = "<!-- checks:begin -->";
 const TABLE_END: &str = "<!-- checks:end -->";
 
@@ -208,57 +206,15 @@ fn twin_args(twin: &Twin) -> (Vec<String>, Option<String>) {
             let tag = broken_worker(name);
             (vec!["--worker-image".into(), tag.clone()], Some(tag))
         }
+        Twin::Role(_) => (
+            vec![
+                "--executor-role".into(),
+                fixture(&twin.fixture().unwrap_or_default()),
+            ],
+            None,
+        ),
         Twin::Cluster(_) | Twin::Exempt(_) | Twin::Mirror(_) => (Vec::new(), None),
     }
-}
-
-/// What is wrong with `scenario`'s result in `run` for its check `check`, if anything.
-fn judge(run: &Run, scenario: &Scenario, check: &Check) -> Vec<String> {
-    let id = scenario.check_id(check);
-    let Some(report) = run
-        .report
-        .scenarios
-        .iter()
-        .find(|s| s.name == scenario.name)
-    else {
-        return vec![format!("{id}: {} did not run", scenario.name)];
-    };
-    let mut wrong = Vec::new();
-    if report.outcome != Outcome::Failed {
-        wrong.push(format!(
-            "{id}: {} ended {} (expected failed): {:?}",
-            scenario.name,
-            report.outcome.as_str(),
-            report.diagnosis
-        ));
-    }
-    let diagnosis = report.diagnosis.clone().unwrap_or_default();
-    if !diagnosis.starts_with(&id) {
-        wrong.push(format!(
-            "{id}: the diagnosis does not name the check: {diagnosis}"
-        ));
-    }
-    let position = scenario.checks.iter().position(|c| c.id == check.id);
-    for (i, c) in report.checks.iter().enumerate() {
-        let expected = match position {
-            Some(p) if i < p => CheckOutcome::Passed,
-            Some(p) if i == p => CheckOutcome::Failed,
-            _ => CheckOutcome::NotReached,
-        };
-        // Later checks are not reached; earlier ones must have been judged and held.
-        if (i as isize) <= position.map_or(-1, |p| p as isize) && c.outcome != expected {
-            wrong.push(format!(
-                "{id}: {} is {} (expected {})",
-                c.id,
-                c.outcome.as_str(),
-                expected.as_str()
-            ));
-        }
-    }
-    if report.artifacts.is_empty() {
-        wrong.push(format!("{id}: a failed scenario keeps evidence"));
-    }
-    wrong
 }
 
 /// A twin and the checks (of different scenarios) it must fail in one run.
@@ -284,11 +240,13 @@ fn every_twin_fails_exactly_its_check() {
     let mut wrong = Vec::new();
     let mut ran = 0;
     for (path, (twin, checks)) in by_fixture {
-        // Refused before the run: judged by the_twin_refused_before_the_run_is_refused_naming_its_rule.
-        let refused = checks
-            .iter()
-            .any(|(scenario, check)| scenario.check_id(check) == REFUSED_BEFORE_THE_RUN);
-        if !path.contains(&wanted) || refused {
+        // Refused before the run: judged by the_twin_refused_by_kandevs_rules_is_refused_naming_its_rule
+        // and, for the preflight's, on the cluster double with the other Role twins, which
+        // need RBAC (kube_double.rs, role_twins_fail_exactly_their_check_on_kube_double).
+        let refused = checks.iter().any(|(scenario, check)| {
+            REFUSED_BEFORE_THE_RUN.contains(&scenario.check_id(check).as_str())
+        });
+        if !path.contains(&wanted) || refused || matches!(twin, Twin::Role(_)) {
             continue;
         }
         let started = std::time::Instant::now();
@@ -311,7 +269,7 @@ fn every_twin_fails_exactly_its_check() {
             kandev_scenarios::lifecycle::teardown_exact::MARKER_PREFIX,
         );
         for (scenario, check) in &checks {
-            wrong.extend(judge(&run, scenario, check));
+            wrong.extend(twin_failures(&run.report, scenario, check));
         }
         if run.code != 1 {
             wrong.push(format!(
@@ -335,27 +293,30 @@ fn every_twin_fails_exactly_its_check() {
             eprintln!("{}", run.output);
         }
     }
-    assert!(ran > 0, "no twin matched KANDEV_TWINS={wanted:?}");
+    assert!(
+        ran > 0,
+        "no twin matched KANDEV_TWINS={wanted:?} (Role twins run in kube_double.rs)"
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// The twin of [`REFUSED_BEFORE_THE_RUN`] is refused by `run` before anything starts (exit 2),
+/// The twin of [`REFUSED_BY_RULES`] is refused by `run` before anything starts (exit 2),
 /// naming exactly the rule it breaks at its field path, and no run folder is written. Needs
 /// no engine: nothing is created.
 #[test]
-fn the_twin_refused_before_the_run_is_refused_naming_its_rule() {
+fn the_twin_refused_by_kandevs_rules_is_refused_naming_its_rule() {
     let twin = kandev_scenarios::registry()
         .iter()
         .flat_map(|s| s.checks.iter().map(move |c| (s.check_id(c), c.twin)))
-        .find(|(id, _)| id == REFUSED_BEFORE_THE_RUN)
+        .find(|(id, _)| id == REFUSED_BY_RULES)
         .and_then(|(_, twin)| twin.fixture())
         .expect("the check and its twin");
-    let wrong = refused_before_the_run(&twin);
+    let wrong = refused_by_rules(&twin);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// What is wrong with how `run` treated the twin of [`REFUSED_BEFORE_THE_RUN`].
-fn refused_before_the_run(path: &str) -> Vec<String> {
+/// What is wrong with how `run` treated the twin of [`REFUSED_BY_RULES`].
+fn refused_by_rules(path: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--report"])
@@ -369,7 +330,7 @@ fn refused_before_the_run(path: &str) -> Vec<String> {
     let mut wrong = Vec::new();
     if output.status.code() != Some(2) {
         wrong.push(format!(
-            "{REFUSED_BEFORE_THE_RUN}: fixtures/{path} exited {:?}, expected 2 (refused): {text}",
+            "{REFUSED_BY_RULES}: fixtures/{path} exited {:?}, expected 2 (refused): {text}",
             output.status.code()
         ));
     }
@@ -383,12 +344,12 @@ fn refused_before_the_run(path: &str) -> Vec<String> {
         || !errors[0].contains("config.pod_template_yaml.template.spec.containers[0].command")
     {
         wrong.push(format!(
-            "{REFUSED_BEFORE_THE_RUN}: fixtures/{path}: the refusal does not name exactly the main container's command: {text}"
+            "{REFUSED_BY_RULES}: fixtures/{path}: the refusal does not name exactly the main container's command: {text}"
         ));
     }
     if std::fs::read_dir(dir.path()).unwrap().next().is_some() {
         wrong.push(format!(
-            "{REFUSED_BEFORE_THE_RUN}: fixtures/{path}: a refused run wrote a run folder"
+            "{REFUSED_BY_RULES}: fixtures/{path}: a refused run wrote a run folder"
         ));
     }
     wrong

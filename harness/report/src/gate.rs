@@ -4,8 +4,8 @@
 //! to is the harness's analysis, kandev-harness's `outputs::gate`, not these words.)
 
 /// What a run needs to judge every scenario. Lacking one ends the scenarios that need it
-/// `skipped` (node view) or `incompatible` (worker tools) — unless the gate requires it: then
-/// they fail, naming what was missing.
+/// `skipped` (node view, cluster) or `incompatible` (worker tools) — unless the gate requires
+/// it: then they fail, naming what was missing.
 #[derive(
     Debug,
     Clone,
@@ -31,15 +31,30 @@ pub enum Capability {
     /// The node's processes and cgroups readable by the run (`cgroup::accounting`,
     /// `lifecycle::teardown_exact`).
     NodeView,
+    /// An API server with RBAC whose executor identity the run can examine (Kandev's
+    /// connection test, `launch::connection`): the `kind` and `kube` backends only.
+    Cluster,
 }
 
 impl Capability {
-    pub const ALL: [Capability; 4] = [
+    pub const ALL: [Capability; 5] = [
         Capability::Docker,
         Capability::Compose,
         Capability::Browser,
         Capability::NodeView,
+        Capability::Cluster,
     ];
+
+    /// Every capability a run on `backend` (a report's `backend`) can have at all: all of
+    /// them on a cluster (`kind`, `kube`); on the local engine, which has no API server, all
+    /// but `cluster`. The release profile requires exactly these, so that a local release run
+    /// is not refused for what no local run can show (`--require cluster` still asks for it).
+    pub fn offered_by(backend: &str) -> Vec<Capability> {
+        Capability::ALL
+            .into_iter()
+            .filter(|c| *c != Capability::Cluster || backend != "local")
+            .collect()
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -47,6 +62,7 @@ impl Capability {
             Capability::Compose => "compose",
             Capability::Browser => "browser",
             Capability::NodeView => "node-view",
+            Capability::Cluster => "cluster",
         }
     }
 
@@ -75,7 +91,8 @@ pub enum GateProfile {
     /// Require what the template declares it serves, or `--require`.
     #[default]
     Default,
-    /// Release gating: every capability required, and every image reference immutable.
+    /// Release gating: every capability the backend offers required
+    /// ([`Capability::offered_by`]), and every image reference immutable.
     Release,
 }
 
@@ -108,15 +125,17 @@ impl Gate {
         self.requires.contains(&capability)
     }
 
-    /// Resolves the gate: the release profile requires everything; else `--require` (when
-    /// given) replaces what the template declares it serves.
+    /// Resolves the gate of a run on `backend`: the release profile requires everything the
+    /// backend offers ([`Capability::offered_by`]); else `--require` (when given) replaces
+    /// what the template declares it serves.
     pub fn resolve(
         profile: GateProfile,
         required: Option<&[Capability]>,
         template_serves: &[Capability],
+        backend: &str,
     ) -> Gate {
         let (mut requires, source) = match (profile, required) {
-            (GateProfile::Release, _) => (Capability::ALL.to_vec(), "release profile"),
+            (GateProfile::Release, _) => (Capability::offered_by(backend), "release profile"),
             (GateProfile::Default, Some(list)) => (list.to_vec(), "--require"),
             (GateProfile::Default, None) if !template_serves.is_empty() => (
                 template_serves.to_vec(),
@@ -141,24 +160,48 @@ mod tests {
     #[test]
     fn the_release_profile_requires_everything_and_require_replaces_the_template() {
         let serves = [Capability::Browser, Capability::Docker, Capability::Docker];
-        let by_template = Gate::resolve(GateProfile::Default, None, &serves);
+        let by_template = Gate::resolve(GateProfile::Default, None, &serves, "kind");
         assert_eq!(
             by_template.requires,
             vec![Capability::Docker, Capability::Browser]
         );
         assert!(by_template.source.contains("acceptance.kandev.ai/serves"));
-        let by_flag = Gate::resolve(GateProfile::Default, Some(&[Capability::NodeView]), &serves);
+        let by_flag = Gate::resolve(
+            GateProfile::Default,
+            Some(&[Capability::NodeView]),
+            &serves,
+            "kind",
+        );
         assert_eq!(by_flag.requires, vec![Capability::NodeView]);
         assert_eq!(by_flag.source, "--require");
-        let none = Gate::resolve(GateProfile::Default, Some(&[]), &serves);
+        let none = Gate::resolve(GateProfile::Default, Some(&[]), &serves, "kind");
         assert!(none.requires.is_empty());
-        let release = Gate::resolve(GateProfile::Release, Some(&[]), &[]);
+        let release = Gate::resolve(GateProfile::Release, Some(&[]), &[], "kube");
         assert_eq!(release.requires, Capability::ALL.to_vec());
         assert!(release.requires(Capability::NodeView));
         assert_eq!(
-            Gate::resolve(GateProfile::Default, None, &[]).requires,
+            Gate::resolve(GateProfile::Default, None, &[], "kube").requires,
             vec![]
         );
+    }
+
+    #[test]
+    fn a_release_requires_cluster_only_where_the_backend_has_an_api_server() {
+        for backend in ["kind", "kube"] {
+            let release = Gate::resolve(GateProfile::Release, None, &[], backend);
+            assert!(release.requires(Capability::Cluster), "{backend}");
+        }
+        let local = Gate::resolve(GateProfile::Release, None, &[], "local");
+        assert!(!local.requires(Capability::Cluster));
+        assert_eq!(local.requires.len(), Capability::ALL.len() - 1);
+        // Asked for by name, it is required even there (and so fails a local run).
+        let asked = Gate::resolve(
+            GateProfile::Default,
+            Some(&[Capability::Cluster]),
+            &[],
+            "local",
+        );
+        assert!(asked.requires(Capability::Cluster));
     }
 
     #[test]

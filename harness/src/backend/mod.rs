@@ -4,6 +4,7 @@
 //! the command line reach a backend only through [`provider`], its one
 //! registration.
 
+pub mod connection;
 pub mod kube;
 pub mod local;
 pub mod on_this_host;
@@ -13,7 +14,7 @@ use crate::config::RunConfig;
 use crate::host::HostEngine;
 use crate::host::images::ImageSet;
 use crate::node::NodeView;
-use crate::pod::template::TemplateFile;
+use crate::pod::template::{TemplateFile, WorkspaceMode};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use kandev_report::{CleanupRecord, Environment};
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use crate::config::BackendKind;
+pub use connection::ConnectionTest;
 pub use setup_steps::SetupSteps;
 
 /// The one place a backend is registered: its provider (preparation, teardown, `gc`).
@@ -395,6 +397,14 @@ pub trait Backend: Send + Sync {
     /// not create Pods), with who that is; None where the backend has no access control (the
     /// local engine).
     async fn restricted_identity(&self) -> Result<Option<(String, Arc<dyn Backend>)>> {
+        Ok(None)
+    }
+    /// Kandev's connection test (foundation 14) of the identity the sessions run as, with the
+    /// sessions' own client: the API server answers, names the identity, and says what it
+    /// may do (access reviews of what Kandev needs in `mode` and of what it must not need,
+    /// and a rules review of the namespace). None where there is no API server (the local
+    /// engine): the run lacks the `cluster` capability.
+    async fn connection_test(&self, _mode: WorkspaceMode) -> Result<Option<ConnectionTest>> {
         Ok(None)
     }
     /// The Pod's IP address on the node network.

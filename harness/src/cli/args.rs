@@ -131,6 +131,13 @@ pub(crate) struct RunArgs {
     /// default: the Pod's own identity.
     #[arg(long, value_name = "FILE", requires = "in_cluster")]
     pub(crate) bookkeeper_token: Option<PathBuf>,
+    /// --backend kind|kube: a Role document (rbac.authorization.k8s.io/v1, kind Role) whose
+    /// rules replace the ones the run binds its executor service account to (default: a
+    /// mirror of Kandev's executor Role); the harness sets its name, namespace and labels.
+    /// `launch::connection` judges the identity it makes. Not with --in-cluster, where the
+    /// Pod's own service account is the executor.
+    #[arg(long, value_name = "FILE", conflicts_with = "in_cluster")]
+    pub(crate) executor_role: Option<PathBuf>,
     /// The run's id (default: a fresh one); `launch` passes the id it labels its objects with.
     #[arg(long, value_name = "ID", hide = true, value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
@@ -215,12 +222,13 @@ pub(crate) struct RunArgs {
     /// scenario's deadline applies).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) step_timeout: Option<u64>,
-    /// The gate the run is judged by: `release` requires every capability
-    /// (docker, compose, browser, node-view) and immutable image references (digests).
+    /// The gate the run is judged by: `release` requires every capability the backend offers
+    /// (docker, compose, browser, node-view; and cluster on kind and kube) and immutable image
+    /// references (digests).
     #[arg(long, value_enum, default_value = "default")]
     pub(crate) gate: GateProfile,
     /// Capabilities the run must be able to check (comma-separated: docker, compose, browser,
-    /// node-view; or none); a scenario that lacks one fails instead of ending skipped or
+    /// node-view, cluster; or none); a scenario that lacks one fails instead of ending skipped or
     /// incompatible. Replaces what the template declares it serves
     /// (acceptance.kandev.ai/serves).
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
@@ -289,8 +297,9 @@ pub(crate) struct GateArgs {
     /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
     #[arg(long, value_name = "DURATION", value_parser = parse_age)]
     pub(crate) max_age: Option<u64>,
-    /// Capabilities whose lack fails (default: all, the release profile); `none` to excuse
-    /// skipped and incompatible scenarios.
+    /// Capabilities whose lack fails (default: as the release profile, every capability the
+    /// report's backend offers: cluster only on kind and kube); `none` to excuse skipped and
+    /// incompatible scenarios.
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
     pub(crate) require: Option<Requirements>,
 }

@@ -42,10 +42,11 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
         daemon_image: args.daemon_image.clone(),
         template_sha256,
         max_age_ms: args.max_age,
+        // As the release profile: every capability the report's backend can have at all.
         requires: args
             .require
             .as_ref()
-            .map_or_else(|| Capability::ALL.to_vec(), |r| r.0.clone()),
+            .map_or_else(|| Capability::offered_by(&report.backend), |r| r.0.clone()),
         catalogue: registry
             .iter()
             .map(|s| {

@@ -6,7 +6,7 @@ use super::args::{LaunchArgs, NOT_FORWARDED};
 use super::read_input;
 use super::validate::check_rules;
 use crate::backend::BackendKind;
-use crate::backend::kube::cluster::{self, executor_role};
+use crate::backend::kube::cluster::{self, executor_role, executor_role_file};
 use crate::backend::kube::launch::{self, INPUTS, Interrupts, LaunchPlan};
 use crate::pod::template::{Severity, TemplateFile};
 use crate::runner::Scenario;
@@ -72,12 +72,24 @@ pub(crate) fn launch(
         inputs.push((key.to_owned(), text.into_bytes()));
         run_args.extend([flag.to_owned(), format!("{INPUTS}/{key}")]);
     }
+    // The operator's Role for the executor (`--executor-role`) is launch's to create: the run
+    // in the Pod only uses the account bound to it.
+    let executor_role = match &run.executor_role {
+        Some(path) => match executor_role_file(path, "", &BTreeMap::new()) {
+            Ok(role) => role,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::USAGE;
+            }
+        },
+        None => executor_role("", run.workspace_mode, &BTreeMap::new()),
+    };
     let run_id = crate::pod::identity::new_run_id();
-    let mut plan = LaunchPlan {
+    let plan = LaunchPlan {
         run_id: run_id.clone(),
         namespace: run.cluster.namespace.clone(),
         harness_image: args.harness_image.clone(),
-        executor_role: executor_role("", run.workspace_mode, &BTreeMap::new()),
+        executor_role,
         node_inspector: run.node_inspector,
         job_timeout: Duration::from_secs(args.job_timeout),
         start_timeout: Duration::from_secs(args.start_timeout),
@@ -85,7 +97,6 @@ pub(crate) fn launch(
         inputs,
         run_args,
     };
-    plan.executor_role.metadata = Default::default();
     let report_dir = run.report_dir.clone().unwrap_or_else(crate::paths::reports);
     let context = run.cluster.context.clone();
     eprintln!(
@@ -119,7 +130,7 @@ pub(crate) fn launch(
             (ended.code, ended.cleanup)
         }
         Err((e, ended)) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::error_chain(&e));
             (ended.code, ended.cleanup)
         }
     };

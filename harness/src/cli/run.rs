@@ -47,6 +47,7 @@ pub(crate) fn cluster_settings(
         settings.node_inspector_image = r.node_inspector_image.clone();
         settings.in_cluster = r.in_cluster;
         settings.bookkeeper_token = r.bookkeeper_token.clone();
+        settings.executor_role = r.executor_role.clone();
     }
     settings
 }
@@ -391,7 +392,7 @@ fn resolve_gate(
 ) -> Result<Gate, Vec<String>> {
     let serves = crate::pod::release::declared_serves(parsed).map_err(|f| vec![f.to_string()])?;
     let required = args.require.as_ref().map(|r| r.0.as_slice());
-    let gate = Gate::resolve(args.gate, required, &serves);
+    let gate = Gate::resolve(args.gate, required, &serves, config.backend.name());
     if gate.profile != GateProfile::Release {
         return Ok(gate);
     }

@@ -108,9 +108,11 @@ impl BodyEnd {
 
     /// What the gate makes of a body it left unjudged: one that lacks a capability is
     /// refused (`failed`) when the gate requires it (a release must not pass on what it never
-    /// checked), else `skipped` (the node view) or `incompatible` (worker tools); under the
-    /// release profile nothing passes unjudged, so any `skipped` or `incompatible` body (e.g.
-    /// a workspace mode the scenario cannot be shown in) is refused too.
+    /// checked), else `skipped` (the node view, a cluster) or `incompatible` (worker tools);
+    /// under the release profile nothing else passes unjudged, so any other `skipped` or
+    /// `incompatible` body (e.g. a workspace mode the scenario cannot be shown in) is refused
+    /// too. (The release profile requires every capability the backend offers: what a body
+    /// still lacks unrequired is one no run on that backend can have, a cluster locally.)
     pub fn by_gate(self, gate: &Gate) -> Self {
         match self {
             Self::Skipped(reason) | Self::Incompatible(reason)
@@ -126,7 +128,10 @@ impl BodyEnd {
                 gate.profile.name(),
                 gate.source
             )),
-            Self::Lacks(Capability::NodeView, reason) => Self::Skipped(reason),
+            // What the run's environment lacks (not the worker image): skipped, not refused.
+            Self::Lacks(Capability::NodeView | Capability::Cluster, reason) => {
+                Self::Skipped(reason)
+            }
             Self::Lacks(_, reason) => Self::Incompatible(reason),
             other => other,
         }
@@ -355,8 +360,8 @@ mod tests {
 
     #[test]
     fn the_release_gate_fails_what_was_left_unjudged() {
-        let release = Gate::resolve(GateProfile::Release, None, &[]);
-        let default = Gate::resolve(GateProfile::Default, Some(&[]), &[]);
+        let release = Gate::resolve(GateProfile::Release, None, &[], "kind");
+        let default = Gate::resolve(GateProfile::Default, Some(&[]), &[], "kind");
         let incompatible = || BodyEnd::Incompatible("empty_dir".into());
         let ended = incompatible().by_gate(&release);
         assert!(
@@ -374,5 +379,24 @@ mod tests {
             BodyEnd::Skipped("no node view".into())
         );
         assert_eq!(lacks.lacking(), Some(Capability::NodeView));
+    }
+
+    #[test]
+    fn a_local_release_skips_what_needs_a_cluster_and_a_cluster_release_fails_it() {
+        let no_cluster = || BodyEnd::Lacks(Capability::Cluster, "no API server".into());
+        let local = Gate::resolve(GateProfile::Release, None, &[], "local");
+        assert_eq!(
+            no_cluster().by_gate(&local),
+            BodyEnd::Skipped("no API server".into())
+        );
+        let kube = Gate::resolve(GateProfile::Release, None, &[], "kube");
+        assert_eq!(no_cluster().by_gate(&kube).outcome(), Outcome::Failed);
+        let asked = Gate::resolve(
+            GateProfile::Default,
+            Some(&[Capability::Cluster]),
+            &[],
+            "local",
+        );
+        assert_eq!(no_cluster().by_gate(&asked).outcome(), Outcome::Failed);
     }
 }

@@ -57,6 +57,10 @@ pub enum Twin {
     Worker(&'static str),
     /// `fixtures/prepare/broken/<name>.sh`, run as `--prepare-script`.
     Prepare(&'static str),
+    /// `fixtures/rbac/broken/<name>.yaml`, a Role the operator could bind the executor to,
+    /// run as `--executor-role` (its rules replace the executor's). Only a cluster has RBAC:
+    /// `scenarios/tests/kube_double.rs` runs it on the cluster double.
+    Role(&'static str),
     /// A cluster twin: a behaviour of the cluster double (a cluster's own object or
     /// controller, not the harness's) that breaks exactly this check; the name of the test in
     /// `scenarios/tests/kube_double.rs` that switches it on and asserts exactly this check
@@ -80,6 +84,7 @@ impl Twin {
             Twin::Template(name) => Some(format!("templates/broken/{name}.yaml")),
             Twin::Worker(name) => Some(format!("images/broken/{name}")),
             Twin::Prepare(name) => Some(format!("prepare/broken/{name}.sh")),
+            Twin::Role(name) => Some(format!("rbac/broken/{name}.yaml")),
             Twin::Cluster(_) | Twin::Exempt(_) | Twin::Mirror(_) => None,
         }
     }

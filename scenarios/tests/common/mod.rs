@@ -6,7 +6,8 @@
 
 pub mod kube;
 
-use kandev_report::{Outcome, Report};
+use kandev_harness::runner::{Check, Scenario};
+use kandev_report::{CheckOutcome, Outcome, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -307,4 +308,70 @@ pub fn image_as_run(report: &Report, role: &str) -> String {
         .unwrap();
     let name = image.reference.split(':').next().unwrap();
     format!("{name}@{}", image.id.clone().unwrap())
+}
+
+/// The check judged before a run starts by Kandev's rules: its twin, a template, is refused
+/// by `run` (exit 2, nothing created).
+pub const REFUSED_BY_RULES: &str = "template::grant_rules/passes";
+/// The check judged before any scenario by the cluster's preflight: its twin, a Role without
+/// a permission Kandev needs, is refused naming the check (exit 3, what the run set up
+/// removed).
+pub const REFUSED_BY_PREFLIGHT: &str = "launch::connection/granted";
+/// The checks whose twins `run` refuses before any scenario: that refusal is the check
+/// failing.
+pub const REFUSED_BEFORE_THE_RUN: [&str; 2] = [REFUSED_BY_RULES, REFUSED_BY_PREFLIGHT];
+
+/// What is wrong with `scenario`'s result in `report` for a twin of its check `check`, if
+/// anything: the scenario failed, its diagnosis names the check, the checks before it passed
+/// and the later ones were not reached, and a failed scenario with sessions kept their
+/// evidence (one without, its steps' evidence, in the report).
+pub fn twin_failures(report: &Report, scenario: &Scenario, check: &Check) -> Vec<String> {
+    let id = scenario.check_id(check);
+    let Some(report) = report.scenarios.iter().find(|s| s.name == scenario.name) else {
+        return vec![format!("{id}: {} did not run", scenario.name)];
+    };
+    let mut wrong = Vec::new();
+    if report.outcome != Outcome::Failed {
+        wrong.push(format!(
+            "{id}: {} ended {} (expected failed): {:?}",
+            scenario.name,
+            report.outcome.as_str(),
+            report.diagnosis
+        ));
+    }
+    let diagnosis = report.diagnosis.clone().unwrap_or_default();
+    if !diagnosis.starts_with(&id) {
+        wrong.push(format!(
+            "{id}: the diagnosis does not name the check: {diagnosis}"
+        ));
+    }
+    let position = scenario.checks.iter().position(|c| c.id == check.id);
+    for (i, c) in report.checks.iter().enumerate() {
+        let expected = match position {
+            Some(p) if i < p => CheckOutcome::Passed,
+            Some(p) if i == p => CheckOutcome::Failed,
+            _ => CheckOutcome::NotReached,
+        };
+        // Later checks are not reached; earlier ones must have been judged and held.
+        if (i as isize) <= position.map_or(-1, |p| p as isize) && c.outcome != expected {
+            wrong.push(format!(
+                "{id}: {} is {} (expected {})",
+                c.id,
+                c.outcome.as_str(),
+                expected.as_str()
+            ));
+        }
+    }
+    let step_evidence = report
+        .steps
+        .iter()
+        .any(|s| s.evidence.as_object().is_some_and(|e| !e.is_empty()));
+    if report.sessions.is_empty() && !step_evidence {
+        wrong.push(format!(
+            "{id}: the failed scenario's steps hold no evidence"
+        ));
+    } else if !report.sessions.is_empty() && report.artifacts.is_empty() {
+        wrong.push(format!("{id}: a failed scenario keeps evidence"));
+    }
+    wrong
 }

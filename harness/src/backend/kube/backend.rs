@@ -5,6 +5,7 @@
 use super::cluster::{ClientBounds, client_of};
 use super::deletes::DeletePolicy;
 use super::errors::other;
+use crate::backend::connection::AuthMode;
 use crate::backend::{Backend, Result};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Client;
@@ -51,6 +52,11 @@ pub struct KubeBackend {
     pub delete_grace_seconds: i64,
     /// The operator's client configuration, for clients acting as other identities.
     pub(super) config: Option<kube::Config>,
+    /// Who the run set the sessions up to run as, when it did (the connection test compares
+    /// it with who the API server says they are); None in the cluster (the Pod's own).
+    pub(super) executor: Option<String>,
+    /// How the sessions' client authenticates (the connection test's `auth_mode`).
+    pub(super) auth_mode: AuthMode,
 }
 
 impl KubeBackend {
@@ -72,7 +78,17 @@ impl KubeBackend {
             delete_timeout: Duration::from_secs(120),
             delete_grace_seconds: 2,
             config: None,
+            executor: None,
+            auth_mode: AuthMode::Kubeconfig,
         }
+    }
+
+    /// Who the sessions run as (`executor`: None when the run did not set the identity up)
+    /// and how their client authenticates, for the connection test.
+    pub fn with_executor(mut self, executor: Option<String>, auth_mode: AuthMode) -> Self {
+        self.executor = executor;
+        self.auth_mode = auth_mode;
+        self
     }
 
     /// The operator's client configuration (server and CA), from which
@@ -163,6 +179,8 @@ pub(super) async fn restricted_identity(
         delete_timeout: backend.delete_timeout,
         delete_grace_seconds: backend.delete_grace_seconds,
         config: None,
+        executor: None,
+        auth_mode: backend.auth_mode,
     };
     Ok(Some((
         format!(

@@ -6,6 +6,10 @@ use crate::backend::BackendError;
 use crate::wait::WaitTimedOut;
 use std::time::Duration;
 
+/// The check a preflight refusal of the executor's permissions is (`launch::connection`'s
+/// `granted`; the scenario's unit test keeps the two names equal).
+pub const GRANTED_CHECK: &str = "launch::connection/granted";
+
 /// Why the cluster cannot be used; each names the cause and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
@@ -60,13 +64,20 @@ pub enum ClusterError {
         "namespace {namespace} does not exist\n  fix: create it (Kandev never creates namespaces), or omit --namespace so the run creates and removes its own"
     )]
     NamespaceMissing { namespace: String },
+    /// Refused before any scenario, this is `launch::connection/granted` failing (its
+    /// broken twin, a Role without `pods/portforward`, ends here): the message names it.
     #[error(
-        "the executor identity lacks permissions Kandev needs in namespace {namespace}: {missing:?}\n  fix: the run's Role grants them; an admission policy or RBAC webhook is denying them"
+        "{GRANTED_CHECK}: the executor identity {executor} lacks permissions Kandev needs in namespace {namespace}: {missing:?}\n  fix: grant them in the executor's Role (the run's own mirrors Kandev's; --executor-role FILE replaces its rules; --in-cluster, the Role bound to the Pod's service account); if it grants them, an admission policy or RBAC webhook is denying them"
     )]
     Forbidden {
+        executor: String,
         namespace: String,
         missing: Vec<String>,
     },
+    #[error(
+        "the executor Role {path} {problem}\n  fix: pass a file holding one rbac.authorization.k8s.io/v1 Role (`kind: Role`) whose rules are the executor's permissions; the harness sets its name, namespace and labels; nothing was created"
+    )]
+    ExecutorRole { path: String, problem: String },
     #[error(
         "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
     )]

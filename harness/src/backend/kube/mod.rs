@@ -10,7 +10,8 @@
 //! The [`Backend`] impl below is the one place to read what the backend does; each operation
 //! lives with its API area: `pods` (and `status`, what a Pod's status says), `claims`,
 //! `streams` (exec and port-forward), `evidence` (the operator's reads), `deletes` (exact
-//! deletes), `sweeps` (label sweeps), `errors`; `backend` holds the value and its identities.
+//! deletes), `sweeps` (label sweeps), `connection` (Kandev's connection test of the executor
+//! identity), `errors`; `backend` holds the value and its identities.
 
 pub mod cluster;
 pub mod inspector;
@@ -20,6 +21,7 @@ pub mod setup;
 
 mod backend;
 mod claims;
+mod connection;
 mod deletes;
 mod errors;
 mod evidence;
@@ -36,8 +38,10 @@ pub use streams::EXEC_DEADLINE;
 pub use sweeps::{label_selector, list_labelled, remove_labelled};
 
 use crate::backend::{
-    Backend, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result, WorkspaceRef,
+    Backend, ConnectionTest, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result,
+    WorkspaceRef,
 };
+use crate::pod::template::WorkspaceMode;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
@@ -139,6 +143,10 @@ impl Backend for KubeBackend {
 
     async fn restricted_identity(&self) -> Result<Option<(String, Arc<dyn Backend>)>> {
         backend::restricted_identity(self).await
+    }
+
+    async fn connection_test(&self, mode: WorkspaceMode) -> Result<Option<ConnectionTest>> {
+        connection::connection_test(self, mode).await
     }
 
     async fn pod_object(&self, pod: &PodRef) -> Result<Option<Pod>> {

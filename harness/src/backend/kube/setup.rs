@@ -9,6 +9,7 @@ use super::KubeBackend;
 use super::cluster::{self, Cluster};
 use super::inspector::ClusterInspector;
 use super::kind::{self, check_kind, run_kind_cluster};
+use crate::backend::connection::AuthMode;
 use crate::backend::{
     Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, on_this_host,
 };
@@ -57,7 +58,7 @@ impl Provider for KindProvider {
         if config.cluster.in_cluster {
             return Err("--in-cluster runs inside an existing cluster: use --backend kube (Kind's cluster is created from this host)".into());
         }
-        Ok(())
+        check_executor_role(config)
     }
 
     fn prepare_first(&self) -> bool {
@@ -81,6 +82,7 @@ impl Provider for KindProvider {
             &options,
             settings.namespace.as_deref(),
             input.config.workspace_mode,
+            settings.executor_role.as_deref(),
             input.run_id,
         )
         .await;
@@ -138,7 +140,7 @@ impl Provider for KubeProvider {
         if config.worker_image.is_none() || config.daemon_image.is_none() {
             return Err(IMAGES_NEEDED.into());
         }
-        Ok(())
+        check_executor_role(config)
     }
 
     fn prepare_first(&self) -> bool {
@@ -185,11 +187,12 @@ impl Provider for KubeProvider {
                 .await
             }
             None => {
-                Cluster::set_up(
+                Cluster::set_up_with_role(
                     reached,
                     None,
                     settings.namespace.as_deref(),
                     input.config.workspace_mode,
+                    settings.executor_role.as_deref(),
                     input.run_id,
                 )
                 .await
@@ -228,6 +231,17 @@ impl Provider for KubeProvider {
     }
 }
 
+/// `--executor-role FILE` must be one Role with rules: refused before anything is created
+/// (exit 2), naming the file and what is wrong.
+fn check_executor_role(config: &RunConfig) -> Result<(), String> {
+    match &config.cluster.executor_role {
+        Some(path) => cluster::executor_role_file(path, "", &Default::default())
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        None => Ok(()),
+    }
+}
+
 /// The environment variable naming the image a run inside the cluster runs from (`launch`
 /// sets it), recorded in the report as the `harness` image.
 pub const HARNESS_IMAGE_ENV: &str = "KANDEV_ACCEPTANCE_HARNESS_IMAGE";
@@ -244,7 +258,7 @@ fn harness_image_record() -> Option<ImageRecord> {
 }
 
 fn setup_evidence(c: &Cluster) -> serde_json::Value {
-    json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace, "executor": c.executor})
+    json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace, "executor": c.executor, "executor_created_by_run": c.created_executor})
 }
 
 /// With the cluster set up: load the images (Kind), the preflight, the backend. A failure
@@ -276,7 +290,15 @@ async fn finish(
         settings.managed_pvc(),
     )
     .with_admin(cluster.admin.clone())
-    .with_config(cluster.config.clone());
+    .with_config(cluster.config.clone())
+    .with_executor(
+        cluster.created_executor.then(|| cluster.executor.clone()),
+        if settings.in_cluster {
+            AuthMode::InCluster
+        } else {
+            AuthMode::Kubeconfig
+        },
+    );
     environment.kubernetes_version = Some(cluster.server_version.clone());
     let backend: Arc<dyn Backend> = Arc::new(backend);
     Ok(Prepared {

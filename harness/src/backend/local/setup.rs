@@ -25,7 +25,10 @@ pub struct LocalProvider;
 
 #[async_trait]
 impl Provider for LocalProvider {
-    fn check(&self, _config: &RunConfig) -> Result<(), String> {
+    fn check(&self, config: &RunConfig) -> Result<(), String> {
+        if config.cluster.executor_role.is_some() {
+            return Err("--executor-role replaces the Role a cluster run binds its executor to; the local engine has no RBAC: use --backend kind or kube".into());
+        }
         Ok(())
     }
 

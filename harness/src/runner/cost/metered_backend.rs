@@ -3,8 +3,10 @@
 
 use super::{CallMeter, metered};
 use crate::backend::{
-    Backend, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result, WorkspaceRef,
+    Backend, ConnectionTest, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result,
+    WorkspaceRef,
 };
+use crate::pod::template::WorkspaceMode;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
@@ -41,6 +43,14 @@ impl Backend for MeteredBackend {
     }
     async fn restricted_identity(&self) -> Result<Option<(String, Arc<dyn Backend>)>> {
         self.inner.restricted_identity().await
+    }
+    async fn connection_test(&self, mode: WorkspaceMode) -> Result<Option<ConnectionTest>> {
+        metered(
+            &self.meter,
+            "connection_test",
+            self.inner.connection_test(mode),
+        )
+        .await
     }
     async fn pod_exposures(&self, pod: &PodRef) -> Result<Vec<String>> {
         metered(&self.meter, "list", self.inner.pod_exposures(pod)).await

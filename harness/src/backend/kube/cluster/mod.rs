@@ -8,7 +8,8 @@
 //!   current context), in a namespace the operator names or one the run creates and removes.
 //!
 //! In both, the run applies a namespaced Role mirroring Kandev's executor permissions
-//! (kandev-contract.md §7), binds it to a service account, and every session call goes
+//! (kandev-contract.md §7; or the operator's, `--executor-role FILE`), binds it to a service
+//! account, and every session call goes
 //! through a client holding that account's token: the suite proves the recipe works with
 //! Kandev's least privilege. The operator's own identity only sets up, reads evidence (logs,
 //! events: not in Kandev's Role) and cleans up.
@@ -26,12 +27,13 @@ mod preflight;
 mod run;
 mod settings;
 
-pub use super::errors::ClusterError;
+pub use super::errors::{ClusterError, GRANTED_CHECK};
 pub use connect::{
     ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, client_for, client_for_bounded, client_of,
     open, open_in_cluster, open_with, reach,
 };
-pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, required_access};
+pub(super) use executor::can_i;
+pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, executor_role_file, required_access};
 pub use gc::gc;
 pub use kind_node::{kind_node, node_cgroup_scope};
 pub use run::{Cluster, SETTLE, run_labels, run_namespace};

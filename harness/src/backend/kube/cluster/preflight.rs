@@ -53,6 +53,7 @@ impl Cluster {
         match settled {
             Ok(()) => Ok(()),
             Err(ClusterError::TimedOut(_)) => Err(ClusterError::Forbidden {
+                executor: self.executor.clone(),
                 namespace: self.namespace.clone(),
                 missing: needed
                     .iter()

@@ -3,7 +3,7 @@
 //! torn down, newest first.
 
 use super::connect::{ClientBounds, Reached, client_of, open};
-use super::executor::{EXECUTOR, executor_role};
+use super::executor::{EXECUTOR, executor_role, executor_role_file};
 use crate::backend::kube::errors::{ClusterError, setup};
 use crate::backend::kube::kind::{KindCluster, KindOptions};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
@@ -16,6 +16,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::{Client, Config};
 use serde_json::json;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How long the preflight waits for a fresh namespace to settle ([`Cluster::settle`]).
@@ -68,25 +69,40 @@ pub fn run_namespace(run_id: &str) -> String {
 
 impl Cluster {
     /// Brings the Kind cluster up, reaches its API server, then prepares the namespace, the
-    /// executor Role, its service account and binding, and the executor's client.
+    /// executor Role (Kandev's, or `role_file`'s rules), its service account and binding, and
+    /// the executor's client.
     pub async fn connect_kind(
         options: &KindOptions,
         namespace: Option<&str>,
         mode: WorkspaceMode,
+        role_file: Option<&Path>,
         run_id: &str,
     ) -> Result<Self, ClusterError> {
         let kind = KindCluster::up(options.clone())?;
         let context = format!("kind-{}", options.name);
         let reached = open(Some(&options.kubeconfig), Some(&context)).await?;
-        Self::set_up(reached, Some(kind), namespace, mode, run_id).await
+        Self::set_up_with_role(reached, Some(kind), namespace, mode, role_file, run_id).await
     }
 
-    /// With the API server reached: the namespace and the executor.
+    /// With the API server reached: the namespace and the executor, bound to Kandev's Role.
     pub async fn set_up(
         reached: Reached,
         kind: Option<KindCluster>,
         namespace: Option<&str>,
         mode: WorkspaceMode,
+        run_id: &str,
+    ) -> Result<Self, ClusterError> {
+        Self::set_up_with_role(reached, kind, namespace, mode, None, run_id).await
+    }
+
+    /// [`Cluster::set_up`], the executor bound to `role_file`'s rules when given
+    /// (`--executor-role`), else to Kandev's ([`executor_role`]).
+    pub async fn set_up_with_role(
+        reached: Reached,
+        kind: Option<KindCluster>,
+        namespace: Option<&str>,
+        mode: WorkspaceMode,
+        role_file: Option<&Path>,
         run_id: &str,
     ) -> Result<Self, ClusterError> {
         let Reached {
@@ -97,6 +113,12 @@ impl Cluster {
             server_version,
         } = reached;
         let labels = run_labels(run_id);
+        // Read before anything is created (the provider's check read it too, but the file is
+        // the operator's and may have changed since); its namespace is set below.
+        let mut role = match role_file {
+            Some(path) => executor_role_file(path, "", &labels)?,
+            None => executor_role("", mode, &labels),
+        };
 
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         let (namespace, created_namespace) = match namespace {
@@ -152,7 +174,8 @@ impl Cluster {
             created_executor: true,
         };
         // From here on the run owns objects: a failure tears them down before returning.
-        match cluster.set_up_executor(&config, mode, &labels).await {
+        role.metadata.namespace = Some(namespace.clone());
+        match cluster.set_up_executor(&config, role, &labels).await {
             Ok(session) => {
                 cluster.session = session;
                 Ok(cluster)
@@ -223,7 +246,7 @@ impl Cluster {
     async fn set_up_executor(
         &mut self,
         config: &Config,
-        mode: WorkspaceMode,
+        role: Role,
         labels: &BTreeMap<String, String>,
     ) -> Result<Client, ClusterError> {
         let ns = self.namespace.clone();
@@ -247,7 +270,7 @@ impl Cluster {
             .await
             .map_err(setup(format!("create service account {EXECUTOR}")))?;
         Api::<Role>::namespaced(self.admin.clone(), &ns)
-            .create(&pp, &executor_role(&ns, mode, labels))
+            .create(&pp, &role)
             .await
             .map_err(setup(format!("create role {EXECUTOR}")))?;
         Api::<RoleBinding>::namespaced(self.admin.clone(), &ns)

@@ -200,9 +200,10 @@ async fn in_cluster_double() -> (cluster_double::KubeDouble, ImageSet, String) {
 }
 
 /// What `launch` refuses or bounds, each with its cause named and nothing left: a harness
-/// image the node cannot pull (exit 3), a Role the API server refuses (exit 3), a run past `--job-timeout` (the Job's deadline, exit
-/// 3), Ctrl-C (the run in the Pod stops and its interrupted report is still retrieved, exit
-/// 130), and a killed launch whose leftovers `gc --run` removes.
+/// image the node cannot pull (exit 3), a Role the API server refuses as invalid (exit 2), a run past `--job-timeout` (the Job's deadline, exit
+/// 3, in the operator's namespace, the run's own leftovers swept), Ctrl-C before the run began
+/// (130) and while it runs (the run in the Pod stops and its interrupted report is still
+/// retrieved, 130), and a killed launch whose leftovers `gc --run` removes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn launch_bounds_and_interruptions_on_kube_double() {
@@ -249,7 +250,7 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
         ],
     )
     .await;
-    assert_eq!(refused.code, Some(3), "{}", refused.text);
+    assert_eq!(refused.code, Some(2), "{}", refused.text);
     assert!(
         refused
             .text
@@ -261,14 +262,19 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     let left = left_in_double(&double, &refused.run_id).await;
     assert!(left.is_empty(), "left in the double: {left:?}");
 
+    // In the operator's namespace: the Job's deadline ends the run mid-scenario, and launch
+    // sweeps the session Pod the run left there (a namespace of its own would take it along).
     let started = std::time::Instant::now();
+    double.state.create_namespace("operators-own", &[]);
     let bounded = launch(
         &double,
         &images,
         &harness,
         &[
+            "--namespace",
+            "operators-own",
             "--job-timeout",
-            "1",
+            "15",
             "--hold",
             "10",
             "--exact",
@@ -278,8 +284,11 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     .await;
     assert_eq!(bounded.code, Some(3), "{}", bounded.text);
     assert!(
-        bounded.text.contains("did not finish within --job-timeout")
-            && bounded.text.contains("DeadlineExceeded"),
+        bounded
+            .text
+            .contains("did not finish within the Job's deadline")
+            && bounded.text.contains("DeadlineExceeded")
+            && bounded.text.contains("(left by the run)"),
         "{}",
         bounded.text
     );
@@ -288,6 +297,25 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     let left = left_on_engine(&bounded.run_id).await;
     assert!(left.is_empty(), "left on the engine: {left:?}");
     eprintln!("job timeout in {:?}", started.elapsed());
+
+    // Ctrl-C before the run began: nothing is waited for.
+    let dir = tempfile::tempdir().unwrap();
+    let (code, text) = interrupt_launch(
+        launch_command(
+            &double,
+            &images,
+            &harness,
+            dir.path(),
+            &["--exact", "worker::recipe_smoke"],
+        ),
+        "Job kandev-acceptance-",
+        nix_signal::SIGINT,
+    )
+    .await;
+    let run_id = launched_run_id(&text).unwrap();
+    assert_eq!(code, Some(130), "{text}");
+    let left = left_in_double(&double, &run_id).await;
+    assert!(left.is_empty(), "left in the double: {left:?}");
 
     // Ctrl-C once the run in the Pod has started its scenario.
     let started = std::time::Instant::now();
@@ -300,6 +328,7 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
             dir.path(),
             &["--exact", "worker::recipe_smoke"],
         ),
+        "running 1 test",
         nix_signal::SIGINT,
     )
     .await;
@@ -324,6 +353,7 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
             dir.path(),
             &["--exact", "worker::recipe_smoke"],
         ),
+        "running 1 test",
         nix_signal::SIGKILL,
     )
     .await;
@@ -351,11 +381,13 @@ mod nix_signal {
     pub const SIGKILL: i32 = 9;
 }
 
-/// Starts `command` (a launch), waits until the run in the Pod has started its scenario (its
-/// libtest line in the log launch prints), sends `signal`, and returns the exit code and all
+/// Starts `command` (a launch), waits for a line containing `when` (`running 1 test`: the run
+/// in the Pod has started its scenario, two seconds more and a session is being created),
+/// sends `signal`, and returns the exit code and all
 /// the launch printed.
 async fn interrupt_launch(
     mut command: tokio::process::Command,
+    when: &str,
     signal: i32,
 ) -> (Option<i32>, String) {
     use tokio::io::{AsyncBufReadExt, BufReader};
@@ -377,10 +409,12 @@ async fn interrupt_launch(
         let Some(line) = line else { break };
         text.push_str(&line);
         text.push('\n');
-        if !signalled && line.contains("running 1 test") {
+        if !signalled && line.contains(when) {
             signalled = true;
-            // The scenario is under way in the Pod: a session is being created.
-            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            if when == "running 1 test" {
+                // The scenario is under way in the Pod: a session is being created.
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
             std::process::Command::new("kill")
                 .args([format!("-{signal}"), pid.to_string()])
                 .status()

@@ -2,7 +2,8 @@
 //! cluster double: every failure case, the restricted identity included, is judged there (not
 //! reported "not applicable"), each names its cause as the API server and scheduler word it,
 //! and the contract reads the Pod and the namespace's Services back through the API.
-//! Needs a reachable engine, so it is `#[ignore]`d.
+//! And `image::recipe` from outside, which the whole catalogue's run from inside the cluster
+//! skips. Needs a reachable engine, so it is `#[ignore]`d.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -67,4 +68,19 @@ async fn launch_scenarios_judge_every_case_on_kube_double() {
             "{cases:?}"
         );
     }
+}
+
+/// `image::recipe` from outside the cluster, where this host's engine holds the images the
+/// double's Pods run (from inside the cluster it is skipped: no engine there holds them, see
+/// `catalogue_in_cluster_on_kube_double`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn image_recipe_reads_the_images_from_outside_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let Run {
+        report, text, code, ..
+    } = run(&double, &images, &["--exact", "image::recipe"]).await;
+    assert_eq!(report.scenarios.len(), 1, "{text}");
+    assert_eq!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
+    assert_eq!(code, Some(0), "{text}");
 }

@@ -3,12 +3,9 @@
 //! so that bad input creates nothing; then hands the run's own options on to the Pod.
 
 use super::args::{LaunchArgs, NOT_FORWARDED};
-use super::read_input;
-use super::validate::check_rules;
 use crate::backend::BackendKind;
 use crate::backend::kube::cluster::{self, executor_role, executor_role_file};
 use crate::backend::kube::launch::{self, INPUTS, Interrupts, LaunchPlan};
-use crate::pod::template::{Severity, TemplateFile};
 use crate::runner::Scenario;
 use kandev_report::exit;
 use std::collections::BTreeMap;
@@ -27,51 +24,39 @@ pub(crate) fn launch(
         eprintln!("error: {problem}");
         return exit::USAGE;
     }
+    // Everything `run` refuses before it creates anything, refused here too: the template
+    // against Kandev's rules, the gate, the image references, the report folder.
+    if let Err(code) = super::run::checked(run) {
+        return code;
+    }
+    // The files travel in the inputs Secret (without one, the image's defaults serve); their
+    // options go before the forwarded ones, which may end in `-- FILTER`.
     let mut inputs = Vec::new();
-    let mut run_args = forwarded(&std::env::args().collect::<Vec<_>>());
-    // The files travel in the inputs Secret; without one, the image's defaults serve.
-    for (path, key, flag, what) in [
-        (&run.template, "template.yaml", "--template", "template"),
-        (
-            &run.prepare_script,
-            "prepare.sh",
-            "--prepare-script",
-            "prepare script",
-        ),
+    let mut run_args = Vec::new();
+    for (path, key, flag) in [
+        (&run.template, "template.yaml", "--template"),
+        (&run.prepare_script, "prepare.sh", "--prepare-script"),
     ] {
         let Some(path) = path else { continue };
-        let text = match read_input(path, what) {
-            Ok(text) => text,
-            Err(code) => return code,
-        };
-        if key == "template.yaml" {
-            let problems: Vec<String> = match TemplateFile::parse(text.clone()) {
-                Ok(template) => check_rules(
-                    template.parsed(),
-                    &run.main_container,
-                    run.workspace_mode,
-                    None,
-                )
-                .into_iter()
-                .filter(|f| f.severity == Severity::Error)
-                .map(|f| f.to_string())
-                .collect(),
-                Err(findings) => findings.iter().map(ToString::to_string).collect(),
-            };
-            if !problems.is_empty() {
-                eprintln!(
-                    "error: the template {} breaks Kandev's rules; nothing was created:",
-                    path.display()
-                );
-                for problem in problems {
-                    eprintln!("  {problem}");
-                }
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                eprintln!("error: read {}: {e}", path.display());
                 return exit::USAGE;
             }
-        }
-        inputs.push((key.to_owned(), text.into_bytes()));
+        };
+        inputs.push((key.to_owned(), bytes));
         run_args.extend([flag.to_owned(), format!("{INPUTS}/{key}")]);
     }
+    // The run's own budget ends before the Job's deadline, so that it tears down, writes its
+    // report and holds it; the deadline only ends a run that does not stop.
+    if let (None, Some(deadline)) = (
+        run.deadline,
+        launch::run_deadline(Duration::from_secs(args.job_timeout)),
+    ) {
+        run_args.extend(["--deadline".to_owned(), deadline.as_secs().to_string()]);
+    }
+    run_args.extend(forwarded(&std::env::args().collect::<Vec<_>>()));
     // The operator's Role for the executor (`--executor-role`) is launch's to create: the run
     // in the Pod only uses the account bound to it.
     let executor_role = match &run.executor_role {
@@ -154,7 +139,10 @@ pub(crate) fn launch(
                 .map(|ns| format!(" --namespace {ns}"))
                 .unwrap_or_default()
         );
-        return exit::LEAKED;
+        // A run's own failure or interruption says more than the leftovers do.
+        if code == exit::SUCCESS {
+            return exit::LEAKED;
+        }
     }
     code
 }
@@ -182,6 +170,14 @@ fn refused(args: &LaunchArgs) -> Result<(), String> {
     }
     if run.repeat > 1 {
         return Err("launch runs the selection once: run launch again for another run".into());
+    }
+    if run.keep != crate::config::Keep::Never {
+        return Err("--keep does not apply to launch: it removes everything it created (run from outside the cluster with --keep to inspect Pods)".into());
+    }
+    if run.workspace_mode == crate::pod::template::WorkspaceMode::ExistingClaim
+        && run.cluster.namespace.is_none()
+    {
+        return Err("--workspace-mode existing-claim needs --namespace: the claim must already exist there (a namespace launch creates holds none)".into());
     }
     Ok(())
 }

@@ -63,99 +63,10 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         let _ = libtest_mimic::run(&args.libtest, trials);
         return exit::SUCCESS;
     }
-    let mut config = RunConfig {
-        template: args
-            .template
-            .clone()
-            .unwrap_or_else(crate::paths::default_template),
-        prepare_script: args
-            .prepare_script
-            .clone()
-            .unwrap_or_else(crate::paths::default_prepare_script),
-        main_container: args.main_container.clone(),
-        daemon_container: args.daemon_container.clone(),
-        workspace_mode: args.workspace_mode,
-        base_image: args.base_image.clone(),
-        worker_image: args.worker_image.clone(),
-        daemon_image: args.daemon_image.clone(),
-        report_dir: args
-            .report_dir
-            .clone()
-            .unwrap_or_else(crate::paths::reports),
-        keep: args.keep,
-        docker_ready_timeout_seconds: args.docker_ready_timeout,
-        pod_pids_limit: args.pod_pids_limit,
-        pod_mtu: args.pod_mtu,
-        scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
-        required_tools: args.required_tools.clone(),
-        optional_tools: args.optional_tools.clone(),
-        retries: args.retries,
-        workspace_claim: args.workspace_claim.clone(),
-        backend: args.backend,
-        cluster: cluster_settings(args.backend, &args.cluster, Some(&args)),
-        step_timeout: args.step_timeout.map(Duration::from_secs),
-        deadline: args.deadline.map(Duration::from_secs),
-        // Resolved below, once the template's declaration is read.
-        gate: Gate::default(),
-    };
-    if let Err(message) = crate::backend::provider(config.backend).check(&config) {
-        eprintln!("error: {message}");
-        return exit::USAGE;
-    }
-    let template_text = match read_input(&config.template, "template") {
-        Ok(t) => t,
+    let (config, template, prepare_text) = match checked(&args) {
+        Ok(checked) => checked,
         Err(code) => return code,
     };
-    let prepare_text = match read_input(&config.prepare_script, "prepare script") {
-        Ok(t) => t,
-        Err(code) => return code,
-    };
-    // Kandev's rules first: an invalid template creates nothing, and every problem is named.
-    // The template is parsed here, once; the run puts its images into the parsed form.
-    let template = match TemplateFile::parse(template_text) {
-        Ok(template) => template,
-        Err(findings) => return breaks_rules(&config, &findings),
-    };
-    let findings = check_rules(
-        template.parsed(),
-        &config.main_container,
-        config.workspace_mode,
-        None,
-    );
-    if findings.iter().any(|f| f.severity == Severity::Error) {
-        return breaks_rules(&config, &findings);
-    }
-    config.gate = match resolve_gate(&args, template.parsed(), &config) {
-        Ok(gate) => gate,
-        Err(problems) => {
-            eprintln!(
-                "error: the {} gate refuses this run; nothing was created:",
-                args.gate.name()
-            );
-            for problem in problems {
-                eprintln!("  {problem}");
-            }
-            return exit::USAGE;
-        }
-    };
-    for image in [&config.worker_image, &config.daemon_image]
-        .into_iter()
-        .flatten()
-    {
-        if !valid_reference(image) {
-            eprintln!(
-                "error: {image:?} is not a valid image reference\n  fix: pass name[:tag][@sha256:<64 hex>] of an image present in the engine"
-            );
-            return exit::USAGE;
-        }
-    }
-    if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
-        eprintln!(
-            "error: create the report folder {}: {e}\n  fix: pass a writable --report DIR",
-            config.report_dir.display()
-        );
-        return exit::USAGE;
-    }
 
     let mut libtest = args.libtest;
     if libtest.test_threads.is_none() {
@@ -207,6 +118,102 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
     crate::outputs::repeat::finish(&config.report_dir, &runs)
 }
 
+/// The run's settings from its arguments, and its template (parsed) and prepare script, once
+/// everything that refuses a run before it creates anything has passed: the backend's own
+/// checks, Kandev's template rules, the gate, the image references, a writable report
+/// folder. `launch` asks the same before it creates anything. Err: the exit code (each
+/// refusal printed with its fix).
+pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String), u8> {
+    let mut config = RunConfig {
+        template: args
+            .template
+            .clone()
+            .unwrap_or_else(crate::paths::default_template),
+        prepare_script: args
+            .prepare_script
+            .clone()
+            .unwrap_or_else(crate::paths::default_prepare_script),
+        main_container: args.main_container.clone(),
+        daemon_container: args.daemon_container.clone(),
+        workspace_mode: args.workspace_mode,
+        base_image: args.base_image.clone(),
+        worker_image: args.worker_image.clone(),
+        daemon_image: args.daemon_image.clone(),
+        report_dir: args
+            .report_dir
+            .clone()
+            .unwrap_or_else(crate::paths::reports),
+        keep: args.keep,
+        docker_ready_timeout_seconds: args.docker_ready_timeout,
+        pod_pids_limit: args.pod_pids_limit,
+        pod_mtu: args.pod_mtu,
+        scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
+        required_tools: args.required_tools.clone(),
+        optional_tools: args.optional_tools.clone(),
+        retries: args.retries,
+        workspace_claim: args.workspace_claim.clone(),
+        backend: args.backend,
+        cluster: cluster_settings(args.backend, &args.cluster, Some(args)),
+        step_timeout: args.step_timeout.map(Duration::from_secs),
+        deadline: args.deadline.map(Duration::from_secs),
+        // Resolved below, once the template's declaration is read.
+        gate: Gate::default(),
+    };
+    if let Err(message) = crate::backend::provider(config.backend).check(&config) {
+        eprintln!("error: {message}");
+        return Err(exit::USAGE);
+    }
+    let template_text = read_input(&config.template, "template")?;
+    let prepare_text = read_input(&config.prepare_script, "prepare script")?;
+    // Kandev's rules first: an invalid template creates nothing, and every problem is named.
+    // The template is parsed here, once; the run puts its images into the parsed form.
+    let template = match TemplateFile::parse(template_text) {
+        Ok(template) => template,
+        Err(findings) => return Err(breaks_rules(&config, &findings)),
+    };
+    let findings = check_rules(
+        template.parsed(),
+        &config.main_container,
+        config.workspace_mode,
+        None,
+    );
+    if findings.iter().any(|f| f.severity == Severity::Error) {
+        return Err(breaks_rules(&config, &findings));
+    }
+    config.gate = match resolve_gate(args, template.parsed(), &config) {
+        Ok(gate) => gate,
+        Err(problems) => {
+            eprintln!(
+                "error: the {} gate refuses this run; nothing was created:",
+                args.gate.name()
+            );
+            for problem in problems {
+                eprintln!("  {problem}");
+            }
+            return Err(exit::USAGE);
+        }
+    };
+    for image in [&config.worker_image, &config.daemon_image]
+        .into_iter()
+        .flatten()
+    {
+        if !valid_reference(image) {
+            eprintln!(
+                "error: {image:?} is not a valid image reference\n  fix: pass name[:tag][@sha256:<64 hex>] of an image present in the engine"
+            );
+            return Err(exit::USAGE);
+        }
+    }
+    if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
+        eprintln!(
+            "error: create the report folder {}: {e}\n  fix: pass a writable --report DIR",
+            config.report_dir.display()
+        );
+        return Err(exit::USAGE);
+    }
+    Ok((config, template, prepare_text))
+}
+
 /// One run of the selected scenarios: its own id, report folder, signal and deadline
 /// watchers; returns the exit code and the report (None when nothing ran).
 fn run_once(
@@ -248,18 +255,39 @@ fn run_once(
     // A cluster is prepared before any trial: an unreachable API server or a failed
     // preflight stops the run at once with one clear message, and nothing was created.
     if crate::backend::provider(config.backend).prepare_first() {
+        // SIGTERM too: in a Pod (`launch`), the harness is PID 1, and the kernel drops a
+        // signal PID 1 has no handler for.
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let prepared = runtime.block_on(async {
+            let terminated = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
-                env = run.env() => env.map(|_| ()),
-                _ = tokio::signal::ctrl_c() => Err("interrupted while preparing the cluster".to_owned()),
+                env = run.env() => env.map(|_| ()).map_err(|e| (e, false)),
+                _ = tokio::signal::ctrl_c() => Err(("interrupted while preparing the cluster".to_owned(), true)),
+                () = terminated => Err(("terminated (SIGTERM) while preparing the cluster".to_owned(), true)),
             }
         });
-        if let Err(e) = prepared {
+        if let Err((e, interrupted)) = prepared {
             run.live.finish();
             eprintln!("error: {e}");
+            if interrupted {
+                run.cancel();
+            }
             let report = runtime.block_on(run.finish(registry));
             publish(&run, &report);
-            return (exit::ENVIRONMENT, Some(report));
+            let code = if interrupted {
+                exit::INTERRUPTED
+            } else {
+                exit::ENVIRONMENT
+            };
+            return (code, Some(report));
         }
     }
     let handle = runtime.handle().clone();

@@ -15,6 +15,9 @@ pub const LABEL_RUN: &str = "acceptance.kandev.ai/run";
 pub const LABEL_SCENARIO: &str = "acceptance.kandev.ai/scenario";
 /// Label present on everything the harness manages; `gc` never touches objects without it.
 pub const LABEL_MANAGED: &str = "acceptance.kandev.ai/managed";
+/// Label on what `launch` creates (the launch's run id): `gc --run ID` finds its Job's Pod by
+/// it, which carries no run label so that the run inside never counts its own Pod.
+pub const LABEL_LAUNCH: &str = "acceptance.kandev.ai/launch";
 
 /// Labels the local backend puts on the engine objects of a Pod (an engine has no Pods).
 pub const LABEL_POD: &str = "acceptance.kandev.ai/pod";

@@ -3,7 +3,7 @@
 use crate::backend::kube::deletes::DeletePolicy;
 use crate::backend::kube::errors::{ClusterError, setup};
 use crate::backend::kube::sweeps::remove_labelled;
-use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::pod::identity::{LABEL_LAUNCH, LABEL_MANAGED, LABEL_RUN};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -44,15 +44,21 @@ pub async fn gc(
         removed.push(format!("namespace/{name}"));
     }
     if let Some(ns) = namespace {
-        let run_selector: Vec<(&str, &str)> = run.map(|r| vec![(LABEL_RUN, r)]).unwrap_or_default();
-        removed.extend(
-            remove_labelled(admin, ns, &run_selector, dry_run, &DeletePolicy::default())
-                .await
-                .map_err(|e| ClusterError::Setup {
-                    what: format!("remove labelled objects in {ns}"),
-                    source: e.into(),
-                })?,
-        );
+        // A run's Pods and claims; a launch's Job Pod carries the launch's label instead.
+        let selectors: Vec<Vec<(&str, &str)>> = match run {
+            Some(r) => vec![vec![(LABEL_RUN, r)], vec![(LABEL_LAUNCH, r)]],
+            None => vec![Vec::new()],
+        };
+        for selector in &selectors {
+            removed.extend(
+                remove_labelled(admin, ns, selector, dry_run, &DeletePolicy::default())
+                    .await
+                    .map_err(|e| ClusterError::Setup {
+                        what: format!("remove labelled objects in {ns}"),
+                        source: e.into(),
+                    })?,
+            );
+        }
         // A Job's Pods go with it (batch/v1 Jobs orphan them by default).
         let background = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),

@@ -191,7 +191,9 @@ impl Cluster {
     /// account, which someone else (`launch`, or the operator's own Job) bound to Kandev's
     /// executor Role; the run creates no namespace and no identity, so its teardown removes
     /// only what its sessions created (they clean up after themselves). The namespace is
-    /// `--namespace`, else the one the service account's mounted namespace file names.
+    /// `--namespace`, else the one the service account's mounted namespace file names; it is
+    /// not read here (no Role grants a namespace's `get`): the preflight's dry run names a
+    /// missing one.
     pub async fn in_cluster(
         reached: Reached,
         session: Client,
@@ -213,15 +215,6 @@ impl Cluster {
                     cause: crate::error_chain(&e),
                 })?,
         };
-        if Api::<Namespace>::all(admin.clone())
-            .get_opt(&namespace)
-            .await
-            // A bookkeeper that may not read namespaces: the preflight's dry run names
-            // a missing one as well.
-            .is_ok_and(|found| found.is_none())
-        {
-            return Err(ClusterError::NamespaceMissing { namespace });
-        }
         let executor = who_am_i(&session)
             .await
             .unwrap_or_else(|| "the Pod's service account (SelfSubjectReview not served)".into());

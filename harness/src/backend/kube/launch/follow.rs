@@ -24,6 +24,9 @@ const POLL: Duration = Duration::from_secs(1);
 /// How long an interrupted run may take to tear down, publish and hold.
 const INTERRUPT_BOUND: Duration = Duration::from_secs(180);
 
+/// How often the log is followed again after its stream ended while the harness ran.
+const MAX_RECONNECTS: u32 = 20;
+
 /// How many of the Pod's last log lines an early end quotes.
 const TAIL: usize = 25;
 
@@ -60,17 +63,22 @@ pub fn parse_holding(line: &str, run_id: &str) -> Option<(u8, String)> {
 pub struct Interrupts(Arc<AtomicUsize>);
 
 impl Interrupts {
-    /// Counts Ctrl-C presses from now on (the first is the launch's to handle: the default
-    /// handler no longer ends the process).
+    /// Counts Ctrl-C presses (SIGINT) from now on: the handler is registered before this
+    /// returns, so none is lost to the default one, which would end the process mid-create.
     pub fn listen() -> Self {
         let seen = Self::default();
         let counter = seen.0.clone();
+        let Ok(mut interrupts) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        else {
+            return seen;
+        };
         tokio::spawn(async move {
-            while tokio::signal::ctrl_c().await.is_ok() {
+            while interrupts.recv().await.is_some() {
                 let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
                 if n == 1 {
                     eprintln!(
-                        "\nlaunch: interrupted: asking the run to stop and tear down (SIGTERM); interrupt again to remove everything at once"
+                        "\nlaunch: interrupted: a started run is asked to stop and tear down (SIGTERM), one not started yet is not begun; interrupt again to remove everything at once"
                     );
                 }
             }
@@ -108,6 +116,8 @@ pub(super) async fn follow(
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut log_ended = false;
     let mut signalled_at: Option<Instant> = None;
+    let mut reconnects = 0;
+    let mut log_refused: Option<String> = None;
     let mut ticker = tokio::time::interval(POLL);
     loop {
         tokio::select! {
@@ -122,6 +132,10 @@ pub(super) async fn follow(
                             tail.pop_front();
                         }
                         tail.push_back(line);
+                    }
+                    Some(LogEvent::Refused(why)) => {
+                        log_ended = true;
+                        log_refused = Some(why);
                     }
                     Some(LogEvent::Ended(why)) | Some(LogEvent::Failed(why)) => {
                         log_ended = true;
@@ -158,6 +172,9 @@ pub(super) async fn follow(
             .into_iter()
             .next();
         let Some(pod) = pod else {
+            if interrupts.count() > 0 {
+                return Err(LaunchError::Interrupted);
+            }
             if started.elapsed() > plan.start_timeout {
                 let state = job
                     .and_then(|j| failed_condition(&j))
@@ -172,9 +189,18 @@ pub(super) async fn follow(
             continue;
         };
         if let Some(reason) = KubeBackend::cannot_start(&pod) {
+            let fix = if reason.contains("CreateContainerConfigError") {
+                "the Pod's configuration names what is missing (a Secret, a variable); see `kubectl describe pod`".to_owned()
+            } else {
+                format!(
+                    "push it where the cluster's nodes pull from and pass that reference to --harness-image (Kind: `docker save {0} -o h.tar && kind load image-archive h.tar`)",
+                    plan.harness_image
+                )
+            };
             return Err(LaunchError::ImageCannotStart {
                 image: plan.harness_image.clone(),
                 reason,
+                fix,
             });
         }
         let phase = pod
@@ -184,6 +210,9 @@ pub(super) async fn follow(
             .unwrap_or_default();
         let started_container = matches!(phase.as_str(), "Running" | "Succeeded" | "Failed");
         if !started_container {
+            if interrupts.count() > 0 {
+                return Err(LaunchError::Interrupted);
+            }
             if started.elapsed() > plan.start_timeout {
                 return Err(LaunchError::StartTimedOut {
                     waited: plan.start_timeout,
@@ -194,7 +223,16 @@ pub(super) async fn follow(
             continue;
         }
         let (name, uid) = (pod.name_any(), pod.uid().unwrap_or_default());
+        if let Some(why) = &log_refused {
+            return Err(LaunchError::LogUnreadable(why.clone()));
+        }
         if following.is_none() || (log_ended && phase == "Running") {
+            reconnects += 1;
+            if reconnects > MAX_RECONNECTS {
+                return Err(LaunchError::LogUnreadable(format!(
+                    "the log stream ended {MAX_RECONNECTS} times while the harness ran"
+                )));
+            }
             // A log stream dropped while the harness still runs: follow again, from a few
             // seconds back (some lines are shown twice rather than lost).
             let since = following.is_some().then_some(10);
@@ -250,6 +288,8 @@ enum LogEvent {
     /// The stream ended (the container ended, or the connection dropped).
     Ended(Option<String>),
     Failed(Option<String>),
+    /// The API server refuses the log to this identity (401, 403): following again is useless.
+    Refused(String),
 }
 
 /// Streams the harness container's log into `lines` until it ends.
@@ -268,9 +308,15 @@ async fn stream_log(
     let stream = match pods.log_stream(&name, &params).await {
         Ok(stream) => stream,
         Err(e) => {
-            let _ = lines
-                .send(LogEvent::Failed(Some(crate::error_chain(&e))))
-                .await;
+            let why = crate::error_chain(&e);
+            let refused =
+                matches!(&e, kube::Error::Api(status) if [401, 403].contains(&status.code));
+            let event = if refused {
+                LogEvent::Refused(why)
+            } else {
+                LogEvent::Failed(Some(why))
+            };
+            let _ = lines.send(event).await;
             return;
         }
     };

@@ -14,11 +14,10 @@ mod follow;
 mod objects;
 mod retrieve;
 
-pub use follow::{Held, Interrupts, parse_holding};
-pub use objects::{
-    BOOKKEEPER, CONTAINER, HARNESS_UID, INPUTS, LABEL_LAUNCH, LaunchPlan, REPORTS, TOKEN_KEY,
-    bookkeeper_rules, job_name,
-};
+pub use follow::Interrupts;
+pub use objects::{INPUTS, LaunchPlan, run_deadline};
+
+use objects::BOOKKEEPER;
 
 use super::cluster::EXECUTOR;
 use super::errors::ClusterError;
@@ -51,10 +50,20 @@ pub fn retrieved_file(report_dir: &Path, run_id: &str) -> PathBuf {
 pub enum LaunchError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
-    #[error(
-        "the harness image {image} cannot start: {reason}\n  fix: push it where the cluster's nodes pull from (Kind: `kind load docker-image {image}`) and pass that reference to --harness-image"
-    )]
-    ImageCannotStart { image: String, reason: String },
+    #[error("{what}: {message}\n  fix: {fix}")]
+    Create {
+        what: String,
+        /// The API server's HTTP status.
+        code: u16,
+        message: String,
+        fix: String,
+    },
+    #[error("the harness image {image} cannot start: {reason}\n  fix: {fix}")]
+    ImageCannotStart {
+        image: String,
+        reason: String,
+        fix: String,
+    },
     #[error(
         "the Job's Pod did not start within {waited:?}: {state}\n  fix: raise --start-timeout for a slow image pull, or see `kubectl -n {namespace} describe job,pod` (quota, admission, scheduling)"
     )]
@@ -64,35 +73,72 @@ pub enum LaunchError {
         namespace: String,
     },
     #[error(
-        "the run did not finish within --job-timeout ({timeout:?}; the Job's deadline): {state}\n  fix: raise --job-timeout, or select fewer scenarios"
+        "the run did not finish within the Job's deadline ({timeout:?}: --job-timeout and --hold): {state}\n  fix: raise --job-timeout, or select fewer scenarios"
     )]
     JobTimedOut { timeout: Duration, state: String },
     #[error(
-        "the harness in the Pod ended without a report to retrieve ({ended}); its last lines:\n{tail}"
+        "the harness in the Pod ended without a report to retrieve ({ended}); its last lines:\n{tail}\n  fix: what its last lines name; the same run from outside the cluster (`run --backend kube --context ...`) shows it on this terminal"
     )]
     HarnessEnded {
         ended: String,
         code: Option<i32>,
         tail: String,
     },
-    #[error("retrieve the report folder from the Pod: {0}")]
+    #[error(
+        "the Pod's log cannot be read: {0}\n  fix: your identity needs get on pods/log in the namespace (launch follows the run through it)"
+    )]
+    LogUnreadable(String),
+    #[error(
+        "retrieve the report folder from the Pod: {0}\n  fix: your identity needs create on pods/exec in the namespace; the folder stays in the Pod until --hold ends"
+    )]
     Retrieve(String),
-    #[error("interrupted: what the launch created is removed")]
+    #[error("interrupted before the run in the Pod started: what the launch created is removed")]
     Interrupted,
     #[error(
-        "interrupted, and the run in the Pod did not stop and hold its report within {waited:?}: what the launch created is removed without it"
+        "interrupted, and the run in the Pod did not stop and hold its report within {waited:?}: what the launch created is removed without it\n  fix: none needed; the Pod's log above shows where the run was"
     )]
     StopTimedOut { waited: Duration },
 }
 
 impl LaunchError {
-    /// The exit code: bad input 2 (what the harness in the Pod refused as such), the cluster,
-    /// the image or a bound 3, interrupted 130.
+    /// The exit code: bad input 2 (a Role the API server refuses as invalid, or what the
+    /// harness in the Pod refused as such), nothing selected 5 (the Pod's run said so), the
+    /// cluster, the image or a bound 3, interrupted 130.
     pub fn code(&self) -> u8 {
         match self {
             Self::Interrupted | Self::StopTimedOut { .. } => exit::INTERRUPTED,
-            Self::HarnessEnded { code: Some(2), .. } => exit::USAGE,
+            Self::Create { code: 422, .. } => exit::USAGE,
+            Self::HarnessEnded { code: Some(c), .. }
+                if [i32::from(exit::USAGE), i32::from(exit::NOTHING_SELECTED)].contains(c) =>
+            {
+                *c as u8
+            }
             _ => exit::ENVIRONMENT,
+        }
+    }
+
+    /// A failed create, named with the fix its HTTP status points to.
+    fn create(what: String, namespace: &str) -> impl FnOnce(kube::Error) -> Self {
+        let namespace = namespace.to_owned();
+        move |e| {
+            let (code, message) = match &e {
+                kube::Error::Api(status) => (status.code, status.message.clone()),
+                other => (0, crate::error_chain(other)),
+            };
+            let fix = match code {
+                409 => format!(
+                    "a killed launch left it: kandev-acceptance gc --backend kube --context C --namespace {namespace}"
+                ),
+                403 => "your identity must create namespaces (or name one with --namespace), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there (README: Against your cluster, from inside it)".into(),
+                422 => "the API server refuses the object as invalid: correct what it names (for the executor's Role: --executor-role)".into(),
+                _ => "check that the cluster answers (`kubectl --context C get ns`)".into(),
+            };
+            Self::Create {
+                what,
+                code,
+                message,
+                fix,
+            }
         }
     }
 }
@@ -153,12 +199,7 @@ async fn create(
 ) -> Result<(), LaunchError> {
     let ns = plan.namespace();
     let pp = PostParams::default();
-    let failed = |what: String| {
-        move |e: kube::Error| ClusterError::Setup {
-            what,
-            source: e.into(),
-        }
-    };
+    let failed = |what: String| LaunchError::create(what, &ns);
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     match &plan.namespace {
         Some(name) => {
@@ -205,7 +246,7 @@ async fn create(
             .map_err(failed(format!("create role binding {name}")))?;
         created.push(Created::RoleBinding(name.into()));
     }
-    let token = accounts
+    let status = accounts
         .create_token_request(
             BOOKKEEPER,
             &pp,
@@ -221,7 +262,20 @@ async fn create(
         .await
         .map_err(failed(format!("request a token for {BOOKKEEPER}")))?
         .status
-        .and_then(|s| s.token)
+        .unwrap_or_default();
+    // A cluster may cap a token's lifetime below what was asked: the run would then meet
+    // 401s once it ends, so say so now.
+    if let Some(expires) = &status.expiration_timestamp {
+        let lasts = expires.0.as_second() - now_seconds();
+        if lasts + 60 < plan.token_seconds() {
+            eprintln!(
+                "launch: warning: the cluster gave the bookkeeper's token {lasts} s, not the {} s asked for: a run longer than that loses its evidence and sweeps (lower --job-timeout)",
+                plan.token_seconds()
+            );
+        }
+    }
+    let token = status
+        .token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| ClusterError::Setup {
             what: format!("request a token for {BOOKKEEPER}"),
@@ -310,9 +364,61 @@ async fn remove(
                 ),
             ),
         };
+        let job_removed = matches!(object, Created::Job(_)) && result.is_ok();
         records.push((shown, result));
+        if job_removed && !namespace_created {
+            // In the operator's namespace nothing removes what a run stopped mid-way (its
+            // deadline, a second Ctrl-C) left: once the Job's Pod is gone, sweep the run's.
+            records.extend(sweep_run(admin, plan).await);
+        }
     }
     records
+}
+
+/// How long the Job's Pod may take to go before the run's objects are swept anyway.
+const POD_GONE: Duration = Duration::from_secs(120);
+
+/// Waits (bounded) until the Job's Pod is gone, then removes every Pod and claim labelled
+/// with the run's id, each by its UID.
+async fn sweep_run(admin: &Client, plan: &LaunchPlan) -> Vec<(String, Result<(), String>)> {
+    let ns = plan.namespace();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
+    let selector =
+        kube::api::ListParams::default().labels(&format!("job-name={}", plan.job_name()));
+    let started = std::time::Instant::now();
+    while started.elapsed() < POD_GONE {
+        match pods.list(&selector).await {
+            Ok(list) if list.items.is_empty() => break,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(e) => return vec![("the Job's Pod".into(), Err(crate::error_chain(&e)))],
+        }
+    }
+    let swept = super::remove_labelled(
+        admin,
+        &ns,
+        &[(crate::pod::identity::LABEL_RUN, plan.run_id.as_str())],
+        false,
+        &super::DeletePolicy::default(),
+    )
+    .await;
+    match swept {
+        Ok(removed) => removed
+            .into_iter()
+            .map(|object| (format!("{object} (left by the run)"), Ok(())))
+            .collect(),
+        Err(e) => vec![(
+            format!("the run's Pods and claims in {ns}"),
+            Err(crate::error_chain(&e)),
+        )],
+    }
+}
+
+/// Seconds since the epoch, now.
+fn now_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// A delete's answer: absent already is success.

@@ -3,22 +3,18 @@
 //! and bindings, the Secret with the run's inputs, and the Job running the harness image.
 
 use crate::backend::kube::cluster::{EXECUTOR, run_namespace};
-use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use crate::pod::identity::{LABEL_LAUNCH, LABEL_MANAGED, LABEL_RUN};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, Namespace, PodSecurityContext, PodSpec,
-    PodTemplateSpec, SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
+    PodTemplateSpec, SeccompProfile, SecretVolumeSource, SecurityContext, ServiceAccount, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::api::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// Labels a launch's objects carry besides the run's: `gc --run ID` finds them by the run's,
-/// and the Job's Pod carries only this one (and the managed label), so that the run inside
-/// it never counts its own Pod among the run's objects.
-pub const LABEL_LAUNCH: &str = "acceptance.kandev.ai/launch";
 
 /// The service account, Role and binding the harness keeps its books with inside the Pod.
 pub const BOOKKEEPER: &str = "kandev-acceptance-bookkeeper";
@@ -34,6 +30,16 @@ pub const INPUTS: &str = "/etc/kandev-acceptance";
 
 /// The inputs Secret's key holding the bookkeeper's token.
 pub const TOKEN_KEY: &str = "bookkeeper-token";
+
+/// What the run in the Pod keeps of `--job-timeout` for its teardown and report: its own
+/// `--deadline` is that much shorter (when the timeout is long enough to spare it).
+pub const TEARDOWN_MARGIN: Duration = Duration::from_secs(180);
+
+/// The run's own budget for a Job timeout: the timeout less [`TEARDOWN_MARGIN`], or none when
+/// the timeout is too short to spare it (the Job's deadline then ends the run).
+pub fn run_deadline(job_timeout: Duration) -> Option<Duration> {
+    (job_timeout > 2 * TEARDOWN_MARGIN).then(|| job_timeout - TEARDOWN_MARGIN)
+}
 
 /// The UID the harness runs as in its Pod (the image's `USER`; no capabilities, no root).
 pub const HARNESS_UID: i64 = 65532;
@@ -251,8 +257,13 @@ impl LaunchPlan {
                 run_as_non_root: Some(true),
                 run_as_user: Some(HARNESS_UID),
                 run_as_group: Some(HARNESS_UID),
-                // The reports emptyDir becomes writable by the harness's group.
+                // The reports emptyDir becomes writable by the harness's group, and the
+                // inputs readable by it.
                 fs_group: Some(HARNESS_UID),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             containers: vec![container],
@@ -266,8 +277,8 @@ impl LaunchPlan {
                     name: "inputs".into(),
                     secret: Some(SecretVolumeSource {
                         secret_name: Some(self.job_name()),
-                        // Readable by the harness's UID (the token is its own to use).
-                        default_mode: Some(0o444),
+                        // Readable by the harness's group (fsGroup) only.
+                        default_mode: Some(0o440),
                         ..Default::default()
                     }),
                     ..Default::default()
@@ -336,4 +347,88 @@ pub fn bookkeeper_rules(node_inspector: bool) -> Vec<PolicyRule> {
         rules.push(rule(&["pods/exec"], &["get", "create"], &[]));
     }
     rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::kube::cluster::executor_role;
+    use crate::pod::template::WorkspaceMode;
+
+    fn plan() -> LaunchPlan {
+        LaunchPlan {
+            run_id: "20261202t000000-abc123".into(),
+            namespace: None,
+            harness_image: "h:1".into(),
+            executor_role: executor_role("", WorkspaceMode::ManagedPvc, &BTreeMap::new()),
+            node_inspector: false,
+            job_timeout: Duration::from_secs(3600),
+            start_timeout: Duration::from_secs(300),
+            hold: Duration::from_secs(600),
+            inputs: Vec::new(),
+            run_args: vec!["--exact".into(), "daemon::socket_only".into()],
+        }
+    }
+
+    /// The Job runs once, as the executor with its token mounted, as a non-root user, within
+    /// the run's time and the hold; its Pod carries no run label (the run would count it).
+    #[test]
+    fn the_job_runs_once_as_the_executor_without_the_run_label() {
+        let job = plan().job();
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.backoff_limit, Some(0));
+        assert_eq!(spec.active_deadline_seconds, Some(4200));
+        let template = spec.template;
+        let labels = template.metadata.unwrap().labels.unwrap();
+        assert!(!labels.contains_key(LABEL_RUN));
+        assert_eq!(labels[LABEL_LAUNCH], "20261202t000000-abc123");
+        let pod = template.spec.unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some(EXECUTOR));
+        assert_eq!(pod.automount_service_account_token, Some(true));
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let security = pod.security_context.unwrap();
+        assert_eq!(security.run_as_user, Some(HARNESS_UID));
+        assert_eq!(security.run_as_non_root, Some(true));
+        let args = pod.containers[0].args.clone().unwrap();
+        for expected in [
+            "--in-cluster",
+            "--run-id",
+            "--hold-report",
+            "daemon::socket_only",
+        ] {
+            assert!(args.iter().any(|a| a == expected), "{args:?}");
+        }
+        assert_eq!(
+            run_deadline(Duration::from_secs(3600)),
+            Some(Duration::from_secs(3420))
+        );
+        assert_eq!(run_deadline(Duration::from_secs(60)), None);
+    }
+
+    /// README's table of the bookkeeper's Role names every resource its rules grant.
+    #[test]
+    fn readme_justifies_every_bookkeeper_rule() {
+        let readme =
+            std::fs::read_to_string(crate::paths::workspace_root().join("README.md")).unwrap();
+        let table = readme
+            .split_once("The bookkeeper's Role")
+            .and_then(|(_, rest)| rest.split_once("How the report comes out"))
+            .map(|(table, _)| table)
+            .unwrap();
+        for rule in bookkeeper_rules(true) {
+            for resource in rule.resources.unwrap() {
+                assert!(
+                    table.contains(&format!("| {resource}"))
+                        || table.contains(&format!("{resource} ")),
+                    "README's bookkeeper table lacks {resource}"
+                );
+            }
+            for verb in rule.verbs {
+                assert!(
+                    table.contains(&verb),
+                    "README's bookkeeper table lacks {verb}"
+                );
+            }
+        }
+    }
 }

@@ -366,11 +366,9 @@ pub fn twin_failures(report: &Report, scenario: &Scenario, check: &Check) -> Vec
         .steps
         .iter()
         .any(|s| s.evidence.as_object().is_some_and(|e| !e.is_empty()));
-    if report.sessions.is_empty() && !step_evidence {
-        wrong.push(format!(
-            "{id}: the failed scenario's steps hold no evidence"
-        ));
-    } else if !report.sessions.is_empty() && report.artifacts.is_empty() {
+    // A failed scenario keeps evidence: its Pods' artifacts, or (one without a session, such
+    // as launch::connection) what its steps observed.
+    if report.artifacts.is_empty() && !step_evidence {
         wrong.push(format!("{id}: a failed scenario keeps evidence"));
     }
     wrong

@@ -84,13 +84,15 @@ pub(crate) fn launch(
     };
     let report_dir = run.report_dir.clone().unwrap_or_else(crate::paths::reports);
     let context = run.cluster.context.clone();
-    eprintln!(
-        "launch {run_id}: namespace {}, Job {} running {}",
-        plan.namespace(),
-        plan.job_name(),
-        plan.harness_image
-    );
     let ended = runtime.block_on(async {
+        // Ctrl-C is launch's to handle from its first line on.
+        let interrupts = Interrupts::listen();
+        eprintln!(
+            "launch {run_id}: namespace {}, Job {} running {}",
+            plan.namespace(),
+            plan.job_name(),
+            plan.harness_image
+        );
         let reached = cluster::open(run.cluster.kubeconfig.as_deref(), context.as_deref()).await;
         let reached = match reached {
             Ok(reached) => reached,
@@ -99,7 +101,6 @@ pub(crate) fn launch(
                 return None;
             }
         };
-        let interrupts = Interrupts::listen();
         Some(launch::launch(reached.admin, &plan, &report_dir, &interrupts).await)
     });
     let Some(ended) = ended else {

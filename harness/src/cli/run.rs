@@ -257,9 +257,9 @@ fn run_once(
     if crate::backend::provider(config.backend).prepare_first() {
         // SIGTERM too: in a Pod (`launch`), the harness is PID 1, and the kernel drops a
         // signal PID 1 has no handler for.
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         let prepared = runtime.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
             let terminated = async {
                 match term.as_mut() {
                     Some(t) => {

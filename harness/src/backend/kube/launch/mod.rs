@@ -15,7 +15,7 @@ mod objects;
 mod retrieve;
 
 pub use follow::Interrupts;
-pub use objects::{INPUTS, LaunchPlan, run_deadline};
+pub use objects::{INPUTS, LaunchPlan, TEARDOWN_MARGIN, run_deadline};
 
 use objects::BOOKKEEPER;
 

@@ -17,11 +17,11 @@ mod retrieve;
 pub use follow::Interrupts;
 pub use objects::{INPUTS, LaunchPlan, TEARDOWN_MARGIN, run_deadline};
 
-use objects::BOOKKEEPER;
+use objects::{BOOKKEEPER, TOKEN_KEY};
 
 use super::cluster::EXECUTOR;
 use super::errors::ClusterError;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -246,6 +246,15 @@ async fn create(
             .map_err(failed(format!("create role binding {name}")))?;
         created.push(Created::RoleBinding(name.into()));
     }
+    // The Secret first: the bookkeeper's token is bound to it, so that it stops
+    // authenticating once the Secret is deleted (not only when it expires).
+    let job = plan.job_name();
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let mut secret = secrets
+        .create(&pp, &plan.inputs_secret())
+        .await
+        .map_err(failed(format!("create secret {job}")))?;
+    created.push(Created::Secret(job.clone()));
     let status = accounts
         .create_token_request(
             BOOKKEEPER,
@@ -254,7 +263,12 @@ async fn create(
                 spec: Some(TokenRequestSpec {
                     audiences: Some(Vec::new()),
                     expiration_seconds: Some(plan.token_seconds()),
-                    ..Default::default()
+                    bound_object_ref: Some(BoundObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Secret".into()),
+                        name: Some(job.clone()),
+                        uid: secret.metadata.uid.clone(),
+                    }),
                 }),
                 ..Default::default()
             },
@@ -281,12 +295,17 @@ async fn create(
             what: format!("request a token for {BOOKKEEPER}"),
             source: anyhow::anyhow!("the API server answered without a token"),
         })?;
-    let job = plan.job_name();
-    Api::<Secret>::namespaced(admin.clone(), &ns)
-        .create(&pp, &plan.inputs_secret(&token))
+    // Replaced at the resourceVersion just created: a concurrent change is refused (409).
+    secret.data.get_or_insert_default().insert(
+        TOKEN_KEY.into(),
+        k8s_openapi::ByteString(token.into_bytes()),
+    );
+    secrets
+        .replace(&job, &pp, &secret)
         .await
-        .map_err(failed(format!("create secret {job}")))?;
-    created.push(Created::Secret(job.clone()));
+        .map_err(failed(format!(
+            "put the bookkeeper's token into secret {job}"
+        )))?;
     Api::<Job>::namespaced(admin.clone(), &ns)
         .create(&pp, &plan.job())
         .await

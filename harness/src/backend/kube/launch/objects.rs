@@ -164,15 +164,14 @@ impl LaunchPlan {
         }
     }
 
-    /// The inputs Secret: the bookkeeper's token and the run's input files.
-    pub fn inputs_secret(&self, bookkeeper_token: &str) -> k8s_openapi::api::core::v1::Secret {
-        let mut data = BTreeMap::from([(
-            TOKEN_KEY.to_owned(),
-            ByteString(bookkeeper_token.as_bytes().to_vec()),
-        )]);
-        for (key, bytes) in &self.inputs {
-            data.insert(key.clone(), ByteString(bytes.clone()));
-        }
+    /// The inputs Secret with the run's input files (`launch` adds the bookkeeper's token,
+    /// which is bound to this Secret, once it exists).
+    pub fn inputs_secret(&self) -> k8s_openapi::api::core::v1::Secret {
+        let data = self
+            .inputs
+            .iter()
+            .map(|(key, bytes)| (key.clone(), ByteString(bytes.clone())))
+            .collect();
         k8s_openapi::api::core::v1::Secret {
             metadata: self.meta(&self.job_name()),
             data: Some(data),

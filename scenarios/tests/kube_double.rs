@@ -867,41 +867,13 @@ async fn gc_after_a_killed_run_on_kube_double() {
         .output()
         .await
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&gc.stdout),
-        String::from_utf8_lossy(&gc.stderr)
-    );
+    let text = common::output_text(&gc);
     assert!(gc.status.success(), "{text}");
     for ns in &namespaces {
         assert!(text.contains(&format!("namespace/{ns}")), "{text}");
     }
     // The namespace goes once its Pods are removed from the engine.
-    let mut remaining = Vec::new();
-    for _ in 0..120 {
-        remaining = [
-            "namespaces",
-            "pods",
-            "persistentvolumeclaims",
-            "serviceaccounts",
-            "roles",
-            "rolebindings",
-        ]
-        .iter()
-        .flat_map(|resource| double.state.objects(resource))
-        .filter(|o| {
-            o["metadata"]["labels"][LABEL_RUN] == id.as_str()
-                || o["metadata"]["namespace"]
-                    .as_str()
-                    .is_some_and(|ns| namespaces.iter().any(|n| n == ns))
-        })
-        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
-        .collect();
-        if remaining.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    }
+    let remaining = left_in_double(&double, &id).await;
     assert!(remaining.is_empty(), "left in the double: {remaining:?}");
     let left = left_on_engine(&id).await;
     assert!(left.is_empty(), "left on the engine: {left:?}");

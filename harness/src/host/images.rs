@@ -430,7 +430,16 @@ pub(super) async fn build_if_missing(
                 info.error_detail.and_then(|d| d.message)
             }
             Err(bollard::errors::Error::DockerStreamError { error }) => Some(error),
-            Err(e) => Some(crate::error_chain(&e)),
+            // The answer's transport broke off ("bytes remaining on stream", seen once on a
+            // fresh engine after the last step had run): the engine tags the image only once
+            // its build succeeded, so the tag decides.
+            Err(e) => match image_id(docker, tag).await {
+                Ok(Some(_)) => {
+                    tracing::warn!(image = tag, error = %crate::error_chain(&e), "the build's answer broke off after the image was tagged");
+                    break;
+                }
+                _ => Some(crate::error_chain(&e)),
+            },
         };
         if let Some(error) = error {
             let tail = log

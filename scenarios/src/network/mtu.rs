@@ -45,10 +45,14 @@ pub fn scenario() -> Scenario {
     }
 }
 
+/// The HTTPS peer's port.
+const PEER_PORT: u16 = 8443;
+
 /// The HTTPS peer: a Pod outside the session, serving a random file with `openssl s_server`.
+/// The digest file appears whole (written aside, then renamed), before the server listens.
 fn peer_pod(ctx: &Ctx) -> Pod {
     let script = format!(
-        "set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c {TRANSFER_BYTES} /dev/urandom > big.bin && sha256sum big.bin > big.sha && exec openssl s_server -quiet -WWW -accept 8443 -cert c.pem -key k.pem"
+        "set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c {TRANSFER_BYTES} /dev/urandom > big.bin && sha256sum big.bin > big.sha.part && mv big.sha.part big.sha && exec openssl s_server -quiet -WWW -accept {PEER_PORT} -cert c.pem -key k.pem"
     );
     Pod {
         metadata: ObjectMeta {
@@ -75,6 +79,17 @@ fn peer_pod(ctx: &Ctx) -> Pod {
         }),
         status: None,
     }
+}
+
+/// The served file's digest once the peer is ready to serve it: its digest line, then its
+/// `/proc/net/tcp{,6}` text with a listener on [`PEER_PORT`].
+fn peer_ready(probe: &str) -> Option<String> {
+    let sha = probe.split_whitespace().next()?;
+    let whole = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+    let listening = crate::daemon::socket_only::tcp_listeners(probe)
+        .iter()
+        .any(|l| l.ends_with(&format!(":{PEER_PORT}")));
+    (whole && listening).then(|| sha.to_owned())
 }
 
 fn mtu_of(netinfo: &str, interface: &str) -> Option<u64> {
@@ -204,25 +219,30 @@ docker run -d --rm --name {net}-docker0 --network bridge {client} /workload slee
                 "the HTTPS peer to be ready",
                 Duration::from_secs(60),
                 || async {
-                    let sha = backend
+                    // Ready means the digest is written and the server listens: the digest
+                    // file alone appears before `s_server` binds its port.
+                    let probe = backend
                         .exec(
                             &peer,
-                            ExecRequest::new("peer", &["cat", "/srv/big.sha"])
-                                .timeout(Duration::from_secs(10)),
+                            ExecRequest::new(
+                                "peer",
+                                &[
+                                    "/bin/sh",
+                                    "-c",
+                                    "cat /srv/big.sha && { cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; true; }",
+                                ],
+                            )
+                            .timeout(Duration::from_secs(10)),
                         )
                         .await?;
-                    Ok(sha.success().then(|| {
-                        sha.stdout_text()
-                            .split_whitespace()
-                            .next()
-                            .unwrap_or_default()
-                            .to_owned()
-                    }))
+                    Ok(probe.success().then(|| peer_ready(&probe.stdout_text())).flatten())
                 },
             )
             .await?;
+        // s_client's stderr is kept: on a failed fetch it says why (a refused connection, a
+        // handshake cut short); the client image is `FROM scratch`, with no file to keep it in.
         let fetch = format!(
-            "docker run --rm --network {net} {client} /bin/sh -c 'printf \"GET /big.bin HTTP/1.0\\r\\n\\r\\n\" | openssl s_client -quiet -connect {peer_ip}:8443 2>/dev/null | /workload http-body-digest'"
+            "docker run --rm --network {net} {client} /bin/sh -c 'printf \"GET /big.bin HTTP/1.0\\r\\n\\r\\n\" | openssl s_client -quiet -connect {peer_ip}:{PEER_PORT} | /workload http-body-digest'"
         );
         let started = Instant::now();
         let transfer = session
@@ -269,4 +289,30 @@ docker run -d --rm --name {net}-docker0 --network bridge {client} /workload slee
         })?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    const SHA: &str = "9f2c4b1e0d3a5f6e7c8b9a0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f";
+
+    fn probe(sha_line: &str, tcp: &str) -> String {
+        format!("{sha_line}\n  sl  local_address rem_address   st\n{tcp}")
+    }
+
+    #[test]
+    fn the_peer_is_ready_once_its_digest_is_whole_and_its_port_listens() {
+        let listening = "   0: 00000000:20FB 00000000:0000 0A 0\n";
+        assert_eq!(
+            super::peer_ready(&probe(&format!("{SHA}  big.bin"), listening)),
+            Some(SHA.to_owned())
+        );
+        // The digest written, the server not yet bound (the race CI met).
+        let other_port = "   0: 00000000:0947 00000000:0000 0A 0\n";
+        assert_eq!(
+            super::peer_ready(&probe(&format!("{SHA}  big.bin"), other_port)),
+            None
+        );
+        // The digest file there but still empty.
+        assert_eq!(super::peer_ready(&probe("", listening)), None);
+    }
 }

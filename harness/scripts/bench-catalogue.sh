@@ -112,7 +112,7 @@ ran = [s.get("name") for s in r.get("scenarios", [])
 done = sys.argv[2].split()
 if sorted(ran) != sorted(done):
     print("echo %s >&2; exit 1" % shlex.quote(
-        "bench-catalogue: the warm-up run's scenarios are not the ones hand-run-baseline.sh does (run but not in the baseline: %s; in the baseline but not run: %s): extend the baseline to a new scenario's nested work, or do not select scenarios with RUN_ARGS"
+        "bench-catalogue: the warm-up run's scenarios are not the ones hand-run-baseline.sh does (run but not in the baseline: %s; in the baseline but not run, or run and skipped or incompatible: %s): extend the baseline to a new scenario's nested work, or do not select scenarios with RUN_ARGS"
         % (", ".join(sorted(set(ran) - set(done))) or "none", ", ".join(sorted(set(done) - set(ran))) or "none")))
     sys.exit()
 images = {i.get("role"): i.get("reference") for i in r.get("environment", {}).get("images", [])}

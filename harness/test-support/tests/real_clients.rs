@@ -128,6 +128,7 @@ async fn kubectl_drives_an_operators_session_on_the_double() {
     let folder = tempfile::tempdir().unwrap();
     let folder_path = folder.path().to_owned();
     let kubectl = Kubectl::new(&double);
+    let state = double.state.clone();
     tokio::task::spawn_blocking(move || {
         let k = &kubectl;
         // Discovery: the server's version, the resources with kubectl's short names.
@@ -249,17 +250,22 @@ async fn kubectl_drives_an_operators_session_on_the_double() {
         );
 
         // A watch: `get pods -w` (a list, then a watch from its resourceVersion) sees a Pod
-        // added, changed and deleted, and ends at its request timeout.
-        let watching = k
+        // added, changed and deleted. The Pod is applied once the watch request has reached
+        // the double (a Pod applied before the list would be in it, and not an event).
+        let mut watching = k
             .command(&[
                 "-n", "op", "get", "pods", "--watch-only", "--output-watch-events",
-                "-o", "json", "--request-timeout=6s",
+                "-o", "json", "--request-timeout=60s",
             ])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !state.requests().iter().any(|r| r.watch && r.uri.contains("/namespaces/op/pods")) {
+            assert!(Instant::now() < deadline, "kubectl's watch never reached the double");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "watched", "namespace": "op"},
             "spec": {"containers": [{"name": "main", "image": "debian:bookworm"}]}});
@@ -268,14 +274,18 @@ async fn kubectl_drives_an_operators_session_on_the_double() {
         k.run(&["-n", "op", "label", "pod", "watched", "step=two"]);
         // No runtime: the Pod is gone at once, and --wait (a watch on it) returns.
         k.run(&["-n", "op", "delete", "pod", "watched", "--wait", "--timeout=20s"]);
+        // Events until the deletion (or the watch's 60 s request timeout), then it is stopped.
+        let mut events: Vec<String> = Vec::new();
+        let stream = watching.stdout.take().unwrap();
+        for event in serde_json::Deserializer::from_reader(stream).into_iter::<Value>() {
+            let e = event.unwrap();
+            events.push(format!("{} {}", e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap()));
+            if e["type"] == "DELETED" {
+                break;
+            }
+        }
+        let _ = watching.kill();
         let watched = watching.wait_with_output().unwrap();
-        let events: Vec<String> = serde_json::Deserializer::from_slice(&watched.stdout)
-            .into_iter::<Value>()
-            .map(|e| {
-                let e = e.unwrap();
-                format!("{} {}", e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap())
-            })
-            .collect();
         assert_eq!(
             events,
             ["ADDED watched", "MODIFIED watched", "DELETED watched"],

@@ -289,22 +289,39 @@ async fn bridge_gateway(docker: &bollard::Docker) -> anyhow::Result<IpAddr> {
         )
         .await
         .context("inspecting the engine's `bridge` network (where the double's Pods run) for its gateway")?;
-    let gateways: Vec<String> = network
+    let configs: Vec<(Option<String>, Option<String>)> = network
         .ipam
         .and_then(|ipam| ipam.config)
         .into_iter()
         .flatten()
-        .filter_map(|config| config.gateway)
+        .map(|config| (config.gateway, config.subnet))
         .collect();
-    gateways
+    ipv4_gateway(&configs).with_context(|| {
+        format!(
+            "the engine's `bridge` network has no IPv4 gateway or subnet in its IPAM configuration (gateway, subnet: {configs:?}): the double's Pods could not reach it"
+        )
+    })
+}
+
+/// The IPv4 gateway of a network's IPAM configurations (gateway, subnet): the one named, else
+/// the subnet's first address, which the engine's IPAM gives the bridge when none is named
+/// (dockerd 20.10 leaves it out of the default bridge's configuration on some starts).
+fn ipv4_gateway(configs: &[(Option<String>, Option<String>)]) -> Option<IpAddr> {
+    let named = configs
         .iter()
-        .filter_map(|g| g.parse::<IpAddr>().ok())
-        .find(IpAddr::is_ipv4)
-        .with_context(|| {
-            format!(
-                "the engine's `bridge` network has no IPv4 gateway in its IPAM configuration (gateways: {gateways:?}): the double's Pods could not reach it"
-            )
+        .filter_map(|(gateway, _)| gateway.as_deref()?.parse::<IpAddr>().ok())
+        .find(IpAddr::is_ipv4);
+    named.or_else(|| {
+        configs.iter().find_map(|(_, subnet)| {
+            let (address, prefix) = subnet.as_deref()?.split_once('/')?;
+            let (address, prefix) = (
+                address.parse::<std::net::Ipv4Addr>().ok()?,
+                prefix.parse::<u32>().ok().filter(|p| *p < 31)?,
+            );
+            let network = u32::from(address) & (u32::MAX.checked_shl(32 - prefix).unwrap_or(0));
+            Some(IpAddr::V4((network + 1).into()))
         })
+    })
 }
 
 /// Listens on `ip` at `port` (the host-side port, so that both addresses differ only in
@@ -362,4 +379,24 @@ fn certificates(extra: &[IpAddr]) -> anyhow::Result<(String, Vec<u8>, Vec<u8>)> 
         .push(DnType::CommonName, "kube-double apiserver");
     let cert = params.signed_by(&key, &issuer)?;
     Ok((ca_cert.pem(), cert.der().to_vec(), key.serialize_der()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ipv4_gateway;
+
+    fn config(gateway: Option<&str>, subnet: Option<&str>) -> (Option<String>, Option<String>) {
+        (gateway.map(str::to_owned), subnet.map(str::to_owned))
+    }
+
+    #[test]
+    fn the_gateway_is_the_named_one_else_the_subnets_first_address() {
+        let named = [config(Some("172.18.0.254"), Some("172.18.0.0/16"))];
+        assert_eq!(ipv4_gateway(&named), Some("172.18.0.254".parse().unwrap()));
+        let unnamed = [config(None, Some("172.17.0.0/16"))];
+        assert_eq!(ipv4_gateway(&unnamed), Some("172.17.0.1".parse().unwrap()));
+        let ipv6_only = [config(Some("fd00::1"), Some("fd00::/64"))];
+        assert_eq!(ipv4_gateway(&ipv6_only), None);
+        assert_eq!(ipv4_gateway(&[]), None);
+    }
 }

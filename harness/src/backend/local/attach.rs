@@ -49,6 +49,11 @@ pub struct Exit {
 }
 
 impl Exit {
+    /// The exit of the engine's exec `id`.
+    pub(super) fn of(docker: Docker, id: String) -> Self {
+        Self { docker, id }
+    }
+
     /// The exit code (`None`: the engine recorded none). The output stream can end a moment
     /// before the engine records the exit, so this waits (bounded) for the command to stop.
     pub async fn code(&self) -> anyhow::Result<Option<i64>> {
@@ -157,10 +162,7 @@ impl PodStreams {
                         Err(e) => Some(Err(e.into())),
                     }
                 })),
-                exit: Exit {
-                    docker: self.docker.clone(),
-                    id: created.id,
-                },
+                exit: Exit::of(self.docker.clone(), created.id),
             }),
             StartExecResults::Detached => Err(anyhow!("the engine started the exec detached")),
         }

@@ -1,6 +1,7 @@
 //! Exec and port-forward as [`Backend`](crate::backend::Backend) has them: a command's output
 //! collected until it ends, and one exchange through the Pod's tunnel.
 
+use super::attach::Exit;
 use super::backend::LocalBackend;
 use crate::backend::{BackendError, ExecOutput, ExecRequest, PodRef, Result};
 use anyhow::anyhow;
@@ -104,15 +105,9 @@ async fn exec_in(
     let mut out = tokio::time::timeout(timeout, run)
         .await
         .map_err(|_| anyhow!("no exit within {timeout:?}"))??;
-    // The stream can end a moment before the engine records the exit code.
-    for _ in 0..50 {
-        let inspect = backend.objects.docker.inspect_exec(&created.id).await?;
-        if inspect.running != Some(true) {
-            out.exit_code = inspect.exit_code;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    out.exit_code = Exit::of(backend.objects.docker.clone(), created.id)
+        .code()
+        .await?;
     out.duration = started.elapsed();
     Ok(out)
 }

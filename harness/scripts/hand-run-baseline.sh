@@ -501,7 +501,7 @@ teardown "$s"
 # --- network::mtu: the HTTPS peer (a Pod outside the session), then the session --------------
 peer=$P-peer
 docker run -d --label "$P" --name "$peer" --network "$NET" --restart no -e HOSTNAME="$peer" "$D" /bin/sh -c \
-  'set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c 67108864 /dev/urandom > big.bin && sha256sum big.bin > big.sha && exec openssl s_server -quiet -WWW -accept 8443 -cert c.pem -key k.pem' >>"$OUT"
+  'set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c 67108864 /dev/urandom > big.bin && sha256sum big.bin > big.sha.part && mv big.sha.part big.sha && exec openssl s_server -quiet -WWW -accept 8443 -cert c.pem -key k.pem' >>"$OUT"
 session s
 ag "$s" 'set -eu
 d=/workspace/.kandev-acceptance/tls-client; rm -rf "$d"; mkdir -p "$d/root"
@@ -517,8 +517,9 @@ docker run --rm baseline-tls-client:1 /workload netinfo
 docker run --rm --network mtu-probe baseline-tls-client:1 /workload netinfo
 docker run -d --rm --name mtu-probe-docker0 --network bridge baseline-tls-client:1 /workload sleep 120 >/dev/null' >>"$OUT"
 ag "$s" 'docker rm -f mtu-probe-docker0 >/dev/null'
-for i in $(seq 600); do # the peer makes its 64 MiB and certificate; 120 s at most
-  docker exec "$peer" cat /srv/big.sha >/dev/null 2>&1 && break
+for i in $(seq 600); do # the peer makes its 64 MiB and certificate, then listens; 120 s at most
+  docker exec "$peer" sh -c 'cat /srv/big.sha && cat /proc/net/tcp /proc/net/tcp6 2>/dev/null' 2>/dev/null |
+    grep -q ' [0-9A-F]*:20FB [0-9A-F]*:0000 0A ' && break
   [ "$i" -lt 600 ] || { echo "hand-run-baseline: the HTTPS peer was not ready within 120 s" >&2; exit 1; }
   sleep 0.2
 done

@@ -106,15 +106,15 @@ fn deep_nesting_is_a_finding_not_a_stack_overflow() {
 }
 
 #[test]
-fn a_huge_document_is_refused_by_size_at_once() {
+fn a_huge_document_is_refused_by_size_before_it_is_parsed() {
+    // A valid template made huge by a comment: the one finding is its size (a parse would
+    // have found nothing to refuse).
     let huge = format!("{}\n# {}\n", full_worker(), "x".repeat(300 * 1024));
-    let started = Instant::now();
     let findings = template::parse(&huge).unwrap_err();
     assert!(
-        findings[0].message.contains("the limit is 262144 bytes"),
+        findings.len() == 1 && findings[0].message.contains("the limit is 262144 bytes"),
         "{findings:?}"
     );
-    assert!(started.elapsed() < Duration::from_millis(100));
 }
 
 #[test]

@@ -479,10 +479,13 @@ async fn an_exec_over_the_doubles_websocket_streams_output_while_the_command_run
     let (double, images) = engine_double().await;
     let (cluster, backend) = set_up(&double).await;
     let pod = running_pod(&backend, &images).await;
-    // The executor's own exec (kube-rs over the double's websocket): one line, a pause, another
-    // line, and a marker file written as the command's last act.
+    // The executor's own exec (kube-rs over the double's websocket): one line, a wait for a
+    // gate file the test creates once it holds that line, another line, and a marker file
+    // written as the command's last act.
     let marker = format!("/tmp/ended-{}", random_hex(4));
-    let script = format!("echo first; sleep 5; echo second; touch {marker}");
+    let gate = format!("/tmp/gate-{}", random_hex(4));
+    let script =
+        format!("echo first; until [ -e {gate} ]; do sleep 0.1; done; echo second; touch {marker}");
     let pods = Api::<Pod>::namespaced(cluster.session.clone(), &cluster.namespace);
     let params = AttachParams::default()
         .container("work")
@@ -498,11 +501,17 @@ async fn an_exec_over_the_doubles_websocket_streams_output_while_the_command_run
     let status = attached.take_status().unwrap();
     let mut seen = Vec::new();
     let mut buffer = [0u8; 1024];
-    while !seen.ends_with(b"\n") {
-        let n = stdout.read(&mut buffer).await.unwrap();
-        assert!(n > 0, "stdout ended before the first line: {seen:?}");
-        seen.extend_from_slice(&buffer[..n]);
-    }
+    // A double that sends output only when the command ends never sends it: the command waits
+    // for the gate.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !seen.ends_with(b"\n") {
+            let n = stdout.read(&mut buffer).await.unwrap();
+            assert!(n > 0, "stdout ended before the first line: {seen:?}");
+            seen.extend_from_slice(&buffer[..n]);
+        }
+    })
+    .await
+    .expect("the first line, while the command runs, within 60 s");
     let first_line = started.elapsed();
     assert_eq!(seen, b"first\n");
     // The first line is in the client's hands while the command still runs: its end marker is
@@ -516,6 +525,11 @@ async fn an_exec_over_the_doubles_websocket_streams_output_while_the_command_run
         Some(0),
         "the first line arrived only once the command had ended"
     );
+    let opened = backend
+        .exec(&pod, exec(&["touch", &gate], None))
+        .await
+        .unwrap();
+    assert_eq!(opened.exit_code, Some(0), "the gate file is created");
     let mut rest = Vec::new();
     stdout.read_to_end(&mut rest).await.unwrap();
     let status = status.await.expect("an exit status");

@@ -36,8 +36,9 @@ const WORKSPACES: Check = Check {
     twin: Twin::Template("daemon-syncs-workspace-to-host"),
 };
 
-/// How long session B keeps looking for session A's marker, and how often: a workspace shared
-/// asynchronously (a sync loop, a network filesystem's attribute cache) shows it late.
+/// How long session B keeps looking for session A's marker, and how often, at the end of the
+/// scenario (A writes it at the start): a workspace shared asynchronously (a sync loop, a
+/// network filesystem's attribute cache) shows it late.
 const MARKER_WINDOW: Duration = Duration::from_secs(2);
 const MARKER_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -61,6 +62,29 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let (Some(b), Some(a)) = (sessions.pop(), sessions.pop()) else {
             anyhow::bail!("two sessions were launched")
         };
+
+        ctx.step("session A writes a marker into its workspace");
+        let marker = format!(
+            "/workspace/isolation-marker-{}",
+            kandev_harness::pod::identity::random_hex(4)
+        );
+        let wrote = a
+            .agent_sh(
+                &format!("echo a > {marker} && test -s {marker} && echo written"),
+                Duration::from_secs(10),
+            )
+            .await?;
+        require_success(&wrote, &WORKSPACES, "session A writes its marker")?;
+        if wrote.stdout.trim() != "written" {
+            return Err(broken(
+                &WORKSPACES,
+                format!(
+                    "session A's marker {marker} is not in its own workspace: {}",
+                    wrote.summary()
+                ),
+            ));
+        }
+        let written = std::time::Instant::now();
 
         ctx.step("daemon IDs");
         let (id_a, id_b) = (
@@ -183,28 +207,13 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("probes", &attempts);
         promise(reached.is_empty(), &UNREACHABLE, || reached.join("; "))?;
 
-        ctx.step("workspaces are separate");
-        let marker = format!("/workspace/isolation-marker-{suffix}");
-        let wrote = a
-            .agent_sh(
-                &format!("echo a > {marker} && test -s {marker} && echo written"),
-                Duration::from_secs(10),
-            )
-            .await?;
-        require_success(&wrote, &WORKSPACES, "session A writes its marker")?;
-        if wrote.stdout.trim() != "written" {
-            return Err(broken(
-                &WORKSPACES,
-                format!(
-                    "session A's marker {marker} is not in its own workspace: {}",
-                    wrote.summary()
-                ),
-            ));
-        }
+        ctx.step("workspaces are separate: session B looks for session A's marker");
         // Sharing can be asynchronous (a sync loop, a network filesystem's attribute cache):
-        // session B looks again and again over a window, not once right after A's write.
+        // A wrote its marker before the other checks, and B looks again and again over a
+        // window at the end, not once right after A's write.
         let looks = MARKER_WINDOW.as_millis() / MARKER_INTERVAL.as_millis() + 1;
         let interval = format!("{:.3}", MARKER_INTERVAL.as_secs_f64());
+        let since_written = written.elapsed();
         let looked = std::time::Instant::now();
         let seen = b
             .agent_sh(
@@ -225,15 +234,17 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 "interval_ms": MARKER_INTERVAL.as_millis(),
                 "window_ms": MARKER_WINDOW.as_millis(),
                 "exec_ms": exec_ms,
+                "since_written_ms": since_written.as_millis() as u64,
             }),
         );
         require_success(&seen, &WORKSPACES, "session B looks for the marker")?;
         promise(seen.stdout.trim() == "absent", &WORKSPACES, || {
             format!(
-                "session B sees session A's {marker} ({}, looking every {} ms for up to {} ms after A wrote it)",
+                "session B sees session A's {marker} ({}, looking every {} ms for up to {} ms, from {} ms after A wrote it)",
                 seen.stdout.trim(),
                 MARKER_INTERVAL.as_millis(),
-                MARKER_WINDOW.as_millis()
+                MARKER_WINDOW.as_millis(),
+                since_written.as_millis()
             )
         })?;
         Ok(Verdict::Passed)

@@ -29,7 +29,8 @@ pub trait NodeView: Send + Sync {
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>>;
     /// Limits, usage, descendants and member processes of a cgroup.
     async fn read_cgroup(&self, path: &str) -> anyhow::Result<PodCgroupReading>;
-    /// Processes of the node whose command line contains `needle`.
+    /// Processes of the node whose command line contains `needle`: on a per-node view, of
+    /// the nodes it knows a Pod on ([`track_pod`](Self::track_pod), [`pod_cgroup`](Self::pod_cgroup)).
     async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>>;
     /// The kernel's memcg OOM records at or below `path` (None: the log is not readable).
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>>;

@@ -94,10 +94,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &VANISH,
             "start a nested process",
         )?;
+        // A per-node view (the cluster's inspectors) looks only on nodes it knows a Pod on.
+        node.track_pod(&owned.pod.uid).await;
         let nested = ctx
             .wait_within(
                 "the nested process on the node",
-                Duration::from_secs(10),
+                Duration::from_secs(30),
                 || async {
                     let found = node.processes_matching(&marker).await?;
                     Ok((!found.is_empty()).then_some(found))

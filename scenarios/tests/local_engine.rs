@@ -957,8 +957,7 @@ fn compose_cleanup_passes_on_the_compose_v1_worker() {
     assert_nothing_left(&run.report);
 }
 
-/// `kandev-acceptance image harness` (with `args`): its exit status, stdout and stderr, and how
-/// long it took.
+/// `kandev-acceptance image harness` (with `args`): its exit status, stdout and stderr.
 fn image_harness(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["image", "harness"])

@@ -56,6 +56,7 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
             } else {
                 CheckOutcome::Passed
             },
+            reason: None,
             twin: "fixtures/templates/broken/x.yaml".into(),
         }],
         started_at: "2026-11-30T00:00:01.250Z".into(),

@@ -125,6 +125,7 @@ fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> 
         } else {
             CheckOutcome::Failed
         },
+        reason: None,
         twin: "fixtures/templates/broken/agent-readonly-rootfs.yaml".into(),
     };
     ScenarioReport {

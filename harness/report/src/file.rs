@@ -46,6 +46,7 @@ mod tests {
             promise: "p".into(),
             kind,
             outcome: CheckOutcome::Passed,
+            reason: None,
             twin: "fixtures/templates/broken/x.yaml".into(),
         };
         let scenarios = vec![ScenarioReport {

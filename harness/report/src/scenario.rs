@@ -109,6 +109,9 @@ pub struct CheckReport {
     #[serde(default)]
     pub kind: CheckKind,
     pub outcome: CheckOutcome,
+    /// Why a `not_judged` check could not be judged (absent for every other outcome).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The broken twin that proves this check can fail: a fixture (`fixtures/...`) or a
     /// cluster twin ([`CLUSTER_TWIN`] and its test); else `exempt: <reason>` (a system check
     /// only a cluster can break, no twin yet) or `mirror: <reason>`.
@@ -156,6 +159,9 @@ pub enum CheckOutcome {
     /// The body never judged it (it ended before, or the scenario was skipped, incompatible,
     /// errored or timed out): nothing is claimed.
     NotReached,
+    /// The body reached it but could not judge it on this backend (no evidence it could see:
+    /// `reason` says what was missing): nothing is claimed, and a release gate fails it.
+    NotJudged,
 }
 
 impl CheckOutcome {
@@ -164,6 +170,7 @@ impl CheckOutcome {
             CheckOutcome::Passed => "passed",
             CheckOutcome::Failed => "failed",
             CheckOutcome::NotReached => "not reached",
+            CheckOutcome::NotJudged => "not judged",
         }
     }
 }

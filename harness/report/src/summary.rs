@@ -38,6 +38,9 @@ pub struct CheckSummary {
     pub passed: usize,
     pub failed: usize,
     pub not_reached: usize,
+    /// Reached but not judged on this backend (no evidence it could see).
+    #[serde(default)]
+    pub not_judged: usize,
     /// System checks with a broken twin that shows they can fail, a fixture or a cluster twin
     /// (the rest of the system checks are exempt, with the reason in `twin`; mirror checks
     /// have none).
@@ -59,6 +62,8 @@ pub struct KindCount {
     pub passed: usize,
     pub failed: usize,
     pub not_reached: usize,
+    #[serde(default)]
+    pub not_judged: usize,
 }
 
 impl KindCount {
@@ -68,7 +73,14 @@ impl KindCount {
             CheckOutcome::Passed => self.passed += 1,
             CheckOutcome::Failed => self.failed += 1,
             CheckOutcome::NotReached => self.not_reached += 1,
+            CheckOutcome::NotJudged => self.not_judged += 1,
         }
+    }
+
+    /// Those judged against the system: passed or failed (not those not reached or not
+    /// judged).
+    pub fn judged(&self) -> usize {
+        self.passed + self.failed
     }
 }
 
@@ -108,6 +120,7 @@ impl Summary {
                     CheckOutcome::Passed => s.checks.passed += 1,
                     CheckOutcome::Failed => s.checks.failed += 1,
                     CheckOutcome::NotReached => s.checks.not_reached += 1,
+                    CheckOutcome::NotJudged => s.checks.not_judged += 1,
                 }
             }
             match scenario.outcome {

@@ -81,12 +81,14 @@ impl Run {
             .scope(Arc::clone(&held), self.body(scenario, &mut ctx, timeout))
             .await;
         report.checks = match held.lock() {
-            Ok(held) => check_reports(scenario, &held, end.broken_check()),
+            Ok(judged) => check_reports(scenario, &judged, end.broken_check()),
             Err(_) => Vec::new(),
         };
         let end = end.unless_vacuous(&report.checks);
         report.lacking = end.lacking();
-        let end = end.by_gate(&self.config.gate);
+        let end = end
+            .by_gate(&self.config.gate)
+            .unless_unjudged_under(&self.config.gate, &report.checks);
         end.settle(&mut report, &mut ctx, scenario);
         if report.outcome != Outcome::Passed {
             report.artifacts = super::evidence::collect(&ctx).await;
@@ -235,7 +237,7 @@ fn empty_report(scenario: &Scenario) -> ScenarioReport {
 
 /// Every check of `scenario`, none judged (a scenario that never started its body).
 fn not_reached(scenario: &Scenario) -> Vec<CheckReport> {
-    check_reports(scenario, &[], None)
+    check_reports(scenario, &Default::default(), None)
 }
 
 fn finished(mut report: ScenarioReport, started: Instant) -> ScenarioReport {

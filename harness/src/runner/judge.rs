@@ -3,7 +3,7 @@
 
 use super::StopReason;
 use super::context::Ctx;
-use super::scenario::{Broken, Scenario, Verdict};
+use super::scenario::{Broken, Judged, Scenario, Verdict};
 use crate::pod::admission::AdmissionMutated;
 use crate::session::WorkerImageLacks;
 use kandev_report::Capability;
@@ -94,6 +94,26 @@ impl BodyEnd {
                 "the scenario ended passed without judging {}: a pass must judge every check",
                 unjudged.join(", ")
             )),
+            other => other,
+        }
+    }
+
+    /// Under the release profile a check the body could not judge ([`super::not_judged`])
+    /// fails the scenario: a release must not pass on what it never saw. Other gates keep the
+    /// body's end (the check stays `not judged` in every report, counted apart).
+    pub fn unless_unjudged_under(self, gate: &Gate, checks: &[CheckReport]) -> Self {
+        let unjudged: Vec<String> = checks
+            .iter()
+            .filter(|c| c.outcome == CheckOutcome::NotJudged)
+            .map(|c| format!("{} ({})", c.id, c.reason.as_deref().unwrap_or("no reason")))
+            .collect();
+        match self {
+            Self::Passed if gate.profile == GateProfile::Release && !unjudged.is_empty() => {
+                Self::Refused(format!(
+                    "the release gate accepts no check left not judged: {}",
+                    unjudged.join("; ")
+                ))
+            }
             other => other,
         }
     }
@@ -208,28 +228,41 @@ impl BodyEnd {
     }
 }
 
-/// Each declared check with its outcome: failed when the body broke it, passed when the body
-/// judged it and it held (and did not break later), else not reached.
+/// Each declared check with its outcome: failed when the body broke it, not judged when the
+/// body said it could not judge it (with the reason; even if part of it held), passed when the
+/// body judged it and it held (and did not break later), else not reached.
 pub fn check_reports(
     scenario: &Scenario,
-    held: &[&'static str],
+    judged: &Judged,
     broke: Option<&'static str>,
 ) -> Vec<CheckReport> {
     scenario
         .checks
         .iter()
-        .map(|check| CheckReport {
-            id: scenario.check_id(check),
-            promise: check.promise.into(),
-            kind: check.twin.kind(),
-            outcome: if broke == Some(check.id) {
-                CheckOutcome::Failed
-            } else if held.contains(&check.id) {
-                CheckOutcome::Passed
+        .map(|check| {
+            let unjudged: Vec<&str> = judged
+                .not_judged
+                .iter()
+                .filter(|(id, _)| *id == check.id)
+                .map(|(_, reason)| reason.as_str())
+                .collect();
+            let (outcome, reason) = if broke == Some(check.id) {
+                (CheckOutcome::Failed, None)
+            } else if !unjudged.is_empty() {
+                (CheckOutcome::NotJudged, Some(unjudged.join("; ")))
+            } else if judged.held.contains(&check.id) {
+                (CheckOutcome::Passed, None)
             } else {
-                CheckOutcome::NotReached
-            },
-            twin: check.twin.describe(),
+                (CheckOutcome::NotReached, None)
+            };
+            CheckReport {
+                id: scenario.check_id(check),
+                promise: check.promise.into(),
+                kind: check.twin.kind(),
+                outcome,
+                reason,
+                twin: check.twin.describe(),
+            }
         })
         .collect()
 }
@@ -318,7 +351,11 @@ mod tests {
             broke.diagnosis(&scenario).as_deref(),
             Some("a::x/breaks: step: it breaks: evidence")
         );
-        let checks = check_reports(&scenario, &["holds", "breaks"], broke.broken_check());
+        let judged = Judged {
+            held: vec!["holds", "breaks"],
+            not_judged: Vec::new(),
+        };
+        let checks = check_reports(&scenario, &judged, broke.broken_check());
         assert_eq!(
             checks.iter().map(|c| c.outcome).collect::<Vec<_>>(),
             [CheckOutcome::Passed, CheckOutcome::Failed]
@@ -342,6 +379,7 @@ mod tests {
             promise: "p".into(),
             kind: Default::default(),
             outcome,
+            reason: None,
             twin: "t".into(),
         };
         let judged = [check(CheckOutcome::Passed)];
@@ -356,6 +394,57 @@ mod tests {
         // Skipped, incompatible and failed bodies judged nothing more: left as they are.
         let skipped = BodyEnd::Skipped("no node view".into());
         assert_eq!(skipped.clone().unless_vacuous(&vacuous), skipped);
+    }
+
+    /// A check the body could not judge is `not judged` with its reason, even where part of
+    /// it held; a pass with it is no vacuous pass, but the release gate refuses it.
+    #[test]
+    fn a_check_not_judged_is_reported_so_and_fails_only_a_release_gate() {
+        const SEEN: Check = Check {
+            id: "seen",
+            promise: "seen",
+            twin: Twin::Exempt("test"),
+        };
+        const UNSEEN: Check = Check {
+            id: "unseen",
+            promise: "unseen",
+            twin: Twin::Exempt("test"),
+        };
+        fn run(_: &mut Ctx) -> crate::runner::ScenarioFuture<'_> {
+            Box::pin(async { Ok(Verdict::Passed) })
+        }
+        let scenario = Scenario {
+            name: "a::x",
+            promise: "p",
+            timeout: Duration::from_secs(1),
+            starts_first: false,
+            checks: &[SEEN, UNSEEN],
+            run,
+        };
+        let judged = Judged {
+            held: vec!["seen", "unseen"],
+            not_judged: vec![("unseen", "no host engine".into())],
+        };
+        let checks = check_reports(&scenario, &judged, None);
+        assert_eq!(checks[0].outcome, CheckOutcome::Passed);
+        assert_eq!(checks[1].outcome, CheckOutcome::NotJudged);
+        assert_eq!(checks[1].reason.as_deref(), Some("no host engine"));
+        let end = BodyEnd::Passed.unless_vacuous(&checks);
+        assert_eq!(end, BodyEnd::Passed);
+        let default = Gate::resolve(GateProfile::Default, Some(&[]), &[], "kind");
+        assert_eq!(
+            end.clone().unless_unjudged_under(&default, &checks),
+            BodyEnd::Passed
+        );
+        let release = Gate::resolve(GateProfile::Release, None, &[], "kind");
+        let refused = end.unless_unjudged_under(&release, &checks);
+        assert!(
+            refused.outcome() == Outcome::Failed
+                && refused
+                    .reason()
+                    .is_some_and(|r| r.contains("a::x/unseen (no host engine)")),
+            "{refused:?}"
+        );
     }
 
     #[test]

@@ -26,7 +26,9 @@ pub(crate) mod setup_log;
 pub use crate::config::{Keep, RunConfig};
 pub use context::Ctx;
 pub use environment::RunEnv;
-pub use scenario::{Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, promise};
+pub use scenario::{
+    Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, promise,
+};
 
 use crate::pod::template::TemplateFile;
 use indicatif::MultiProgress;

@@ -173,9 +173,9 @@ pub fn promise(
 ) -> anyhow::Result<()> {
     if holds {
         // Outside a scenario body (unit tests) there is no log: nothing to record.
-        let _ = HELD.try_with(|held| {
-            if let Ok(mut held) = held.lock() {
-                held.push(check.id);
+        let _ = HELD.try_with(|judged| {
+            if let Ok(mut judged) = judged.lock() {
+                judged.held.push(check.id);
             }
         });
         Ok(())
@@ -184,10 +184,33 @@ pub fn promise(
     }
 }
 
+/// Records that `check` could not be judged here, and why (the backend has no evidence for
+/// it: no host engine beside a cluster, no node view of the node's runtime): the report lists
+/// it `not judged` with the reason, counted apart from passed checks, and a release gate
+/// fails it. The body goes on with its other checks. A check recorded here stays not judged
+/// even when a later [`promise`] of the same check holds: a check half seen was not seen.
+pub fn not_judged(check: &Check, reason: impl Into<String>) {
+    let reason = reason.into();
+    let _ = HELD.try_with(|judged| {
+        if let Ok(mut judged) = judged.lock() {
+            judged.not_judged.push((check.id, reason));
+        }
+    });
+}
+
+/// What a scenario body judged of its checks, as [`promise`] and [`not_judged`] record it.
+#[derive(Debug, Default)]
+pub struct Judged {
+    /// The checks that held, as the body reached them.
+    pub held: Vec<&'static str>,
+    /// The checks the body could not judge, and why.
+    pub not_judged: Vec<(&'static str, String)>,
+}
+
 tokio::task_local! {
     /// Set by the runner around a scenario body: [`promise`] records here each check that
     /// held, as the body reaches it, so a scenario's report lists a check as passed only when
-    /// its body really judged it. (A broken check ends the body: the runner's `BodyEnd` says
-    /// which.)
-    pub(super) static HELD: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>;
+    /// its body really judged it ([`not_judged`]: one it could not judge). (A broken check
+    /// ends the body: the runner's `BodyEnd` says which.)
+    pub(super) static HELD: std::sync::Arc<std::sync::Mutex<Judged>>;
 }

@@ -96,6 +96,7 @@ pub(super) fn check_class(outcome: CheckOutcome) -> &'static str {
         CheckOutcome::Passed => "passed",
         CheckOutcome::Failed => "failed",
         CheckOutcome::NotReached => "not_reached",
+        CheckOutcome::NotJudged => "not_judged",
     }
 }
 

@@ -104,6 +104,7 @@ pub(crate) mod tests {
                     } else {
                         CheckOutcome::Failed
                     },
+                    reason: None,
                     twin: "fixtures/templates/broken/x.yaml".into(),
                 },
                 CheckReport {
@@ -115,6 +116,7 @@ pub(crate) mod tests {
                     } else {
                         CheckOutcome::NotReached
                     },
+                    reason: None,
                     twin: "mirror: none".into(),
                 },
             ],

@@ -4,9 +4,9 @@
 //! harness's mirror of Kandev decides. These tests hold the catalogue to that:
 //!
 //! - every system check has a twin on disk, or an exemption (only a cluster can break it)
-//!   whose reason README lists; every mirror check is listed in README with its reason;
-//! - README's table of checks, kinds and twins is the catalogue's own (`kandev-acceptance
-//!   checks`);
+//!   whose reason `docs/catalogue.md` lists; every mirror check is listed there with its reason;
+//! - `docs/catalogue.md`'s table of checks, kinds and twins is the catalogue's own
+//!   (`kandev-acceptance checks`);
 //! - (engine) each twin, run against the scenarios whose checks it twins, fails exactly that
 //!   check in each of them, with a diagnosis naming it, while the checks before it still pass.
 //!   The twin of `template::grant_rules/passes` is a template `run` refuses before anything
@@ -27,8 +27,11 @@ use kandev_harness::runner::{Check, Scenario, Twin};
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-const README_EXEMPTIONS: &str = "### System checks without a twin";
-const README_MIRRORS: &str = "### Mirror checks";
+/// Where the catalogue is documented: its checks table and the reasons of the checks without a
+/// twin.
+const CATALOGUE_DOC: &str = "docs/catalogue.md";
+const DOC_EXEMPTIONS: &str = "## System checks without a twin";
+const DOC_MIRRORS: &str = "## Mirror checks";
 /// The host-path folders twins share between Pods, left on the node by design.
 const HOST_FOLDERS: [&str; 3] = [
     "/tmp/kandev-acceptance-shared-docker-socket",
@@ -38,14 +41,14 @@ const HOST_FOLDERS: [&str; 3] = [
 const TABLE_BEGIN: &str = "<!-- checks:begin -->";
 const TABLE_END: &str = "<!-- checks:end -->";
 
-fn readme() -> String {
-    std::fs::read_to_string(root().join("README.md")).unwrap()
+fn catalogue_doc() -> String {
+    std::fs::read_to_string(root().join(CATALOGUE_DOC)).unwrap()
 }
 
-/// The check ids README's section under `heading` lists: the backticked ids at the head of
+/// The check ids the catalogue document's section under `heading` lists: the backticked ids at the head of
 /// each bullet (before its first ": "), up to the next heading.
-fn listed(readme: &str, heading: &str) -> BTreeSet<String> {
-    let Some((_, rest)) = readme.split_once(heading) else {
+fn listed(doc: &str, heading: &str) -> BTreeSet<String> {
+    let Some((_, rest)) = doc.split_once(heading) else {
         return BTreeSet::new();
     };
     // A bullet and its continuation lines (indented) as one text.
@@ -76,10 +79,11 @@ fn listed(readme: &str, heading: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_listed_in_readme() {
-    let readme = readme();
-    let exemptions = listed(&readme, README_EXEMPTIONS);
-    let mirrors = listed(&readme, README_MIRRORS);
+fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_listed_in_the_catalogue_doc()
+ {
+    let doc = catalogue_doc();
+    let exemptions = listed(&doc, DOC_EXEMPTIONS);
+    let mirrors = listed(&doc, DOC_MIRRORS);
     let mut problems = Vec::new();
     let mut catalogue: BTreeMap<String, Twin> = BTreeMap::new();
     for scenario in kandev_scenarios::registry() {
@@ -128,7 +132,7 @@ fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_liste
                         problems.push(format!("{id}: a system check without a twin or a reason"));
                     } else if !exemptions.contains(&id) {
                         problems.push(format!(
-                            "{id}: exempt, but README's \"{README_EXEMPTIONS}\" does not list it with its reason"
+                            "{id}: exempt, but {CATALOGUE_DOC}'s \"{DOC_EXEMPTIONS}\" does not list it with its reason"
                         ));
                     }
                 }
@@ -139,7 +143,7 @@ fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_liste
                         ));
                     } else if !mirrors.contains(&id) {
                         problems.push(format!(
-                            "{id}: a mirror check, but README's \"{README_MIRRORS}\" does not list it with its reason"
+                            "{id}: a mirror check, but {CATALOGUE_DOC}'s \"{DOC_MIRRORS}\" does not list it with its reason"
                         ));
                     }
                 }
@@ -147,10 +151,10 @@ fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_liste
             }
         }
     }
-    // README lists nothing stale: every id it lists is a check of that kind without a twin.
+    // The document lists nothing stale: every id it lists is a check of that kind without a twin.
     for (heading, ids, wanted) in [
-        (README_EXEMPTIONS, &exemptions, "exempt"),
-        (README_MIRRORS, &mirrors, "mirror"),
+        (DOC_EXEMPTIONS, &exemptions, "exempt"),
+        (DOC_MIRRORS, &mirrors, "mirror"),
     ] {
         for id in ids {
             let fits = match catalogue.get(id) {
@@ -160,7 +164,7 @@ fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_liste
             };
             if !fits {
                 problems.push(format!(
-                    "README's \"{heading}\" lists {id}, which is no {wanted} check of the catalogue"
+                    "{CATALOGUE_DOC}'s \"{heading}\" lists {id}, which is no {wanted} check of the catalogue"
                 ));
             }
         }
@@ -169,9 +173,8 @@ fn every_system_check_has_a_twin_or_an_exemption_and_every_mirror_check_is_liste
 }
 
 #[test]
-fn readme_lists_every_check_and_its_twin() {
-    let readme = readme();
-    let table = readme
+fn the_catalogue_doc_lists_every_check_and_its_twin() {
+    let table = catalogue_doc()
         .split_once(TABLE_BEGIN)
         .and_then(|(_, rest)| rest.split_once(TABLE_END))
         .map(|(table, _)| table.trim().to_owned())
@@ -180,7 +183,7 @@ fn readme_lists_every_check_and_its_twin() {
     assert_eq!(
         table,
         expected.trim(),
-        "README's checks table (between {TABLE_BEGIN} and {TABLE_END}) differs from the catalogue: \
+        "{CATALOGUE_DOC}'s checks table (between {TABLE_BEGIN} and {TABLE_END}) differs from the catalogue: \
          paste the output of `cargo run -q -p kandev-scenarios -- checks`"
     );
 }

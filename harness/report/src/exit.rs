@@ -1,5 +1,5 @@
 //! Exit codes: what a run (or a report) means for CI and release gates, most severe first.
-//! The README's table lists the same codes.
+//! README's "Exit codes" table lists the same codes, and `harness/tests/docs.rs` keeps it so.
 
 use crate::run::Report;
 use crate::scenario::CleanupOutcome;
@@ -26,7 +26,7 @@ pub const INTERRUPTED: u8 = 130;
 /// (the same value as [`SCENARIO_FAILED`]: a promise that held now breaks).
 pub const REGRESSED: u8 = 1;
 
-/// What a run's exit code means, in the words of README's table.
+/// What a run's exit code means, in short (README's "Exit codes" table says it at length).
 pub fn meaning(code: u8) -> &'static str {
     match code {
         SUCCESS => "every selected scenario passed (or was skipped or incompatible with a reason)",

@@ -69,6 +69,12 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The command line as clap builds it, for what checks documented commands
+/// (`harness/tests/docs.rs` parses every command the docs quote with it).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 pub(crate) fn read_input(path: &PathBuf, what: &str) -> Result<String, u8> {
     let bytes = std::fs::read(path).map_err(|e| {
         let fix = match e.kind() {

@@ -1,4 +1,5 @@
-//! The documentation is tested like code: `README.md` and every `docs/*.md`.
+//! The documentation is tested like code: `README.md`, every `docs/*.md`, and every other
+//! Markdown file of the repository (`kind/README.md`, `fixtures/kube/README.md`, ...).
 //!
 //! - Every relative link (`[text](path)`, `[text](path#anchor)`, `[text](#anchor)`, images
 //!   too) names a file or folder that exists, and an anchor that a heading of the linked file
@@ -30,17 +31,25 @@ fn root() -> PathBuf {
     kandev_harness::paths::workspace_root()
 }
 
-/// README.md and docs/*.md, as paths relative to the root, with their text.
+/// Every Markdown file of the repository (build output and hidden folders left out), as paths
+/// relative to the root, with their text; README.md first.
 fn documents() -> Vec<(PathBuf, String)> {
-    let mut paths = vec![PathBuf::from("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "md"))
-        .map(|path| path.strip_prefix(root()).unwrap().to_owned())
-        .collect();
-    docs.sort();
-    paths.extend(docs);
+    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    walk(&path, found);
+                }
+            } else if name.ends_with(".md") {
+                found.push(path.strip_prefix(root()).unwrap().to_owned());
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    walk(&root(), &mut paths);
+    paths.sort_by_key(|path| (path != Path::new("README.md"), path.clone()));
     paths
         .into_iter()
         .map(|path| {
@@ -521,7 +530,8 @@ fn every_command_the_docs_quote_parses() {
         problems.extend(found);
     }
     // Every reader's document quotes commands (a reader that found none was misread).
-    for (path, count) in &per_doc {
+    let for_a_reader = |path: &Path| path == Path::new("README.md") || path.starts_with("docs");
+    for (path, count) in per_doc.iter().filter(|(path, _)| for_a_reader(path)) {
         assert!(
             *count > 0,
             "{} quotes no command the test found",

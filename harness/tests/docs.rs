@@ -31,15 +31,20 @@ fn root() -> PathBuf {
     kandev_harness::paths::workspace_root()
 }
 
-/// Every Markdown file of the repository (build output and hidden folders left out), as paths
-/// relative to the root, with their text; README.md first.
+/// Every Markdown file of the repository (build output, runs' reports and hidden folders left
+/// out), as paths relative to the root, with their text; README.md first.
 fn documents() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
+        let entries = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("read the folder {}: {e}", dir.display()));
+        for entry in entries {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             if path.is_dir() {
-                if name != "target" && !name.starts_with('.') {
+                // reports/ holds runs' folders (written by root in CI), not documentation.
+                let skipped =
+                    name == "target" || name.starts_with('.') || path == root().join("reports");
+                if !skipped {
                     walk(&path, found);
                 }
             } else if name.ends_with(".md") {

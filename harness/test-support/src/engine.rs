@@ -41,7 +41,7 @@ impl FixtureEngine {
             .get_or_init(|| async {
                 let docker = connect_engine().await.unwrap();
                 let root = kandev_harness::paths::workspace_root();
-                let binary = mock_agent_binary(&root).await.unwrap();
+                let binary = mock_agent_binary().await.unwrap();
                 let images = ensure_images(
                     &docker,
                     &ImageConfig {

@@ -103,11 +103,12 @@ impl FixtureEngine {
     }
 }
 
-/// The fixture images, and the cluster double with its Pods on this host's engine.
+/// The fixture images, and the cluster double with its Pods on this host's engine. A Pod that
+/// carries no harness run label (one a test posts itself) runs labelled with this process's
+/// [`test_run_id`](crate::labelled::test_run_id), so that `gc` finds what a killed test left.
 pub async fn engine_double() -> (KubeDouble, ImageSet) {
     let engine = FixtureEngine::start().await;
-    let double = cluster_double::start(Some(engine.local_backend()))
-        .await
-        .unwrap();
+    let runtime = Arc::new(crate::labelled::TestLabelled::new(engine.local_backend()));
+    let double = cluster_double::start(Some(runtime)).await.unwrap();
     (double, engine.images)
 }

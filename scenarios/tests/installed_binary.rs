@@ -6,7 +6,8 @@
 //! the fixtures, and the static mock agent), written out under `$HOME/.cache/kandev-acceptance`;
 //! its reports go to `./reports`.
 //!
-//! Both tests need root (unshare --mount), so they are `#[ignore]`d as the engine tests are.
+//! The tests that hide the checkout need root (unshare --mount), so they are `#[ignore]`d as
+//! the engine tests are.
 
 // A test file: failing loudly with unwrap/panic is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -152,6 +153,51 @@ fn with_no_checkout_and_no_cargo_it_lists_validates_and_prints_its_checks() {
     assert_eq!(installed.cached(), Vec::<String>::new());
 }
 
+#[test]
+#[ignore = "needs root (a mount namespace hides the checkout): cargo test -p kandev-scenarios --test installed_binary -- --include-ignored"]
+fn with_no_checkout_an_unwritable_cache_refuses_the_run_naming_the_fix() {
+    let installed = Installed::new();
+    // A file where the cache folder would be made.
+    std::fs::write(installed.home().join(".cache"), b"").unwrap();
+    let output = installed.run(&["run", "--exact", "template::grant_rules"]);
+    let text = common::output_text(&output);
+    assert_eq!(output.status.code(), Some(3), "{text}");
+    assert!(
+        text.contains("write the fixtures this binary carries to")
+            && text.contains("fix:")
+            && text.contains("XDG_CACHE_HOME")
+            && text.contains("KANDEV_ACCEPTANCE_ROOT"),
+        "{text}"
+    );
+    assert!(
+        !installed.home().join("reports").exists(),
+        "a refused run made its report folder"
+    );
+}
+
+/// `KANDEV_ACCEPTANCE_ROOT` naming a folder without fixtures is refused before anything is
+/// made, naming the variable and the fix (no root needed: the variable comes first).
+#[test]
+fn a_root_without_fixtures_is_refused_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--exact", "template::grant_rules", "--report"])
+        .arg(dir.path().join("reports"))
+        .env("KANDEV_ACCEPTANCE_ROOT", dir.path())
+        .output()
+        .unwrap();
+    let text = common::output_text(&output);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(&format!(
+            "KANDEV_ACCEPTANCE_ROOT={} holds no fixtures/ folder",
+            dir.path().display()
+        )) && text.contains("fix:"),
+        "{text}"
+    );
+    assert!(!dir.path().join("reports").exists(), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a Docker engine and root (a mount namespace hides the checkout): bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn with_no_checkout_and_no_cargo_it_runs_a_scenario_on_the_local_engine() {
@@ -243,4 +289,19 @@ async fn with_no_checkout_and_no_cargo_it_runs_a_scenario_on_the_local_engine() 
     let raw = std::fs::read_to_string(run_dir.join("report.json")).unwrap();
     let checkout = common::root().display().to_string();
     assert!(!raw.contains(&checkout), "the report names {checkout}");
+
+    // The harness image from the installed binary: the carried template, prepare script and
+    // mock agent, under the same paths, give the very image the checkout's files give.
+    let (installed, image) = tokio::task::spawn_blocking(move || {
+        let image = installed.run(&["image", "harness"]);
+        (installed, image)
+    })
+    .await
+    .unwrap();
+    assert!(image.status.success(), "{}", common::output_text(&image));
+    let from_checkout = engine
+        .harness_image(Path::new(env!("CARGO_BIN_EXE_kandev-acceptance")))
+        .await;
+    assert_eq!(stdout(&image).trim(), from_checkout.reference);
+    drop(installed);
 }

@@ -7,10 +7,11 @@
 //! 1. `KANDEV_ACCEPTANCE_ROOT`, when set (the harness image sets it);
 //! 2. the checkout this binary was built from, while it is there: developers edit fixtures,
 //!    and the next run reads them with no rebuild;
-//! 3. the fixtures the binary carries ([`embedded`], built in by `harness/build.rs`), written
-//!    on first use to `fixtures-<hash>/` under the user's cache ([`embedded::cache_home`]):
-//!    an installed binary runs from any directory with no checkout. The same bytes give the
-//!    same image tags: a fixture image's tag hashes its build context, not where it lies.
+//! 3. the fixtures the binary carries (built in by `scenarios/build.rs`, handed over by its
+//!    `main`: [`embedded::carry`]), written on first use to `fixtures-<hash>/` under the
+//!    user's cache ([`embedded::cache_home`]): an installed binary runs from any directory
+//!    with no checkout. The same bytes give the same image tags: a fixture image's tag hashes
+//!    its build context, not where it lies.
 //!
 //! Never from the current directory. Reports go to `reports/` below the root in the first two
 //! cases, and to `./reports` of the current directory in the third (a cache is no place for

@@ -98,6 +98,20 @@ impl Installed {
     }
 }
 
+/// Every file at or below `path` under `root`, as its path below `root`.
+fn files_below(root: &Path, path: &str) -> Vec<String> {
+    let full = root.join(path);
+    if full.is_file() {
+        return vec![path.to_owned()];
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&full).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        files.extend(files_below(root, &format!("{path}/{name}")));
+    }
+    files
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -256,19 +270,41 @@ async fn with_no_checkout_and_no_cargo_it_runs_a_scenario_on_the_local_engine() 
 
     // What it read, it wrote out under its own cache: the fixtures, and the mock agent the
     // run uploads (the `mock_agent_binary` step's path).
+    // The fixtures: exactly the checkout's files below what scenarios/build.rs carries, byte
+    // for byte.
     let cached = installed.cached();
-    let fixtures = cached
+    let template = cached
         .iter()
         .find(|p| p.ends_with("/fixtures/templates/full-worker.yaml"))
         .unwrap_or_else(|| panic!("no fixtures written out: {cached:?}"));
+    let folder = template.trim_end_matches("fixtures/templates/full-worker.yaml");
     assert!(
-        fixtures.starts_with("kandev-acceptance/fixtures-"),
-        "{fixtures}"
+        folder.starts_with("kandev-acceptance/fixtures-"),
+        "{folder}"
     );
-    assert_eq!(
-        std::fs::read(home.join(".cache").join(fixtures)).unwrap(),
-        std::fs::read(common::fixture("templates/full-worker.yaml")).unwrap()
-    );
+    let written: Vec<&str> = cached
+        .iter()
+        .filter_map(|p| p.strip_prefix(folder))
+        .collect();
+    let mut expected = Vec::new();
+    for carried in [
+        "fixtures/templates",
+        "fixtures/prepare",
+        "fixtures/images",
+        "fixtures/rbac",
+        "kind/cluster.yaml",
+    ] {
+        expected.extend(files_below(&common::root(), carried));
+    }
+    expected.sort();
+    assert_eq!(written, expected);
+    for path in &written {
+        assert_eq!(
+            std::fs::read(home.join(".cache").join(folder).join(path)).unwrap(),
+            std::fs::read(common::root().join(path)).unwrap(),
+            "{path}"
+        );
+    }
     let agent: PathBuf = report
         .setup
         .iter()

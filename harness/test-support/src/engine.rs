@@ -93,6 +93,14 @@ impl FixtureEngine {
         record.clone()
     }
 
+    /// The runtime for a cluster double on this engine: [`FixtureEngine::local_backend`], a
+    /// Pod without a harness run label labelled with this process's
+    /// [`test_run_id`](crate::labelled::test_run_id) on the engine, so that `gc` finds what a
+    /// killed test left.
+    pub fn double_runtime(&self) -> Arc<dyn Backend> {
+        Arc::new(crate::labelled::TestLabelled::new(self.local_backend()))
+    }
+
     /// A local backend running Pods on this engine (pids limit 4096).
     pub fn local_backend(&self) -> Arc<dyn Backend> {
         Arc::new(LocalBackend::new(
@@ -108,7 +116,8 @@ impl FixtureEngine {
 /// [`test_run_id`](crate::labelled::test_run_id), so that `gc` finds what a killed test left.
 pub async fn engine_double() -> (KubeDouble, ImageSet) {
     let engine = FixtureEngine::start().await;
-    let runtime = Arc::new(crate::labelled::TestLabelled::new(engine.local_backend()));
-    let double = cluster_double::start(Some(runtime)).await.unwrap();
+    let double = cluster_double::start(Some(engine.double_runtime()))
+        .await
+        .unwrap();
     (double, engine.images)
 }

@@ -341,3 +341,60 @@ async fn with_no_checkout_and_no_cargo_it_runs_a_scenario_on_the_local_engine() 
     assert_eq!(stdout(&image).trim(), from_checkout.reference);
     drop(installed);
 }
+
+/// `KANDEV_MOCK_AGENT_BIN` still names the agent a run uploads (another architecture's, a
+/// patched one): the run records that very file; a path that is no file errors the run, naming
+/// the variable and the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn kandev_mock_agent_bin_names_the_agent_a_run_uploads() {
+    let engine = FixtureEngine::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = dir.path().join("my-agent");
+    std::fs::copy(&engine.mock_agent_binary, &agent).unwrap();
+    let run = |agent: &Path| {
+        let reports = tempfile::tempdir().unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+            .args(["run", "--exact", "template::grant_rules", "--report"])
+            .arg(reports.path())
+            .env("KANDEV_ACCEPTANCE_ROOT", common::root())
+            .env("KANDEV_MOCK_AGENT_BIN", agent)
+            .env_remove("GITHUB_STEP_SUMMARY")
+            .env_remove("GITHUB_ACTIONS")
+            .output()
+            .unwrap();
+        let text = common::output_text(&output);
+        let (_, report) = common::written_report(reports.path(), &text);
+        (output.status.code(), text, report)
+    };
+    let (code, text, report) = tokio::task::spawn_blocking({
+        let agent = agent.clone();
+        move || run(&agent)
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{text}");
+    let step = report
+        .setup
+        .iter()
+        .find(|s| s.name == "mock_agent_binary")
+        .unwrap_or_else(|| panic!("no mock_agent_binary step: {:?}", report.setup));
+    assert_eq!(step.evidence["path"], agent.display().to_string());
+
+    let missing = dir.path().join("no-such-agent");
+    let (code, text, report) = tokio::task::spawn_blocking({
+        let missing = missing.clone();
+        move || run(&missing)
+    })
+    .await
+    .unwrap();
+    assert_ne!(code, Some(0), "{text}");
+    let diagnosis = report.scenarios[0].diagnosis.clone().unwrap_or_default();
+    assert!(
+        diagnosis.contains(&format!(
+            "KANDEV_MOCK_AGENT_BIN={} is not a file",
+            missing.display()
+        )) && diagnosis.contains("fix:"),
+        "{diagnosis}\n{text}"
+    );
+}

@@ -96,9 +96,13 @@ impl FixtureEngine {
     /// The runtime for a cluster double on this engine: [`FixtureEngine::local_backend`], a
     /// Pod without a harness run label labelled with this process's
     /// [`test_run_id`](crate::labelled::test_run_id) on the engine, so that `gc` finds what a
-    /// killed test left.
+    /// killed test left, and what a test that panicked left removed when its runtime ends
+    /// ([`TestLabelled`](crate::labelled::TestLabelled)).
     pub fn double_runtime(&self) -> Arc<dyn Backend> {
-        Arc::new(crate::labelled::TestLabelled::new(self.local_backend()))
+        Arc::new(crate::labelled::TestLabelled::new(
+            self.local_backend(),
+            &self.images.mock_agent,
+        ))
     }
 
     /// A local backend running Pods on this engine (pids limit 4096).

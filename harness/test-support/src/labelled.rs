@@ -3,10 +3,15 @@
 //! process's own run id ([`test_run_id`]) before it reaches the engine.
 //!
 //! A test that posts a Pod of its own through the double (kubectl's `pf-*` Pod in
-//! `real_clients`) and is killed, or panics before it deletes it, leaves that Pod's containers
-//! on the engine: without the labels, `gc` could not find them. The labels go on the engine's
-//! copy only (the API object the double stores and serves is the client's); Pods a harness run
-//! creates through the double already carry their run's labels and are left as they are.
+//! `real_clients`) and panics before it deletes it, or is killed, leaves that Pod's containers
+//! on the engine. A panic ends the test's runtime, which drops the double's tasks and with them
+//! this backend: its drop removes every Pod created through it and not deleted since (from a
+//! thread of its own with an engine client of its own: a drop cannot await, and the dying
+//! runtime's client is no longer served; testcontainers' drop worker does the same). A killed
+//! test runs no drop: its Pods' labels let `gc --run <id>` find them. The labels go on the
+//! engine's copy only (the API object the double stores and serves is the client's); Pods a
+//! harness run creates through the double already carry their run's labels and are left as
+//! they are.
 //!
 //! Why not testcontainers, the crate the design names for throwaway containers: these
 //! containers are created by the system under test (the double's Pods, through the harness's
@@ -19,15 +24,19 @@
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::local::LocalBackend;
 use kandev_harness::backend::{
     Backend, ConnectionTest, ContainerState, ExecOutput, ExecRequest, HostSharing, PodRef, Result,
     WorkspaceRef,
 };
-use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_POD_UID, LABEL_RUN};
 use kandev_harness::pod::template::WorkspaceMode;
 use std::collections::BTreeMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+/// How long a drop waits for the engine to remove what the test left.
+const DROP_REMOVAL_BOUND: Duration = Duration::from_secs(120);
 
 /// This test process's run id (a harness run id, made once): the `acceptance.kandev.ai/run`
 /// label of the double's Pods that carry none. `kandev-acceptance gc --run <id>` removes what
@@ -56,14 +65,113 @@ pub fn labelled(pod: &Pod) -> Pod {
     pod
 }
 
-/// A backend forwarding every call to `inner`, Pods labelled by [`labelled`] on creation.
+/// A local backend forwarding every call to `inner`, Pods labelled by [`labelled`] on
+/// creation, and those not deleted through it removed when it is dropped.
 pub struct TestLabelled {
     inner: Arc<dyn Backend>,
+    /// `inner`'s infra image, for the engine client the drop makes.
+    infra_image: String,
+    /// Pods created through this backend and not deleted since, by UID.
+    live: Mutex<BTreeMap<String, PodRef>>,
 }
 
 impl TestLabelled {
-    pub fn new(inner: Arc<dyn Backend>) -> Self {
-        Self { inner }
+    /// `inner`: a [`LocalBackend`] with the infra image `infra_image`.
+    pub fn new(inner: Arc<dyn Backend>, infra_image: &str) -> Self {
+        Self {
+            inner,
+            infra_image: infra_image.to_owned(),
+            live: Mutex::default(),
+        }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PodRef>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `create`, with the Pod tracked from before it starts when it names its UID (the
+    /// double's do): a create the test's end cuts short leaves containers of that UID, which
+    /// the drop then removes too. A failed create removed what it made.
+    async fn tracked(
+        &self,
+        pod: &Pod,
+        create: impl std::future::Future<Output = Result<PodRef>>,
+    ) -> Result<PodRef> {
+        let early = pod.metadata.uid.clone().map(|uid| PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid,
+        });
+        if let Some(early) = &early {
+            self.live().insert(early.uid.clone(), early.clone());
+        }
+        match create.await {
+            Ok(created) => {
+                self.live().insert(created.uid.clone(), created.clone());
+                Ok(created)
+            }
+            Err(e) => {
+                if let Some(early) = early {
+                    self.live().remove(&early.uid);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for TestLabelled {
+    fn drop(&mut self) {
+        let left: Vec<PodRef> = std::mem::take(&mut *self.live()).into_values().collect();
+        if left.is_empty() {
+            return;
+        }
+        let infra_image = self.infra_image.clone();
+        let names: Vec<String> = left.iter().map(|p| p.name.clone()).collect();
+        let (done, removed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let removal = async {
+                let docker = kandev_harness::host::connect_engine().await?;
+                let backend = LocalBackend::new(docker, infra_image, 4096);
+                // The engine may still finish a create the ended runtime had sent: removed
+                // until two looks, half a second apart, find nothing of these Pods.
+                let deadline = std::time::Instant::now() + DROP_REMOVAL_BOUND / 2;
+                let mut quiet = 0;
+                while quiet < 2 {
+                    let mut found = false;
+                    for pod in &left {
+                        let selector = [(LABEL_POD_UID, pod.uid.as_str())];
+                        if !backend.list_labelled(&selector).await?.is_empty() {
+                            found = true;
+                            backend.delete_pod(pod).await?;
+                        }
+                    }
+                    quiet = if found { 0 } else { quiet + 1 };
+                    if std::time::Instant::now() > deadline {
+                        anyhow::bail!("the engine still creates them");
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                anyhow::Ok(())
+            };
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|runtime| runtime.block_on(removal));
+            let _ = done.send(result);
+        });
+        let problem = match removed.recv_timeout(DROP_REMOVAL_BOUND) {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => format!("{e:#}"),
+            Err(_) => format!("not done within {DROP_REMOVAL_BOUND:?}"),
+        };
+        eprintln!(
+            "kandev-test-support: removing the Pods a test left on the engine ({}) failed: {problem}; \
+             kandev-acceptance gc --run {} removes them",
+            names.join(", "),
+            test_run_id()
+        );
     }
 }
 
@@ -111,10 +219,12 @@ impl Backend for TestLabelled {
         self.inner.workspace_labels(name).await
     }
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
-        self.inner.create_pod(&labelled(pod)).await
+        self.tracked(pod, self.inner.create_pod(&labelled(pod)))
+            .await
     }
     async fn create_helper_pod(&self, pod: &Pod) -> Result<PodRef> {
-        self.inner.create_helper_pod(&labelled(pod)).await
+        self.tracked(pod, self.inner.create_helper_pod(&labelled(pod)))
+            .await
     }
     async fn wait_running(&self, pod: &PodRef, container: &str, timeout: Duration) -> Result<()> {
         self.inner.wait_running(pod, container, timeout).await
@@ -144,7 +254,9 @@ impl Backend for TestLabelled {
         self.inner.diagnostics(pod).await
     }
     async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
-        self.inner.delete_pod(pod).await
+        self.inner.delete_pod(pod).await?;
+        self.live().remove(&pod.uid);
+        Ok(())
     }
     async fn pod_uid(&self, namespace: &str, name: &str) -> Result<Option<String>> {
         self.inner.pod_uid(namespace, name).await

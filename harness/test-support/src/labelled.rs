@@ -7,7 +7,8 @@
 //! on the engine. A panic ends the test's runtime, which drops the double's tasks and with them
 //! this backend: its drop removes every Pod created through it and not deleted since (from a
 //! thread of its own with an engine client of its own: a drop cannot await, and the dying
-//! runtime's client is no longer served; testcontainers' drop worker does the same). A killed
+//! runtime no longer serves its client; testcontainers' `async_drop` keeps a drop-worker
+//! thread for the same reason). A killed
 //! test runs no drop: its Pods' labels let `gc --run <id>` find them. The labels go on the
 //! engine's copy only (the API object the double stores and serves is the client's); Pods a
 //! harness run creates through the double already carry their run's labels and are left as

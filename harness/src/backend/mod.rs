@@ -60,8 +60,7 @@ impl PrepareInput<'_> {
         self.mock_agent
             .get_or_try_init(|| async {
                 let started = std::time::Instant::now();
-                let built =
-                    crate::host::images::mock_agent_binary(&crate::paths::workspace_root()).await;
+                let built = crate::host::images::mock_agent_binary().await;
                 self.setup.step(
                     "mock_agent_binary",
                     started,

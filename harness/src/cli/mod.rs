@@ -98,3 +98,16 @@ pub(crate) fn read_input(path: &PathBuf, what: &str) -> Result<String, u8> {
         exit::USAGE
     })
 }
+
+/// The fixtures' root (`paths`' order: `KANDEV_ACCEPTANCE_ROOT`, the build's checkout, the
+/// carried copy written out), asked before anything reads a fixture: a root that cannot be
+/// read is one error naming its fix, not a missing template. Err: the exit code.
+pub(crate) fn fixtures_ready() -> Result<(), u8> {
+    crate::paths::ready().map(|_| ()).map_err(|e| {
+        eprintln!("error: {e}");
+        match e {
+            crate::paths::PathsError::NoFixtures { .. } => exit::USAGE,
+            crate::paths::PathsError::Embedded(_) => exit::ENVIRONMENT,
+        }
+    })
+}

@@ -28,7 +28,7 @@ pub(crate) fn cluster_settings(
         cluster: c.kind_cluster.clone(),
         config: run
             .and_then(|r| r.kind_config.clone())
-            .unwrap_or_else(|| crate::paths::workspace_root().join("kind/cluster.yaml")),
+            .unwrap_or_else(crate::paths::kind_config),
         node_image: run.and_then(|r| r.kind_node_image.clone()),
         keep_cluster: run.is_some_and(|r| r.keep_cluster),
     });
@@ -124,6 +124,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
 /// folder. `launch` asks the same before it creates anything. Err: the exit code (each
 /// refusal printed with its fix).
 pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String), u8> {
+    super::fixtures_ready()?;
     let mut config = RunConfig {
         template: args
             .template

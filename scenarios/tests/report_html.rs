@@ -192,6 +192,8 @@ fn an_assembled_report_renders_in_chromium() {
         leftovers: Vec::new(),
         teardown: Vec::new(),
         cost: None,
+        selection: None,
+        verdict: None,
     };
     let json = dir.path().join("report.json");
     kandev_report::write(&report, &json).unwrap();

@@ -6,7 +6,10 @@ use super::read_input;
 use super::validate::check_rules;
 use crate::backend::BackendKind;
 use crate::config::{ClusterSettings, Keep, KindSettings, RunConfig};
-use crate::pod::template::{Severity, TemplateFile, TemplateFinding};
+use crate::pod::template::{
+    DAEMON_IMAGE_PLACEHOLDER, Severity, TemplateFile, TemplateFinding, WORKER_IMAGE_PLACEHOLDER,
+    ignored_image_flag,
+};
 use crate::runner::{Run, Scenario};
 use k8s_openapi::api::core::v1::PodTemplate;
 use kandev_report::{Gate, GateProfile};
@@ -189,6 +192,37 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
     );
     if findings.iter().any(|f| f.severity == Severity::Error) {
         return Err(breaks_rules(&config, &findings));
+    }
+    // An image flag the template would ignore: the report would record an image no Pod ran.
+    let ignored: Vec<String> = [
+        (
+            "--worker-image",
+            &config.worker_image,
+            &config.main_container,
+            WORKER_IMAGE_PLACEHOLDER,
+        ),
+        (
+            "--daemon-image",
+            &config.daemon_image,
+            &config.daemon_container,
+            DAEMON_IMAGE_PLACEHOLDER,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(flag, image, container, placeholder)| {
+        let image = image.as_deref()?;
+        ignored_image_flag(template.parsed(), flag, image, container, placeholder)
+    })
+    .collect();
+    if !ignored.is_empty() {
+        eprintln!(
+            "error: the template {} would ignore an image flag; nothing was created:",
+            config.template.display()
+        );
+        for problem in ignored {
+            eprintln!("  {problem}");
+        }
+        return Err(exit::USAGE);
     }
     config.gate = match resolve_gate(args, template.parsed(), &config) {
         Ok(gate) => gate,

@@ -147,9 +147,11 @@ pub struct RanImage {
 
 impl ImageRecord {
     /// Whether `ran` is this record's image: the same id (bare, or as the digest of the
-    /// kubelet's `name@sha256:..`, or with a `docker-pullable://`/`docker://` prefix), the
-    /// digest this record's reference pins, or, when the runtime names the image by a
-    /// registry digest this run never saw (a `kind load`ed image), the same reference.
+    /// kubelet's `name@sha256:..`, or with a `docker-pullable://`/`docker://` prefix), or the
+    /// digest this record's reference pins. By reference alone when the record cannot say
+    /// more: it has neither an id nor a digest (an image the cluster resolves, whose id the run
+    /// never saw), or the runtime names the image by a registry digest this run never saw (a
+    /// `kind load`ed image).
     pub fn is(&self, ran: &RanImage) -> bool {
         let id = ran
             .image_id
@@ -160,7 +162,8 @@ impl ImageRecord {
         if self.id.as_deref() == Some(digest) || pinned == Some(digest) {
             return true;
         }
-        id.contains('@') && normalized(&ran.image) == normalized(&self.reference)
+        let unknown = self.id.is_none() && pinned.is_none();
+        (unknown || id.contains('@')) && normalized(&ran.image) == normalized(&self.reference)
     }
 
     /// The images this role's containers ran that are not this record's.

@@ -360,9 +360,18 @@ mod tests {
         let pinned = ImageRecord {
             reference: "r/daemon@sha256:ddd".into(),
             id: None,
-            ..record
+            ..record.clone()
         };
         assert!(pinned.is(&ran("r/daemon@sha256:ddd", "r/daemon@sha256:ddd")));
+        assert!(!pinned.is(&ran("r/daemon@sha256:ddd", "sha256:eee")));
+        // A reference the cluster resolves, its id unknown to the run: by reference.
+        let resolved = ImageRecord {
+            reference: "registry.example/dind:1".into(),
+            id: None,
+            ..record
+        };
+        assert!(resolved.is(&ran("registry.example/dind:1", "sha256:fff")));
+        assert!(!resolved.is(&ran("registry.example/other:1", "sha256:fff")));
     }
 
     #[test]

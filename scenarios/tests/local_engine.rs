@@ -155,18 +155,51 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
 
     // JUnit and CTRF beside it, from the same results.
     let folder = run.report_path.parent().unwrap();
+    // A test case per check, its scenario as the class (every scenario here has checks and
+    // none failed outside one: no scenario needs a case of its own).
     let junit = std::fs::read_to_string(folder.join("junit.xml")).unwrap();
-    assert_eq!(
-        junit.matches("<testcase ").count(),
-        run.report.scenarios.len()
-    );
+    let checks = &run.report.summary.checks;
+    assert_eq!(junit.matches("<testcase ").count(), checks.total);
+    for s in &run.report.scenarios {
+        for c in &s.checks {
+            let case = format!("<testcase classname=\"{}\" name=\"{}\"", s.name, c.id);
+            assert!(junit.contains(&case), "{case}");
+        }
+    }
     let ctrf: serde_json::Value =
         serde_json::from_slice(&std::fs::read(folder.join("ctrf.json")).unwrap()).unwrap();
     assert_eq!(
         ctrf["results"]["summary"]["passed"].as_u64(),
-        Some(run.report.summary.passed as u64)
+        Some(checks.passed as u64)
     );
-    assert_eq!(ctrf["results"]["summary"]["skipped"].as_u64(), Some(1));
+    // launch::connection's checks, never reached (no API server here).
+    assert_eq!(
+        ctrf["results"]["summary"]["skipped"].as_u64(),
+        Some((checks.not_reached + checks.not_judged) as u64)
+    );
+    // The report's own verdict: the release gate's, passed; the whole catalogue selected;
+    // the build named; what the Pods ran recorded and agreeing.
+    let verdict = run.report.verdict.clone().unwrap();
+    assert!(
+        verdict.passed && verdict.profile == kandev_report::GateProfile::Release,
+        "{verdict:?}"
+    );
+    let selection = run.report.selection.clone().unwrap();
+    assert!(!selection.filtered && selection.left_out.is_empty());
+    assert_eq!(run.report.harness_version, kandev_harness::BUILD);
+    for role in ["worker", "daemon"] {
+        let image = run
+            .report
+            .environment
+            .images
+            .iter()
+            .find(|i| i.role == role)
+            .unwrap();
+        assert!(
+            !image.ran.is_empty() && image.disagreements().is_empty(),
+            "{image:?}"
+        );
+    }
     let errors = schemas::junit_errors(&junit);
     assert!(
         errors.is_empty(),

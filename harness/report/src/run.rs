@@ -95,6 +95,21 @@ pub struct Verdict {
     pub reasons: Vec<String>,
 }
 
+impl Verdict {
+    /// `passed`, or `failed (exit 1, 2 reasons)`: the verdict in a few words.
+    pub fn brief(&self) -> String {
+        if self.passed {
+            return "passed".into();
+        }
+        let n = self.reasons.len();
+        format!(
+            "failed (exit {}, {n} reason{})",
+            self.exit_code,
+            if n == 1 { "" } else { "s" }
+        )
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Environment {

@@ -259,6 +259,7 @@ mod tests {
                 "the run's teardown failed to remove namespace/n: busy",
             ]
         );
+        assert_eq!(v.brief(), "failed (exit 1, 5 reasons)");
         r.interrupted = true;
         let v = judge(&r, &default_rules());
         assert_eq!(v.exit_code, INTERRUPTED);

@@ -66,15 +66,7 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
     let mut context = format!(
         "  the report's own verdict ({} gate, as its run judged it): {}",
         own.profile.name(),
-        if own.passed {
-            "passed".to_owned()
-        } else {
-            format!(
-                "failed, exit {}, {} reasons",
-                own.exit_code,
-                own.reasons.len()
-            )
-        }
+        own.brief()
     );
     if let Some(selection) = report.selection.as_ref().filter(|s| s.filtered) {
         context.push_str(&format!(

@@ -65,11 +65,7 @@ pub fn markdown(report: &Report) -> String {
         md,
         "**verdict** ({} gate): {}\n",
         verdict.profile.name(),
-        if verdict.passed {
-            "passed".to_owned()
-        } else {
-            format!("failed, {} reasons", verdict.reasons.len())
-        }
+        verdict.brief()
     );
     if let Some(selection) = report.selection.as_ref().filter(|s| s.filtered) {
         let _ = writeln!(

@@ -108,11 +108,7 @@ pub fn render(report: &Report, folder: Option<&Path>) -> String {
         if verdict.passed { "ok" } else { "bad" },
         verdict.passed,
         escape(exit::meaning(code)),
-        if verdict.passed {
-            "passed".to_owned()
-        } else {
-            format!("failed ({} reasons)", verdict.reasons.len())
-        },
+        verdict.brief(),
         profile = verdict.profile.name(),
     );
     if !verdict.reasons.is_empty() {

@@ -24,6 +24,16 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// Reruns this script when `path` changes. Only a file that exists: cargo counts a missing
+/// one as changed on every build (a ref that lives only in packed-refs, no packed-refs at
+/// all). A loose ref that is packed later disappears, which reruns the script, and the next
+/// run watches packed-refs instead.
+fn watch(path: &Path) {
+    if path.exists() {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
+}
+
 fn main() {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
     let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
@@ -40,8 +50,7 @@ fn main() {
             ] {
                 if let Some(git_dir) = git(&dir, &["rev-parse", asked]) {
                     for file in files {
-                        let path = dir.join(&git_dir).join(file);
-                        println!("cargo:rerun-if-changed={}", path.display());
+                        watch(&dir.join(&git_dir).join(file));
                     }
                 }
             }
@@ -49,8 +58,7 @@ fn main() {
                 git(&dir, &["symbolic-ref", "-q", "HEAD"]),
                 git(&dir, &["rev-parse", "--git-common-dir"]),
             ) {
-                let path = dir.join(&common).join(reference);
-                println!("cargo:rerun-if-changed={}", path.display());
+                watch(&dir.join(&common).join(reference));
             }
             let dirty = git(&dir, &["status", "--porcelain", "--untracked-files=no"])
                 .is_some_and(|s| !s.is_empty());

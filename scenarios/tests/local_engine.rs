@@ -364,6 +364,28 @@ fn a_filtered_release_run_is_refused_before_anything_is_created() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // `launch` refuses it too, before it reaches a cluster (the context here is dead).
+    let digest = |name: &str| format!("r.example/{name}@sha256:{}", "1".repeat(64));
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["launch", "--backend", "kube", "--context", "dead"])
+        .args(["--harness-image", &digest("harness")])
+        .args([
+            "--worker-image",
+            &digest("worker"),
+            "--daemon-image",
+            &digest("dind"),
+        ])
+        .args(["--gate", "release", "--skip", "browser::launch", "--report"])
+        .arg(dir.path())
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("leaves out 1 of the catalogue's") && stderr.contains("(browser::launch)"),
+        "{stderr}"
+    );
 }
 
 /// `gate` and `report show` name a report written in a newer schema as such: its version,

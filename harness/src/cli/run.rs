@@ -70,15 +70,8 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         Ok(checked) => checked,
         Err(code) => return code,
     };
-    let selection = selection(&args.libtest, &registry);
-    if config.gate.profile == GateProfile::Release && selection.filtered {
-        eprintln!(
-            "error: the release gate refuses this run; nothing was created:\n  the filter (FILTER, --skip, --exact) leaves out {} of the catalogue's {} scenarios ({}): a release vouches for the whole catalogue\n    fix: drop the filter, or run the part under the default gate (drop --gate release)",
-            selection.left_out.len(),
-            registry.len(),
-            selection.left_out.join(", ")
-        );
-        return exit::USAGE;
+    if let Err(code) = whole_catalogue_under_release(&args, &config, &registry) {
+        return code;
     }
 
     let mut libtest = args.libtest;
@@ -399,6 +392,27 @@ fn publish(run: &Run, report: &Report) -> u8 {
     // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
     let kept = run.config.keep != Keep::Never;
     crate::outputs::publish_run(report, &run.report_folder(), kept)
+}
+
+/// A release vouches for the whole catalogue: under `--gate release`, a filter (FILTER,
+/// `--skip`, `--exact`) that leaves a scenario out is refused before anything is created
+/// (`run` and `launch` alike). Err: the exit code, the refusal printed with its fix.
+pub(crate) fn whole_catalogue_under_release(
+    args: &RunArgs,
+    config: &RunConfig,
+    registry: &[Scenario],
+) -> Result<(), u8> {
+    let selection = selection(&args.libtest, registry);
+    if config.gate.profile != GateProfile::Release || !selection.filtered {
+        return Ok(());
+    }
+    eprintln!(
+        "error: the release gate refuses this run; nothing was created:\n  the filter (FILTER, --skip, --exact) leaves out {} of the catalogue's {} scenarios ({}): a release vouches for the whole catalogue\n    fix: drop the filter, or run the part under the default gate (drop --gate release)",
+        selection.left_out.len(),
+        registry.len(),
+        selection.left_out.join(", ")
+    );
+    Err(exit::USAGE)
 }
 
 /// Which scenarios of `registry` the libtest filter selects (FILTER, `--skip`, `--exact`, as

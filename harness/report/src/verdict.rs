@@ -85,6 +85,7 @@ pub fn judge(report: &Report, rules: &Rules) -> Verdict {
             Outcome::Passed => {}
             Outcome::Failed | Outcome::TimedOut => found.push((SCENARIO_FAILED, said())),
             Outcome::Errored | Outcome::Cancelled => found.push((ENVIRONMENT, said())),
+            Outcome::Leaked if s.leaks.is_empty() => found.push((LEAKED, said())),
             Outcome::Leaked => {
                 found.push((LEAKED, format!("{} leaked {}", s.name, s.leaks.join(", "))))
             }

@@ -20,7 +20,7 @@ fn ctrf_status(status: Status) -> &'static str {
 
 /// CTRF JSON (Common Test Report Format): `reportFormat`, `specVersion`, `results` with the
 /// tool, summary (epoch milliseconds), one test per check (and a scenario's own test only
-/// where its checks cannot tell how it ended, [`super::cases`]) and the environment.
+/// where its checks cannot tell how it ended, as `outputs::cases` decides) and the environment.
 pub fn ctrf(report: &Report) -> Value {
     let cases = cases(report);
     let count = |wanted: Status| cases.iter().filter(|c| c.status == wanted).count();

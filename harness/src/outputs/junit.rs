@@ -25,7 +25,7 @@ fn xml_escape(text: &str) -> String {
 
 /// JUnit XML (the common Jenkins/GitLab/GitHub reading of it): a test case per check
 /// (classname: its scenario; name: the check's id), and a scenario's own case only where its
-/// checks cannot tell how it ended ([`super::cases`]).
+/// checks cannot tell how it ended (`outputs::cases`).
 pub fn junit(report: &Report) -> String {
     let cases = cases(report);
     let count = |status: Status| cases.iter().filter(|c| c.status == status).count();

@@ -41,8 +41,10 @@ pub(super) fn fill_placeholders(text: &str, worker_image: &str, daemon_image: &s
 /// the container it is for (`container`, with its `placeholder`) names a real image other
 /// than `image`, or the template has no such container. The run would use the template's
 /// image while the report recorded the flag's, so a run on image A could pass a gate for B:
-/// refused before anything is created. None: the template renders the flag's image (its
-/// placeholder) or names that very image.
+/// refused before anything is created. None: the container's image is a placeholder the run
+/// fills (its own, or the other role's: a companion that runs the worker image, as the
+/// Docker-outside-of-Docker twin's, still runs an image of the run's; what it ran is recorded
+/// and compared per role), or that very image.
 pub fn ignored_image_flag(
     template: &PodTemplate,
     flag: &str,
@@ -66,7 +68,14 @@ pub fn ignored_image_flag(
         ));
     };
     let named = named.image.as_deref().unwrap_or_default();
-    if named.contains(placeholder) || named == image {
+    let rendered = [
+        placeholder,
+        WORKER_IMAGE_PLACEHOLDER,
+        DAEMON_IMAGE_PLACEHOLDER,
+    ]
+    .iter()
+    .any(|p| named.contains(p));
+    if rendered || named == image {
         return None;
     }
     Some(format!(

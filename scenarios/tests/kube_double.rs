@@ -636,6 +636,38 @@ async fn a_cluster_that_exposes_task_pods_fails_no_service_on_kube_double() {
     );
 }
 
+/// The report records what the task Pods' containers ran as the kubelet says it
+/// (`status.containerStatuses[].imageID`, which the double gives as containerd does for a
+/// loaded image: the runtime's image id), per image role, and it agrees with the images the
+/// run recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn the_report_records_the_image_ids_the_kubelet_reports_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let run = run(&double, &images, &["--exact", "launch::contract"]).await;
+    assert_eq!(run.code, Some(0), "{}", run.text);
+    for (role, reference) in [("worker", &images.worker), ("daemon", &images.daemon)] {
+        let record = run
+            .report
+            .environment
+            .images
+            .iter()
+            .find(|i| i.role == role)
+            .unwrap_or_else(|| panic!("no {role} image"));
+        let id = images
+            .records
+            .iter()
+            .find(|r| &r.reference == reference)
+            .and_then(|r| r.id.clone())
+            .unwrap();
+        assert!(!record.ran.is_empty(), "{role}: {record:?}\n{}", run.text);
+        for ran in &record.ran {
+            assert_eq!((&ran.image, &ran.image_id), (reference, &id), "{role}");
+        }
+        assert!(record.disagreements().is_empty(), "{record:?}");
+    }
+}
+
 /// `launch::connection` passes with the run's own executor Role (Kandev's), and each Role twin
 /// (`Twin::Role`, found in the catalogue as twins.rs finds the others), run as
 /// `--executor-role`, fails exactly its check: one granting more than Kandev needs fails

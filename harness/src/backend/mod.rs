@@ -208,6 +208,12 @@ pub struct ContainerState {
     pub running: bool,
     pub restarts: u32,
     pub exit_code: Option<i64>,
+    /// The image as the container names it (the Pod's `image`, as the runtime reports it).
+    pub image: String,
+    /// The image it runs, as the runtime identifies it: the engine's container `Image`
+    /// (`sha256:<hex>`) locally, the kubelet's `imageID` on a cluster. None until the runtime
+    /// says (a container the kubelet has not created yet).
+    pub image_id: Option<String>,
 }
 
 /// What a running Pod shares with its node, read back from what runs (not from the Pod that

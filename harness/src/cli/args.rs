@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(
     name = "kandev-acceptance",
-    version,
+    version = crate::BUILD,
     about = "End-to-end acceptance of Kandev's Docker-workloads task Pods"
 )]
 pub(crate) struct Cli {

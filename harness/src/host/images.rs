@@ -126,6 +126,7 @@ async fn ensure_images_locked(
         reference: agent_tag.clone(),
         id: image_id(docker, &agent_tag).await?,
         built,
+        ran: Vec::new(),
     });
 
     let need_base = config.worker_image.is_none() || config.daemon_image.is_none();
@@ -143,6 +144,7 @@ async fn ensure_images_locked(
                 reference: reference.clone(),
                 id: Some(id),
                 built: false,
+                ran: Vec::new(),
             });
             reference.clone()
         }
@@ -167,6 +169,7 @@ async fn ensure_images_locked(
                 reference: reference.clone(),
                 id: Some(id),
                 built: false,
+                ran: Vec::new(),
             });
             reference.clone()
         }
@@ -206,6 +209,7 @@ pub(super) async fn ensure_base(
             reference: base_image.to_owned(),
             id: Some(id.clone()),
             built: false,
+            ran: Vec::new(),
         });
         return Ok((base_image.to_owned(), id));
     }
@@ -223,6 +227,7 @@ pub(super) async fn ensure_base(
             reference: tag.clone(),
             id: Some(id.clone()),
             built: false,
+            ran: Vec::new(),
         });
         return Ok((tag, id));
     }
@@ -290,6 +295,7 @@ pub(super) async fn ensure_base(
         reference: tag.clone(),
         id: Some(id.clone()),
         built: true,
+        ran: Vec::new(),
     });
     Ok((tag, id))
 }
@@ -334,6 +340,7 @@ async fn build_fixture(
         reference: tag.clone(),
         id: image_id(docker, &tag).await?,
         built,
+        ran: Vec::new(),
     });
     Ok(tag)
 }

@@ -92,8 +92,11 @@ impl Run {
         });
         let config = &self.config;
         // Every call the scenarios make goes through the meter (the report's cost).
-        let backend: Arc<dyn Backend> =
-            Arc::new(MeteredBackend::new(prepared.backend, self.calls.clone()));
+        let backend: Arc<dyn Backend> = Arc::new(MeteredBackend::new(
+            prepared.backend,
+            self.calls.clone(),
+            self.ran_images.clone(),
+        ));
         let launch = LaunchSettings {
             backend: backend.clone(),
             namespace: prepared.namespace,

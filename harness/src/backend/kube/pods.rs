@@ -197,6 +197,9 @@ pub(super) async fn container_states(
                 .and_then(|s| s.terminated.as_ref())
                 .map(|t| i64::from(t.exit_code)),
             restarts: u32::try_from(c.restart_count).unwrap_or(0),
+            // The kubelet's `imageID` (empty until the runtime created the container).
+            image_id: Some(c.image_id).filter(|id| !id.is_empty()),
+            image: c.image,
             name: c.name,
         })
         .collect())

@@ -43,6 +43,7 @@ fn operator_images(config: &RunConfig) -> anyhow::Result<ImageSet> {
         reference: reference.into(),
         id: None,
         built: false,
+        ran: Vec::new(),
     };
     Ok(ImageSet {
         worker: worker.clone(),
@@ -254,6 +255,7 @@ fn harness_image_record() -> Option<ImageRecord> {
         reference,
         id: None,
         built: false,
+        ran: Vec::new(),
     })
 }
 

@@ -432,7 +432,12 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
             }
             _ => waiting("ContainerCreating", ""),
         };
-        let mut status = json!({"name": name, "image": image, "imageID": "",
+        // The kubelet's imageID is the runtime's image ref for a container it has
+        // (kubernetes pkg/kubelet/kuberuntime/helpers.go, toKubeContainerStatus: `ImageID:
+        // status.ImageRef`); containerd's for an image without a registry digest (a loaded
+        // one, as here) is the image id, `sha256:<hex>`. Empty until the container exists.
+        let mut status = json!({"name": name, "image": image,
+            "imageID": found.map(|s| s.image_id.as_str()).unwrap_or_default(),
             "ready": found.is_some_and(|s| s.running),
             "restartCount": found.map(|s| s.restarts).unwrap_or(0),
             "started": found.is_some_and(|s| s.running), "state": state});

@@ -4,7 +4,7 @@
 
 use super::containers::{Observed, observe};
 use super::store::{DoubleState, Key, Running, Store, now};
-use super::{defaults, mounts};
+use super::{defaults, finalizers, mounts};
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
 use serde_json::{Value, json};
@@ -285,14 +285,7 @@ pub(crate) async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
     let mut store = state.store();
     store.running.remove(&uid);
     store.forget_bound_tokens(&uid);
-    if store
-        .objects
-        .get(&key)
-        .and_then(|o| o["metadata"]["uid"].as_str())
-        == Some(uid.as_str())
-    {
-        store.delete(&key);
-    }
+    finalizers::kubelet_done(&mut store, &key, &uid);
 }
 
 /// Removes everything in the namespace (Pods through the runtime), then the namespace.
@@ -323,7 +316,7 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
             .filter_map(|uid| store.volumes.remove(uid))
             .collect();
         volumes.extend(taken);
-        store.delete_where(|(r, ns, _)| *ns == name && r != "/pods");
+        finalizers::delete_where(&mut store, |(r, ns, _)| *ns == name && r != "/pods");
         pods
     };
     for (key, uid) in pods {
@@ -339,6 +332,9 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
+    }
+    if !finalizers::content_finalized(&state, &name).await {
+        return;
     }
     let mut store = state.store();
     store.delete_where(|(_, ns, _)| *ns == name);

@@ -72,6 +72,13 @@
 //! `Pending`; with a runtime it is bound at once to a volume there, without one it stays
 //! `Pending`).
 //!
+//! **What a test switches on** (`DoubleState::enable`, none by default: `behaviours`, carried
+//! out by `controllers`): what an operator's cluster may do beside the API server's rules, so
+//! that the catalogue's checks only a cluster can break have twins: a controller that
+//! relabels running Pods, a stuck node agent whose finalizer is never removed, a registry the
+//! node cannot reach (its pulls hang, `ContainerCreating`), a controller that deletes Pods
+//! whose image cannot be pulled before their status is read.
+//!
 //! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
 //! create and delete, each on a `request::Ctx`; `serviceaccount` and `secrets` admit what is
@@ -83,7 +90,9 @@
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
+mod behaviours;
 mod containers;
+mod controllers;
 mod defaults;
 pub(crate) mod discovery;
 mod finalizers;
@@ -108,6 +117,7 @@ mod streams;
 mod tunnel;
 mod watch;
 
+pub use behaviours::Behaviour;
 pub use runtime::{NODE, node_labels};
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
@@ -213,6 +223,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         ca_pem: ca_pem.clone(),
         pod_files,
         mutator: Mutex::new(None),
+        behaviours: Default::default(),
     });
     {
         let mut store = state.store();

@@ -8,8 +8,8 @@
 //! than a real one could act.
 
 use super::behaviours::{Behaviour, registry_host};
-use super::finalizers;
 use super::store::{DoubleState, Key, Store};
+use super::{finalizers, mounts};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,11 +154,13 @@ pub(crate) fn pull_failed(state: &DoubleState, store: &mut Store, uid: &str) {
         &format!("deleted: container image \"{failed}\" cannot be pulled (ErrImagePull)"),
         "pod-reaper",
     );
-    // A DELETE with grace period 0: nothing runs, the kubelet has nothing to stop.
+    // A DELETE with grace period 0: nothing runs, the kubelet has nothing to stop but the
+    // volumes it set up.
     store.running.remove(uid);
     finalizers::delete_where(store, |k| *k == key);
     if !store.objects.contains_key(&key) {
         store.forget_bound_tokens(uid);
+        mounts::remove_pod_folder(state, uid);
     }
 }
 

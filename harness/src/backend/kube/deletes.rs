@@ -1,5 +1,6 @@
 //! Exact deletes, as Kandev deletes: by UID and resourceVersion preconditions (read again
-//! after a conflict), then polled until the object is gone.
+//! after a conflict), then polled until the object is gone; one that only finalizers still
+//! hold is given [`DeletePolicy::finalizer_patience`], then the error names them.
 
 use super::errors::{is_status, other};
 use crate::backend::{BackendError, Result};

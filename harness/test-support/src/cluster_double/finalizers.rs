@@ -26,7 +26,7 @@
 //!   namespaced_resources_deleter.go and status_condition_utils.go): the namespace stays
 //!   `Terminating` while content with finalizers remains, with the condition
 //!   `NamespaceFinalizersRemaining` ("Some content in the namespace has finalizers
-//!   remaining: <finalizer> in <n> resource instances").
+//!   remaining: `<finalizer>` in `<n>` resource instances").
 
 use super::status::{Reply, status};
 use super::store::{DoubleState, Key, Store, now};

@@ -286,6 +286,19 @@ pub enum BackendError {
     /// does not exist). Surfaced as soon as it is seen, not at the wait's bound.
     #[error("pod {pod} cannot start: {cause}")]
     CannotStart { pod: String, cause: String },
+    /// A deleted object that stays: its deletion was requested and its grace period is over
+    /// (a Pod's containers stopped), but finalizers hold it, and only the controllers that
+    /// own them may remove them.
+    #[error(
+        "{what} {name} (uid {uid}) is still there {waited:?} after its delete: the finalizers {finalizers:?} hold it and the controllers that own them have not removed them\n  fix: find the controller that owns each finalizer and why it does not finish (removing a finalizer by hand skips that controller's cleanup)"
+    )]
+    DeleteHeld {
+        what: &'static str,
+        name: String,
+        uid: String,
+        finalizers: Vec<String>,
+        waited: std::time::Duration,
+    },
     #[error(
         "{what} {name} is not the one this run created (expected uid {expected}, found {found})"
     )]

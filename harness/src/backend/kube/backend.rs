@@ -50,6 +50,8 @@ pub struct KubeBackend {
     pub delete_timeout: Duration,
     /// Grace period of Pod deletes (Kandev's probes use 0; the companion gets a moment).
     pub delete_grace_seconds: i64,
+    /// How long a delete waits on finalizers alone ([`DeletePolicy::finalizer_patience`]).
+    pub delete_finalizer_patience: Duration,
     /// The operator's client configuration, for clients acting as other identities.
     pub(super) config: Option<kube::Config>,
     /// Who the run set the sessions up to run as, when it did (the connection test compares
@@ -77,6 +79,7 @@ impl KubeBackend {
             workspace,
             delete_timeout: Duration::from_secs(120),
             delete_grace_seconds: 2,
+            delete_finalizer_patience: super::deletes::FINALIZER_PATIENCE,
             config: None,
             executor: None,
             auth_mode: AuthMode::Kubeconfig,
@@ -108,6 +111,7 @@ impl KubeBackend {
         DeletePolicy {
             timeout: self.delete_timeout,
             grace_seconds: self.delete_grace_seconds,
+            finalizer_patience: self.delete_finalizer_patience,
         }
     }
 
@@ -178,6 +182,7 @@ pub(super) async fn restricted_identity(
         workspace: backend.workspace.clone(),
         delete_timeout: backend.delete_timeout,
         delete_grace_seconds: backend.delete_grace_seconds,
+        delete_finalizer_patience: backend.delete_finalizer_patience,
         config: None,
         executor: None,
         auth_mode: backend.auth_mode,

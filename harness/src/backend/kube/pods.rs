@@ -115,7 +115,7 @@ pub(super) async fn wait_running(
     // The last reason seen names why the container is not running when time runs out.
     let why = std::sync::Mutex::new(String::new());
     let started = Instant::now();
-    // Some(true): running; Some(false): the Pod is gone, and will not start.
+    // Some(true): running; Some(false): it will not start (`fatal` says why).
     let fatal = std::sync::Mutex::new(None::<String>);
     let ended = wait::until("the Pod", timeout, POLL, || async {
         let found = backend
@@ -139,12 +139,21 @@ pub(super) async fn wait_running(
                 }
                 KubeBackend::waiting_reason(p, container)
             }
-            None => "the Pod is gone".to_owned(),
+            None => {
+                // Deleted by someone else before it ran: whatever its status said about why
+                // went with it (a cause left only in its Events is not named here).
+                if let Ok(mut fatal) = fatal.lock() {
+                    *fatal = Some(format!(
+                        "it was deleted before container {container} ran (not by this launch); its status went with it"
+                    ));
+                }
+                return Ok(Some(false));
+            }
         };
         if let Ok(mut why) = why.lock() {
             *why = reason;
         }
-        Ok(found.is_none().then_some(false))
+        Ok(None)
     })
     .await;
     if let Some(cause) = fatal.lock().ok().and_then(|f| f.clone()) {

@@ -37,7 +37,9 @@ impl KubeBackend {
                                 })
                             })
                             .unwrap_or_else(|| "running".into());
-                        format!("{}: {}", c.name, detail.trim())
+                        // The image too: a pull that makes no progress shows only
+                        // `ContainerCreating`, and the image is what it waits on.
+                        format!("{} (image {}): {}", c.name, c.image, detail.trim())
                     })
                     .collect::<Vec<_>>()
             })
@@ -207,6 +209,25 @@ mod tests {
         assert!(
             cause.contains("persistentvolumeclaim \"kandev-e2e-missing-claim\" not found"),
             "{cause}"
+        );
+    }
+
+    #[test]
+    fn a_wait_that_runs_out_names_each_waiting_container_and_its_image() {
+        // A pull under way (or hanging) is `ContainerCreating` with no message: the image is
+        // what the container waits on.
+        let pod: Pod = serde_json::from_value(serde_json::json!({"status": {"phase": "Pending",
+            "containerStatuses": [{"name": "kandev-agent", "image": "registry.invalid/x:never",
+                "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ContainerCreating"}}}]}}))
+        .unwrap();
+        assert_eq!(KubeBackend::cannot_start(&pod), None);
+        let why = KubeBackend::waiting_reason(&pod, "kandev-agent");
+        assert!(
+            why.contains(
+                "kandev-agent (image registry.invalid/x:never): waiting: ContainerCreating"
+            ),
+            "{why}"
         );
     }
 

@@ -41,8 +41,11 @@
 //! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
 //! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
-//! SelfSubjectReviews (`rbac`), and namespaces that stop taking new objects while they
-//! terminate.
+//! SelfSubjectReviews (`rbac`), namespaces that stop taking new objects while they
+//! terminate, and finalizers (`finalizers`: a DELETE marks an object that has some and keeps
+//! it, `deletionGracePeriodSeconds` 0 once a Pod's kubelet is done; no new one while it is
+//! being deleted; the update that removes the last deletes it; a namespace waits
+//! `Terminating`, saying which remain).
 //!
 //! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
 //! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
@@ -63,12 +66,18 @@
 //! `kubernetes.default.svc` name (the Pod address is an IP: `Config::incluster_dns()` finds
 //! nothing), ClusterRoles and RBAC's escalation checks, the rest of the Job controller
 //! (parallel and indexed Jobs, pod failure and success policies, suspension, the
-//! `batch.kubernetes.io/job-tracking` finalizer), finalizers and garbage collection beyond a
-//! Job's Pods, the apiserver's own exec/port-forward translation (SPDY towards the kubelet,
+//! `batch.kubernetes.io/job-tracking` finalizer), garbage collection beyond a Job's Pods, the apiserver's own exec/port-forward translation (SPDY towards the kubelet,
 //! the kubelet's CRI streaming server), Table output, server-side apply, namespaces as
 //! isolation (Pod names share the one local engine), and storage classes (a claim is created
 //! `Pending`; with a runtime it is bound at once to a volume there, without one it stays
 //! `Pending`).
+//!
+//! **What a test switches on** (`DoubleState::enable`, none by default: `behaviours`, carried
+//! out by `controllers`): what an operator's cluster may do beside the API server's rules, so
+//! that the catalogue's checks only a cluster can break have twins: a controller that
+//! relabels running Pods, a stuck node agent whose finalizer is never removed, a registry the
+//! node cannot reach (its pulls hang, `ContainerCreating`), a controller that deletes Pods
+//! whose image cannot be pulled before their status is read.
 //!
 //! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
@@ -81,9 +90,12 @@
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
+mod behaviours;
 mod containers;
+mod controllers;
 mod defaults;
 pub(crate) mod discovery;
+mod finalizers;
 mod jobs;
 mod mounts;
 mod negotiation;
@@ -105,6 +117,7 @@ mod streams;
 mod tunnel;
 mod watch;
 
+pub use behaviours::Behaviour;
 pub use runtime::{NODE, node_labels};
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
@@ -210,6 +223,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         ca_pem: ca_pem.clone(),
         pod_files,
         mutator: Mutex::new(None),
+        behaviours: Default::default(),
     });
     {
         let mut store = state.store();

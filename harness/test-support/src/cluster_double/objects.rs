@@ -7,7 +7,7 @@ use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{containers, defaults, patch, secrets, serviceaccount};
+use super::{containers, defaults, finalizers, patch, secrets, serviceaccount};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -461,6 +461,15 @@ impl Ctx<'_> {
                 }
             }
         }
+        if let Some(refused) = finalizers::check_update(
+            &existing,
+            &mut object,
+            &self.route.resource,
+            self.kind,
+            name,
+        ) {
+            return refused;
+        }
         if param(self.query, "dryRun") != Some("All") {
             let key = self.key(name);
             let mut store = self.state.store();
@@ -472,7 +481,8 @@ impl Ctx<'_> {
             {
                 return self.modified_since(name);
             }
-            object = store.put(key, object);
+            object = store.put(key.clone(), object);
+            finalizers::delete_if_finalized(&mut store, &key);
         }
         json_reply(StatusCode::OK, &with_status(self.state, object).await)
     }
@@ -615,6 +625,12 @@ impl Ctx<'_> {
         });
         let mut shown = object.clone();
         shown["metadata"]["deletionTimestamp"] = json!(now());
+        let kubelet = self.route.resource == "pods" && self.state.runtime.is_some();
+        if let Some(kept) =
+            finalizers::on_delete(&mut store, &key, &object, &mut shown, &options, kubelet)
+        {
+            return json_reply(StatusCode::OK, &kept);
+        }
         if foreground {
             if shown["metadata"]["finalizers"].as_array().is_none() {
                 shown["metadata"]["finalizers"] = json!([]);

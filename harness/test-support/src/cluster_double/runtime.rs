@@ -4,7 +4,7 @@
 
 use super::containers::{Observed, observe};
 use super::store::{DoubleState, Key, Running, Store, now};
-use super::{defaults, mounts};
+use super::{controllers, defaults, finalizers, mounts};
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
 use serde_json::{Value, json};
@@ -136,6 +136,9 @@ pub(crate) async fn run_pod(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    if !controllers::reaches_node(&state, &uid, &pod).await {
+        return;
+    }
     let created = match serde_json::from_value::<Pod>(copy) {
         Ok(parsed) => match runtime.create_pod(&parsed).await {
             Err(kandev_harness::backend::BackendError::ImageMissing { image }) => {
@@ -145,10 +148,11 @@ pub(crate) async fn run_pod(
                     .find(|c| c["image"].as_str() == Some(image.as_str()))
                     .and_then(|c| c["name"].as_str().map(str::to_owned))
                     .unwrap_or_default();
-                state
-                    .store()
+                let mut store = state.store();
+                store
                     .running
-                    .insert(uid, Running::PullFailed { container, image });
+                    .insert(uid.clone(), Running::PullFailed { container, image });
+                controllers::pull_failed(&state, &mut store, &uid);
                 return;
             }
             other => other.map_err(|e| e.to_string()),
@@ -177,11 +181,12 @@ pub(crate) async fn run_pod(
                     .is_none_or(str::is_empty)
                 {
                     object["spec"]["nodeName"] = json!(NODE);
-                    store.put(key, object);
+                    store.put(key.clone(), object);
                 }
                 store
                     .running
                     .insert(uid.clone(), Running::Ready(created.clone()));
+                controllers::started(&state, &mut store, &key);
                 true
             }
             None => {
@@ -285,14 +290,7 @@ pub(crate) async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
     let mut store = state.store();
     store.running.remove(&uid);
     store.forget_bound_tokens(&uid);
-    if store
-        .objects
-        .get(&key)
-        .and_then(|o| o["metadata"]["uid"].as_str())
-        == Some(uid.as_str())
-    {
-        store.delete(&key);
-    }
+    finalizers::kubelet_done(&mut store, &key, &uid);
 }
 
 /// Removes everything in the namespace (Pods through the runtime), then the namespace.
@@ -323,7 +321,7 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
             .filter_map(|uid| store.volumes.remove(uid))
             .collect();
         volumes.extend(taken);
-        store.delete_where(|(r, ns, _)| *ns == name && r != "/pods");
+        finalizers::delete_where(&mut store, |(r, ns, _)| *ns == name && r != "/pods");
         pods
     };
     for (key, uid) in pods {
@@ -339,6 +337,9 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
+    }
+    if !finalizers::content_finalized(&state, &name).await {
+        return;
     }
     let mut store = state.store();
     store.delete_where(|(_, ns, _)| *ns == name);

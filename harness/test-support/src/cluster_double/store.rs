@@ -338,6 +338,8 @@ pub struct DoubleState {
     /// kubelet's volume folders), removed with the Pod.
     pub(crate) pod_files: std::path::PathBuf,
     pub(crate) mutator: Mutex<Option<PodMutator>>,
+    /// What the cluster's own components do beside the API server (`controllers`).
+    pub(crate) behaviours: super::behaviours::Behaviours,
 }
 
 impl DoubleState {

@@ -103,6 +103,7 @@ mod status;
 pub(crate) mod store;
 mod streams;
 mod tunnel;
+pub mod validation;
 mod watch;
 
 pub use runtime::{NODE, node_labels};

@@ -34,6 +34,8 @@ pub use crate::pod::admission::AdmissionMutated;
 pub use backend::{FIELD_MANAGER, KubeBackend, ManagedPvc};
 pub use claims::compare_pvc;
 pub use deletes::DeletePolicy;
+pub use pods::CLAIM_GRACE;
+pub use status::Scheduling;
 pub use streams::EXEC_DEADLINE;
 pub use sweeps::{label_selector, list_labelled, remove_labelled};
 

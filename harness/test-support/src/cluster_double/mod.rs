@@ -96,17 +96,20 @@ mod request;
 pub(crate) mod route;
 mod routing;
 mod runtime;
+mod scheduler;
 mod secrets;
 mod serviceaccount;
 mod spdy;
 mod status;
+mod storage;
 pub(crate) mod store;
 mod streams;
 mod tunnel;
 pub mod validation;
 mod watch;
 
-pub use runtime::{NODE, node_labels};
+pub use scheduler::{DEFAULT_ALLOCATABLE, NODE, node_labels};
+pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
 use anyhow::Context;
@@ -218,6 +221,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         for ns in ["default", "kube-system"] {
             store::create_namespace_objects(&mut store, ns);
         }
+        scheduler::register_node(&mut store);
     }
 
     let kubeconfig = folder.path().join("kubeconfig");

@@ -7,7 +7,7 @@ use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{containers, defaults, patch, secrets, serviceaccount, validation};
+use super::{containers, defaults, patch, secrets, serviceaccount, storage, validation};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -81,15 +81,29 @@ impl Ctx<'_> {
         if let Some(refused) = self.invalid_metadata(&name, &object) {
             return refused;
         }
-        // What the runtime is asked to run: the Pod as admitted, before defaulting (set below).
+        // What the runtime is asked to run: the Pod as admitted and defaulted (set below).
         let mut for_runtime = None;
         if let Some(refused) = self.refused_content(&mut object) {
             return refused;
+        }
+        // A claim without a class gets the default one (the DefaultStorageClass plugin); its
+        // class says when it is provisioned (`storage`).
+        let mut at_create = true;
+        if self.route.resource == "persistentvolumeclaims" {
+            let store = self.state.store();
+            if object["spec"]["storageClassName"].is_null()
+                && let Some(class) = storage::default_class(&store)
+                && object["spec"].is_object()
+            {
+                object["spec"]["storageClassName"] = json!(class);
+            }
+            at_create = storage::provisioned_at_create(&store, &object);
         }
         // A claim is a volume on the runtime (provisioned at once, then bound: below).
         let mut volume = None;
         if self.route.resource == "persistentvolumeclaims"
             && !dry_run
+            && at_create
             && let Some(runtime) = self.state.runtime.clone()
         {
             let map = |field: &str| -> std::collections::BTreeMap<String, String> {
@@ -177,8 +191,9 @@ impl Ctx<'_> {
                         json!({"name": shown, "kind": "pods"}),
                     );
                 }
-                for_runtime = Some(object.clone());
                 defaults::default_pod(&mut object);
+                // The node runs the Pod as stored: defaulted, as a kubelet receives it.
+                for_runtime = Some(object.clone());
             }
             if self.route.resource == "persistentvolumeclaims" {
                 // As an API server admits a claim: `PrepareForCreate` clears the status
@@ -227,6 +242,24 @@ impl Ctx<'_> {
                 store.running.insert(uid.clone(), Running::Creating);
             }
             let reply = json_reply(StatusCode::CREATED, &object);
+            if self.route.resource == "persistentvolumeclaims"
+                && !at_create
+                && self.state.runtime.is_some()
+            {
+                match storage::provisioning_delay(&store, &object) {
+                    Some(delay)
+                        if storage::binding_mode(&store, &object) == storage::Mode::Immediate =>
+                    {
+                        storage::provision_later(self.state.clone(), key.clone(), delay);
+                    }
+                    _ => store.event(
+                        &object,
+                        ("Normal", "WaitForFirstConsumer"),
+                        "waiting for first consumer to be created before binding",
+                        "persistentvolume-controller",
+                    ),
+                }
+            }
             if let Some(volume) = volume {
                 store.volumes.insert(uid.clone(), volume);
                 // Provisioned at once: bound as the PV controller binds a claim (a later
@@ -458,7 +491,7 @@ impl Ctx<'_> {
         }
         if matches!(
             self.route.resource.as_str(),
-            "pods" | "persistentvolumeclaims" | "namespaces" | "jobs"
+            "pods" | "persistentvolumeclaims" | "namespaces" | "jobs" | "nodes"
         ) && let Some(fields) = object.as_object_mut()
         {
             match existing.get("status") {

@@ -443,3 +443,156 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A claim of `class` (1Gi, ReadWriteOnce) named `name`.
+fn claim(name: &str, class: &str) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+    typed(json!({"metadata": {"name": name, "labels": {
+            "acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": "kube-double-rules"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+            "resources": {"requests": {"storage": "1Gi"}}}}))
+}
+
+/// Claims bind per their StorageClass's `volumeBindingMode`: `WaitForFirstConsumer` only once
+/// a Pod that mounts it is scheduled (after that Pod's create, `selected-node` naming the
+/// node), `Immediate` without any consumer; an `Immediate` claim still being provisioned
+/// keeps its Pod `Unschedulable` (`pod has unbound immediate PersistentVolumeClaims`), which
+/// the harness waits out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn claims_bind_immediately_or_for_their_first_consumer() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let (double, images) = kandev_test_support::engine::engine_double().await;
+    let (cluster, backend) = set_up(&double).await;
+    let pp = PostParams::default();
+    let suffix = random_hex(4);
+    let (wffc, slow) = (format!("wffc-{suffix}"), format!("slow-{suffix}"));
+    let classes = Api::<StorageClass>::all(cluster.admin.clone());
+    classes
+        .create(
+            &pp,
+            &typed(
+                json!({"metadata": {"name": wffc}, "provisioner": "kube-double",
+                "volumeBindingMode": "WaitForFirstConsumer"}),
+            ),
+        )
+        .await
+        .unwrap();
+    classes
+        .create(
+            &pp,
+            &typed(
+                json!({"metadata": {"name": slow}, "provisioner": "kube-double",
+                "parameters": {cluster_double::PROVISIONING_SECONDS: "3"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let claims =
+        Api::<PersistentVolumeClaim>::namespaced(cluster.admin.clone(), &cluster.namespace);
+    let pods = Api::<Pod>::namespaced(cluster.admin.clone(), &cluster.namespace);
+    let version = |meta: &kube::core::ObjectMeta| -> u64 {
+        meta.resource_version.as_deref().unwrap().parse().unwrap()
+    };
+
+    // WaitForFirstConsumer: Pending until a Pod mounting it is scheduled.
+    let late = format!("late-{suffix}");
+    claims.create(&pp, &claim(&late, &wffc)).await.unwrap();
+    let unconsumed = claims.get(&late).await.unwrap();
+    assert_eq!(unconsumed.status.unwrap().phase.as_deref(), Some("Pending"));
+    assert!(unconsumed.spec.unwrap().volume_name.is_none());
+    let created = pods
+        .create(
+            &pp,
+            &sleeper(
+                &format!("consumer-{suffix}"),
+                &images.daemon,
+                "10m",
+                json!({"volumes": [{"name": "w", "persistentVolumeClaim": {"claimName": late}}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    let consumer_created = version(&created.metadata);
+    let consumer = kandev_harness::backend::PodRef {
+        namespace: cluster.namespace.clone(),
+        name: created.metadata.name.clone().unwrap(),
+        uid: created.metadata.uid.clone().unwrap(),
+    };
+    backend
+        .wait_running(&consumer, "work", Duration::from_secs(120))
+        .await
+        .unwrap();
+    let bound = claims.get(&late).await.unwrap();
+    assert_eq!(bound.status.unwrap().phase.as_deref(), Some("Bound"));
+    assert!(
+        version(&bound.metadata) > consumer_created,
+        "bound before its consumer was created"
+    );
+    assert_eq!(
+        bound.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        cluster_double::NODE
+    );
+    let events: Vec<String> = double
+        .state
+        .objects("events")
+        .into_iter()
+        .filter(|e| e["involvedObject"]["name"] == late.as_str())
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(events, ["WaitForFirstConsumer"]);
+
+    // Immediate, provisioned after a delay: bound without a consumer; a Pod created
+    // meanwhile waits, Unschedulable in the scheduler's words, and runs once it is bound.
+    let early = format!("early-{suffix}");
+    claims.create(&pp, &claim(&early, &slow)).await.unwrap();
+    let waiter = backend
+        .create_helper_pod(&sleeper(
+            &format!("waiter-{suffix}"),
+            &images.daemon,
+            "10m",
+            json!({"volumes": [{"name": "w", "persistentVolumeClaim": {"claimName": early}}]}),
+        ))
+        .await
+        .unwrap();
+    let condition = eventually("the scheduler's condition", Duration::from_secs(30), || {
+        let pods = pods.clone();
+        let name = waiter.name.clone();
+        async move {
+            scheduled_condition(&pods, &name)
+                .await
+                .filter(|(status, _, _)| status == "False")
+        }
+    })
+    .await;
+    assert_eq!(
+        condition,
+        (
+            "False".into(),
+            "Unschedulable".into(),
+            "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.".into()
+        )
+    );
+    backend
+        .wait_running(&waiter, "work", Duration::from_secs(120))
+        .await
+        .unwrap();
+    let bound = claims.get(&early).await.unwrap();
+    assert_eq!(bound.status.unwrap().phase.as_deref(), Some("Bound"));
+    assert!(
+        bound
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .get("volume.kubernetes.io/selected-node")
+            .is_none()
+    );
+
+    for pod in [consumer, waiter] {
+        backend.delete_pod(&pod).await.unwrap();
+    }
+    cluster.teardown().await;
+    for class in [wffc, slow] {
+        classes.delete(&class, &Default::default()).await.unwrap();
+    }
+}

@@ -488,17 +488,25 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
         _ => None,
     };
     let bound = matches!(running, Some(Running::Ready(_)));
+    let mut conditions = vec![
+        condition("Initialized", bound),
+        condition("Ready", all_running),
+        condition("ContainersReady", all_running),
+    ];
+    // Only once the scheduler has bound it (before its first look a Pod has no such
+    // condition).
+    if object["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty())
+    {
+        conditions.push(json!({"type": "PodScheduled", "status": "True"}));
+    }
     object["status"] = json!({
         "phase": phase,
         "qosClass": defaults::qos_class(&object["spec"]),
         "containerStatuses": main_statuses,
         "initContainerStatuses": init_statuses,
-        "conditions": [
-            condition("Initialized", bound),
-            condition("Ready", all_running),
-            condition("ContainersReady", all_running),
-            {"type": "PodScheduled", "status": "True"},
-        ],
+        "conditions": conditions,
     });
     if let Some(ip) = ip {
         object["status"]["podIP"] = json!(ip);

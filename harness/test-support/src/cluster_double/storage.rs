@@ -41,8 +41,8 @@ pub(crate) fn default_class(store: &Store) -> Option<String> {
 fn class_of<'a>(store: &'a Store, claim: &Value) -> Option<&'a Value> {
     let name = claim["spec"]["storageClassName"].as_str()?;
     store
-        .objects
-        .get(&("/storageclasses".into(), String::new(), name.to_owned()))
+        .find("storageclasses", None, name)
+        .map(|(_, class)| class)
 }
 
 /// How `claim` binds: its class's mode (Immediate without a class).

@@ -580,12 +580,11 @@ async fn claims_bind_immediately_or_for_their_first_consumer() {
     let bound = claims.get(&early).await.unwrap();
     assert_eq!(bound.status.unwrap().phase.as_deref(), Some("Bound"));
     assert!(
-        bound
+        !bound
             .metadata
             .annotations
             .unwrap_or_default()
-            .get("volume.kubernetes.io/selected-node")
-            .is_none()
+            .contains_key("volume.kubernetes.io/selected-node")
     );
 
     for pod in [consumer, waiter] {

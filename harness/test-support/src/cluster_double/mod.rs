@@ -90,6 +90,7 @@ mod negotiation;
 mod objects;
 mod patch;
 mod protobuf;
+mod quota;
 mod rbac;
 pub mod recorded;
 mod request;

@@ -37,7 +37,14 @@ fn schedule(state: &DoubleState, uid: &str, last: &mut String) -> Option<bool> {
         store.running.remove(uid);
         return None;
     };
-    match unschedulable(&store, &stored) {
+    // A Pod created with `nodeName` set is bound already: no scheduler looks at it.
+    let preset = stored["spec"]["nodeName"].as_str() == Some(NODE) && last.is_empty();
+    let judged = if preset {
+        None
+    } else {
+        unschedulable(&store, &stored)
+    };
+    match judged {
         Some(message) => {
             if message != *last {
                 store.event(
@@ -53,6 +60,10 @@ fn schedule(state: &DoubleState, uid: &str, last: &mut String) -> Option<bool> {
                 *last = message;
             }
             Some(false)
+        }
+        None if preset => {
+            store.running.insert(uid.to_owned(), Running::Creating);
+            Some(true)
         }
         None => {
             // Bound (the scheduler's Binding): what it requests now counts on the node.

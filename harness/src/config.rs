@@ -117,6 +117,9 @@ pub struct ClusterSettings {
     pub node_inspector: bool,
     /// The inspector's image (default: the docker-engine image).
     pub node_inspector_image: Option<String>,
+    /// `--platform`: the architecture the sessions' Pods are pinned to; None: the nodes'
+    /// own (`kubernetes.io/arch`, when all schedulable nodes agree).
+    pub platform: Option<crate::pod::compose::Arch>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -37,6 +37,7 @@ pub(crate) fn cluster_settings(
         kubeconfig: c.kubeconfig.clone(),
         context: c.context.clone(),
         namespace: c.namespace.clone(),
+        platform: run.and_then(|r| r.platform),
         ..Default::default()
     };
     if let Some(r) = run {

@@ -8,7 +8,7 @@
 //! so and a finding records it; it is never counted as judged.
 
 use kandev_harness::backend::WorkspaceRef;
-use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::pod::compose::{ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::create_nonce;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
@@ -243,7 +243,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                     identity: &identity,
                     namespace: &namespace,
                     main_container: &main,
-                    arch: Arch::of_this_machine(),
+                    arch: restricted.platform(),
                     workspace: WorkspaceSource::EmptyDir,
                     create_nonce: &create_nonce(),
                 })?;

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod inspector;
 pub mod kind;
 pub mod launch;
+pub mod platform;
 pub mod setup;
 
 mod backend;
@@ -61,6 +62,11 @@ impl Backend for KubeBackend {
             "kubectl exec -it -n {} {} -c {container} -- sh",
             pod.namespace, pod.name
         )
+    }
+
+    fn platform(&self) -> crate::pod::compose::Arch {
+        self.arch
+            .unwrap_or_else(crate::pod::compose::Arch::of_this_machine)
     }
 
     async fn create_workspace(

@@ -272,11 +272,34 @@ async fn finish(
     mut environment: Environment,
 ) -> anyhow::Result<Prepared> {
     let engine_api = environment.engine_api_version.clone();
-    if let Err(e) = preflight(input, &mut cluster, &images, engine_api.as_deref()).await {
+    let settings = &input.config.cluster;
+    // The architecture the Pods are pinned to: --platform, else the nodes' own.
+    let started = Instant::now();
+    let resolved = super::platform::resolve(&cluster.admin, settings.platform, settings.in_cluster)
+        .await
+        .map_err(anyhow::Error::from);
+    let platform = match input
+        .setup
+        .step("platform", started, resolved, |p| json!(p))
+    {
+        Ok(platform) => platform,
+        Err(e) => {
+            cluster.teardown().await;
+            return Err(e);
+        }
+    };
+    if let Err(e) = preflight(
+        input,
+        &mut cluster,
+        &images,
+        engine_api.as_deref(),
+        platform.arch,
+    )
+    .await
+    {
         cluster.teardown().await;
         return Err(e);
     }
-    let settings = &input.config.cluster;
     let name = if cluster.kind.is_some() {
         "kind"
     } else {
@@ -290,6 +313,7 @@ async fn finish(
         settings.managed_pvc(),
     )
     .with_admin(cluster.admin.clone())
+    .with_platform(platform.arch)
     .with_config(cluster.config.clone())
     .with_executor(
         cluster.created_executor.then(|| cluster.executor.clone()),
@@ -320,6 +344,7 @@ async fn preflight(
     cluster: &mut Cluster,
     images: &ImageSet,
     engine_api: Option<&str>,
+    arch: Arch,
 ) -> anyhow::Result<()> {
     if let Some(kind) = &cluster.kind {
         let started = Instant::now();
@@ -343,7 +368,7 @@ async fn preflight(
         identity: &probe_identity,
         namespace: &cluster.namespace,
         main_container: &input.config.main_container,
-        arch: Arch::of_this_machine(),
+        arch,
         workspace: WorkspaceSource::EmptyDir,
         create_nonce: &create_nonce(),
     })

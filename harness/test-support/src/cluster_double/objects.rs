@@ -306,7 +306,10 @@ impl Ctx<'_> {
                 meta.remove("generateName");
             }
             if let Some(spec) = for_runtime["spec"].as_object_mut() {
+                // The double's scheduler judged both against its Node object (whose labels a
+                // test may change); the runtime's one host is that node.
                 spec.remove("nodeName");
+                spec.remove("nodeSelector");
             }
             let state = self.state.clone();
             tokio::spawn(run_pod(state, runtime, uid, for_runtime));

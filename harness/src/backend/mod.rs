@@ -89,6 +89,9 @@ pub struct Prepared {
     pub environment: Environment,
     /// What the run set up beyond its sessions (a namespace, executor objects, a cluster).
     pub teardown: Option<Box<dyn RunTeardown>>,
+    /// How many scenarios to run at once, derived from what the cluster can hold when the
+    /// operator did not say (`jobs` set-up step); None: as given, or the host's default.
+    pub jobs: Option<usize>,
 }
 
 /// What a run set up beyond its sessions, removed when the run ends.

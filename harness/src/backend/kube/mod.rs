@@ -21,6 +21,7 @@ pub mod platform;
 pub mod setup;
 
 mod backend;
+pub mod capacity;
 mod claims;
 mod connection;
 mod deletes;

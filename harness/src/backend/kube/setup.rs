@@ -300,6 +300,7 @@ async fn finish(
         cluster.teardown().await;
         return Err(e);
     }
+    let jobs = derive_jobs(input, &cluster, platform.arch).await;
     let name = if cluster.kind.is_some() {
         "kind"
     } else {
@@ -333,7 +334,55 @@ async fn finish(
         host_engine,
         environment,
         teardown: Some(Box::new(cluster)),
+        jobs,
     })
+}
+
+/// `--jobs` not given: no more scenarios at once than the cluster holds task Pods (what its
+/// nodes can still allocate against the template's requests), at most the host's default and
+/// at least 1, recorded as the `jobs` set-up step (derived or not, and why). Given: as given.
+async fn derive_jobs(input: &PrepareInput<'_>, cluster: &Cluster, arch: Arch) -> Option<usize> {
+    let host = crate::config::host_jobs();
+    let started = Instant::now();
+    if let Some(given) = input.config.jobs {
+        let _ = input.setup.step(
+            "jobs",
+            started,
+            Ok::<_, anyhow::Error>(given),
+            |jobs| json!({"jobs": jobs, "from": "--jobs"}),
+        );
+        return None;
+    }
+    let spec = input
+        .template
+        .parsed()
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.clone())
+        .unwrap_or_default();
+    let read = super::capacity::read(&cluster.admin, arch, &spec).await;
+    let (jobs, evidence) = match read {
+        Ok(capacity) => {
+            let jobs = capacity.sessions.clamp(1, host);
+            let mut evidence = capacity.evidence;
+            evidence["from"] = json!("the cluster's allocatable resources");
+            evidence["host_default"] = json!(host);
+            evidence["jobs"] = json!(jobs);
+            (Some(jobs), evidence)
+        }
+        Err(e) => (
+            None,
+            json!({"jobs": host, "from": "the host's default",
+                "why": format!("the cluster's nodes and Pods could not be read to derive it ({e}); pass --jobs to choose")}),
+        ),
+    };
+    let _ = input.setup.step(
+        "jobs",
+        started,
+        Ok::<_, anyhow::Error>(evidence),
+        Clone::clone,
+    );
+    jobs
 }
 
 /// Kind: `kind load` (through an image archive, see [`kind::KindCluster::load`]); then the

@@ -73,6 +73,7 @@ impl Provider for LocalProvider {
             host_engine: Some(engine),
             environment,
             teardown: Some(Box::new(network)),
+            jobs: None,
         })
     }
 

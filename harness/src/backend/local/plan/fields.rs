@@ -158,6 +158,16 @@ pub fn unsupported_fields(pod: &Pod) -> Vec<Unsupported> {
                 );
             }
             for (j, port) in each(c, "ports") {
+                // A host-network Pod's ports are the host's already: the API server defaults
+                // their hostPort to the containerPort, which changes nothing.
+                let mut port = port.clone();
+                if spec["hostNetwork"] == true
+                    && port["hostPort"] == port["containerPort"]
+                    && let Some(fields) = port.as_object_mut()
+                {
+                    fields.remove("hostPort");
+                }
+                let port = &port;
                 check_fields(
                     port,
                     PORT_FIELDS,

@@ -333,6 +333,23 @@ mod tests {
     }
 
     #[test]
+    fn a_host_network_pods_defaulted_host_ports_are_its_own() {
+        let pod = |host_port: i32| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "img",
+                    "ports": [{"containerPort": 80, "hostPort": host_port}]}]}}))
+            .unwrap_or_default()
+        };
+        assert!(plan(&pod(80), &ctx()).is_ok());
+        let refused = plan(&pod(8080), &ctx()).err().unwrap_or_default();
+        assert_eq!(
+            refused.first().map(|u| u.field.as_str()),
+            Some("spec.containers[0].ports[0].hostPort")
+        );
+    }
+
+    #[test]
     fn unenforced_disk_size_limits_are_named() {
         let notes = unenforced(&full_worker_pod());
         assert_eq!(notes.len(), 1, "{notes:?}");

@@ -349,6 +349,17 @@ async fn a_pod_that_does_not_fit_waits_and_is_placed_once_capacity_frees() {
         !waiting.is_finished(),
         "the harness gave up on a Pod the scheduler can place later"
     );
+    // A wait that runs out names the scheduler's latest word.
+    let timed_out = backend
+        .wait_running(&second, "work", Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    let message = format!("{:#}", anyhow::Error::from(timed_out));
+    assert!(
+        message.contains("the scheduler has not placed it yet (Unschedulable)")
+            && message.contains(expected),
+        "{message}"
+    );
 
     backend.delete_pod(&first).await.unwrap();
     waiting.await.unwrap().unwrap();

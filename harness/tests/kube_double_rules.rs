@@ -606,3 +606,71 @@ async fn claims_bind_immediately_or_for_their_first_consumer() {
         classes.delete(&class, &Default::default()).await.unwrap();
     }
 }
+
+/// kubectl (a client its authors did not write) reads the double's new objects as a real
+/// cluster's: the node with its capacity and allocatable, a StorageClass with its binding
+/// mode, a ResourceQuota with its hard limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_the_node_storage_classes_and_quotas() {
+    let double = cluster_double::start(None).await.unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let double = std::sync::Arc::new(double);
+    let shared = double.clone();
+    tokio::task::spawn_blocking(move || {
+        let (d, c) = (&*shared, cache.path());
+        let nodes = kubectl_ok(d, c, &["get", "nodes", "-o", "json"]);
+        let nodes: Value = serde_json::from_str(&nodes).unwrap();
+        let node = &nodes["items"][0];
+        assert_eq!(node["metadata"]["name"], cluster_double::NODE);
+        assert_eq!(
+            node["status"]["allocatable"]["cpu"],
+            cluster_double::DEFAULT_ALLOCATABLE.0
+        );
+        let described = kubectl_ok(d, c, &["describe", "node", cluster_double::NODE]);
+        assert!(
+            described.contains("Allocatable:") && described.contains("kubernetes.io/arch="),
+            "{described}"
+        );
+        let folder = tempfile::tempdir().unwrap();
+        for (file, object) in [
+            (
+                "class.json",
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                    "metadata": {"name": "late"}, "provisioner": "kube-double",
+                    "volumeBindingMode": "WaitForFirstConsumer"}),
+            ),
+            (
+                "quota.json",
+                json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                    "metadata": {"name": "compute", "namespace": "default"},
+                    "spec": {"hard": {"limits.cpu": "2"}}}),
+            ),
+        ] {
+            let manifest = folder.path().join(file);
+            std::fs::write(&manifest, serde_json::to_vec(&object).unwrap()).unwrap();
+            kubectl_ok(d, c, &["apply", "-f", manifest.to_str().unwrap()]);
+        }
+        let class = kubectl_ok(
+            d,
+            c,
+            &["get", "sc", "late", "-o", "jsonpath={.volumeBindingMode}"],
+        );
+        assert_eq!(class, "WaitForFirstConsumer");
+        let quota = kubectl_ok(
+            d,
+            c,
+            &[
+                "-n",
+                "default",
+                "get",
+                "quota",
+                "compute",
+                "-o",
+                "jsonpath={.status.hard}",
+            ],
+        );
+        assert!(quota.contains("\"limits.cpu\":\"2\""), "{quota}");
+    })
+    .await
+    .unwrap();
+}

@@ -376,10 +376,14 @@ impl Ctx<'_> {
             Ok(fields) => fields,
             Err(refused) => return *refused,
         };
+        // A Pod's status is read from its node: status fields are selected on it after.
+        let (by_status, by_store): (Vec<_>, Vec<_>) = fields
+            .into_iter()
+            .partition(|(field, _, _)| field.starts_with("status."));
         let (items, rv): (Vec<Value>, u64) = {
             let store = self.state.store();
             let items = self
-                .selected(&store, &fields, None)
+                .selected(&store, &by_store, None)
                 .into_iter()
                 .map(|(_, o)| o)
                 .collect();
@@ -387,7 +391,14 @@ impl Ctx<'_> {
         };
         let mut shown = Vec::with_capacity(items.len());
         for item in items {
-            shown.push(with_status(self.state, item).await);
+            let item = with_status(self.state, item).await;
+            let selected = by_status.iter().all(|(field, equal, value)| {
+                let pointer = format!("/{}", field.replace('.', "/"));
+                (item.pointer(&pointer).and_then(Value::as_str).unwrap_or("") == value) == *equal
+            });
+            if selected {
+                shown.push(item);
+            }
         }
         json_reply(
             StatusCode::OK,

@@ -88,6 +88,9 @@ pub struct Prepared {
     pub environment: Environment,
     /// What the run set up beyond its sessions (a namespace, executor objects, a cluster).
     pub teardown: Option<Box<dyn RunTeardown>>,
+    /// How many scenarios to run at once, derived from what the cluster can hold when the
+    /// operator did not say (`jobs` set-up step); None: as given, or the host's default.
+    pub jobs: Option<usize>,
 }
 
 /// What a run set up beyond its sessions, removed when the run ends.
@@ -325,6 +328,11 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     /// How a person gets into a Pod kept with `--keep`.
     fn keep_hint(&self, pod: &PodRef, container: &str) -> String;
+    /// The architecture a session's Pod is pinned to (`nodeSelector kubernetes.io/arch`):
+    /// the cluster's on `kube` and `kind`, this machine's on the local engine.
+    fn platform(&self) -> crate::pod::compose::Arch {
+        crate::pod::compose::Arch::of_this_machine()
+    }
     /// What the backend accepts in `pod` without enforcing it as a kubelet would (findings).
     fn unenforced(&self, _pod: &Pod) -> Vec<String> {
         Vec::new()

@@ -40,6 +40,7 @@ pub(crate) fn cluster_settings(
         kubeconfig: c.kubeconfig.clone(),
         context: c.context.clone(),
         namespace: c.namespace.clone(),
+        platform: run.and_then(|r| r.platform),
         ..Default::default()
     };
     if let Some(r) = run {
@@ -76,10 +77,8 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
 
     let mut libtest = args.libtest;
     if libtest.test_threads.is_none() {
-        let cores = std::thread::available_parallelism()
-            .map(usize::from)
-            .unwrap_or(2);
-        libtest.test_threads = Some(args.jobs.unwrap_or((cores * 2).min(8)).max(1));
+        // On a cluster, run_once lowers it to what the cluster can hold when it was not given.
+        libtest.test_threads = Some(args.jobs.unwrap_or_else(crate::config::host_jobs).max(1));
     }
     let repeat = args.repeat.max(1);
     if repeat > 1 && args.run_id.is_some() {
@@ -165,6 +164,7 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         deadline: args.deadline.map(Duration::from_secs),
         // Resolved below, once the template's declaration is read.
         gate: Gate::default(),
+        jobs: args.jobs.or(args.libtest.test_threads),
     };
     if let Err(message) = crate::backend::provider(config.backend).check(&config) {
         eprintln!("error: {message}");
@@ -330,6 +330,15 @@ fn run_once(
             };
             return (code, Some(report));
         }
+    }
+    // Not given: no more scenarios at once than the cluster holds sessions (the backend's
+    // preparation derived it and recorded how, the `jobs` set-up step).
+    if let Some(derived) = run.prepared_env().and_then(|env| env.jobs) {
+        libtest.test_threads = Some(derived);
+        eprintln!(
+            "jobs: {derived} (the most sessions the cluster can hold at once, at most the host's {}; see the report's jobs set-up step)",
+            crate::config::host_jobs()
+        );
     }
     let handle = runtime.handle().clone();
     let watchers = [

@@ -16,7 +16,7 @@
 //! finalizer).
 
 use kandev_harness::backend::{BackendError, WorkspaceRef};
-use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::pod::compose::{ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::create_nonce;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
@@ -278,7 +278,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                     identity: &identity,
                     namespace: &namespace,
                     main_container: &main,
-                    arch: Arch::of_this_machine(),
+                    arch: restricted.platform(),
                     workspace: WorkspaceSource::EmptyDir,
                     create_nonce: &create_nonce(),
                 })?;

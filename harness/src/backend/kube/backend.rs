@@ -59,6 +59,9 @@ pub struct KubeBackend {
     pub(super) executor: Option<String>,
     /// How the sessions' client authenticates (the connection test's `auth_mode`).
     pub(super) auth_mode: AuthMode,
+    /// The architecture the run's Pods are pinned to (`platform::resolve`); None: this
+    /// machine's (a backend made outside a run's preparation).
+    pub(super) arch: Option<crate::pod::compose::Arch>,
 }
 
 impl KubeBackend {
@@ -83,7 +86,14 @@ impl KubeBackend {
             config: None,
             executor: None,
             auth_mode: AuthMode::Kubeconfig,
+            arch: None,
         }
+    }
+
+    /// Pins the sessions' Pods to `arch` (the cluster's, see `platform`).
+    pub fn with_platform(mut self, arch: crate::pod::compose::Arch) -> Self {
+        self.arch = Some(arch);
+        self
     }
 
     /// Who the sessions run as (`executor`: None when the run did not set the identity up)
@@ -186,6 +196,7 @@ pub(super) async fn restricted_identity(
         config: None,
         executor: None,
         auth_mode: backend.auth_mode,
+        arch: backend.arch,
     };
     Ok(Some((
         format!(

@@ -44,6 +44,9 @@ impl Backend for MeteredBackend {
     fn keep_hint(&self, pod: &PodRef, container: &str) -> String {
         self.inner.keep_hint(pod, container)
     }
+    fn platform(&self) -> crate::pod::compose::Arch {
+        self.inner.platform()
+    }
     fn unenforced(&self, pod: &Pod) -> Vec<String> {
         self.inner.unenforced(pod)
     }

@@ -16,8 +16,17 @@
 //! output is streamed as the command writes it, and a port-forward is a byte tunnel, both ways
 //! and flow-controlled, to the port in the Pod's network namespace. Pods run on the local
 //! Docker engine through the harness's local backend (a [`LocalBackend`] given to [`start`]),
-//! with the UID the double assigned, bound after their create to one node ([`NODE`]); claims
-//! are volumes there.
+//! with the UID the double assigned, once its scheduler (`scheduler`) has bound them to its
+//! one node ([`NODE`], a Node object with labels, capacity and allocatable): a Pod whose
+//! selector the node does not match, whose claim is missing or unbound, or whose requests do
+//! not fit beside the Pods already there stays `Pending`, `PodScheduled=False`
+//! `Unschedulable` in a v1.36 scheduler's words, until it fits. Claims are volumes there,
+//! bound `Immediate` or `WaitForFirstConsumer` by their StorageClass (`storage`). Every
+//! written object's name and labels are held to apimachinery's syntax (`validation`: 422
+//! `Invalid` in the API server's words); Pods are admitted through a namespace's LimitRanges
+//! and ResourceQuotas (`quota`: 403 `must specify ...`, `exceeded quota`), defaulted as an
+//! API server defaults them, and run as stored (the local node accepts the defaulted fields,
+//! and records what it does not do as a kubelet would as `NotEnforced` Events).
 //!
 //! **In the cluster** (for a harness that runs as a Job Pod with kube-rs's
 //! `Config::incluster()`): with a runtime the double also listens on the engine's `bridge`
@@ -66,11 +75,14 @@
 //! `kubernetes.default.svc` name (the Pod address is an IP: `Config::incluster_dns()` finds
 //! nothing), ClusterRoles and RBAC's escalation checks, the rest of the Job controller
 //! (parallel and indexed Jobs, pod failure and success policies, suspension, the
-//! `batch.kubernetes.io/job-tracking` finalizer), garbage collection beyond a Job's Pods, the apiserver's own exec/port-forward translation (SPDY towards the kubelet,
+//! `batch.kubernetes.io/job-tracking` finalizer), garbage collection beyond a Job's Pods, the
+//! apiserver's own exec/port-forward translation (SPDY towards the kubelet,
 //! the kubelet's CRI streaming server), Table output, server-side apply, namespaces as
-//! isolation (Pod names share the one local engine), and storage classes (a claim is created
-//! `Pending`; with a runtime it is bound at once to a volume there, without one it stays
-//! `Pending`).
+//! isolation (Pod names share the one local engine), more than one node (and so the
+//! scheduler's spreading, taints and preemption), the kubelet's own admission of what it is
+//! asked to run (`OutOfcpu`), real provisioners (a claim of no StorageClass is bound at once to
+//! a volume on the runtime, as no cluster without a provisioner would), and quota resources
+//! other than Pods' CPU, memory and count.
 //!
 //! **What a test switches on** (`DoubleState::enable`, none by default: `behaviours`, carried
 //! out by `controllers`): what an operator's cluster may do beside the API server's rules, so
@@ -81,10 +93,12 @@
 //!
 //! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
-//! create and delete, each on a `request::Ctx`; `serviceaccount` and `secrets` admit what is
-//! written) or to the exec and port-forward streams (`streams`, `spdy`, `tunnel`); `runtime`
-//! runs the stored Pods (`mounts` prepares their volumes, `containers` reads their state and
-//! logs from the engine), `jobs` runs the Job controller, `store` holds the state, `route`
+//! create and delete, each on a `request::Ctx`; `validation` checks names and labels,
+//! `serviceaccount`, `quota` and `secrets` admit what is written) or to the exec and
+//! port-forward streams (`streams`, `spdy`, `tunnel`); `runtime` runs the stored Pods once
+//! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
+//! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
+//! `store` holds the state, `route`
 //! and `status` read requests and write answers. The modules use each other one way only (no
 //! import circles).
 //!
@@ -102,23 +116,28 @@ mod negotiation;
 mod objects;
 mod patch;
 mod protobuf;
+mod quota;
 mod rbac;
 pub mod recorded;
 mod request;
 pub(crate) mod route;
 mod routing;
 mod runtime;
+mod scheduler;
 mod secrets;
 mod serviceaccount;
 mod spdy;
 mod status;
+mod storage;
 pub(crate) mod store;
 mod streams;
 mod tunnel;
+pub mod validation;
 mod watch;
 
 pub use behaviours::Behaviour;
-pub use runtime::{NODE, node_labels};
+pub use scheduler::{DEFAULT_ALLOCATABLE, NODE, node_labels};
+pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
 use anyhow::Context;
@@ -231,6 +250,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         for ns in ["default", "kube-system"] {
             store::create_namespace_objects(&mut store, ns);
         }
+        scheduler::register_node(&mut store);
     }
 
     let kubeconfig = folder.path().join("kubeconfig");

@@ -136,6 +136,9 @@ pub(crate) struct Store {
     pub bound: HashMap<String, Bound>,
     /// By the double's Pod UID.
     pub running: HashMap<String, Running>,
+    /// The UIDs of Pods whose containers have all ended (`Succeeded` or `Failed`): what they
+    /// requested no longer counts on the node.
+    pub ended: std::collections::HashSet<String>,
     /// The runtime's volume behind each claim, by the double's claim UID.
     pub volumes: HashMap<String, kandev_harness::backend::WorkspaceRef>,
     pub deletions: Vec<Deletion>,

@@ -53,6 +53,14 @@ pub enum ClusterError {
         reason: String,
     },
     #[error(
+        "the proxy in {source_name} cannot be used: {problem}\n  fix: set it to http://HOST:PORT, https://HOST:PORT or socks5://HOST:PORT, or add the API server's host to NO_PROXY (a kubeconfig proxy-url is used whatever NO_PROXY says, as kubectl uses it)"
+    )]
+    Proxy {
+        /// `the kubeconfig's proxy-url` or `$HTTPS_PROXY`, ...
+        source_name: String,
+        problem: String,
+    },
+    #[error(
         "--in-cluster, but this is not a Pod with a service account: {cause}\n  fix: run inside a Pod whose service account token is mounted (automountServiceAccountToken: true; `kandev-acceptance launch` makes such a Job), or drop --in-cluster and pass --context"
     )]
     NotInCluster { cause: String },

@@ -1,6 +1,7 @@
 //! Reaching a cluster: the kubeconfig client of an explicitly named context (never the
 //! ambient current one), bounded so that an unreachable cluster fails in seconds.
 
+use super::proxy::proxy_for;
 use crate::backend::kube::errors::ClusterError;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -77,6 +78,22 @@ pub async fn client_for_bounded(
             available,
         });
     }
+    // The context's cluster's `proxy-url`, which wins over the environment (`proxy`).
+    let kubeconfig_proxy = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| {
+            kubeconfig
+                .clusters
+                .iter()
+                .find(|n| n.name == c.cluster)?
+                .cluster
+                .as_ref()?
+                .proxy_url
+                .clone()
+        });
     let options = KubeConfigOptions {
         context: Some(context.into()),
         ..Default::default()
@@ -88,11 +105,26 @@ pub async fn client_for_bounded(
             cause: crate::error_chain(&e),
         })?;
     config.connect_timeout = Some(bounds.connect);
+    set_proxy(&mut config, kubeconfig_proxy.as_deref())?;
     let client = client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
         what: format!("a client for context {context}"),
         source: e.into(),
     })?;
     Ok((client, config, context.to_owned()))
+}
+
+/// Sets `config`'s proxy as kubectl would choose it ([`proxy_for`]): the kubeconfig's
+/// `proxy-url`, else `HTTPS_PROXY`/`HTTP_PROXY` unless `NO_PROXY` or loopback says otherwise.
+fn set_proxy(config: &mut Config, kubeconfig_proxy: Option<&str>) -> Result<(), ClusterError> {
+    config.proxy_url = proxy_for(&config.cluster_url, kubeconfig_proxy, |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|(source, problem)| ClusterError::Proxy {
+        source_name: source.to_string(),
+        problem,
+    })?
+    .map(|(uri, _)| uri);
+    Ok(())
 }
 
 /// The API server's version, or [`ClusterError::Unreachable`] within [`REACH_TIMEOUT`].
@@ -159,6 +191,8 @@ pub async fn open_in_cluster(
         cause: crate::error_chain(&e),
     })?;
     config.connect_timeout = Some(bounds.connect);
+    // In a Pod as well: client-go's transport reads the environment there too.
+    set_proxy(&mut config, None)?;
     let client = |config: &Config, what: &str| {
         client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
             what: what.into(),

@@ -24,6 +24,7 @@ mod executor;
 mod gc;
 mod kind_node;
 mod preflight;
+mod proxy;
 mod run;
 mod settings;
 
@@ -36,4 +37,5 @@ pub(super) use executor::can_i;
 pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, executor_role_file, required_access};
 pub use gc::gc;
 pub use kind_node::{kind_node, node_cgroup_scope};
+pub use proxy::{ProxySource, proxy_for};
 pub use run::{Cluster, SETTLE, run_labels, run_namespace};

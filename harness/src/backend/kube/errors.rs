@@ -22,6 +22,10 @@ pub enum ClusterError {
     )]
     Kind { step: String, output: String },
     #[error(
+        "the Kind cluster from {config} would not start: {cause}\n  fix: add `failCgroupV1: false` to the config's KubeletConfiguration patch (kind/cluster.yaml has it), pass --kind-node-image with a node before v1.35, or run on a cgroup v2 host (what Kandev's recipe expects); nothing was created"
+    )]
+    KindCgroupV1 { config: String, cause: String },
+    #[error(
         "docker {step} failed: {output}\n  fix: loading images into Kind needs the docker CLI of this host's engine on PATH"
     )]
     Docker { step: String, output: String },

@@ -16,6 +16,7 @@
 pub mod cluster;
 pub mod inspector;
 pub mod kind;
+mod kind_cgroup;
 pub mod launch;
 pub mod setup;
 
@@ -34,6 +35,7 @@ pub use crate::pod::admission::AdmissionMutated;
 pub use backend::{FIELD_MANAGER, KubeBackend, ManagedPvc};
 pub use claims::compare_pvc;
 pub use deletes::DeletePolicy;
+pub use kind_cgroup::cgroup_v1_refusal;
 pub use streams::EXEC_DEADLINE;
 pub use sweeps::{label_selector, list_labelled, remove_labelled};
 

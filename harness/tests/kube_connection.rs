@@ -45,3 +45,212 @@ async fn the_cluster_is_reached_through_a_kubeconfig_proxy_url() {
         Some(&*format!("127.0.0.1:{port}"))
     );
 }
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kandev_harness::backend::kube::cluster::Cluster;
+use kandev_harness::pod::identity::random_hex;
+use kandev_harness::pod::template::WorkspaceMode;
+use kandev_test_support::cluster_double::Fault;
+use kube::api::{Api, ListParams};
+
+/// The double's cluster set up as `--backend kube` sets it up (namespace, executor account,
+/// Role, binding, token), or the error that stopped it.
+async fn set_up(double: &KubeDouble) -> Result<Cluster, String> {
+    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .map_err(|e| kandev_harness::error_chain(&e))?;
+    let run = format!("faults-{}", random_hex(4));
+    Cluster::set_up(reached, None, None, WorkspaceMode::EmptyDir, &run)
+        .await
+        .map_err(|e| kandev_harness::error_chain(&e))
+}
+
+/// Whether `client` may `verb` `resource` in `ns` (a SelfSubjectAccessReview), or the error.
+async fn can_i(
+    client: &kube::Client,
+    ns: &str,
+    verb: &str,
+    resource: &str,
+) -> Result<bool, String> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(ns.into()),
+                verb: Some(verb.into()),
+                resource: Some(resource.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&Default::default(), &review)
+        .await
+        .map(|r| r.status.is_some_and(|s| s.allowed))
+        .map_err(|e| kandev_harness::error_chain(&e))
+}
+
+/// The faults that fired, asserted to be `expected` of them.
+fn fired(double: &KubeDouble, expected: usize) -> Vec<String> {
+    let injected = double.state.faults().injected();
+    assert_eq!(injected.len(), expected, "{injected:#?}");
+    injected
+}
+
+/// One connection reset on any request ended the run with exit 3 ("ServiceError: client error
+/// (SendRequest) ... peer closed connection without sending TLS close_notify"). Now a request
+/// safe to repeat is sent again: a review and a read cut before they were served, and the
+/// executor's RoleBinding create cut after it was served (its answer lost): the repeat is
+/// answered 409, the binding read back carries the run's labels, so it is the run's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_safe_to_repeat_are_sent_again_after_a_connection_reset() {
+    let double = cluster_double::start(None).await.unwrap();
+    let faults = double.state.faults();
+    faults.inject(Some("POST"), "/rolebindings", Fault::ResetAfterServing, 1);
+    faults.inject(Some("POST"), "/token", Fault::Reset, 1);
+    faults.inject(
+        Some("POST"),
+        "/serviceaccounts",
+        Fault::ResetAfterServing,
+        1,
+    );
+    let cluster = set_up(&double).await.unwrap();
+    let injected = fired(&double, 3);
+    assert!(
+        injected[0].contains("POST /api/v1/namespaces/"),
+        "{injected:?}"
+    );
+    // Exactly one binding, the run's.
+    let bindings: Api<RoleBinding> = Api::namespaced(cluster.admin.clone(), &cluster.namespace);
+    let listed = bindings.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    // And the executor's token works: the token request cut before it was served was sent
+    // again.
+    let executor = can_i(&cluster.session, &cluster.namespace, "create", "pods").await;
+    assert_eq!(executor, Ok(true));
+    // Reads and reviews cut before they were served.
+    faults.inject(Some("GET"), "/namespaces/", Fault::Reset, 2);
+    faults.inject(None, "selfsubjectaccessreviews", Fault::Reset, 1);
+    let namespaces: Api<Namespace> = Api::all(cluster.admin.clone());
+    assert!(namespaces.get(&cluster.namespace).await.is_ok());
+    let review = can_i(&cluster.session, &cluster.namespace, "list", "pods").await;
+    assert_eq!(review, Ok(false));
+    fired(&double, 6);
+    cluster.teardown().await;
+}
+
+/// A request that is not safe to repeat (here a replace) is not sent again after a reset:
+/// the error names the lost connection, the request and the fix, not only
+/// "client error (SendRequest)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_on_a_request_not_safe_to_repeat_is_named_with_its_fix() {
+    let double = cluster_double::start(None).await.unwrap();
+    let cluster = set_up(&double).await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(cluster.admin.clone());
+    let mut ns = namespaces.get(&cluster.namespace).await.unwrap();
+    ns.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("touched".into(), "yes".into());
+    double
+        .state
+        .faults()
+        .inject(Some("PUT"), "/namespaces/", Fault::Reset, 1);
+    let error = namespaces
+        .replace(&cluster.namespace, &Default::default(), &ns)
+        .await
+        .map(|_| ())
+        .map_err(|e| kandev_harness::error_chain(&e))
+        .unwrap_err();
+    fired(&double, 1);
+    assert!(
+        error.contains("the connection to the API server was lost during PUT /api/v1/namespaces/")
+            && error.contains("not safe to repeat")
+            && error.contains("fix:"),
+        "{error}"
+    );
+    cluster.teardown().await;
+}
+
+/// 429 with Retry-After (API Priority and Fairness) and 503 (a restarting API server) are
+/// retried by kube-rs's own policy; 500 with Retry-After as client-go retries it; the set-up
+/// comes through all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_and_a_restarting_api_server_are_waited_out() {
+    let double = cluster_double::start(None).await.unwrap();
+    let faults = double.state.faults();
+    let status = |code, retry_after| Fault::Status { code, retry_after };
+    faults.inject(Some("POST"), "/namespaces", status(429, Some(1)), 2);
+    faults.inject(Some("POST"), "/roles", status(503, None), 1);
+    faults.inject(Some("POST"), "/rolebindings", status(500, Some(1)), 1);
+    let cluster = set_up(&double).await.unwrap();
+    let injected = fired(&double, 4);
+    assert!(injected[0].contains("code: 429"), "{injected:?}");
+    cluster.teardown().await;
+}
+
+/// A 500 without Retry-After is the server's answer: the set-up stops naming it, and what it
+/// had created is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_error_without_retry_after_stops_the_set_up_naming_it() {
+    let double = cluster_double::start(None).await.unwrap();
+    double.state.faults().inject(
+        Some("POST"),
+        "/rolebindings",
+        Fault::Status {
+            code: 500,
+            retry_after: None,
+        },
+        1,
+    );
+    let error = set_up(&double).await.err().unwrap_or_default();
+    assert!(
+        error.contains("create role binding") && error.contains("apiserver is shutting down"),
+        "{error}"
+    );
+    // Nothing of the run's is left: its namespace was removed.
+    let left: Vec<String> = double
+        .state
+        .objects("namespaces")
+        .iter()
+        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
+        .filter(|n| n.starts_with("kandev-acceptance-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// 410 Gone on a read (an expired `continue` or `resourceVersion`) is read again from
+/// scratch, as client-go's pager and reflector do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_answered_gone_is_read_again_from_scratch() {
+    let double = cluster_double::start(None).await.unwrap();
+    let admin = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap()
+        .admin;
+    double.state.faults().inject(
+        Some("GET"),
+        "/api/v1/namespaces",
+        Fault::Status {
+            code: 410,
+            retry_after: None,
+        },
+        1,
+    );
+    let namespaces: Api<Namespace> = Api::all(admin);
+    let listed = namespaces
+        .list(&ListParams::default().limit(1).continue_token("expired"))
+        .await
+        .unwrap();
+    assert!(!listed.items.is_empty());
+    let injected = fired(&double, 1);
+    assert!(injected[0].contains("continue=expired"), "{injected:?}");
+    let again = double.state.requests();
+    let last = again.last().unwrap();
+    assert!(!last.uri.contains("continue="), "{}", last.uri);
+}

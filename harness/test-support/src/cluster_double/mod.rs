@@ -84,6 +84,7 @@
 mod containers;
 mod defaults;
 pub(crate) mod discovery;
+mod faults;
 mod jobs;
 mod mounts;
 mod negotiation;
@@ -105,6 +106,7 @@ mod streams;
 mod tunnel;
 mod watch;
 
+pub use faults::{Fault, Faults};
 pub use runtime::{NODE, node_labels};
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
@@ -210,6 +212,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         ca_pem: ca_pem.clone(),
         pod_files,
         mutator: Mutex::new(None),
+        faults: Default::default(),
     });
     {
         let mut store = state.store();
@@ -262,12 +265,32 @@ fn serve(
             };
             let (acceptor, state) = (acceptor.clone(), state.clone());
             tokio::spawn(async move {
+                // The socket kept aside to cut it (`faults`), its activity watched.
+                let Ok((connection, tcp)) = faults::Connection::accept(tcp) else {
+                    return;
+                };
+                connection.watch_idle(state.faults());
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
                 let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-                    let state = state.clone();
-                    async move { Ok::<_, std::convert::Infallible>(routing::handle(state, req).await) }
+                    let (state, connection) = (state.clone(), connection.clone());
+                    async move {
+                        let (method, uri) = (req.method().to_string(), req.uri().to_string());
+                        let reply = match faults::before(state.faults(), &connection, &method, &uri)
+                        {
+                            faults::Before::Serve => routing::handle(state, req).await,
+                            faults::Before::ServeThenCut => {
+                                let reply = routing::handle(state, req).await;
+                                connection.cut();
+                                reply
+                            }
+                            faults::Before::Answer(reply) => reply,
+                            // Never delivered: the socket is shut.
+                            faults::Before::Cut => hyper::Response::new(status::full("")),
+                        };
+                        Ok::<_, std::convert::Infallible>(reply)
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)

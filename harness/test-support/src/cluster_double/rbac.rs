@@ -250,12 +250,31 @@ impl Ctx<'_> {
             _ => None,
         };
         let token = store.issue_token(&ns, name, bound);
+        drop(store);
+        // The lifetime asked (the API server's default is an hour: `SetDefaults_TokenRequestSpec`),
+        // capped by `--service-account-max-token-expiration` as `TokenREST.Create`
+        // (`pkg/registry/core/serviceaccount/storage/token.go`) caps it; the granted lifetime
+        // is what the answer's spec and `expirationTimestamp` say, and the token stops
+        // authenticating then.
+        let mut spec = body.get("spec").cloned().unwrap_or(json!({}));
+        let asked = spec["expirationSeconds"].as_u64().unwrap_or(3600);
+        let granted = match self.state.faults().max_token_expiration() {
+            Some(cap) if asked > cap.as_secs() => cap.as_secs(),
+            _ => asked,
+        };
+        spec["expirationSeconds"] = json!(granted);
+        let lifetime = std::time::Duration::from_secs(granted);
+        self.state.faults().expire_token(&token, lifetime);
+        let expires = k8s_openapi::jiff::Timestamp::now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(granted as i64))
+            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default();
         json_reply(
             StatusCode::CREATED,
             &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                 "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
-                "spec": body.get("spec").cloned().unwrap_or(json!({})),
-                "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}}),
+                "spec": spec,
+                "status": {"token": token, "expirationTimestamp": expires}}),
         )
     }
 

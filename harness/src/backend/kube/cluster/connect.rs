@@ -2,6 +2,7 @@
 //! ambient current one), bounded so that an unreachable cluster fails in seconds.
 
 use super::proxy::proxy_for;
+use super::resilience;
 use crate::backend::kube::errors::ClusterError;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -35,9 +36,15 @@ impl Default for ClientBounds {
 }
 
 /// The client of `config`, every request bounded by `bounds.answer` (a tower timeout around
-/// the request future, which ends at the response head).
+/// the request future, which ends at the response head), its retries included: kube-rs's own
+/// for 429, 503 and 504, and `resilience`'s for lost connections, 500 with Retry-After and
+/// 410 Gone, as client-go retries them.
 pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::Error> {
     Ok(kube::client::ClientBuilder::try_from(config)?
+        // A service tower's retry can call again (kube's own stack is not Clone).
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(resilience::Policy::default()))
+        .with_layer(&resilience::ReconcileLayer)
         .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
         .build())
 }

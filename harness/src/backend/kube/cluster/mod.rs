@@ -25,6 +25,7 @@ mod gc;
 mod kind_node;
 mod preflight;
 mod proxy;
+pub mod resilience;
 mod run;
 mod settings;
 

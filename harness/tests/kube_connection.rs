@@ -254,3 +254,87 @@ async fn a_read_answered_gone_is_read_again_from_scratch() {
     let last = again.last().unwrap();
     assert!(!last.uri.contains("continue="), "{}", last.uri);
 }
+
+/// A cluster that caps token lifetimes (`--service-account-max-token-expiration`; here a few
+/// seconds) grants the executor's TokenRequest less than the 4 h asked; the harness reads the
+/// expiry it was granted and renews the token before it, so the session client never meets
+/// a 401 however long the run. Before, it ignored the expiry and every call after it was
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executors_token_is_renewed_before_the_expiry_the_cluster_grants() {
+    use k8s_openapi::api::core::v1::Pod;
+    const CAP: std::time::Duration = std::time::Duration::from_secs(3);
+    let double = cluster_double::start(None).await.unwrap();
+    double.state.faults().set_max_token_expiration(Some(CAP));
+    let cluster = set_up(&double).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(cluster.session.clone(), &cluster.namespace);
+    let started = std::time::Instant::now();
+    let mut calls = 0;
+    // Three lifetimes of session calls: each one the executor may make (get pods).
+    while started.elapsed() < CAP * 3 {
+        let got = pods.get_opt("none-such").await;
+        assert!(
+            matches!(got, Ok(None)),
+            "after {:?}: {got:?}",
+            started.elapsed()
+        );
+        calls += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(double.state.faults().expired_refusals(), 0);
+    let tokens = double
+        .state
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "POST"
+                && r.uri
+                    .contains("/serviceaccounts/kandev-acceptance-executor/token")
+        })
+        .count();
+    assert!(tokens >= 3, "{tokens} TokenRequests in {calls} calls");
+    // The double refuses an expired token (a positive control: the cap is enforced).
+    let stale = {
+        let cap = std::time::Duration::from_millis(500);
+        double.state.faults().set_max_token_expiration(Some(cap));
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(cluster.admin.clone(), &cluster.namespace);
+        let answer = accounts
+            .create_token_request(
+                "kandev-acceptance-executor",
+                &Default::default(),
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(cap * 2).await;
+        answer.status.unwrap().token.unwrap()
+    };
+    let client = client_with(&double, &stale).await;
+    let refused = Api::<Pod>::namespaced(client, &cluster.namespace)
+        .get_opt("none-such")
+        .await;
+    assert!(
+        matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 401),
+        "{refused:?}"
+    );
+    assert_eq!(double.state.faults().expired_refusals(), 1);
+    cluster.teardown().await;
+}
+
+/// A client of the double authenticating with `token` alone.
+async fn client_with(double: &KubeDouble, token: &str) -> kube::Client {
+    let ca =
+        serde_json::to_value(k8s_openapi::ByteString(double.ca_pem.as_bytes().to_vec())).unwrap();
+    let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": double.server, "certificate-authority-data": ca}}],
+        "users": [{"name": "c", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}],
+    }))
+    .unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}

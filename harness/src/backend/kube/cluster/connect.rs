@@ -6,7 +6,9 @@ use super::resilience;
 use crate::backend::kube::errors::ClusterError;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use std::future::Future;
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How long the first answer of the API server may take before the run gives up.
@@ -45,6 +47,99 @@ pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::E
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(resilience::Policy::default()))
         .with_layer(&resilience::ReconcileLayer)
+        .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
+        .build())
+}
+
+/// A bearer token that changes while a run lasts: a TokenRequest's, requested again before
+/// the expiry the API server granted (a cluster may cap a token's lifetime far below what
+/// was asked: `--service-account-max-token-expiration`, often an hour). Clones share it; the
+/// renewing task ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct RefreshedToken {
+    current: Arc<RwLock<String>>,
+    _renewal: Arc<AbortOnDrop>,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How much of a token's granted lifetime passes before it is renewed (the kubelet renews a
+/// projected token at 80 %; earlier here, so a slow renewal still lands in time).
+const RENEW_AT: f64 = 2.0 / 3.0;
+
+impl RefreshedToken {
+    /// `first`, valid for `lifetime`; renewed by `renew` (a new token and its lifetime) each
+    /// time [`RENEW_AT`] of the current one has passed. A failed renewal is tried again
+    /// while the current token lasts (logged).
+    pub fn start<F, Fut>(first: String, lifetime: Duration, renew: F) -> Self
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(String, Duration), String>> + Send,
+    {
+        let current = Arc::new(RwLock::new(first));
+        let written = current.clone();
+        let task = tokio::spawn(async move {
+            let mut lifetime = lifetime;
+            let mut wait = lifetime.mul_f64(RENEW_AT).max(Duration::from_millis(200));
+            loop {
+                tokio::time::sleep(wait).await;
+                match renew().await {
+                    Ok((token, granted)) => {
+                        *written.write().unwrap_or_else(|p| p.into_inner()) = token;
+                        lifetime = granted;
+                        wait = lifetime.mul_f64(RENEW_AT).max(Duration::from_millis(200));
+                    }
+                    Err(e) => {
+                        tracing::warn!("renewing the executor's token: {e}; trying again");
+                        wait = (lifetime / 10)
+                            .clamp(Duration::from_millis(200), Duration::from_secs(10));
+                    }
+                }
+            }
+        });
+        Self {
+            current,
+            _renewal: Arc::new(AbortOnDrop(task)),
+        }
+    }
+
+    /// The token to send now.
+    pub fn current(&self) -> String {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// [`client_of`] whose every request carries `token` (its current value) as its bearer
+/// token; `config`'s own credentials are not used.
+pub fn client_with_token(
+    mut config: Config,
+    bounds: ClientBounds,
+    token: RefreshedToken,
+) -> Result<Client, kube::Error> {
+    config.auth_info = kube::config::AuthInfo::default();
+    let bearer =
+        tower::util::MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
+            let header = format!("Bearer {}", token.current());
+            if let Ok(mut value) = http::HeaderValue::from_str(&header) {
+                value.set_sensitive(true);
+                req.headers_mut().insert(http::header::AUTHORIZATION, value);
+            }
+            req
+        });
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(resilience::Policy::default()))
+        .with_layer(&resilience::ReconcileLayer)
+        .with_layer(&bearer)
         .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
         .build())
 }

@@ -31,8 +31,8 @@ mod settings;
 
 pub use super::errors::{ClusterError, GRANTED_CHECK};
 pub use connect::{
-    ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, client_for, client_for_bounded, client_of,
-    open, open_in_cluster, open_with, reach,
+    ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, RefreshedToken, client_for,
+    client_for_bounded, client_of, client_with_token, open, open_in_cluster, open_with, reach,
 };
 pub(super) use executor::can_i;
 pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, executor_role_file, required_access};

@@ -415,9 +415,12 @@ where
                 .method(Method::GET)
                 .uri(item)
                 .body(Body::empty())?;
-            if let Some(accept) = headers.get(http::header::ACCEPT) {
-                read.headers_mut()
-                    .insert(http::header::ACCEPT, accept.clone());
+            // As the create was sent: its credentials (a bearer layer above this one set
+            // them) and what it accepts.
+            for name in [http::header::ACCEPT, http::header::AUTHORIZATION] {
+                if let Some(value) = headers.get(&name) {
+                    read.headers_mut().insert(name, value.clone());
+                }
             }
             tower::ServiceExt::ready(&mut inner).await?;
             let found = inner.call(read).await?;

@@ -338,3 +338,249 @@ async fn client_with(double: &KubeDouble, token: &str) -> kube::Client {
         .unwrap();
     kube::Client::try_from(config).unwrap()
 }
+
+use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
+use kandev_harness::backend::{Backend, ExecRequest, PodRef};
+use kandev_harness::host::images::ImageSet;
+use kandev_test_support::engine::engine_double;
+use std::time::Duration;
+
+/// The mock agent's bootstrap nonce in [`agent_pod`].
+const NONCE: &str = "connection-test-nonce";
+const AGENT_PORT: u16 = 39431;
+
+/// The double's cluster set up, and the backend of its sessions pinging every `keepalive`.
+async fn backend_on(double: &KubeDouble, keepalive: Duration) -> (Cluster, KubeBackend) {
+    let cluster = set_up(double).await.unwrap();
+    let mut backend = KubeBackend::new(
+        cluster.session.clone(),
+        &cluster.namespace,
+        "kube",
+        "work",
+        ManagedPvc::default(),
+    )
+    .with_admin(cluster.admin.clone());
+    backend.keepalive = keepalive;
+    (cluster, backend)
+}
+
+/// A running Pod: `work` (the daemon image, a shell) and `agent` (the mock agent serving on
+/// 127.0.0.1:AGENT_PORT, its bootstrap nonce [`NONCE`]).
+async fn agent_pod(backend: &KubeBackend, images: &ImageSet) -> PodRef {
+    let name = format!("conn-{}", random_hex(4));
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {
+            "acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": "kube-connection-test"}},
+        "spec": {"containers": [
+            {"name": "work", "image": images.daemon, "command": ["sleep", "3600"]},
+            {"name": "agent", "image": images.mock_agent,
+             "command": ["/kandev-mock-agent", "serve"],
+             "env": [{"name": "AGENTCTL_LISTEN_HOST", "value": "127.0.0.1"},
+                     {"name": "AGENTCTL_PORT", "value": AGENT_PORT.to_string()},
+                     {"name": "AGENTCTL_BOOTSTRAP_NONCE", "value": NONCE}]},
+        ]},
+    }))
+    .unwrap();
+    let created = backend.create_helper_pod(&pod).await.unwrap();
+    for container in ["work", "agent"] {
+        backend
+            .wait_running(&created, container, Duration::from_secs(120))
+            .await
+            .unwrap();
+    }
+    created
+}
+
+fn shell(script: &str) -> ExecRequest {
+    ExecRequest {
+        container: "work".into(),
+        argv: vec!["sh".into(), "-c".into(), script.into()],
+        stdin: None,
+        timeout: Some(Duration::from_secs(120)),
+    }
+}
+
+fn http_post(path: &str, token: Option<&str>, body: &str) -> Vec<u8> {
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: agent\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The agent's control token (its one-shot handshake).
+async fn agent_token(backend: &KubeBackend, pod: &PodRef) -> String {
+    let answer = backend
+        .port_exchange(
+            pod,
+            "agent",
+            AGENT_PORT,
+            &http_post(
+                "/auth/handshake",
+                None,
+                &format!("{{\"nonce\":\"{NONCE}\"}}"),
+            ),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str::<Value>(body).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// An agent call that stays silent for `seconds` (the agent runs `sleep` before it answers).
+fn silent_call(token: &str, seconds: u64) -> Vec<u8> {
+    http_post(
+        "/api/v1/exec",
+        Some(token),
+        &format!("{{\"argv\":[\"/kandev-mock-agent\",\"sleep\",\"{seconds}\"]}}"),
+    )
+}
+
+/// A load balancer in front of the API server cuts connections idle for a while (60 s is
+/// common; the double's idle cut here 3 s). An agent call through a port-forward and an exec
+/// that stay silent longer than that come through: the harness pings every `keepalive` (here
+/// 1 s; 20 s by default). The same calls without pings (a keepalive past the cut, as before:
+/// kube-rs's port-forward never pinged, its exec once a minute) are cut, and each failure
+/// names the broken stream, not a short answer read as whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn silent_streams_outlive_a_load_balancers_idle_cut() {
+    let (double, images) = engine_double().await;
+    let (cluster, backend) = backend_on(&double, Duration::from_secs(1)).await;
+    let pod = agent_pod(&backend, &images).await;
+    let token = agent_token(&backend, &pod).await;
+    double
+        .state
+        .faults()
+        .set_idle_cut(Some(Duration::from_secs(3)));
+
+    let exec = backend
+        .exec(&pod, shell("sleep 7; echo done"))
+        .await
+        .unwrap();
+    assert_eq!(exec.exit_code, Some(0), "{}", exec.stderr_text());
+    assert_eq!(exec.stdout_text(), "done\n");
+    let answer = backend
+        .port_exchange(
+            &pod,
+            "agent",
+            AGENT_PORT,
+            &silent_call(&token, 7),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"exit_code\":0"), "{text}");
+
+    // Without pings: cut, and named.
+    let mut quiet = KubeBackend::new(
+        cluster.session.clone(),
+        &cluster.namespace,
+        "kube",
+        "work",
+        ManagedPvc::default(),
+    );
+    quiet.keepalive = Duration::from_secs(600);
+    let cuts = double.state.faults().idle_cuts();
+    let cut_exec = quiet
+        .exec(&pod, shell("sleep 7; echo done"))
+        .await
+        .map(|o| o.stdout_text())
+        .map_err(|e| kandev_harness::error_chain(&e));
+    let error = cut_exec.unwrap_err();
+    assert!(
+        error.contains("exec stream") && error.contains("fix:"),
+        "{error}"
+    );
+    let cut_call = quiet
+        .port_exchange(
+            &pod,
+            "agent",
+            AGENT_PORT,
+            &silent_call(&token, 7),
+            Duration::from_secs(60),
+        )
+        .await
+        .map(|a| String::from_utf8_lossy(&a).into_owned())
+        .map_err(|e| kandev_harness::error_chain(&e));
+    let error = cut_call.unwrap_err();
+    assert!(
+        error.contains("port-forward") && error.contains("fix:"),
+        "{error}"
+    );
+    assert!(double.state.faults().idle_cuts() >= cuts + 2);
+
+    double.state.faults().set_idle_cut(None);
+    backend.delete_pod(&pod).await.unwrap();
+    cluster.teardown().await;
+}
+
+/// A connection reset in the middle of an exec and of a port-forward (a restarting API
+/// server): each step fails naming the broken stream and the fix. Before, kube-rs's exec
+/// ended as if the command had ended with no exit code, and its port-forward returned the
+/// bytes so far (here none) as the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_reset_in_the_middle_of_an_exec_or_a_port_forward_is_named() {
+    let (double, images) = engine_double().await;
+    let (cluster, backend) = backend_on(&double, Duration::from_secs(20)).await;
+    let pod = agent_pod(&backend, &images).await;
+    let token = agent_token(&backend, &pod).await;
+    let faults = double.state.faults();
+
+    faults.inject(
+        Some("GET"),
+        "/exec",
+        Fault::ResetAfter(Duration::from_secs(2)),
+        1,
+    );
+    let error = backend
+        .exec(&pod, shell("echo started; sleep 6; echo done"))
+        .await
+        .map(|o| format!("exit {:?}: {}", o.exit_code, o.stdout_text()))
+        .map_err(|e| kandev_harness::error_chain(&e))
+        .unwrap_err();
+    assert!(
+        error.contains("exec stream") && error.contains("fix:"),
+        "{error}"
+    );
+    faults.inject(
+        Some("GET"),
+        "/portforward",
+        Fault::ResetAfter(Duration::from_secs(2)),
+        1,
+    );
+    let error = backend
+        .port_exchange(
+            &pod,
+            "agent",
+            AGENT_PORT,
+            &silent_call(&token, 6),
+            Duration::from_secs(60),
+        )
+        .await
+        .map(|a| String::from_utf8_lossy(&a).into_owned())
+        .map_err(|e| kandev_harness::error_chain(&e))
+        .unwrap_err();
+    assert!(
+        error.contains("port-forward") && error.contains("fix:"),
+        "{error}"
+    );
+    fired(&double, 2);
+    // The Pod and the connection are fine afterwards: a fresh exec answers.
+    let after = backend.exec(&pod, shell("echo again")).await.unwrap();
+    assert_eq!(after.stdout_text(), "again\n");
+    backend.delete_pod(&pod).await.unwrap();
+    cluster.teardown().await;
+}

@@ -57,6 +57,8 @@ pub struct KubeBackend {
     pub(super) executor: Option<String>,
     /// How the sessions' client authenticates (the connection test's `auth_mode`).
     pub(super) auth_mode: AuthMode,
+    /// How often a silent exec or port-forward pings the API server ([`super::streams`]).
+    pub keepalive: Duration,
 }
 
 impl KubeBackend {
@@ -80,6 +82,7 @@ impl KubeBackend {
             config: None,
             executor: None,
             auth_mode: AuthMode::Kubeconfig,
+            keepalive: super::streams::KEEPALIVE,
         }
     }
 
@@ -181,6 +184,7 @@ pub(super) async fn restricted_identity(
         config: None,
         executor: None,
         auth_mode: backend.auth_mode,
+        keepalive: backend.keepalive,
     };
     Ok(Some((
         format!(

@@ -101,6 +101,14 @@ impl Faults {
             .is_some_and(|expiry| Instant::now() >= *expiry)
     }
 
+    /// How many connections were cut for being idle.
+    pub fn idle_cuts(&self) -> usize {
+        lock(&self.injected)
+            .iter()
+            .filter(|i| i.starts_with("IdleCut "))
+            .count()
+    }
+
     /// How many requests were refused because their token had expired.
     pub fn expired_refusals(&self) -> usize {
         lock(&self.injected)
@@ -196,10 +204,11 @@ impl Connection {
 
     /// With an idle cut set: watches the connection and cuts it once idle that long; ends
     /// when the connection is cut or `closed` resolves.
-    pub(crate) fn watch_idle(self: &Arc<Self>, faults: &Faults) {
+    pub(crate) fn watch_idle(self: &Arc<Self>, faults: &Arc<Faults>) {
         let Some(cut) = *lock(&faults.idle_cut) else {
             return;
         };
+        let faults = Arc::downgrade(faults);
         let connection = Arc::downgrade(self);
         tokio::spawn(async move {
             let tick = (cut / 8).max(Duration::from_millis(50));
@@ -214,6 +223,9 @@ impl Connection {
                 }
                 if connection.idle_for() >= cut {
                     connection.cut();
+                    if let Some(faults) = faults.upgrade() {
+                        faults.record(format!("IdleCut after {cut:?}"));
+                    }
                     return;
                 }
             }

@@ -340,7 +340,7 @@ pub struct DoubleState {
     pub(crate) pod_files: std::path::PathBuf,
     pub(crate) mutator: Mutex<Option<PodMutator>>,
     /// The faults and connection limits a test switched on (`faults`).
-    pub(crate) faults: Faults,
+    pub(crate) faults: std::sync::Arc<Faults>,
 }
 
 impl DoubleState {
@@ -349,7 +349,7 @@ impl DoubleState {
     }
 
     /// The faults and connection limits a test switches on.
-    pub fn faults(&self) -> &Faults {
+    pub fn faults(&self) -> &std::sync::Arc<Faults> {
         &self.faults
     }
 

@@ -93,8 +93,19 @@ async fn a_run_survives_the_faults_a_control_plane_produces_on_kube_double() {
         (Some("POST"), "/roles", status(500, Some(1)), 1),
         (Some("GET"), "/portforward", Fault::Reset, 1),
         (Some("GET"), "/pods", status(410, None), 1),
-        // The preflight's dry run, then the task Pod's create.
-        (Some("POST"), "/pods", Fault::ResetAfterServing, 2),
+        // The preflight's dry run, and the task Pod's create (no dry run).
+        (
+            Some("POST"),
+            "/pods?&dryRun=All",
+            Fault::ResetAfterServing,
+            1,
+        ),
+        (
+            Some("POST"),
+            "/pods?&fieldManager",
+            Fault::ResetAfterServing,
+            1,
+        ),
     ];
     let expected: usize = injected.iter().map(|i| i.3).sum();
     for (method, path, fault, times) in injected {
@@ -105,6 +116,14 @@ async fn a_run_survives_the_faults_a_control_plane_produces_on_kube_double() {
     let run = run(&double, &images, &["--exact", SCENARIO]).await;
     let fired = faults.injected();
     assert_eq!(fired.len(), expected, "{fired:#?}\n{}", run.text);
+    eprintln!("faults that fired: {fired:#?}");
+    // The task Pod's own create (not only the dry run) lost its answer and was read back.
+    assert!(
+        fired.iter().any(|f| f.starts_with("ResetAfterServing POST")
+            && f.contains("/pods?")
+            && !f.contains("dryRun")),
+        "{fired:#?}"
+    );
     assert_eq!(run.report.scenarios.len(), 1, "{}", run.text);
     let scenario = &run.report.scenarios[0];
     assert_eq!(

@@ -45,8 +45,8 @@ pub enum Fault {
     ResetAfter(Duration),
 }
 
-/// A fault for the next `times` requests of `method` (any when None) whose path contains
-/// `path`.
+/// A fault for the next `times` requests of `method` (any when None) whose path and query
+/// contain `path`.
 #[derive(Debug, Clone)]
 struct Rule {
     method: Option<String>,
@@ -73,10 +73,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Faults {
     /// The fault for this request, if a rule matches (its count taken), recorded.
     fn take(&self, method: &str, path_and_query: &str) -> Option<Fault> {
-        let path = path_and_query.split('?').next().unwrap_or_default();
         let mut rules = lock(&self.rules);
         let index = rules.iter().position(|r| {
-            r.times > 0 && r.method.as_deref().is_none_or(|m| m == method) && path.contains(&r.path)
+            r.times > 0
+                && r.method.as_deref().is_none_or(|m| m == method)
+                && path_and_query.contains(&r.path)
         })?;
         let rule = &mut rules[index];
         rule.times -= 1;
@@ -124,7 +125,8 @@ impl Faults {
 
 impl Faults {
     /// Injects `fault` into the next `times` requests of `method` (any method when None)
-    /// whose path contains `path` (`/rolebindings`, `/exec`, `selfsubjectaccessreviews`).
+    /// whose path and query contain `path` (`/rolebindings`, `/exec`,
+    /// `selfsubjectaccessreviews`, `/pods?&fieldManager`: a create that is no dry run).
     pub fn inject(&self, method: Option<&str>, path: &str, fault: Fault, times: usize) {
         lock(&self.rules).push(Rule {
             method: method.map(str::to_owned),

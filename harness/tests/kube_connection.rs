@@ -624,3 +624,38 @@ async fn a_reset_in_the_middle_of_a_port_forward_is_named() {
     backend.delete_pod(&pod).await.unwrap();
     cluster.teardown().await;
 }
+
+/// An API server that stays unavailable (503 on every try) exhausts the client's answer
+/// bound, retries included; the error says so and what to check, not "deadline has elapsed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_that_stays_unavailable_is_named_when_the_answer_bound_runs_out() {
+    let double = cluster_double::start(None).await.unwrap();
+    let bounds = cluster::ClientBounds {
+        answer: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let (client, _, _) =
+        cluster::client_for_bounded(Some(&double.kubeconfig), Some(&double.context), bounds)
+            .await
+            .unwrap();
+    double.state.faults().inject(
+        Some("GET"),
+        "/api/v1/namespaces",
+        Fault::Status {
+            code: 503,
+            retry_after: None,
+        },
+        1000,
+    );
+    let error = Api::<Namespace>::all(client)
+        .list(&ListParams::default())
+        .await
+        .map(|_| ())
+        .map_err(|e| kandev_harness::error_chain(&e))
+        .unwrap_err();
+    assert!(
+        error.contains("gave no answer within 2s") && error.contains("fix:"),
+        "{error}"
+    );
+    assert!(double.state.faults().injected().len() > 1, "retried");
+}

@@ -57,8 +57,10 @@
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restart backoff), real admission plugins (Pod
-//! Security), tokens as JWTs (the double's are opaque strings, never expiring, with no
-//! audience; a kubelet rotates the file, the double writes it once), Secret volumes updated
+//! Security), tokens as JWTs (the double's are opaque strings with no audience; a
+//! TokenRequest's expires at the lifetime it granted, capped as
+//! `--service-account-max-token-expiration` caps it, but a Pod's projected token and a token
+//! Secret's never do, and a kubelet rotates the file, the double writes it once), Secret volumes updated
 //! when their Secret changes, the `kube-root-ca.crt` ConfigMap and ConfigMaps at all, the
 //! `kubernetes.default.svc` name (the Pod address is an IP: `Config::incluster_dns()` finds
 //! nothing), ClusterRoles and RBAC's escalation checks, the rest of the Job controller
@@ -70,7 +72,15 @@
 //! `Pending`; with a runtime it is bound at once to a volume there, without one it stays
 //! `Pending`).
 //!
-//! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
+//! **Faults and limits** a test switches on (`faults`, [`DoubleState::faults`]): answers a
+//! control plane gives under load or while restarting (429 with `Retry-After`, 500, 503,
+//! 410), connections cut before or after a request is served or a while into an exec or
+//! port-forward (a socket shutdown, no TLS `close_notify`, as from a load balancer), an idle
+//! cut of connections silent for a while, and a token lifetime cap; each that fires is
+//! recorded.
+//!
+//! A request goes through `faults` (the connection's activity watched, a fault applied),
+//! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
 //! create and delete, each on a `request::Ctx`; `serviceaccount` and `secrets` admit what is
 //! written) or to the exec and port-forward streams (`streams`, `spdy`, `tunnel`); `runtime`

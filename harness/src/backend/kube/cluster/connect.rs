@@ -42,13 +42,53 @@ impl Default for ClientBounds {
 /// for 429, 503 and 504, and `resilience`'s for lost connections, 500 with Retry-After and
 /// 410 Gone, as client-go retries them.
 pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::Error> {
+    build(config, bounds, None)
+}
+
+/// The stack every client of the harness has, on kube-rs's own (base URI, its 429/503/504
+/// retries, credentials, HTTP): `resilience`'s retries, the bearer token of `token` when
+/// given, and the answer bound around them all, its expiry named.
+fn build(
+    config: Config,
+    bounds: ClientBounds,
+    token: Option<RefreshedToken>,
+) -> Result<Client, kube::Error> {
+    let bearer = token.map(|token| {
+        tower::util::MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
+            let header = format!("Bearer {}", token.current());
+            if let Ok(mut value) = http::HeaderValue::from_str(&header) {
+                value.set_sensitive(true);
+                req.headers_mut().insert(http::header::AUTHORIZATION, value);
+            }
+            req
+        })
+    });
+    let waited = bounds.answer;
+    let named = tower::util::MapErrLayer::new(move |e: tower::BoxError| -> tower::BoxError {
+        if e.is::<tower::timeout::error::Elapsed>() {
+            Box::new(NoAnswer { waited })
+        } else {
+            e
+        }
+    });
     Ok(kube::client::ClientBuilder::try_from(config)?
         // A service tower's retry can call again (kube's own stack is not Clone).
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::retry::RetryLayer::new(resilience::Policy::default()))
         .with_layer(&resilience::ReconcileLayer)
+        .with_layer(&tower::util::option_layer(bearer))
         .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
+        .with_layer(&named)
         .build())
+}
+
+/// A request that had no answer within the client's bound, its retries included.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the API server gave no answer within {waited:?} (retries of throttled, unavailable and lost requests included)\n  fix: check the cluster's health and load (`kubectl get --raw /readyz?verbose`), then rerun"
+)]
+pub struct NoAnswer {
+    pub waited: Duration,
 }
 
 /// A bearer token that changes while a run lasts: a TokenRequest's, requested again before
@@ -126,22 +166,7 @@ pub fn client_with_token(
     token: RefreshedToken,
 ) -> Result<Client, kube::Error> {
     config.auth_info = kube::config::AuthInfo::default();
-    let bearer =
-        tower::util::MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
-            let header = format!("Bearer {}", token.current());
-            if let Ok(mut value) = http::HeaderValue::from_str(&header) {
-                value.set_sensitive(true);
-                req.headers_mut().insert(http::header::AUTHORIZATION, value);
-            }
-            req
-        });
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&tower::buffer::BufferLayer::new(1024))
-        .with_layer(&tower::retry::RetryLayer::new(resilience::Policy::default()))
-        .with_layer(&resilience::ReconcileLayer)
-        .with_layer(&bearer)
-        .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
-        .build())
+    build(config, bounds, Some(token))
 }
 
 /// The kubeconfig client of an explicitly named context, with the default [`ClientBounds`].

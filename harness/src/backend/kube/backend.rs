@@ -57,7 +57,7 @@ pub struct KubeBackend {
     pub(super) executor: Option<String>,
     /// How the sessions' client authenticates (the connection test's `auth_mode`).
     pub(super) auth_mode: AuthMode,
-    /// How often a silent exec or port-forward pings the API server ([`super::streams`]).
+    /// How often a silent exec or port-forward pings the API server (default [`super::KEEPALIVE`]).
     pub keepalive: Duration,
 }
 

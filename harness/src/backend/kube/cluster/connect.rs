@@ -115,7 +115,7 @@ const RENEW_AT: f64 = 2.0 / 3.0;
 
 impl RefreshedToken {
     /// `first`, valid for `lifetime`; renewed by `renew` (a new token and its lifetime) each
-    /// time [`RENEW_AT`] of the current one has passed. A failed renewal is tried again
+    /// time two thirds of the current one has passed. A failed renewal is tried again
     /// while the current token lasts (logged).
     pub fn start<F, Fut>(first: String, lifetime: Duration, renew: F) -> Self
     where

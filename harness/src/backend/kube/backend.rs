@@ -13,6 +13,10 @@ use kube::api::{Api, PostParams};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often a silent exec or port-forward pings the API server by default: a third of the
+/// commonest load-balancer idle cut (60 s).
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
+
 /// The field manager every write carries (visible in `managedFields`).
 pub const FIELD_MANAGER: &str = "kandev-acceptance";
 
@@ -57,7 +61,7 @@ pub struct KubeBackend {
     pub(super) executor: Option<String>,
     /// How the sessions' client authenticates (the connection test's `auth_mode`).
     pub(super) auth_mode: AuthMode,
-    /// How often a silent exec or port-forward pings the API server (default [`super::KEEPALIVE`]).
+    /// How often a silent exec or port-forward pings the API server (default [`KEEPALIVE`]).
     pub keepalive: Duration,
 }
 
@@ -82,7 +86,7 @@ impl KubeBackend {
             config: None,
             executor: None,
             auth_mode: AuthMode::Kubeconfig,
-            keepalive: super::streams::KEEPALIVE,
+            keepalive: KEEPALIVE,
         }
     }
 

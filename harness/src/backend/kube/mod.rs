@@ -32,11 +32,11 @@ mod streams;
 mod sweeps;
 
 pub use crate::pod::admission::AdmissionMutated;
-pub use backend::{FIELD_MANAGER, KubeBackend, ManagedPvc};
+pub use backend::{FIELD_MANAGER, KEEPALIVE, KubeBackend, ManagedPvc};
 pub use claims::compare_pvc;
 pub use deletes::DeletePolicy;
 pub use kind_cgroup::cgroup_v1_refusal;
-pub use streams::{EXEC_DEADLINE, KEEPALIVE};
+pub use streams::EXEC_DEADLINE;
 pub use sweeps::{label_selector, list_labelled, remove_labelled};
 
 use crate::backend::{

@@ -32,10 +32,6 @@ use tokio_tungstenite::tungstenite::Message;
 /// cut exec and port-forward streams), so every exec is bounded by its own deadline.
 pub const EXEC_DEADLINE: Duration = Duration::from_secs(600);
 
-/// How often a silent exec or port-forward pings the API server: a third of the commonest
-/// load-balancer idle cut (60 s).
-pub const KEEPALIVE: Duration = Duration::from_secs(20);
-
 /// The largest frame sent (stdin, a port's bytes).
 const FRAME: usize = 32 * 1024;
 

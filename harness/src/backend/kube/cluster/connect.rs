@@ -114,13 +114,13 @@ impl Drop for AbortOnDrop {
 const RENEW_AT: f64 = 2.0 / 3.0;
 
 impl RefreshedToken {
-    /// `first`, valid for `lifetime`; renewed by `renew` (a new token and its lifetime) each
-    /// time two thirds of the current one has passed. A failed renewal is tried again
-    /// while the current token lasts (logged).
+    /// `first`, valid for `lifetime`; renewed by `renew` (a new token and its lifetime; None
+    /// when there is nothing to renew any more) each time two thirds of the current one has
+    /// passed. A failed renewal is tried again while the current token lasts (logged).
     pub fn start<F, Fut>(first: String, lifetime: Duration, renew: F) -> Self
     where
         F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<(String, Duration), String>> + Send,
+        Fut: Future<Output = Result<Option<(String, Duration)>, String>> + Send,
     {
         let current = Arc::new(RwLock::new(first));
         let written = current.clone();
@@ -130,7 +130,9 @@ impl RefreshedToken {
             loop {
                 tokio::time::sleep(wait).await;
                 match renew().await {
-                    Ok((token, granted)) => {
+                    // Nothing to renew any more (the account is gone: the run tore it down).
+                    Ok(None) => return,
+                    Ok(Some((token, granted))) => {
                         *written.write().unwrap_or_else(|p| p.into_inner()) = token;
                         lifetime = granted;
                         wait = lifetime.mul_f64(RENEW_AT).max(Duration::from_millis(200));
@@ -363,4 +365,31 @@ pub async fn open_in_cluster(
         },
         session,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Virtual time (a paused clock): the schedule, not how fast it runs.
+    #[tokio::test(start_paused = true)]
+    async fn a_token_is_renewed_at_two_thirds_of_its_lifetime_until_nothing_is_left() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let token = RefreshedToken::start("first".into(), Duration::from_secs(30), move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { Ok((n < 3).then(|| (format!("renewed-{n}"), Duration::from_secs(30)))) }
+        });
+        tokio::time::sleep(Duration::from_secs(19)).await;
+        assert_eq!(token.current(), "first");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(token.current(), "renewed-1", "renewed at 20 s of 30");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(token.current(), "renewed-2");
+        // The third renewal finds nothing to renew: no more are asked.
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(token.current(), "renewed-2");
+    }
 }

@@ -292,9 +292,18 @@ impl Cluster {
         let renewing = RefreshedToken::start(token, lifetime, move || {
             let accounts = accounts.clone();
             async move {
-                executor_token(accounts)
-                    .await
-                    .map_err(|e| crate::error_chain(&e))
+                match executor_token(accounts).await {
+                    Ok(renewed) => Ok(Some(renewed)),
+                    // The account is gone (the run tore it down): nothing left to renew.
+                    Err(ClusterError::Setup { source, .. })
+                        if source
+                            .downcast_ref::<kube::Error>()
+                            .is_some_and(|e| matches!(e, kube::Error::Api(s) if s.code == 404)) =>
+                    {
+                        Ok(None)
+                    }
+                    Err(e) => Err(crate::error_chain(&e)),
+                }
             }
         });
         // The executor's client: same server and CA, the service account's token only.

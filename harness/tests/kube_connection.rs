@@ -27,6 +27,24 @@ fn kubeconfig_through(
     path
 }
 
+/// A kubeconfig cluster's `socks5://` proxy-url is used too (kube's `socks5` feature).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_is_reached_through_a_socks5_proxy_url() {
+    let double = cluster_double::start(None).await.unwrap();
+    let proxy = connect_proxy::start_socks5().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig_through(&double, &proxy.url, dir.path());
+    let reached = cluster::open(Some(&config), Some(&double.context))
+        .await
+        .unwrap_or_else(|e| panic!("{}", kandev_harness::error_chain(&e)));
+    assert!(reached.server_version.starts_with('v'));
+    let port = double.server.rsplit(':').next().unwrap();
+    assert_eq!(
+        proxy.targets().first().map(String::as_str),
+        Some(&*format!("127.0.0.1:{port}"))
+    );
+}
+
 /// A kubeconfig cluster's `proxy-url` is used (kube was built without `http-proxy`: every
 /// client failed with ProxyProtocolDisabled), and the API server is reached through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

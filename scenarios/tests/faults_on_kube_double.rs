@@ -77,8 +77,8 @@ async fn assert_nothing_left(double: &KubeDouble, run: &Run) {
 /// A run through every fault the harness can survive passes: resets before requests safe to
 /// repeat were served (reviews, a port-forward's upgrade) and after creates were served (the
 /// RoleBinding, the Pod: answered 409 on the repeat and read back as the run's own), 429 with
-/// Retry-After, 503, 500 with Retry-After, 410 on a read, and a token lifetime capped below
-/// the run's length.
+/// Retry-After, 503, 500 with Retry-After, 410 on a read, and a token lifetime (4 s) capped
+/// below the scenario's length: the executor's token is renewed, never refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn a_run_survives_the_faults_a_control_plane_produces_on_kube_double() {
@@ -111,7 +111,9 @@ async fn a_run_survives_the_faults_a_control_plane_produces_on_kube_double() {
     for (method, path, fault, times) in injected {
         faults.inject(method, path, fault, times);
     }
-    faults.set_max_token_expiration(Some(Duration::from_secs(10)));
+    // Below the time a session takes (a Pod started, the agent uploaded and bootstrapped).
+    const TOKEN_CAP: Duration = Duration::from_secs(4);
+    faults.set_max_token_expiration(Some(TOKEN_CAP));
     let started = std::time::Instant::now();
     let run = run(&double, &images, &["--exact", SCENARIO]).await;
     let fired = faults.injected();
@@ -135,7 +137,18 @@ async fn a_run_survives_the_faults_a_control_plane_produces_on_kube_double() {
     );
     assert_eq!(run.code, Some(0), "{}", run.text);
     // The run outlived its first tokens: renewed, never refused.
-    assert!(started.elapsed() > Duration::from_secs(10));
+    assert!(started.elapsed() > TOKEN_CAP * 2);
+    let executor_tokens = double
+        .state
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "POST"
+                && r.uri
+                    .contains("/serviceaccounts/kandev-acceptance-executor/token")
+        })
+        .count();
+    assert!(executor_tokens >= 2, "{executor_tokens} executor tokens");
     assert_eq!(faults.expired_refusals(), 0, "{}", run.text);
     faults.set_max_token_expiration(None);
     assert_nothing_left(&double, &run).await;

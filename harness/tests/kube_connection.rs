@@ -677,3 +677,42 @@ async fn an_api_server_that_stays_unavailable_is_named_when_the_answer_bound_run
     );
     assert!(double.state.faults().injected().len() > 1, "retried");
 }
+
+/// A TokenRequest for less than 10 minutes is refused 422, as the API server validates one
+/// (`ValidateTokenRequest`), whatever cap the cluster has: the cap shortens what is granted,
+/// it never lets a client ask for less.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_request_under_ten_minutes_is_refused_as_invalid() {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let double = cluster_double::start(None).await.unwrap();
+    let cluster = set_up(&double).await.unwrap();
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(cluster.admin.clone(), &cluster.namespace);
+    let refused = accounts
+        .create_token_request(
+            "kandev-acceptance-executor",
+            &Default::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(60),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422);
+            assert!(
+                status
+                    .message
+                    .contains("spec.expirationSeconds: Invalid value: 60: may not specify a duration less than 10 minutes"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    cluster.teardown().await;
+}

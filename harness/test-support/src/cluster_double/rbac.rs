@@ -249,6 +249,30 @@ impl Ctx<'_> {
             }
             _ => None,
         };
+        // As the API server validates the request (`ValidateTokenRequest`,
+        // `pkg/apis/authentication/validation/validation.go`): at least 10 minutes, at most
+        // 2^32 seconds; before any token is issued.
+        let asked = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
+        let invalid = if asked < 600 {
+            Some("may not specify a duration less than 10 minutes")
+        } else if asked > 1 << 32 {
+            Some("may not specify a duration larger than 2^32 seconds")
+        } else {
+            None
+        };
+        if let Some(why) = invalid {
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                &format!(
+                    "TokenRequest.authentication.k8s.io \"{name}\" is invalid: spec.expirationSeconds: Invalid value: {asked}: {why}"
+                ),
+                json!({"name": name, "group": "authentication.k8s.io", "kind": "TokenRequest",
+                    "causes": [{"reason": "FieldValueInvalid",
+                        "message": format!("Invalid value: {asked}: {why}"),
+                        "field": "spec.expirationSeconds"}]}),
+            );
+        }
         let token = store.issue_token(&ns, name, bound);
         drop(store);
         // The lifetime asked (the API server's default is an hour: `SetDefaults_TokenRequestSpec`),
@@ -257,7 +281,7 @@ impl Ctx<'_> {
         // is what the answer's spec and `expirationTimestamp` say, and the token stops
         // authenticating then.
         let mut spec = body.get("spec").cloned().unwrap_or(json!({}));
-        let asked = spec["expirationSeconds"].as_u64().unwrap_or(3600);
+        let asked = asked.unsigned_abs();
         let granted = match self.state.faults().max_token_expiration() {
             Some(cap) if asked > cap.as_secs() => cap.as_secs(),
             _ => asked,

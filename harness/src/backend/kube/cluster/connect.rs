@@ -1,5 +1,8 @@
 //! Reaching a cluster: the kubeconfig client of an explicitly named context (never the
-//! ambient current one), bounded so that an unreachable cluster fails in seconds.
+//! ambient current one), bounded so that an unreachable cluster fails in seconds, through
+//! the proxy kubectl would use (`proxy`), retrying what a control plane's faults fail as
+//! client-go does (`resilience`), and, for the executor, with a token renewed before the
+//! expiry the API server granted ([`RefreshedToken`]).
 
 use super::proxy::proxy_for;
 use super::resilience;

@@ -16,8 +16,9 @@
 //!
 //! Here: `connect` (kubeconfig, context, clients, reaching the API server), `executor` (the
 //! Role and the permissions Kandev needs), `run` (the run's [`Cluster`]: set up, torn down),
-//! `preflight`, `kind_node` (the node view of a Kind node), `gc`, and `settings` (the command
-//! line's cluster settings as these backends read them).
+//! `preflight`, `kind_node` (the node view of a Kind node), `gc`, `settings` (the command
+//! line's cluster settings as these backends read them), `proxy` (which proxy a client goes
+//! through, as kubectl decides) and `resilience` (the retries every client makes).
 
 mod connect;
 mod executor;

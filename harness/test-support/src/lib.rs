@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod cluster_double;
+pub mod connect_proxy;
 pub mod engine;
 pub mod fake_apiserver;
 pub mod import_circles;

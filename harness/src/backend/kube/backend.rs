@@ -13,6 +13,10 @@ use kube::api::{Api, PostParams};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often a silent exec or port-forward pings the API server by default: a third of the
+/// commonest load-balancer idle cut (60 s).
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
+
 /// The field manager every write carries (visible in `managedFields`).
 pub const FIELD_MANAGER: &str = "kandev-acceptance";
 
@@ -62,6 +66,8 @@ pub struct KubeBackend {
     /// The architecture the run's Pods are pinned to (`platform::resolve`); None: this
     /// machine's (a backend made outside a run's preparation).
     pub(super) arch: Option<crate::pod::compose::Arch>,
+    /// How often a silent exec or port-forward pings the API server (default [`KEEPALIVE`]).
+    pub keepalive: Duration,
 }
 
 impl KubeBackend {
@@ -87,6 +93,7 @@ impl KubeBackend {
             executor: None,
             auth_mode: AuthMode::Kubeconfig,
             arch: None,
+            keepalive: KEEPALIVE,
         }
     }
 
@@ -197,6 +204,7 @@ pub(super) async fn restricted_identity(
         executor: None,
         auth_mode: backend.auth_mode,
         arch: backend.arch,
+        keepalive: backend.keepalive,
     };
     Ok(Some((
         format!(

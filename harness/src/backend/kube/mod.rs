@@ -16,6 +16,7 @@
 pub mod cluster;
 pub mod inspector;
 pub mod kind;
+mod kind_cgroup;
 pub mod launch;
 pub mod platform;
 pub mod setup;
@@ -33,9 +34,10 @@ mod streams;
 mod sweeps;
 
 pub use crate::pod::admission::AdmissionMutated;
-pub use backend::{FIELD_MANAGER, KubeBackend, ManagedPvc};
+pub use backend::{FIELD_MANAGER, KEEPALIVE, KubeBackend, ManagedPvc};
 pub use claims::compare_pvc;
 pub use deletes::DeletePolicy;
+pub use kind_cgroup::cgroup_v1_refusal;
 pub use pods::CLAIM_GRACE;
 pub use status::Scheduling;
 pub use streams::EXEC_DEADLINE;

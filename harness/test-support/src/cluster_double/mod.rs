@@ -69,8 +69,10 @@
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restart backoff), real admission plugins (Pod
-//! Security), tokens as JWTs (the double's are opaque strings, never expiring, with no
-//! audience; a kubelet rotates the file, the double writes it once), Secret volumes updated
+//! Security), tokens as JWTs (the double's are opaque strings with no audience; a
+//! TokenRequest's expires at the lifetime it granted, capped as
+//! `--service-account-max-token-expiration` caps it, but a Pod's projected token and a token
+//! Secret's never do, and a kubelet rotates the file, the double writes it once), Secret volumes updated
 //! when their Secret changes, the `kube-root-ca.crt` ConfigMap and ConfigMaps at all, the
 //! `kubernetes.default.svc` name (the Pod address is an IP: `Config::incluster_dns()` finds
 //! nothing), ClusterRoles and RBAC's escalation checks, the rest of the Job controller
@@ -91,7 +93,15 @@
 //! node cannot reach (its pulls hang, `ContainerCreating`), a controller that deletes Pods
 //! whose image cannot be pulled before their status is read.
 //!
-//! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
+//! **Faults and limits** a test switches on (`faults`, [`DoubleState::faults`]): answers a
+//! control plane gives under load or while restarting (429 with `Retry-After`, 500, 503,
+//! 410), connections cut before or after a request is served or a while into an exec or
+//! port-forward (a socket shutdown, no TLS `close_notify`, as from a load balancer), an idle
+//! cut of connections silent for a while, and a token lifetime cap; each that fires is
+//! recorded.
+//!
+//! A request goes through `faults` (the connection's activity watched, a fault applied),
+//! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
 //! create and delete, each on a `request::Ctx`; `validation` checks names and labels,
 //! `serviceaccount`, `quota` and `secrets` admit what is written) or to the exec and
@@ -109,6 +119,7 @@ mod containers;
 mod controllers;
 mod defaults;
 pub(crate) mod discovery;
+mod faults;
 mod finalizers;
 mod jobs;
 mod mounts;
@@ -136,6 +147,7 @@ pub mod validation;
 mod watch;
 
 pub use behaviours::Behaviour;
+pub use faults::{Fault, Faults};
 pub use scheduler::{DEFAULT_ALLOCATABLE, NODE, node_labels};
 pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
@@ -243,6 +255,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         pod_files,
         mutator: Mutex::new(None),
         behaviours: Default::default(),
+        faults: Default::default(),
     });
     {
         let mut store = state.store();
@@ -296,12 +309,32 @@ fn serve(
             };
             let (acceptor, state) = (acceptor.clone(), state.clone());
             tokio::spawn(async move {
+                // The socket kept aside to cut it (`faults`), its activity watched.
+                let Ok((connection, tcp)) = faults::Connection::accept(tcp) else {
+                    return;
+                };
+                connection.watch_idle(state.faults());
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
                 let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-                    let state = state.clone();
-                    async move { Ok::<_, std::convert::Infallible>(routing::handle(state, req).await) }
+                    let (state, connection) = (state.clone(), connection.clone());
+                    async move {
+                        let (method, uri) = (req.method().to_string(), req.uri().to_string());
+                        let reply = match faults::before(state.faults(), &connection, &method, &uri)
+                        {
+                            faults::Before::Serve => routing::handle(state, req).await,
+                            faults::Before::ServeThenCut => {
+                                let reply = routing::handle(state, req).await;
+                                connection.cut();
+                                reply
+                            }
+                            faults::Before::Answer(reply) => reply,
+                            // Never delivered: the socket is shut.
+                            faults::Before::Cut => hyper::Response::new(status::full("")),
+                        };
+                        Ok::<_, std::convert::Infallible>(reply)
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)

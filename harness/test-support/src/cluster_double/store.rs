@@ -2,6 +2,7 @@
 //! reports), tokens, the runtime's Pods and claim volumes, and what tests read back
 //! ([`DoubleState`]).
 
+use super::faults::Faults;
 use kandev_harness::backend::local::attach::PodStreams;
 use kandev_harness::backend::{Backend, PodRef};
 use serde_json::{Value, json};
@@ -343,11 +344,18 @@ pub struct DoubleState {
     pub(crate) mutator: Mutex<Option<PodMutator>>,
     /// What the cluster's own components do beside the API server (`controllers`).
     pub(crate) behaviours: super::behaviours::Behaviours,
+    /// The faults and connection limits a test switched on (`faults`).
+    pub(crate) faults: std::sync::Arc<Faults>,
 }
 
 impl DoubleState {
     pub(crate) fn store(&self) -> std::sync::MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The faults and connection limits a test switches on.
+    pub fn faults(&self) -> &std::sync::Arc<Faults> {
+        &self.faults
     }
 
     /// Sets (or with `None` removes) the mutating admission hook applied to every Pod create.

@@ -17,7 +17,7 @@ use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::backend::BackendKind;
 use kandev_harness::node::PodCgroupReading;
 use kandev_harness::runner::{
-    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, promise,
 };
 use kandev_harness::session::{Session, SessionOptions};
 use kandev_report::Capability;
@@ -106,6 +106,25 @@ fn judge_limits(reading: &PodCgroupReading, pids_required: bool) -> LimitsVerdic
     LimitsVerdict {
         missing,
         pids_unlimited: pids_unlimited && !pids_required,
+    }
+}
+
+/// Why the Pod's peak does not show it inside its budget.
+#[derive(Debug, PartialEq, Eq)]
+struct PeakUnseen(String);
+
+/// The Pod's memory peak against its limit: the evidence that the Pod stayed inside its
+/// budget. A node that shows no peak (cgroup v2 has `memory.peak` from Linux 5.19) leaves it
+/// unseen, never within.
+fn judge_peak(peak: Option<u64>, limit: u64) -> Result<(), PeakUnseen> {
+    match peak {
+        Some(peak) if peak <= limit => Ok(()),
+        Some(peak) => Err(PeakUnseen(format!(
+            "the Pod's peak {peak} bytes exceeds its limit {limit}"
+        ))),
+        None => Err(PeakUnseen(format!(
+            "the node shows no memory peak (cgroup v2 has memory.peak from Linux 5.19): whether the Pod stayed inside its {limit}-byte budget is unseen"
+        ))),
     }
 }
 
@@ -280,16 +299,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 hog.summary()
             )
         })?;
-        promise(
-            after.memory_peak_bytes.unwrap_or(0) <= limit,
-            &KILLED,
-            || {
-                format!(
-                    "the Pod's peak {} bytes exceeds its limit {limit}",
-                    crate::support::or_unknown(after.memory_peak_bytes)
-                )
-            },
-        )?;
+        // The peak is the evidence that the Pod stayed inside its budget: a node that shows
+        // none (cgroup v2 before Linux 5.19 has no memory.peak) leaves that half unseen.
+        match judge_peak(after.memory_peak_bytes, limit) {
+            Ok(()) => promise(true, &KILLED, String::new)?,
+            Err(PeakUnseen(why)) if after.memory_peak_bytes.is_none() => {
+                not_judged(&KILLED, format!("Pod cgroup {pod_path}: {why}"))
+            }
+            Err(PeakUnseen(why)) => promise(false, &KILLED, || why)?,
+        }
 
         session
             .agent_sh(&format!("docker rm -f {hog_name}"), Duration::from_secs(60))
@@ -357,6 +375,26 @@ mod tests {
             pids_limit: pids.then_some(4096),
             ..Default::default()
         }
+    }
+
+    /// A missing peak is unseen (the check not judged), never within the budget.
+    #[test]
+    fn a_missing_peak_never_reads_as_within_the_budget() {
+        assert_eq!(judge_peak(Some(100), 100), Ok(()));
+        assert!(judge_peak(Some(101), 100).is_err());
+        assert!(judge_peak(None, 100).is_err());
+        // The v2 reading of a kernel without memory.peak: the reader leaves it out.
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::write(root.join("cgroup.controllers"), "memory").unwrap();
+        let pod = root.join("kandev-acceptance/podx");
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::write(pod.join("memory.max"), "1073741824\n").unwrap();
+        std::fs::write(pod.join("memory.current"), "1000\n").unwrap();
+        let fs = kandev_harness::node::CgroupFs::at(root).unwrap();
+        let reading = fs.read_pod("kandev-acceptance/podx");
+        assert_eq!(reading.memory_peak_bytes, None);
+        assert!(judge_peak(reading.memory_peak_bytes, 1 << 30).is_err());
     }
 
     #[test]

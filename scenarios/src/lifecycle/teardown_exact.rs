@@ -112,6 +112,18 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             format!("no nested process with {marker} on the node")
         })?;
 
+        // The positive control of the cgroup half: the node shows the Pod's cgroup before
+        // the delete (a view that cannot find it would read "vanished" afterwards too).
+        let pod_cgroup = node.pod_cgroup(&owned.pod.uid).await?;
+        ctx.evidence("pod_cgroup_before", &pod_cgroup);
+        promise(pod_cgroup.is_some(), &VANISH, || {
+            format!(
+                "no cgroup of Pod {} on {} before its deletion: its vanishing could not be seen",
+                owned.pod.uid,
+                node.describe()
+            )
+        })?;
+
         ctx.step("terminal cleanup of the owned session");
         let recorded = owned.recorded();
         let backend = ctx.backend();

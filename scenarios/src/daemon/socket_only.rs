@@ -14,7 +14,17 @@
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+mod sockets;
+
+use kandev_harness::pod::template::AGENTCTL_PORT;
+
+/// The control port agentctl listens on, loopback only.
+fn control_port() -> String {
+    format!("127.0.0.1:{}", AGENTCTL_PORT)
+}
 
 const SOCKET: Check = Check {
     id: "socket_private",
@@ -23,12 +33,12 @@ const SOCKET: Check = Check {
 };
 const NO_TCP: Check = Check {
     id: "no_tcp_listener",
-    promise: "no TCP listener in the Pod besides the loopback control port",
+    promise: "no TCP or UDP listener in the Pod's network namespace besides the loopback control port (every socket table read whole, the control port seen in it)",
     twin: Twin::Template("daemon-tcp-listener"),
 };
 const NO_TCP_CONFIG: Check = Check {
     id: "no_tcp_host",
-    promise: "no daemon process is configured with a tcp:// host",
+    promise: "every daemon process holds only unix sockets, its own /run/docker/docker.sock among them, and is configured with no other host (no tcp://, fd:// or host:port, on its command line or in daemon.json)",
     twin: Twin::Template("daemon-tcp-host-unseen"),
 };
 const AGENT: Check = Check {
@@ -110,50 +120,89 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             || format!("stat {:?}, DOCKER_HOST={docker_host:?}", stat.stdout.trim()),
         )?;
 
-        ctx.step("TCP listeners in the Pod's network namespace");
+        ctx.step("every listening socket in the Pod's network namespace");
+        // Every family's table read whole by the agent: the loopback control port must be in
+        // the same listing (its positive control), and nothing else may listen on TCP or UDP
+        // but the backend's own plumbing (the local engine's embedded DNS on the run's
+        // network), which is left out, and shown.
         let net = session
-            .agent_sh(
-                "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null",
-                Duration::from_secs(20),
+            .agent_sh(&sockets::netns_probe("/proc/net"), Duration::from_secs(20))
+            .await?;
+        let tables = sockets::Tables::parse(&net.stdout);
+        let listeners: Vec<String> = tables.listeners().map(sockets::Socket::describe).collect();
+        ctx.evidence("listeners", &listeners);
+        let plumbing = ctx.backend().plumbing_listeners();
+        ctx.evidence("backend_plumbing_excluded", &plumbing);
+        let plumbing: Vec<String> = plumbing.into_iter().map(|(address, _)| address).collect();
+        let mut wrong = sockets::judge_pod_listeners(&tables, &control_port(), &plumbing);
+        if !net.success() {
+            wrong.push(format!("the listing failed: {}", net.summary()));
+        }
+        promise(wrong.is_empty(), &NO_TCP, || wrong.join("; "))?;
+
+        ctx.step("the daemon's sockets and configured hosts");
+        let probe = session
+            .in_daemon(
+                &["sh", "-c", &sockets::daemon_probe()],
+                Duration::from_secs(30),
             )
             .await?;
-        let listeners = tcp_listeners(&net.stdout);
-        ctx.evidence("listeners", &listeners);
-        // The backend's own plumbing (the local engine's embedded DNS on the run's network)
-        // is not the Pod's: left out, and shown.
-        let plumbing = ctx.backend().plumbing_listeners();
-        let is_plumbing = |l: &str| {
-            plumbing
+        let (daemons, complete) = sockets::parse_daemons(&probe.stdout_text());
+        // Each daemon's configuration file, as it names it (absent: the default file, which
+        // dockerd does without; a file named on its command line must be there).
+        let mut config_hosts = BTreeMap::new();
+        for daemon in &daemons {
+            let (_, file) = daemon.configured();
+            let named = daemon.argv.iter().any(|a| a.starts_with("--config-file"));
+            let read = session
+                .in_daemon(
+                    &[
+                        "sh",
+                        "-c",
+                        "if [ -e \"$1\" ]; then echo '#present'; cat \"$1\"; else echo '#absent'; fi",
+                        "sh",
+                        &file,
+                    ],
+                    Duration::from_secs(20),
+                )
+                .await?;
+            let text = read.stdout_text();
+            let hosts = match text.split_once('\n') {
+                _ if !read.success() => Err(format!("could not be read: {}", read.exit_text())),
+                Some(("#absent", _)) if !named => Ok(Vec::new()),
+                Some(("#absent", _)) => Err("is named on the command line but missing".into()),
+                Some(("#present", body)) => sockets::config_hosts(body),
+                _ => Err(format!(
+                    "the probe said neither present nor absent: {text:?}"
+                )),
+            };
+            config_hosts.insert(daemon.pid, hosts);
+        }
+        ctx.evidence(
+            "daemons",
+            daemons
                 .iter()
-                .any(|(address, _)| l.rsplit_once(':').is_some_and(|(a, _)| a == address))
-        };
-        ctx.evidence("backend_plumbing_excluded", &plumbing);
-        // The resolver holds one TCP listener there; a second (a Pod process binding the same
-        // address) is the Pod's own and counts.
-        let mut plumbing_seen = 0;
-        let unexpected: Vec<&String> = listeners
-            .iter()
-            .filter(|l| l.as_str() != "127.0.0.1:8765")
-            .filter(|l| {
-                let excused = is_plumbing(l) && plumbing_seen == 0;
-                plumbing_seen += usize::from(is_plumbing(l));
-                !excused
-            })
-            .collect();
-        promise(unexpected.is_empty(), &NO_TCP, || {
-            format!("listening: {unexpected:?}")
-        })?;
-
-        ctx.step("daemon configuration names no tcp:// host");
-        let cmdlines = session
-            .in_daemon(&["sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done; cat /etc/docker/daemon.json 2>/dev/null || true"], Duration::from_secs(20))
-            .await?;
-        let text = cmdlines.stdout_text();
-        let dockerd: Vec<&str> = text.lines().filter(|l| l.contains("dockerd")).collect();
-        ctx.evidence("dockerd_cmdlines", &dockerd);
-        promise(!text.contains("tcp://"), &NO_TCP_CONFIG, || {
-            format!("the companion's processes or daemon.json name tcp://: {dockerd:?}")
-        })?;
+                .map(|d| {
+                    json!({
+                        "pid": d.pid,
+                        "argv": d.argv,
+                        "configured_hosts": d.configured().0,
+                        "config_file": d.configured().1,
+                        "config_file_hosts": config_hosts.get(&d.pid),
+                        "sockets_held": d.held().iter().map(|s| format!("{}{}", s.describe(), if s.listening { " (listening)" } else { "" })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect::<Vec<_>>(),
+        );
+        let mut wrong = sockets::judge_daemons(&daemons, complete, &config_hosts);
+        if !probe.success() {
+            wrong.push(format!(
+                "the daemon's socket listing failed ({}): {}",
+                probe.exit_text(),
+                probe.stderr_text().trim()
+            ));
+        }
+        promise(wrong.is_empty(), &NO_TCP_CONFIG, || wrong.join("; "))?;
 
         ctx.step("the agent's identity");
         let identity = session.agent()?.identity().await?;

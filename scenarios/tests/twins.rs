@@ -9,9 +9,9 @@
 //!   checks`);
 //! - (engine) each twin, run against the scenarios whose checks it twins, fails exactly that
 //!   check in each of them, with a diagnosis naming it, while the checks before it still pass.
-//!   The twin of `template::grant_rules/passes` is a template `run` refuses before anything
-//!   starts (exit 2, the broken rule named at its field path): that refusal is the check
-//!   failing. Role twins (`--executor-role`) need RBAC: `kube_double.rs` runs them on the
+//!   `template::grant_rules/passes` is a mirror check (only Kandev's rules decide it); the
+//!   template that breaks them is refused by `run` before anything starts (exit 2, the broken
+//!   rule named at its field path), tested here too. Role twins (`--executor-role`) need RBAC: `kube_double.rs` runs them on the
 //!   cluster double (`role_twins_fail_exactly_their_check_on_kube_double`).
 //!
 //! One run per fixture: a fixture that twins checks of several scenarios runs them together
@@ -240,9 +240,9 @@ fn every_twin_fails_exactly_its_check() {
     let mut wrong = Vec::new();
     let mut ran = 0;
     for (path, (twin, checks)) in by_fixture {
-        // Refused before the run: judged by the_twin_refused_by_kandevs_rules_is_refused_naming_its_rule
-        // and, for the preflight's, on the cluster double with the other Role twins, which
-        // need RBAC (kube_double.rs, role_twins_fail_exactly_their_check_on_kube_double).
+        // Refused before the run: the preflight's, on the cluster double with the other Role
+        // twins, which need RBAC (kube_double.rs,
+        // role_twins_fail_exactly_their_check_on_kube_double).
         let refused = checks.iter().any(|(scenario, check)| {
             REFUSED_BEFORE_THE_RUN.contains(&scenario.check_id(check).as_str())
         });
@@ -300,22 +300,16 @@ fn every_twin_fails_exactly_its_check() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// The twin of [`REFUSED_BY_RULES`] is refused by `run` before anything starts (exit 2),
-/// naming exactly the rule it breaks at its field path, and no run folder is written. Needs
-/// no engine: nothing is created.
+/// A template that breaks Kandev's rules ([`REFUSED_BY_RULES_FIXTURE`]) is refused by `run`
+/// before anything starts (exit 2), naming exactly the rule it breaks at its field path, and no
+/// run folder is written. Needs no engine: nothing is created.
 #[test]
-fn the_twin_refused_by_kandevs_rules_is_refused_naming_its_rule() {
-    let twin = kandev_scenarios::registry()
-        .iter()
-        .flat_map(|s| s.checks.iter().map(move |c| (s.check_id(c), c.twin)))
-        .find(|(id, _)| id == REFUSED_BY_RULES)
-        .and_then(|(_, twin)| twin.fixture())
-        .expect("the check and its twin");
-    let wrong = refused_by_rules(&twin);
+fn the_template_breaking_kandevs_rules_is_refused_naming_its_rule() {
+    let wrong = refused_by_rules(REFUSED_BY_RULES_FIXTURE);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// What is wrong with how `run` treated the twin of [`REFUSED_BY_RULES`].
+/// What is wrong with how `run` treated the template that breaks [`REFUSED_BY_RULES`].
 fn refused_by_rules(path: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))

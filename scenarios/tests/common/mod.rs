@@ -310,9 +310,11 @@ pub fn image_as_run(report: &Report, role: &str) -> String {
     format!("{name}@{}", image.id.clone().unwrap())
 }
 
-/// The check judged before a run starts by Kandev's rules: its twin, a template, is refused
-/// by `run` (exit 2, nothing created).
+/// The check judged before a run starts by Kandev's rules (a mirror check: only the rules
+/// decide it): a template that breaks them is refused by `run` (exit 2, nothing created).
 pub const REFUSED_BY_RULES: &str = "template::grant_rules/passes";
+/// The template `run` must refuse by Kandev's rules, naming the main container's command.
+pub const REFUSED_BY_RULES_FIXTURE: &str = "templates/broken/main-command-overridden.yaml";
 /// The check judged before any scenario by the cluster's preflight: its twin, a Role without
 /// a permission Kandev needs, is refused naming the check (exit 3, what the run set up
 /// removed).

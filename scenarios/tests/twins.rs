@@ -237,67 +237,145 @@ fn every_twin_fails_exactly_its_check() {
             }
         }
     }
-    let mut wrong = Vec::new();
-    let mut ran = 0;
-    for (path, (twin, checks)) in by_fixture {
-        // Refused before the run: the preflight's, on the cluster double with the other Role
-        // twins, which need RBAC (kube_double.rs,
-        // role_twins_fail_exactly_their_check_on_kube_double).
-        let refused = checks.iter().any(|(scenario, check)| {
-            REFUSED_BEFORE_THE_RUN.contains(&scenario.check_id(check).as_str())
-        });
-        if !path.contains(&wanted) || refused || matches!(twin, Twin::Role(_)) {
-            continue;
-        }
-        let started = std::time::Instant::now();
-        let (mut args, built) = twin_args(&twin);
-        let names: Vec<&str> = checks.iter().map(|(s, _)| s.name).collect();
-        args.extend(only(&names));
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let run = run(&argv);
-        if let Some(tag) = built {
-            let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
-        }
-        // Escape twins leave processes on the node by design: remove them before judging.
-        // Sharing twins leave their host-path folder (the node state the fixture says).
-        for folder in HOST_FOLDERS {
-            let _ = std::fs::remove_dir_all(folder);
-        }
-        clean_escaped(&run, "kandev-accounting-");
-        clean_escaped(
-            &run,
-            kandev_scenarios::lifecycle::teardown_exact::MARKER_PREFIX,
-        );
-        for (scenario, check) in &checks {
-            wrong.extend(twin_failures(&run.report, scenario, check));
-        }
-        if run.code != 1 {
-            wrong.push(format!(
-                "fixtures/{path}: exit code {} (expected 1, a failed scenario)",
-                run.code
-            ));
-        }
-        let left = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            assert_nothing_left(&run.report)
-        }));
-        if left.is_err() {
-            wrong.push(format!("fixtures/{path}: the run left objects behind"));
-        }
-        ran += 1;
-        eprintln!(
-            "twin fixtures/{path}: {} check(s) in {:.1}s",
-            checks.len(),
-            started.elapsed().as_secs_f64()
-        );
-        if !wrong.is_empty() {
-            eprintln!("{}", run.output);
-        }
-    }
+    // Refused before the run: the preflight's, on the cluster double with the other Role
+    // twins, which need RBAC (kube_double.rs,
+    // role_twins_fail_exactly_their_check_on_kube_double).
+    let queue: Vec<(String, TwinRun)> = by_fixture
+        .into_iter()
+        .filter(|(path, (twin, checks))| {
+            let refused = checks.iter().any(|(scenario, check)| {
+                REFUSED_BEFORE_THE_RUN.contains(&scenario.check_id(check).as_str())
+            });
+            path.contains(&wanted) && !refused && !matches!(twin, Twin::Role(_))
+        })
+        .collect();
     assert!(
-        ran > 0,
+        !queue.is_empty(),
         "no twin matched KANDEV_TWINS={wanted:?} (Role twins run in kube_double.rs)"
     );
+    let jobs = twin_jobs().min(queue.len());
+    let started = std::time::Instant::now();
+    eprintln!(
+        "{} twin run(s), {jobs} at once (KANDEV_TWIN_JOBS overrides)",
+        queue.len()
+    );
+    // The longest first (the most scenarios), so that the last to start is a short one.
+    let mut queue = queue;
+    queue.sort_by_key(|(_, (_, checks))| std::cmp::Reverse(checks.len()));
+    let queue = std::sync::Mutex::new(queue.into_iter());
+    let wrong = std::sync::Mutex::new(Vec::<String>::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                    let Some((path, (twin, checks))) = next else {
+                        break;
+                    };
+                    let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run_twin(&path, &twin, &checks)
+                    }))
+                    .unwrap_or_else(|_| vec![format!("fixtures/{path}: the twin's run panicked")]);
+                    if let Ok(mut wrong) = wrong.lock() {
+                        wrong.extend(found);
+                    }
+                }
+            });
+        }
+    });
+    // What the escape twins share on the node (a cgroup folder outside every Pod), removed
+    // once none of them runs any more (each run removes its own processes and Pod cgroups).
+    let escaped = remove_escaped_folders();
+    eprintln!(
+        "twins: all done in {:.1}s with {jobs} at once",
+        started.elapsed().as_secs_f64()
+    );
+    let mut wrong = wrong.into_inner().unwrap();
+    if !escaped.is_empty() {
+        wrong.push(format!("escape folders still hold processes: {escaped:?}"));
+    }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// How much memory one twin run may take: its Pods (a worker with a browser and toolchains,
+/// a Docker daemon with nested containers; up to three Pods for the scenarios run together)
+/// and the harness.
+const GIB_PER_TWIN_RUN: u64 = 4;
+
+/// How many twin runs at once: `KANDEV_TWIN_JOBS`, else one per core as far as memory holds
+/// [`GIB_PER_TWIN_RUN`] each (each run's scenarios mostly wait on the engine, but its image
+/// builds, Compose, browser and compilers are CPU work: more runs than cores only queue).
+fn twin_jobs() -> usize {
+    if let Some(n) = std::env::var("KANDEV_TWIN_JOBS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        return n;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let memory_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or(GIB_PER_TWIN_RUN, |kib| kib >> 20);
+    let by_memory = usize::try_from(memory_gib / GIB_PER_TWIN_RUN).unwrap_or(1);
+    cores.min(by_memory).max(1)
+}
+
+/// Runs one twin against the scenarios whose checks it twins, cleans what it leaves by
+/// design, and says what is wrong with how the harness judged it.
+fn run_twin(path: &str, twin: &Twin, checks: &[(&Scenario, Check)]) -> Vec<String> {
+    let started = std::time::Instant::now();
+    let mut wrong = Vec::new();
+    let (mut args, built) = twin_args(twin);
+    let names: Vec<&str> = checks.iter().map(|(s, _)| s.name).collect();
+    args.extend(only(&names));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = run(&argv);
+    if let Some(tag) = built {
+        let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+    }
+    // Escape twins leave processes on the node by design: remove them before judging.
+    // Sharing twins leave their host-path folder (the node state the fixture says): only
+    // this fixture's, as other twins may be running with theirs.
+    let text = std::fs::read_to_string(fixture(path)).unwrap_or_default();
+    for folder in HOST_FOLDERS.iter().filter(|f| text.contains(**f)) {
+        let _ = std::fs::remove_dir_all(folder);
+    }
+    clean_run_escaped(&run, "kandev-accounting-");
+    clean_run_escaped(
+        &run,
+        kandev_scenarios::lifecycle::teardown_exact::MARKER_PREFIX,
+    );
+    for (scenario, check) in checks {
+        wrong.extend(twin_failures(&run.report, scenario, check));
+    }
+    if run.code != 1 {
+        wrong.push(format!(
+            "fixtures/{path}: exit code {} (expected 1, a failed scenario)",
+            run.code
+        ));
+    }
+    let left = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_nothing_left(&run.report)
+    }));
+    if left.is_err() {
+        wrong.push(format!("fixtures/{path}: the run left objects behind"));
+    }
+    eprintln!(
+        "twin fixtures/{path}: {} check(s) in {:.1}s{}",
+        checks.len(),
+        started.elapsed().as_secs_f64(),
+        if wrong.is_empty() { "" } else { " WRONG" }
+    );
+    if !wrong.is_empty() {
+        eprintln!("{}", run.output);
+    }
+    wrong
 }
 
 /// A template that breaks Kandev's rules ([`REFUSED_BY_RULES_FIXTURE`]) is refused by `run`

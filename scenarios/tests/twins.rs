@@ -185,6 +185,71 @@ fn readme_lists_every_check_and_its_twin() {
     );
 }
 
+/// The cgroup twins' table (which cgroup versions each is proven on, as README states it) is
+/// the catalogue's: every twin of a `cgroup::accounting` check and of
+/// `lifecycle::teardown_exact/nested_vanish` is in it with its check, nothing else is, each
+/// claims at least one version, and each recorded-tree proof names a unit test that exists.
+#[test]
+fn the_cgroup_twins_table_is_the_catalogues() {
+    use kandev_scenarios::support::CGROUP_TWINS;
+    let mut catalogue = BTreeSet::new();
+    for scenario in kandev_scenarios::registry() {
+        for check in scenario.checks {
+            let id = scenario.check_id(check);
+            let cgroup = scenario.name == "cgroup::accounting"
+                || id == "lifecycle::teardown_exact/nested_vanish";
+            if let (true, Some(path)) = (cgroup, check.twin.fixture()) {
+                catalogue.insert((path, id));
+            }
+        }
+    }
+    let table: BTreeSet<(String, String)> = CGROUP_TWINS
+        .iter()
+        .map(|t| (t.fixture.to_owned(), t.check.to_owned()))
+        .collect();
+    assert_eq!(table, catalogue, "CGROUP_TWINS in scenarios/src/support.rs");
+    for twin in CGROUP_TWINS {
+        assert!(
+            !twin.engine.is_empty() || !twin.fixture_trees.is_empty(),
+            "{}: proven on no cgroup version",
+            twin.fixture
+        );
+        assert_eq!(
+            twin.fixture_trees.is_empty(),
+            twin.tree_test.is_none(),
+            "{}: a recorded-tree proof names its test",
+            twin.fixture
+        );
+        if let Some(test) = twin.tree_test {
+            let (file, name) = test.split_once("::").unwrap();
+            let source = std::fs::read_to_string(root().join("scenarios/src").join(file))
+                .unwrap_or_default();
+            assert!(
+                source.contains(&format!("fn {name}(")),
+                "{}: its recorded-tree test {test} does not exist",
+                twin.fixture
+            );
+        }
+    }
+}
+
+/// The node's cgroup version, and the cgroup twins not proven on it (run, a twin must break its
+/// check; a twin that claims only the other version is skipped on this node, and said so).
+fn cgroup_twins_unproven_here() -> (
+    Option<kandev_harness::node::CgroupVersion>,
+    BTreeSet<String>,
+) {
+    let version = kandev_harness::node::CgroupFs::host()
+        .ok()
+        .map(|c| c.version());
+    let unproven = kandev_scenarios::support::CGROUP_TWINS
+        .iter()
+        .filter(|t| version.is_some_and(|v| !kandev_scenarios::support::cgroup_twin_claims(t, v)))
+        .map(|t| t.fixture.to_owned())
+        .collect();
+    (version, unproven)
+}
+
 /// The command-line arguments that put `twin` in place of the good fixture.
 fn twin_args(twin: &Twin) -> (Vec<String>, Option<String>) {
     match twin {
@@ -240,8 +305,15 @@ fn every_twin_fails_exactly_its_check() {
     // Refused before the run: the preflight's, on the cluster double with the other Role
     // twins, which need RBAC (kube_double.rs,
     // role_twins_fail_exactly_their_check_on_kube_double).
+    let (version, unproven) = cgroup_twins_unproven_here();
+    for path in &unproven {
+        eprintln!(
+            "twin fixtures/{path}: skipped, not proven on this node's cgroup {version:?} (scenarios/src/support.rs CGROUP_TWINS)"
+        );
+    }
     let queue: Vec<(String, TwinRun)> = by_fixture
         .into_iter()
+        .filter(|(path, _)| !unproven.contains(path))
         .filter(|(path, (twin, checks))| {
             let refused = checks.iter().any(|(scenario, check)| {
                 REFUSED_BEFORE_THE_RUN.contains(&scenario.check_id(check).as_str())

@@ -4,7 +4,9 @@ mod cgroup;
 mod process;
 
 pub use cgroup::{CgroupFs, CgroupLimits, CgroupVersion, PodCgroupReading};
-pub use process::{NodeProcess, kernel_memcg_ooms, memcg_ooms_in, processes_matching};
+pub use process::{
+    NodeProcess, kernel_memcg_ooms, memcg_ooms_in, pod_processes, processes_matching,
+};
 
 use process::process_dirs;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,18 @@ pub trait NodeView: Send + Sync {
     /// Processes of the node whose command line contains `needle`: on a per-node view, of
     /// the nodes it knows a Pod on ([`track_pod`](Self::track_pod), [`pod_cgroup`](Self::pod_cgroup)).
     async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>>;
+    /// Every process of the Pod named `pod_name` on the node, wherever its cgroups are: the
+    /// Pod's containers' processes (the `HOSTNAME=<pod name>` every container runtime gives a
+    /// container's processes) and all their descendants (the companion's containerd, shims
+    /// and nested containers, whose own `HOSTNAME` is theirs): a process cannot leave the
+    /// process tree of its PID namespace, whatever cgroup it moves to. An error when this view
+    /// cannot enumerate them (the scenario then leaves what needs it not judged).
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        anyhow::bail!(
+            "{} cannot enumerate a Pod's processes (pod {pod_name})",
+            self.describe()
+        )
+    }
     /// The kernel's memcg OOM records at or below `path` (None: the log is not readable).
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>>;
     /// What the node still holds of a deleted Pod (`kind/what` lines; empty when nothing).
@@ -105,6 +119,10 @@ impl NodeView for HostNode {
 
     async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>> {
         Ok(processes_matching(&self.proc_root, needle))
+    }
+
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        Ok(pod_processes(&self.proc_root, pod_name))
     }
 
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {

@@ -35,38 +35,80 @@ pub(super) fn process_dirs(proc_root: &Path) -> impl Iterator<Item = (u32, PathB
         })
 }
 
+/// One process read from its `/proc/<pid>` folder (None: it is gone, or has no cmdline).
+fn read_process(pid: u32, dir: &Path) -> Option<NodeProcess> {
+    let raw = std::fs::read(dir.join("cmdline")).ok()?;
+    let cmdline = String::from_utf8_lossy(&raw)
+        .replace('\0', " ")
+        .trim()
+        .to_owned();
+    let cgroups = std::fs::read_to_string(dir.join("cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let _id = parts.next()?;
+            Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
+        })
+        .collect();
+    Some(NodeProcess {
+        pid,
+        cmdline,
+        cgroups,
+    })
+}
+
 /// Every process of the node (from `proc_root`, normally `/proc`) whose command line contains
 /// `needle`.
 pub fn processes_matching(proc_root: &Path, needle: &str) -> Vec<NodeProcess> {
-    let mut found = Vec::new();
-    for (pid, dir) in process_dirs(proc_root) {
-        let Ok(raw) = std::fs::read(dir.join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&raw)
-            .replace('\0', " ")
-            .trim()
-            .to_owned();
-        if !cmdline.contains(needle) {
-            continue;
-        }
-        let cgroups = std::fs::read_to_string(dir.join("cgroup"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let _id = parts.next()?;
-                Some((parts.next()?.to_owned(), parts.next()?.to_owned()))
-            })
-            .collect();
-        found.push(NodeProcess {
-            pid,
-            cmdline,
-            cgroups,
-        });
-    }
+    let mut found: Vec<NodeProcess> = process_dirs(proc_root)
+        .filter_map(|(pid, dir)| read_process(pid, &dir))
+        .filter(|p| p.cmdline.contains(needle))
+        .collect();
     found.sort_by_key(|p| p.pid);
     found
+}
+
+/// The parent pid from `/proc/<pid>/stat` (after the command's closing parenthesis: state,
+/// then ppid).
+fn parent_of(dir: &Path) -> Option<u32> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Every process of the Pod `pod_name` (see [`super::NodeView::pod_processes`]): those whose
+/// environment holds `HOSTNAME=<pod name>`, and all their descendants.
+pub fn pod_processes(proc_root: &Path, pod_name: &str) -> Vec<NodeProcess> {
+    let hostname = format!("HOSTNAME={pod_name}");
+    let mut children: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    let mut dirs: std::collections::BTreeMap<u32, PathBuf> = Default::default();
+    let mut stack = Vec::new();
+    for (pid, dir) in process_dirs(proc_root) {
+        if let Some(parent) = parent_of(&dir) {
+            children.entry(parent).or_default().push(pid);
+        }
+        let in_pod = std::fs::read(dir.join("environ"))
+            .map(|env| env.split(|b| *b == 0).any(|v| v == hostname.as_bytes()))
+            .unwrap_or(false);
+        if in_pod {
+            stack.push(pid);
+        }
+        dirs.insert(pid, dir);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(pid) = stack.pop() {
+        if seen.insert(pid) {
+            stack.extend(children.get(&pid).into_iter().flatten().copied());
+        }
+    }
+    seen.into_iter()
+        .filter_map(|pid| read_process(pid, dirs.get(&pid)?))
+        .collect()
 }
 
 /// Memory-cgroup OOM kills the kernel logged whose constraining cgroup (`oom_memcg=`) lies at

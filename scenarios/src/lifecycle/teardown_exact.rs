@@ -284,3 +284,44 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         Ok(Verdict::Passed)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::support::fixture_node::{FixtureNode, MARKER, pod_path, run_escape};
+    use kandev_harness::node::{CgroupVersion, NodeView};
+
+    /// On a recorded v1 and v2 node, the twin's own escape step (run through sh, the
+    /// companion's view of its nested containers' cgroups given as the tree it reads) moves
+    /// every nested process out of the Pod's cgroups into the node's own tree: deleting the
+    /// Pod's cgroups then leaves them running, and `nested_vanish` sees them there.
+    #[tokio::test]
+    async fn the_teardown_twin_moves_nested_processes_out_on_v1_and_v2_trees() {
+        for version in [CgroupVersion::V1, CgroupVersion::V2] {
+            let mut node = FixtureNode::new(version);
+            // The companion's own view of its cgroups (its cgroup namespace): the nested
+            // container's folder lists the nested process.
+            let view = node.dir.path().join("companion");
+            let nested = match version {
+                CgroupVersion::V1 => view.join("memory/docker/9c8b7a6f5e4d"),
+                CgroupVersion::V2 => view.join("docker/9c8b7a6f5e4d"),
+            };
+            std::fs::create_dir_all(&nested).unwrap();
+            std::fs::write(nested.join("cgroup.procs"), "105\n").unwrap();
+            run_escape(
+                "templates/broken/daemon-escapes-pod.yaml",
+                &format!("escape {} \"$KANDEV_NODE_CGROUP\"", view.display()),
+                &node,
+            );
+            node.apply_moves();
+            let survivors = node.view().processes_matching(MARKER).await.unwrap();
+            assert_eq!(survivors.len(), 1, "{version:?}");
+            for controller in ["memory", "pids"] {
+                let path = survivors[0].cgroup_of(controller).unwrap_or_default();
+                assert!(
+                    !path.starts_with(&pod_path()) && path.contains("kandev-acceptance-escaped"),
+                    "{version:?}: {controller} {path}"
+                );
+            }
+        }
+    }
+}

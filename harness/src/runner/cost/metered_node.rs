@@ -42,6 +42,10 @@ impl NodeView for MeteredNode {
         let call = self.inner.processes_matching(needle);
         metered(&self.meter, "node_process_scan", call).await
     }
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        let call = self.inner.pod_processes(pod_name);
+        metered(&self.meter, "node_process_scan", call).await
+    }
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
         metered(
             &self.meter,

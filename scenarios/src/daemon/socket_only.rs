@@ -188,7 +188,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                         "argv": d.argv,
                         "configured_hosts": d.configured().0,
                         "config_file": d.configured().1,
-                        "config_file_hosts": config_hosts.get(&d.pid),
+                        "config_file_hosts": match config_hosts.get(&d.pid) {
+                            Some(Ok(hosts)) => json!(hosts),
+                            Some(Err(why)) => json!({"error": why}),
+                            None => json!(null),
+                        },
                         "sockets_held": d.held().iter().map(|s| format!("{}{}", s.describe(), if s.listening { " (listening)" } else { "" })).collect::<Vec<_>>(),
                     })
                 })

@@ -166,9 +166,7 @@ pub fn clean_escaped(run: &Run, prefix: &str) {
     remove_escaped_folders();
 }
 
-/// [`clean_escaped`] but for the folder escape fixtures share outside every Pod, which
-/// another run still going may be using (twins run concurrently):
-/// [`remove_escaped_folders`] once none runs.
+/// [`clean_escaped`] but for the folder escape fixtures share outside every Pod.
 pub fn clean_run_escaped(run: &Run, prefix: &str) {
     let text = std::fs::read_to_string(&run.report_path).unwrap();
     let mut markers: Vec<String> = text
@@ -241,9 +239,9 @@ pub fn clean_run_escaped(run: &Run, prefix: &str) {
 }
 
 /// Removes the cgroup folder the escape fixtures move processes into, outside every Pod
-/// (`kandev-acceptance-escaped` in each hierarchy), once no escape twin runs any more: while
-/// one does, its daemon may be about to move a process into it. Their processes are killed by
-/// [`clean_escaped`]; a folder still holding one stays (and is named).
+/// (`kandev-acceptance-escaped` in each hierarchy), when it is empty: a folder still holding a
+/// process (another escape twin's, still running) stays, and is named. (The fixtures make it
+/// again right before each move.)
 pub fn remove_escaped_folders() -> Vec<String> {
     let mut left = Vec::new();
     for hierarchy in std::fs::read_dir("/sys/fs/cgroup")

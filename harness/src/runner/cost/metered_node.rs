@@ -46,6 +46,12 @@ impl NodeView for MeteredNode {
         let call = self.inner.pod_processes(pod_name);
         metered(&self.meter, "node_process_scan", call).await
     }
+    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
+        self.inner.cgroup_folders().await
+    }
+    async fn cgroup_folder(&self, folder: &str) -> Option<crate::node::CgroupFolder> {
+        self.inner.cgroup_folder(folder).await
+    }
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
         metered(
             &self.meter,

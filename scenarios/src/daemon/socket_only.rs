@@ -1,16 +1,20 @@
 //! `daemon::socket_only` — the Pod's daemon answers only on `/run/docker/docker.sock`
-//! (group 1000, not world-accessible); nothing listens on TCP in the Pod's network namespace
-//! but the loopback control port; no daemon process is configured with a `tcp://` host; the
-//! agent stays UID/GID 1000 with no capabilities (bounding set included), no privilege
-//! escalation, a seccomp filter and no service-account token; the running Pod (as the backend
-//! runs it, not as requested) has no host path or host namespace, and the daemon the agent
-//! reaches is not the engine that runs the Pod.
+//! (group 1000, not world-accessible); nothing listens on TCP or UDP in the Pod's network
+//! namespace but the loopback control port (every socket table read whole, the control port
+//! seen in the same listing); every dockerd of the companion holds only unix sockets, its own
+//! socket among them, and is configured with no other host; the agent stays UID/GID 1000 with
+//! no capabilities (bounding set included), no privilege escalation, a seccomp filter and no
+//! service-account token; the running Pod (as the backend runs it, not as requested) has no
+//! host path or host namespace, and the daemon the agent reaches is the Pod's own: the one the
+//! companion's dockerd answers on that socket (on every backend), and locally not the engine
+//! that runs the Pod.
 //!
 //! Can fail when the daemon also listens on TCP (the DinD image's default entrypoint does),
 //! when the socket is world-accessible or owned by another group, when a daemon is configured
 //! with a tcp:// host the listener scan cannot see, when the agent keeps capabilities, or when
 //! the Pod shares a host path or namespace or reaches a host daemon.
 
+use kandev_harness::backend::BackendKind;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::{Value, json};
@@ -256,14 +260,37 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let nested = session
             .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
             .await?;
-        let host = match ctx.host_engine() {
-            Some(engine) => engine.daemon_id().await,
-            None => None,
+        // The daemon the agent reaches, asked from inside the companion on the same socket:
+        // with a dockerd of the companion holding that socket (the step above), the agent's
+        // daemon is the Pod's own, on every backend.
+        let own = session
+            .in_daemon(
+                &[
+                    "docker",
+                    "-H",
+                    "unix:///run/docker/docker.sock",
+                    "info",
+                    "--format",
+                    "{{.ID}}",
+                ],
+                Duration::from_secs(30),
+            )
+            .await?;
+        let socket_held = daemons.iter().any(|d| {
+            d.held()
+                .iter()
+                .any(|s| s.family == "unix" && s.listening && s.local == sockets::DAEMON_SOCKET)
+        });
+        // Locally the engine that runs the Pod is this host's: its ID must differ too. On a
+        // cluster the node's runtime is no Docker daemon the agent could reach by an ID.
+        let host = match (ctx.config().backend, ctx.host_engine()) {
+            (BackendKind::Local, Some(engine)) => engine.daemon_id().await,
+            _ => None,
         };
         ctx.evidence("running_pod_host_sharing", &sharing);
         ctx.evidence(
             "daemon_ids",
-            json!({"pod": nested.stdout.trim(), "engine_running_the_pod": host}),
+            json!({"agent": nested.stdout.trim(), "companion_on_its_socket": own.stdout_text().trim(), "companion_dockerd_holds_the_socket": socket_held, "engine_running_the_pod": host}),
         );
         promise(
             sharing.host_paths.is_empty() && sharing.host_namespaces.is_empty(),
@@ -275,13 +302,20 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 )
             },
         )?;
+        let agent_id = nested.stdout.trim().to_owned();
         promise(
-            nested.success() && Some(nested.stdout.trim().to_owned()) != host,
+            nested.success()
+                && !agent_id.is_empty()
+                && own.success()
+                && own.stdout_text().trim() == agent_id
+                && socket_held
+                && Some(agent_id.clone()) != host,
             &NO_HOST,
             || {
                 format!(
-                    "the agent's daemon {:?} is the engine that runs the Pod ({})",
-                    nested.stdout.trim(),
+                    "the agent's daemon {agent_id:?} is not shown to be the Pod's own: from inside the companion the socket answers {:?} ({}), a dockerd of the companion holds it: {socket_held}, the engine that runs the Pod is {}",
+                    own.stdout_text().trim(),
+                    own.exit_text(),
                     crate::support::or_unknown(host.as_deref())
                 )
             },

@@ -5,7 +5,7 @@ mod process;
 
 pub use cgroup::{CgroupFs, CgroupLimits, CgroupVersion, PodCgroupReading};
 pub use process::{
-    NodeProcess, kernel_memcg_ooms, memcg_ooms_in, pod_processes, processes_matching,
+    NodeProcess, kernel_memcg_ooms, memcg_ooms_in, pod_processes, pod_tree, processes_matching,
 };
 
 use process::process_dirs;

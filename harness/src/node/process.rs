@@ -81,6 +81,32 @@ fn parent_of(dir: &Path) -> Option<u32> {
         .ok()
 }
 
+/// The pids of a Pod's process tree from `<pid> <ppid> <1 when it carries the Pod's
+/// HOSTNAME, else 0>` lines: the carriers and all their descendants.
+pub fn pod_tree(text: &str) -> Vec<u32> {
+    let mut children: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+    let mut stack = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace().map(str::parse::<u32>);
+        let (Some(Ok(pid)), Some(Ok(ppid)), Some(Ok(carrier))) =
+            (words.next(), words.next(), words.next())
+        else {
+            continue;
+        };
+        children.entry(ppid).or_default().push(pid);
+        if carrier == 1 {
+            stack.push(pid);
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(pid) = stack.pop() {
+        if seen.insert(pid) {
+            stack.extend(children.get(&pid).into_iter().flatten().copied());
+        }
+    }
+    seen.into_iter().collect()
+}
+
 /// Every process of the Pod `pod_name` (see [`super::NodeView::pod_processes`]): those whose
 /// environment holds `HOSTNAME=<pod name>`, and all their descendants.
 pub fn pod_processes(proc_root: &Path, pod_name: &str) -> Vec<NodeProcess> {
@@ -168,6 +194,14 @@ mod tests {
 
     /// Recorded on a Kind node of a cgroup v2 host (the kernel's line, the node's container
     /// `docker-<id>.scope` in front), and the same Pod's record on the node's own root.
+    /// The carriers of the Pod's HOSTNAME and every descendant, however deep; nothing else.
+    #[test]
+    fn a_pods_tree_is_its_hostname_carriers_and_their_descendants() {
+        let text = "1 0 0\n90 1 0\n100 90 1\n102 90 1\n103 102 0\n104 1 0\n105 104 0\n106 103 0\n200 1 0\nnot a line\n";
+        // 104/105: a shim reparented to the node's init is not the Pod's by the tree.
+        assert_eq!(pod_tree(text), [100, 102, 103, 106]);
+    }
+
     #[test]
     fn kind_records_with_the_hosts_prefix_name_the_pods_node_relative_cgroup() {
         let log = format!(

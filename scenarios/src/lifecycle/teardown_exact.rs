@@ -62,6 +62,20 @@ pub fn scenario() -> Scenario {
     }
 }
 
+/// `nested_vanish`'s cgroup half: the Pod's cgroup seen on the node before the delete (the
+/// positive control: a view that cannot find it would read "vanished" afterwards too), and
+/// not after.
+fn cgroup_vanished(before: Option<&str>, after: Option<&str>) -> Result<(), String> {
+    match (before, after) {
+        (None, _) => Err(
+            "the node showed no cgroup of the Pod before its deletion: its vanishing could not be seen"
+                .to_owned(),
+        ),
+        (Some(_), Some(left)) => Err(format!("the Pod cgroup {left} is still on the node")),
+        (Some(_), None) => Ok(()),
+    }
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         let Some(node) = ctx.node() else {
@@ -116,13 +130,16 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         // the delete (a view that cannot find it would read "vanished" afterwards too).
         let pod_cgroup = node.pod_cgroup(&owned.pod.uid).await?;
         ctx.evidence("pod_cgroup_before", &pod_cgroup);
-        promise(pod_cgroup.is_some(), &VANISH, || {
-            format!(
-                "no cgroup of Pod {} on {} before its deletion: its vanishing could not be seen",
-                owned.pod.uid,
-                node.describe()
-            )
-        })?;
+        if pod_cgroup.is_none() {
+            return Err(kandev_harness::runner::broken(
+                &VANISH,
+                format!(
+                    "{} (on {})",
+                    cgroup_vanished(None, None).err().unwrap_or_default(),
+                    node.describe()
+                ),
+            ));
+        }
 
         ctx.step("terminal cleanup of the owned session");
         let recorded = owned.recorded();
@@ -161,11 +178,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(survivors.is_empty(), &VANISH, || {
             format!("still running after the Pod was deleted: {survivors:?}")
         })?;
-        promise(cgroup_left.is_none(), &VANISH, || {
-            format!(
-                "the Pod cgroup {} is still on the node",
-                cgroup_left.as_deref().unwrap_or_default()
-            )
+        let vanished = cgroup_vanished(pod_cgroup.as_deref(), cgroup_left.as_deref());
+        promise(vanished.is_ok(), &VANISH, || {
+            vanished.err().unwrap_or_default()
         })?;
         cleanup?;
 
@@ -294,6 +309,31 @@ mod tests {
     /// companion's view of its nested containers' cgroups given as the tree it reads) moves
     /// every nested process out of the Pod's cgroups into the node's own tree: deleting the
     /// Pod's cgroups then leaves them running, and `nested_vanish` sees them there.
+    /// A view that never saw the Pod's cgroup cannot see it vanish: that fails the check,
+    /// as a cgroup still there does; only seen-then-gone holds.
+    #[tokio::test]
+    async fn the_cgroup_half_needs_the_pod_cgroup_seen_before_the_delete() {
+        use super::cgroup_vanished;
+        let node = FixtureNode::new(CgroupVersion::V2);
+        let view = node.view();
+        let before = view
+            .pod_cgroup(crate::support::fixture_node::POD_UID)
+            .await
+            .unwrap();
+        assert_eq!(before.as_deref(), Some(pod_path().as_str()));
+        assert!(cgroup_vanished(before.as_deref(), None).is_ok());
+        assert!(cgroup_vanished(before.as_deref(), before.as_deref()).is_err());
+        // A probe made to fail (a view that looks elsewhere) finds nothing before the delete.
+        let mut blind = node.view();
+        blind.scope = "elsewhere".into();
+        let unseen = blind
+            .pod_cgroup(crate::support::fixture_node::POD_UID)
+            .await
+            .unwrap();
+        assert_eq!(unseen, None);
+        assert!(cgroup_vanished(unseen.as_deref(), None).is_err());
+    }
+
     #[tokio::test]
     async fn the_teardown_twin_moves_nested_processes_out_on_v1_and_v2_trees() {
         for version in [CgroupVersion::V1, CgroupVersion::V2] {

@@ -113,6 +113,16 @@ pub const NO_NODE_VIEW: &str = "no node view: the node's processes and cgroups c
 mod tests {
     use super::*;
 
+    /// README's table of the cgroup twins: a row per twin, each version list spelled out.
+    #[test]
+    fn the_cgroup_twins_table_has_a_row_per_twin() {
+        let table = cgroup_twins_table();
+        assert_eq!(table.lines().count(), CGROUP_TWINS.len() + 2);
+        assert!(table.contains(
+            "| `fixtures/templates/broken/daemon-escapes-pod-pids.yaml` | `cgroup::accounting/nested_inside` | v1, v2 | v1 | v1, v2 (`cgroup/accounting.rs::the_cgroup_twins_break_their_checks_on_v1_and_v2_trees`) |"
+        ), "{table}");
+    }
+
     #[test]
     fn absent_values_print_as_unknown() {
         assert_eq!(or_unknown(Some(0u32)), "0");
@@ -121,19 +131,21 @@ mod tests {
     }
 }
 
-/// The cgroup twins, and the cgroup versions each has been proven to break its check on.
-/// `engine`: a whole run on a node of that version (`scenarios/tests/twins.rs`, which also
-/// runs a twin only on a version it claims); `fixture_trees`: the twin's own escape step (the
-/// function between `escape:begin` and `escape:end` in the fixture) run through `sh` against a
-/// recorded tree of that version, and the scenario's judgement of what the node then shows
-/// (the unit test `tree_test` names). The development machines are v1; Kind nodes and most
-/// CI runners are v2. README states this table (`cgroup_twins_table`); `twins.rs` keeps it
-/// equal to the catalogue's cgroup twins.
+/// The cgroup twins, the cgroup versions each is made for, and those it has been proven to
+/// break its check on. `works_on`: the versions its fixture handles (`scenarios/tests/twins.rs`
+/// runs it on a node of such a version and skips it, saying so, on another); `engine`: a whole
+/// run on a node of that version (the twin test); `fixture_trees`: the twin's own escape step
+/// (the function between `escape:begin` and `escape:end` in the fixture) run through `sh`
+/// against a recorded tree of that version, and the scenario's judgement of what the node then
+/// shows (the unit test `tree_test` names). The development machines are v1; Kind nodes and
+/// most CI runners are v2. README states this table (`cgroup_twins_table`); `twins.rs` keeps
+/// it equal to the catalogue's cgroup twins.
 pub struct CgroupTwin {
     /// Under `fixtures/`.
     pub fixture: &'static str,
     /// `<scenario>/<check>`.
     pub check: &'static str,
+    pub works_on: &'static [CgroupVersion],
     pub engine: &'static [CgroupVersion],
     pub fixture_trees: &'static [CgroupVersion],
     /// The unit test that proves it on `fixture_trees` (`<file>::<test>` under `scenarios/src`).
@@ -146,6 +158,7 @@ pub const CGROUP_TWINS: &[CgroupTwin] = &[
     CgroupTwin {
         fixture: "templates/broken/daemon-without-limits.yaml",
         check: "cgroup::accounting/limits_finite",
+        works_on: &[CgroupVersion::V1, CgroupVersion::V2],
         engine: &[CgroupVersion::V1],
         fixture_trees: &[],
         tree_test: None,
@@ -153,6 +166,7 @@ pub const CGROUP_TWINS: &[CgroupTwin] = &[
     CgroupTwin {
         fixture: "templates/broken/daemon-escapes-pod-cgroup.yaml",
         check: "cgroup::accounting/charged",
+        works_on: &[CgroupVersion::V1, CgroupVersion::V2],
         engine: &[CgroupVersion::V1],
         fixture_trees: &[CgroupVersion::V1, CgroupVersion::V2],
         tree_test: Some(
@@ -162,6 +176,7 @@ pub const CGROUP_TWINS: &[CgroupTwin] = &[
     CgroupTwin {
         fixture: "templates/broken/daemon-escapes-pod-pids.yaml",
         check: "cgroup::accounting/nested_inside",
+        works_on: &[CgroupVersion::V1, CgroupVersion::V2],
         engine: &[CgroupVersion::V1],
         fixture_trees: &[CgroupVersion::V1, CgroupVersion::V2],
         tree_test: Some(
@@ -171,6 +186,7 @@ pub const CGROUP_TWINS: &[CgroupTwin] = &[
     CgroupTwin {
         fixture: "templates/broken/daemon-nested-data-ulimit.yaml",
         check: "cgroup::accounting/hog_killed",
+        works_on: &[CgroupVersion::V1, CgroupVersion::V2],
         engine: &[CgroupVersion::V1],
         fixture_trees: &[],
         tree_test: None,
@@ -178,6 +194,7 @@ pub const CGROUP_TWINS: &[CgroupTwin] = &[
     CgroupTwin {
         fixture: "templates/broken/daemon-oom-target.yaml",
         check: "cgroup::accounting/pod_unharmed",
+        works_on: &[CgroupVersion::V1, CgroupVersion::V2],
         engine: &[CgroupVersion::V1],
         fixture_trees: &[],
         tree_test: None,
@@ -185,6 +202,7 @@ pub const CGROUP_TWINS: &[CgroupTwin] = &[
     CgroupTwin {
         fixture: "templates/broken/daemon-escapes-pod.yaml",
         check: "lifecycle::teardown_exact/nested_vanish",
+        works_on: &[CgroupVersion::V1, CgroupVersion::V2],
         engine: &[CgroupVersion::V1],
         fixture_trees: &[CgroupVersion::V1, CgroupVersion::V2],
         tree_test: Some(
@@ -193,10 +211,10 @@ pub const CGROUP_TWINS: &[CgroupTwin] = &[
     },
 ];
 
-/// Whether a twin of a cgroup check claims `version`: proven there on an engine or on
-/// recorded trees (the twin test runs it on such a node, and skips it, saying so, on others).
+/// Whether a twin of a cgroup check is made for `version` (the twin test runs it on such a
+/// node, and skips it, saying so, on others).
 pub fn cgroup_twin_claims(twin: &CgroupTwin, version: CgroupVersion) -> bool {
-    twin.engine.contains(&version) || twin.fixture_trees.contains(&version)
+    twin.works_on.contains(&version)
 }
 
 /// [`CGROUP_TWINS`] as a Markdown table, as README states it.
@@ -215,13 +233,14 @@ pub fn cgroup_twins_table() -> String {
         }
     };
     let mut out = String::from(
-        "| cgroup twin | check | proven on a node | proven on recorded trees |\n| --- | --- | --- | --- |\n",
+        "| cgroup twin | check | made for | proven on a node | proven on recorded trees |\n| --- | --- | --- | --- | --- |\n",
     );
     for twin in CGROUP_TWINS {
         out.push_str(&format!(
-            "| `fixtures/{}` | `{}` | {} | {} |\n",
+            "| `fixtures/{}` | `{}` | {} | {} | {} |\n",
             twin.fixture,
             twin.check,
+            versions(twin.works_on),
             versions(twin.engine),
             match twin.tree_test {
                 Some(test) => format!("{} (`{test}`)", versions(twin.fixture_trees)),

@@ -214,6 +214,14 @@ fn the_cgroup_twins_table_is_the_catalogues() {
             "{}: proven on no cgroup version",
             twin.fixture
         );
+        assert!(
+            twin.engine
+                .iter()
+                .chain(twin.fixture_trees)
+                .all(|v| twin.works_on.contains(v)),
+            "{}: proven on a version it is not made for",
+            twin.fixture
+        );
         assert_eq!(
             twin.fixture_trees.is_empty(),
             twin.tree_test.is_none(),
@@ -233,8 +241,8 @@ fn the_cgroup_twins_table_is_the_catalogues() {
     }
 }
 
-/// The node's cgroup version, and the cgroup twins not proven on it (run, a twin must break its
-/// check; a twin that claims only the other version is skipped on this node, and said so).
+/// The node's cgroup version, and the cgroup twins not made for it (skipped on this node, and
+/// said so; every other is run and must break its check).
 fn cgroup_twins_unproven_here() -> (
     Option<kandev_harness::node::CgroupVersion>,
     BTreeSet<String>,
@@ -308,7 +316,7 @@ fn every_twin_fails_exactly_its_check() {
     let (version, unproven) = cgroup_twins_unproven_here();
     for path in &unproven {
         eprintln!(
-            "twin fixtures/{path}: skipped, not proven on this node's cgroup {version:?} (scenarios/src/support.rs CGROUP_TWINS)"
+            "twin fixtures/{path}: skipped, not made for this node's cgroup {version:?} (scenarios/src/support.rs CGROUP_TWINS)"
         );
     }
     let queue: Vec<(String, TwinRun)> = by_fixture

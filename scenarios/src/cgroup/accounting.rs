@@ -37,7 +37,7 @@ const CHARGED: Check = Check {
 };
 const INSIDE: Check = Check {
     id: "nested_inside",
-    promise: "every process of the Pod (its containers' and their descendants: the daemon, containerd, the shims, every nested process) has its memory, cpu and pids cgroups under the Pod's cgroup",
+    promise: "every nested process's cgroup lies under the Pod's cgroup, and every other process's of the Pod (its containers' and their descendants: the daemon, containerd, the shims), for memory, cpu and pids",
     twin: Twin::Template("daemon-escapes-pod-pids"),
 };
 const KILLED: Check = Check {

@@ -37,7 +37,7 @@ const SOCKET: Check = Check {
 };
 const NO_TCP: Check = Check {
     id: "no_tcp_listener",
-    promise: "no TCP or UDP listener in the Pod's network namespace besides the loopback control port (every socket table read whole, the control port seen in it)",
+    promise: "no TCP listener in the Pod besides the loopback control port, nor a UDP one (every socket table of the Pod's network namespace read whole, the control port seen in it)",
     twin: Twin::Template("daemon-tcp-listener"),
 };
 const NO_TCP_CONFIG: Check = Check {

@@ -67,6 +67,24 @@ pub fn scenario() -> Scenario {
     }
 }
 
+/// Whether the agent's daemon is the Pod's own: the agent got an ID (`agent`, None when its
+/// `docker info` failed), the companion asked its own socket and got the same (`companion`,
+/// None when that failed), a dockerd of the companion holds that socket, and it is not the
+/// engine that runs the Pod (`host`, locally). A failed probe is no evidence: it fails.
+fn is_pods_own_daemon(
+    agent: Option<&str>,
+    companion: Option<&str>,
+    socket_held: bool,
+    host: Option<&str>,
+) -> bool {
+    match (agent, companion) {
+        (Some(agent), Some(companion)) => {
+            !agent.is_empty() && agent == companion && socket_held && Some(agent) != host
+        }
+        _ => false,
+    }
+}
+
 /// Listening TCP sockets from `/proc/net/tcp{,6}` text (state 0A), as `addr:port`.
 pub fn tcp_listeners(proc_net: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -303,13 +321,14 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
         let agent_id = nested.stdout.trim().to_owned();
+        let companion_id = own.success().then(|| own.stdout_text().trim().to_owned());
         promise(
-            nested.success()
-                && !agent_id.is_empty()
-                && own.success()
-                && own.stdout_text().trim() == agent_id
-                && socket_held
-                && Some(agent_id.clone()) != host,
+            is_pods_own_daemon(
+                nested.success().then_some(agent_id.as_str()),
+                companion_id.as_deref(),
+                socket_held,
+                host.as_deref(),
+            ),
             &NO_HOST,
             || {
                 format!(
@@ -326,6 +345,23 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
 #[cfg(test)]
 mod tests {
+    /// The second half of no_host_access on every backend: the same ID from the agent and
+    /// from the companion on its own socket, which its dockerd holds; any probe that failed
+    /// (no ID), a socket no dockerd of the companion holds (a proxy), or the engine running
+    /// the Pod's ID fails it.
+    #[test]
+    fn the_agents_daemon_is_the_pods_own_only_on_all_the_evidence() {
+        use super::is_pods_own_daemon as own;
+        assert!(own(Some("A"), Some("A"), true, None));
+        assert!(own(Some("A"), Some("A"), true, Some("HOST")));
+        assert!(!own(Some("A"), Some("A"), true, Some("A")));
+        assert!(!own(Some("A"), Some("A"), false, None));
+        assert!(!own(Some("A"), Some("B"), true, None));
+        assert!(!own(None, Some("A"), true, None));
+        assert!(!own(Some("A"), None, true, None));
+        assert!(!own(Some(""), Some(""), true, None));
+    }
+
     #[test]
     fn parses_proc_net_tcp() {
         let text = "  sl  local_address rem_address   st\n   0: 0100007F:223D 00000000:0000 0A 0\n   1: 00000000:0947 00000000:0000 0A 0\n   2: 0100007F:223D 0100007F:9C40 01 0\n";

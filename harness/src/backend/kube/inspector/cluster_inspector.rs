@@ -185,6 +185,14 @@ impl NodeView for ClusterInspector {
         Ok(found)
     }
 
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        let mut found = Vec::new();
+        for node in self.all().await {
+            found.extend(node.pod_processes(pod_name).await?);
+        }
+        Ok(found)
+    }
+
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
         let mut found = Vec::new();
         for node in self.all().await {

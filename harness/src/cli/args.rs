@@ -29,7 +29,9 @@ pub(crate) enum Command {
     Launch(Box<LaunchArgs>),
     /// Check a Pod template with Kandev's rules; creates nothing.
     Validate(ValidateArgs),
-    /// Remove what a killed run left behind, by label.
+    /// Remove what killed runs left behind, by label: one run (--run ID) or every run
+    /// (--all; the default locally). Runs still alive (their lease is live) are spared, and
+    /// `--run` of a live run refuses, unless --force.
     Gc(GcArgs),
     /// List every scenario's promise checks, their kind (system or mirror) and the broken twin
     /// that shows each system check can fail (a Markdown table).
@@ -391,9 +393,17 @@ pub(crate) struct GcArgs {
     pub(crate) backend: BackendKind,
     #[command(flatten)]
     pub(crate) cluster: ClusterArgs,
-    /// Only what this run created; default: everything the harness labelled.
-    #[arg(long, value_name = "ID")]
+    /// Only what this run created (its id is its report folder's name).
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
     pub(crate) run: Option<String>,
+    /// Every run the harness labelled that is not alive. Required on a cluster (kind, kube)
+    /// when --run is not given; locally it is the default.
+    #[arg(long, conflicts_with = "run")]
+    pub(crate) all: bool,
+    /// Also remove runs that are still alive (their lease is live): only for a run whose
+    /// process is gone before its lease expired, or a lease you know to be stale.
+    #[arg(long)]
+    pub(crate) force: bool,
     /// List what would be removed; remove nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,

@@ -70,6 +70,10 @@ pub(crate) fn launch(
         None => executor_role("", run.workspace_mode, &BTreeMap::new()),
     };
     let run_id = crate::pod::identity::new_run_id();
+    let gc_where = crate::config::gc_where(
+        BackendKind::Kube,
+        &super::run::cluster_settings(BackendKind::Kube, &run.cluster, None),
+    );
     let plan = LaunchPlan {
         run_id: run_id.clone(),
         namespace: run.cluster.namespace.clone(),
@@ -81,6 +85,7 @@ pub(crate) fn launch(
         hold: Duration::from_secs(args.hold),
         inputs,
         run_args,
+        gc_where: gc_where.clone(),
     };
     let report_dir = run.report_dir.clone().unwrap_or_else(crate::paths::reports);
     let context = run.cluster.context.clone();
@@ -132,13 +137,8 @@ pub(crate) fn launch(
     }
     if leftovers {
         eprintln!(
-            "  fix: kandev-acceptance gc --backend kube --context {} --run {run_id}{}",
-            context.unwrap_or_default(),
-            run.cluster
-                .namespace
-                .as_ref()
-                .map(|ns| format!(" --namespace {ns}"))
-                .unwrap_or_default()
+            "  fix: {gc_where} --run {}",
+            crate::config::shell_word(&run_id)
         );
         // A run's own failure or interruption says more than the leftovers do.
         if code == exit::SUCCESS {

@@ -382,14 +382,14 @@ async fn watch_signals(run: Arc<Run>) {
         seen += 1;
         if seen == 1 {
             eprintln!(
-                "\ncancelling: tearing down what the run created (interrupt again to abort now; `kandev-acceptance gc --run {}` removes leftovers)",
-                run.id
+                "\ncancelling: tearing down what the run created (interrupt again to abort now; `{}` removes leftovers)",
+                run.config.gc_command(&run.id)
             );
             run.cancel();
         } else {
             eprintln!(
-                "aborting without teardown; remove leftovers with: kandev-acceptance gc --run {}",
-                run.id
+                "aborting without teardown; remove leftovers with: {}",
+                run.config.gc_command(&run.id)
             );
             std::process::exit(i32::from(exit::INTERRUPTED));
         }

@@ -168,6 +168,8 @@ pub(crate) const RESOURCES: &[Resource] = &[
         categories: &["all"],
         ..resource("batch", "jobs", "job", "Job", true, &[])
     },
+    // What a run holds while it is alive (`gc` spares it).
+    resource("coordination.k8s.io", "leases", "lease", "Lease", true, &[]),
     Resource {
         verbs: &["create"],
         ..resource(
@@ -188,6 +190,7 @@ const GROUPS: &[&str] = &[
     "authorization.k8s.io",
     "batch",
     "rbac.authorization.k8s.io",
+    "coordination.k8s.io",
 ];
 
 /// The resource `group`/`version`/`name` (a subresource as `pods/exec`).

@@ -85,6 +85,7 @@ mod containers;
 mod defaults;
 pub(crate) mod discovery;
 mod jobs;
+mod leases;
 mod mounts;
 mod negotiation;
 mod objects;

@@ -7,7 +7,7 @@ use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{containers, defaults, patch, secrets, serviceaccount};
+use super::{containers, defaults, leases, patch, secrets, serviceaccount};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -277,6 +277,17 @@ impl Ctx<'_> {
                     "Invalid",
                     &message,
                     json!({"name": name, "group": "rbac.authorization.k8s.io", "kind": "Role",
+                        "causes": causes}),
+                ))
+            }
+            "leases" => {
+                let (message, causes) = leases::invalid(object)?;
+                let name = object["metadata"]["name"].clone();
+                Some(status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &message,
+                    json!({"name": name, "group": "coordination.k8s.io", "kind": "Lease",
                         "causes": causes}),
                 ))
             }

@@ -342,7 +342,8 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     assert!(left.is_empty(), "left on the engine: {left:?}");
     eprintln!("interrupted in {:?}", started.elapsed());
 
-    // Killed: the Job's Pod runs on; gc --run removes the namespace and all in it.
+    // Killed: the Job's Pod runs on, and so does the run in it: `gc --run` refuses (the run's
+    // and the launch's Leases are live); `--force` removes the namespace and all in it.
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let (_, text) = interrupt_launch(
@@ -362,8 +363,23 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
         !left_in_double(&double, &run_id).await.is_empty(),
         "a killed launch removed its objects?"
     );
-    let gc = command(&double, "gc")
+    let refused = command(&double, "gc")
         .args(["--run", &run_id])
+        .output()
+        .await
+        .unwrap();
+    let text = common::output_text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("is still alive") && text.contains("lease"),
+        "{text}"
+    );
+    assert!(
+        !left_in_double(&double, &run_id).await.is_empty(),
+        "a refused gc removed the live run's objects"
+    );
+    let gc = command(&double, "gc")
+        .args(["--run", &run_id, "--force"])
         .output()
         .await
         .unwrap();
@@ -810,8 +826,11 @@ fn run_namespaces(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<Stri
         .collect()
 }
 
-/// A run killed (SIGKILL) once its first Pod runs leaves its namespace behind; `gc --run`
-/// removes it, its objects and its containers, and nothing of another run.
+/// While a run is going, `gc` spares it: `gc --run` refuses and `gc --all` leaves its
+/// namespace (its Lease is live). Killed (SIGKILL) once its first Pod runs, it leaves its
+/// namespace behind with a Lease that stays live for a minute: `gc --run` still refuses,
+/// `--force` removes the namespace, its objects and its containers, and nothing of another
+/// run (issue 34: before, `gc` deleted every harness namespace, live runs' included).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn gc_after_a_killed_run_on_kube_double() {
@@ -857,13 +876,50 @@ async fn gc_after_a_killed_run_on_kube_double() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
+    // Alive: spared by --all (a dry run: the other run's namespace stays for the end),
+    // refused by --run.
+    let all = command(&double, "gc")
+        .args(["--all", "--dry-run"])
+        .output()
+        .await
+        .unwrap();
+    let text = common::output_text(&all);
+    assert!(all.status.success(), "{text}");
+    assert!(text.contains(&format!("spared run {id}: alive")), "{text}");
+    assert!(
+        !text.contains(&format!(
+            "namespace/{}",
+            kandev_harness::backend::kube::cluster::run_namespace(&id)
+        )),
+        "{text}"
+    );
+    let refused = command(&double, "gc")
+        .args(["--run", &id])
+        .output()
+        .await
+        .unwrap();
+    let text = common::output_text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(text.contains("is still alive"), "{text}");
     child.kill().await.unwrap();
     // Let in-flight requests of the dead run settle.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let namespaces = run_namespaces(&double, &id);
     assert!(!namespaces.is_empty(), "the killed run left no namespace");
-    let gc = command(&double, "gc")
+    // Its Lease holds a minute after its last renewal: --run still refuses.
+    let refused = command(&double, "gc")
         .args(["--run", &id])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        common::output_text(&refused)
+    );
+    let gc = command(&double, "gc")
+        .args(["--run", &id, "--force"])
         .output()
         .await
         .unwrap();

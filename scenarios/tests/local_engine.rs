@@ -701,6 +701,8 @@ fn an_interrupted_run_tears_down_and_marks_its_report() {
     assert_nothing_left(&report);
 }
 
+/// While a run is going, `gc` spares it (its lease container runs); killed, its lease ends
+/// with its process, and `gc --run` removes what it left and nothing of another run.
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn gc_removes_what_a_killed_run_left_and_only_that() {
@@ -738,8 +740,46 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
     );
 
     let (mut child, id) = start_run_until_containers(dir.path());
+    // Alive: its lease container runs; `gc --run` refuses and removes nothing, `gc` (every
+    // run) spares it (a dry run: the look-alike stays for the end).
+    let lease = format!("name=kandev-acceptance-lease-{id}");
+    assert_eq!(
+        docker_lines(&["ps", "-q", "--filter", &lease]).len(),
+        1,
+        "the live run's lease container"
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--run", &id])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("is still alive") && text.contains("lease container"),
+        "{text}"
+    );
+    let all = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&all.stdout).into_owned();
+    assert!(text.contains(&format!("spared run {id}: alive")), "{text}");
+    assert!(!text.contains(&format!("kandev-acceptance-{id}")), "{text}");
     child.kill().unwrap();
     child.wait().unwrap();
+    // Killed: the engine closes the lease's stdin and the container ends (and is removed).
+    let started = std::time::Instant::now();
+    while !docker_lines(&["ps", "-aq", "--filter", &lease]).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the killed run's lease container lives on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     // The engine finishes requests the dead run had sent: wait until its objects stop changing.
     let label = format!("label=acceptance.kandev.ai/run={id}");
     settle(&label);

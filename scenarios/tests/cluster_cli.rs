@@ -110,6 +110,19 @@ fn the_current_context_is_never_used_implicitly() {
         "--kubeconfig",
         config.to_str().unwrap(),
     ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("--run ID") && text.contains("--all"),
+        "{text}"
+    );
+    let (code, text, _) = acceptance(&[
+        "gc",
+        "--backend",
+        "kube",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+        "--all",
+    ]);
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("needs an explicit --context"), "{text}");
     assert!(
@@ -161,6 +174,10 @@ fn kind_without_the_kind_binary_names_the_fix() {
         "{text}"
     );
     assert!(text.contains("install kind"), "{text}");
+    assert!(
+        text.contains(kandev_harness::backend::kube::kind::KIND_VERSION),
+        "the pinned Kind release: {text}"
+    );
 }
 
 #[test]

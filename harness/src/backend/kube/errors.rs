@@ -14,7 +14,8 @@ pub const GRANTED_CHECK: &str = "launch::connection/granted";
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error(
-        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: install kind (https://kind.sigs.k8s.io, v0.32.0 is what Kandev's e2e pins) or pass --kind-bin PATH"
+        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: install kind {} (https://kind.sigs.k8s.io/dl/{0}/kind-linux-amd64: the release that built the node image kind/cluster.yaml pins) or pass --kind-bin PATH",
+        super::kind::KIND_VERSION
     )]
     KindMissing { bin: String },
     #[error(

@@ -69,6 +69,26 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
         err.contains("not a valid image reference") && err.contains("fix:"),
         "{err}"
     );
+    // A tag may hold uppercase (distribution/reference's grammar); a repository may not, and
+    // the fix names its lowercase form. The uppercase tag passes on to the next refusal.
+    let (code, err) = run(&["run", "--worker-image", "Team/Worker:V1"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("must be lowercase") && err.contains("\"team/worker:V1\""),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "run",
+        "--worker-image",
+        "team/worker:V1",
+        "--report",
+        "/proc/kandev-acceptance-cannot-write-here",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        !err.contains("image reference") && err.contains("report folder"),
+        "{err}"
+    );
     let (code, err) = run(&[
         "run",
         "--report",

@@ -10,6 +10,7 @@ mod gc;
 mod hold;
 mod image;
 mod launch;
+mod reference;
 mod report;
 mod run;
 mod validate;

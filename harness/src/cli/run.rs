@@ -193,14 +193,12 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
             return Err(exit::USAGE);
         }
     };
-    for image in [&config.worker_image, &config.daemon_image]
-        .into_iter()
-        .flatten()
-    {
-        if !valid_reference(image) {
-            eprintln!(
-                "error: {image:?} is not a valid image reference\n  fix: pass name[:tag][@sha256:<64 hex>] of an image present in the engine"
-            );
+    for (flag, image) in [
+        ("--worker-image", &config.worker_image),
+        ("--daemon-image", &config.daemon_image),
+    ] {
+        if let Some(Err(problem)) = image.as_deref().map(super::reference::check) {
+            eprintln!("error: {flag} {problem}");
             return Err(exit::USAGE);
         }
     }
@@ -354,15 +352,6 @@ fn publish(run: &Run, report: &Report) -> u8 {
     crate::outputs::publish_run(report, &run.report_folder(), kept)
 }
 
-fn valid_reference(reference: &str) -> bool {
-    !reference.is_empty()
-        && reference.len() <= 255
-        && reference
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/:@".contains(c))
-        && !reference.starts_with(['.', '-', '/', ':', '@'])
-}
-
 async fn watch_signals(run: Arc<Run>) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut seen = 0;
@@ -470,24 +459,5 @@ fn resolve_gate(
         Ok(gate)
     } else {
         Err(problems)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn image_references_are_checked() {
-        for good in [
-            "kandev-acceptance/worker:abc",
-            "registry.example/w@sha256:0123",
-            "w",
-        ] {
-            assert!(valid_reference(good), "{good}");
-        }
-        for bad in ["", "Upper/Case", "-x", "a b", "/x"] {
-            assert!(!valid_reference(bad), "{bad}");
-        }
     }
 }

@@ -69,6 +69,20 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
         err.contains("not a valid image reference") && err.contains("fix:"),
         "{err}"
     );
+    // existing-claim without a claim: refused at once (it was exit 3 once the images were
+    // built), nothing made, not even the report folder.
+    let reports = tempfile::tempdir().unwrap();
+    let folder = reports.path().join("reports");
+    let (code, err) = run(&[
+        "run",
+        "--workspace-mode",
+        "existing-claim",
+        "--report",
+        folder.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--workspace-claim NAME"), "{err}");
+    assert!(!folder.exists(), "refused before anything was made");
     // A tag may hold uppercase (distribution/reference's grammar); a repository may not, and
     // the fix names its lowercase form. The uppercase tag passes on to the next refusal.
     let (code, err) = run(&["run", "--worker-image", "Team/Worker:V1"]);

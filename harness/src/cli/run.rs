@@ -6,7 +6,7 @@ use super::read_input;
 use super::validate::check_rules;
 use crate::backend::BackendKind;
 use crate::config::{ClusterSettings, Keep, KindSettings, RunConfig};
-use crate::pod::template::{Severity, TemplateFile, TemplateFinding};
+use crate::pod::template::{Severity, TemplateFile, TemplateFinding, WorkspaceMode};
 use crate::runner::{Run, Scenario};
 use k8s_openapi::api::core::v1::PodTemplate;
 use kandev_report::{Gate, GateProfile};
@@ -160,6 +160,10 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         gate: Gate::default(),
     };
     if let Err(message) = crate::backend::provider(config.backend).check(&config) {
+        eprintln!("error: {message}");
+        return Err(exit::USAGE);
+    }
+    if let Err(message) = claim_given(config.workspace_mode, config.workspace_claim.as_deref()) {
         eprintln!("error: {message}");
         return Err(exit::USAGE);
     }
@@ -385,6 +389,35 @@ async fn watch_signals(run: Arc<Run>) {
     }
 }
 
+/// `--workspace-mode existing-claim` mounts a claim that already exists: without
+/// `--workspace-claim` (or with a name no claim can have) the run is refused before any
+/// image is built, not when its first session is created.
+fn claim_given(mode: WorkspaceMode, claim: Option<&str>) -> Result<(), String> {
+    match (mode, claim) {
+        (WorkspaceMode::ExistingClaim, None) => Err(
+            "--workspace-mode existing-claim mounts a claim that already exists, and none is named; nothing was created\n  fix: pass --workspace-claim NAME (the PersistentVolumeClaim, in the run's namespace; locally, the engine volume), or another --workspace-mode".into(),
+        ),
+        (_, Some(name)) if !dns_subdomain(name) => Err(format!(
+            "--workspace-claim {name:?} is no claim's name: a PersistentVolumeClaim's name is a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253, starting and ending with a letter or digit); nothing was created\n  fix: pass the claim's name as `kubectl get pvc` shows it"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// apimachinery's `IsDNS1123Subdomain` (`NameIsDNSSubdomain`, which validates a
+/// PersistentVolumeClaim's name).
+fn dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 /// Refuses the run: the template breaks Kandev's rules (every finding named).
 fn breaks_rules(config: &RunConfig, findings: &[TemplateFinding]) -> u8 {
     eprintln!(
@@ -459,5 +492,24 @@ fn resolve_gate(
         Ok(gate)
     } else {
         Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_claim_run_names_its_claim() {
+        let refused = claim_given(WorkspaceMode::ExistingClaim, None).unwrap_err();
+        assert!(refused.contains("--workspace-claim NAME"), "{refused}");
+        assert!(claim_given(WorkspaceMode::ExistingClaim, Some("team-workspace")).is_ok());
+        assert!(claim_given(WorkspaceMode::ManagedPvc, None).is_ok());
+        for bad in ["Team", "-x", "a..b", "a_b"] {
+            assert!(
+                claim_given(WorkspaceMode::ExistingClaim, Some(bad)).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -249,3 +249,37 @@ fn an_executor_role_file_that_is_no_role_with_rules_is_refused_before_anything_s
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("cannot be used with"), "{text}");
 }
+
+/// `launch` runs on kube only: it needs no `--backend` (it reaches the cluster, which here
+/// does not answer: exit 3 with the cause), and refuses another backend, naming the fix.
+#[test]
+fn launch_needs_no_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path());
+    let reports = dir.path().join("reports");
+    let launch = |backend: &[&str]| {
+        let mut args = vec![
+            "launch",
+            "--harness-image",
+            "registry.example/harness:1",
+            "--kubeconfig",
+            config.to_str().unwrap(),
+            "--context",
+            "dead",
+            "--worker-image",
+            "registry.example/worker:1",
+            "--daemon-image",
+            "registry.example/dind:1",
+            "--report",
+            reports.to_str().unwrap(),
+        ];
+        args.extend_from_slice(backend);
+        acceptance(&args)
+    };
+    let (code, text, _) = launch(&[]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("does not answer"), "{text}");
+    let (code, text, _) = launch(&["--backend", "local"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("drop --backend"), "{text}");
+}

@@ -96,8 +96,11 @@ pub(crate) struct ClusterArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
-    #[arg(long, value_enum, default_value = "local")]
-    pub(crate) backend: BackendKind,
+    /// What runs the Pods: local (this host's engine; the default for `run`), kind (a Kind
+    /// cluster the run creates from kind/cluster.yaml), kube (an existing cluster: --context).
+    /// `launch` runs on kube only, and needs no --backend.
+    #[arg(long, value_enum)]
+    pub(crate) backend: Option<BackendKind>,
     #[command(flatten)]
     pub(crate) cluster: ClusterArgs,
     /// The Kind cluster configuration (node image pinned by digest).
@@ -241,6 +244,13 @@ pub(crate) struct RunArgs {
     pub(crate) deadline: Option<u64>,
     #[command(flatten)]
     pub(crate) libtest: libtest_mimic::Arguments,
+}
+
+impl RunArgs {
+    /// `--backend`, local when not given.
+    pub(crate) fn backend(&self) -> BackendKind {
+        self.backend.unwrap_or_default()
+    }
 }
 
 #[derive(Args, Debug)]

@@ -12,10 +12,22 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub(crate) fn launch(
-    args: LaunchArgs,
+    mut args: LaunchArgs,
     registry: Vec<Scenario>,
     runtime: &tokio::runtime::Runtime,
 ) -> u8 {
+    // Its only backend: --backend kube may be given, and is assumed when it is not.
+    match args.run.backend {
+        None => args.run.backend = Some(BackendKind::Kube),
+        Some(BackendKind::Kube) => {}
+        Some(other) => {
+            eprintln!(
+                "error: launch runs in an existing cluster, not on --backend {}\n  fix: drop --backend (launch needs none) and pass --context NAME",
+                other.name()
+            );
+            return exit::USAGE;
+        }
+    }
     let run = &args.run;
     if run.libtest.list {
         return super::run::run(args.run, registry, runtime);
@@ -151,11 +163,6 @@ pub(crate) fn launch(
 /// What `launch` refuses before creating anything.
 fn refused(args: &LaunchArgs) -> Result<(), String> {
     let run = &args.run;
-    if run.backend != BackendKind::Kube {
-        return Err(
-            "launch runs in an existing cluster: pass --backend kube --context NAME".into(),
-        );
-    }
     if run.cluster.context.is_none() {
         return Err("launch needs --context NAME: the harness never uses the kubeconfig's current context implicitly".into());
     }

@@ -152,8 +152,8 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         optional_tools: args.optional_tools.clone(),
         retries: args.retries,
         workspace_claim: args.workspace_claim.clone(),
-        backend: args.backend,
-        cluster: cluster_settings(args.backend, &args.cluster, Some(args)),
+        backend: args.backend(),
+        cluster: cluster_settings(args.backend(), &args.cluster, Some(args)),
         step_timeout: args.step_timeout.map(Duration::from_secs),
         deadline: args.deadline.map(Duration::from_secs),
         // Resolved below, once the template's declaration is read.

@@ -542,6 +542,33 @@ fn repeat_runs_the_selection_n_times_and_writes_pass_rates() {
     assert!(!stderr.contains("\u{1b}["), "{stderr}");
 }
 
+/// `--run-id`: a CI job knows its report folder in advance (`<report dir>/<ID>/report.json`),
+/// and the report carries the id.
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn a_given_run_id_names_the_report_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = format!("ci-{}-1", std::process::id());
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args([
+            "run",
+            "--run-id",
+            &id,
+            "--exact",
+            "template::grant_rules",
+            "--report",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(&id).join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["run_id"], id.as_str());
+}
+
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn a_terminal_gets_the_live_view_and_libtest_lines_go_to_a_log() {

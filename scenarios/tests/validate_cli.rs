@@ -69,6 +69,25 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
         err.contains("not a valid image reference") && err.contains("fix:"),
         "{err}"
     );
+    // --run-id: a CI job names its report folder in advance; the id is checked as the label
+    // value and namespace part it becomes, and an id already used there is refused.
+    let (code, err) = run(&["run", "--run-id", "CI_1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("is no run id") && err.contains("e.g. ci-1234-1"),
+        "{err}"
+    );
+    let used = tempfile::tempdir().unwrap();
+    std::fs::create_dir(used.path().join("ci-7-1")).unwrap();
+    let (code, err) = run(&[
+        "run",
+        "--run-id",
+        "ci-7-1",
+        "--report",
+        used.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("already exists"), "{err}");
     // existing-claim without a claim: refused at once (it was exit 3 once the images were
     // built), nothing made, not even the report folder.
     let reports = tempfile::tempdir().unwrap();

@@ -143,8 +143,12 @@ pub(crate) struct RunArgs {
     /// Pod's own service account is the executor.
     #[arg(long, value_name = "FILE", conflicts_with = "in_cluster")]
     pub(crate) executor_role: Option<PathBuf>,
-    /// The run's id (default: a fresh one); `launch` passes the id it labels its objects with.
-    #[arg(long, value_name = "ID", hide = true, value_parser = parse_run_id)]
+    /// The run's id (default: a fresh, sortable one, e.g. 20261203t141500-3fa9c1), so that a
+    /// CI job knows its report folder (<report dir>/<ID>/) in advance. It labels every object
+    /// the run creates and names its namespace (kandev-acceptance-<ID>): lowercase letters,
+    /// digits and '-', at most 40, starting and ending with a letter or digit; one not used
+    /// before in the report folder (e.g. ci-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}).
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
     /// After publishing, keep the process (and so its Pod) alive up to SECONDS until the
     /// report folder is retrieved (`<report dir>/<run id>.retrieved` appears) or SIGTERM;
@@ -277,7 +281,8 @@ pub(crate) struct LaunchArgs {
 
 /// `launch`'s own options and the host-side ones the Pod's `run` gets otherwise (each takes
 /// a value): not forwarded as they are.
-pub(crate) const NOT_FORWARDED: [&str; 12] = [
+pub(crate) const NOT_FORWARDED: [&str; 13] = [
+    "--run-id",
     "--harness-image",
     "--job-timeout",
     "--start-timeout",
@@ -316,9 +321,12 @@ pub(crate) struct GateArgs {
     pub(crate) require: Option<Requirements>,
 }
 
-/// A run id names labels, a namespace and folders: lowercase letters, digits and `-`, at
-/// most 40 characters (the namespace `kandev-acceptance-<id>` stays a DNS label).
-fn parse_run_id(text: &str) -> Result<String, String> {
+/// A run id is a label value (`acceptance.kandev.ai/run`), a DNS label's part (the namespace
+/// `kandev-acceptance-<id>`, the launch's Job, `kandev-acc-<id>` for Kind) and a folder name:
+/// lowercase letters, digits and `-`, starting and ending with a letter or digit, at most 40
+/// characters (the namespace stays within a DNS label's 63). apimachinery's
+/// `IsValidLabelValue` and `IsDNS1123Label` both hold for such an id.
+pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
     let fine = !text.is_empty()
         && text.len() <= 40
         && text
@@ -326,8 +334,11 @@ fn parse_run_id(text: &str) -> Result<String, String> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !text.starts_with('-')
         && !text.ends_with('-');
-    fine.then(|| text.to_owned())
-        .ok_or_else(|| format!("{text:?}: lowercase letters, digits and '-', at most 40"))
+    fine.then(|| text.to_owned()).ok_or_else(|| {
+        format!(
+            "{text:?} is no run id: it labels the run's objects and names its namespace, so lowercase letters, digits and '-', starting and ending with a letter or digit, at most 40 (e.g. ci-1234-1)"
+        )
+    })
 }
 
 /// `90m`, `36h`, `7d`, `3600s` in milliseconds.

@@ -81,7 +81,12 @@ pub(crate) fn launch(
         },
         None => executor_role("", run.workspace_mode, &BTreeMap::new()),
     };
-    let run_id = crate::pod::identity::new_run_id();
+    // `--run-id`: the launch's objects, the run in the Pod and the retrieved report folder
+    // all carry it.
+    let run_id = run
+        .run_id
+        .clone()
+        .unwrap_or_else(crate::pod::identity::new_run_id);
     let gc_where = crate::config::gc_where(
         BackendKind::Kube,
         &super::run::cluster_settings(BackendKind::Kube, &run.cluster, None),
@@ -169,12 +174,8 @@ fn refused(args: &LaunchArgs) -> Result<(), String> {
     if run.worker_image.is_none() || run.daemon_image.is_none() {
         return Err("launch runs your images: pass --worker-image and --daemon-image references the cluster can pull".into());
     }
-    if run.in_cluster
-        || run.bookkeeper_token.is_some()
-        || run.run_id.is_some()
-        || run.hold_report.is_some()
-    {
-        return Err("--in-cluster, --bookkeeper-token, --run-id and --hold-report are launch's to set for the run in the Pod".into());
+    if run.in_cluster || run.bookkeeper_token.is_some() || run.hold_report.is_some() {
+        return Err("--in-cluster, --bookkeeper-token and --hold-report are launch's to set for the run in the Pod".into());
     }
     if run.repeat > 1 {
         return Err("launch runs the selection once: run launch again for another run".into());
@@ -246,5 +247,24 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(format!("{:?}", launch.run), format!("{run:?}"));
+    }
+
+    /// `launch --run-id ID` names the launch (its objects, the run in the Pod, the report
+    /// folder retrieved): launch passes it on itself, once.
+    #[test]
+    fn a_launch_run_id_is_launchs_to_pass_on() {
+        let given = "kandev-acceptance launch --harness-image h:1 --context c --run-id ci-9-1 --worker-image w:1 --daemon-image d:1";
+        let Command::Launch(launch) = Cli::try_parse_from(argv(given)).unwrap().command else {
+            panic!("not launch")
+        };
+        assert_eq!(launch.run.run_id.as_deref(), Some("ci-9-1"));
+        assert!(refused(&launch).is_ok());
+        let forwarded = forwarded(&argv(given));
+        assert!(
+            !forwarded
+                .iter()
+                .any(|a| a.contains("run-id") || a == "ci-9-1"),
+            "{forwarded:?}"
+        );
     }
 }

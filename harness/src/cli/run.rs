@@ -206,6 +206,16 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
             return Err(exit::USAGE);
         }
     }
+    // A run id names one run: a folder it already names holds another run's report.
+    if let Some(id) = &args.run_id
+        && config.report_dir.join(id).exists()
+    {
+        eprintln!(
+            "error: --run-id {id}: {} already exists (a run with this id was made before); nothing was created\n  fix: pass an id not used before in this report folder (in CI, e.g. ci-<run number>-<attempt>), or remove that folder",
+            config.report_dir.join(id).display()
+        );
+        return Err(exit::USAGE);
+    }
     if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
         eprintln!(
             "error: create the report folder {}: {e}\n  fix: pass a writable --report DIR",

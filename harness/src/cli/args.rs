@@ -150,10 +150,10 @@ pub(crate) struct RunArgs {
     /// before in the report folder (e.g. ci-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}).
     #[arg(long, value_name = "ID", value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
-    /// After publishing, keep the process (and so its Pod) alive up to SECONDS until the
+    /// After publishing, keep the process (and so its Pod) alive up to DURATION until the
     /// report folder is retrieved (`<report dir>/<run id>.retrieved` appears) or SIGTERM;
     /// then exit with the run's code. For `launch`, which copies the folder out of the Pod.
-    #[arg(long, value_name = "SECONDS", hide = true, requires = "run_id")]
+    #[arg(long, value_name = "DURATION", hide = true, requires = "run_id", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) hold_report: Option<u64>,
     /// --backend kube: admit a privileged inspector Pod (host PID, the node's cgroup tree
     /// read-only) on each session's node for the node view; without it the scenarios that
@@ -193,9 +193,9 @@ pub(crate) struct RunArgs {
     pub(crate) report_dir: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "never")]
     pub(crate) keep: Keep,
-    /// The prepare script's bound on waiting for `docker info` (1..=120).
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=120))]
-    pub(crate) docker_ready_timeout: u32,
+    /// The prepare script's bound on waiting for `docker info` (1s to 2m).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(1, 120))]
+    pub(crate) docker_ready_timeout: u64,
     /// The Pod-level pids limit (the kubelet's podPidsLimit).
     #[arg(long, default_value_t = 4096)]
     pub(crate) pod_pids_limit: i64,
@@ -224,12 +224,12 @@ pub(crate) struct RunArgs {
     /// rates in `<report dir>/repeat-<first run id>/repeat.json`.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) repeat: u32,
-    /// Override every scenario's deadline, in seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Override every scenario's deadline.
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) scenario_timeout: Option<u64>,
-    /// The longest one step of a scenario may take, in seconds (default: only the
-    /// scenario's deadline applies).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// The longest one step of a scenario may take (default: only the scenario's deadline
+    /// applies).
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) step_timeout: Option<u64>,
     /// The gate the run is judged by: `release` requires every capability the backend offers
     /// (docker, compose, browser, node-view; and cluster on kind and kube) and immutable image
@@ -242,9 +242,9 @@ pub(crate) struct RunArgs {
     /// (acceptance.kandev.ai/serves).
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
     pub(crate) require: Option<Requirements>,
-    /// The whole run's budget, in seconds: past it, running scenarios tear down and time
-    /// out, and no further scenario starts.
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// The whole run's budget: past it, running scenarios tear down and time out, and no
+    /// further scenario starts.
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) deadline: Option<u64>,
     #[command(flatten)]
     pub(crate) libtest: libtest_mimic::Arguments,
@@ -263,15 +263,14 @@ pub(crate) struct LaunchArgs {
     /// builds one here; push it, or `kind load docker-image` it).
     #[arg(long, value_name = "REF")]
     pub(crate) harness_image: String,
-    /// How long the run inside the Pod may take, in seconds (the Job's deadline, with the
-    /// hold added).
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long the run inside the Pod may take (the Job's deadline, with the hold added).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) job_timeout: u64,
-    /// How long the Job's Pod may take to start (an image pull included), in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long the Job's Pod may take to start (an image pull included).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) start_timeout: u64,
-    /// How long the finished run waits for its report to be retrieved, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
+    /// How long the finished run waits for its report to be retrieved (at least 10s).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = seconds_in(10, u64::MAX))]
     pub(crate) hold: u64,
     /// What `run` takes (passed on to the run in the Pod; --template and --prepare-script
     /// travel in a Secret, --report is where the report is retrieved to).
@@ -312,7 +311,7 @@ pub(crate) struct GateArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) template: Option<PathBuf>,
     /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
-    #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX / 1000))]
     pub(crate) max_age: Option<u64>,
     /// Capabilities whose lack fails (default: as the release profile, every capability the
     /// report's backend offers: cluster only on kind and kube); `none` to excuse skipped and
@@ -341,23 +340,60 @@ pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
     })
 }
 
-/// `90m`, `36h`, `7d`, `3600s` in milliseconds.
-fn parse_age(text: &str) -> Result<u64, String> {
+/// A duration in every time flag's one format: numbers with a unit, `s`, `m`, `h` or `d`,
+/// one after another (`90s`, `10m`, `1h30m`, `7d`), or plain seconds (`90`, as the flags
+/// took before). In seconds.
+pub(crate) fn parse_seconds(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let wrong = || format!("{text:?}: a number with s, m, h or d (e.g. 36h)");
-    let unit = text.chars().last().ok_or_else(wrong)?;
-    let seconds: u64 = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        _ => return Err(wrong()),
-    };
-    text[..text.len() - unit.len_utf8()]
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(seconds * 1000))
-        .ok_or_else(wrong)
+    let wrong =
+        || format!("{text:?} is no duration: write e.g. 90s, 10m, 1h30m, 7d (or plain seconds)");
+    if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit()) {
+        return text.parse::<u64>().map_err(|_| wrong());
+    }
+    let mut total: u64 = 0;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit: u64 = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(wrong()),
+        };
+        let n: u64 = number.parse().map_err(|_| wrong())?;
+        number.clear();
+        total = n
+            .checked_mul(unit)
+            .and_then(|s| total.checked_add(s))
+            .ok_or_else(wrong)?;
+    }
+    if !number.is_empty() || text.is_empty() {
+        return Err(wrong());
+    }
+    Ok(total)
+}
+
+/// [`parse_seconds`] within `min..=max` seconds.
+fn seconds_in(
+    min: u64,
+    max: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let seconds = parse_seconds(text)?;
+        if seconds < min || seconds > max {
+            let bound = if max == u64::MAX {
+                format!("at least {min}s")
+            } else {
+                format!("from {min}s to {max}s")
+            };
+            return Err(format!("{text:?} is {seconds}s: {bound}"));
+        }
+        Ok(seconds)
+    }
 }
 
 /// `--require`'s list.
@@ -429,7 +465,72 @@ pub(crate) struct GcArgs {
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Orphaned Pod cgroups (their Pod's containers gone, no process left) are removed only
-    /// when older than this many seconds, so that a Pod being created right now is safe.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    /// when older than this, so that a Pod being created right now is safe.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(0, u64::MAX))]
     pub(crate) older_than: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_time_flag_takes_one_duration_format() {
+        for (text, seconds) in [
+            ("90", 90),
+            ("90s", 90),
+            ("10m", 600),
+            ("1h30m", 5400),
+            ("36h", 129_600),
+            ("7d", 604_800),
+            ("1d2h3m4s", 93_784),
+        ] {
+            assert_eq!(parse_seconds(text), Ok(seconds), "{text}");
+        }
+        for bad in ["", "m", "10x", "1h30", "-5", "1.5h", "h1"] {
+            let problem = parse_seconds(bad).unwrap_err();
+            assert!(problem.contains("e.g. 90s, 10m, 1h30m"), "{bad}: {problem}");
+        }
+        let parse = |line: &str| Cli::try_parse_from(line.split_whitespace());
+        let Ok(Cli {
+            command: Command::Run(run),
+        }) = parse(
+            "kandev-acceptance run --deadline 10m --step-timeout 90 --docker-ready-timeout 2m",
+        )
+        else {
+            panic!("run's time flags")
+        };
+        assert_eq!(
+            (run.deadline, run.step_timeout, run.docker_ready_timeout),
+            (Some(600), Some(90), 120)
+        );
+        assert!(parse("kandev-acceptance run --docker-ready-timeout 3m").is_err());
+        let Ok(Cli {
+            command: Command::Launch(launch),
+        }) = parse("kandev-acceptance launch --harness-image h --hold 15m")
+        else {
+            panic!("launch's time flags")
+        };
+        assert_eq!(
+            (launch.job_timeout, launch.start_timeout, launch.hold),
+            (3600, 300, 900)
+        );
+        assert!(parse("kandev-acceptance launch --harness-image h --hold 5s").is_err());
+        let Ok(Cli {
+            command: Command::Gate(gate),
+        }) = parse(
+            "kandev-acceptance gate --report r --worker-image w --daemon-image d --max-age 36h",
+        )
+        else {
+            panic!("gate's time flag")
+        };
+        assert_eq!(gate.max_age, Some(129_600));
+        let Ok(Cli {
+            command: Command::Gc(gc),
+        }) = parse("kandev-acceptance gc --older-than 2m")
+        else {
+            panic!("gc's time flag")
+        };
+        assert_eq!(gc.older_than, 120);
+    }
 }

@@ -144,7 +144,8 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
             .clone()
             .unwrap_or_else(crate::paths::reports),
         keep: args.keep,
-        docker_ready_timeout_seconds: args.docker_ready_timeout,
+        // At most 120 (its parser's bound).
+        docker_ready_timeout_seconds: u32::try_from(args.docker_ready_timeout).unwrap_or(120),
         pod_pids_limit: args.pod_pids_limit,
         pod_mtu: args.pod_mtu,
         scenario_timeout: args.scenario_timeout.map(Duration::from_secs),

@@ -88,7 +88,7 @@ pub struct RunConfig {
     pub backend: BackendKind,
     /// `--backend kind|kube`: where the cluster comes from and how sessions use it.
     pub cluster: ClusterSettings,
-    /// What the run is judged by (`--gate`, `--require`, the template's declaration).
+    /// What the run is judged by (`--gate-profile`, `--require`, the template's declaration).
     pub gate: Gate,
 }
 

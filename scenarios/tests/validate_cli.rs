@@ -129,7 +129,22 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
     ]);
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("report folder") && err.contains("fix: pass a writable --report DIR"),
+        err.contains("report folder") && err.contains("fix: pass a writable --report-dir DIR"),
+        "{err}"
+    );
+    // The old spelling still works, with a note naming the new one.
+    assert!(
+        err.contains("note: --report DIR is now --report-dir DIR"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "run",
+        "--report-dir",
+        "/proc/kandev-acceptance-cannot-write-here",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("report folder") && !err.contains("note:"),
         "{err}"
     );
     let (code, err) = run(&["report", "show", "/nonexistent/report.json"]);

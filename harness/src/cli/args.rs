@@ -56,6 +56,8 @@ pub(crate) enum Command {
 pub(crate) enum ReportCommand {
     /// Print a report's summary.
     Show {
+        /// The report: its report.json, or the run's folder (<report dir>/<run id>/).
+        #[arg(value_name = "REPORT")]
         file: PathBuf,
         /// Also (re)write `report.html` beside the report.
         #[arg(long)]
@@ -65,8 +67,13 @@ pub(crate) enum ReportCommand {
     /// durations beyond the noise threshold, the environment. Exit code 1 when something
     /// regressed.
     Diff {
+        /// The earlier run's report (its report.json or its folder).
+        #[arg(value_name = "OLD")]
         old: PathBuf,
+        /// The later run's report (its report.json or its folder).
+        #[arg(value_name = "NEW")]
         new: PathBuf,
+        /// text for people, json for tools.
         #[arg(long, value_enum, default_value = "text")]
         format: OutputFormat,
     },
@@ -188,8 +195,10 @@ pub(crate) struct RunArgs {
     /// deleted by the harness).
     #[arg(long, value_name = "NAME")]
     pub(crate) workspace_claim: Option<String>,
-    /// Folder for reports (`<DIR>/<run-id>/report.json`).
-    #[arg(long = "report", value_name = "DIR")]
+    /// The folder reports go in: each run writes <DIR>/<run id>/ (report.json, junit.xml,
+    /// ctrf.json, report.html, logs); default: reports/ of the checkout. `--report DIR` is
+    /// its old spelling (deprecated: `--report` names one report elsewhere, as in `gate`).
+    #[arg(long = "report-dir", alias = "report", value_name = "DIR")]
     pub(crate) report_dir: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "never")]
     pub(crate) keep: Keep,
@@ -231,10 +240,16 @@ pub(crate) struct RunArgs {
     /// applies).
     #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) step_timeout: Option<u64>,
-    /// The gate the run is judged by: `release` requires every capability the backend offers
-    /// (docker, compose, browser, node-view; and cluster on kind and kube) and immutable image
-    /// references (digests).
-    #[arg(long, value_enum, default_value = "default")]
+    /// The profile the run is judged by, recorded in its report: `release` requires every
+    /// capability the backend offers (docker, compose, browser, node-view; and cluster on kind
+    /// and kube) and immutable image references (digests). The `gate` command later judges
+    /// such a report for one release's images. `--gate` is its old spelling (deprecated).
+    #[arg(
+        long = "gate-profile",
+        alias = "gate",
+        value_enum,
+        default_value = "default"
+    )]
     pub(crate) gate: GateProfile,
     /// Capabilities the run must be able to check (comma-separated: docker, compose, browser,
     /// node-view, cluster; or none); a scenario that lacks one fails instead of ending skipped or
@@ -280,7 +295,7 @@ pub(crate) struct LaunchArgs {
 
 /// `launch`'s own options and the host-side ones the Pod's `run` gets otherwise (each takes
 /// a value): not forwarded as they are.
-pub(crate) const NOT_FORWARDED: [&str; 13] = [
+pub(crate) const NOT_FORWARDED: [&str; 14] = [
     "--run-id",
     "--harness-image",
     "--job-timeout",
@@ -291,6 +306,7 @@ pub(crate) const NOT_FORWARDED: [&str; 13] = [
     "--kubeconfig",
     "--namespace",
     "--report",
+    "--report-dir",
     "--template",
     "--prepare-script",
     "--executor-role",
@@ -298,8 +314,8 @@ pub(crate) const NOT_FORWARDED: [&str; 13] = [
 
 #[derive(Args, Debug)]
 pub(crate) struct GateArgs {
-    /// The run's report.json.
-    #[arg(long, value_name = "FILE")]
+    /// The run's report: its report.json, or its folder (<report dir>/<run id>/).
+    #[arg(long, value_name = "FILE|DIR")]
     pub(crate) report: PathBuf,
     /// The worker image the release ships, `name@sha256:<digest>`.
     #[arg(long, value_name = "REF@sha256:DIGEST")]

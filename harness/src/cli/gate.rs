@@ -20,15 +20,9 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             return exit::USAGE;
         }
     }
-    let report = match kandev_report::read(&args.report) {
+    let report = match super::report::read(&super::report::report_file(&args.report)) {
         Ok(report) => report,
-        Err(e) => {
-            eprintln!(
-                "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
-                args.report.display()
-            );
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     let template_sha256 = match &args.template {
         Some(path) => match read_input(path, "template") {

@@ -219,7 +219,7 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
     }
     if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
         eprintln!(
-            "error: create the report folder {}: {e}\n  fix: pass a writable --report DIR",
+            "error: create the report folder {}: {e}\n  fix: pass a writable --report-dir DIR",
             config.report_dir.display()
         );
         return Err(exit::USAGE);
@@ -248,7 +248,7 @@ fn run_once(
     // used) even when the run is killed before it writes its report.
     if let Err(e) = std::fs::create_dir_all(run.report_folder()) {
         eprintln!(
-            "error: create {}: {e}\n  fix: pass a writable --report DIR",
+            "error: create {}: {e}\n  fix: pass a writable --report-dir DIR",
             run.report_folder().display()
         );
         return (exit::USAGE, None);
@@ -444,7 +444,7 @@ fn breaks_rules(config: &RunConfig, findings: &[TemplateFinding]) -> u8 {
 /// The local Pod MTU a release is judged at, at most (clusters' overlay CNIs run 1450 or lower).
 const RELEASE_MAX_POD_MTU: u32 = 1450;
 
-/// The run's gate from `--gate`, `--require` and the template's declaration; under the
+/// The run's gate from `--gate-profile`, `--require` and the template's declaration; under the
 /// release profile also what it refuses before anything runs (each with its field or flag).
 fn resolve_gate(
     args: &RunArgs,

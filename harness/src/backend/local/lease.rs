@@ -9,7 +9,7 @@
 //! removed. So the engine itself holds the evidence, with no clock to compare: a run is
 //! alive exactly while its lease container runs. A label with a heartbeat cannot do that
 //! here (an engine object's labels never change), and a file beside the report is not seen
-//! by a `gc` given another `--report` or run on another host against the same engine.
+//! by a `gc` given another `--report-dir` or run on another host against the same engine.
 //!
 //! The container carries [`LABEL_LEASE`] (the run id) and the managed label, not the run's
 //! label, so that the run's own inventory of what it left never counts it.

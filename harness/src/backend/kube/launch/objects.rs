@@ -196,7 +196,7 @@ impl LaunchPlan {
             &self.namespace(),
             "--run-id",
             &self.run_id,
-            "--report",
+            "--report-dir",
             REPORTS,
             "--hold-report",
             &self.hold.as_secs().to_string(),

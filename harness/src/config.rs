@@ -34,8 +34,11 @@ impl BackendKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Keep {
+    /// Every scenario's Pods are removed after it.
     Never,
+    /// The Pods of a scenario that did not pass stay.
     OnFailure,
+    /// Every scenario's Pods stay.
     Always,
 }
 

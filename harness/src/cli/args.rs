@@ -185,11 +185,18 @@ pub(crate) struct RunArgs {
     /// Debian base for the fixture images if present in the engine; otherwise debootstrapped.
     #[arg(long, value_name = "REF", default_value = "debian:bookworm")]
     pub(crate) base_image: String,
-    #[arg(long, default_value = "kandev-agent")]
+    /// The template's main container: the one Kandev's agent runs in (UID 1000, no
+    /// capabilities), which gets the reserved workspace and agent volumes.
+    #[arg(long, value_name = "NAME", default_value = "kandev-agent")]
     pub(crate) main_container: String,
-    #[arg(long, default_value = "docker-engine")]
+    /// The template's Docker-in-Docker companion container, whose daemon the agent reaches
+    /// through the Pod-local socket.
+    #[arg(long, value_name = "NAME", default_value = "docker-engine")]
     pub(crate) daemon_container: String,
-    #[arg(long, value_enum, default_value = "managed-pvc")]
+    /// Where /workspace lives, as a Kandev profile sets it: managed-pvc (a claim per session,
+    /// created and deleted with it), empty-dir (the Pod's own emptyDir), existing-claim (a
+    /// claim that already exists: --workspace-claim).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "managed-pvc")]
     pub(crate) workspace_mode: WorkspaceMode,
     /// The claim `--workspace-mode existing-claim` mounts (never created, relabelled or
     /// deleted by the harness).
@@ -200,7 +207,10 @@ pub(crate) struct RunArgs {
     /// its old spelling (deprecated: `--report` names one report elsewhere, as in `gate`).
     #[arg(long = "report-dir", alias = "report", value_name = "DIR")]
     pub(crate) report_dir: Option<PathBuf>,
-    #[arg(long, value_enum, default_value = "never")]
+    /// When a scenario's Pods stay after it, to look inside (each kept Pod prints how to get
+    /// in and the exact `gc` command that removes it later): never, on-failure (of that
+    /// scenario), always. The run then keeps what it set up (its namespace or network) too.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "never")]
     pub(crate) keep: Keep,
     /// The prepare script's bound on waiting for `docker info` (1s to 2m).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(1, 120))]
@@ -436,11 +446,16 @@ fn parse_requirements(text: &str) -> Result<Requirements, String> {
 
 #[derive(Args, Debug)]
 pub(crate) struct ValidateArgs {
+    /// The Pod template to check (a v1/PodTemplate document, as a Kandev profile's
+    /// pod_template_yaml holds it).
     #[arg(long, value_name = "FILE")]
     pub(crate) template: PathBuf,
-    #[arg(long, default_value = "kandev-agent")]
+    /// The template's main container (the agent's), which the rules single out.
+    #[arg(long, value_name = "NAME", default_value = "kandev-agent")]
     pub(crate) main_container: String,
-    #[arg(long, value_enum, default_value = "managed-pvc")]
+    /// The workspace mode the template is used with (managed-pvc, empty-dir,
+    /// existing-claim): some rules depend on it.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "managed-pvc")]
     pub(crate) workspace_mode: WorkspaceMode,
     /// The workspace claim (PVC modes), for the rule that no other volume may alias it.
     #[arg(long, value_name = "NAME")]
@@ -449,6 +464,7 @@ pub(crate) struct ValidateArgs {
     /// `*_REQUIRED` placeholder left, declared capabilities known.
     #[arg(long)]
     pub(crate) for_release: bool,
+    /// text for people (each finding with its field path), json for tools.
     #[arg(long, value_enum, default_value = "text")]
     pub(crate) format: OutputFormat,
 }
@@ -548,5 +564,37 @@ mod tests {
             panic!("gc's time flag")
         };
         assert_eq!(gc.older_than, 120);
+    }
+}
+
+#[cfg(test)]
+mod help {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every command (and subcommand) says what it is for: `--help` is the
+    /// first document an operator reads.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kandev-acceptance", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
     }
 }

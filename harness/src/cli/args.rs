@@ -25,7 +25,7 @@ pub(crate) enum Command {
     Run(Box<RunArgs>),
     /// Run the scenarios from inside a cluster: a Job running the harness image with
     /// `run --in-cluster` as Kandev's executor identity; follows its log, retrieves the
-    /// report into --report DIR, removes what it created and exits with the run's code.
+    /// report into --report-dir DIR, removes what it created and exits with the run's code.
     Launch(Box<LaunchArgs>),
     /// Check a Pod template with Kandev's rules; creates nothing.
     Validate(ValidateArgs),
@@ -90,7 +90,8 @@ pub(crate) struct ClusterArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) context: Option<String>,
     /// An existing namespace to run in (it must admit privileged Pods); default: the run
-    /// creates kandev-acceptance-<run id> and removes it.
+    /// creates kandev-acceptance-<run id> and removes it. For gc: the namespace the runs
+    /// used, swept object by object (the runs' own namespaces are found by label).
     #[arg(long, value_name = "NAME")]
     pub(crate) namespace: Option<String>,
     /// The kind binary.
@@ -298,7 +299,7 @@ pub(crate) struct LaunchArgs {
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = seconds_in(10, u64::MAX))]
     pub(crate) hold: u64,
     /// What `run` takes (passed on to the run in the Pod; --template and --prepare-script
-    /// travel in a Secret, --report is where the report is retrieved to).
+    /// travel in a Secret, --report-dir is where the report is retrieved to).
     #[command(flatten)]
     pub(crate) run: RunArgs,
 }

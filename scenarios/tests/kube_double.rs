@@ -815,6 +815,110 @@ async fn role_twins_fail_exactly_their_check_on_kube_double() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// A run aborted on the double (a second Ctrl-C: no teardown) prints the exact `gc` command
+/// that removes what it left, with the backend, kubeconfig and context it used (before issue
+/// 34 it printed `gc --run ID`, which looks at the local engine, removes nothing and exits 0),
+/// and gives up its Lease as it goes: that command, run as printed, removes the run's
+/// namespace, objects and containers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn an_aborted_runs_hint_is_the_gc_command_that_removes_it_on_kube_double() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (double, images) = engine_double().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = run_command(
+        &double,
+        &images,
+        dir.path(),
+        &["--skip", "template::grant_rules"],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = child.id().unwrap().to_string();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let collected = tokio::spawn(async move {
+        let mut text = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let started = std::time::Instant::now();
+    let id = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "the run never created a Pod"
+        );
+        let id = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .next()
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        if let Some(id) = id
+            && double.state.objects("pods").iter().any(|pod| {
+                pod["metadata"]["labels"][LABEL_RUN] == id.as_str()
+                    && pod["metadata"]["uid"]
+                        .as_str()
+                        .and_then(|uid| double.state.runtime_pod(uid))
+                        .is_some()
+            })
+        {
+            break id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    for _ in 0..2 {
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let status = child.wait().await.unwrap();
+    let text = collected.await.unwrap();
+    assert_eq!(status.code(), Some(130), "{text}");
+    let hint = text
+        .lines()
+        .find_map(|l| {
+            l.split_once("remove leftovers with: ")
+                .map(|(_, c)| c.trim())
+        })
+        .unwrap_or_else(|| panic!("no hint:\n{text}"));
+    let words: Vec<&str> = hint.split_whitespace().collect();
+    let kubeconfig = double.kubeconfig.display().to_string();
+    assert_eq!(
+        words,
+        [
+            "kandev-acceptance",
+            "gc",
+            "--backend",
+            "kube",
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--context",
+            double.context.as_str(),
+            "--run",
+            id.as_str(),
+        ],
+        "{text}"
+    );
+    let gc = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(&words[1..])
+        .output()
+        .await
+        .unwrap();
+    let gc_text = common::output_text(&gc);
+    assert!(gc.status.success(), "the printed command: {gc_text}");
+    assert!(!gc_text.contains("spared"), "{gc_text}");
+    let remaining = left_in_double(&double, &id).await;
+    assert!(remaining.is_empty(), "left in the double: {remaining:?}");
+    let left = left_on_engine(&id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+}
+
 /// The run's namespaces in the double (labelled with `run_id`).
 fn run_namespaces(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
     double

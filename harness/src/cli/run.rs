@@ -391,6 +391,13 @@ async fn watch_signals(run: Arc<Run>) {
             );
             run.cancel();
         } else {
+            // The run gives up its lease first (bounded), so that the command printed works at
+            // once instead of being refused while the lease runs out.
+            if let Some(env) = run.prepared_env()
+                && let Some(teardown) = env.teardown.as_ref()
+            {
+                let _ = tokio::time::timeout(Duration::from_secs(5), teardown.release()).await;
+            }
             eprintln!(
                 "aborting without teardown; remove leftovers with: {}",
                 run.config.gc_command(&run.id)

@@ -31,7 +31,7 @@ pub fn run_command(
 ) -> tokio::process::Command {
     let mut command = command(double, "run");
     command
-        .arg("--report")
+        .arg("--report-dir")
         .arg(dir)
         .args(["--worker-image", &images.worker])
         .args(["--daemon-image", &images.daemon])

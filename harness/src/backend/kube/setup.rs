@@ -401,6 +401,6 @@ impl RunTeardown for Cluster {
     }
 
     async fn release(&self) -> Vec<CleanupRecord> {
-        self.release_lease().await.into_iter().collect()
+        self.give_up_lease().await.into_iter().collect()
     }
 }

@@ -111,8 +111,26 @@ impl RunLease {
         })
     }
 
-    /// Stops renewing and deletes the Lease (absent is fine): the run is over, `gc` may
-    /// collect whatever it kept.
+    /// Stops renewing and gives the Lease up without deleting it, as client-go's leader
+    /// election releases one (`holderIdentity` emptied): the run is over but left what it
+    /// made (`--keep`, an abort), and `gc` sees a released Lease, not a run whose namespace is
+    /// too young to hold one yet.
+    pub async fn give_up(self) -> Result<(), String> {
+        self.renewer.abort();
+        let patch = serde_json::json!({"spec": {"holderIdentity": "", "renewTime": MicroTime(Timestamp::now())}});
+        match self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(crate::error_chain(&e)),
+        }
+    }
+
+    /// Stops renewing and deletes the Lease (absent is fine): the run is over and removed
+    /// what it created.
     pub async fn release(self) -> Result<(), String> {
         self.renewer.abort();
         match self.api.delete(&self.name, &DeleteParams::default()).await {
@@ -169,15 +187,22 @@ pub struct Judged {
     pub evidence: String,
 }
 
-/// Judges one Lease: live while `now` is before `renewTime + leaseDurationSeconds`. A Lease
-/// without a run label is not the harness's (None); one without a renewal time or duration
-/// cannot be live.
+/// Judges one Lease: live while it has a holder and `now` is before `renewTime +
+/// leaseDurationSeconds`. A Lease without a run label is not the harness's (None); one
+/// given up (no holder) or without a renewal time or duration cannot be live.
 pub fn judge(lease: &Lease, now: Timestamp) -> Option<Judged> {
     let run = lease.metadata.labels.as_ref()?.get(LABEL_RUN)?.clone();
     let name = lease.metadata.name.clone().unwrap_or_default();
     let namespace = lease.metadata.namespace.clone().unwrap_or_default();
     let spec = lease.spec.clone().unwrap_or_default();
-    let holder = spec.holder_identity.unwrap_or_else(|| "nobody".into());
+    let holder = spec.holder_identity.unwrap_or_default();
+    if holder.is_empty() {
+        return Some(Judged {
+            run,
+            live: false,
+            evidence: format!("lease {name} in {namespace}, given up by its run"),
+        });
+    }
     let (live, when) = match (spec.renew_time, spec.lease_duration_seconds) {
         (Some(MicroTime(renewed)), Some(seconds)) => {
             let ago = now.as_second() - renewed.as_second();
@@ -250,6 +275,11 @@ mod tests {
         assert!(!expired.live);
         assert!(!judge(&lease(None, Some(60)), now).is_some_and(|j| j.live));
         assert!(!judge(&lease(Some(1_000_000), None), now).is_some_and(|j| j.live));
+        let mut given_up = lease(Some(1_000_000), Some(60));
+        if let Some(spec) = given_up.spec.as_mut() {
+            spec.holder_identity = Some(String::new());
+        }
+        assert!(!judge(&given_up, now).is_some_and(|j| j.live), "given up");
         let mut foreign = lease(Some(1_000_000), Some(60));
         foreign.metadata.labels = None;
         assert!(judge(&foreign, now).is_none(), "not the harness's lease");

@@ -270,14 +270,27 @@ impl Cluster {
         }
     }
 
-    /// Releases the run's Lease (once; absent is fine): what the run kept (`--keep`) is then
-    /// `gc`'s to collect. None when it held none.
+    /// Deletes the run's Lease (once; absent is fine): the run removed what it created.
+    /// None when it held none.
     pub async fn release_lease(&self) -> Option<CleanupRecord> {
         let lease = self.lease.lock().ok()?.take()?;
         let started = Instant::now();
         let object = format!("lease/{}", lease.name);
         let result = lease.release().await;
         Some(cleanup_record(object, started, result))
+    }
+
+    /// Gives the run's Lease up (once) and leaves it for `gc`: what the run kept (`--keep`,
+    /// an abort) is then `gc`'s to collect at once. A record only when that failed (the
+    /// Lease stays, and `gc` spares the run until it runs out).
+    pub async fn give_up_lease(&self) -> Option<CleanupRecord> {
+        let lease = self.lease.lock().ok()?.take()?;
+        let started = Instant::now();
+        let object = format!("lease/{} (giving it up)", lease.name);
+        let result = lease.give_up().await;
+        result
+            .is_err()
+            .then(|| cleanup_record(object, started, result))
     }
 
     async fn set_up_executor(

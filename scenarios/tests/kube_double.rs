@@ -919,6 +919,69 @@ async fn an_aborted_runs_hint_is_the_gc_command_that_removes_it_on_kube_double()
     assert!(left.is_empty(), "left on the engine: {left:?}");
 }
 
+/// `--keep always` on the double: each kept Pod's hint and the kept namespace's hint print
+/// the exact `gc` command, with the kubeconfig and context the run used (before issue 34 they
+/// left out `--context`, and `gc` then refused or looked elsewhere); the run gives its Lease
+/// up as it ends, so that command, run as printed, removes everything at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn keep_hints_print_the_gc_command_that_removes_what_was_kept_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let run = common::kube::run(
+        &double,
+        &images,
+        &["--keep", "always", "--exact", "daemon::socket_only"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.text);
+    let id = run.report.run_id.clone();
+    let expected = format!(
+        "kandev-acceptance gc --backend kube --kubeconfig {} --context {} --run {id}",
+        double.kubeconfig.display(),
+        double.context
+    );
+    let hints: Vec<&str> = run
+        .text
+        .lines()
+        .filter(|l| l.contains("remove later:"))
+        .collect();
+    assert!(
+        hints.iter().any(|l| l.starts_with("kept kandev-")),
+        "no kept Pod's hint:\n{}",
+        run.text
+    );
+    assert!(
+        hints
+            .iter()
+            .any(|l| l.starts_with("kept the run's namespace")),
+        "no kept namespace's hint:\n{}",
+        run.text
+    );
+    for hint in &hints {
+        assert!(hint.contains(&expected), "{hint}\nexpected {expected}");
+    }
+    assert!(
+        double
+            .state
+            .objects("pods")
+            .iter()
+            .any(|pod| pod["metadata"]["labels"][LABEL_RUN] == id.as_str()),
+        "--keep always kept no Pod"
+    );
+    let words: Vec<&str> = expected.split_whitespace().collect();
+    let gc = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(&words[1..])
+        .output()
+        .await
+        .unwrap();
+    let gc_text = common::output_text(&gc);
+    assert!(gc.status.success(), "the printed command: {gc_text}");
+    let remaining = left_in_double(&double, &id).await;
+    assert!(remaining.is_empty(), "left in the double: {remaining:?}");
+    let left = left_on_engine(&id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+}
+
 /// The run's namespaces in the double (labelled with `run_id`).
 fn run_namespaces(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
     double

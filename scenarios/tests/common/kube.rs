@@ -146,6 +146,7 @@ pub async fn left_in_double(double: &cluster_double::KubeDouble, run_id: &str) -
             "rolebindings",
             "secrets",
             "jobs",
+            "leases",
         ]
         .iter()
         .flat_map(|resource| double.state.objects(resource))

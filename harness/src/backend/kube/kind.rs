@@ -5,11 +5,8 @@ use super::errors::ClusterError;
 use crate::pod::compose::Arch;
 use std::path::{Path, PathBuf};
 
-/// The Kind release the harness pins: the one whose release notes list the node image
-/// `kind/cluster.yaml` pins (a node image is supported only by the Kind release that built
-/// it), and the one the nightly workflow installs. The one place it is written in code; a
-/// test holds the config's comment and the workflow to it.
-pub const KIND_VERSION: &str = "v0.33.0";
+/// The Kind release the harness pins (written once, beside the error that names it).
+pub use super::errors::KIND_VERSION;
 
 /// The Kind cluster name a run creates.
 pub fn run_kind_cluster(run_id: &str) -> String {

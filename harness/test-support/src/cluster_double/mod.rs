@@ -41,8 +41,9 @@
 //! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
 //! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
-//! SelfSubjectReviews (`rbac`), and namespaces that stop taking new objects while they
-//! terminate.
+//! SelfSubjectReviews (`rbac`), coordination.k8s.io/v1 Leases validated as the API server
+//! validates their spec (`leases`: what a run holds while it is alive, which `gc` spares),
+//! and namespaces that stop taking new objects while they terminate.
 //!
 //! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
 //! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
@@ -72,8 +73,8 @@
 //!
 //! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
-//! create and delete, each on a `request::Ctx`; `serviceaccount` and `secrets` admit what is
-//! written) or to the exec and port-forward streams (`streams`, `spdy`, `tunnel`); `runtime`
+//! create and delete, each on a `request::Ctx`; `serviceaccount`, `secrets` and `leases`
+//! admit what is written) or to the exec and port-forward streams (`streams`, `spdy`, `tunnel`); `runtime`
 //! runs the stored Pods (`mounts` prepares their volumes, `containers` reads their state and
 //! logs from the engine), `jobs` runs the Job controller, `store` holds the state, `route`
 //! and `status` read requests and write answers. The modules use each other one way only (no

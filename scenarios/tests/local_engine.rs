@@ -1154,3 +1154,74 @@ fn the_harness_image_runs_this_binary_as_non_root_without_a_toolchain() {
     assert!(!record.built);
     assert_eq!(record.id.into_iter().collect::<Vec<_>>(), id);
 }
+
+/// `gc --backend kind` spares the Kind cluster of a run whose engine lease runs (a Kind run
+/// holds one on this host's engine, as a local run does) and deletes the cluster of a run
+/// that is over; `--run` of the live one refuses. Kind cannot run here: a stand-in `kind`
+/// lists two run clusters and records what it is asked to delete; the lease is a real one,
+/// held by this test as a run holds it.
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn gc_of_kind_clusters_spares_a_run_whose_engine_lease_runs() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let live = format!("kindlive-{}", std::process::id());
+    let dead = format!("kinddead-{}", std::process::id());
+    let log = dir.path().join("kind.log");
+    let kind = dir.path().join("kind");
+    std::fs::write(
+        &kind,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nif [ \"$1 $2\" = 'get clusters' ]; then echo kandev-acc-{live}; echo kandev-acc-{dead}; echo someone-elses; fi\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&kind, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let lease = runtime.block_on(async {
+        let engine = kandev_test_support::engine::FixtureEngine::start().await;
+        kandev_harness::backend::local::lease::EngineLease::take(
+            &engine.docker,
+            &engine.images.mock_agent,
+            &live,
+        )
+        .await
+        .unwrap()
+    });
+    let gc = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+            .args(["gc", "--backend", "kind", "--kind-bin"])
+            .arg(&kind)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let refused = gc(&["--run", &live]);
+    assert_eq!(refused.status.code(), Some(2), "{}", output_text(&refused));
+    let all = gc(&["--all"]);
+    let text = output_text(&all);
+    assert!(all.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("spared run {live}: alive (lease container")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("removed kind-cluster/kandev-acc-{dead}")),
+        "{text}"
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let deleted: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("delete cluster"))
+        .collect();
+    assert_eq!(
+        deleted,
+        [format!("delete cluster --name kandev-acc-{dead}")],
+        "{calls}"
+    );
+    runtime.block_on(lease.release()).unwrap();
+    // Released: the live run's cluster is the next gc's to delete.
+    let after = gc(&["--run", &live]);
+    assert!(after.status.success(), "{}", output_text(&after));
+}

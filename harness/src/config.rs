@@ -34,8 +34,11 @@ impl BackendKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Keep {
+    /// Every scenario's Pods are removed after it.
     Never,
+    /// The Pods of a scenario that did not pass stay.
     OnFailure,
+    /// Every scenario's Pods stay.
     Always,
 }
 
@@ -88,7 +91,7 @@ pub struct RunConfig {
     pub backend: BackendKind,
     /// `--backend kind|kube`: where the cluster comes from and how sessions use it.
     pub cluster: ClusterSettings,
-    /// What the run is judged by (`--gate`, `--require`, the template's declaration).
+    /// What the run is judged by (`--gate-profile`, `--require`, the template's declaration).
     pub gate: Gate,
     /// How many scenarios run at once when the operator said so (`--jobs`, or libtest's
     /// `--test-threads`); None: [`host_jobs`], and on a cluster no more than it can hold.
@@ -133,6 +136,82 @@ pub struct ClusterSettings {
     pub platform: Option<crate::pod::compose::Arch>,
 }
 
+impl RunConfig {
+    /// The exact `gc` command that removes what run `run_id` left: its backend and, on a
+    /// cluster, the kubeconfig, context and namespace it used (or the Kind cluster and
+    /// binary), so that the command a hint prints works when pasted as it is. An in-cluster
+    /// run has no context of its own to name: the operator's goes in its place.
+    pub fn gc_command(&self, run_id: &str) -> String {
+        gc_command(self.backend, &self.cluster, run_id)
+    }
+}
+
+/// [`RunConfig::gc_command`] of a run on `backend` with these cluster settings.
+pub fn gc_command(backend: BackendKind, c: &ClusterSettings, run_id: &str) -> String {
+    format!("{} --run {}", gc_where(backend, c), shell_word(run_id))
+}
+
+/// `kandev-acceptance gc` with the backend and where (kubeconfig, context, namespace; Kind
+/// binary and cluster): what names one run (`--run ID`) or every run there (`--all`) follows.
+pub fn gc_where(backend: BackendKind, c: &ClusterSettings) -> String {
+    let mut words = vec![
+        "kandev-acceptance".to_owned(),
+        "gc".to_owned(),
+        "--backend".to_owned(),
+        backend.name().to_owned(),
+    ];
+    match backend {
+        BackendKind::Local => {}
+        BackendKind::Kind => {
+            if let Some(kind) = &c.kind {
+                if kind.kind_bin != std::path::Path::new("kind") {
+                    words.extend([
+                        "--kind-bin".into(),
+                        shell_word(&kind.kind_bin.display().to_string()),
+                    ]);
+                }
+                if let Some(cluster) = &kind.cluster {
+                    words.extend(["--kind-cluster".into(), shell_word(cluster)]);
+                }
+            }
+        }
+        BackendKind::Kube => {
+            if let Some(path) = &c.kubeconfig {
+                words.extend([
+                    "--kubeconfig".into(),
+                    shell_word(&path.display().to_string()),
+                ]);
+            }
+            let context = match &c.context {
+                Some(context) => shell_word(context),
+                None => "<your context>".into(),
+            };
+            words.extend(["--context".into(), context]);
+        }
+    }
+    if backend != BackendKind::Local
+        && let Some(ns) = &c.namespace
+    {
+        words.extend(["--namespace".into(), shell_word(ns)]);
+    }
+    words.join(" ")
+}
+
+/// `word` as one shell word: as it is when only safe characters make it up, else single
+/// quoted (a context named `arn:aws:eks:...:cluster/x` pastes as it is; one with a space
+/// does not break the command).
+pub fn shell_word(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "@%+=:,./_-".contains(c));
+    if safe {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct KindSettings {
     pub kind_bin: PathBuf,
@@ -141,4 +220,47 @@ pub struct KindSettings {
     pub config: PathBuf,
     pub node_image: Option<String>,
     pub keep_cluster: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gc_command_names_everything_the_run_used() {
+        let run = "20261203t000000-abc123";
+        assert_eq!(
+            gc_command(BackendKind::Local, &ClusterSettings::default(), run),
+            format!("kandev-acceptance gc --backend local --run {run}")
+        );
+        let kube = ClusterSettings {
+            kubeconfig: Some("/home/o/my config".into()),
+            context: Some("arn:aws:eks:eu-west-1:1:cluster/ci".into()),
+            namespace: Some("acceptance".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            gc_command(BackendKind::Kube, &kube, run),
+            format!(
+                "kandev-acceptance gc --backend kube --kubeconfig '/home/o/my config' --context arn:aws:eks:eu-west-1:1:cluster/ci --namespace acceptance --run {run}"
+            )
+        );
+        let kind = ClusterSettings {
+            kind: Some(KindSettings {
+                kind_bin: "/opt/kind".into(),
+                cluster: Some("shared".into()),
+                config: "kind/cluster.yaml".into(),
+                node_image: None,
+                keep_cluster: false,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            gc_command(BackendKind::Kind, &kind, run),
+            format!(
+                "kandev-acceptance gc --backend kind --kind-bin /opt/kind --kind-cluster shared --run {run}"
+            )
+        );
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
 }

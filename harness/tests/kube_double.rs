@@ -1618,3 +1618,249 @@ async fn a_job_runs_to_completion_with_its_logs_followed_and_a_deadline_fails_on
     .await;
     eprintln!("Job test: {:?}", started.elapsed());
 }
+
+// ---- Issue 34: cleanup that cannot hurt a running run ----
+
+/// What `gc` asks of the cluster: every run's (or `run`'s) namespaces, none named.
+fn scope(run: Option<&str>, force: bool) -> cluster::GcScope<'_> {
+    cluster::GcScope {
+        namespace: None,
+        run,
+        dry_run: false,
+        force,
+    }
+}
+
+/// A namespace labelled as a run's (as a run creates it) holding that run's Lease, last
+/// renewed `renewed_ago` seconds ago.
+async fn run_with_lease(admin: &kube::Client, run: &str, renewed_ago: Option<i64>) -> String {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Namespace;
+    let ns = cluster::run_namespace(run);
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": ns, "labels": {
+                "acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": run}}})),
+        )
+        .await
+        .unwrap();
+    if let Some(ago) = renewed_ago {
+        let renewed =
+            k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(ago);
+        Api::<Lease>::namespaced(admin.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &typed(json!({"metadata": {"name": cluster::lease_name(run, cluster::Holder::Run),
+                    "labels": {"acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": run}},
+                    "spec": {"holderIdentity": "a test", "leaseDurationSeconds": cluster::LEASE_SECONDS,
+                        "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(renewed)}})),
+            )
+            .await
+            .unwrap();
+    }
+    ns
+}
+
+/// The Lease of a run set up as `--backend kube` sets it up: created with the namespace,
+/// renewed (its `renewTime` moves on, read from the double), and released at teardown.
+/// `gc --all` spares that run, a run whose Lease expired is removed, a namespace too young
+/// to have its run's Lease yet is spared as being set up; `gc --run` of the live run removes
+/// nothing and says why; `--force` removes it. Before issue 34, `gc --backend kube` deleted
+/// every harness namespace, those of runs still going included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_spares_runs_whose_lease_is_live_and_removes_the_rest() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let double = cluster_double::start(None).await.unwrap();
+    let (cluster, _backend) = set_up(&double).await;
+    let admin = admin_client(&double).await;
+    let run = cluster.run_id.clone();
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &cluster.namespace);
+    let name = cluster::lease_name(&run, cluster::Holder::Run);
+    let first = leases.get(&name).await.unwrap();
+    let spec = first.spec.clone().unwrap();
+    assert_eq!(spec.lease_duration_seconds, Some(cluster::LEASE_SECONDS));
+    assert_eq!(
+        first.metadata.labels.as_ref().unwrap()["acceptance.kandev.ai/run"],
+        run
+    );
+
+    let expired = run_with_lease(&admin, "expired-run", Some(600)).await;
+    let young = run_with_lease(&admin, "young-run", None).await;
+    let all = cluster::gc(&admin, &scope(None, false)).await.unwrap();
+    assert_eq!(all.removed, vec![format!("namespace/{expired}")]);
+    let spared: Vec<&str> = all.spared.iter().map(|s| s.run.as_str()).collect();
+    assert!(spared.contains(&run.as_str()), "{:?}", all.spared);
+    assert!(spared.contains(&"young-run"), "{:?}", all.spared);
+    let live = all.spared.iter().find(|s| s.run == run).unwrap();
+    assert!(live.evidence.contains(&name), "{}", live.evidence);
+    assert!(
+        all.spared
+            .iter()
+            .any(|s| s.run == "young-run" && s.evidence.contains("being set up")),
+        "{:?}",
+        all.spared
+    );
+    let gone = |ns: &str| {
+        double
+            .state
+            .object("namespaces", "", ns)
+            .is_none_or(|n| n["status"]["phase"] == "Terminating")
+    };
+    assert!(gone(&expired), "the expired run's namespace is left");
+    assert!(!gone(&cluster.namespace) && !gone(&young));
+
+    // One run by id: a live one is spared, nothing of it removed.
+    let one = cluster::gc(&admin, &scope(Some(&run), false))
+        .await
+        .unwrap();
+    assert!(one.removed.is_empty(), "{:?}", one.removed);
+    assert_eq!(one.spared.len(), 1);
+    assert!(!gone(&cluster.namespace));
+
+    // Renewed: renewTime moves on (every RENEW_EVERY; bounded by twice that).
+    let renewed_first = spec.renew_time.unwrap().0;
+    eventually(
+        "the run's lease renewed",
+        cluster::RENEW_EVERY * 2 + Duration::from_secs(5),
+        || async {
+            let now = leases.get(&name).await.ok()?;
+            let renewed = now.spec?.renew_time?.0;
+            (renewed > renewed_first).then_some(())
+        },
+    )
+    .await;
+
+    // Teardown releases it last; the young run's namespace goes with --force.
+    let records = cluster.teardown().await;
+    assert!(
+        records.iter().any(|r| r.object == format!("lease/{name}")),
+        "{records:?}"
+    );
+    assert!(
+        double
+            .state
+            .object("leases", &cluster.namespace, &name)
+            .is_none()
+    );
+    let forced = cluster::gc(&admin, &scope(Some("young-run"), true))
+        .await
+        .unwrap();
+    assert_eq!(forced.removed, vec![format!("namespace/{young}")]);
+    assert!(forced.spared.is_empty());
+}
+
+/// In an operator's namespace (`--namespace`) the runs' objects are swept one by one: those
+/// of a run whose Lease expired go (its Lease with them), those of a live run stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    let double = cluster_double::start(None).await.unwrap();
+    let admin = admin_client(&double).await;
+    let ns = "operators";
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": ns}})),
+        )
+        .await
+        .unwrap();
+    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap();
+    let live = Cluster::set_up(reached, None, Some(ns), WorkspaceMode::EmptyDir, "live-run")
+        .await
+        .unwrap();
+    // A killed run's leftovers: its executor account and its expired Lease.
+    let labels =
+        json!({"acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": "dead-run"});
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "dead-run-account", "labels": labels}})),
+        )
+        .await
+        .unwrap();
+    let old =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(3600);
+    Api::<Lease>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &typed(
+                json!({"metadata": {"name": "kandev-acceptance-run-dead-run", "labels": labels},
+                "spec": {"leaseDurationSeconds": 60,
+                    "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(old)}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let outcome = cluster::gc(
+        &admin,
+        &cluster::GcScope {
+            namespace: Some(ns),
+            run: None,
+            dry_run: false,
+            force: false,
+        },
+    )
+    .await
+    .unwrap();
+    let mut removed = outcome.removed.clone();
+    removed.sort();
+    assert_eq!(
+        removed,
+        vec![
+            "lease/kandev-acceptance-run-dead-run".to_owned(),
+            "serviceaccount/dead-run-account".to_owned(),
+        ]
+    );
+    assert_eq!(outcome.spared.len(), 1, "{:?}", outcome.spared);
+    assert_eq!(outcome.spared[0].run, "live-run");
+    // The live run's executor objects and Lease are all still there.
+    for (resource, name) in [
+        ("serviceaccounts", "kandev-acceptance-executor"),
+        ("roles", "kandev-acceptance-executor"),
+        ("leases", "kandev-acceptance-run-live-run"),
+    ] {
+        assert!(
+            double.state.object(resource, ns, name).is_some(),
+            "{resource}/{name} of the live run was removed"
+        );
+    }
+    live.teardown().await;
+}
+
+/// A Lease the API server refuses (a duration of 0) is refused by the double as by a real
+/// one (`ValidateLeaseSpec`), with the field named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_double_validates_leases_as_the_api_server_does() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let double = cluster_double::start(None).await.unwrap();
+    let admin = admin_client(&double).await;
+    let leases: Api<Lease> = Api::namespaced(admin, "default");
+    let refused = leases
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}})),
+        )
+        .await;
+    match refused {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422);
+            assert!(
+                status.message.contains("spec.leaseDurationSeconds"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("not refused: {other:?}"),
+    }
+    leases
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 1}})),
+        )
+        .await
+        .unwrap();
+}

@@ -110,6 +110,19 @@ fn the_current_context_is_never_used_implicitly() {
         "--kubeconfig",
         config.to_str().unwrap(),
     ]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("--run ID") && text.contains("--all"),
+        "{text}"
+    );
+    let (code, text, _) = acceptance(&[
+        "gc",
+        "--backend",
+        "kube",
+        "--kubeconfig",
+        config.to_str().unwrap(),
+        "--all",
+    ]);
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("needs an explicit --context"), "{text}");
     assert!(
@@ -161,6 +174,10 @@ fn kind_without_the_kind_binary_names_the_fix() {
         "{text}"
     );
     assert!(text.contains("install kind"), "{text}");
+    assert!(
+        text.contains(kandev_harness::backend::kube::kind::KIND_VERSION),
+        "the pinned Kind release: {text}"
+    );
 }
 
 #[test]
@@ -244,7 +261,14 @@ async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
         .unwrap();
     let proxy = kandev_test_support::connect_proxy::start().await;
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["gc", "--backend", "kube", "--dry-run", "--kubeconfig"])
+        .args([
+            "gc",
+            "--backend",
+            "kube",
+            "--all",
+            "--dry-run",
+            "--kubeconfig",
+        ])
         .arg(&double.kubeconfig)
         .args(["--context", &double.context])
         .env("HTTPS_PROXY", &proxy.url)
@@ -268,7 +292,14 @@ async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
     let through = dir.path().join("kubeconfig");
     std::fs::write(&through, serde_json::to_vec(&config).unwrap()).unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["gc", "--backend", "kube", "--dry-run", "--kubeconfig"])
+        .args([
+            "gc",
+            "--backend",
+            "kube",
+            "--all",
+            "--dry-run",
+            "--kubeconfig",
+        ])
         .arg(&through)
         .args(["--context", &double.context])
         .output()
@@ -276,4 +307,38 @@ async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(proxy.targets().len(), 1, "{:?}", proxy.targets());
+}
+
+/// `launch` runs on kube only: it needs no `--backend` (it reaches the cluster, which here
+/// does not answer: exit 3 with the cause), and refuses another backend, naming the fix.
+#[test]
+fn launch_needs_no_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path());
+    let reports = dir.path().join("reports");
+    let launch = |backend: &[&str]| {
+        let mut args = vec![
+            "launch",
+            "--harness-image",
+            "registry.example/harness:1",
+            "--kubeconfig",
+            config.to_str().unwrap(),
+            "--context",
+            "dead",
+            "--worker-image",
+            "registry.example/worker:1",
+            "--daemon-image",
+            "registry.example/dind:1",
+            "--report",
+            reports.to_str().unwrap(),
+        ];
+        args.extend_from_slice(backend);
+        acceptance(&args)
+    };
+    let (code, text, _) = launch(&[]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("does not answer"), "{text}");
+    let (code, text, _) = launch(&["--backend", "local"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("drop --backend"), "{text}");
 }

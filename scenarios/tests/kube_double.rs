@@ -344,7 +344,8 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     assert!(left.is_empty(), "left on the engine: {left:?}");
     eprintln!("interrupted in {:?}", started.elapsed());
 
-    // Killed: the Job's Pod runs on; gc --run removes the namespace and all in it.
+    // Killed: the Job's Pod runs on, and so does the run in it: `gc --run` refuses (the run's
+    // and the launch's Leases are live); `--force` removes the namespace and all in it.
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let (_, text) = interrupt_launch(
@@ -364,8 +365,23 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
         !left_in_double(&double, &run_id).await.is_empty(),
         "a killed launch removed its objects?"
     );
-    let gc = command(&double, "gc")
+    let refused = command(&double, "gc")
         .args(["--run", &run_id])
+        .output()
+        .await
+        .unwrap();
+    let text = common::output_text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("is still alive") && text.contains("lease"),
+        "{text}"
+    );
+    assert!(
+        !left_in_double(&double, &run_id).await.is_empty(),
+        "a refused gc removed the live run's objects"
+    );
+    let gc = command(&double, "gc")
+        .args(["--run", &run_id, "--force"])
         .output()
         .await
         .unwrap();
@@ -1172,6 +1188,173 @@ async fn role_twins_fail_exactly_their_check_on_kube_double() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// A run aborted on the double (a second Ctrl-C: no teardown) prints the exact `gc` command
+/// that removes what it left, with the backend, kubeconfig and context it used (before issue
+/// 34 it printed `gc --run ID`, which looks at the local engine, removes nothing and exits 0),
+/// and gives up its Lease as it goes: that command, run as printed, removes the run's
+/// namespace, objects and containers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn an_aborted_runs_hint_is_the_gc_command_that_removes_it_on_kube_double() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let (double, images) = engine_double().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = run_command(
+        &double,
+        &images,
+        dir.path(),
+        &["--skip", "template::grant_rules"],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = child.id().unwrap().to_string();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let collected = tokio::spawn(async move {
+        let mut text = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    });
+    let started = std::time::Instant::now();
+    let id = loop {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "the run never created a Pod"
+        );
+        let id = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .next()
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        if let Some(id) = id
+            && double.state.objects("pods").iter().any(|pod| {
+                pod["metadata"]["labels"][LABEL_RUN] == id.as_str()
+                    && pod["metadata"]["uid"]
+                        .as_str()
+                        .and_then(|uid| double.state.runtime_pod(uid))
+                        .is_some()
+            })
+        {
+            break id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    for _ in 0..2 {
+        std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let status = child.wait().await.unwrap();
+    let text = collected.await.unwrap();
+    assert_eq!(status.code(), Some(130), "{text}");
+    let hint = text
+        .lines()
+        .find_map(|l| {
+            l.split_once("remove leftovers with: ")
+                .map(|(_, c)| c.trim())
+        })
+        .unwrap_or_else(|| panic!("no hint:\n{text}"));
+    let words: Vec<&str> = hint.split_whitespace().collect();
+    let kubeconfig = double.kubeconfig.display().to_string();
+    assert_eq!(
+        words,
+        [
+            "kandev-acceptance",
+            "gc",
+            "--backend",
+            "kube",
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--context",
+            double.context.as_str(),
+            "--run",
+            id.as_str(),
+        ],
+        "{text}"
+    );
+    let gc = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(&words[1..])
+        .output()
+        .await
+        .unwrap();
+    let gc_text = common::output_text(&gc);
+    assert!(gc.status.success(), "the printed command: {gc_text}");
+    assert!(!gc_text.contains("spared"), "{gc_text}");
+    let remaining = left_in_double(&double, &id).await;
+    assert!(remaining.is_empty(), "left in the double: {remaining:?}");
+    let left = left_on_engine(&id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+}
+
+/// `--keep always` on the double: each kept Pod's hint and the kept namespace's hint print
+/// the exact `gc` command, with the kubeconfig and context the run used (before issue 34 they
+/// left out `--context`, and `gc` then refused or looked elsewhere); the run gives its Lease
+/// up as it ends, so that command, run as printed, removes everything at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn keep_hints_print_the_gc_command_that_removes_what_was_kept_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let run = common::kube::run(
+        &double,
+        &images,
+        &["--keep", "always", "--exact", "daemon::socket_only"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.text);
+    let id = run.report.run_id.clone();
+    let expected = format!(
+        "kandev-acceptance gc --backend kube --kubeconfig {} --context {} --run {id}",
+        double.kubeconfig.display(),
+        double.context
+    );
+    let hints: Vec<&str> = run
+        .text
+        .lines()
+        .filter(|l| l.contains("remove later:"))
+        .collect();
+    assert!(
+        hints.iter().any(|l| l.starts_with("kept kandev-")),
+        "no kept Pod's hint:\n{}",
+        run.text
+    );
+    assert!(
+        hints
+            .iter()
+            .any(|l| l.starts_with("kept the run's namespace")),
+        "no kept namespace's hint:\n{}",
+        run.text
+    );
+    for hint in &hints {
+        assert!(hint.contains(&expected), "{hint}\nexpected {expected}");
+    }
+    assert!(
+        double
+            .state
+            .objects("pods")
+            .iter()
+            .any(|pod| pod["metadata"]["labels"][LABEL_RUN] == id.as_str()),
+        "--keep always kept no Pod"
+    );
+    let words: Vec<&str> = expected.split_whitespace().collect();
+    let gc = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(&words[1..])
+        .output()
+        .await
+        .unwrap();
+    let gc_text = common::output_text(&gc);
+    assert!(gc.status.success(), "the printed command: {gc_text}");
+    let remaining = left_in_double(&double, &id).await;
+    assert!(remaining.is_empty(), "left in the double: {remaining:?}");
+    let left = left_on_engine(&id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+}
+
 /// The run's namespaces in the double (labelled with `run_id`).
 fn run_namespaces(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
     double
@@ -1183,8 +1366,11 @@ fn run_namespaces(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<Stri
         .collect()
 }
 
-/// A run killed (SIGKILL) once its first Pod runs leaves its namespace behind; `gc --run`
-/// removes it, its objects and its containers, and nothing of another run.
+/// While a run is going, `gc` spares it: `gc --run` refuses and `gc --all` leaves its
+/// namespace (its Lease is live). Killed (SIGKILL) once its first Pod runs, it leaves its
+/// namespace behind with a Lease that stays live for a minute: `gc --run` still refuses,
+/// `--force` removes the namespace, its objects and its containers, and nothing of another
+/// run (issue 34: before, `gc` deleted every harness namespace, live runs' included).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn gc_after_a_killed_run_on_kube_double() {
@@ -1230,13 +1416,50 @@ async fn gc_after_a_killed_run_on_kube_double() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
+    // Alive: spared by --all (a dry run: the other run's namespace stays for the end),
+    // refused by --run.
+    let all = command(&double, "gc")
+        .args(["--all", "--dry-run"])
+        .output()
+        .await
+        .unwrap();
+    let text = common::output_text(&all);
+    assert!(all.status.success(), "{text}");
+    assert!(text.contains(&format!("spared run {id}: alive")), "{text}");
+    assert!(
+        !text.contains(&format!(
+            "namespace/{}",
+            kandev_harness::backend::kube::cluster::run_namespace(&id)
+        )),
+        "{text}"
+    );
+    let refused = command(&double, "gc")
+        .args(["--run", &id])
+        .output()
+        .await
+        .unwrap();
+    let text = common::output_text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(text.contains("is still alive"), "{text}");
     child.kill().await.unwrap();
     // Let in-flight requests of the dead run settle.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let namespaces = run_namespaces(&double, &id);
     assert!(!namespaces.is_empty(), "the killed run left no namespace");
-    let gc = command(&double, "gc")
+    // Its Lease holds a minute after its last renewal: --run still refuses.
+    let refused = command(&double, "gc")
         .args(["--run", &id])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        common::output_text(&refused)
+    );
+    let gc = command(&double, "gc")
+        .args(["--run", &id, "--force"])
         .output()
         .await
         .unwrap();

@@ -710,6 +710,33 @@ fn repeat_runs_the_selection_n_times_and_writes_pass_rates() {
     assert!(!stderr.contains("\u{1b}["), "{stderr}");
 }
 
+/// `--run-id`: a CI job knows its report folder in advance (`<report dir>/<ID>/report.json`),
+/// and the report carries the id.
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn a_given_run_id_names_the_report_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = format!("ci-{}-1", std::process::id());
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args([
+            "run",
+            "--run-id",
+            &id,
+            "--exact",
+            "template::grant_rules",
+            "--report",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(&id).join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["run_id"], id.as_str());
+}
+
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn a_terminal_gets_the_live_view_and_libtest_lines_go_to_a_log() {
@@ -978,6 +1005,8 @@ fn an_interrupted_run_tears_down_and_marks_its_report() {
     assert_nothing_left(&report);
 }
 
+/// While a run is going, `gc` spares it (its lease container runs); killed, its lease ends
+/// with its process, and `gc --run` removes what it left and nothing of another run.
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn gc_removes_what_a_killed_run_left_and_only_that() {
@@ -1015,8 +1044,46 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
     );
 
     let (mut child, id) = start_run_until_containers(dir.path());
+    // Alive: its lease container runs; `gc --run` refuses and removes nothing, `gc` (every
+    // run) spares it (a dry run: the look-alike stays for the end).
+    let lease = format!("name=kandev-acceptance-lease-{id}");
+    assert_eq!(
+        docker_lines(&["ps", "-q", "--filter", &lease]).len(),
+        1,
+        "the live run's lease container"
+    );
+    let refused = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--run", &id])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("is still alive") && text.contains("lease container"),
+        "{text}"
+    );
+    let all = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--dry-run"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&all.stdout).into_owned();
+    assert!(text.contains(&format!("spared run {id}: alive")), "{text}");
+    assert!(!text.contains(&format!("kandev-acceptance-{id}")), "{text}");
     child.kill().unwrap();
     child.wait().unwrap();
+    // Killed: the engine closes the lease's stdin and the container ends (and is removed).
+    let started = std::time::Instant::now();
+    while !docker_lines(&["ps", "-aq", "--filter", &lease]).is_empty() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the killed run's lease container lives on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     // The engine finishes requests the dead run had sent: wait until its objects stop changing.
     let label = format!("label=acceptance.kandev.ai/run={id}");
     settle(&label);
@@ -1363,4 +1430,75 @@ fn the_harness_image_runs_this_binary_as_non_root_without_a_toolchain() {
     assert_eq!(record.role, "harness");
     assert!(!record.built);
     assert_eq!(record.id.into_iter().collect::<Vec<_>>(), id);
+}
+
+/// `gc --backend kind` spares the Kind cluster of a run whose engine lease runs (a Kind run
+/// holds one on this host's engine, as a local run does) and deletes the cluster of a run
+/// that is over; `--run` of the live one refuses. Kind cannot run here: a stand-in `kind`
+/// lists two run clusters and records what it is asked to delete; the lease is a real one,
+/// held by this test as a run holds it.
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn gc_of_kind_clusters_spares_a_run_whose_engine_lease_runs() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let live = format!("kindlive-{}", std::process::id());
+    let dead = format!("kinddead-{}", std::process::id());
+    let log = dir.path().join("kind.log");
+    let kind = dir.path().join("kind");
+    std::fs::write(
+        &kind,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nif [ \"$1 $2\" = 'get clusters' ]; then echo kandev-acc-{live}; echo kandev-acc-{dead}; echo someone-elses; fi\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&kind, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let lease = runtime.block_on(async {
+        let engine = kandev_test_support::engine::FixtureEngine::start().await;
+        kandev_harness::backend::local::lease::EngineLease::take(
+            &engine.docker,
+            &engine.images.mock_agent,
+            &live,
+        )
+        .await
+        .unwrap()
+    });
+    let gc = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+            .args(["gc", "--backend", "kind", "--kind-bin"])
+            .arg(&kind)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let refused = gc(&["--run", &live]);
+    assert_eq!(refused.status.code(), Some(2), "{}", output_text(&refused));
+    let all = gc(&["--all"]);
+    let text = output_text(&all);
+    assert!(all.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("spared run {live}: alive (lease container")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("removed kind-cluster/kandev-acc-{dead}")),
+        "{text}"
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let deleted: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("delete cluster"))
+        .collect();
+    assert_eq!(
+        deleted,
+        [format!("delete cluster --name kandev-acc-{dead}")],
+        "{calls}"
+    );
+    runtime.block_on(lease.release()).unwrap();
+    // Released: the live run's cluster is the next gc's to delete.
+    let after = gc(&["--run", &live]);
+    assert!(after.status.success(), "{}", output_text(&after));
 }

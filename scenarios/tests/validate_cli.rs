@@ -69,6 +69,59 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
         err.contains("not a valid image reference") && err.contains("fix:"),
         "{err}"
     );
+    // --run-id: a CI job names its report folder in advance; the id is checked as the label
+    // value and namespace part it becomes, and an id already used there is refused.
+    let (code, err) = run(&["run", "--run-id", "CI_1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("is no run id") && err.contains("e.g. ci-1234-1"),
+        "{err}"
+    );
+    let used = tempfile::tempdir().unwrap();
+    std::fs::create_dir(used.path().join("ci-7-1")).unwrap();
+    let (code, err) = run(&[
+        "run",
+        "--run-id",
+        "ci-7-1",
+        "--report",
+        used.path().to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("already exists"), "{err}");
+    // existing-claim without a claim: refused at once (it was exit 3 once the images were
+    // built), nothing made, not even the report folder.
+    let reports = tempfile::tempdir().unwrap();
+    let folder = reports.path().join("reports");
+    let (code, err) = run(&[
+        "run",
+        "--workspace-mode",
+        "existing-claim",
+        "--report",
+        folder.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--workspace-claim NAME"), "{err}");
+    assert!(!folder.exists(), "refused before anything was made");
+    // A tag may hold uppercase (distribution/reference's grammar); a repository may not, and
+    // the fix names its lowercase form. The uppercase tag passes on to the next refusal.
+    let (code, err) = run(&["run", "--worker-image", "Team/Worker:V1"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("must be lowercase") && err.contains("\"team/worker:V1\""),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "run",
+        "--worker-image",
+        "team/worker:V1",
+        "--report",
+        "/proc/kandev-acceptance-cannot-write-here",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        !err.contains("image reference") && err.contains("report folder"),
+        "{err}"
+    );
     let (code, err) = run(&[
         "run",
         "--report",
@@ -76,7 +129,22 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
     ]);
     assert_eq!(code, Some(2));
     assert!(
-        err.contains("report folder") && err.contains("fix: pass a writable --report DIR"),
+        err.contains("report folder") && err.contains("fix: pass a writable --report-dir DIR"),
+        "{err}"
+    );
+    // The old spelling still works, with a note naming the new one.
+    assert!(
+        err.contains("note: --report DIR is now --report-dir DIR"),
+        "{err}"
+    );
+    let (code, err) = run(&[
+        "run",
+        "--report-dir",
+        "/proc/kandev-acceptance-cannot-write-here",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("report folder") && !err.contains("note:"),
         "{err}"
     );
     let (code, err) = run(&["report", "show", "/nonexistent/report.json"]);

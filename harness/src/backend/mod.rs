@@ -97,19 +97,42 @@ pub struct Prepared {
 #[async_trait]
 pub trait RunTeardown: Send + Sync {
     async fn teardown(&self) -> Vec<CleanupRecord>;
-    /// How to remove it later, when `--keep` left it in place.
-    fn kept_hint(&self, run_id: &str) -> String;
+    /// What `--keep` left in place and how to remove it later: `gc` is the exact `gc`
+    /// command of the run ([`RunConfig::gc_command`]).
+    fn kept_hint(&self, gc: &str) -> String;
+    /// The run is over but `--keep` leaves what it set up: the run stops holding its lease,
+    /// so that `gc` no longer spares it (returns the release's record, if any).
+    async fn release(&self) -> Vec<CleanupRecord> {
+        Vec::new()
+    }
 }
 
 /// What `gc` is asked to remove.
 #[derive(Debug, Clone)]
 pub struct GcRequest {
-    /// Only what this run created; otherwise everything the harness labelled.
+    /// Only what this run created; otherwise everything the harness labelled (`--all`).
     pub run: Option<String>,
     pub dry_run: bool,
+    /// Remove runs that are still alive too (their lease live).
+    pub force: bool,
     /// Orphaned node state younger than this is left alone (a run may be creating it).
     pub older_than: Duration,
     pub cluster: crate::config::ClusterSettings,
+}
+
+/// What `gc` did: what it removed (or, in a dry run, would remove), and the runs it spared
+/// because they are alive.
+#[derive(Debug, Clone, Default)]
+pub struct GcOutcome {
+    pub removed: Vec<String>,
+    pub spared: Vec<Spared>,
+}
+
+/// A run `gc` left alone because it is alive, and the evidence (its lease).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spared {
+    pub run: String,
+    pub evidence: String,
 }
 
 /// A backend's run-level knowledge: checks of the command line, preparation, `gc`.
@@ -124,8 +147,9 @@ pub trait Provider: Send + Sync {
         false
     }
     async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared>;
-    /// Removes what killed runs left (by label); returns what was (or would be) removed.
-    async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>>;
+    /// Removes what killed runs left (by label), sparing runs that are alive unless
+    /// `force`; returns what was (or would be) removed and who was spared.
+    async fn gc(&self, request: &GcRequest) -> anyhow::Result<GcOutcome>;
 }
 
 /// A Pod the backend created: the UID is what every later delete checks.

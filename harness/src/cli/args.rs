@@ -25,11 +25,13 @@ pub(crate) enum Command {
     Run(Box<RunArgs>),
     /// Run the scenarios from inside a cluster: a Job running the harness image with
     /// `run --in-cluster` as Kandev's executor identity; follows its log, retrieves the
-    /// report into --report DIR, removes what it created and exits with the run's code.
+    /// report into --report-dir DIR, removes what it created and exits with the run's code.
     Launch(Box<LaunchArgs>),
     /// Check a Pod template with Kandev's rules; creates nothing.
     Validate(ValidateArgs),
-    /// Remove what a killed run left behind, by label.
+    /// Remove what killed runs left behind, by label: one run (--run ID) or every run
+    /// (--all; the default locally). Runs still alive (their lease is live) are spared, and
+    /// `--run` of a live run refuses, unless --force.
     Gc(GcArgs),
     /// List every scenario's promise checks, their kind (system or mirror) and the broken twin
     /// that shows each system check can fail (a Markdown table).
@@ -54,6 +56,8 @@ pub(crate) enum Command {
 pub(crate) enum ReportCommand {
     /// Print a report's summary.
     Show {
+        /// The report: its report.json, or the run's folder (<report dir>/<run id>/).
+        #[arg(value_name = "REPORT")]
         file: PathBuf,
         /// Also (re)write `report.html` beside the report.
         #[arg(long)]
@@ -63,8 +67,13 @@ pub(crate) enum ReportCommand {
     /// durations beyond the noise threshold, the environment. Exit code 1 when something
     /// regressed.
     Diff {
+        /// The earlier run's report (its report.json or its folder).
+        #[arg(value_name = "OLD")]
         old: PathBuf,
+        /// The later run's report (its report.json or its folder).
+        #[arg(value_name = "NEW")]
         new: PathBuf,
+        /// text for people, json for tools.
         #[arg(long, value_enum, default_value = "text")]
         format: OutputFormat,
     },
@@ -81,7 +90,8 @@ pub(crate) struct ClusterArgs {
     #[arg(long, value_name = "NAME")]
     pub(crate) context: Option<String>,
     /// An existing namespace to run in (it must admit privileged Pods); default: the run
-    /// creates kandev-acceptance-<run id> and removes it.
+    /// creates kandev-acceptance-<run id> and removes it. For gc: the namespace the runs
+    /// used, swept object by object (the runs' own namespaces are found by label).
     #[arg(long, value_name = "NAME")]
     pub(crate) namespace: Option<String>,
     /// The kind binary.
@@ -94,8 +104,11 @@ pub(crate) struct ClusterArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
-    #[arg(long, value_enum, default_value = "local")]
-    pub(crate) backend: BackendKind,
+    /// What runs the Pods: local (this host's engine; the default for `run`), kind (a Kind
+    /// cluster the run creates from kind/cluster.yaml), kube (an existing cluster: --context).
+    /// `launch` runs on kube only, and needs no --backend.
+    #[arg(long, value_enum)]
+    pub(crate) backend: Option<BackendKind>,
     #[command(flatten)]
     pub(crate) cluster: ClusterArgs,
     /// The Kind cluster configuration (node image pinned by digest).
@@ -143,13 +156,17 @@ pub(crate) struct RunArgs {
     /// Pod's own service account is the executor.
     #[arg(long, value_name = "FILE", conflicts_with = "in_cluster")]
     pub(crate) executor_role: Option<PathBuf>,
-    /// The run's id (default: a fresh one); `launch` passes the id it labels its objects with.
-    #[arg(long, value_name = "ID", hide = true, value_parser = parse_run_id)]
+    /// The run's id (default: a fresh, sortable one, e.g. 20261203t141500-3fa9c1), so that a
+    /// CI job knows its report folder (<report dir>/<ID>/) in advance. It labels every object
+    /// the run creates and names its namespace (kandev-acceptance-<ID>): lowercase letters,
+    /// digits and '-', at most 40, starting and ending with a letter or digit; one not used
+    /// before in the report folder (e.g. ci-${GITHUB_RUN_ID}-${GITHUB_RUN_ATTEMPT}).
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
     pub(crate) run_id: Option<String>,
-    /// After publishing, keep the process (and so its Pod) alive up to SECONDS until the
+    /// After publishing, keep the process (and so its Pod) alive up to DURATION until the
     /// report folder is retrieved (`<report dir>/<run id>.retrieved` appears) or SIGTERM;
     /// then exit with the run's code. For `launch`, which copies the folder out of the Pod.
-    #[arg(long, value_name = "SECONDS", hide = true, requires = "run_id")]
+    #[arg(long, value_name = "DURATION", hide = true, requires = "run_id", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) hold_report: Option<u64>,
     /// --backend kube: admit a privileged inspector Pod (host PID, the node's cgroup tree
     /// read-only) on each session's node for the node view; without it the scenarios that
@@ -174,24 +191,36 @@ pub(crate) struct RunArgs {
     /// Debian base for the fixture images if present in the engine; otherwise debootstrapped.
     #[arg(long, value_name = "REF", default_value = "debian:bookworm")]
     pub(crate) base_image: String,
-    #[arg(long, default_value = "kandev-agent")]
+    /// The template's main container: the one Kandev's agent runs in (UID 1000, no
+    /// capabilities), which gets the reserved workspace and agent volumes.
+    #[arg(long, value_name = "NAME", default_value = "kandev-agent")]
     pub(crate) main_container: String,
-    #[arg(long, default_value = "docker-engine")]
+    /// The template's Docker-in-Docker companion container, whose daemon the agent reaches
+    /// through the Pod-local socket.
+    #[arg(long, value_name = "NAME", default_value = "docker-engine")]
     pub(crate) daemon_container: String,
-    #[arg(long, value_enum, default_value = "managed-pvc")]
+    /// Where /workspace lives, as a Kandev profile sets it: managed-pvc (a claim per session,
+    /// created and deleted with it), empty-dir (the Pod's own emptyDir), existing-claim (a
+    /// claim that already exists: --workspace-claim).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "managed-pvc")]
     pub(crate) workspace_mode: WorkspaceMode,
     /// The claim `--workspace-mode existing-claim` mounts (never created, relabelled or
     /// deleted by the harness).
     #[arg(long, value_name = "NAME")]
     pub(crate) workspace_claim: Option<String>,
-    /// Folder for reports (`<DIR>/<run-id>/report.json`).
-    #[arg(long = "report", value_name = "DIR")]
+    /// The folder reports go in: each run writes <DIR>/<run id>/ (report.json, junit.xml,
+    /// ctrf.json, report.html, logs); default: reports/ of the checkout. `--report DIR` is
+    /// its old spelling (deprecated: `--report` names one report elsewhere, as in `gate`).
+    #[arg(long = "report-dir", alias = "report", value_name = "DIR")]
     pub(crate) report_dir: Option<PathBuf>,
-    #[arg(long, value_enum, default_value = "never")]
+    /// When a scenario's Pods stay after it, to look inside (each kept Pod prints how to get
+    /// in and the exact `gc` command that removes it later): never, on-failure (of that
+    /// scenario), always. The run then keeps what it set up (its namespace or network) too.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "never")]
     pub(crate) keep: Keep,
-    /// The prepare script's bound on waiting for `docker info` (1..=120).
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=120))]
-    pub(crate) docker_ready_timeout: u32,
+    /// The prepare script's bound on waiting for `docker info` (1s to 2m).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(1, 120))]
+    pub(crate) docker_ready_timeout: u64,
     /// The Pod-level pids limit (the kubelet's podPidsLimit).
     #[arg(long, default_value_t = 4096)]
     pub(crate) pod_pids_limit: i64,
@@ -220,17 +249,23 @@ pub(crate) struct RunArgs {
     /// rates in `<report dir>/repeat-<first run id>/repeat.json`.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) repeat: u32,
-    /// Override every scenario's deadline, in seconds.
-    #[arg(long, value_name = "SECONDS")]
+    /// Override every scenario's deadline.
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) scenario_timeout: Option<u64>,
-    /// The longest one step of a scenario may take, in seconds (default: only the
-    /// scenario's deadline applies).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// The longest one step of a scenario may take (default: only the scenario's deadline
+    /// applies).
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) step_timeout: Option<u64>,
-    /// The gate the run is judged by: `release` requires every capability the backend offers
-    /// (docker, compose, browser, node-view; and cluster on kind and kube) and immutable image
-    /// references (digests).
-    #[arg(long, value_enum, default_value = "default")]
+    /// The profile the run is judged by, recorded in its report: `release` requires every
+    /// capability the backend offers (docker, compose, browser, node-view; and cluster on kind
+    /// and kube) and immutable image references (digests). The `gate` command later judges
+    /// such a report for one release's images. `--gate` is its old spelling (deprecated).
+    #[arg(
+        long = "gate-profile",
+        alias = "gate",
+        value_enum,
+        default_value = "default"
+    )]
     pub(crate) gate: GateProfile,
     /// Capabilities the run must be able to check (comma-separated: docker, compose, browser,
     /// node-view, cluster; or none); a scenario that lacks one fails instead of ending skipped or
@@ -238,12 +273,19 @@ pub(crate) struct RunArgs {
     /// (acceptance.kandev.ai/serves).
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
     pub(crate) require: Option<Requirements>,
-    /// The whole run's budget, in seconds: past it, running scenarios tear down and time
-    /// out, and no further scenario starts.
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    /// The whole run's budget: past it, running scenarios tear down and time out, and no
+    /// further scenario starts.
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) deadline: Option<u64>,
     #[command(flatten)]
     pub(crate) libtest: libtest_mimic::Arguments,
+}
+
+impl RunArgs {
+    /// `--backend`, local when not given.
+    pub(crate) fn backend(&self) -> BackendKind {
+        self.backend.unwrap_or_default()
+    }
 }
 
 #[derive(Args, Debug)]
@@ -252,25 +294,25 @@ pub(crate) struct LaunchArgs {
     /// builds one here; push it, or `kind load docker-image` it).
     #[arg(long, value_name = "REF")]
     pub(crate) harness_image: String,
-    /// How long the run inside the Pod may take, in seconds (the Job's deadline, with the
-    /// hold added).
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long the run inside the Pod may take (the Job's deadline, with the hold added).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) job_timeout: u64,
-    /// How long the Job's Pod may take to start (an image pull included), in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    /// How long the Job's Pod may take to start (an image pull included).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) start_timeout: u64,
-    /// How long the finished run waits for its report to be retrieved, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
+    /// How long the finished run waits for its report to be retrieved (at least 10s).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = seconds_in(10, u64::MAX))]
     pub(crate) hold: u64,
     /// What `run` takes (passed on to the run in the Pod; --template and --prepare-script
-    /// travel in a Secret, --report is where the report is retrieved to).
+    /// travel in a Secret, --report-dir is where the report is retrieved to).
     #[command(flatten)]
     pub(crate) run: RunArgs,
 }
 
 /// `launch`'s own options and the host-side ones the Pod's `run` gets otherwise (each takes
 /// a value): not forwarded as they are.
-pub(crate) const NOT_FORWARDED: [&str; 12] = [
+pub(crate) const NOT_FORWARDED: [&str; 14] = [
+    "--run-id",
     "--harness-image",
     "--job-timeout",
     "--start-timeout",
@@ -280,6 +322,7 @@ pub(crate) const NOT_FORWARDED: [&str; 12] = [
     "--kubeconfig",
     "--namespace",
     "--report",
+    "--report-dir",
     "--template",
     "--prepare-script",
     "--executor-role",
@@ -287,8 +330,8 @@ pub(crate) const NOT_FORWARDED: [&str; 12] = [
 
 #[derive(Args, Debug)]
 pub(crate) struct GateArgs {
-    /// The run's report.json.
-    #[arg(long, value_name = "FILE")]
+    /// The run's report: its report.json, or its folder (<report dir>/<run id>/).
+    #[arg(long, value_name = "FILE|DIR")]
     pub(crate) report: PathBuf,
     /// The worker image the release ships, `name@sha256:<digest>`.
     #[arg(long, value_name = "REF@sha256:DIGEST")]
@@ -300,7 +343,7 @@ pub(crate) struct GateArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) template: Option<PathBuf>,
     /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
-    #[arg(long, value_name = "DURATION", value_parser = parse_age)]
+    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX / 1000))]
     pub(crate) max_age: Option<u64>,
     /// Capabilities whose lack fails (default: as the release profile, every capability the
     /// report's backend offers: cluster only on kind and kube); `none` to excuse skipped and
@@ -309,9 +352,12 @@ pub(crate) struct GateArgs {
     pub(crate) require: Option<Requirements>,
 }
 
-/// A run id names labels, a namespace and folders: lowercase letters, digits and `-`, at
-/// most 40 characters (the namespace `kandev-acceptance-<id>` stays a DNS label).
-fn parse_run_id(text: &str) -> Result<String, String> {
+/// A run id is a label value (`acceptance.kandev.ai/run`), a DNS label's part (the namespace
+/// `kandev-acceptance-<id>`, the launch's Job, `kandev-acc-<id>` for Kind) and a folder name:
+/// lowercase letters, digits and `-`, starting and ending with a letter or digit, at most 40
+/// characters (the namespace stays within a DNS label's 63). apimachinery's
+/// `IsValidLabelValue` and `IsDNS1123Label` both hold for such an id.
+pub(crate) fn parse_run_id(text: &str) -> Result<String, String> {
     let fine = !text.is_empty()
         && text.len() <= 40
         && text
@@ -319,27 +365,67 @@ fn parse_run_id(text: &str) -> Result<String, String> {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !text.starts_with('-')
         && !text.ends_with('-');
-    fine.then(|| text.to_owned())
-        .ok_or_else(|| format!("{text:?}: lowercase letters, digits and '-', at most 40"))
+    fine.then(|| text.to_owned()).ok_or_else(|| {
+        format!(
+            "{text:?} is no run id: it labels the run's objects and names its namespace, so lowercase letters, digits and '-', starting and ending with a letter or digit, at most 40 (e.g. ci-1234-1)"
+        )
+    })
 }
 
-/// `90m`, `36h`, `7d`, `3600s` in milliseconds.
-fn parse_age(text: &str) -> Result<u64, String> {
+/// A duration in every time flag's one format: numbers with a unit, `s`, `m`, `h` or `d`,
+/// one after another (`90s`, `10m`, `1h30m`, `7d`), or plain seconds (`90`, as the flags
+/// took before). In seconds.
+pub(crate) fn parse_seconds(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let wrong = || format!("{text:?}: a number with s, m, h or d (e.g. 36h)");
-    let unit = text.chars().last().ok_or_else(wrong)?;
-    let seconds: u64 = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        _ => return Err(wrong()),
-    };
-    text[..text.len() - unit.len_utf8()]
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(seconds * 1000))
-        .ok_or_else(wrong)
+    let wrong =
+        || format!("{text:?} is no duration: write e.g. 90s, 10m, 1h30m, 7d (or plain seconds)");
+    if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit()) {
+        return text.parse::<u64>().map_err(|_| wrong());
+    }
+    let mut total: u64 = 0;
+    let mut number = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit: u64 = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(wrong()),
+        };
+        let n: u64 = number.parse().map_err(|_| wrong())?;
+        number.clear();
+        total = n
+            .checked_mul(unit)
+            .and_then(|s| total.checked_add(s))
+            .ok_or_else(wrong)?;
+    }
+    if !number.is_empty() || text.is_empty() {
+        return Err(wrong());
+    }
+    Ok(total)
+}
+
+/// [`parse_seconds`] within `min..=max` seconds.
+fn seconds_in(
+    min: u64,
+    max: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let seconds = parse_seconds(text)?;
+        if seconds < min || seconds > max {
+            let bound = if max == u64::MAX {
+                format!("at least {min}s")
+            } else {
+                format!("from {min}s to {max}s")
+            };
+            return Err(format!("{text:?} is {seconds}s: {bound}"));
+        }
+        Ok(seconds)
+    }
 }
 
 /// `--require`'s list.
@@ -366,11 +452,16 @@ fn parse_requirements(text: &str) -> Result<Requirements, String> {
 
 #[derive(Args, Debug)]
 pub(crate) struct ValidateArgs {
+    /// The Pod template to check (a v1/PodTemplate document, as a Kandev profile's
+    /// pod_template_yaml holds it).
     #[arg(long, value_name = "FILE")]
     pub(crate) template: PathBuf,
-    #[arg(long, default_value = "kandev-agent")]
+    /// The template's main container (the agent's), which the rules single out.
+    #[arg(long, value_name = "NAME", default_value = "kandev-agent")]
     pub(crate) main_container: String,
-    #[arg(long, value_enum, default_value = "managed-pvc")]
+    /// The workspace mode the template is used with (managed-pvc, empty-dir,
+    /// existing-claim): some rules depend on it.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "managed-pvc")]
     pub(crate) workspace_mode: WorkspaceMode,
     /// The workspace claim (PVC modes), for the rule that no other volume may alias it.
     #[arg(long, value_name = "NAME")]
@@ -379,6 +470,7 @@ pub(crate) struct ValidateArgs {
     /// `*_REQUIRED` placeholder left, declared capabilities known.
     #[arg(long)]
     pub(crate) for_release: bool,
+    /// text for people (each finding with its field path), json for tools.
     #[arg(long, value_enum, default_value = "text")]
     pub(crate) format: OutputFormat,
 }
@@ -396,14 +488,119 @@ pub(crate) struct GcArgs {
     pub(crate) backend: BackendKind,
     #[command(flatten)]
     pub(crate) cluster: ClusterArgs,
-    /// Only what this run created; default: everything the harness labelled.
-    #[arg(long, value_name = "ID")]
+    /// Only what this run created (its id is its report folder's name).
+    #[arg(long, value_name = "ID", value_parser = parse_run_id)]
     pub(crate) run: Option<String>,
+    /// Every run the harness labelled that is not alive. Required on a cluster (kind, kube)
+    /// when --run is not given; locally it is the default.
+    #[arg(long, conflicts_with = "run")]
+    pub(crate) all: bool,
+    /// Also remove runs that are still alive (their lease is live): only for a run whose
+    /// process is gone before its lease expired, or a lease you know to be stale.
+    #[arg(long)]
+    pub(crate) force: bool,
     /// List what would be removed; remove nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
     /// Orphaned Pod cgroups (their Pod's containers gone, no process left) are removed only
-    /// when older than this many seconds, so that a Pod being created right now is safe.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    /// when older than this, so that a Pod being created right now is safe.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(0, u64::MAX))]
     pub(crate) older_than: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_time_flag_takes_one_duration_format() {
+        for (text, seconds) in [
+            ("90", 90),
+            ("90s", 90),
+            ("10m", 600),
+            ("1h30m", 5400),
+            ("36h", 129_600),
+            ("7d", 604_800),
+            ("1d2h3m4s", 93_784),
+        ] {
+            assert_eq!(parse_seconds(text), Ok(seconds), "{text}");
+        }
+        for bad in ["", "m", "10x", "1h30", "-5", "1.5h", "h1"] {
+            let problem = parse_seconds(bad).unwrap_err();
+            assert!(problem.contains("e.g. 90s, 10m, 1h30m"), "{bad}: {problem}");
+        }
+        let parse = |line: &str| Cli::try_parse_from(line.split_whitespace());
+        let Ok(Cli {
+            command: Command::Run(run),
+        }) = parse(
+            "kandev-acceptance run --deadline 10m --step-timeout 90 --docker-ready-timeout 2m",
+        )
+        else {
+            panic!("run's time flags")
+        };
+        assert_eq!(
+            (run.deadline, run.step_timeout, run.docker_ready_timeout),
+            (Some(600), Some(90), 120)
+        );
+        assert!(parse("kandev-acceptance run --docker-ready-timeout 3m").is_err());
+        let Ok(Cli {
+            command: Command::Launch(launch),
+        }) = parse("kandev-acceptance launch --harness-image h --hold 15m")
+        else {
+            panic!("launch's time flags")
+        };
+        assert_eq!(
+            (launch.job_timeout, launch.start_timeout, launch.hold),
+            (3600, 300, 900)
+        );
+        assert!(parse("kandev-acceptance launch --harness-image h --hold 5s").is_err());
+        let Ok(Cli {
+            command: Command::Gate(gate),
+        }) = parse(
+            "kandev-acceptance gate --report r --worker-image w --daemon-image d --max-age 36h",
+        )
+        else {
+            panic!("gate's time flag")
+        };
+        assert_eq!(gate.max_age, Some(129_600));
+        let Ok(Cli {
+            command: Command::Gc(gc),
+        }) = parse("kandev-acceptance gc --older-than 2m")
+        else {
+            panic!("gc's time flag")
+        };
+        assert_eq!(gc.older_than, 120);
+    }
+}
+
+#[cfg(test)]
+mod help {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every command (and subcommand) says what it is for: `--help` is the
+    /// first document an operator reads.
+    #[test]
+    fn every_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_long_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "kandev-acceptance", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
 }

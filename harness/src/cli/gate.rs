@@ -22,7 +22,7 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             return exit::USAGE;
         }
     }
-    let report = match super::report::read(&args.report) {
+    let report = match super::report::read(&super::report::report_file(&args.report)) {
         Ok(report) => report,
         Err(code) => return code,
     };
@@ -37,7 +37,7 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
         worker_image: args.worker_image.clone(),
         daemon_image: args.daemon_image.clone(),
         template_sha256,
-        max_age_ms: args.max_age,
+        max_age_ms: args.max_age.map(|seconds| seconds * 1000),
         // As the release profile: every capability the report's backend can have at all.
         requires: args
             .require

@@ -12,10 +12,22 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub(crate) fn launch(
-    args: LaunchArgs,
+    mut args: LaunchArgs,
     registry: Vec<Scenario>,
     runtime: &tokio::runtime::Runtime,
 ) -> u8 {
+    // Its only backend: --backend kube may be given, and is assumed when it is not.
+    match args.run.backend {
+        None => args.run.backend = Some(BackendKind::Kube),
+        Some(BackendKind::Kube) => {}
+        Some(other) => {
+            eprintln!(
+                "error: launch runs in an existing cluster, not on --backend {}\n  fix: drop --backend (launch needs none) and pass --context NAME",
+                other.name()
+            );
+            return exit::USAGE;
+        }
+    }
     let run = &args.run;
     if run.libtest.list {
         return super::run::run(args.run, registry, runtime);
@@ -74,7 +86,16 @@ pub(crate) fn launch(
         },
         None => executor_role("", run.workspace_mode, &BTreeMap::new()),
     };
-    let run_id = crate::pod::identity::new_run_id();
+    // `--run-id`: the launch's objects, the run in the Pod and the retrieved report folder
+    // all carry it.
+    let run_id = run
+        .run_id
+        .clone()
+        .unwrap_or_else(crate::pod::identity::new_run_id);
+    let gc_where = crate::config::gc_where(
+        BackendKind::Kube,
+        &super::run::cluster_settings(BackendKind::Kube, &run.cluster, None),
+    );
     let plan = LaunchPlan {
         run_id: run_id.clone(),
         namespace: run.cluster.namespace.clone(),
@@ -86,6 +107,7 @@ pub(crate) fn launch(
         hold: Duration::from_secs(args.hold),
         inputs,
         run_args,
+        gc_where: gc_where.clone(),
     };
     let report_dir = run.report_dir.clone().unwrap_or_else(crate::paths::reports);
     let context = run.cluster.context.clone();
@@ -137,13 +159,8 @@ pub(crate) fn launch(
     }
     if leftovers {
         eprintln!(
-            "  fix: kandev-acceptance gc --backend kube --context {} --run {run_id}{}",
-            context.unwrap_or_default(),
-            run.cluster
-                .namespace
-                .as_ref()
-                .map(|ns| format!(" --namespace {ns}"))
-                .unwrap_or_default()
+            "  fix: {gc_where} --run {}",
+            crate::config::shell_word(&run_id)
         );
         // A run's own failure or interruption says more than the leftovers do.
         if code == exit::SUCCESS {
@@ -156,23 +173,14 @@ pub(crate) fn launch(
 /// What `launch` refuses before creating anything.
 fn refused(args: &LaunchArgs) -> Result<(), String> {
     let run = &args.run;
-    if run.backend != BackendKind::Kube {
-        return Err(
-            "launch runs in an existing cluster: pass --backend kube --context NAME".into(),
-        );
-    }
     if run.cluster.context.is_none() {
         return Err("launch needs --context NAME: the harness never uses the kubeconfig's current context implicitly".into());
     }
     if run.worker_image.is_none() || run.daemon_image.is_none() {
         return Err("launch runs your images: pass --worker-image and --daemon-image references the cluster can pull".into());
     }
-    if run.in_cluster
-        || run.bookkeeper_token.is_some()
-        || run.run_id.is_some()
-        || run.hold_report.is_some()
-    {
-        return Err("--in-cluster, --bookkeeper-token, --run-id and --hold-report are launch's to set for the run in the Pod".into());
+    if run.in_cluster || run.bookkeeper_token.is_some() || run.hold_report.is_some() {
+        return Err("--in-cluster, --bookkeeper-token and --hold-report are launch's to set for the run in the Pod".into());
     }
     if run.repeat > 1 {
         return Err("launch runs the selection once: run launch again for another run".into());
@@ -244,5 +252,24 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(format!("{:?}", launch.run), format!("{run:?}"));
+    }
+
+    /// `launch --run-id ID` names the launch (its objects, the run in the Pod, the report
+    /// folder retrieved): launch passes it on itself, once.
+    #[test]
+    fn a_launch_run_id_is_launchs_to_pass_on() {
+        let given = "kandev-acceptance launch --harness-image h:1 --context c --run-id ci-9-1 --worker-image w:1 --daemon-image d:1";
+        let Command::Launch(launch) = Cli::try_parse_from(argv(given)).unwrap().command else {
+            panic!("not launch")
+        };
+        assert_eq!(launch.run.run_id.as_deref(), Some("ci-9-1"));
+        assert!(refused(&launch).is_ok());
+        let forwarded = forwarded(&argv(given));
+        assert!(
+            !forwarded
+                .iter()
+                .any(|a| a.contains("run-id") || a == "ci-9-1"),
+            "{forwarded:?}"
+        );
     }
 }

@@ -10,6 +10,7 @@ mod gc;
 mod hold;
 mod image;
 mod launch;
+mod reference;
 mod report;
 mod run;
 mod validate;
@@ -43,6 +44,9 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    for note in deprecated(&std::env::args().collect::<Vec<_>>()) {
+        eprintln!("note: {note}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,6 +77,37 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
 /// (`harness/tests/docs.rs` parses every command the docs quote with it).
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+/// Old spellings `run` and `launch` still take, each with its new one: `--report DIR`
+/// (`--report` names one report elsewhere, as in `gate`) and `--gate PROFILE` (the `gate`
+/// command is another thing).
+fn deprecated(argv: &[String]) -> Vec<&'static str> {
+    let mut words = argv.iter().skip(1);
+    if !words
+        .by_ref()
+        .find(|w| !w.starts_with('-'))
+        .is_some_and(|command| command == "run" || command == "launch")
+    {
+        return Vec::new();
+    }
+    let mut notes = Vec::new();
+    for word in words.take_while(|w| *w != "--") {
+        let flag = word.split_once('=').map_or(word.as_str(), |(f, _)| f);
+        let note = match flag {
+            "--report" => {
+                "--report DIR is now --report-dir DIR (the old spelling still works; `--report` names one report, as in `gate --report`)"
+            }
+            "--gate" => {
+                "--gate PROFILE is now --gate-profile PROFILE (the old spelling still works; `gate` is the command that judges a report for a release)"
+            }
+            _ => continue,
+        };
+        if !notes.contains(&note) {
+            notes.push(note);
+        }
+    }
+    notes
 }
 
 pub(crate) fn read_input(path: &PathBuf, what: &str) -> Result<String, u8> {
@@ -110,4 +145,30 @@ pub(crate) fn fixtures_ready() -> Result<(), u8> {
             crate::paths::PathsError::Embedded(_) => exit::ENVIRONMENT,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deprecated;
+
+    fn argv(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn old_spellings_get_a_note_with_the_new_one() {
+        let notes = deprecated(&argv(
+            "kandev-acceptance run --report r --gate=release --report r2",
+        ));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].contains("--report-dir") && notes[1].contains("--gate-profile"));
+        assert!(deprecated(&argv("kandev-acceptance launch --report=r")).len() == 1);
+        for quiet in [
+            "kandev-acceptance run --report-dir r --gate-profile release",
+            "kandev-acceptance gate --report r/report.json",
+            "kandev-acceptance run -- --report",
+        ] {
+            assert!(deprecated(&argv(quiet)).is_empty(), "{quiet}");
+        }
+    }
 }

@@ -1,14 +1,27 @@
-//! `report show FILE [--html]` and `report diff OLD NEW [--format text|json]`.
+//! `report show REPORT [--html]` and `report diff OLD NEW [--format text|json]`; a REPORT is
+//! a report.json or the run's folder holding it.
 
 use super::args::{OutputFormat, ReportCommand};
 use crate::outputs::{console, diff, html};
 use kandev_report::{Report, ReportTooNew, exit};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub(crate) fn report(command: ReportCommand) -> u8 {
     match command {
-        ReportCommand::Show { file, html } => show(&file, html),
-        ReportCommand::Diff { old, new, format } => compare(&old, &new, format),
+        ReportCommand::Show { file, html } => show(&report_file(&file), html),
+        ReportCommand::Diff { old, new, format } => {
+            compare(&report_file(&old), &report_file(&new), format)
+        }
+    }
+}
+
+/// A report as every command names one: its report.json, or the run's folder holding it
+/// (`<report dir>/<run id>/`, what `run --report-dir` and `--run-id` name in advance).
+pub(crate) fn report_file(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join("report.json")
+    } else {
+        path.to_owned()
     }
 }
 
@@ -21,7 +34,7 @@ pub(crate) fn read(file: &Path) -> Result<Report, u8> {
             eprintln!("error: read report {}: {e}", file.display());
         } else {
             eprintln!(
-                "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
+                "error: read report {}: {e:#}\n  fix: pass a run's report folder (<report dir>/<run id>/) or the report.json in it",
                 file.display()
             );
         }
@@ -58,4 +71,19 @@ fn compare(old: &Path, new: &Path, format: OutputFormat) -> u8 {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default()),
     }
     diff::exit_code(&d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report_file;
+
+    /// `gate --report`, `report show` and `report diff` take a run's folder as well as its
+    /// report.json (what `run --report-dir DIR --run-id ID` names in advance).
+    #[test]
+    fn a_report_is_its_file_or_its_run_folder() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(report_file(dir.path()), dir.path().join("report.json"));
+        let file = dir.path().join("report.json");
+        assert_eq!(report_file(&file), file);
+    }
 }

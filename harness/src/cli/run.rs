@@ -8,7 +8,7 @@ use crate::backend::BackendKind;
 use crate::config::{ClusterSettings, Keep, KindSettings, RunConfig};
 use crate::pod::template::{
     DAEMON_IMAGE_PLACEHOLDER, Severity, TemplateFile, TemplateFinding, WORKER_IMAGE_PLACEHOLDER,
-    ignored_image_flag,
+    WorkspaceMode, ignored_image_flag,
 };
 use crate::runner::{Run, Scenario};
 use k8s_openapi::api::core::v1::PodTemplate;
@@ -150,7 +150,8 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
             .clone()
             .unwrap_or_else(crate::paths::reports),
         keep: args.keep,
-        docker_ready_timeout_seconds: args.docker_ready_timeout,
+        // At most 120 (its parser's bound).
+        docker_ready_timeout_seconds: u32::try_from(args.docker_ready_timeout).unwrap_or(120),
         pod_pids_limit: args.pod_pids_limit,
         pod_mtu: args.pod_mtu,
         scenario_timeout: args.scenario_timeout.map(Duration::from_secs),
@@ -158,8 +159,8 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         optional_tools: args.optional_tools.clone(),
         retries: args.retries,
         workspace_claim: args.workspace_claim.clone(),
-        backend: args.backend,
-        cluster: cluster_settings(args.backend, &args.cluster, Some(args)),
+        backend: args.backend(),
+        cluster: cluster_settings(args.backend(), &args.cluster, Some(args)),
         step_timeout: args.step_timeout.map(Duration::from_secs),
         deadline: args.deadline.map(Duration::from_secs),
         // Resolved below, once the template's declaration is read.
@@ -167,6 +168,10 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         jobs: args.jobs.or(args.libtest.test_threads),
     };
     if let Err(message) = crate::backend::provider(config.backend).check(&config) {
+        eprintln!("error: {message}");
+        return Err(exit::USAGE);
+    }
+    if let Err(message) = claim_given(config.workspace_mode, config.workspace_claim.as_deref()) {
         eprintln!("error: {message}");
         return Err(exit::USAGE);
     }
@@ -231,20 +236,28 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
             return Err(exit::USAGE);
         }
     };
-    for image in [&config.worker_image, &config.daemon_image]
-        .into_iter()
-        .flatten()
-    {
-        if !valid_reference(image) {
-            eprintln!(
-                "error: {image:?} is not a valid image reference\n  fix: pass name[:tag][@sha256:<64 hex>] of an image present in the engine"
-            );
+    for (flag, image) in [
+        ("--worker-image", &config.worker_image),
+        ("--daemon-image", &config.daemon_image),
+    ] {
+        if let Some(Err(problem)) = image.as_deref().map(super::reference::check) {
+            eprintln!("error: {flag} {problem}");
             return Err(exit::USAGE);
         }
     }
+    // A run id names one run: a folder it already names holds another run's report.
+    if let Some(id) = &args.run_id
+        && config.report_dir.join(id).exists()
+    {
+        eprintln!(
+            "error: --run-id {id}: {} already exists (a run with this id was made before); nothing was created\n  fix: pass an id not used before in this report folder (in CI, e.g. ci-<run number>-<attempt>), or remove that folder",
+            config.report_dir.join(id).display()
+        );
+        return Err(exit::USAGE);
+    }
     if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
         eprintln!(
-            "error: create the report folder {}: {e}\n  fix: pass a writable --report DIR",
+            "error: create the report folder {}: {e}\n  fix: pass a writable --report-dir DIR",
             config.report_dir.display()
         );
         return Err(exit::USAGE);
@@ -276,7 +289,7 @@ fn run_once(
     // used) even when the run is killed before it writes its report.
     if let Err(e) = std::fs::create_dir_all(run.report_folder()) {
         eprintln!(
-            "error: create {}: {e}\n  fix: pass a writable --report DIR",
+            "error: create {}: {e}\n  fix: pass a writable --report-dir DIR",
             run.report_folder().display()
         );
         return (exit::USAGE, None);
@@ -442,15 +455,6 @@ fn selection(libtest: &libtest_mimic::Arguments, registry: &[Scenario]) -> Selec
     }
 }
 
-fn valid_reference(reference: &str) -> bool {
-    !reference.is_empty()
-        && reference.len() <= 255
-        && reference
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/:@".contains(c))
-        && !reference.starts_with(['.', '-', '/', ':', '@'])
-}
-
 async fn watch_signals(run: Arc<Run>) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let mut seen = 0;
@@ -470,18 +474,54 @@ async fn watch_signals(run: Arc<Run>) {
         seen += 1;
         if seen == 1 {
             eprintln!(
-                "\ncancelling: tearing down what the run created (interrupt again to abort now; `kandev-acceptance gc --run {}` removes leftovers)",
-                run.id
+                "\ncancelling: tearing down what the run created (interrupt again to abort now; `{}` removes leftovers)",
+                run.config.gc_command(&run.id)
             );
             run.cancel();
         } else {
+            // The run gives up its lease first (bounded), so that the command printed works at
+            // once instead of being refused while the lease runs out.
+            if let Some(env) = run.prepared_env()
+                && let Some(teardown) = env.teardown.as_ref()
+            {
+                let _ = tokio::time::timeout(Duration::from_secs(5), teardown.release()).await;
+            }
             eprintln!(
-                "aborting without teardown; remove leftovers with: kandev-acceptance gc --run {}",
-                run.id
+                "aborting without teardown; remove leftovers with: {}",
+                run.config.gc_command(&run.id)
             );
             std::process::exit(i32::from(exit::INTERRUPTED));
         }
     }
+}
+
+/// `--workspace-mode existing-claim` mounts a claim that already exists: without
+/// `--workspace-claim` (or with a name no claim can have) the run is refused before any
+/// image is built, not when its first session is created.
+fn claim_given(mode: WorkspaceMode, claim: Option<&str>) -> Result<(), String> {
+    match (mode, claim) {
+        (WorkspaceMode::ExistingClaim, None) => Err(
+            "--workspace-mode existing-claim mounts a claim that already exists, and none is named; nothing was created\n  fix: pass --workspace-claim NAME (the PersistentVolumeClaim, in the run's namespace; locally, the engine volume), or another --workspace-mode".into(),
+        ),
+        (_, Some(name)) if !dns_subdomain(name) => Err(format!(
+            "--workspace-claim {name:?} is no claim's name: a PersistentVolumeClaim's name is a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253, starting and ending with a letter or digit); nothing was created\n  fix: pass the claim's name as `kubectl get pvc` shows it"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// apimachinery's `IsDNS1123Subdomain` (`NameIsDNSSubdomain`, which validates a
+/// PersistentVolumeClaim's name).
+fn dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 /// Refuses the run: the template breaks Kandev's rules (every finding named).
@@ -499,7 +539,7 @@ fn breaks_rules(config: &RunConfig, findings: &[TemplateFinding]) -> u8 {
 /// The local Pod MTU a release is judged at, at most (clusters' overlay CNIs run 1450 or lower).
 const RELEASE_MAX_POD_MTU: u32 = 1450;
 
-/// The run's gate from `--gate`, `--require` and the template's declaration; under the
+/// The run's gate from `--gate-profile`, `--require` and the template's declaration; under the
 /// release profile also what it refuses before anything runs (each with its field or flag).
 fn resolve_gate(
     args: &RunArgs,
@@ -607,16 +647,16 @@ mod tests {
     }
 
     #[test]
-    fn image_references_are_checked() {
-        for good in [
-            "kandev-acceptance/worker:abc",
-            "registry.example/w@sha256:0123",
-            "w",
-        ] {
-            assert!(valid_reference(good), "{good}");
-        }
-        for bad in ["", "Upper/Case", "-x", "a b", "/x"] {
-            assert!(!valid_reference(bad), "{bad}");
+    fn an_existing_claim_run_names_its_claim() {
+        let refused = claim_given(WorkspaceMode::ExistingClaim, None).unwrap_err();
+        assert!(refused.contains("--workspace-claim NAME"), "{refused}");
+        assert!(claim_given(WorkspaceMode::ExistingClaim, Some("team-workspace")).is_ok());
+        assert!(claim_given(WorkspaceMode::ManagedPvc, None).is_ok());
+        for bad in ["Team", "-x", "a..b", "a_b"] {
+            assert!(
+                claim_given(WorkspaceMode::ExistingClaim, Some(bad)).is_err(),
+                "{bad}"
+            );
         }
     }
 }

@@ -97,7 +97,7 @@ pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
     let mut reasons = Vec::new();
     if report.gate.profile != GateProfile::Release {
         reasons.push(format!(
-            "the run was judged by the {} gate, not the release gate (run it with --gate release)",
+            "the run was judged by the {} gate, not the release gate (run it with --gate-profile release)",
             report.gate.profile.name()
         ));
     }

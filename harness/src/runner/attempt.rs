@@ -139,11 +139,10 @@ impl Run {
             .await;
         for pod in kept {
             eprintln!(
-                "kept {}: {}   (remove later: kandev-acceptance gc --backend {} --run {})",
+                "kept {}: {}   (remove later: {})",
                 pod.name,
                 env.backend.keep_hint(&pod, &self.config.main_container),
-                self.config.backend.name(),
-                self.id
+                self.config.gc_command(&self.id)
             );
         }
     }

@@ -38,8 +38,8 @@ impl Run {
                 teardown.teardown().await
             }
             Some(teardown) => {
-                eprintln!("{}", teardown.kept_hint(&self.id));
-                Vec::new()
+                eprintln!("{}", teardown.kept_hint(&self.config.gc_command(&self.id)));
+                teardown.release().await
             }
             None => Vec::new(),
         };

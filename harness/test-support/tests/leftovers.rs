@@ -121,13 +121,14 @@ async fn gc_removes_the_containers_of_a_pod_a_killed_test_posted_through_the_dou
         .gc(&GcRequest {
             run: Some(test_run_id().to_owned()),
             dry_run: false,
+            force: false,
             older_than: Duration::from_secs(3600),
             cluster: Default::default(),
         })
         .await
         .unwrap();
     assert!(
-        removed.iter().any(|r| r.starts_with("container/")),
+        removed.removed.iter().any(|r| r.starts_with("container/")),
         "gc --run {} removed no container: {removed:?}",
         test_run_id()
     );

@@ -348,6 +348,65 @@ async fn kubectl_drives_an_operators_session_on_the_double() {
     assert!(requests.iter().any(|r| r.watch));
 }
 
+/// The Leases a run holds (issue 34) as kubectl sees them: discovery lists the resource in
+/// coordination.k8s.io/v1, the harness's own Lease (taken by `Cluster::set_up`) is listed by
+/// its run label and read back, `kubectl apply -f` stores an operator's, and one the API
+/// server refuses (`leaseDurationSeconds: 0`, `ValidateLeaseSpec`) is refused with the field
+/// named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_the_runs_leases_on_the_double() {
+    let double = cluster_double::start(None).await.unwrap();
+    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap();
+    let run = "real-clients-lease";
+    let cluster = cluster::Cluster::set_up(reached, None, None, WorkspaceMode::EmptyDir, run)
+        .await
+        .unwrap();
+    let ns = cluster.namespace.clone();
+    let folder = tempfile::tempdir().unwrap();
+    let folder_path = folder.path().to_owned();
+    let kubectl = Kubectl::new(&double);
+    tokio::task::spawn_blocking(move || {
+        let k = &kubectl;
+        let resources = k.run(&["api-resources", "--api-group", "coordination.k8s.io"]);
+        assert!(
+            resources
+                .lines()
+                .any(|l| l.starts_with("leases") && l.contains("coordination.k8s.io/v1")),
+            "{resources}"
+        );
+        let selector = format!("acceptance.kandev.ai/run={run}");
+        let listed = k.run(&["-n", &ns, "get", "leases", "-l", &selector, "-o", "name"]);
+        let name = cluster::lease_name(run, cluster::Holder::Run);
+        assert_eq!(
+            lines(&listed),
+            [format!("lease.coordination.k8s.io/{name}")]
+        );
+        let lease: Value =
+            serde_json::from_str(&k.run(&["-n", &ns, "get", "lease", &name, "-o", "json"]))
+                .unwrap();
+        assert_eq!(
+            lease["spec"]["leaseDurationSeconds"],
+            cluster::LEASE_SECONDS
+        );
+        assert!(lease["spec"]["renewTime"].is_string(), "{lease}");
+        let lease = |seconds: i32| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "operators", "namespace": ns},
+                "spec": {"holderIdentity": "an operator", "leaseDurationSeconds": seconds}})
+        };
+        let good = manifest(&folder_path, "lease.yaml", &[lease(30)]);
+        k.run(&["apply", "-f", &good]);
+        let refused = manifest(&folder_path, "bad-lease.yaml", &[lease(0)]);
+        let err = k.fails(&["apply", "-f", &refused]);
+        assert!(err.contains("spec.leaseDurationSeconds"), "{err}");
+    })
+    .await
+    .unwrap();
+    cluster.teardown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_drives_an_operators_session_on_the_double() {
     // The Python that has the client: `python3`, else Debian's own (a pyenv python3 first on

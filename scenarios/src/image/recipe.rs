@@ -18,7 +18,7 @@
 //! Can fail when the image runs as root or elsewhere than the workspace, carries a secret,
 //! lacks a tool, pins by tag, or when preparation creates the caches before the clone.
 //! Image references immutable for release gating are `validate --for-release`'s and
-//! `run --gate release`'s (harness/src/pod/release.rs), not repeated here.
+//! `run --gate-profile release`'s (harness/src/pod/release.rs), not repeated here.
 
 use kandev_credential_scan::{scan_layers, secret_in_env, secret_in_text};
 use kandev_harness::runner::{

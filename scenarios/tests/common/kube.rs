@@ -31,7 +31,7 @@ pub fn run_command(
 ) -> tokio::process::Command {
     let mut command = command(double, "run");
     command
-        .arg("--report")
+        .arg("--report-dir")
         .arg(dir)
         .args(["--worker-image", &images.worker])
         .args(["--daemon-image", &images.daemon])
@@ -146,6 +146,7 @@ pub async fn left_in_double(double: &cluster_double::KubeDouble, run_id: &str) -
             "rolebindings",
             "secrets",
             "jobs",
+            "leases",
         ]
         .iter()
         .flat_map(|resource| double.state.objects(resource))

@@ -10,11 +10,19 @@ use std::time::Duration;
 /// `granted`; the scenario's unit test keeps the two names equal).
 pub const GRANTED_CHECK: &str = "launch::connection/granted";
 
+/// The Kind release the harness pins: the one whose release notes list the node image
+/// `kind/cluster.yaml` pins (a node image is supported only by the Kind release that built
+/// it), and the one the nightly workflow installs. The one place it is written in code
+/// (`kind::KIND_VERSION`); a test in `kind` holds the config's comment and the workflow to
+/// it.
+pub const KIND_VERSION: &str = "v0.33.0";
+
 /// Why the cluster cannot be used; each names the cause and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error(
-        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: install kind (https://kind.sigs.k8s.io, v0.32.0 is what Kandev's e2e pins) or pass --kind-bin PATH"
+        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: install kind {} (https://kind.sigs.k8s.io/dl/{0}/kind-linux-amd64: the release that built the node image kind/cluster.yaml pins) or pass --kind-bin PATH",
+        KIND_VERSION
     )]
     KindMissing { bin: String },
     #[error(

@@ -5,6 +5,9 @@ use super::errors::ClusterError;
 use crate::pod::compose::Arch;
 use std::path::{Path, PathBuf};
 
+/// The Kind release the harness pins (written once, beside the error that names it).
+pub use super::errors::KIND_VERSION;
+
 /// The Kind cluster name a run creates.
 pub fn run_kind_cluster(run_id: &str) -> String {
     format!("kandev-acc-{run_id}")
@@ -203,6 +206,33 @@ pub fn write_kubeconfig(bin: &Path, name: &str, path: &Path) -> Result<String, C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Kind release named in the missing-kind fix, in `kind/cluster.yaml` (which pins the
+    /// node image that release built) and in the nightly workflow is one: [`KIND_VERSION`].
+    #[test]
+    fn one_kind_version_everywhere() {
+        let root = crate::paths::workspace_root();
+        let config = std::fs::read_to_string(root.join("kind/cluster.yaml")).unwrap_or_default();
+        assert!(
+            config.contains(&format!("release notes of Kind {KIND_VERSION}")),
+            "kind/cluster.yaml's node image is not the one Kind {KIND_VERSION} lists"
+        );
+        let workflow = std::fs::read_to_string(root.join(".github/workflows/nightly-kind.yml"))
+            .unwrap_or_default();
+        let installed: Vec<&str> = workflow
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("KIND_VERSION:"))
+            .map(str::trim)
+            .collect();
+        assert!(!installed.is_empty(), "the workflow names no KIND_VERSION");
+        assert!(
+            installed.iter().all(|v| *v == KIND_VERSION),
+            "the workflow installs {installed:?}, the harness pins {KIND_VERSION}"
+        );
+        let missing = ClusterError::KindMissing { bin: "kind".into() }.to_string();
+        assert!(missing.contains(KIND_VERSION), "{missing}");
+    }
+
     /// The Kubernetes minor version of `kindest/node:v1.<minor>.<patch>` in the Kind config.
     fn pinned_node_minor(config: &str) -> Option<u32> {
         let tag = config.split("kindest/node:v1.").nth(1)?;

@@ -10,8 +10,10 @@ use super::cluster::{self, Cluster};
 use super::inspector::ClusterInspector;
 use super::kind::{self, check_kind, run_kind_cluster};
 use crate::backend::connection::AuthMode;
+use crate::backend::local::lease::{EngineLease, Leased};
 use crate::backend::{
-    Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, on_this_host,
+    Backend, GcOutcome, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, Spared,
+    on_this_host,
 };
 use crate::config::RunConfig;
 use crate::host::images::ImageSet;
@@ -78,6 +80,9 @@ impl Provider for KindProvider {
         // Kind's node runs on this host's engine, and the images are built there.
         let (engine, environment) = on_this_host::engine(input).await?;
         let images = on_this_host::images(&engine, input).await?;
+        // The run's Kind cluster lives on this host's engine: the run holds an engine lease,
+        // as a local run does, before the cluster exists (`gc --backend kind` spares it).
+        let lease = EngineLease::take(engine.docker(), &images.mock_agent, input.run_id).await?;
         let started = Instant::now();
         let connected = Cluster::connect_kind(
             &options,
@@ -91,12 +96,18 @@ impl Provider for KindProvider {
             .setup
             .step("cluster_setup", started, connected, setup_evidence)?;
         let node = cluster.node_view(Some(engine.docker())).await;
-        finish(input, cluster, images, node, Some(engine), environment).await
+        let mut prepared = finish(input, cluster, images, node, Some(engine), environment).await?;
+        prepared.teardown = prepared
+            .teardown
+            .map(|t| Box::new(Leased::new(t, lease)) as Box<dyn RunTeardown>);
+        Ok(prepared)
     }
 
-    /// Kind clusters the harness created (`kandev-acc-<run>`) are deleted whole; in an
-    /// existing Kind cluster (`--kind-cluster`), labelled namespaces and objects go.
-    async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>> {
+    /// Kind clusters the harness created (`kandev-acc-<run>`) are deleted whole, but those of
+    /// runs alive on this host's engine (their engine lease runs: a Kind run holds one as a
+    /// local run does); in an existing Kind cluster (`--kind-cluster`), labelled namespaces
+    /// and objects go, but those of live runs (their Lease there).
+    async fn gc(&self, request: &GcRequest) -> anyhow::Result<GcOutcome> {
         let settings = &request.cluster;
         let kind = settings
             .kind
@@ -106,29 +117,41 @@ impl Provider for KindProvider {
             Some(run) => name == run_kind_cluster(run),
             None => name.starts_with(&run_kind_cluster("")),
         };
-        let mut removed = Vec::new();
-        for name in kind::clusters(&kind.kind_bin)?.iter().filter(|n| wanted(n)) {
+        // Listed before the leases are read (`cluster::gc`'s order).
+        let clusters: Vec<String> = kind::clusters(&kind.kind_bin)?
+            .into_iter()
+            .filter(|n| wanted(n))
+            .collect();
+        let live = if request.force || clusters.is_empty() {
+            Default::default()
+        } else {
+            crate::backend::local::lease::live_runs(&crate::host::connect_engine().await?).await?
+        };
+        let mut outcome = GcOutcome::default();
+        for name in &clusters {
+            let run = name.strip_prefix(&run_kind_cluster("")).unwrap_or_default();
+            if let Some(evidence) = live.get(run) {
+                outcome.spared.push(Spared {
+                    run: run.to_owned(),
+                    evidence: evidence.clone(),
+                });
+                continue;
+            }
             if !request.dry_run {
                 kind::delete_cluster(&kind.kind_bin, name)?;
             }
-            removed.push(format!("kind-cluster/{name}"));
+            outcome.removed.push(format!("kind-cluster/{name}"));
         }
         // An existing cluster the run used (--kind-cluster) keeps running: sweep inside it.
         if let Some(name) = &kind.cluster {
             let path = std::env::temp_dir().join(format!("kandev-acceptance-gc-{name}.kubeconfig"));
             let context = kind::write_kubeconfig(&kind.kind_bin, name, &path)?;
             let reached = cluster::open(Some(&path), Some(&context)).await?;
-            removed.extend(
-                cluster::gc(
-                    &reached.admin,
-                    settings.namespace.as_deref(),
-                    request.run.as_deref(),
-                    request.dry_run,
-                )
-                .await?,
-            );
+            let inside = cluster::gc(&reached.admin, &scope(request)).await?;
+            outcome.removed.extend(inside.removed);
+            outcome.spared.extend(inside.spared);
         }
-        Ok(removed)
+        Ok(outcome)
     }
 }
 
@@ -218,17 +241,21 @@ impl Provider for KubeProvider {
 
     /// Labelled namespaces, and in `--namespace` the labelled Pods, claims and executor
     /// objects.
-    async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>> {
+    async fn gc(&self, request: &GcRequest) -> anyhow::Result<GcOutcome> {
         let settings = &request.cluster;
         let reached =
             cluster::open(settings.kubeconfig.as_deref(), settings.context.as_deref()).await?;
-        Ok(cluster::gc(
-            &reached.admin,
-            settings.namespace.as_deref(),
-            request.run.as_deref(),
-            request.dry_run,
-        )
-        .await?)
+        Ok(cluster::gc(&reached.admin, &scope(request)).await?)
+    }
+}
+
+/// What `gc` asks of a cluster.
+fn scope(request: &GcRequest) -> cluster::GcScope<'_> {
+    cluster::GcScope {
+        namespace: request.cluster.namespace.as_deref(),
+        run: request.run.as_deref(),
+        dry_run: request.dry_run,
+        force: request.force,
     }
 }
 
@@ -442,11 +469,14 @@ impl RunTeardown for Cluster {
         Cluster::teardown(self).await
     }
 
-    fn kept_hint(&self, run_id: &str) -> String {
-        let backend = if self.kind.is_some() { "kind" } else { "kube" };
+    fn kept_hint(&self, gc: &str) -> String {
         format!(
-            "kept the run's namespace {} (--keep); remove later: kandev-acceptance gc --backend {backend} --run {run_id}",
+            "kept the run's namespace {} (--keep); remove later: {gc}",
             self.namespace
         )
+    }
+
+    async fn release(&self) -> Vec<CleanupRecord> {
+        self.give_up_lease().await.into_iter().collect()
     }
 }

@@ -5,9 +5,11 @@
 //! lives with its area: `create` (a Pod's engine objects, in the kubelet's order), `pods` (a
 //! running Pod read back, waited on, deleted), `workspaces` (the claims' volumes), `exec`
 //! (exec and port-forward), `objects` (what it leaves in the engine, found by label or UID:
-//! sweeps and `gc`), `engine` (container names and the UID check); `backend` holds the value.
+//! sweeps and `gc`), `lease` (the run's liveness, which `gc` respects), `engine` (container
+//! names and the UID check); `backend` holds the value.
 
 pub mod attach;
+pub mod lease;
 pub mod objects;
 pub mod plan;
 pub mod setup;

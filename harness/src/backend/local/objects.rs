@@ -256,6 +256,18 @@ impl LocalObjects {
         selector: &[(&str, &str)],
         dry_run: bool,
     ) -> Result<Vec<String>> {
+        self.remove_labelled_but(selector, dry_run, &|_| false)
+            .await
+    }
+
+    /// [`LocalObjects::remove_labelled`], sparing the Pods and volumes whose labels `spare`
+    /// holds to (`gc`: those of runs that are alive).
+    pub async fn remove_labelled_but(
+        &self,
+        selector: &[(&str, &str)],
+        dry_run: bool,
+        spare: &(dyn Fn(&HashMap<String, String>) -> bool + Sync),
+    ) -> Result<Vec<String>> {
         let mut filter: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         filter.push(format!("{LABEL_MANAGED}=true"));
         let filters = HashMap::from([("label".to_owned(), filter)]);
@@ -271,6 +283,7 @@ impl LocalObjects {
             .map_err(|e| other("list containers", e))?;
         let mut uids: Vec<String> = containers
             .iter()
+            .filter(|c| !c.labels.as_ref().is_some_and(spare))
             .filter_map(|c| c.labels.as_ref()?.get(LABEL_POD_UID).cloned())
             .collect();
         uids.sort();
@@ -293,6 +306,9 @@ impl LocalObjects {
             .await
             .map_err(|e| other("list volumes", e))?;
         for v in volumes.volumes.unwrap_or_default() {
+            if spare(&v.labels) {
+                continue;
+            }
             if !dry_run {
                 self.remove_volume(&v.name).await?;
             }

@@ -1,10 +1,13 @@
-//! How a run prepares the local backend (this host's engine, the fixture images, the host's
-//! cgroup tree as the node view), and `gc` of what killed runs left in the engine.
+//! How a run prepares the local backend (this host's engine, the fixture images, the run's
+//! lease, the host's cgroup tree as the node view), and `gc` of what killed runs left in the
+//! engine (sparing runs that are alive: [`super::lease`]).
 
 use super::backend::{LOCAL_NAMESPACE, LocalBackend};
+use super::lease::{self, EngineLease, Leased};
 use super::objects::LocalObjects;
 use crate::backend::{
-    Backend, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, on_this_host,
+    Backend, GcOutcome, GcRequest, PrepareInput, Prepared, Provider, RunTeardown, Spared,
+    on_this_host,
 };
 use crate::config::RunConfig;
 use crate::host::is_not_found;
@@ -16,7 +19,7 @@ use bollard::Docker;
 use bollard::models::NetworkCreateRequest;
 use bollard::query_parameters::ListNetworksOptionsBuilder;
 use kandev_report::{CleanupOutcome, CleanupRecord};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,6 +46,8 @@ impl Provider for LocalProvider {
     async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared> {
         let (engine, mut environment) = on_this_host::engine(input).await?;
         let images = on_this_host::images(&engine, input).await?;
+        // The lease before anything labelled with the run: `gc` spares the run from here on.
+        let lease = EngineLease::take(engine.docker(), &images.mock_agent, input.run_id).await?;
         let network =
             PodNetwork::create(engine.docker().clone(), input.run_id, input.config.pod_mtu).await?;
         let local = Arc::new(
@@ -72,7 +77,7 @@ impl Provider for LocalProvider {
             node,
             host_engine: Some(engine),
             environment,
-            teardown: Some(Box::new(network)),
+            teardown: Some(Box::new(Leased::new(Box::new(network), lease))),
             jobs: None,
         })
     }
@@ -80,15 +85,54 @@ impl Provider for LocalProvider {
     /// Everything labelled with the run (or with the harness), then Pod cgroups whose Pod is
     /// gone (a cgroup carries no labels), then (not for one run) unused unlabelled volumes
     /// named as a task Pod's emptyDir.
-    async fn gc(&self, request: &GcRequest) -> anyhow::Result<Vec<String>> {
+    ///
+    /// Runs that are alive (their lease container runs) are spared unless `force`. What may
+    /// be removed is listed before the leases are read, and only runs seen then are removed:
+    /// a run takes its lease before it labels anything, so a run that starts meanwhile is
+    /// never removed half-seen.
+    async fn gc(&self, request: &GcRequest) -> anyhow::Result<GcOutcome> {
         let objects = LocalObjects::new(crate::host::connect_engine().await?);
         let selector = match &request.run {
             Some(id) => [(LABEL_RUN, id.as_str())],
             None => [(LABEL_MANAGED, "true")],
         };
-        let mut removed = objects.remove_labelled(&selector, request.dry_run).await?;
+        let seen = runs_labelled(&objects, &selector).await?;
+        let live = if request.force {
+            BTreeMap::new()
+        } else {
+            lease::live_runs(&objects.docker).await?
+        };
+        let spare = |labels: &HashMap<String, String>| {
+            labels
+                .get(LABEL_RUN)
+                .is_some_and(|run| live.contains_key(run) || !seen.contains(run))
+        };
+        let mut outcome = GcOutcome {
+            spared: live
+                .iter()
+                .filter(|(run, _)| seen.contains(*run) || request.run.as_ref() == Some(*run))
+                .map(|(run, evidence)| Spared {
+                    run: run.clone(),
+                    evidence: evidence.clone(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let mut removed = objects
+            .remove_labelled_but(&selector, request.dry_run, &spare)
+            .await?;
         removed.extend(
-            PodNetwork::remove_labelled(&objects.docker, &selector, request.dry_run).await?,
+            PodNetwork::remove_labelled(&objects.docker, &selector, request.dry_run, &spare)
+                .await?,
+        );
+        removed.extend(
+            lease::remove_dead(
+                &objects.docker,
+                &live,
+                request.run.as_deref(),
+                request.dry_run,
+            )
+            .await?,
         );
         removed.extend(
             objects
@@ -104,7 +148,8 @@ impl Provider for LocalProvider {
                     .await?,
             );
         }
-        Ok(removed)
+        outcome.removed = removed;
+        Ok(outcome)
     }
 }
 
@@ -139,11 +184,13 @@ impl PodNetwork {
         Ok(Self { docker, name })
     }
 
-    /// Networks carrying the run's (or the harness's) labels.
+    /// Networks carrying the run's (or the harness's) labels, but those whose labels
+    /// `spare` holds to.
     pub async fn remove_labelled(
         docker: &Docker,
         selector: &[(&str, &str)],
         dry_run: bool,
+        spare: &(dyn Fn(&HashMap<String, String>) -> bool + Sync),
     ) -> anyhow::Result<Vec<String>> {
         let mut filter: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         filter.push(format!("{LABEL_MANAGED}=true"));
@@ -156,6 +203,9 @@ impl PodNetwork {
             .await
             .context("list networks")?
         {
+            if network.labels.as_ref().is_some_and(spare) {
+                continue;
+            }
             let name = network.name.unwrap_or_default();
             if !dry_run {
                 match docker.remove_network(&name).await {
@@ -190,10 +240,42 @@ impl RunTeardown for PodNetwork {
         }]
     }
 
-    fn kept_hint(&self, run_id: &str) -> String {
+    fn kept_hint(&self, gc: &str) -> String {
         format!(
-            "cargo acceptance gc --run {run_id} (removes the network {})",
+            "kept the run's Pod network {} (--keep); remove later: {gc}",
             self.name
         )
     }
+}
+
+/// The runs (their run labels) of everything `selector` matches in the engine: containers,
+/// volumes and networks.
+async fn runs_labelled(
+    objects: &LocalObjects,
+    selector: &[(&str, &str)],
+) -> anyhow::Result<BTreeSet<String>> {
+    let mut runs = BTreeSet::new();
+    let mut add = |labels: Option<&HashMap<String, String>>| {
+        runs.extend(labels.and_then(|l| l.get(LABEL_RUN)).cloned());
+    };
+    for c in objects.containers_with(selector).await? {
+        add(c.labels.as_ref());
+    }
+    for v in objects.volumes_with(selector).await? {
+        add(Some(&v.labels));
+    }
+    let mut filter: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    filter.push(format!("{LABEL_MANAGED}=true"));
+    let options = ListNetworksOptionsBuilder::default()
+        .filters(&HashMap::from([("label".to_owned(), filter)]))
+        .build();
+    for network in objects
+        .docker
+        .list_networks(Some(options))
+        .await
+        .context("list networks")?
+    {
+        add(network.labels.as_ref());
+    }
+    Ok(runs)
 }

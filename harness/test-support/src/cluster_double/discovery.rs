@@ -193,6 +193,8 @@ pub(crate) const RESOURCES: &[Resource] = &[
         categories: &["all"],
         ..resource("batch", "jobs", "job", "Job", true, &[])
     },
+    // What a run holds while it is alive (`gc` spares it).
+    resource("coordination.k8s.io", "leases", "lease", "Lease", true, &[]),
     Resource {
         verbs: &["create"],
         ..resource(
@@ -214,6 +216,7 @@ const GROUPS: &[&str] = &[
     "batch",
     "rbac.authorization.k8s.io",
     "storage.k8s.io",
+    "coordination.k8s.io",
 ];
 
 /// The resource `group`/`version`/`name` (a subresource as `pods/exec`).

@@ -50,11 +50,13 @@
 //! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
 //! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
-//! SelfSubjectReviews (`rbac`), namespaces that stop taking new objects while they
-//! terminate, and finalizers (`finalizers`: a DELETE marks an object that has some and keeps
-//! it, `deletionGracePeriodSeconds` 0 once a Pod's kubelet is done; no new one while it is
-//! being deleted; the update that removes the last deletes it; a namespace waits
-//! `Terminating`, saying which remain).
+//! SelfSubjectReviews (`rbac`), coordination.k8s.io/v1 Leases validated as the API server
+//! validates their spec (`leases`: what a run holds while it is alive, which `gc` spares),
+//! namespaces that stop taking new objects while they terminate, and finalizers
+//! (`finalizers`: a DELETE marks an object that has some and keeps it,
+//! `deletionGracePeriodSeconds` 0 once a Pod's kubelet is done; no new one while it is being
+//! deleted; the update that removes the last deletes it; a namespace waits `Terminating`,
+//! saying which remain).
 //!
 //! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
 //! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
@@ -104,7 +106,7 @@
 //! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
 //! create and delete, each on a `request::Ctx`; `validation` checks names and labels,
-//! `serviceaccount`, `quota` and `secrets` admit what is written) or to the exec and
+//! `serviceaccount`, `quota`, `secrets` and `leases` admit what is written) or to the exec and
 //! port-forward streams (`streams`, `spdy`, `tunnel`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
 //! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
@@ -122,6 +124,7 @@ pub(crate) mod discovery;
 mod faults;
 mod finalizers;
 mod jobs;
+mod leases;
 mod mounts;
 mod negotiation;
 mod objects;

@@ -1,94 +1,318 @@
-//! `gc` in a cluster: what killed runs left, found by the harness's labels.
+//! `gc` in a cluster: what killed runs left, found by the harness's labels, and never what a
+//! run still going uses.
+//!
+//! Order is what makes it safe. Everything `gc` may remove is listed first (the namespaces
+//! the harness created; in `--namespace`, the runs' objects); then the runs' Leases are read
+//! ([`super::lease`]). A run takes its Lease before it creates anything in a namespace, so
+//! every object listed was made while its run's Lease already existed: a run whose Lease is
+//! live is spared whole. The one object made before its Lease is the namespace a run creates
+//! (the Lease lives in it): a namespace younger than a Lease's duration whose run holds no
+//! Lease there yet is being set up, and spared too. `--force` removes live runs as well.
 
-use crate::backend::kube::deletes::DeletePolicy;
+use super::lease::{LEASE_SECONDS, leases_in};
+use crate::backend::kube::deletes::{DeletePolicy, delete_exact};
 use crate::backend::kube::errors::{ClusterError, setup};
-use crate::backend::kube::sweeps::remove_labelled;
+use crate::backend::{GcOutcome, Spared};
 use crate::pod::identity::{LABEL_LAUNCH, LABEL_MANAGED, LABEL_RUN};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Preconditions, PropagationPolicy};
+use kube::{Client, Resource};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What `gc` is asked to do in a cluster.
+#[derive(Debug, Clone, Copy)]
+pub struct GcScope<'a> {
+    /// The operator's namespace the runs used (`--namespace`), swept object by object.
+    pub namespace: Option<&'a str>,
+    /// Only what this run created; None: every run's (`--all`).
+    pub run: Option<&'a str>,
+    pub dry_run: bool,
+    /// Remove live runs too.
+    pub force: bool,
+}
+
+/// The kinds `gc` removes inside an operator's namespace, in the order it removes them: a
+/// launch's Job (with its Pod) first, the runs' Pods and claims, what `launch` and the runs
+/// created for their identities, and the Leases of runs that are over last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Namespace,
+    Job,
+    Pod,
+    Claim,
+    Secret,
+    RoleBinding,
+    Role,
+    ServiceAccount,
+    Lease,
+}
+
+impl Kind {
+    const ALL: [Self; 8] = [
+        Self::Job,
+        Self::Pod,
+        Self::Claim,
+        Self::Secret,
+        Self::RoleBinding,
+        Self::Role,
+        Self::ServiceAccount,
+        Self::Lease,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Namespace => "namespace",
+            Self::Job => "job",
+            Self::Pod => "pod",
+            Self::Claim => "persistentvolumeclaim",
+            Self::Secret => "secret",
+            Self::RoleBinding => "rolebinding",
+            Self::Role => "role",
+            Self::ServiceAccount => "serviceaccount",
+            Self::Lease => "lease",
+        }
+    }
+}
+
+/// One object `gc` may remove: its kind, name, UID, the run it belongs to (its run label,
+/// or a launch's Job Pod's launch label) and when it was created.
+#[derive(Debug, Clone)]
+struct Found {
+    kind: Kind,
+    name: String,
+    uid: String,
+    run: Option<String>,
+    created: Option<Timestamp>,
+}
+
+impl Found {
+    fn of<K: Resource>(kind: Kind, object: &K) -> Self {
+        let meta = object.meta();
+        let labels = meta.labels.clone().unwrap_or_default();
+        Self {
+            kind,
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            run: labels
+                .get(LABEL_RUN)
+                .or_else(|| labels.get(LABEL_LAUNCH))
+                .cloned(),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
+
+    fn shown(&self) -> String {
+        format!("{}/{}", self.kind.name(), self.name)
+    }
+}
 
 /// `gc` in a cluster: namespaces the harness created (by label, optionally of one run) are
-/// deleted whole; in a namespace the operator named, the run's Pods, claims and executor
-/// objects are removed, and what `launch` created there (its Job with its Pod, its Secret,
-/// the bookkeeper's account, Role and binding). Returns what was (or would be) removed.
-pub async fn gc(
-    admin: &Client,
-    namespace: Option<&str>,
-    run: Option<&str>,
-    dry_run: bool,
-) -> Result<Vec<String>, ClusterError> {
+/// deleted whole; in a namespace the operator named, the runs' Pods, claims, executor
+/// objects, what `launch` created there (its Job with its Pod, its Secret, the bookkeeper's
+/// account, Role and binding) and the Leases of runs that are over. Runs that are alive
+/// (module doc) are spared unless `force`. Returns what was (or would be) removed and who
+/// was spared.
+pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, ClusterError> {
+    // What may be removed, listed before any Lease is read.
     let mut selector = format!("{LABEL_MANAGED}=true");
-    if let Some(run) = run {
+    if let Some(run) = scope.run {
         selector.push_str(&format!(",{LABEL_RUN}={run}"));
     }
-    let params = ListParams::default().labels(&selector);
-    let mut removed = Vec::new();
-    let dp = DeleteParams::default();
-    let namespaces: Api<Namespace> = Api::all(admin.clone());
-    for ns in namespaces
-        .list(&params)
+    let namespaces: Vec<Found> = Api::<Namespace>::all(admin.clone())
+        .list(&ListParams::default().labels(&selector))
         .await
         .map_err(setup("list namespaces"))?
         .items
-    {
-        let name = ns.metadata.name.unwrap_or_default();
-        if !dry_run {
-            namespaces
-                .delete(&name, &dp)
-                .await
-                .map_err(setup(format!("delete namespace {name}")))?;
+        .iter()
+        .map(|ns| Found::of(Kind::Namespace, ns))
+        .collect();
+    let mut inside = Vec::new();
+    if let Some(ns) = scope.namespace {
+        // A run's objects; a launch's Job Pod carries the launch's label instead.
+        let selectors: Vec<String> = match scope.run {
+            Some(r) => vec![
+                format!("{LABEL_MANAGED}=true,{LABEL_RUN}={r}"),
+                format!("{LABEL_MANAGED}=true,{LABEL_LAUNCH}={r}"),
+            ],
+            None => vec![format!("{LABEL_MANAGED}=true")],
+        };
+        for kind in Kind::ALL {
+            for selector in &selectors {
+                inside.extend(list(admin, ns, kind, selector).await?);
+            }
         }
-        removed.push(format!("namespace/{name}"));
+        inside.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        inside.dedup_by(|a, b| a.uid == b.uid);
     }
-    if let Some(ns) = namespace {
-        // A run's Pods and claims; a launch's Job Pod carries the launch's label instead.
-        let selectors: Vec<Vec<(&str, &str)>> = match run {
-            Some(r) => vec![vec![(LABEL_RUN, r)], vec![(LABEL_LAUNCH, r)]],
-            None => vec![Vec::new()],
-        };
-        for selector in &selectors {
-            removed.extend(
-                remove_labelled(admin, ns, selector, dry_run, &DeletePolicy::default())
-                    .await
-                    .map_err(|e| ClusterError::Setup {
-                        what: format!("remove labelled objects in {ns}"),
-                        source: e.into(),
-                    })?,
-            );
-        }
-        // A Job's Pods go with it (batch/v1 Jobs orphan them by default).
-        let background = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
-            ..Default::default()
-        };
-        macro_rules! sweep {
-            ($kind:ty, $label:expr) => {{
-                let api: Api<$kind> = Api::namespaced(admin.clone(), ns);
-                for item in api
-                    .list(&params)
-                    .await
-                    .map_err(setup(format!("list {}", $label)))?
-                    .items
-                {
-                    let name = item.metadata.name.clone().unwrap_or_default();
-                    if !dry_run {
-                        api.delete(&name, &background)
-                            .await
-                            .map_err(setup(format!("delete {} {name}", $label)))?;
-                    }
-                    removed.push(format!("{}/{name}", $label));
+
+    // Who is alive.
+    let now = Timestamp::now();
+    let mut live: BTreeMap<String, String> = BTreeMap::new();
+    if !scope.force {
+        let mut holding: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut where_: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
+        where_.extend(scope.namespace);
+        for ns in where_ {
+            for (_, judged) in leases_in(admin, ns, now).await? {
+                holding
+                    .entry(ns.to_owned())
+                    .or_default()
+                    .insert(judged.run.clone());
+                if judged.live {
+                    live.entry(judged.run).or_insert(judged.evidence);
                 }
-            }};
+            }
         }
-        // What a killed `launch` left (its Job's deadline and TTL end the Job on their own).
-        sweep!(Job, "job");
-        sweep!(Secret, "secret");
-        sweep!(RoleBinding, "rolebinding");
-        sweep!(Role, "role");
-        sweep!(ServiceAccount, "serviceaccount");
+        for ns in &namespaces {
+            let Some(run) = &ns.run else { continue };
+            let has_lease = holding.get(&ns.name).is_some_and(|runs| runs.contains(run));
+            let age = ns.created.map(|c| now.as_second() - c.as_second());
+            if !has_lease && age.is_some_and(|age| age < i64::from(LEASE_SECONDS)) {
+                live.entry(run.clone()).or_insert(format!(
+                    "namespace {} created {} s ago and its run holds no lease there yet (being set up)",
+                    ns.name,
+                    age.unwrap_or_default()
+                ));
+            }
+        }
     }
-    Ok(removed)
+    let alive = |run: &Option<String>| run.as_ref().is_some_and(|r| live.contains_key(r));
+
+    let mut outcome = GcOutcome::default();
+    let in_namespace = scope.namespace.unwrap_or_default();
+    for found in namespaces.iter().chain(&inside).filter(|f| !alive(&f.run)) {
+        if !scope.dry_run && !remove(admin, in_namespace, found).await? {
+            continue;
+        }
+        outcome.removed.push(found.shown());
+    }
+    outcome.spared = live
+        .into_iter()
+        .filter(|(run, _)| {
+            namespaces.iter().any(|n| n.run.as_ref() == Some(run))
+                || inside.iter().any(|f| f.run.as_ref() == Some(run))
+        })
+        .map(|(run, evidence)| Spared { run, evidence })
+        .collect();
+    Ok(outcome)
+}
+
+/// The objects of `kind` in `namespace` matching `selector`.
+async fn list(
+    admin: &Client,
+    namespace: &str,
+    kind: Kind,
+    selector: &str,
+) -> Result<Vec<Found>, ClusterError> {
+    async fn of<K>(
+        admin: &Client,
+        namespace: &str,
+        kind: Kind,
+        selector: &str,
+    ) -> Result<Vec<Found>, ClusterError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(admin.clone(), namespace);
+        Ok(api
+            .list(&ListParams::default().labels(selector))
+            .await
+            .map_err(setup(format!("list {}s in {namespace}", kind.name())))?
+            .items
+            .iter()
+            .map(|o| Found::of(kind, o))
+            .collect())
+    }
+    match kind {
+        // Namespaces are listed cluster-wide, by `gc` itself.
+        Kind::Namespace => Ok(Vec::new()),
+        Kind::Job => of::<Job>(admin, namespace, kind, selector).await,
+        Kind::Pod => of::<Pod>(admin, namespace, kind, selector).await,
+        Kind::Claim => of::<PersistentVolumeClaim>(admin, namespace, kind, selector).await,
+        Kind::Secret => of::<Secret>(admin, namespace, kind, selector).await,
+        Kind::RoleBinding => of::<RoleBinding>(admin, namespace, kind, selector).await,
+        Kind::Role => of::<Role>(admin, namespace, kind, selector).await,
+        Kind::ServiceAccount => of::<ServiceAccount>(admin, namespace, kind, selector).await,
+        Kind::Lease => of::<Lease>(admin, namespace, kind, selector).await,
+    }
+}
+
+/// Removes `found` (a namespace, or an object in `namespace`) while it still has its UID;
+/// false when it was gone already or is now another object of that name. Pods and claims go
+/// as the run's own sweeps remove them (waited for until gone); a Job takes its Pods with it
+/// (batch/v1 Jobs orphan them by default).
+async fn remove(admin: &Client, namespace: &str, found: &Found) -> Result<bool, ClusterError> {
+    let failed = |e: crate::backend::BackendError| ClusterError::Setup {
+        what: format!("remove {} in {namespace}", found.shown()),
+        source: e.into(),
+    };
+    let policy = DeletePolicy::default();
+    match found.kind {
+        Kind::Pod => {
+            let api: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+            return delete_exact(&policy, &api, "pod", &found.name, &found.uid)
+                .await
+                .map_err(failed);
+        }
+        Kind::Claim => {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), namespace);
+            return delete_exact(&policy, &api, "workspace claim", &found.name, &found.uid)
+                .await
+                .map_err(failed);
+        }
+        _ => {}
+    }
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        preconditions: Some(Preconditions {
+            uid: Some(found.uid.clone()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    async fn delete<K>(
+        admin: &Client,
+        namespace: &str,
+        name: &str,
+        dp: &DeleteParams,
+    ) -> kube::Result<()>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(admin.clone(), namespace)
+            .delete(name, dp)
+            .await
+            .map(|_| ())
+    }
+    let name = found.name.as_str();
+    let result = match found.kind {
+        Kind::Namespace => Api::<Namespace>::all(admin.clone())
+            .delete(name, &dp)
+            .await
+            .map(|_| ()),
+        Kind::Job => delete::<Job>(admin, namespace, name, &dp).await,
+        Kind::Secret => delete::<Secret>(admin, namespace, name, &dp).await,
+        Kind::RoleBinding => delete::<RoleBinding>(admin, namespace, name, &dp).await,
+        Kind::Role => delete::<Role>(admin, namespace, name, &dp).await,
+        Kind::ServiceAccount => delete::<ServiceAccount>(admin, namespace, name, &dp).await,
+        Kind::Lease => delete::<Lease>(admin, namespace, name, &dp).await,
+        // Removed above, as sweeps remove them.
+        Kind::Pod | Kind::Claim => Ok(()),
+    };
+    match result {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(e) => Err(setup(format!("delete {} in {namespace}", found.shown()))(e)),
+    }
 }

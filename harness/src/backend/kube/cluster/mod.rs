@@ -16,14 +16,16 @@
 //!
 //! Here: `connect` (kubeconfig, context, clients, reaching the API server), `executor` (the
 //! Role and the permissions Kandev needs), `run` (the run's [`Cluster`]: set up, torn down),
-//! `preflight`, `kind_node` (the node view of a Kind node), `gc`, `settings` (the command
-//! line's cluster settings as these backends read them), `proxy` (which proxy a client goes
-//! through, as kubectl decides) and `resilience` (the retries every client makes).
+//! `preflight`, `kind_node` (the node view of a Kind node), `lease` (the run's liveness, which
+//! `gc` respects), `gc`, `settings` (the command line's cluster settings as these backends
+//! read them), `proxy` (which proxy a client goes through, as kubectl decides) and
+//! `resilience` (the retries every client makes).
 
 mod connect;
 mod executor;
 mod gc;
 mod kind_node;
+mod lease;
 mod preflight;
 mod proxy;
 pub mod resilience;
@@ -37,7 +39,10 @@ pub use connect::{
 };
 pub(super) use executor::can_i;
 pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, executor_role_file, required_access};
-pub use gc::gc;
+pub use gc::{GcScope, gc};
 pub use kind_node::{kind_node, node_cgroup_scope};
+pub use lease::{
+    Holder, Judged, LEASE_SECONDS, RENEW_EVERY, RunLease, judge, lease_name, leases_in,
+};
 pub use proxy::{ProxySource, proxy_for};
 pub use run::{Cluster, SETTLE, run_labels, run_namespace};

@@ -1,9 +1,11 @@
 //! The run's cluster: the operator's and the executor's clients and what the run created
-//! there; set up (the namespace, the executor's service account, Role, binding and token) and
-//! torn down, newest first.
+//! there; set up (the namespace, the run's Lease, the executor's service account, Role,
+//! binding and token) and torn down, newest first (the Lease last: `gc` spares the run until
+//! everything else is gone).
 
 use super::connect::{ClientBounds, Reached, RefreshedToken, client_with_token, open};
 use super::executor::{EXECUTOR, executor_role, executor_role_file};
+use super::lease::{Holder, RunLease};
 use crate::backend::kube::errors::{ClusterError, setup};
 use crate::backend::kube::kind::{KindCluster, KindOptions};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
@@ -46,6 +48,8 @@ pub struct Cluster {
     /// Whether the run created the executor's account, Role and binding (not in-cluster:
     /// there the Pod's own account is the executor, and whoever launched it removes it).
     pub created_executor: bool,
+    /// The run's Lease (`gc` spares the run while it is renewed), released at teardown.
+    pub lease: std::sync::Mutex<Option<RunLease>>,
 }
 
 /// Labels of everything the run creates in the cluster (for `gc`).
@@ -171,8 +175,18 @@ impl Cluster {
             config: Some(config.clone()),
             executor: format!("system:serviceaccount:{namespace}:{EXECUTOR}"),
             created_executor: true,
+            lease: Default::default(),
         };
         // From here on the run owns objects: a failure tears them down before returning.
+        // The Lease first: `gc` lists a run's objects before its Leases, so any object it
+        // sees was made while the Lease already existed.
+        match RunLease::take(&admin, &namespace, run_id, Holder::Run).await {
+            Ok(lease) => cluster.hold(lease),
+            Err(e) => {
+                cluster.teardown().await;
+                return Err(e);
+            }
+        }
         role.metadata.namespace = Some(namespace.clone());
         match cluster.set_up_executor(&config, role, &labels).await {
             Ok(session) => {
@@ -217,6 +231,19 @@ impl Cluster {
         let executor = who_am_i(&session)
             .await
             .unwrap_or_else(|| "the Pod's service account (SelfSubjectReview not served)".into());
+        // With `launch`'s bookkeeper the run holds its Lease; the executor alone cannot (Kandev's
+        // Role grants nothing on Leases, and needs nothing new for this): then only the
+        // launch's own Lease tells `gc` the run is alive, and only while `launch` follows it.
+        let lease = match RunLease::take(&admin, &namespace, run_id, Holder::Run).await {
+            Ok(lease) => Some(lease),
+            Err(e) => {
+                eprintln!(
+                    "warning: the run holds no lease, so `gc --all` cannot tell it is alive: {}",
+                    crate::error_chain(&e)
+                );
+                None
+            }
+        };
         Ok(Self {
             admin,
             session,
@@ -232,7 +259,37 @@ impl Cluster {
             settle: SETTLE,
             executor,
             created_executor: false,
+            lease: std::sync::Mutex::new(lease),
         })
+    }
+
+    fn hold(&self, lease: RunLease) {
+        if let Ok(mut held) = self.lease.lock() {
+            *held = Some(lease);
+        }
+    }
+
+    /// Deletes the run's Lease (once; absent is fine): the run removed what it created.
+    /// None when it held none.
+    pub async fn release_lease(&self) -> Option<CleanupRecord> {
+        let lease = self.lease.lock().ok()?.take()?;
+        let started = Instant::now();
+        let object = format!("lease/{}", lease.name);
+        let result = lease.release().await;
+        Some(cleanup_record(object, started, result))
+    }
+
+    /// Gives the run's Lease up (once) and leaves it for `gc`: what the run kept (`--keep`,
+    /// an abort) is then `gc`'s to collect at once. A record only when that failed (the
+    /// Lease stays, and `gc` spares the run until it runs out).
+    pub async fn give_up_lease(&self) -> Option<CleanupRecord> {
+        let lease = self.lease.lock().ok()?.take()?;
+        let started = Instant::now();
+        let object = format!("lease/{} (giving it up)", lease.name);
+        let result = lease.give_up().await;
+        result
+            .is_err()
+            .then(|| cleanup_record(object, started, result))
     }
 
     async fn set_up_executor(
@@ -316,56 +373,54 @@ impl Cluster {
     }
 
     /// Removes what the run created, newest first: the namespace it created (which takes
-    /// everything inside), otherwise its Role, binding and service account; then the Kind
-    /// cluster it created unless kept.
+    /// everything inside), otherwise its Role, binding and service account; then its Lease
+    /// (until everything else is gone `gc` must see the run as alive); then the Kind cluster
+    /// it created unless kept (the Lease lives in it).
     pub async fn teardown(&self) -> Vec<CleanupRecord> {
         let mut records = Vec::new();
-        let mut record = |object: String, started: Instant, result: Result<(), String>| {
-            records.push(CleanupRecord {
-                object,
-                outcome: if result.is_ok() {
-                    CleanupOutcome::Removed
-                } else {
-                    CleanupOutcome::Failed
-                },
-                duration_ms: started.elapsed().as_millis() as u64,
-                error: result.err(),
-            })
-        };
         let (admin, ns) = (&self.admin, self.namespace.as_str());
         if self.created_namespace {
             let started = Instant::now();
             let result = delete_if_present(Api::<Namespace>::all(admin.clone()), ns).await;
-            record(format!("namespace/{ns}"), started, result);
+            records.push(cleanup_record(format!("namespace/{ns}"), started, result));
         } else if self.created_executor {
             let started = Instant::now();
             let result =
                 delete_if_present(Api::<RoleBinding>::namespaced(admin.clone(), ns), EXECUTOR)
                     .await;
-            record(format!("rolebinding/{EXECUTOR}"), started, result);
+            records.push(cleanup_record(
+                format!("rolebinding/{EXECUTOR}"),
+                started,
+                result,
+            ));
             let started = Instant::now();
             let result =
                 delete_if_present(Api::<Role>::namespaced(admin.clone(), ns), EXECUTOR).await;
-            record(format!("role/{EXECUTOR}"), started, result);
+            records.push(cleanup_record(format!("role/{EXECUTOR}"), started, result));
             let started = Instant::now();
             let result = delete_if_present(
                 Api::<ServiceAccount>::namespaced(admin.clone(), ns),
                 EXECUTOR,
             )
             .await;
-            record(format!("serviceaccount/{EXECUTOR}"), started, result);
+            records.push(cleanup_record(
+                format!("serviceaccount/{EXECUTOR}"),
+                started,
+                result,
+            ));
         }
+        records.extend(self.release_lease().await);
         if let Some(kind) = &self.kind
             && kind.created
             && !kind.options.keep
         {
             let started = Instant::now();
             let result = kind.delete().map_err(|e| e.to_string());
-            record(
+            records.push(cleanup_record(
                 format!("kind-cluster/{}", kind.options.name),
                 started,
                 result,
-            );
+            ));
         }
         records
     }
@@ -418,6 +473,20 @@ fn granted_lifetime(
     (left.is_positive() && expires.0 > k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
         .then(|| Duration::try_from(left).ok())
         .flatten()
+}
+
+/// A teardown step's record.
+fn cleanup_record(object: String, started: Instant, result: Result<(), String>) -> CleanupRecord {
+    CleanupRecord {
+        object,
+        outcome: if result.is_ok() {
+            CleanupOutcome::Removed
+        } else {
+            CleanupOutcome::Failed
+        },
+        duration_ms: started.elapsed().as_millis() as u64,
+        error: result.err(),
+    }
 }
 
 /// The username the API server knows `client` by (a SelfSubjectReview); None when the

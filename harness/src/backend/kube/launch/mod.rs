@@ -19,7 +19,7 @@ pub use objects::{INPUTS, LaunchPlan, TEARDOWN_MARGIN, run_deadline};
 
 use objects::{BOOKKEEPER, TOKEN_KEY};
 
-use super::cluster::EXECUTOR;
+use super::cluster::{EXECUTOR, Holder, RunLease};
 use super::errors::ClusterError;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
@@ -117,19 +117,23 @@ impl LaunchError {
         }
     }
 
-    /// A failed create, named with the fix its HTTP status points to.
-    fn create(what: String, namespace: &str) -> impl FnOnce(kube::Error) -> Self {
-        let namespace = namespace.to_owned();
+    /// A failed create, named with the fix its HTTP status points to (`gc_where`: the
+    /// launch's `gc` command without `--run`/`--all`).
+    fn create(what: String, gc_where: &str) -> impl FnOnce(kube::Error) -> Self {
+        let gc_where = gc_where.to_owned();
         move |e| {
             let (code, message) = match &e {
                 kube::Error::Api(status) => (status.code, status.message.clone()),
                 other => (0, crate::error_chain(other)),
             };
             let fix = match code {
+                // The executor's and bookkeeper's objects have fixed names: another launch
+                // in the namespace holds them, or a killed one left them (`gc --all` removes
+                // only what no live run holds).
                 409 => format!(
-                    "a killed launch left it: kandev-acceptance gc --backend kube --context C --namespace {namespace}"
+                    "another launch in this namespace holds it, or a killed one left it: wait for the other to end, or remove what killed runs left: {gc_where} --all"
                 ),
-                403 => "your identity must create namespaces (or name one with --namespace), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there (docs/operators.md: RBAC, `launch`: your identity and the bookkeeper)".into(),
+                403 => "your identity must create namespaces (or name one with --namespace), Leases (coordination.k8s.io), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there (docs/operators.md: RBAC, `launch`: your identity and the bookkeeper)".into(),
                 422 => "the API server refuses the object as invalid: correct what it names (for the executor's Role: --executor-role)".into(),
                 _ => "check that the cluster answers (`kubectl --context C get ns`)".into(),
             };
@@ -170,8 +174,9 @@ pub async fn launch(
     interrupts: &Interrupts,
 ) -> Result<Ended, (LaunchError, Ended)> {
     let mut created = Vec::new();
+    let mut lease = None;
     let result = async {
-        create(&admin, plan, &mut created).await?;
+        create(&admin, plan, &mut created, &mut lease).await?;
         if interrupts.count() > 0 {
             // Interrupted before the run began: there is nothing to wait for.
             return Err(LaunchError::Interrupted);
@@ -182,7 +187,11 @@ pub async fn launch(
         Ok(code)
     }
     .await;
-    let cleanup = remove(&admin, plan, &created).await;
+    let mut cleanup = remove(&admin, plan, &created).await;
+    // Last: until what the launch created is gone, `gc` must see the launch as alive.
+    if let Some(lease) = lease {
+        cleanup.push((format!("lease/{}", lease.name), lease.release().await));
+    }
     match result {
         Ok(code) => Ok(Ended { code, cleanup }),
         Err(e) => {
@@ -196,10 +205,11 @@ async fn create(
     admin: &Client,
     plan: &LaunchPlan,
     created: &mut Vec<Created>,
+    lease: &mut Option<RunLease>,
 ) -> Result<(), LaunchError> {
     let ns = plan.namespace();
     let pp = PostParams::default();
-    let failed = |what: String| LaunchError::create(what, &ns);
+    let failed = |what: String| LaunchError::create(what, &plan.gc_where);
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     match &plan.namespace {
         Some(name) => {
@@ -223,6 +233,9 @@ async fn create(
             created.push(Created::Namespace(ns.clone()));
         }
     }
+    // The launch's Lease before anything else in the namespace: `gc` spares the run from
+    // here on, also while its Pod is not running yet (the run's own Lease comes later).
+    *lease = Some(RunLease::take(admin, &ns, &plan.run_id, Holder::Launch).await?);
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
     let roles: Api<Role> = Api::namespaced(admin.clone(), &ns);
     let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);

@@ -66,6 +66,9 @@ pub struct LaunchPlan {
     pub inputs: Vec<(String, Vec<u8>)>,
     /// The `run` arguments the Pod's harness gets after `--in-cluster` and launch's own.
     pub run_args: Vec<String>,
+    /// `kandev-acceptance gc` with the backend, kubeconfig, context and namespace this
+    /// launch used ([`crate::config::gc_where`]): its hints append `--run ID` or `--all`.
+    pub gc_where: String,
 }
 
 impl LaunchPlan {
@@ -193,7 +196,7 @@ impl LaunchPlan {
             &self.namespace(),
             "--run-id",
             &self.run_id,
-            "--report",
+            "--report-dir",
             REPORTS,
             "--hold-report",
             &self.hold.as_secs().to_string(),
@@ -345,6 +348,16 @@ pub fn bookkeeper_rules(node_inspector: bool) -> Vec<PolicyRule> {
         // The node view's inspector Pod: created, read through exec, deleted.
         rules.push(rule(&["pods/exec"], &["get", "create"], &[]));
     }
+    // The run's Lease, which tells `gc` the run is alive: created, renewed, released. The
+    // bookkeeper's, not the executor's (Kandev's Role needs nothing new for it).
+    rules.push(PolicyRule {
+        api_groups: Some(vec!["coordination.k8s.io".into()]),
+        resources: Some(vec!["leases".into()]),
+        verbs: ["create", "get", "patch", "delete"]
+            .map(String::from)
+            .to_vec(),
+        ..Default::default()
+    });
     rules
 }
 
@@ -365,6 +378,7 @@ mod tests {
             start_timeout: Duration::from_secs(300),
             hold: Duration::from_secs(600),
             inputs: Vec::new(),
+            gc_where: "kandev-acceptance gc --backend kube --context c".into(),
             run_args: vec!["--exact".into(), "daemon::socket_only".into()],
         }
     }

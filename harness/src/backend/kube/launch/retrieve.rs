@@ -85,7 +85,7 @@ pub(super) async fn retrieve(
         .and_then(|()| tar::Archive::new(archive.as_slice()).unpack(report_dir))
         .map_err(|e| {
             LaunchError::Retrieve(format!(
-                "unpack into {}: {e} (fix: pass a writable --report DIR)",
+                "unpack into {}: {e} (fix: pass a writable --report-dir DIR)",
                 report_dir.display()
             ))
         })?;

@@ -90,6 +90,17 @@ pub struct RunConfig {
     pub cluster: ClusterSettings,
     /// What the run is judged by (`--gate`, `--require`, the template's declaration).
     pub gate: Gate,
+    /// How many scenarios run at once when the operator said so (`--jobs`, or libtest's
+    /// `--test-threads`); None: [`host_jobs`], and on a cluster no more than it can hold.
+    pub jobs: Option<usize>,
+}
+
+/// How many scenarios run at once by default on this host: twice its cores, at most 8.
+pub fn host_jobs() -> usize {
+    let cores = std::thread::available_parallelism()
+        .map(usize::from)
+        .unwrap_or(2);
+    (cores * 2).clamp(1, 8)
 }
 
 /// The `kind`/`kube` settings of a run (from the command line; recorded in the report).
@@ -117,6 +128,9 @@ pub struct ClusterSettings {
     pub node_inspector: bool,
     /// The inspector's image (default: the docker-engine image).
     pub node_inspector_image: Option<String>,
+    /// `--platform`: the architecture the sessions' Pods are pinned to; None: the nodes'
+    /// own (`kubernetes.io/arch`, when all schedulable nodes agree).
+    pub platform: Option<crate::pod::compose::Arch>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -35,6 +35,12 @@ pub mod runner;
 pub mod session;
 pub mod wait;
 
+/// This build's name: the crate version plus the git commit it was built from
+/// (`0.1.0+0123456789ab`, `-dirty` when tracked files differed; `+unknown` without git and
+/// without `KANDEV_ACCEPTANCE_COMMIT`), as `build.rs` found it. Reports record it as
+/// `harness_version`.
+pub const BUILD: &str = env!("KANDEV_ACCEPTANCE_BUILD");
+
 /// An error and its sources, once each, joined with `: ` (anyhow errors: pass `e.as_ref()`).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![error.to_string()];

@@ -1,21 +1,129 @@
 //! Where the harness finds its fixtures and writes its reports.
+//!
+//! A run reads fixtures (the default template and prepare script, the fixture images' build
+//! contexts, the twins, the Kind configuration) below a root laid out as the repository
+//! (`fixtures/`, `kind/`), the first of:
+//!
+//! 1. `KANDEV_ACCEPTANCE_ROOT`, when set (the harness image sets it);
+//! 2. the checkout this binary was built from, while it is there: developers edit fixtures,
+//!    and the next run reads them with no rebuild;
+//! 3. the fixtures the binary carries (built in by `scenarios/build.rs`, handed over by its
+//!    `main`: [`embedded::carry`]), written on first use to `fixtures-<hash>/` under the
+//!    user's cache ([`embedded::cache_home`]): an installed binary runs from any directory
+//!    with no checkout. The same bytes give the same image tags: a fixture image's tag hashes
+//!    its build context, not where it lies.
+//!
+//! Never from the current directory. Reports go to `reports/` below the root in the first two
+//! cases, and to `./reports` of the current directory in the third (a cache is no place for
+//! what a user reads, and a run started from a CI job's workspace leaves them there).
 
-use std::path::PathBuf;
+pub mod embedded;
 
-/// The repository root: `KANDEV_ACCEPTANCE_ROOT` if set, else the workspace this binary was
-/// built from. Fixtures are resolved from here, never from the current directory.
-pub fn workspace_root() -> PathBuf {
-    if let Some(root) = std::env::var_os("KANDEV_ACCEPTANCE_ROOT") {
-        return PathBuf::from(root);
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Where the fixtures come from (the order above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// `KANDEV_ACCEPTANCE_ROOT`.
+    Variable,
+    /// The checkout this binary was built from.
+    Checkout,
+    /// The copy the binary carries, written out under the user's cache.
+    Embedded,
+}
+
+/// Why the fixtures cannot be read.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PathsError {
+    #[error(
+        "KANDEV_ACCEPTANCE_ROOT={} holds no fixtures/ folder\n  fix: point it at a checkout of kandev-acceptance (or a folder laid out as one), or unset it to use the fixtures this binary carries",
+        root.display()
+    )]
+    NoFixtures { root: PathBuf },
+    #[error(transparent)]
+    Embedded(#[from] embedded::EmbeddedError),
+}
+
+struct Resolved {
+    source: Source,
+    root: PathBuf,
+    problem: Option<PathsError>,
+}
+
+/// Resolved once per process: the environment is read, and the carried fixtures written out,
+/// on first use.
+static RESOLVED: OnceLock<Resolved> = OnceLock::new();
+
+fn resolved() -> &'static Resolved {
+    RESOLVED.get_or_init(resolve)
+}
+
+fn resolve() -> Resolved {
+    if let Some(root) = std::env::var_os("KANDEV_ACCEPTANCE_ROOT").filter(|r| !r.is_empty()) {
+        let root = PathBuf::from(root);
+        let problem = (!root.join("fixtures").is_dir())
+            .then(|| PathsError::NoFixtures { root: root.clone() });
+        return Resolved {
+            source: Source::Variable,
+            root,
+            problem,
+        };
     }
+    let checkout = build_checkout();
+    if checkout.join("fixtures").is_dir() {
+        return Resolved {
+            source: Source::Checkout,
+            root: checkout,
+            problem: None,
+        };
+    }
+    match embedded::fixtures_root() {
+        Ok(root) => Resolved {
+            source: Source::Embedded,
+            root,
+            problem: None,
+        },
+        // Paths below the cache still name the files; `ready` reports why they are missing.
+        Err(e) => Resolved {
+            source: Source::Embedded,
+            root: embedded::cache_home(),
+            problem: Some(e.into()),
+        },
+    }
+}
+
+/// The workspace this binary was built from (it may have moved or be gone since).
+pub fn build_checkout() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
-/// A path as a report shows it: relative to the repository root when it lies below it (the
+/// The root fixtures are read from, once they can be: a command that reads fixtures asks
+/// this first, so that a missing or unwritable root is one clear error and not a missing file.
+pub fn ready() -> Result<&'static Path, PathsError> {
+    let resolved = resolved();
+    match &resolved.problem {
+        Some(problem) => Err(problem.clone()),
+        None => Ok(&resolved.root),
+    }
+}
+
+/// Where the fixtures come from.
+pub fn source() -> Source {
+    resolved().source
+}
+
+/// The root fixtures are read from (see the module's order); [`ready`] says whether they can
+/// be.
+pub fn workspace_root() -> PathBuf {
+    resolved().root.clone()
+}
+
+/// A path as a report shows it: relative to the fixtures' root when it lies below it (the
 /// fixtures), so a report names no machine's folders; else as given (an operator's file).
-pub fn shown(path: &std::path::Path) -> String {
-    path.strip_prefix(workspace_root())
+pub fn shown(path: &Path) -> String {
+    path.strip_prefix(&resolved().root)
         .unwrap_or(path)
         .display()
         .to_string()
@@ -35,8 +143,19 @@ pub fn default_prepare_script() -> PathBuf {
     fixtures().join("prepare/full-worker-prepare.sh")
 }
 
+/// The Kind cluster configuration (`--kind-config`'s default).
+pub fn kind_config() -> PathBuf {
+    workspace_root().join("kind/cluster.yaml")
+}
+
+/// The default report folder: `reports/` below the root, or `./reports` when the fixtures are
+/// the carried ones (see the module doc).
 pub fn reports() -> PathBuf {
-    workspace_root().join("reports")
+    let resolved = resolved();
+    match resolved.source {
+        Source::Variable | Source::Checkout => resolved.root.join("reports"),
+        Source::Embedded => std::env::current_dir().unwrap_or_default().join("reports"),
+    }
 }
 
 #[cfg(test)]

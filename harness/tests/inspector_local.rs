@@ -1,7 +1,8 @@
 //! The inspector's node view (exec into a privileged helper with the node's PID namespace and
 //! cgroup tree, as `--node-inspector` uses on clusters) agrees with reading this host
 //! directly: run on the local engine, both views see the same Pod cgroup, the same limits,
-//! cgroups and member processes, the same marked process, and the same remains (and none
+//! cgroups and member processes, the same marked process, the same processes of the Pod, and
+//! the same remains (and none
 //! once the Pod is deleted). Needs a reachable engine, so it is `#[ignore]`d: run it with
 //! `bash harness/scripts/ensure-engine.sh`, then `cargo test --workspace -- --include-ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -116,6 +117,11 @@ async fn the_inspector_sees_what_the_host_sees() {
         let seen = pids(inspector.processes_matching(&marker).await?);
         assert!(!seen.is_empty());
         assert_eq!(pids(host.processes_matching(&marker).await?), seen);
+        // Every process of the Pod (its HOSTNAME's carriers and their descendants): the same
+        // from both views, the marked process among them.
+        let tree = pids(host.pod_processes(&target.name).await?);
+        assert!(seen.is_subset(&tree), "{seen:?} {tree:?}");
+        assert_eq!(pids(inspector.pod_processes(&target.name).await?), tree);
         let host_remains = host.pod_remains(&target.name, &target.uid, &[]).await?;
         let inspector_remains = inspector
             .pod_remains(&target.name, &target.uid, &[])

@@ -469,6 +469,29 @@ async fn the_readiness_wait_is_bounded_and_names_why_the_pod_is_not_running() {
     assert!(states.iter().all(|s| s.running), "{states:?}");
 }
 
+/// A Pod someone else deletes before it runs will not start: the wait says so at once (no
+/// timeout), and that its status, whatever it said, went with it.
+#[tokio::test]
+async fn a_pod_deleted_before_it_runs_ends_the_wait_at_once_as_unable_to_start() {
+    let (client, _state) = fake_apiserver::start(NS);
+    let backend = backend(client);
+    let id = identity();
+    let created = backend
+        .create_pod(&composed(&id, &id.workspace_claim_name()))
+        .await
+        .unwrap();
+    backend.delete_pod(&created).await.unwrap();
+    let error = backend
+        .wait_running(&created, "kandev-agent", Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, BackendError::CannotStart { cause, .. }
+            if cause.contains("deleted before container kandev-agent ran")),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn the_label_sweep_removes_only_what_carries_the_run_and_managed_labels() {
     let (client, state) = fake_apiserver::start(NS);

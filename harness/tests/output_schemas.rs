@@ -43,7 +43,7 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
         promise: "a promise with <markup>".into(),
         outcome,
         diagnosis: (outcome != Outcome::Passed).then(|| format!("{}: why \u{7}", outcome.as_str())),
-        checks: vec![CheckReport {
+        checks: std::iter::once(CheckReport {
             id: format!("area{i}::x/holds"),
             promise: "it holds".into(),
             kind: if i.is_multiple_of(2) {
@@ -51,14 +51,24 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
             } else {
                 CheckKind::Mirror
             },
-            outcome: if outcome == Outcome::Failed {
-                CheckOutcome::Failed
-            } else {
-                CheckOutcome::Passed
+            outcome: match outcome {
+                Outcome::Failed => CheckOutcome::Failed,
+                Outcome::Passed | Outcome::Leaked => CheckOutcome::Passed,
+                _ => CheckOutcome::NotReached,
             },
             reason: None,
             twin: "fixtures/templates/broken/x.yaml".into(),
-        }],
+        })
+        // A passed scenario with a check it could not judge: skipped, with the reason.
+        .chain((outcome == Outcome::Passed).then(|| CheckReport {
+            id: format!("area{i}::x/unseen"),
+            promise: "it is seen".into(),
+            kind: CheckKind::System,
+            outcome: CheckOutcome::NotJudged,
+            reason: Some("no <node> view & \"more\"".into()),
+            twin: "fixtures/templates/broken/y.yaml".into(),
+        }))
+        .collect(),
         started_at: "2026-11-30T00:00:01.250Z".into(),
         duration_ms: 61_001,
         steps,
@@ -119,9 +129,18 @@ fn every_outcome_validates_in_junit_and_ctrf() {
     let xml = junit(&report);
     let errors = schemas::junit_errors(&xml);
     assert!(errors.is_empty(), "{errors:#?}\n{xml}");
-    // Failures: failed, timed out, leaked; errors: errored, cancelled (+ nothing else).
+    // A case per check, and a scenario's own case where its checks cannot tell: failures
+    // are the failed check, the timed-out and the leaked scenario; errors the passed one's
+    // teardown, the errored and the cancelled scenario; skipped the check not judged and the
+    // five checks not reached.
     assert!(
-        xml.contains("tests=\"8\" failures=\"3\" errors=\"2\""),
+        xml.contains("tests=\"14\" failures=\"3\" errors=\"3\" skipped=\"6\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(
+            "<testcase classname=\"area0::passed\" name=\"area0::x/unseen\" time=\"0.000\">\n      <skipped message=\"not judged: no &lt;node&gt; view &amp; &quot;more&quot;\"/>"
+        ),
         "{xml}"
     );
     assert!(xml.contains("<failure type=\"leaked\""), "{xml}");
@@ -131,10 +150,11 @@ fn every_outcome_validates_in_junit_and_ctrf() {
     let errors = schemas::ctrf_errors(&doc);
     assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
     let summary = &doc["results"]["summary"];
-    assert_eq!(summary["tests"], 8);
+    assert_eq!(summary["tests"], 14);
     assert_eq!(summary["failed"], 3, "failed, timed out and leaked");
-    assert_eq!(summary["other"], 2, "errored and cancelled");
-    assert_eq!(summary["skipped"], 2, "skipped and incompatible");
+    assert_eq!(summary["other"], 3, "a teardown, errored and cancelled");
+    assert_eq!(summary["skipped"], 6, "not judged, and not reached");
+    assert_eq!(summary["passed"], 2);
     assert_eq!(summary["flaky"], 1);
     assert_eq!(
         summary["stop"].as_u64().unwrap() - summary["start"].as_u64().unwrap(),

@@ -232,3 +232,48 @@ fn an_executor_role_file_that_is_no_role_with_rules_is_refused_before_anything_s
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("cannot be used with"), "{text}");
 }
+
+/// With `HTTPS_PROXY` set, as on many corporate workstations, a cluster on loopback (Kind's
+/// API server, here the cluster double) is reached directly, as kubectl reaches it (Go never
+/// proxies loopback). Before, kube was built without proxy support and every client failed
+/// with ProxyProtocolDisabled; and kube-rs alone would send loopback through the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
+    let double = kandev_test_support::cluster_double::start(None)
+        .await
+        .unwrap();
+    let proxy = kandev_test_support::connect_proxy::start().await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--backend", "kube", "--dry-run", "--kubeconfig"])
+        .arg(&double.kubeconfig)
+        .args(["--context", &double.context])
+        .env("HTTPS_PROXY", &proxy.url)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .await
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(proxy.targets().is_empty(), "{:?}", proxy.targets());
+    // The proxy works: a client that uses it is seen there (a positive control).
+    let dir = tempfile::tempdir().unwrap();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&double.kubeconfig).unwrap()).unwrap();
+    config["clusters"][0]["cluster"]["proxy-url"] = serde_json::json!(proxy.url);
+    let through = dir.path().join("kubeconfig");
+    std::fs::write(&through, serde_json::to_vec(&config).unwrap()).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gc", "--backend", "kube", "--dry-run", "--kubeconfig"])
+        .arg(&through)
+        .args(["--context", &double.context])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(proxy.targets().len(), 1, "{:?}", proxy.targets());
+}

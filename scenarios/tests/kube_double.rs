@@ -1,9 +1,10 @@
 //! The whole catalogue through `launch --backend kube --node-inspector` against the
 //! wire-level cluster double (`kandev_test_support::cluster_double`), the run inside a Job's
 //! Pod (`run --in-cluster`), and `run --backend kube` from outside for the broken fixtures and
-//! gc: the harness binary reaches the double only through the kubeconfig it wrote (HTTPS, its
-//! own CA, a token) or, in the Pod, through the mounted token and CA, with real RBAC, and runs
-//! every session over the double's websockets; the double runs the Pods on
+//! gc, and the cluster twins (behaviours of the double that break the checks only a cluster
+//! can break): the harness binary reaches the double only through the kubeconfig it wrote
+//! (HTTPS, its own CA, a token) or, in the Pod, through the mounted token and CA, with real
+//! RBAC, and runs every session over the double's websockets; the double runs the Pods on
 //! this host's engine through the local backend (with the UIDs it assigned, so the inspector
 //! Pod finds each Pod's `pod<uid>` cgroup on the one node). Every scenario must pass and
 //! nothing of the run may be left on the engine. Needs a reachable engine, so it is `#[ignore]`d.
@@ -23,6 +24,7 @@ use kandev_harness::runner::Twin;
 use kandev_report::Capability;
 use kandev_report::Outcome;
 use kandev_test_support::cluster_double;
+use kandev_test_support::cluster_double::Behaviour;
 use kandev_test_support::engine::FixtureEngine;
 use kandev_test_support::engine::engine_double;
 use std::sync::Arc;
@@ -634,6 +636,377 @@ async fn a_cluster_that_exposes_task_pods_fails_no_service_on_kube_double() {
             ("launch::contract/forward_loopback", "not reached"),
         ]
     );
+}
+
+/// The report records what the task Pods' containers ran as the kubelet says it
+/// (`status.containerStatuses[].imageID`, which the double gives as containerd does for a
+/// loaded image: the runtime's image id), per image role, and it agrees with the images the
+/// run recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn the_report_records_the_image_ids_the_kubelet_reports_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let run = run(&double, &images, &["--exact", "launch::contract"]).await;
+    assert_eq!(run.code, Some(0), "{}", run.text);
+    for (role, reference) in [("worker", &images.worker), ("daemon", &images.daemon)] {
+        let record = run
+            .report
+            .environment
+            .images
+            .iter()
+            .find(|i| i.role == role)
+            .unwrap_or_else(|| panic!("no {role} image"));
+        let id = images
+            .records
+            .iter()
+            .find(|r| &r.reference == reference)
+            .and_then(|r| r.id.clone())
+            .unwrap();
+        assert!(!record.ran.is_empty(), "{role}: {record:?}\n{}", run.text);
+        for ran in &record.ran {
+            assert_eq!((&ran.image, &ran.image_id), (reference, &id), "{role}");
+        }
+        assert!(record.disagreements().is_empty(), "{record:?}");
+    }
+}
+
+/// The scenario and check `id` (`area::name/check`) of the catalogue.
+fn catalogue_check(
+    id: &str,
+) -> (
+    kandev_harness::runner::Scenario,
+    kandev_harness::runner::Check,
+) {
+    kandev_scenarios::registry()
+        .into_iter()
+        .find_map(|scenario| {
+            let check = scenario
+                .checks
+                .iter()
+                .find(|c| scenario.check_id(c) == id)
+                .copied()?;
+            Some((scenario, check))
+        })
+        .unwrap_or_else(|| panic!("no check {id} in the catalogue"))
+}
+
+/// Runs `scenario` alone on the double and asserts that exactly `id` failed (the checks
+/// before it passed, none after it was reached), with a diagnosis naming it, exit 1; the
+/// diagnosis.
+async fn cluster_twin_run(
+    double: &cluster_double::KubeDouble,
+    images: &ImageSet,
+    id: &str,
+) -> (Run, String) {
+    let (scenario, check) = catalogue_check(id);
+    twin_test_of(&check);
+    let run = run(double, images, &["--exact", scenario.name]).await;
+    assert_eq!(run.report.scenarios.len(), 1, "{}", run.text);
+    let wrong = twin_failures(&run.report, &scenario, &check);
+    assert!(wrong.is_empty(), "{}\n{}", wrong.join("\n"), run.text);
+    assert_eq!(run.code, Some(1), "{}", run.text);
+    let diagnosis = run.report.scenarios[0]
+        .diagnosis
+        .clone()
+        .unwrap_or_default();
+    eprintln!(
+        "{id}: failed in {} ms: {diagnosis}",
+        run.report.scenarios[0].duration_ms
+    );
+    (run, diagnosis)
+}
+
+/// The test a cluster twin names.
+fn twin_test_of(check: &kandev_harness::runner::Check) -> &'static str {
+    match check.twin {
+        Twin::Cluster(test) => test,
+        other => panic!("{} has no cluster twin: {other:?}", check.id),
+    }
+}
+
+/// The selector every task Pod the harness composes matches (Kandev's ownership label).
+fn task_pods() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([(
+        "app.kubernetes.io/managed-by".to_owned(),
+        "kandev".to_owned(),
+    )])
+}
+
+/// The cluster twin of `launch::contract/labels_as_composed`: a controller of the cluster's
+/// own (a policy engine's mutate-existing rule, an inventory controller) relabels every task
+/// Pod once it runs, after admission, where the admission comparison cannot see it. The run
+/// must fail exactly that check, naming the label, and leave nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_cluster_that_relabels_running_pods_fails_labels_as_composed_on_kube_double() {
+    let (double, images) = engine_double().await;
+    double.state.enable(Behaviour::RelabelRunningPods {
+        selector: task_pods(),
+        patch: serde_json::json!({"labels": {"app.kubernetes.io/managed-by": "fleet-inventory"}}),
+    });
+    let (run, diagnosis) =
+        cluster_twin_run(&double, &images, "launch::contract/labels_as_composed").await;
+    assert_fails(
+        &run,
+        "launch::contract",
+        "label app.kubernetes.io/managed-by: composed \"kandev\", running \"fleet-inventory\"",
+        true,
+    )
+    .await;
+    assert!(!diagnosis.contains("create-nonce"), "{diagnosis}");
+    // The create itself was admitted as composed: the relabel came after.
+    assert!(!diagnosis.contains("admission"), "{diagnosis}");
+}
+
+/// The cluster twin of `launch::causal_failures/names_cause`: a cleanup controller deletes
+/// each Pod whose image cannot be pulled at once (grace period 0), before anything reads its
+/// `ErrImagePull`: the cause is left only in the Events of a Pod that is gone, and the
+/// absent-image launch fails (within its bound, leaving nothing) without naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_cluster_that_reaps_unpullable_pods_fails_names_cause_on_kube_double() {
+    let (double, images) = engine_double().await;
+    double.state.enable(Behaviour::ReapUnpullablePods);
+    let (run, diagnosis) =
+        cluster_twin_run(&double, &images, "launch::causal_failures/names_cause").await;
+    assert_fails(&run, "launch::causal_failures", "image: ", true).await;
+    let absent = kandev_scenarios::launch::causal_failures::ABSENT_IMAGE;
+    assert!(
+        diagnosis.contains("it was deleted before container kandev-agent ran")
+            && !diagnosis.contains(absent),
+        "{diagnosis}"
+    );
+    // Only the absent image's case: the other causes were named.
+    for other in ["node_selector: ", "missing_claim: ", "restricted_identity"] {
+        assert!(!diagnosis.contains(other), "{diagnosis}");
+    }
+}
+
+/// The cluster twin of `launch::causal_failures/within_bound`: the node cannot reach the
+/// absent image's registry, so its pull hangs (no answer, no progress: the containers stay
+/// `ContainerCreating`, as a kubelet shows a pull under way) and the launch fails only when
+/// the pod_ready wait runs out. The failure still names the image it waited on
+/// (`names_cause` holds), the rollback leaves nothing, and exactly `within_bound` fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_cluster_whose_image_pulls_hang_fails_within_bound_on_kube_double() {
+    let (double, images) = engine_double().await;
+    double.state.enable(Behaviour::UnreachableRegistry {
+        host: "registry.invalid".into(),
+    });
+    let (run, diagnosis) =
+        cluster_twin_run(&double, &images, "launch::causal_failures/within_bound").await;
+    assert_fails(&run, "launch::causal_failures", "image: ", true).await;
+    assert!(
+        diagnosis.contains("it surfaced only when the pod_ready wait timed out"),
+        "{diagnosis}"
+    );
+    for other in ["node_selector: ", "missing_claim: ", "restricted_identity"] {
+        assert!(!diagnosis.contains(other), "{diagnosis}");
+    }
+    // What the launch said while it waited: the image, still being pulled.
+    let cases = run.report.scenarios[0]
+        .steps
+        .iter()
+        .find_map(|s| s.evidence.get("cases").cloned())
+        .unwrap_or_default();
+    let message = cases[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("timed out")
+            && message.contains("waiting: ContainerCreating")
+            && message.contains(kandev_scenarios::launch::causal_failures::ABSENT_IMAGE),
+        "{message}"
+    );
+}
+
+/// The cluster twin of `launch::causal_failures/nothing_left`: a node agent puts its
+/// finalizer on every Pod that reaches the node and is stuck (never removes it), so the
+/// absent-image launch's rollback deletes its Pod and the API server keeps it, marked
+/// (`deletionTimestamp`, grace period 0) until the finalizer goes. The rollback's wait ends
+/// (no hang) with an error naming the finalizer, the cause and the bound still hold, and
+/// exactly `nothing_left` fails; the leftovers ledger names the held Pod and the run's
+/// namespace waits `Terminating`. Once the finalizer is removed (as an operator would, by
+/// hand), the Pod and the namespace go, `gc` finds nothing more, and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_cluster_whose_finalizer_holds_the_rollback_fails_nothing_left_on_kube_double() {
+    const FINALIZER: &str = "node-agent.example.com/cleanup";
+    let (double, images) = engine_double().await;
+    double.state.enable(Behaviour::StuckNodeFinalizer {
+        finalizer: FINALIZER.into(),
+    });
+    let (run, diagnosis) =
+        cluster_twin_run(&double, &images, "launch::causal_failures/nothing_left").await;
+    let report = &run.report.scenarios[0];
+    // Only the absent image's Pod reached the node; the others were never scheduled.
+    let held: Vec<serde_json::Value> = double
+        .state
+        .objects("pods")
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"][LABEL_RUN] == run.report.run_id.as_str())
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}\n{}", run.text);
+    let pod = &held[0];
+    let name = pod["metadata"]["name"].as_str().unwrap().to_owned();
+    let namespace = pod["metadata"]["namespace"].as_str().unwrap().to_owned();
+    assert!(
+        diagnosis.contains(&format!("image: Pod {name}")),
+        "{diagnosis}"
+    );
+    assert!(pod["metadata"]["deletionTimestamp"].is_string(), "{pod}");
+    assert_eq!(pod["metadata"]["deletionGracePeriodSeconds"], 0, "{pod}");
+    assert_eq!(
+        pod["metadata"]["finalizers"],
+        serde_json::json!([FINALIZER])
+    );
+    // The rollback's wait ended naming the finalizer, and the launch still named its cause.
+    let cases = report
+        .steps
+        .iter()
+        .find_map(|s| s.evidence.get("cases").cloned())
+        .unwrap_or_default();
+    let message = cases[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(kandev_scenarios::launch::causal_failures::ABSENT_IMAGE)
+            && message.contains("rollback of the failed launch")
+            && message.contains(FINALIZER),
+        "{message}"
+    );
+    // Teardown could not remove it either, and says why; the ledger names it.
+    assert!(
+        report
+            .cleanup
+            .iter()
+            .any(|c| c.outcome == kandev_report::CleanupOutcome::Failed
+                && c.error.as_deref().is_some_and(|e| e.contains(FINALIZER))),
+        "{:?}",
+        report.cleanup
+    );
+    assert_eq!(run.report.leftovers, [format!("pod/{name}")]);
+    // The namespace controller waits for it, and says which finalizer it waits on.
+    let ns = double.state.object("namespaces", "", &namespace).unwrap();
+    assert_eq!(ns["status"]["phase"], "Terminating", "{ns}");
+    assert!(
+        ns["status"]["conditions"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("{FINALIZER} in 1 resource instances"))),
+        "{ns}"
+    );
+
+    // Removed by hand, as an operator unsticks it: the update that empties the finalizers
+    // deletes the Pod, and the namespace goes.
+    let (client, _, _) = kandev_harness::backend::kube::cluster::client_for(
+        Some(&double.kubeconfig),
+        Some(&double.context),
+    )
+    .await
+    .unwrap();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client, &namespace);
+    pods.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let left = left_in_double(&double, &run.report.run_id).await;
+    assert!(left.is_empty(), "left in the double: {left:?}");
+    let gc = command(&double, "gc")
+        .args(["--run", &run.report.run_id])
+        .output()
+        .await
+        .unwrap();
+    assert!(gc.status.success(), "{}", common::output_text(&gc));
+    let left = left_on_engine(&run.report.run_id).await;
+    assert!(left.is_empty(), "left on the engine: {left:?}");
+}
+
+/// Finalizers are a rule of the double's API server, whoever put them there: a Pod created
+/// with one is only marked by its DELETE (and a second DELETE changes nothing), may not gain
+/// another while it is being deleted (422), and goes with the update that removes the last.
+/// The harness's exact delete of such a Pod does not hang: once only the finalizer holds it,
+/// it waits `finalizer_patience` and fails naming it. No engine: the Pods are only stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizers_hold_deletes_and_the_harness_names_them_on_kube_double() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kandev_harness::backend::{Backend, BackendError, PodRef};
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+    const FINALIZER: &str = "example.com/hold";
+    let double = cluster_double::start(None).await.unwrap();
+    let (client, _, _) = kandev_harness::backend::kube::cluster::client_for(
+        Some(&double.kubeconfig),
+        Some(&double.context),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": [FINALIZER]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let mut backend = kandev_harness::backend::kube::KubeBackend::new(
+        client.clone(),
+        "default",
+        "kube",
+        "c",
+        Default::default(),
+    );
+    backend.delete_finalizer_patience = std::time::Duration::from_secs(1);
+    let held = backend
+        .delete_pod(&PodRef {
+            namespace: "default".into(),
+            name: "held".into(),
+            uid: uid.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&held, BackendError::DeleteHeld { finalizers, uid: u, .. }
+            if finalizers == &[FINALIZER.to_owned()] && *u == uid),
+        "{held}"
+    );
+    assert!(held.to_string().contains("fix: "), "{held}");
+    let marked = pods.get("held").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    assert_eq!(marked.metadata.deletion_grace_period_seconds, Some(0));
+    // Deleted again: nothing changes.
+    let again = pods.delete("held", &DeleteParams::default()).await.unwrap();
+    assert!(again.is_left(), "still there");
+    assert_eq!(
+        pods.get("held").await.unwrap().metadata.resource_version,
+        marked.metadata.resource_version
+    );
+    // No new finalizer on an object being deleted.
+    let refused = pods
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"finalizers": [FINALIZER, "example.com/more"]}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 422
+            && s.message.contains("no new finalizers can be added if the object is being deleted")),
+        "{refused}"
+    );
+    // The update that removes the last finalizer deletes it.
+    pods.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(pods.get_opt("held").await.unwrap().is_none());
+    assert!(double.state.object("pods", "default", "held").is_none());
 }
 
 /// `launch::connection` passes with the run's own executor Role (Kandev's), and each Role twin

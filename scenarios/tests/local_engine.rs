@@ -155,18 +155,51 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
 
     // JUnit and CTRF beside it, from the same results.
     let folder = run.report_path.parent().unwrap();
+    // A test case per check, its scenario as the class (every scenario here has checks and
+    // none failed outside one: no scenario needs a case of its own).
     let junit = std::fs::read_to_string(folder.join("junit.xml")).unwrap();
-    assert_eq!(
-        junit.matches("<testcase ").count(),
-        run.report.scenarios.len()
-    );
+    let checks = &run.report.summary.checks;
+    assert_eq!(junit.matches("<testcase ").count(), checks.total);
+    for s in &run.report.scenarios {
+        for c in &s.checks {
+            let case = format!("<testcase classname=\"{}\" name=\"{}\"", s.name, c.id);
+            assert!(junit.contains(&case), "{case}");
+        }
+    }
     let ctrf: serde_json::Value =
         serde_json::from_slice(&std::fs::read(folder.join("ctrf.json")).unwrap()).unwrap();
     assert_eq!(
         ctrf["results"]["summary"]["passed"].as_u64(),
-        Some(run.report.summary.passed as u64)
+        Some(checks.passed as u64)
     );
-    assert_eq!(ctrf["results"]["summary"]["skipped"].as_u64(), Some(1));
+    // launch::connection's checks, never reached (no API server here).
+    assert_eq!(
+        ctrf["results"]["summary"]["skipped"].as_u64(),
+        Some((checks.not_reached + checks.not_judged) as u64)
+    );
+    // The report's own verdict: the release gate's, passed; the whole catalogue selected;
+    // the build named; what the Pods ran recorded and agreeing.
+    let verdict = run.report.verdict.clone().unwrap();
+    assert!(
+        verdict.passed && verdict.profile == kandev_report::GateProfile::Release,
+        "{verdict:?}"
+    );
+    let selection = run.report.selection.clone().unwrap();
+    assert!(!selection.filtered && selection.left_out.is_empty());
+    assert_eq!(run.report.harness_version, kandev_harness::BUILD);
+    for role in ["worker", "daemon"] {
+        let image = run
+            .report
+            .environment
+            .images
+            .iter()
+            .find(|i| i.role == role)
+            .unwrap();
+        assert!(
+            !image.ran.is_empty() && image.disagreements().is_empty(),
+            "{image:?}"
+        );
+    }
     let errors = schemas::junit_errors(&junit);
     assert!(
         errors.is_empty(),
@@ -254,6 +287,141 @@ fn an_invalid_template_is_refused_before_anything_is_created() {
         1,
         "only the template is in the folder: no run started"
     );
+}
+
+/// A template that names its own worker image would run it and ignore `--worker-image`,
+/// while the report recorded the flag's: refused before anything is created, naming both
+/// images, the field and the fix (the engine is never reached).
+#[test]
+fn an_image_flag_the_template_ignores_is_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("own-images.yaml");
+    let text = std::fs::read_to_string(root().join("fixtures/templates/full-worker.yaml"))
+        .unwrap()
+        .replace(
+            "FULL_WORKER_IMAGE_REQUIRED",
+            "registry.example/own-worker:1",
+        );
+    std::fs::write(&template, text).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--report"])
+        .arg(dir.path())
+        .arg("--template")
+        .arg(&template)
+        .args([
+            "--worker-image",
+            "registry.example/flag-worker:1",
+            "--daemon-image",
+            "registry.example/flag-daemon:1",
+        ])
+        .env("DOCKER_HOST", "unix:///nonexistent.sock")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("would ignore an image flag; nothing was created")
+            && stderr.contains("--worker-image \"registry.example/flag-worker:1\"")
+            && stderr.contains("its own image \"registry.example/own-worker:1\"")
+            && stderr.contains("config.pod_template_yaml.template.spec.containers[0].image")
+            && stderr.contains("fix: drop --worker-image"),
+        "{stderr}"
+    );
+    // The daemon's placeholder takes --daemon-image: no complaint about it.
+    assert!(!stderr.contains("--daemon-image \""), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the template is in the folder: no run started"
+    );
+}
+
+/// A release vouches for the whole catalogue: a filtered `--gate release` run is refused
+/// before anything is created, naming what the filter leaves out.
+#[test]
+fn a_filtered_release_run_is_refused_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args([
+            "run",
+            "--gate",
+            "release",
+            "--skip",
+            "browser::launch",
+            "--report",
+        ])
+        .arg(dir.path())
+        .env("DOCKER_HOST", "unix:///nonexistent.sock")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the release gate refuses this run; nothing was created")
+            && stderr.contains("leaves out 1 of the catalogue's")
+            && stderr.contains("(browser::launch)")
+            && stderr.contains("fix: drop the filter"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // `launch` refuses it too, before it reaches a cluster (the context here is dead).
+    let digest = |name: &str| format!("r.example/{name}@sha256:{}", "1".repeat(64));
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["launch", "--backend", "kube", "--context", "dead"])
+        .args(["--harness-image", &digest("harness")])
+        .args([
+            "--worker-image",
+            &digest("worker"),
+            "--daemon-image",
+            &digest("dind"),
+        ])
+        .args(["--gate", "release", "--skip", "browser::launch", "--report"])
+        .arg(dir.path())
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("leaves out 1 of the catalogue's") && stderr.contains("(browser::launch)"),
+        "{stderr}"
+    );
+}
+
+/// `gate` and `report show` name a report written in a newer schema as such: its version,
+/// the highest this build reads, and the fix.
+#[test]
+fn a_report_of_a_newer_schema_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.json");
+    let mut newer = serde_json::to_value(Report::default()).unwrap();
+    let version = kandev_report::SCHEMA_VERSION + 1;
+    newer["schema_version"] = version.into();
+    newer["field_of_the_future"] = true.into();
+    std::fs::write(&path, serde_json::to_vec(&newer).unwrap()).unwrap();
+    let digest = format!("r.example/w@sha256:{}", "1".repeat(64));
+    let (code, out) = gate(
+        &path,
+        &["--worker-image", &digest, "--daemon-image", &digest],
+    );
+    assert_eq!(code, 2, "{out}");
+    let named = format!(
+        "the report's schema version is {version}, newer than the highest this build reads ({}",
+        kandev_report::SCHEMA_VERSION
+    );
+    assert!(
+        out.contains(&named)
+            && out
+                .contains("fix: read it with the kandev-acceptance that wrote it, or a newer one"),
+        "{out}"
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["report", "show"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains(&named));
 }
 
 #[test]
@@ -568,6 +736,115 @@ fn a_terminal_gets_the_live_view_and_libtest_lines_go_to_a_log() {
         .path();
     let log = std::fs::read_to_string(run_dir.join("libtest.log")).unwrap();
     assert!(log.contains("test template::grant_rules ... ok"), "{log}");
+}
+
+/// The engine's id of an image (`docker image inspect`).
+fn engine_image_id(reference: &str) -> String {
+    let out = Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", reference])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The report records, per image role, the image ids the Pods' containers ran, as the engine
+/// gives them (each container's `Image`): the flag's image when the template renders it; the
+/// template's own when the template names one, which a gate for the recorded image refuses
+/// (a run on image A never passes a gate for image B).
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn the_report_records_the_image_ids_the_pods_containers_ran() {
+    let tag = broken_worker("worker-without-browser-and-compose");
+    let tag_id = engine_image_id(&tag);
+    // The flag fills the template's placeholder: the containers ran the flag's image.
+    let flagged = run(&["--worker-image", &tag, "--exact", "workspace::shared"]);
+    // A template naming that image itself, no flag: the run records the fixture worker it
+    // built, while the Pods ran the template's image.
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("own-worker.yaml");
+    let text = std::fs::read_to_string(root().join("fixtures/templates/full-worker.yaml"))
+        .unwrap()
+        .replace("FULL_WORKER_IMAGE_REQUIRED", &tag);
+    std::fs::write(&template, text).unwrap();
+    let own = run(&[
+        "--template",
+        template.to_str().unwrap(),
+        "--exact",
+        "workspace::shared",
+    ]);
+    let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+
+    assert_eq!(flagged.code, 0, "{}", flagged.output);
+    let image = |run: &common::Run, role: &str| {
+        run.report
+            .environment
+            .images
+            .iter()
+            .find(|i| i.role == role)
+            .cloned()
+            .unwrap()
+    };
+    let worker = image(&flagged, "worker");
+    assert_eq!(worker.reference, tag);
+    assert!(!worker.ran.is_empty(), "{worker:?}");
+    for ran in &worker.ran {
+        assert_eq!(ran.image_id, tag_id, "{worker:?}");
+        assert_eq!(ran.image, tag, "{worker:?}");
+    }
+    assert!(worker.disagreements().is_empty());
+    let daemon = image(&flagged, "daemon");
+    let daemon_id = engine_image_id(&daemon.reference);
+    assert!(
+        !daemon.ran.is_empty() && daemon.ran.iter().all(|r| r.image_id == daemon_id),
+        "{daemon:?}"
+    );
+
+    assert_eq!(
+        own.code, 0,
+        "a default run reports, it does not judge: {}",
+        own.output
+    );
+    let recorded = image(&own, "worker");
+    assert_ne!(
+        recorded.id.as_deref(),
+        Some(tag_id.as_str()),
+        "{recorded:?}"
+    );
+    let disagreements = recorded.disagreements();
+    assert!(
+        !disagreements.is_empty() && disagreements.iter().all(|r| r.image_id == tag_id),
+        "{recorded:?}"
+    );
+    assert!(
+        own.output.contains(&format!(
+            "IMAGE: the worker containers ran {tag} (id {tag_id})"
+        )),
+        "{}",
+        own.output
+    );
+    let (code, out) = gate(
+        &own.report_path,
+        &[
+            "--worker-image",
+            &image_as_run(&own.report, "worker"),
+            "--daemon-image",
+            &image_as_run(&own.report, "daemon"),
+        ],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "the worker containers ran {tag} (id {tag_id}), not "
+        )),
+        "{out}"
+    );
+    assert_nothing_left(&flagged.report);
+    assert_nothing_left(&own.report);
 }
 
 #[test]

@@ -11,7 +11,8 @@ mod common;
 
 use common::{fixture, only, root};
 use kandev_report::{
-    CheckOutcome, CheckReport, Outcome, Report, ScenarioReport, StepOutcome, StepReport, Summary,
+    CheckKind, CheckOutcome, CheckReport, Outcome, Report, ScenarioReport, StepOutcome, StepReport,
+    Summary,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -31,6 +32,11 @@ fn artefacts() -> PathBuf {
 
 /// Chromium, headless, with nothing fetched: `extra` then the page.
 fn chromium(page: &Path, extra: &[String]) -> std::process::Output {
+    chromium_at(&format!("file://{}", page.display()), extra)
+}
+
+/// Chromium, headless, with nothing fetched: `extra` then `url`.
+fn chromium_at(url: &str, extra: &[String]) -> std::process::Output {
     let profile = tempfile::tempdir().unwrap();
     let output = Command::new("timeout")
         .arg("120")
@@ -46,7 +52,7 @@ fn chromium(page: &Path, extra: &[String]) -> std::process::Output {
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(extra)
-        .arg(format!("file://{}", page.display()))
+        .arg(url)
         .output()
         .expect("run chromium (bash harness/scripts/ensure-test-deps.sh installs it)");
     assert!(
@@ -76,6 +82,30 @@ fn render(html: &Path, name: &str) -> String {
         shot.display()
     );
     dom
+}
+
+/// The DOM Chromium rendered from `html` opened at `#fragment` (the report's filters read it).
+fn dom_filtered(html: &Path, fragment: &str) -> String {
+    let url = format!("file://{}#{fragment}", html.display());
+    String::from_utf8(chromium_at(&url, &["--dump-dom".into()]).stdout).unwrap()
+}
+
+/// The opening tag of the scenario row (`<details>`) or check row (`<tr>`) whose attributes
+/// contain `marker` (the timeline's lanes carry `data-scenario` too).
+fn tag_with<'a>(dom: &'a str, marker: &str) -> &'a str {
+    dom.match_indices(marker)
+        .map(|(at, _)| {
+            let start = dom[..at].rfind('<').unwrap();
+            let end = at + dom[at..].find('>').unwrap();
+            &dom[start..=end]
+        })
+        .find(|tag| tag.starts_with("<details") || tag.starts_with("<tr"))
+        .unwrap_or_else(|| panic!("no row with {marker} in the DOM"))
+}
+
+/// Whether the element whose attributes contain `marker` is hidden by the filters.
+fn hidden(dom: &str, marker: &str) -> bool {
+    tag_with(dom, marker).contains(" hidden")
 }
 
 /// Every scenario of `report` has a row with its outcome, and every check its row.
@@ -168,13 +198,24 @@ fn an_assembled_report_renders_in_chromium() {
     let mut browser = assembled_scenario("browser::launch", Outcome::Passed, None);
     browser.steps[0].evidence = json!({"screenshot": "browser-launch/screenshot.png"});
     let nasty = "x::y/first: <img src=x onerror=alert(1)> & \u{1b}[31m\u{0} </details>";
+    // A passed scenario with a mirror check and a check it could not judge.
+    let mut unjudged = assembled_scenario("u::v", Outcome::Passed, None);
+    unjudged.checks.push(CheckReport {
+        id: "u::v/unseen".into(),
+        promise: "the node shows it".into(),
+        kind: CheckKind::Mirror,
+        outcome: CheckOutcome::NotJudged,
+        reason: Some("no node view on this backend".into()),
+        twin: "mirror: none".into(),
+    });
     let scenarios = vec![
         browser,
         assembled_scenario("x::y", Outcome::Failed, Some(nasty)),
         assembled_scenario("c::skips", Outcome::Incompatible, Some("no browser")),
+        unjudged,
     ];
     let report = Report {
-        schema_version: 1,
+        schema_version: kandev_report::SCHEMA_VERSION,
         run_id: "assembled".into(),
         harness_version: "0.1.0".into(),
         started_at: "2026-11-29T00:00:00.000Z".into(),
@@ -192,6 +233,8 @@ fn an_assembled_report_renders_in_chromium() {
         leftovers: Vec::new(),
         teardown: Vec::new(),
         cost: None,
+        selection: None,
+        verdict: None,
     };
     let json = dir.path().join("report.json");
     kandev_report::write(&report, &json).unwrap();
@@ -212,7 +255,54 @@ fn an_assembled_report_renders_in_chromium() {
     assert!(dom.contains(
         "&lt;img src=x onerror=alert(1)&gt; &amp; \\u{001b}[31m\\u{0000} &lt;/details&gt;"
     ));
-    assert!(dom.contains("3 system checks, 3 with a twin; 0 mirror checks"));
+    assert!(dom.contains(
+        "4 system checks (4 judged against the system, 0 not judged), 4 with a twin; 1 mirror checks"
+    ));
+    assert!(
+        dom.contains("not judged: no node view on this backend"),
+        "the reason is shown"
+    );
+    // Nothing filtered: every row shown, and the count says so.
+    assert!(!hidden(&dom, "data-scenario=\"c::skips\""), "{dom}");
+    assert!(dom.contains("4 of 4 scenarios, 5 checks shown"), "{dom}");
+
+    // Filtered by outcome (a check's): only the scenario with a check not judged, only that
+    // check; the view is linkable through the fragment.
+    let html = dir.path().join("report.html");
+    let dom = dom_filtered(&html, "outcome=not_judged");
+    assert!(!hidden(&dom, "data-check=\"u::v/unseen\""), "{dom}");
+    assert!(hidden(&dom, "data-check=\"u::v/first\""), "{dom}");
+    for other in ["browser::launch", "x::y", "c::skips"] {
+        assert!(
+            hidden(&dom, &format!("data-scenario=\"{other}\"")),
+            "{other} is filtered out: {}",
+            tag_with(&dom, &format!("data-scenario=\"{other}\""))
+        );
+    }
+    assert!(
+        tag_with(&dom, "data-scenario=\"u::v\"").contains(" open"),
+        "a matching scenario opens"
+    );
+    assert!(dom.contains("1 of 4 scenarios, 1 checks shown"), "{dom}");
+    // By outcome (a scenario's): the failed one with its checks.
+    let dom = dom_filtered(&html, "outcome=failed");
+    assert!(!hidden(&dom, "data-scenario=\"x::y\""), "{dom}");
+    assert!(hidden(&dom, "data-scenario=\"u::v\""), "{dom}");
+    // By kind: only the scenario with a mirror check.
+    let dom = dom_filtered(&html, "kind=mirror");
+    assert!(!hidden(&dom, "data-scenario=\"u::v\""), "{dom}");
+    assert!(hidden(&dom, "data-check=\"u::v/first\""), "{dom}");
+    assert!(hidden(&dom, "data-scenario=\"x::y\""), "{dom}");
+    // A search matches check ids, promises and reasons, case-insensitively.
+    let dom = dom_filtered(&html, "q=NODE%20VIEW");
+    assert!(dom.contains("1 of 4 scenarios, 1 checks shown"), "{dom}");
+    assert!(!hidden(&dom, "data-check=\"u::v/unseen\""), "{dom}");
+    let dom = dom_filtered(&html, "q=x%3A%3Ay%2Ffirst");
+    assert!(!hidden(&dom, "data-check=\"x::y/first\""), "{dom}");
+    assert!(hidden(&dom, "data-scenario=\"browser::launch\""), "{dom}");
+    // A search nothing matches shows nothing, and says so.
+    let dom = dom_filtered(&html, "q=no-such-check");
+    assert!(dom.contains("0 of 4 scenarios, 0 checks shown"), "{dom}");
 }
 
 /// `kandev-acceptance` with `args`, its exit code and stdout.

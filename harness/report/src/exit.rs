@@ -1,8 +1,7 @@
 //! Exit codes: what a run (or a report) means for CI and release gates, most severe first.
-//! The README's table lists the same codes.
+//! README's "Exit codes" table lists the same codes, and `harness/tests/docs.rs` keeps it so.
 
 use crate::run::Report;
-use crate::scenario::CleanupOutcome;
 use serde_json::Value;
 
 /// Every selected scenario passed (or was skipped/incompatible with a reason).
@@ -26,7 +25,7 @@ pub const INTERRUPTED: u8 = 130;
 /// (the same value as [`SCENARIO_FAILED`]: a promise that held now breaks).
 pub const REGRESSED: u8 = 1;
 
-/// What a run's exit code means, in the words of README's table.
+/// What a run's exit code means, in short (README's "Exit codes" table says it at length).
 pub fn meaning(code: u8) -> &'static str {
     match code {
         SUCCESS => "every selected scenario passed (or was skipped or incompatible with a reason)",
@@ -54,40 +53,49 @@ pub fn kept(report: &Report) -> bool {
 }
 
 /// The exit code a report maps to (most severe class first); `kept` excuses leftovers that
-/// `--keep` left on purpose.
+/// `--keep` left on purpose. The rule is [`crate::judge`]'s, under the report's own gate.
 pub fn exit_code(report: &Report, kept: bool) -> u8 {
-    let s = &report.summary;
-    if report.interrupted {
-        INTERRUPTED
-    } else if s.failed + s.timed_out > 0 || report.deadline_exceeded {
-        SCENARIO_FAILED
-    } else if s.errored + s.cancelled > 0 {
-        ENVIRONMENT
-    } else if s.leaked > 0
-        || (!report.leftovers.is_empty() && !kept)
-        || report
-            .teardown
-            .iter()
-            .any(|t| t.outcome == CleanupOutcome::Failed)
-    {
-        LEAKED
-    } else {
-        SUCCESS
-    }
+    let rules = crate::Rules {
+        kept,
+        ..crate::Rules::of_run(report)
+    };
+    crate::judge(report, &rules).exit_code
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::{Outcome, ScenarioReport};
     use crate::summary::Summary;
 
+    /// A report whose scenarios end as `summary` counts them.
     fn report(summary: Summary, leftovers: &[&str], interrupted: bool) -> Report {
+        let s = &summary;
+        let scenarios = [
+            (Outcome::Passed, s.passed),
+            (Outcome::Failed, s.failed),
+            (Outcome::Errored, s.errored),
+            (Outcome::TimedOut, s.timed_out),
+            (Outcome::Cancelled, s.cancelled),
+            (Outcome::Skipped, s.skipped),
+            (Outcome::Leaked, s.leaked),
+        ]
+        .into_iter()
+        .flat_map(|(outcome, n)| {
+            (0..n).map(move |i| ScenarioReport {
+                name: format!("{}::{i}", outcome.as_str()),
+                outcome,
+                ..Default::default()
+            })
+        })
+        .collect();
         Report {
             run_id: "r".into(),
             harness_version: "0".into(),
             interrupted,
             backend: "local".into(),
             summary,
+            scenarios,
             leftovers: leftovers.iter().map(|s| (*s).to_owned()).collect(),
             ..Default::default()
         }

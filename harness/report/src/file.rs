@@ -1,7 +1,7 @@
 //! `report.json` on disk: written atomically, read (with what older reports lack filled in),
 //! and its JSON Schema.
 
-use crate::run::Report;
+use crate::run::{Report, SCHEMA_VERSION};
 use crate::summary::Summary;
 use serde_json::Value;
 use std::path::Path;
@@ -22,9 +22,46 @@ pub fn write(report: &Report, path: &Path) -> std::io::Result<()> {
     std::fs::rename(tmp, path)
 }
 
+/// A report written by a newer harness, in a schema this build does not know: its fields could
+/// mean what this build cannot tell, so it is not read at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportTooNew {
+    /// The report's `schema_version`.
+    pub version: u64,
+    /// The highest this build reads ([`SCHEMA_VERSION`]).
+    pub highest: u32,
+}
+
+impl std::fmt::Display for ReportTooNew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the report's schema version is {}, newer than the highest this build reads ({}, kandev-report {})\n  fix: read it with the kandev-acceptance that wrote it, or a newer one",
+            self.version,
+            self.highest,
+            env!("CARGO_PKG_VERSION")
+        )
+    }
+}
+
+impl std::error::Error for ReportTooNew {}
+
+/// Reads a report of any schema version up to [`SCHEMA_VERSION`] (what older ones lack is
+/// filled in); a newer one is refused as [`ReportTooNew`] before its fields are read.
 pub fn read(path: &Path) -> anyhow::Result<Report> {
     let text = std::fs::read(path)?;
-    let mut report: Report = serde_json::from_slice(&text)?;
+    let value: Value = serde_json::from_slice(&text)?;
+    // The version first: a newer report's unknown fields would otherwise be the error.
+    if let Some(version) = value.get("schema_version").and_then(Value::as_u64)
+        && version > u64::from(SCHEMA_VERSION)
+    {
+        return Err(ReportTooNew {
+            version,
+            highest: SCHEMA_VERSION,
+        }
+        .into());
+    }
+    let mut report: Report = serde_json::from_value(value)?;
     // A report from before check kinds has no kind counts: its checks were read as system
     // checks (the default), so count them so.
     let c = &report.summary.checks;
@@ -76,6 +113,42 @@ mod tests {
         assert_eq!(read.summary.checks.system.total, 2);
         assert_eq!(read.summary.checks.system.passed, 2);
         assert_eq!(read.summary.checks.mirror.total, 0);
+    }
+
+    #[test]
+    fn a_newer_report_is_named_as_such_and_an_older_one_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        let mut newer = serde_json::to_value(Report::default()).unwrap();
+        newer["schema_version"] = (SCHEMA_VERSION + 1).into();
+        newer["a_field_from_the_future"] = true.into();
+        std::fs::write(&path, serde_json::to_vec(&newer).unwrap()).unwrap();
+        let e = read(&path).unwrap_err();
+        let too_new = e.downcast_ref::<ReportTooNew>().unwrap();
+        assert_eq!(too_new.version, u64::from(SCHEMA_VERSION) + 1);
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("schema version is {}", SCHEMA_VERSION + 1))
+                && text.contains(&format!("highest this build reads ({SCHEMA_VERSION}"))
+                && text.contains("fix: "),
+            "{text}"
+        );
+        // Version 1: no verdict, selection, not-judged counts or images ran.
+        let mut older = serde_json::to_value(Report::default()).unwrap();
+        older["schema_version"] = 1.into();
+        let o = older.as_object_mut().unwrap();
+        o.remove("verdict");
+        o.remove("selection");
+        o["summary"]["checks"]
+            .as_object_mut()
+            .unwrap()
+            .remove("not_judged");
+        std::fs::write(&path, serde_json::to_vec(&older).unwrap()).unwrap();
+        let read = read(&path).unwrap();
+        assert_eq!(
+            (read.schema_version, read.verdict, read.selection),
+            (1, None, None)
+        );
     }
 
     #[test]

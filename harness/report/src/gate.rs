@@ -1,7 +1,8 @@
 //! The gate vocabulary, one for the command line (`run --gate`, `--require`, `validate
-//! --for-release`, `gate`), the report and README: the capabilities a run needs to judge every
-//! scenario, the gate profiles, and the gate a run was judged by. (What `gate` holds a report
-//! to is the harness's analysis, kandev-harness's `outputs::gate`, not these words.)
+//! --for-release`, `gate`), the report and `docs/release-gating.md`: the capabilities a run
+//! needs to judge every scenario, the gate profiles, and the gate a run was judged by. (What
+//! `gate` holds a report to is the harness's analysis, kandev-harness's `outputs::gate`, not
+//! these words.)
 
 /// What a run needs to judge every scenario. Lacking one ends the scenarios that need it
 /// `skipped` (node view, cluster) or `incompatible` (worker tools) — unless the gate requires

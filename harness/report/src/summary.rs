@@ -85,12 +85,25 @@ impl KindCount {
 }
 
 impl CheckSummary {
-    /// "62 system checks, 58 with a twin; 10 mirror checks": what a green of these checks
-    /// proves about the system, and what only about the harness's mirror of Kandev.
+    /// "64 system checks (60 judged against the system, 4 not judged), 60 with a twin; 10
+    /// mirror checks": what a green of these checks proves about the system (only those judged
+    /// against it: passed or failed), what it could not judge, and what only judges the
+    /// harness's mirror of Kandev. Checks never reached are named when there are any. Every
+    /// format and reader prints this line, so that they agree.
     pub fn kinds_line(&self) -> String {
+        let s = &self.system;
+        let not_reached = if s.not_reached > 0 {
+            format!(", {} not reached", s.not_reached)
+        } else {
+            String::new()
+        };
         format!(
-            "{} system checks, {} with a twin; {} mirror checks",
-            self.system.total, self.with_twin, self.mirror.total
+            "{} system checks ({} judged against the system, {} not judged{not_reached}), {} with a twin; {} mirror checks",
+            s.total,
+            s.judged(),
+            s.not_judged,
+            self.with_twin,
+            self.mirror.total
         )
     }
 }
@@ -141,6 +154,41 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::CheckReport;
+
+    #[test]
+    fn the_kinds_line_counts_what_was_judged_against_the_system_apart() {
+        let check = |id: &str, kind, outcome| CheckReport {
+            id: id.into(),
+            promise: "p".into(),
+            kind,
+            outcome,
+            reason: None,
+            twin: "fixtures/templates/broken/x.yaml".into(),
+        };
+        let scenario = ScenarioReport {
+            name: "a::x".into(),
+            checks: vec![
+                check("a::x/1", CheckKind::System, CheckOutcome::Passed),
+                check("a::x/2", CheckKind::System, CheckOutcome::Failed),
+                check("a::x/3", CheckKind::System, CheckOutcome::NotJudged),
+                check("a::x/4", CheckKind::Mirror, CheckOutcome::Passed),
+            ],
+            ..Default::default()
+        };
+        let summary = Summary::of(std::slice::from_ref(&scenario));
+        assert_eq!(
+            summary.checks.kinds_line(),
+            "3 system checks (2 judged against the system, 1 not judged), 4 with a twin; 1 mirror checks"
+        );
+        assert_eq!(summary.checks.not_judged, 1);
+        let mut unreached = scenario;
+        unreached.checks[0].outcome = CheckOutcome::NotReached;
+        assert_eq!(
+            Summary::of(&[unreached]).checks.kinds_line(),
+            "3 system checks (1 judged against the system, 1 not judged, 1 not reached), 4 with a twin; 1 mirror checks"
+        );
+    }
 
     #[test]
     fn the_summary_sums_cpu_and_keeps_the_largest_memory_peak() {

@@ -60,8 +60,7 @@ impl PrepareInput<'_> {
         self.mock_agent
             .get_or_try_init(|| async {
                 let started = std::time::Instant::now();
-                let built =
-                    crate::host::images::mock_agent_binary(&crate::paths::workspace_root()).await;
+                let built = crate::host::images::mock_agent_binary().await;
                 self.setup.step(
                     "mock_agent_binary",
                     started,
@@ -89,6 +88,9 @@ pub struct Prepared {
     pub environment: Environment,
     /// What the run set up beyond its sessions (a namespace, executor objects, a cluster).
     pub teardown: Option<Box<dyn RunTeardown>>,
+    /// How many scenarios to run at once, derived from what the cluster can hold when the
+    /// operator did not say (`jobs` set-up step); None: as given, or the host's default.
+    pub jobs: Option<usize>,
 }
 
 /// What a run set up beyond its sessions, removed when the run ends.
@@ -209,6 +211,12 @@ pub struct ContainerState {
     pub running: bool,
     pub restarts: u32,
     pub exit_code: Option<i64>,
+    /// The image as the container names it (the Pod's `image`, as the runtime reports it).
+    pub image: String,
+    /// The image it runs, as the runtime identifies it: the engine's container `Image`
+    /// (`sha256:<hex>`) locally, the kubelet's `imageID` on a cluster. None until the runtime
+    /// says (a container the kubelet has not created yet).
+    pub image_id: Option<String>,
 }
 
 /// What a running Pod shares with its node, read back from what runs (not from the Pod that
@@ -281,6 +289,19 @@ pub enum BackendError {
     /// does not exist). Surfaced as soon as it is seen, not at the wait's bound.
     #[error("pod {pod} cannot start: {cause}")]
     CannotStart { pod: String, cause: String },
+    /// A deleted object that stays: its deletion was requested and its grace period is over
+    /// (a Pod's containers stopped), but finalizers hold it, and only the controllers that
+    /// own them may remove them.
+    #[error(
+        "{what} {name} (uid {uid}) is still there {waited:?} after its delete: the finalizers {finalizers:?} hold it and the controllers that own them have not removed them\n  fix: find the controller that owns each finalizer and why it does not finish (removing a finalizer by hand skips that controller's cleanup)"
+    )]
+    DeleteHeld {
+        what: &'static str,
+        name: String,
+        uid: String,
+        finalizers: Vec<String>,
+        waited: std::time::Duration,
+    },
     #[error(
         "{what} {name} is not the one this run created (expected uid {expected}, found {found})"
     )]
@@ -307,6 +328,11 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     /// How a person gets into a Pod kept with `--keep`.
     fn keep_hint(&self, pod: &PodRef, container: &str) -> String;
+    /// The architecture a session's Pod is pinned to (`nodeSelector kubernetes.io/arch`):
+    /// the cluster's on `kube` and `kind`, this machine's on the local engine.
+    fn platform(&self) -> crate::pod::compose::Arch {
+        crate::pod::compose::Arch::of_this_machine()
+    }
     /// What the backend accepts in `pod` without enforcing it as a kubelet would (findings).
     fn unenforced(&self, _pod: &Pod) -> Vec<String> {
         Vec::new()

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(
     name = "kandev-acceptance",
-    version,
+    version = crate::BUILD,
     about = "End-to-end acceptance of Kandev's Docker-workloads task Pods"
 )]
 pub(crate) struct Cli {
@@ -107,6 +107,11 @@ pub(crate) struct RunArgs {
     /// Leave the Kind cluster the run created (remove later: kind delete cluster --name ...).
     #[arg(long)]
     pub(crate) keep_cluster: bool,
+    /// The platform the sessions' Pods are pinned to (Kandev's profile `platform`:
+    /// linux/amd64 or linux/arm64); default: the cluster nodes' own architecture
+    /// (kubernetes.io/arch), refused when they disagree. The local backend runs this host's.
+    #[arg(long, value_name = "OS/ARCH", value_parser = crate::pod::compose::Arch::from_platform)]
+    pub(crate) platform: Option<crate::pod::compose::Arch>,
     /// Size of a managed workspace claim (`workspace.size`).
     #[arg(long, value_name = "QUANTITY", default_value = "10Gi")]
     pub(crate) workspace_size: String,

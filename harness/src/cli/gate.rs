@@ -1,5 +1,7 @@
 //! `gate`: release gating on a report, for exactly the artefacts a release ships (the
-//! judgement itself is `outputs::gate::refusals`).
+//! judgement itself is `outputs::gate::refusals`: kandev-report's one rule under the release
+//! profile, plus the catalogue, the artefacts and the age). It shows the report's own verdict
+//! first.
 
 use super::args::GateArgs;
 use super::read_input;
@@ -20,15 +22,9 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             return exit::USAGE;
         }
     }
-    let report = match kandev_report::read(&args.report) {
+    let report = match super::report::read(&args.report) {
         Ok(report) => report,
-        Err(e) => {
-            eprintln!(
-                "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
-                args.report.display()
-            );
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     let template_sha256 = match &args.template {
         Some(path) => match read_input(path, "template") {
@@ -64,6 +60,21 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             .map_or(0, |d| d.as_millis() as u64),
     };
     let reasons = refusals(&report, &expectations);
+    // What the report says of itself, as its run judged it (the gate judges it again, by the
+    // same rule under the release profile, and adds what a release ships).
+    let own = kandev_report::verdict_of(&report);
+    let mut context = format!(
+        "  the report's own verdict ({} gate, as its run judged it): {}",
+        own.profile.name(),
+        own.brief()
+    );
+    if let Some(selection) = report.selection.as_ref().filter(|s| s.filtered) {
+        context.push_str(&format!(
+            "\n  a filtered run: {} scenarios selected, left out: {}",
+            selection.selected.len(),
+            selection.left_out.join(", ")
+        ));
+    }
     if reasons.is_empty() {
         println!(
             "PASS: run {} ({}) gates {} and {}: {} scenarios, {}",
@@ -74,6 +85,7 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             expectations.catalogue.len(),
             passed_line(&report, &expectations)
         );
+        println!("{context}");
         exit::SUCCESS
     } else {
         println!(
@@ -84,6 +96,7 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
         for reason in &reasons {
             println!("  - {reason}");
         }
+        println!("{context}");
         exit::GATE_REFUSED
     }
 }

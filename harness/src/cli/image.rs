@@ -31,10 +31,13 @@ pub(crate) async fn image(command: ImageCommand) -> u8 {
 }
 
 async fn harness(args: &HarnessImageArgs) -> u8 {
+    if let Err(code) = super::fixtures_ready() {
+        return code;
+    }
     let started = Instant::now();
     let built = async {
         let docker = connect_engine().await?;
-        let mock_agent = mock_agent_binary(&crate::paths::workspace_root()).await?;
+        let mock_agent = mock_agent_binary().await?;
         let progress = indicatif::MultiProgress::new();
         let record = ensure_harness_image(
             &docker,

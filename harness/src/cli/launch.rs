@@ -25,8 +25,13 @@ pub(crate) fn launch(
         return exit::USAGE;
     }
     // Everything `run` refuses before it creates anything, refused here too: the template
-    // against Kandev's rules, the gate, the image references, the report folder.
-    if let Err(code) = super::run::checked(run) {
+    // against Kandev's rules, the gate, the image references and flags, the report folder,
+    // a filtered release.
+    let config = match super::run::checked(run) {
+        Ok((config, _, _)) => config,
+        Err(code) => return code,
+    };
+    if let Err(code) = super::run::whole_catalogue_under_release(run, &config, &registry) {
         return code;
     }
     // The files travel in the inputs Secret (without one, the image's defaults serve); their

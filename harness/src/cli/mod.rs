@@ -69,6 +69,12 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
     ExitCode::from(code)
 }
 
+/// The command line as clap builds it, for what checks documented commands
+/// (`harness/tests/docs.rs` parses every command the docs quote with it).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 pub(crate) fn read_input(path: &PathBuf, what: &str) -> Result<String, u8> {
     let bytes = std::fs::read(path).map_err(|e| {
         let fix = match e.kind() {
@@ -90,5 +96,18 @@ pub(crate) fn read_input(path: &PathBuf, what: &str) -> Result<String, u8> {
             e.utf8_error().valid_up_to()
         );
         exit::USAGE
+    })
+}
+
+/// The fixtures' root (`paths`' order: `KANDEV_ACCEPTANCE_ROOT`, the build's checkout, the
+/// carried copy written out), asked before anything reads a fixture: a root that cannot be
+/// read is one error naming its fix, not a missing template. Err: the exit code.
+pub(crate) fn fixtures_ready() -> Result<(), u8> {
+    crate::paths::ready().map(|_| ()).map_err(|e| {
+        eprintln!("error: {e}");
+        match e {
+            crate::paths::PathsError::NoFixtures { .. } => exit::USAGE,
+            crate::paths::PathsError::Embedded(_) => exit::ENVIRONMENT,
+        }
     })
 }

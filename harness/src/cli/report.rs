@@ -2,7 +2,7 @@
 
 use super::args::{OutputFormat, ReportCommand};
 use crate::outputs::{console, diff, html};
-use kandev_report::{Report, exit};
+use kandev_report::{Report, ReportTooNew, exit};
 use std::path::Path;
 
 pub(crate) fn report(command: ReportCommand) -> u8 {
@@ -12,12 +12,19 @@ pub(crate) fn report(command: ReportCommand) -> u8 {
     }
 }
 
-fn read(file: &Path) -> Result<Report, u8> {
+/// Reads a report for `report` and `gate`: a report newer than this build reads is named as
+/// such (its version, the highest this build reads, the fix: a newer harness); anything else
+/// unreadable is a usage error naming the file.
+pub(crate) fn read(file: &Path) -> Result<Report, u8> {
     kandev_report::read(file).map_err(|e| {
-        eprintln!(
-            "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
-            file.display()
-        );
+        if e.downcast_ref::<ReportTooNew>().is_some() {
+            eprintln!("error: read report {}: {e}", file.display());
+        } else {
+            eprintln!(
+                "error: read report {}: {e:#}\n  fix: pass the report.json a run wrote (reports/<run-id>/report.json)",
+                file.display()
+            );
+        }
         exit::USAGE
     })
 }

@@ -6,11 +6,14 @@ use super::read_input;
 use super::validate::check_rules;
 use crate::backend::BackendKind;
 use crate::config::{ClusterSettings, Keep, KindSettings, RunConfig};
-use crate::pod::template::{Severity, TemplateFile, TemplateFinding};
+use crate::pod::template::{
+    DAEMON_IMAGE_PLACEHOLDER, Severity, TemplateFile, TemplateFinding, WORKER_IMAGE_PLACEHOLDER,
+    ignored_image_flag,
+};
 use crate::runner::{Run, Scenario};
 use k8s_openapi::api::core::v1::PodTemplate;
 use kandev_report::{Gate, GateProfile};
-use kandev_report::{Outcome, Report, exit};
+use kandev_report::{Outcome, Report, Selection, exit};
 use libtest_mimic::Trial;
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -28,7 +31,7 @@ pub(crate) fn cluster_settings(
         cluster: c.kind_cluster.clone(),
         config: run
             .and_then(|r| r.kind_config.clone())
-            .unwrap_or_else(|| crate::paths::workspace_root().join("kind/cluster.yaml")),
+            .unwrap_or_else(crate::paths::kind_config),
         node_image: run.and_then(|r| r.kind_node_image.clone()),
         keep_cluster: run.is_some_and(|r| r.keep_cluster),
     });
@@ -37,6 +40,7 @@ pub(crate) fn cluster_settings(
         kubeconfig: c.kubeconfig.clone(),
         context: c.context.clone(),
         namespace: c.namespace.clone(),
+        platform: run.and_then(|r| r.platform),
         ..Default::default()
     };
     if let Some(r) = run {
@@ -67,13 +71,14 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         Ok(checked) => checked,
         Err(code) => return code,
     };
+    if let Err(code) = whole_catalogue_under_release(&args, &config, &registry) {
+        return code;
+    }
 
     let mut libtest = args.libtest;
     if libtest.test_threads.is_none() {
-        let cores = std::thread::available_parallelism()
-            .map(usize::from)
-            .unwrap_or(2);
-        libtest.test_threads = Some(args.jobs.unwrap_or((cores * 2).min(8)).max(1));
+        // On a cluster, run_once lowers it to what the cluster can hold when it was not given.
+        libtest.test_threads = Some(args.jobs.unwrap_or_else(crate::config::host_jobs).max(1));
     }
     let repeat = args.repeat.max(1);
     if repeat > 1 && args.run_id.is_some() {
@@ -124,6 +129,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
 /// folder. `launch` asks the same before it creates anything. Err: the exit code (each
 /// refusal printed with its fix).
 pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String), u8> {
+    super::fixtures_ready()?;
     let mut config = RunConfig {
         template: args
             .template
@@ -158,6 +164,7 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         deadline: args.deadline.map(Duration::from_secs),
         // Resolved below, once the template's declaration is read.
         gate: Gate::default(),
+        jobs: args.jobs.or(args.libtest.test_threads),
     };
     if let Err(message) = crate::backend::provider(config.backend).check(&config) {
         eprintln!("error: {message}");
@@ -179,6 +186,37 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
     );
     if findings.iter().any(|f| f.severity == Severity::Error) {
         return Err(breaks_rules(&config, &findings));
+    }
+    // An image flag the template would ignore: the report would record an image no Pod ran.
+    let ignored: Vec<String> = [
+        (
+            "--worker-image",
+            &config.worker_image,
+            &config.main_container,
+            WORKER_IMAGE_PLACEHOLDER,
+        ),
+        (
+            "--daemon-image",
+            &config.daemon_image,
+            &config.daemon_container,
+            DAEMON_IMAGE_PLACEHOLDER,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(flag, image, container, placeholder)| {
+        let image = image.as_deref()?;
+        ignored_image_flag(template.parsed(), flag, image, container, placeholder)
+    })
+    .collect();
+    if !ignored.is_empty() {
+        eprintln!(
+            "error: the template {} would ignore an image flag; nothing was created:",
+            config.template.display()
+        );
+        for problem in ignored {
+            eprintln!("  {problem}");
+        }
+        return Err(exit::USAGE);
     }
     config.gate = match resolve_gate(args, template.parsed(), &config) {
         Ok(gate) => gate,
@@ -225,12 +263,15 @@ fn run_once(
     prepare_text: String,
     run_id: Option<String>,
 ) -> (u8, Option<Report>) {
-    let run = Arc::new(Run::new(
-        run_id.unwrap_or_else(crate::pod::identity::new_run_id),
-        config.clone(),
-        template,
-        prepare_text,
-    ));
+    let run = Arc::new(
+        Run::new(
+            run_id.unwrap_or_else(crate::pod::identity::new_run_id),
+            config.clone(),
+            template,
+            prepare_text,
+        )
+        .with_selection(selection(libtest, registry)),
+    );
     // The run's folder exists from the start, so that the run id can be found (and `gc --run`
     // used) even when the run is killed before it writes its report.
     if let Err(e) = std::fs::create_dir_all(run.report_folder()) {
@@ -289,6 +330,15 @@ fn run_once(
             };
             return (code, Some(report));
         }
+    }
+    // Not given: no more scenarios at once than the cluster holds sessions (the backend's
+    // preparation derived it and recorded how, the `jobs` set-up step).
+    if let Some(derived) = run.prepared_env().and_then(|env| env.jobs) {
+        libtest.test_threads = Some(derived);
+        eprintln!(
+            "jobs: {derived} (the most sessions the cluster can hold at once, at most the host's {}; see the report's jobs set-up step)",
+            crate::config::host_jobs()
+        );
     }
     let handle = runtime.handle().clone();
     let watchers = [
@@ -352,6 +402,44 @@ fn publish(run: &Run, report: &Report) -> u8 {
     // Pods kept on purpose (`--keep`) are listed as leftovers but are not leaks.
     let kept = run.config.keep != Keep::Never;
     crate::outputs::publish_run(report, &run.report_folder(), kept)
+}
+
+/// A release vouches for the whole catalogue: under `--gate release`, a filter (FILTER,
+/// `--skip`, `--exact`) that leaves a scenario out is refused before anything is created
+/// (`run` and `launch` alike). Err: the exit code, the refusal printed with its fix.
+pub(crate) fn whole_catalogue_under_release(
+    args: &RunArgs,
+    config: &RunConfig,
+    registry: &[Scenario],
+) -> Result<(), u8> {
+    let selection = selection(&args.libtest, registry);
+    if config.gate.profile != GateProfile::Release || !selection.filtered {
+        return Ok(());
+    }
+    eprintln!(
+        "error: the release gate refuses this run; nothing was created:\n  the filter (FILTER, --skip, --exact) leaves out {} of the catalogue's {} scenarios ({}): a release vouches for the whole catalogue\n    fix: drop the filter, or run the part under the default gate (drop --gate release)",
+        selection.left_out.len(),
+        registry.len(),
+        selection.left_out.join(", ")
+    );
+    Err(exit::USAGE)
+}
+
+/// Which scenarios of `registry` the libtest filter selects (FILTER, `--skip`, `--exact`, as
+/// libtest-mimic itself decides it), and which it leaves out.
+fn selection(libtest: &libtest_mimic::Arguments, registry: &[Scenario]) -> Selection {
+    let (selected, left_out): (Vec<String>, Vec<String>) = registry
+        .iter()
+        .map(|s| s.name.to_owned())
+        .partition(|name| !libtest.is_filtered_out(&Trial::test(name.as_str(), || Ok(()))));
+    Selection {
+        filtered: !left_out.is_empty(),
+        filter: libtest.filter.clone(),
+        skip: libtest.skip.clone(),
+        exact: libtest.exact,
+        selected,
+        left_out,
+    }
 }
 
 fn valid_reference(reference: &str) -> bool {
@@ -476,6 +564,47 @@ fn resolve_gate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    fn scenario(name: &'static str) -> Scenario {
+        fn run(_: &mut crate::runner::Ctx) -> crate::runner::ScenarioFuture<'_> {
+            Box::pin(async { Ok(crate::runner::Verdict::Passed) })
+        }
+        Scenario {
+            name,
+            promise: "p",
+            timeout: Duration::from_secs(1),
+            starts_first: false,
+            checks: &[],
+            run,
+        }
+    }
+
+    #[test]
+    fn the_selection_is_libtests_own_and_says_what_it_left_out() {
+        let registry = [scenario("a::one"), scenario("a::two"), scenario("b::three")];
+        let select = |args: &[&str]| {
+            let libtest = libtest_mimic::Arguments::try_parse_from(
+                std::iter::once("run").chain(args.iter().copied()),
+            )
+            .unwrap_or_else(|e| unreachable!("{e}"));
+            selection(&libtest, &registry)
+        };
+        let whole = select(&[]);
+        assert!(!whole.filtered && whole.left_out.is_empty() && whole.selected.len() == 3);
+        let by_filter = select(&["a::"]);
+        assert_eq!(
+            (by_filter.filtered, by_filter.filter.as_deref()),
+            (true, Some("a::"))
+        );
+        assert_eq!(by_filter.left_out, ["b::three"]);
+        let exact = select(&["--exact", "--skip", "a::one", "--skip", "b::three"]);
+        assert_eq!(exact.selected, ["a::two"]);
+        assert_eq!(exact.left_out, ["a::one", "b::three"]);
+        assert!(exact.exact && exact.skip.len() == 2);
+        // A filter every scenario matches leaves nothing out: not filtered.
+        assert!(!select(&["::"]).filtered);
+    }
 
     #[test]
     fn image_references_are_checked() {

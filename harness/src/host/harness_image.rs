@@ -83,6 +83,7 @@ async fn ensure_locked(
         id: image_id(docker, &tag).await?,
         reference: tag,
         built,
+        ran: Vec::new(),
     })
 }
 

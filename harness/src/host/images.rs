@@ -126,6 +126,7 @@ async fn ensure_images_locked(
         reference: agent_tag.clone(),
         id: image_id(docker, &agent_tag).await?,
         built,
+        ran: Vec::new(),
     });
 
     let need_base = config.worker_image.is_none() || config.daemon_image.is_none();
@@ -143,6 +144,7 @@ async fn ensure_images_locked(
                 reference: reference.clone(),
                 id: Some(id),
                 built: false,
+                ran: Vec::new(),
             });
             reference.clone()
         }
@@ -167,6 +169,7 @@ async fn ensure_images_locked(
                 reference: reference.clone(),
                 id: Some(id),
                 built: false,
+                ran: Vec::new(),
             });
             reference.clone()
         }
@@ -206,6 +209,7 @@ pub(super) async fn ensure_base(
             reference: base_image.to_owned(),
             id: Some(id.clone()),
             built: false,
+            ran: Vec::new(),
         });
         return Ok((base_image.to_owned(), id));
     }
@@ -223,6 +227,7 @@ pub(super) async fn ensure_base(
             reference: tag.clone(),
             id: Some(id.clone()),
             built: false,
+            ran: Vec::new(),
         });
         return Ok((tag, id));
     }
@@ -290,6 +295,7 @@ pub(super) async fn ensure_base(
         reference: tag.clone(),
         id: Some(id.clone()),
         built: true,
+        ran: Vec::new(),
     });
     Ok((tag, id))
 }
@@ -334,6 +340,7 @@ async fn build_fixture(
         reference: tag.clone(),
         id: image_id(docker, &tag).await?,
         built,
+        ran: Vec::new(),
     });
     Ok(tag)
 }
@@ -478,42 +485,26 @@ fn without_colours(line: &str) -> String {
     out
 }
 
-/// The host's Rust target triple (the mock agent is built for it, statically).
-pub fn host_triple() -> &'static str {
-    if cfg!(target_arch = "aarch64") {
-        "aarch64-unknown-linux-gnu"
-    } else {
-        "x86_64-unknown-linux-gnu"
-    }
-}
-
-/// Finds the static mock agent: `KANDEV_MOCK_AGENT_BIN`, else builds it from this workspace
-/// with `+crt-static` in its own target folder (a no-op when it is up to date).
-pub async fn mock_agent_binary(root: &Path) -> anyhow::Result<PathBuf> {
+/// The static mock agent: `KANDEV_MOCK_AGENT_BIN` when set (a static `kandev-mock-agent`
+/// built elsewhere, e.g. for another architecture), else the one this binary carries
+/// (`harness/build.rs` builds it with `+crt-static` along with the harness), written out to the
+/// user's cache on first use. No cargo at run time.
+pub async fn mock_agent_binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("KANDEV_MOCK_AGENT_BIN") {
         let path = PathBuf::from(path);
         if !path.is_file() {
-            bail!("KANDEV_MOCK_AGENT_BIN={} is not a file", path.display());
+            bail!(
+                "KANDEV_MOCK_AGENT_BIN={} is not a file\n  fix: point it at a static kandev-mock-agent, or unset it to use the one this binary carries",
+                path.display()
+            );
         }
         return Ok(path);
     }
-    let target_dir = root.join("target/mock-agent");
-    let triple = host_triple();
-    let output = tokio::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--quiet", "--release", "--locked", "-p", "kandev-mock-agent", "--target", triple, "--target-dir"])
-        .arg(&target_dir)
-        .current_dir(root)
-        .env("RUSTFLAGS", "-C target-feature=+crt-static")
-        .output()
-        .await
-        .map_err(|e| anyhow!("run cargo to build the mock agent: {e}\n  fix: put cargo on PATH, or set KANDEV_MOCK_AGENT_BIN to a static kandev-mock-agent"))?;
-    if !output.status.success() {
-        bail!(
-            "building the static mock agent failed:\n{}\n  fix: rustup target add {triple}, or set KANDEV_MOCK_AGENT_BIN",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(target_dir.join(triple).join("release/kandev-mock-agent"))
+    Ok(
+        tokio::task::spawn_blocking(crate::paths::embedded::mock_agent)
+            .await
+            .context("write out the mock agent")??,
+    )
 }
 
 #[cfg(test)]

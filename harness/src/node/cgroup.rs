@@ -194,6 +194,71 @@ impl CgroupFs {
             .and_then(|t| t.elapsed().ok())
     }
 
+    /// Every folder of every hierarchy down to `max_depth` levels, as `<hierarchy>:<path>`
+    /// (v1) or `<path>` (v2), leaving out (with what is below) the folders `skip` says (given
+    /// the path relative to the hierarchy, without a leading `/`, and the folder's name).
+    pub fn folders(
+        &self,
+        max_depth: usize,
+        skip: &dyn Fn(&str, &str) -> bool,
+    ) -> std::collections::BTreeSet<String> {
+        let mut found = std::collections::BTreeSet::new();
+        for hierarchy in self.hierarchies() {
+            let prefix = match self.version {
+                CgroupVersion::V2 => String::new(),
+                CgroupVersion::V1 => format!(
+                    "{}:",
+                    hierarchy
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                ),
+            };
+            let mut stack = vec![(hierarchy.clone(), 0)];
+            while let Some((dir, depth)) = stack.pop() {
+                if depth >= max_depth {
+                    continue;
+                }
+                for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    if !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                        continue;
+                    }
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let path = entry.path();
+                    let relative = path
+                        .strip_prefix(&hierarchy)
+                        .map(|r| r.display().to_string())
+                        .unwrap_or_default();
+                    if skip(&relative, &name) {
+                        continue;
+                    }
+                    found.insert(format!("{prefix}/{relative}"));
+                    stack.push((path, depth + 1));
+                }
+            }
+        }
+        found
+    }
+
+    /// A folder as [`folders`](Self::folders) names it: when it was made and its processes.
+    pub fn folder(&self, name: &str) -> Option<(Option<std::time::SystemTime>, Vec<u32>)> {
+        let (hierarchy, path) = match (self.version, name.split_once(':')) {
+            (CgroupVersion::V1, Some((h, p))) => (self.root.join(h), p),
+            _ => (self.root.clone(), name),
+        };
+        let dir = hierarchy.join(path.trim_start_matches('/'));
+        let meta = std::fs::metadata(&dir).ok()?;
+        if !meta.is_dir() {
+            return None;
+        }
+        let pids = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        Some((meta.modified().ok(), pids))
+    }
+
     /// Whether `relative` exists in any hierarchy.
     pub fn exists(&self, relative: &str) -> bool {
         self.hierarchies().iter().any(|h| h.join(relative).is_dir())

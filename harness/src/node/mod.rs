@@ -4,7 +4,9 @@ mod cgroup;
 mod process;
 
 pub use cgroup::{CgroupFs, CgroupLimits, CgroupVersion, PodCgroupReading};
-pub use process::{NodeProcess, kernel_memcg_ooms, memcg_ooms_in, processes_matching};
+pub use process::{
+    NodeProcess, kernel_memcg_ooms, memcg_ooms_in, pod_processes, pod_tree, processes_matching,
+};
 
 use process::process_dirs;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,18 @@ pub trait NodeView: Send + Sync {
     /// Processes of the node whose command line contains `needle`: on a per-node view, of
     /// the nodes it knows a Pod on ([`track_pod`](Self::track_pod), [`pod_cgroup`](Self::pod_cgroup)).
     async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>>;
+    /// Every process of the Pod named `pod_name` on the node, wherever its cgroups are: the
+    /// Pod's containers' processes (the `HOSTNAME=<pod name>` every container runtime gives a
+    /// container's processes) and all their descendants (the companion's containerd, shims
+    /// and nested containers, whose own `HOSTNAME` is theirs): a process cannot leave the
+    /// process tree of its PID namespace, whatever cgroup it moves to. An error when this view
+    /// cannot enumerate them (the scenario then leaves what needs it not judged).
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        anyhow::bail!(
+            "{} cannot enumerate a Pod's processes (pod {pod_name})",
+            self.describe()
+        )
+    }
     /// The kernel's memcg OOM records at or below `path` (None: the log is not readable).
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>>;
     /// What the node still holds of a deleted Pod (`kind/what` lines; empty when nothing).
@@ -41,6 +55,19 @@ pub trait NodeView: Send + Sync {
         pod_uid: &str,
         nested_ids: &[String],
     ) -> anyhow::Result<Vec<String>>;
+    /// Every cgroup folder of the node (`<hierarchy>:<path>` on v1, `<path>` on v2), a few
+    /// levels deep, leaving out Pods' cgroups (`pod<uid>`, `*-pod<u_i_d>.slice`) and the
+    /// folder Pods are made under (a host view's scope), with what is below them: the leak
+    /// ledger compares it before a scenario and after its teardown.
+    /// None when this view cannot list them.
+    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
+        None
+    }
+    /// One cgroup folder as [`cgroup_folders`](Self::cgroup_folders) names it: when it was
+    /// made and its processes' `HOSTNAME`s. None when it is gone (or cannot be read).
+    async fn cgroup_folder(&self, _folder: &str) -> Option<CgroupFolder> {
+        None
+    }
     /// How long this node may still show a deleted Pod (its processes dying, its cgroup
     /// being removed) before what is left of it counts: polled that long, not longer.
     fn settle_time(&self) -> Duration;
@@ -76,6 +103,37 @@ pub const POD_CGROUP_DEPTH: usize = 10;
 /// nested daemon's own sub-cgroups.
 pub const NESTED_CGROUP_DEPTH: usize = 14;
 
+/// How deep the leak ledger lists the node's cgroup folders: a companion that made a cgroup
+/// outside its Pod made it where it could write, at the top of a hierarchy or a few levels
+/// down (a Kind node's own cgroup is 2 levels down on a v2 host).
+pub const LEDGER_CGROUP_DEPTH: usize = 6;
+
+/// A cgroup folder of a Pod (the cgroupfs driver's `pod<uid>`, the systemd driver's
+/// `...-pod<u_i_d>.slice`): the ledger checks each Pod's own cgroups by its UID.
+pub fn is_pod_cgroup(name: &str) -> bool {
+    let uid_like = |s: &str| {
+        s.len() >= 32
+            && s.chars()
+                .all(|c| c.is_ascii_hexdigit() || c == '-' || c == '_')
+    };
+    name.strip_prefix("pod").is_some_and(uid_like)
+        || name
+            .strip_suffix(".slice")
+            .and_then(|n| n.rsplit_once("-pod"))
+            .is_some_and(|(_, uid)| uid_like(uid))
+}
+
+/// One cgroup folder of the node as the leak ledger judges it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupFolder {
+    pub path: String,
+    /// When it was made (its folder's time), if the filesystem says.
+    pub created: Option<std::time::SystemTime>,
+    pub pids: Vec<u32>,
+    /// Each process's `HOSTNAME` (empty when it has none or cannot be read), as `pids`.
+    pub hostnames: Vec<String>,
+}
+
 fn pod_cgroup_names(pod_uid: &str) -> Vec<String> {
     vec![
         format!("pod{pod_uid}"),
@@ -105,6 +163,44 @@ impl NodeView for HostNode {
 
     async fn processes_matching(&self, needle: &str) -> anyhow::Result<Vec<NodeProcess>> {
         Ok(processes_matching(&self.proc_root, needle))
+    }
+
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        Ok(pod_processes(&self.proc_root, pod_name))
+    }
+
+    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
+        let scope = self.scope.trim_matches('/').to_owned();
+        Some(
+            self.cgroups
+                .folders(LEDGER_CGROUP_DEPTH, &|relative, name| {
+                    is_pod_cgroup(name) || (!scope.is_empty() && relative == scope)
+                }),
+        )
+    }
+
+    async fn cgroup_folder(&self, folder: &str) -> Option<CgroupFolder> {
+        let (created, pids) = self.cgroups.folder(folder)?;
+        let hostnames = pids
+            .iter()
+            .map(|pid| {
+                std::fs::read(self.proc_root.join(pid.to_string()).join("environ"))
+                    .ok()
+                    .and_then(|env| {
+                        env.split(|b| *b == 0).find_map(|v| {
+                            v.strip_prefix(b"HOSTNAME=")
+                                .map(|h| String::from_utf8_lossy(h).into_owned())
+                        })
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+        Some(CgroupFolder {
+            path: folder.to_owned(),
+            created,
+            pids,
+            hostnames,
+        })
     }
 
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {

@@ -1,7 +1,7 @@
 //! The run on the console: the summary printed after a run (and by `report show`), and the
 //! one line of what the run itself cost.
 
-use kandev_report::{CheckOutcome, FindingLevel, Report, RunCost};
+use kandev_report::{CheckOutcome, FindingLevel, Report, RunCost, verdict_of};
 use std::path::Path;
 
 /// The short human summary printed after a run.
@@ -31,6 +31,17 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
         if let Some(check) = s.checks.iter().find(|c| c.outcome == CheckOutcome::Failed) {
             out.push_str(&format!("               failed check {}\n", check.id));
         }
+        for check in s
+            .checks
+            .iter()
+            .filter(|c| c.outcome == CheckOutcome::NotJudged)
+        {
+            out.push_str(&format!(
+                "               not judged {}: {}\n",
+                check.id,
+                check.reason.as_deref().unwrap_or("no reason recorded")
+            ));
+        }
         for leak in &s.leaks {
             out.push_str(&format!("               leaked {leak}\n"));
         }
@@ -49,9 +60,9 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
     ));
     let c = &s.checks;
     out.push_str(&format!(
-        "  {} system checks: {} passed, {} failed, {} not reached; {} mirror checks: {} passed, {} failed, {} not reached\n",
-        c.system.total, c.system.passed, c.system.failed, c.system.not_reached,
-        c.mirror.total, c.mirror.passed, c.mirror.failed, c.mirror.not_reached
+        "  {} system checks: {} passed, {} failed, {} not judged, {} not reached; {} mirror checks: {} passed, {} failed, {} not judged, {} not reached\n",
+        c.system.total, c.system.passed, c.system.failed, c.system.not_judged, c.system.not_reached,
+        c.mirror.total, c.mirror.passed, c.mirror.failed, c.mirror.not_judged, c.mirror.not_reached
     ));
     if let Some(used) = &s.resources {
         out.push_str(&format!(
@@ -66,7 +77,49 @@ pub fn human_summary(report: &Report, path: &Path) -> String {
     if !report.leftovers.is_empty() {
         out.push_str(&format!("  LEFT BEHIND: {}\n", report.leftovers.join(", ")));
     }
+    for image in &report.environment.images {
+        for ran in image.disagreements() {
+            out.push_str(&format!(
+                "  IMAGE: the {} containers ran {} (id {}), not {} (id {})\n",
+                image.role,
+                ran.image,
+                ran.image_id,
+                image.reference,
+                image.id.as_deref().unwrap_or("unknown")
+            ));
+        }
+    }
+    if let Some(selection) = report.selection.as_ref().filter(|s| s.filtered) {
+        out.push_str(&format!(
+            "  FILTERED: {} of {} scenarios selected; left out: {}\n",
+            selection.selected.len(),
+            selection.selected.len() + selection.left_out.len(),
+            selection.left_out.join(", ")
+        ));
+    }
+    out.push_str(&verdict_lines(report));
     out.push_str(&format!("  report: {}\n", path.display()));
+    out
+}
+
+/// The report's own verdict: `verdict (release gate): passed`, or `FAILED (exit 1)` and every
+/// reason, one a line.
+pub fn verdict_lines(report: &Report) -> String {
+    let v = verdict_of(report);
+    let mut out = format!("  verdict ({} gate): ", v.profile.name());
+    if v.passed {
+        out.push_str("passed\n");
+    } else {
+        out.push_str(&format!(
+            "FAILED (exit {}: {})\n",
+            v.exit_code,
+            kandev_report::exit::meaning(v.exit_code)
+        ));
+        for reason in &v.reasons {
+            let first = reason.lines().next().unwrap_or_default();
+            out.push_str(&format!("    - {first}\n"));
+        }
+    }
     out
 }
 
@@ -88,4 +141,35 @@ pub fn console_line(cost: &RunCost) -> String {
         .map(|(kind, c)| format!("{} {kind}", c.count))
         .collect();
     format!("{}; calls: {}", parts.join(", "), calls.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outputs::html::tests::{report, scenario};
+    use kandev_report::{Outcome, Rules, judge};
+
+    #[test]
+    fn the_summary_counts_not_judged_apart_names_each_with_its_reason_and_shows_the_verdict() {
+        let mut s = scenario("a::passes", Outcome::Passed, None);
+        s.checks[0].outcome = CheckOutcome::NotJudged;
+        s.checks[0].reason = Some("no host engine".into());
+        let mut r = report(vec![s]);
+        r.gate.profile = kandev_report::GateProfile::Release;
+        r.verdict = Some(judge(&r, &Rules::release(Vec::new())));
+        let text = human_summary(&r, Path::new("report.json"));
+        for expected in [
+            "1 system checks (0 judged against the system, 1 not judged), 1 with a twin; 1 mirror checks",
+            "not judged a::passes/first: no host engine",
+            "1 system checks: 0 passed, 0 failed, 1 not judged, 0 not reached",
+            "verdict (release gate): FAILED (exit 1: ",
+            "    - check a::passes/first not judged: no host engine",
+        ] {
+            assert!(text.contains(expected), "{expected}\n{text}");
+        }
+        r.verdict = None;
+        r.gate.profile = kandev_report::GateProfile::Default;
+        let text = human_summary(&r, Path::new("report.json"));
+        assert!(text.contains("verdict (default gate): passed"), "{text}");
+    }
 }

@@ -1,97 +1,76 @@
-//! `ctrf.json`: the run in CTRF JSON (Common Test Report Format), one test per scenario.
+//! `ctrf.json`: the run in CTRF JSON (Common Test Report Format), one test per check.
 
+use super::cases::{Status, cases};
 use super::trace::{details, teardown_failures};
-use kandev_report::{Outcome, Report, StepOutcome};
+use kandev_report::{Report, ScenarioReport, StepOutcome, verdict_of};
 use serde_json::{Value, json};
 
 /// The CTRF specification version [`ctrf`] writes (its JSON schema is in the tests).
 pub const CTRF_SPEC_VERSION: &str = "0.0.0";
 
 /// CTRF's five statuses; `rawStatus` keeps the exact outcome.
-fn ctrf_status(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Passed => "passed",
-        Outcome::Failed | Outcome::TimedOut | Outcome::Leaked => "failed",
-        Outcome::Skipped | Outcome::Incompatible => "skipped",
-        Outcome::Errored | Outcome::Cancelled => "other",
+fn ctrf_status(status: Status) -> &'static str {
+    match status {
+        Status::Passed => "passed",
+        Status::Failed => "failed",
+        Status::Skipped => "skipped",
+        Status::Errored => "other",
     }
 }
 
 /// CTRF JSON (Common Test Report Format): `reportFormat`, `specVersion`, `results` with the
-/// tool, summary (epoch milliseconds), one test per scenario and the environment.
+/// tool, summary (epoch milliseconds), one test per check (and a scenario's own test only
+/// where its checks cannot tell how it ended, as `outputs::cases` decides) and the environment.
 pub fn ctrf(report: &Report) -> Value {
-    let count = |wanted: &str| {
-        report
-            .scenarios
-            .iter()
-            .filter(|s| ctrf_status(s.outcome) == wanted)
-            .count()
-    };
+    let cases = cases(report);
+    let count = |wanted: Status| cases.iter().filter(|c| c.status == wanted).count();
     let start = kandev_report::unix_ms(&report.started_at).unwrap_or_default();
-    let tests: Vec<Value> = report
-        .scenarios
+    let tests: Vec<Value> = cases
         .iter()
-        .map(|s| {
+        .map(|case| {
+            let s = case.scenario;
             let started = kandev_report::unix_ms(&s.started_at).unwrap_or(start);
+            let duration = case.duration_ms();
             let mut test = json!({
-                "name": s.name,
-                "status": ctrf_status(s.outcome),
-                "rawStatus": s.outcome.as_str(),
-                "duration": s.duration_ms,
+                "name": case.name,
+                "status": ctrf_status(case.status),
+                "rawStatus": case.raw,
+                "duration": duration,
                 "start": started,
-                "stop": started + s.duration_ms,
-                "trace": details(s),
-                "suite": [s.name.split("::").next().unwrap_or_default()],
+                "stop": started + duration,
+                "suite": [s.name.split("::").next().unwrap_or_default(), s.name],
                 "type": "e2e",
-                "flaky": s.flaky,
-                "retries": s.attempts.saturating_sub(1),
-                "steps": s.steps.iter().map(|st| json!({
-                    "name": st.name,
-                    "status": match st.outcome {
-                        StepOutcome::Passed => "passed",
-                        StepOutcome::Failed => "failed",
-                        StepOutcome::Incompatible => "skipped",
-                        StepOutcome::Errored => "other",
-                    },
-                    "extra": {"duration_ms": st.duration_ms, "error": st.error},
-                })).collect::<Vec<_>>(),
-                "attachments": s.artifacts.iter().map(|a| json!({
-                    "name": a.rsplit('/').next().unwrap_or(a),
-                    "contentType": if a.ends_with(".json") { "application/json" } else { "text/plain" },
-                    "path": a,
-                })).collect::<Vec<_>>(),
+                "flaky": s.flaky && case.carries_scenario,
+                "retries": if case.carries_scenario { s.attempts.saturating_sub(1) } else { 0 },
                 "extra": {
-                    "promise": s.promise,
-                    "checks": s.checks.iter().map(|c| json!({
-                        "id": c.id,
-                        "kind": c.kind.as_str(),
-                        "outcome": c.outcome.as_str(),
-                        "twin": c.twin,
-                    })).collect::<Vec<_>>(),
-                    "findings": s.findings,
-                    "teardown_failures": teardown_failures(s),
-                    "leaks": s.leaks,
+                    "scenario": s.name,
+                    "scenario_outcome": s.outcome.as_str(),
+                    "promise": case.check.map_or(s.promise.as_str(), |c| c.promise.as_str()),
                 },
             });
-            // Optional members are left out rather than null or empty (the schema wants
-            // a string message and at least one retry attempt when the list is there).
             if let Some(object) = test.as_object_mut() {
-                if let Some(diagnosis) = &s.diagnosis {
-                    object.insert("message".into(), json!(diagnosis));
+                // Optional members are left out rather than null or empty (the schema wants
+                // a string message and at least one retry attempt when the list is there).
+                if !case.message.is_empty() {
+                    object.insert("message".into(), json!(case.message));
                 }
-                if !s.previous_attempts.is_empty() {
-                    let attempts: Vec<Value> = s
-                        .previous_attempts
-                        .iter()
-                        .enumerate()
-                        .map(|(i, text)| json!({"attempt": i + 1, "status": "failed", "message": text}))
-                        .collect();
-                    object.insert("retryAttempts".into(), json!(attempts));
+                if let Some(c) = case.check
+                    && let Some(extra) = object.get_mut("extra").and_then(Value::as_object_mut)
+                {
+                    extra.insert("kind".into(), json!(c.kind.as_str()));
+                    extra.insert("twin".into(), json!(c.twin));
+                    if let Some(reason) = &c.reason {
+                        extra.insert("reason".into(), json!(reason));
+                    }
+                }
+                if case.carries_scenario {
+                    scenario_details(object, s);
                 }
             }
             test
         })
         .collect();
+    let c = &report.summary.checks;
     json!({
         "reportFormat": "CTRF",
         "specVersion": CTRF_SPEC_VERSION,
@@ -101,12 +80,12 @@ pub fn ctrf(report: &Report) -> Value {
         "results": {
             "tool": {"name": "kandev-acceptance", "version": report.harness_version},
             "summary": {
-                "tests": report.scenarios.len(),
-                "passed": count("passed"),
-                "failed": count("failed"),
+                "tests": cases.len(),
+                "passed": count(Status::Passed),
+                "failed": count(Status::Failed),
                 "pending": 0,
-                "skipped": count("skipped"),
-                "other": count("other"),
+                "skipped": count(Status::Skipped),
+                "other": count(Status::Errored),
                 "flaky": report.summary.flaky,
                 "start": start,
                 "stop": start + report.duration_ms,
@@ -121,15 +100,67 @@ pub fn ctrf(report: &Report) -> Value {
                     "interrupted": report.interrupted,
                     "leftovers": report.leftovers,
                     "checks": {
-                        "summary": report.summary.checks.kinds_line(),
-                        "system": report.summary.checks.system,
-                        "system_with_twin": report.summary.checks.with_twin,
-                        "mirror": report.summary.checks.mirror,
+                        "summary": c.kinds_line(),
+                        "system": c.system,
+                        "system_with_twin": c.with_twin,
+                        "mirror": c.mirror,
+                        "not_judged": c.not_judged,
                     },
+                    "verdict": verdict_of(report),
+                    "selection": report.selection,
                 },
             },
         }
     })
+}
+
+/// What the case that carries scenario `s` adds: its steps, evidence files, findings,
+/// teardown failures, leaks, the whole trace and earlier attempts.
+fn scenario_details(test: &mut serde_json::Map<String, Value>, s: &ScenarioReport) {
+    test.insert("trace".into(), json!(details(s)));
+    test.insert(
+        "steps".into(),
+        json!(
+            s.steps
+                .iter()
+                .map(|st| json!({
+                    "name": st.name,
+                    "status": match st.outcome {
+                        StepOutcome::Passed => "passed",
+                        StepOutcome::Failed => "failed",
+                        StepOutcome::Incompatible => "skipped",
+                        StepOutcome::Errored => "other",
+                    },
+                    "extra": {"duration_ms": st.duration_ms, "error": st.error},
+                }))
+                .collect::<Vec<_>>()
+        ),
+    );
+    test.insert(
+        "attachments".into(),
+        json!(s.artifacts.iter().map(|a| json!({
+            "name": a.rsplit('/').next().unwrap_or(a),
+            "contentType": if a.ends_with(".json") { "application/json" } else { "text/plain" },
+            "path": a,
+        })).collect::<Vec<_>>()),
+    );
+    if let Some(extra) = test.get_mut("extra").and_then(Value::as_object_mut) {
+        extra.insert("findings".into(), json!(s.findings));
+        extra.insert("teardown_failures".into(), json!(teardown_failures(s)));
+        extra.insert("leaks".into(), json!(s.leaks));
+        if let Some(diagnosis) = &s.diagnosis {
+            extra.insert("diagnosis".into(), json!(diagnosis));
+        }
+    }
+    if !s.previous_attempts.is_empty() {
+        let attempts: Vec<Value> = s
+            .previous_attempts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| json!({"attempt": i + 1, "status": "failed", "message": text}))
+            .collect();
+        test.insert("retryAttempts".into(), json!(attempts));
+    }
 }
 
 /// [`ctrf`] as the text written to `ctrf.json`.
@@ -143,10 +174,13 @@ mod tests {
     use crate::outputs::trace::tests::report;
 
     #[test]
-    fn ctrf_has_the_required_shape() {
-        let v = ctrf(&report());
+    fn ctrf_has_a_test_per_check_in_the_required_shape() {
+        let mut r = report();
+        r.scenarios[0].checks[0].outcome = kandev_report::CheckOutcome::NotJudged;
+        r.scenarios[0].checks[0].reason = Some("no node view".into());
+        let v = ctrf(&r);
         let summary = &v["results"]["summary"];
-        assert_eq!(summary["tests"], 4);
+        assert_eq!(summary["tests"], 6);
         assert_eq!(
             (
                 summary["passed"].as_u64(),
@@ -154,14 +188,36 @@ mod tests {
                 summary["skipped"].as_u64(),
                 summary["other"].as_u64()
             ),
-            (Some(1), Some(1), Some(1), Some(1))
+            (Some(0), Some(1), Some(3), Some(2))
         );
         assert_eq!(v["results"]["tool"]["name"], "kandev-acceptance");
-        for t in v["results"]["tests"].as_array().unwrap() {
+        let tests = v["results"]["tests"].as_array().unwrap();
+        for t in tests {
             assert!(
                 t["name"].is_string() && t["status"].is_string() && t["duration"].is_u64(),
                 "{t}"
             );
         }
+        let unjudged = tests
+            .iter()
+            .find(|t| t["name"] == "a::passed/holds")
+            .unwrap();
+        assert_eq!(unjudged["status"], "skipped");
+        assert_eq!(unjudged["rawStatus"], "not judged");
+        assert_eq!(unjudged["message"], "not judged: no node view");
+        assert_eq!(unjudged["extra"]["reason"], "no node view");
+        let failed = tests
+            .iter()
+            .find(|t| t["name"] == "b::failed/holds")
+            .unwrap();
+        assert_eq!(
+            (&failed["status"], &failed["message"], &failed["suite"][1]),
+            (
+                &json!("failed"),
+                &json!("promise <broke>"),
+                &json!("b::failed")
+            )
+        );
+        assert!(failed["trace"].as_str().unwrap().contains("step \"s\""));
     }
 }

@@ -1,8 +1,10 @@
 //! What `kandev-acceptance gate` holds a report to, and every reason a report does not gate
-//! a release (the words, capabilities and profiles, are kandev-report's).
+//! a release. The pass/fail rule is kandev-report's `judge` (the same that gave the run its
+//! exit code and the report its verdict), under the release profile; the gate adds only what
+//! a report cannot know: this harness's catalogue, the artefacts the release ships, the age.
 
 use kandev_report::{
-    Capability, CheckKind, CheckOutcome, CleanupOutcome, GateProfile, Outcome, Report, unix_ms,
+    Capability, CheckKind, GateProfile, ImageRecord, Outcome, Report, Rules, judge, unix_ms,
 };
 
 /// What `kandev-acceptance gate` holds a report to: exactly these artefacts, this
@@ -25,11 +27,13 @@ pub struct Expectations {
 }
 
 /// Whether the image the report ran as `role` is exactly `expected` (`name@sha256:<digest>`):
-/// the same reference, or the digest as the reference's or as the engine's image id (images
-/// built locally have only the latter).
-fn same_image(report: &Report, role: &str, expected: &str) -> Result<(), String> {
+/// the recorded image is (the same reference, or the digest as the reference's or as the
+/// engine's image id: images built locally have only the latter), and every image the role's
+/// containers ran is too (by the engine's or the kubelet's image id). A report that records
+/// nothing the role's containers ran cannot vouch for the image.
+fn same_image(report: &Report, role: &str, expected: &str) -> Vec<String> {
     let Some(image) = report.environment.images.iter().find(|i| i.role == role) else {
-        return Err(format!("the report records no {role} image"));
+        return vec![format!("the report records no {role} image")];
     };
     let digest = expected
         .split_once("@sha256:")
@@ -39,19 +43,38 @@ fn same_image(report: &Report, role: &str, expected: &str) -> Result<(), String>
         || (!digest.is_empty()
             && (image.reference.ends_with(&format!("@{digest}"))
                 || image.id.as_deref() == Some(digest.as_str())));
-    if matches {
-        Ok(())
-    } else {
-        Err(format!(
+    if !matches {
+        return vec![format!(
             "the run used {role} image {} (id {}), not {expected}",
             image.reference,
             image.id.as_deref().unwrap_or("unknown")
-        ))
+        )];
     }
+    if image.ran.is_empty() {
+        return vec![format!(
+            "the report records no image id the {role} containers ran (written by harness {}): it cannot vouch that they ran {expected}",
+            report.harness_version
+        )];
+    }
+    let gated = ImageRecord {
+        reference: expected.to_owned(),
+        id: Some(digest),
+        ..image.clone()
+    };
+    gated
+        .disagreements()
+        .into_iter()
+        .map(|ran| {
+            format!(
+                "the {role} containers ran {} (id {}), not {expected}",
+                ran.image, ran.image_id
+            )
+        })
+        .collect()
 }
 
 /// What a passing gate says it proves, counted by kind from the catalogue and the report:
-/// "62 system checks (58 with a twin) and 10 mirror checks passed".
+/// "62 system checks judged against the system (58 with a twin) and 10 mirror checks passed".
 pub fn passed_line(report: &Report, expect: &Expectations) -> String {
     let kinds = expect.catalogue.iter().flat_map(|(_, checks)| checks);
     let system = kinds
@@ -61,11 +84,15 @@ pub fn passed_line(report: &Report, expect: &Expectations) -> String {
     let mirror = kinds.filter(|(_, k)| *k == CheckKind::Mirror).count();
     let with_twin = report.summary.checks.with_twin;
     format!(
-        "{system} system checks ({with_twin} with a twin) and {mirror} mirror checks (which judge only the harness's mirror of Kandev) passed"
+        "{system} system checks judged against the system ({with_twin} with a twin) and {mirror} mirror checks (which judge only the harness's mirror of Kandev) passed"
     )
 }
 
-/// Every reason `report` does not gate a release under `expect` (empty: it does).
+/// Every reason `report` does not gate a release under `expect` (empty: it does): the run
+/// must have been judged by the release gate; the report must pass kandev-report's one rule
+/// under the release profile ([`judge`]: what the run's own verdict says, with the
+/// capabilities this gate requires and nothing excused as kept); and it must be this
+/// harness's whole catalogue, on exactly the artefacts the release ships, recent enough.
 pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
     let mut reasons = Vec::new();
     if report.gate.profile != GateProfile::Release {
@@ -74,12 +101,7 @@ pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
             report.gate.profile.name()
         ));
     }
-    if report.interrupted {
-        reasons.push("the run was interrupted before every scenario finished".to_owned());
-    }
-    if report.deadline_exceeded {
-        reasons.push("the run's --deadline passed before every scenario finished".to_owned());
-    }
+    reasons.extend(judge(report, &Rules::release(expect.requires.clone())).reasons);
     for (name, checks) in &expect.catalogue {
         let Some(scenario) = report.scenarios.iter().find(|s| &s.name == name) else {
             reasons.push(format!(
@@ -87,25 +109,8 @@ pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
             ));
             continue;
         };
-        let excused = matches!(scenario.outcome, Outcome::Skipped | Outcome::Incompatible)
-            && scenario
-                .lacking
-                .is_some_and(|c| !expect.requires.contains(&c));
-        if excused {
-            continue;
-        }
-        if scenario.flaky {
-            reasons.push(format!(
-                "{name} passed only on attempt {} (flaky)",
-                scenario.attempts
-            ));
-        }
+        // A scenario that did not pass is a reason already; its checks add nothing.
         if scenario.outcome != Outcome::Passed {
-            reasons.push(format!(
-                "{name} {}: {}",
-                scenario.outcome.as_str(),
-                scenario.diagnosis.as_deref().unwrap_or("no diagnosis")
-            ));
             continue;
         }
         for (id, kind) in checks {
@@ -115,8 +120,8 @@ pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
                     c.kind.as_str(),
                     kind.as_str()
                 )),
-                Some(c) if c.outcome == CheckOutcome::Passed => {}
-                Some(c) => reasons.push(format!("check {id} {}", c.outcome.as_str())),
+                // Its outcome is the rule's (a check of a passed scenario not passed).
+                Some(_) => {}
                 None => reasons.push(format!(
                     "check {id} is not in the report (written by harness {}): run this harness's catalogue",
                     report.harness_version
@@ -124,27 +129,11 @@ pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
             }
         }
     }
-    if !report.leftovers.is_empty() {
-        reasons.push(format!("the run left {}", report.leftovers.join(", ")));
-    }
-    for record in report
-        .teardown
-        .iter()
-        .filter(|r| r.outcome == CleanupOutcome::Failed)
-    {
-        reasons.push(format!(
-            "the run's teardown failed to remove {}: {}",
-            record.object,
-            record.error.as_deref().unwrap_or("no error recorded")
-        ));
-    }
     for (role, expected) in [
         ("worker", &expect.worker_image),
         ("daemon", &expect.daemon_image),
     ] {
-        if let Err(reason) = same_image(report, role, expected) {
-            reasons.push(reason);
-        }
+        reasons.extend(same_image(report, role, expected));
     }
     if let Some(expected) = &expect.template_sha256 {
         let recorded = report.environment.template.as_ref();
@@ -192,7 +181,7 @@ mod tests {
             "previous_attempts": [], "nested_inventory": [], "leaks": []
         });
         serde_json::from_value(serde_json::json!({
-            "schema_version": 1, "run_id": "r", "harness_version": "0",
+            "schema_version": 2, "run_id": "r", "harness_version": "0",
             "started_at": "2026-11-30T10:00:00.000Z", "finished_at": "2026-11-30T10:01:00.000Z",
             "duration_ms": 0, "interrupted": false, "deadline_exceeded": false, "backend": "local",
             "gate": {"profile": "release", "requires": ["docker", "compose", "browser", "node-view"], "source": "release profile"},
@@ -200,8 +189,10 @@ mod tests {
             "kubernetes_version": null, "kernel": null, "operating_system": null,
             "architecture": null, "cgroup_version": null, "cgroup_driver": null, "node_mtu": null,
             "images": [
-                {"role": "worker", "reference": "k/worker:abc", "id": format!("sha256:{}", "1".repeat(64)), "built": true},
-                {"role": "daemon", "reference": format!("r/daemon@sha256:{}", "2".repeat(64)), "id": null, "built": false}],
+                {"role": "worker", "reference": "k/worker:abc", "id": format!("sha256:{}", "1".repeat(64)), "built": true,
+                 "ran": [{"image": "k/worker:abc", "image_id": format!("sha256:{}", "1".repeat(64)), "containers": 2}]},
+                {"role": "daemon", "reference": format!("r/daemon@sha256:{}", "2".repeat(64)), "id": null, "built": false,
+                 "ran": [{"image": "r/daemon", "image_id": format!("r/daemon@sha256:{}", "2".repeat(64)), "containers": 2}]}],
             "template": {"path": "t.yaml", "sha256": "sha256:rendered", "source_sha256": "sha256:source"}},
             "configuration": {"sha256": "", "settings": null},
             "summary": {"total": 1, "passed": 1, "failed": 0, "errored": 0, "timed_out": 0,
@@ -272,7 +263,7 @@ mod tests {
         );
         assert_eq!(
             passed_line(&report("passed", "passed", None), &expect()),
-            "1 system checks (0 with a twin) and 0 mirror checks (which judge only the harness's mirror of Kandev) passed"
+            "1 system checks judged against the system (0 with a twin) and 0 mirror checks (which judge only the harness's mirror of Kandev) passed"
         );
     }
 
@@ -287,5 +278,40 @@ mod tests {
         let mut lenient = expect();
         lenient.requires = vec![Capability::Docker];
         assert_eq!(refusals(&skipped, &lenient), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_check_not_judged_a_filtered_run_and_an_image_that_did_not_run_refuse() {
+        let mut r = report("passed", "not_judged", None);
+        r.scenarios[0].checks[0].reason = Some("no host engine beside the cluster".into());
+        r.selection = Some(kandev_report::Selection {
+            filtered: true,
+            left_out: vec!["b::y".into()],
+            ..Default::default()
+        });
+        r.environment.images[0].ran[0].image_id = format!("sha256:{}", "9".repeat(64));
+        r.environment.images[1].ran.clear();
+        let refused = refusals(&r, &expect());
+        assert_eq!(
+            refused,
+            vec![
+                "the run was filtered (FILTER, --skip or --exact) and left out b::y: a release needs the whole catalogue".to_owned(),
+                "check a::x/holds not judged: no host engine beside the cluster".to_owned(),
+                format!(
+                    "the worker containers ran k/worker:abc (id sha256:{}), not the worker image the report records (k/worker:abc, id sha256:{})",
+                    "9".repeat(64),
+                    "1".repeat(64)
+                ),
+                format!(
+                    "the worker containers ran k/worker:abc (id sha256:{}), not r/worker@sha256:{}",
+                    "9".repeat(64),
+                    "1".repeat(64)
+                ),
+                format!(
+                    "the report records no image id the daemon containers ran (written by harness 0): it cannot vouch that they ran r/daemon@sha256:{}",
+                    "2".repeat(64)
+                ),
+            ]
+        );
     }
 }

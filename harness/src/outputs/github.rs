@@ -2,7 +2,7 @@
 //! `GITHUB_STEP_SUMMARY` names, and each failed check as an `::error` workflow command on
 //! stdout, which the runner shows as an annotation.
 
-use kandev_report::{CheckKind, CheckOutcome, Report, exit};
+use kandev_report::{CheckKind, CheckOutcome, Report, exit, verdict_of};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -29,8 +29,9 @@ fn cell(text: &str) -> String {
 /// failure with its failed check and diagnosis.
 pub fn markdown(report: &Report) -> String {
     let s = &report.summary;
-    // As the run exited: Pods kept with --keep are not leftovers.
-    let code = exit::exit_code(report, exit::kept(report));
+    // As the run exited (its own verdict: Pods kept with --keep are not leftovers).
+    let verdict = verdict_of(report);
+    let code = verdict.exit_code;
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -40,7 +41,7 @@ pub fn markdown(report: &Report) -> String {
     );
     let _ = writeln!(
         md,
-        "**exit code {code}**: {}. {} scenarios: {} passed, {} failed, {} leaked, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1} s). {}: {} passed, {} failed, {} not reached (system checks: {} passed; mirror checks, which judge only the harness's mirror of Kandev: {} passed).\n",
+        "**exit code {code}**: {}. {} scenarios: {} passed, {} failed, {} leaked, {} errored, {} timed out, {} cancelled, {} skipped, {} incompatible ({:.1} s). {}: {} passed, {} failed, {} not judged, {} not reached (system checks: {} passed; mirror checks, which judge only the harness's mirror of Kandev: {} passed).\n",
         exit::meaning(code),
         s.total,
         s.passed,
@@ -55,10 +56,26 @@ pub fn markdown(report: &Report) -> String {
         s.checks.kinds_line(),
         s.checks.passed,
         s.checks.failed,
+        s.checks.not_judged,
         s.checks.not_reached,
         s.checks.system.passed,
         s.checks.mirror.passed,
     );
+    let _ = writeln!(
+        md,
+        "**verdict** ({} gate): {}\n",
+        verdict.profile.name(),
+        verdict.brief()
+    );
+    if let Some(selection) = report.selection.as_ref().filter(|s| s.filtered) {
+        let _ = writeln!(
+            md,
+            "**Filtered**: {} of {} scenarios selected; left out: {}.\n",
+            selection.selected.len(),
+            selection.selected.len() + selection.left_out.len(),
+            cell(&selection.left_out.join(", "))
+        );
+    }
     if let Some(used) = &s.resources {
         let _ = writeln!(
             md,
@@ -74,6 +91,15 @@ pub fn markdown(report: &Report) -> String {
             .iter()
             .filter(|c| c.outcome == CheckOutcome::Passed)
             .count();
+        let not_judged = match scenario
+            .checks
+            .iter()
+            .filter(|c| c.outcome == CheckOutcome::NotJudged)
+            .count()
+        {
+            0 => String::new(),
+            n => format!(", {n} not judged"),
+        };
         let mark = if scenario.outcome.is_acceptable() {
             ""
         } else {
@@ -92,7 +118,7 @@ pub fn markdown(report: &Report) -> String {
         };
         let _ = writeln!(
             md,
-            "| `{}` | {mark}{}{flaky} | {:.1} s | {passed}/{} passed{mirrors} | {} |",
+            "| `{}` | {mark}{}{flaky} | {:.1} s | {passed}/{} passed{not_judged}{mirrors} | {} |",
             cell(&scenario.name),
             scenario.outcome.as_str(),
             scenario.duration_ms as f64 / 1000.0,
@@ -127,6 +153,30 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
+    let unjudged: Vec<_> = report
+        .scenarios
+        .iter()
+        .flat_map(|s| &s.checks)
+        .filter(|c| c.outcome == CheckOutcome::NotJudged)
+        .collect();
+    if !unjudged.is_empty() {
+        md.push_str("\n#### Not judged (nothing claimed; a release gate fails them)\n\n");
+        for check in unjudged {
+            let _ = writeln!(
+                md,
+                "- `{}` ({}): {}",
+                cell(&check.id),
+                check.kind.as_str(),
+                cell(check.reason.as_deref().unwrap_or("no reason recorded"))
+            );
+        }
+    }
+    if !verdict.passed {
+        md.push_str("\n#### Verdict: every reason\n\n");
+        for reason in &verdict.reasons {
+            let _ = writeln!(md, "- {}", cell(reason));
+        }
+    }
     if !report.leftovers.is_empty() {
         let _ = writeln!(
             md,
@@ -152,7 +202,9 @@ fn command_property(text: &str) -> String {
 
 /// One `::error title=<check id>::<diagnosis>` line per failed check; a scenario that did
 /// not pass without a failed check (errored, timed out, leaked, cancelled, failed on a gate
-/// requirement) gets one titled with its name.
+/// requirement) gets one titled with its name. A check not judged is a `::warning` with its
+/// reason (when the release gate failed its scenario for it, the scenario's `::error` says so
+/// too).
 pub fn annotations(report: &Report) -> Vec<String> {
     let mut lines = Vec::new();
     for s in &report.scenarios {
@@ -167,6 +219,17 @@ pub fn annotations(report: &Report) -> Vec<String> {
                 "::error title={}::{}",
                 command_property(&check.id),
                 command_data(diagnosis)
+            ));
+        }
+        for check in s
+            .checks
+            .iter()
+            .filter(|c| c.outcome == CheckOutcome::NotJudged)
+        {
+            lines.push(format!(
+                "::warning title={}::{}",
+                command_property(&format!("{} not judged", check.id)),
+                command_data(check.reason.as_deref().unwrap_or("no reason recorded"))
             ));
         }
         if failed.is_empty() && !s.outcome.is_acceptable() {
@@ -251,6 +314,40 @@ mod tests {
             vec![
                 "::error title=x%3A%3Ay/first::x::y/first: a | b%0Asecond <line>".to_owned(),
                 "::error title=e%3A%3Arr errored::engine".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_check_not_judged_is_counted_listed_with_its_reason_and_warned() {
+        let mut s = scenario("a::passes", Outcome::Passed, None);
+        s.checks[0].outcome = CheckOutcome::NotJudged;
+        s.checks[0].reason = Some("no host engine | beside the cluster".into());
+        let r = report(vec![s]);
+        let md = markdown(&r);
+        assert!(
+            md.contains(
+                "| `a::passes` | passed | 4.0 s | 1/2 passed, 1 not judged (1 mirror) | - |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("1 system checks (0 judged against the system, 1 not judged)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("1 passed, 0 failed, 1 not judged, 0 not reached"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- `a::passes/first` (system): no host engine \\| beside the cluster"),
+            "{md}"
+        );
+        assert_eq!(
+            annotations(&r),
+            vec![
+                "::warning title=a%3A%3Apasses/first not judged::no host engine | beside the cluster"
+                    .to_owned()
             ]
         );
     }

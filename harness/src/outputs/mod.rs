@@ -1,9 +1,12 @@
 //! What the harness makes of a report (the model is kandev-report): the formats written beside
 //! `report.json` (JUnit XML and CTRF JSON for CI systems, `report.html` for people), the
 //! console and GitHub Actions summaries, and the readings of reports: `report diff`, the
-//! `--repeat` pass rates and the release gate's refusals. Test ids are the scenario names;
-//! diagnoses, step errors and teardown failures appear in each format.
+//! `--repeat` pass rates and the release gate's refusals. CI formats have a test per check
+//! (its id; its scenario as the class), a scenario's own test only where its checks cannot
+//! tell how it ended; diagnoses, reasons a check was not judged, step errors and teardown
+//! failures appear in each format.
 
+mod cases;
 pub mod console;
 pub mod ctrf;
 pub mod diff;
@@ -64,5 +67,9 @@ pub fn publish_run(report: &Report, folder: &Path, kept: bool) -> u8 {
     eprint!("{}", console::human_summary(report, &path));
     // GitHub Actions: the step summary and the failed checks as annotations.
     github::publish_from_env(report);
-    exit::exit_code(report, kept)
+    // The report's own verdict is the run's exit code (the same rule, under its gate).
+    match &report.verdict {
+        Some(verdict) => verdict.exit_code,
+        None => exit::exit_code(report, kept),
+    }
 }

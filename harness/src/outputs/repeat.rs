@@ -30,6 +30,10 @@ pub struct PassRate {
     pub passed: usize,
     /// Passed only after a retry (counted in `passed` too).
     pub flaky: usize,
+    /// Runs that left one of its checks not judged (counted by outcome too: a pass with a
+    /// check not judged vouches for less than its name says).
+    #[serde(default)]
+    pub not_judged: usize,
     /// Every outcome seen, with its count.
     pub outcomes: BTreeMap<String, usize>,
     /// `passed / runs`.
@@ -71,6 +75,7 @@ pub fn summarize(runs: &[(u8, Option<Report>)]) -> RepeatSummary {
                         runs: 0,
                         passed: 0,
                         flaky: 0,
+                        not_judged: 0,
                         outcomes: BTreeMap::new(),
                         pass_rate: 0.0,
                     });
@@ -81,6 +86,11 @@ pub fn summarize(runs: &[(u8, Option<Report>)]) -> RepeatSummary {
                 rate.runs += 1;
                 rate.passed += usize::from(s.outcome == Outcome::Passed);
                 rate.flaky += usize::from(s.flaky);
+                rate.not_judged += usize::from(
+                    s.checks
+                        .iter()
+                        .any(|c| c.outcome == kandev_report::CheckOutcome::NotJudged),
+                );
                 *rate
                     .outcomes
                     .entry(s.outcome.as_str().to_owned())
@@ -130,25 +140,32 @@ pub fn finish(report_dir: &Path, runs: &[(u8, Option<Report>)]) -> u8 {
             .iter()
             .map(|(o, n)| format!("{n} {o}"))
             .collect();
-        eprintln!(
-            "  {:>5.1}%  {:<28} {}/{} passed{}  ({})",
-            rate.pass_rate * 100.0,
-            rate.name,
-            rate.passed,
-            rate.runs,
-            if rate.flaky > 0 {
-                format!(", {} flaky", rate.flaky)
-            } else {
-                String::new()
-            },
-            outcomes.join(", ")
-        );
+        eprintln!("{}", rate_line(rate, &outcomes));
     }
     match written {
         Ok(()) => eprintln!("  repeat summary: {}", path.display()),
         Err(e) => eprintln!("error: write {}: {e}", path.display()),
     }
     summary.exit_code
+}
+
+/// `  66.7%  a::x   2/3 passed, 1 flaky, 1 with a check not judged  (2 passed, 1 failed)`.
+fn rate_line(rate: &PassRate, outcomes: &[String]) -> String {
+    let mut notes = String::new();
+    if rate.flaky > 0 {
+        notes.push_str(&format!(", {} flaky", rate.flaky));
+    }
+    if rate.not_judged > 0 {
+        notes.push_str(&format!(", {} with a check not judged", rate.not_judged));
+    }
+    format!(
+        "  {:>5.1}%  {:<28} {}/{} passed{notes}  ({})",
+        rate.pass_rate * 100.0,
+        rate.name,
+        rate.passed,
+        rate.runs,
+        outcomes.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -234,5 +251,35 @@ mod tests {
         assert_eq!(a.outcomes.get("failed"), Some(&1));
         let b = &summary.scenarios[1];
         assert_eq!((b.passed, b.flaky, b.pass_rate), (3, 1, 1.0));
+        assert_eq!((a.not_judged, b.not_judged), (0, 0));
+    }
+
+    #[test]
+    fn runs_that_left_a_check_not_judged_are_counted_and_said() {
+        let mut judged = run("r1", &[("a::x", Outcome::Passed, false)]);
+        let mut unjudged = judged.clone();
+        unjudged.run_id = "r2".into();
+        judged.scenarios[0].checks = vec![check(kandev_report::CheckOutcome::Passed)];
+        unjudged.scenarios[0].checks = vec![check(kandev_report::CheckOutcome::NotJudged)];
+        let summary = summarize(&[(0, Some(judged)), (0, Some(unjudged))]);
+        let a = &summary.scenarios[0];
+        assert_eq!((a.passed, a.not_judged), (2, 1));
+        assert!(
+            rate_line(a, &["2 passed".into()])
+                .ends_with("2/2 passed, 1 with a check not judged  (2 passed)"),
+            "{}",
+            rate_line(a, &[])
+        );
+    }
+
+    fn check(outcome: kandev_report::CheckOutcome) -> kandev_report::CheckReport {
+        kandev_report::CheckReport {
+            id: "a::x/c".into(),
+            promise: "p".into(),
+            kind: Default::default(),
+            outcome,
+            reason: None,
+            twin: "t".into(),
+        }
     }
 }

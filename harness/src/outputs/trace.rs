@@ -57,8 +57,8 @@ pub(crate) fn details(s: &ScenarioReport) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use kandev_report::{
-        CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport, StepOutcome, StepReport,
-        Summary,
+        CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Outcome, Report, ScenarioReport,
+        StepOutcome, StepReport, Summary,
     };
     use serde_json::Value;
 
@@ -68,6 +68,18 @@ pub(crate) mod tests {
             promise: "p".into(),
             outcome,
             diagnosis: diagnosis.map(str::to_owned),
+            checks: vec![CheckReport {
+                id: format!("{name}/holds"),
+                promise: "it holds".into(),
+                kind: Default::default(),
+                outcome: match outcome {
+                    Outcome::Passed => CheckOutcome::Passed,
+                    Outcome::Failed => CheckOutcome::Failed,
+                    _ => CheckOutcome::NotReached,
+                },
+                reason: None,
+                twin: "fixtures/templates/broken/x.yaml".into(),
+            }],
             duration_ms: 1500,
             steps: vec![StepReport {
                 name: "s".into(),

@@ -36,7 +36,8 @@ pub enum WorkspaceSource {
 }
 
 /// The CPU architecture of the profile's platform (`linux/<arch>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Arch {
     Amd64,
     Arm64,
@@ -55,6 +56,23 @@ impl Arch {
             Arch::Amd64 => "amd64",
             Arch::Arm64 => "arm64",
         }
+    }
+
+    /// The architecture a node's `kubernetes.io/arch` label (or `GOARCH`) names.
+    pub fn from_label(label: &str) -> Option<Arch> {
+        match label {
+            "amd64" => Some(Arch::Amd64),
+            "arm64" => Some(Arch::Arm64),
+            _ => None,
+        }
+    }
+
+    /// A Kandev profile's `platform` (`linux/amd64`, `linux/arm64`): the ones Kandev accepts.
+    pub fn from_platform(platform: &str) -> Result<Arch, String> {
+        platform
+            .strip_prefix("linux/")
+            .and_then(Arch::from_label)
+            .ok_or_else(|| format!("{platform:?}: linux/amd64 or linux/arm64"))
     }
 }
 

@@ -77,17 +77,28 @@ pub struct SessionIdentity {
 impl SessionIdentity {
     /// A fresh identity for a session of `scenario` in `run_id`; `ordinal` tells sessions of
     /// one scenario apart.
+    ///
+    /// Each id is a label value (Kandev stamps them as `kandev.ai/*` and
+    /// `app.kubernetes.io/instance` labels), so at most [`LABEL_VALUE_MAX`] bytes: what makes
+    /// it unique (the run id, the ordinal, a random suffix) is kept whole and the scenario's
+    /// slug, there for a reader, is shortened to fit (`env-<run id>-<slug>-<ordinal>-<suffix>`;
+    /// the run id's digest in its place should even that not fit).
     pub fn new(run_id: &str, scenario: &str, ordinal: usize) -> Self {
         let suffix = random_hex(4);
-        let slug = scenario.replace("::", "-").replace('_', "-");
+        let slug = scenario_slug(scenario);
+        let tail = format!("-{ordinal}-{suffix}");
+        let mut env_head = format!("env-{run_id}");
+        if env_head.len() + tail.len() > LABEL_VALUE_MAX {
+            env_head = format!("env-{}", short_digest(run_id));
+        }
         Self {
             run_id: run_id.to_owned(),
             scenario: scenario.to_owned(),
             executor_id: "kandev-acceptance".into(),
             profile_id: "full-worker".into(),
-            task_id: format!("task-{slug}-{ordinal}-{suffix}"),
-            session_id: format!("session-{slug}-{ordinal}-{suffix}"),
-            environment_id: format!("env-{run_id}-{slug}-{ordinal}-{suffix}"),
+            task_id: fitted_id("task", &slug, &tail),
+            session_id: fitted_id("session", &slug, &tail),
+            environment_id: fitted_id(&env_head, &slug, &tail),
         }
     }
 
@@ -137,6 +148,40 @@ impl SessionIdentity {
         let mut labels = self.kandev_labels();
         labels.extend(self.harness_labels());
         labels
+    }
+}
+
+/// The longest label value an API server accepts (apimachinery's `IsLabelValue`).
+pub const LABEL_VALUE_MAX: usize = 63;
+
+/// A scenario's name as label-value characters: `lifecycle::teardown_exact` is
+/// `lifecycle-teardown-exact`.
+fn scenario_slug(scenario: &str) -> String {
+    scenario
+        .replace("::", "-")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// `<head>-<slug><tail>` in at most [`LABEL_VALUE_MAX`] bytes: the slug shortened (to
+/// nothing, with its dash, if need be); `head` and `tail` start and end alphanumeric.
+fn fitted_id(head: &str, slug: &str, tail: &str) -> String {
+    let room = LABEL_VALUE_MAX.saturating_sub(head.len() + tail.len() + 1);
+    let slug = slug
+        .get(..room.min(slug.len()))
+        .unwrap_or_default()
+        .trim_matches('-');
+    if slug.is_empty() {
+        format!("{head}{tail}")
+    } else {
+        format!("{head}-{slug}{tail}")
     }
 }
 

@@ -7,4 +7,5 @@ pub mod compose;
 pub mod identity;
 pub mod quantity;
 pub mod release;
+pub mod requests;
 pub mod template;

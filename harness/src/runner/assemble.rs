@@ -1,8 +1,9 @@
-//! A run's report from its parts: the one place that fills in [`Report`].
+//! A run's report from its parts: the one place that fills in [`Report`], its own verdict
+//! included (kandev-report's one rule, under the run's gate).
 
 use kandev_report::{
-    CleanupRecord, Configuration, Environment, Gate, Report, RunCost, SCHEMA_VERSION,
-    ScenarioReport, StepReport, Summary, rfc3339,
+    CleanupRecord, Configuration, Environment, Gate, Report, Rules, RunCost, SCHEMA_VERSION,
+    ScenarioReport, Selection, StepReport, Summary, judge, rfc3339,
 };
 use sha2::{Digest, Sha256};
 use std::time::{Duration, SystemTime};
@@ -25,14 +26,23 @@ pub struct RunParts {
     pub leftovers: Vec<String>,
     pub teardown: Vec<CleanupRecord>,
     pub cost: Option<RunCost>,
+    /// What the filter selected from the catalogue.
+    pub selection: Option<Selection>,
+    /// Pods kept on purpose (`--keep`): the run's leftovers are not leaks.
+    pub kept: bool,
 }
 
 pub fn assemble(parts: RunParts) -> Report {
     let sha = hex::encode(Sha256::digest(parts.settings.to_string().as_bytes()));
-    Report {
+    let rules = Rules {
+        profile: parts.gate.profile,
+        requires: parts.gate.requires.clone(),
+        kept: parts.kept,
+    };
+    let mut report = Report {
         schema_version: SCHEMA_VERSION,
         run_id: parts.run_id,
-        harness_version: env!("CARGO_PKG_VERSION").into(),
+        harness_version: crate::BUILD.into(),
         started_at: rfc3339(parts.started_at),
         finished_at: rfc3339(SystemTime::now()),
         duration_ms: parts.duration.as_millis() as u64,
@@ -51,5 +61,9 @@ pub fn assemble(parts: RunParts) -> Report {
         leftovers: parts.leftovers,
         teardown: parts.teardown,
         cost: parts.cost,
-    }
+        selection: parts.selection,
+        verdict: None,
+    };
+    report.verdict = Some(judge(&report, &rules));
+    report
 }

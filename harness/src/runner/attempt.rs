@@ -72,6 +72,8 @@ impl Run {
         };
         // The scenario's own time starts once the shared environment is ready.
         let started = Instant::now();
+        // The node's cgroup folders now, for the ledger to find those the scenario left.
+        let cgroups = super::ledger::cgroup_baseline(env.node.as_deref()).await;
         report.started_at = kandev_report::rfc3339(SystemTime::now());
         let timeout = self.config.scenario_timeout.unwrap_or(scenario.timeout);
         let mut ctx = Ctx::new(self.clone(), env.clone(), scenario.name, timeout);
@@ -102,7 +104,8 @@ impl Run {
         if keep {
             self.tear_down_kept(&mut report, &ctx, &env).await;
         } else {
-            self.tear_down(&mut report, &ctx, &env, scenario).await;
+            self.tear_down(&mut report, &ctx, &env, scenario, &cgroups)
+                .await;
         }
         report.steps = std::mem::take(&mut ctx.steps);
         report.findings = std::mem::take(&mut ctx.findings);
@@ -153,6 +156,7 @@ impl Run {
         ctx: &Ctx,
         env: &RunEnv,
         scenario: &Scenario,
+        cgroups: &super::ledger::CgroupBaseline,
     ) {
         // Every Pod the scenario made (also those it deleted itself), for the ledger.
         let mut pods: Vec<(String, String)> = ctx
@@ -213,6 +217,17 @@ impl Run {
             &report.nested_inventory,
         )
         .await;
+        if let Some(node) = env.node.as_deref() {
+            let names: Vec<String> = pods.iter().map(|(name, _)| name.clone()).collect();
+            let nested: Vec<String> = report
+                .nested_inventory
+                .iter()
+                .flat_map(|n| n.containers.iter().cloned())
+                .collect();
+            report
+                .leaks
+                .extend(super::ledger::cgroups_left(node, cgroups, &names, &nested).await);
+        }
         if !report.leaks.is_empty() && report.outcome.is_acceptable() {
             report.diagnosis = Some(format!(
                 "leaked: {} outlived teardown: {}",

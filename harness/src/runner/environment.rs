@@ -29,6 +29,10 @@ pub struct RunEnv {
     pub node: Option<Arc<dyn NodeView>>,
     /// What the run set up beyond its sessions, removed when it ends.
     pub teardown: Option<Box<dyn RunTeardown>>,
+    /// How many scenarios to run at once, as the backend derived it (see [`Prepared::jobs`]).
+    ///
+    /// [`Prepared::jobs`]: crate::backend::Prepared::jobs
+    pub jobs: Option<usize>,
 }
 
 impl Run {
@@ -92,8 +96,11 @@ impl Run {
         });
         let config = &self.config;
         // Every call the scenarios make goes through the meter (the report's cost).
-        let backend: Arc<dyn Backend> =
-            Arc::new(MeteredBackend::new(prepared.backend, self.calls.clone()));
+        let backend: Arc<dyn Backend> = Arc::new(MeteredBackend::new(
+            prepared.backend,
+            self.calls.clone(),
+            self.ran_images.clone(),
+        ));
         let launch = LaunchSettings {
             backend: backend.clone(),
             namespace: prepared.namespace,
@@ -124,6 +131,7 @@ impl Run {
                 Arc::new(MeteredNode::new(node, self.calls.clone())) as Arc<dyn NodeView>
             }),
             teardown: prepared_teardown,
+            jobs: prepared.jobs,
         })
     }
 }

@@ -1,11 +1,12 @@
 //! The end of a run: the node view shut down, what still carries the run's label, the
-//! run-level teardown, the report assembled (the command line writes it, `outputs`).
+//! run-level teardown, what the task Pods ran, the report assembled (the command line writes
+//! it, `outputs`).
 
 use super::assemble::{RunParts, assemble};
 use super::scenario::Scenario;
 use super::{Keep, Run, StopReason};
 use crate::pod::identity::LABEL_RUN;
-use kandev_report::Report;
+use kandev_report::{Environment, Report};
 
 impl Run {
     /// Assembles the report (scenarios in `registry` order).
@@ -56,7 +57,7 @@ impl Run {
             deadline_exceeded: self.stop_reason() == Some(StopReason::Deadline),
             environment: env
                 .as_ref()
-                .map(|e| e.environment.clone())
+                .map(|e| self.ran_into(e.environment.clone()))
                 .unwrap_or_default(),
             settings: serde_json::to_value(&self.config).unwrap_or_default(),
             setup: self.setup_steps(),
@@ -67,6 +68,22 @@ impl Run {
                 super::engine_host(&self.config).as_ref(),
                 self.calls.snapshot(),
             )),
+            selection: self.selection.clone(),
+            kept: self.config.keep != Keep::Never,
         })
+    }
+
+    /// `environment` with what the task Pods' containers ran, per image role: the worker's
+    /// in the main container, the daemon's in the companion.
+    fn ran_into(&self, mut environment: Environment) -> Environment {
+        for image in &mut environment.images {
+            let container = match image.role.as_str() {
+                "worker" => &self.config.main_container,
+                "daemon" => &self.config.daemon_container,
+                _ => continue,
+            };
+            image.ran = self.ran_images.of_container(container);
+        }
+        environment
     }
 }

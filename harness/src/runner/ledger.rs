@@ -5,11 +5,27 @@
 //! inventory says what the deletion had to take along). After teardown the ledger asks the
 //! backend for anything still carrying the scenario's labels and the node view for anything
 //! still there of its Pods: processes, the Pod's cgroups, the nested containers' cgroups.
+//!
+//! And the node's cgroup folders, whatever made them: listed when the scenario starts
+//! ([`cgroup_baseline`]) and after its teardown ([`cgroups_left`]); a folder made in between
+//! that is still there is the scenario's leak (a companion that made a cgroup outside its
+//! Pod's leaves it on the node, and `pod_remains` looks only at the Pod's own). Scenarios run
+//! in parallel (and other runs on the same node), so a new folder is attributed:
+//!
+//! - Pod cgroups are left out (each Pod's are checked by its UID, by the Pod's own scenario);
+//! - a folder holding processes is the scenario's when one of them is its: `HOSTNAME` one of
+//!   its Pods' names, or the short ID of one of its nested containers (what a container
+//!   runtime gives a container's processes); another's processes make it another's;
+//! - an empty folder is the scenario's: it was made after the scenario's baseline was taken
+//!   (else the baseline lists it), so while the scenario ran; another scenario of the run (or
+//!   another run on the node) running at that moment reports it too, as nothing in an empty
+//!   folder says whose it is.
 
 use crate::backend::{Backend, ExecRequest, PodRef};
-use crate::node::NodeView;
+use crate::node::{CgroupFolder, NodeView};
 use kandev_report::NestedInventory;
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
 
 /// One exec in the companion lists the nested daemon's objects, a section each (four CLI
 /// calls: one container listing gives both the containers and their Compose projects).
@@ -174,9 +190,141 @@ async fn node_inventory(
     on_node
 }
 
+/// The node's cgroup folders when a scenario starts, and when that was.
+#[derive(Debug, Clone)]
+pub struct CgroupBaseline {
+    /// None: the node view cannot list them (or there is none).
+    pub folders: Option<BTreeSet<String>>,
+    pub started: SystemTime,
+}
+
+/// Lists the node's cgroup folders as the scenario starts.
+pub async fn cgroup_baseline(node: Option<&dyn NodeView>) -> CgroupBaseline {
+    let started = SystemTime::now();
+    let folders = match node {
+        Some(node) => node.cgroup_folders().await,
+        None => None,
+    };
+    CgroupBaseline { folders, started }
+}
+
+/// Whether a folder made while the scenario ran (it is not in the baseline) is its (see the
+/// module's rules): by its processes' `HOSTNAME`s when it has processes; an empty one is.
+pub fn is_ours(folder: &CgroupFolder, pod_names: &[String], nested_ids: &[String]) -> bool {
+    if folder.pids.is_empty() {
+        return true;
+    }
+    folder.hostnames.iter().any(|host| {
+        !host.is_empty()
+            && (pod_names.iter().any(|p| p == host)
+                || (host.len() >= 12 && nested_ids.iter().any(|id| id.starts_with(host.as_str()))))
+    })
+}
+
+/// The cgroup folders made while the scenario ran that outlived its teardown and are its, as
+/// `node: cgroup <folder> ...` lines. Asked again until none is left, for up to the node's
+/// settle time (processes die and folders go asynchronously).
+pub async fn cgroups_left(
+    node: &dyn NodeView,
+    baseline: &CgroupBaseline,
+    pod_names: &[String],
+    nested_ids: &[String],
+) -> Vec<String> {
+    let Some(before) = &baseline.folders else {
+        return Vec::new();
+    };
+    let last = std::sync::Mutex::new(Vec::new());
+    let settled = crate::wait::until(
+        "the scenario's cgroup folders to go",
+        node.settle_time(),
+        SETTLE_POLL,
+        || async {
+            let mut left = Vec::new();
+            for path in node.cgroup_folders().await.unwrap_or_default().difference(before) {
+                let Some(folder) = node.cgroup_folder(path).await else {
+                    continue;
+                };
+                if is_ours(&folder, pod_names, nested_ids) {
+                    left.push(format!(
+                        "node: cgroup {path} (made during the scenario, outside its Pods' cgroups; processes {:?})",
+                        folder.pids
+                    ));
+                }
+            }
+            let gone = left.is_empty();
+            if let Ok(mut last) = last.lock() {
+                *last = left;
+            }
+            Ok::<_, crate::wait::WaitTimedOut>(gone.then_some(()))
+        },
+    )
+    .await;
+    match settled {
+        Ok(()) => Vec::new(),
+        Err(_) => last.into_inner().unwrap_or_default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn folder(pids: &[u32], hostnames: &[&str], created: Option<SystemTime>) -> CgroupFolder {
+        CgroupFolder {
+            path: "/kandev-acceptance-escaped".into(),
+            created,
+            pids: pids.to_vec(),
+            hostnames: hostnames.iter().map(|h| (*h).to_owned()).collect(),
+        }
+    }
+
+    /// Attribution under concurrency: processes say whose a new folder is; an empty one is
+    /// the scenario's.
+    #[test]
+    fn a_new_cgroup_is_the_scenarios_by_its_processes() {
+        let pods = vec!["kandev-0123456789abcdef".to_owned()];
+        let nested = vec!["9c8b7a6f5e4d3c2b1a09".to_owned()];
+        let ours = |f: &CgroupFolder| is_ours(f, &pods, &nested);
+        assert!(ours(&folder(&[7], &["kandev-0123456789abcdef"], None)));
+        assert!(ours(&folder(&[7, 8], &["", "9c8b7a6f5e4d"], None)));
+        assert!(!ours(&folder(&[7], &["kandev-ffffffffffffffff"], None)));
+        assert!(!ours(&folder(&[7], &[""], None)));
+        assert!(ours(&folder(&[], &[], Some(SystemTime::now()))));
+    }
+
+    /// On a recorded node: a folder a companion made outside its Pod's cgroup during the
+    /// scenario, still there after teardown, is reported; one made before is not; Pod
+    /// cgroups are left out of the listing.
+    #[tokio::test]
+    async fn a_cgroup_made_outside_the_pod_during_the_scenario_is_a_leak() {
+        use crate::node::{CgroupFs, HostNode};
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("cgroup");
+        std::fs::create_dir_all(
+            root.join("kandev-acceptance/pod0c0ffee0-1111-2222-3333-444455556666/x"),
+        )
+        .unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "memory").unwrap();
+        std::fs::create_dir_all(root.join("system.slice")).unwrap();
+        let node = HostNode {
+            cgroups: CgroupFs::at(&root).unwrap(),
+            proc_root: tmp.path().join("proc"),
+            scope: "kandev-acceptance".into(),
+            description: "fixture".into(),
+            settle: Duration::from_millis(0),
+        };
+        let baseline = cgroup_baseline(Some(&node)).await;
+        let listed = baseline.folders.clone().unwrap();
+        // Neither the folder Pods are made under (the view's scope) nor Pod cgroups.
+        assert_eq!(listed, BTreeSet::from(["/system.slice".to_owned()]));
+        // Made by the companion during the scenario, empty once its process was killed.
+        std::fs::create_dir_all(root.join("kandev-acceptance-escaped")).unwrap();
+        let left = cgroups_left(&node, &baseline, &[], &[]).await;
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].contains("/kandev-acceptance-escaped"));
+        std::fs::remove_dir(root.join("kandev-acceptance-escaped")).unwrap();
+        assert!(cgroups_left(&node, &baseline, &[], &[]).await.is_empty());
+    }
 
     #[test]
     fn inventory_sections_are_parsed_and_unknown_ones_ignored() {

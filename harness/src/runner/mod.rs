@@ -7,8 +7,9 @@
 //! as its outcome; [`scenario`] and [`context`] are the scenario API; [`evidence`] collects
 //! what a scenario that did not pass leaves for people to read; [`ledger`] finds what a
 //! scenario left behind; [`live`] is the console's view of a run; `setup_log` records the
-//! run's set-up steps; [`cost`] meters the run's calls and CPU; [`finish`] tears down and
-//! `assemble` builds the report from the run's parts.
+//! run's set-up steps; [`cost`] meters the run's calls and CPU; [`ran_images`] records what
+//! the task Pods' containers ran; [`finish`] tears down and `assemble` builds the report from
+//! the run's parts.
 
 pub(crate) mod assemble;
 pub mod attempt;
@@ -20,6 +21,7 @@ pub mod finish;
 pub(crate) mod judge;
 pub mod ledger;
 pub mod live;
+pub mod ran_images;
 pub mod scenario;
 pub(crate) mod setup_log;
 
@@ -32,7 +34,7 @@ pub use scenario::{
 
 use crate::pod::template::TemplateFile;
 use indicatif::MultiProgress;
-use kandev_report::{ScenarioReport, StepReport};
+use kandev_report::{ScenarioReport, Selection, StepReport};
 use setup_log::SetupLog;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -70,6 +72,10 @@ pub struct Run {
     calls: cost::CallMeter,
     /// CPU readings at the start, for the report's cost.
     cost_start: cost::cpu::CostStart,
+    /// What the task Pods' containers ran, for the report's images.
+    ran_images: ran_images::RanImages,
+    /// Which scenarios of the catalogue the run selected (None: not said, e.g. a test's run).
+    selection: Option<Selection>,
 }
 
 /// Where the engine's processes can be read: on this machine for the local backend.
@@ -106,7 +112,16 @@ impl Run {
             cancel: tokio::sync::Notify::new(),
             calls: Default::default(),
             cost_start,
+            ran_images: Default::default(),
+            selection: None,
         }
+    }
+
+    /// The run as its filter selected it from the catalogue (the report records it, and a
+    /// filtered run cannot pass a release gate).
+    pub fn with_selection(mut self, selection: Selection) -> Self {
+        self.selection = Some(selection);
+        self
     }
 
     /// Stops the run (Ctrl-C, SIGTERM): running scenarios tear down and end `cancelled`.

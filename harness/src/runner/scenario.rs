@@ -67,11 +67,11 @@ pub enum Twin {
     /// fails.
     Cluster(&'static str),
     /// A system check with no twin yet (it can break only on a cluster): the reason, which
-    /// README's exemptions list.
+    /// `docs/catalogue.md`'s exemptions list.
     Exempt(&'static str),
     /// A mirror check: only the harness's mirror of Kandev's executor decides it, so a green
     /// says nothing about the cluster, template or images. The reason names the mirror, its
-    /// unit tests, and why the check needs the running Pod at all; README lists it.
+    /// unit tests, and why the check needs the running Pod at all; `docs/catalogue.md` lists it.
     Mirror(&'static str),
 }
 
@@ -97,7 +97,7 @@ impl Twin {
         }
     }
 
-    /// As the report and README state it.
+    /// As the report and `docs/catalogue.md` state it.
     pub fn describe(&self) -> String {
         match (self, self.fixture()) {
             (_, Some(path)) => format!("fixtures/{path}"),
@@ -110,7 +110,7 @@ impl Twin {
 }
 
 /// The catalogue's checks, their kind and their twins as a Markdown table (`kandev-acceptance
-/// checks`; README carries the same table, and a test keeps the two equal).
+/// checks`; `docs/catalogue.md` carries the same table, and a test keeps the two equal).
 pub fn checks_table(registry: &[Scenario]) -> String {
     let mut out =
         String::from("| check | kind | promise | broken twin |\n| --- | --- | --- | --- |\n");

@@ -6,7 +6,7 @@ use super::snapshot::LaunchSnapshot;
 use super::timing::LaunchTiming;
 use super::{LaunchSettings, Session, SessionOptions};
 use crate::backend::{Backend, PodRef, WorkspaceRef};
-use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use crate::pod::compose::{ComposeInput, WorkspaceSource, compose_pod};
 use crate::pod::identity::{ANNOTATION_CREATE_NONCE, SessionIdentity, create_nonce};
 use crate::pod::template::WorkspaceMode;
 use anyhow::{Context, bail};
@@ -46,7 +46,7 @@ impl Session {
         let started = Instant::now();
         let pod_ready = async {
             let template = options.template.as_ref().unwrap_or(&settings.template);
-            let arch = options.arch.unwrap_or_else(Arch::of_this_machine);
+            let arch = options.arch.unwrap_or_else(|| backend.platform());
             let snapshot = LaunchSnapshot::record(template, &settings.main_container, mode, arch)?;
             let nonce = create_nonce();
             let mut pod_spec = compose_pod(&ComposeInput {

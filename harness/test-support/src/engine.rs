@@ -41,7 +41,7 @@ impl FixtureEngine {
             .get_or_init(|| async {
                 let docker = connect_engine().await.unwrap();
                 let root = kandev_harness::paths::workspace_root();
-                let binary = mock_agent_binary(&root).await.unwrap();
+                let binary = mock_agent_binary().await.unwrap();
                 let images = ensure_images(
                     &docker,
                     &ImageConfig {
@@ -93,6 +93,18 @@ impl FixtureEngine {
         record.clone()
     }
 
+    /// The runtime for a cluster double on this engine: [`FixtureEngine::local_backend`], a
+    /// Pod without a harness run label labelled with this process's
+    /// [`test_run_id`](crate::labelled::test_run_id) on the engine, so that `gc` finds what a
+    /// killed test left, and what a test that panicked left removed when its runtime ends
+    /// ([`TestLabelled`](crate::labelled::TestLabelled)).
+    pub fn double_runtime(&self) -> Arc<dyn Backend> {
+        Arc::new(crate::labelled::TestLabelled::new(
+            self.local_backend(),
+            &self.images.mock_agent,
+        ))
+    }
+
     /// A local backend running Pods on this engine (pids limit 4096).
     pub fn local_backend(&self) -> Arc<dyn Backend> {
         Arc::new(LocalBackend::new(
@@ -103,10 +115,12 @@ impl FixtureEngine {
     }
 }
 
-/// The fixture images, and the cluster double with its Pods on this host's engine.
+/// The fixture images, and the cluster double with its Pods on this host's engine. A Pod that
+/// carries no harness run label (one a test posts itself) runs labelled with this process's
+/// [`test_run_id`](crate::labelled::test_run_id), so that `gc` finds what a killed test left.
 pub async fn engine_double() -> (KubeDouble, ImageSet) {
     let engine = FixtureEngine::start().await;
-    let double = cluster_double::start(Some(engine.local_backend()))
+    let double = cluster_double::start(Some(engine.double_runtime()))
         .await
         .unwrap();
     (double, engine.images)

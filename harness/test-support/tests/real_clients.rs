@@ -896,6 +896,8 @@ async fn kubectl_port_forwards_to_a_pod_running_on_the_engine() {
     let folder = tempfile::tempdir().unwrap();
     let folder_path = folder.path().to_owned();
     let kubectl = Kubectl::new(&double);
+    // On the engine its containers carry this process's run id (`engine_double`): what a
+    // killed run of this test leaves, `gc --run <id>` removes (tests/leftovers.rs).
     let name = format!("pf-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     tokio::task::spawn_blocking(move || {
         let k = &kubectl;

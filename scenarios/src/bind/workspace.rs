@@ -148,10 +148,20 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .agent_sh(&format!("docker run --rm --network none -v {physical}/bind-probe:/data {tag} digest /data/private.bin"), Duration::from_secs(120))
             .await?;
         ctx.evidence("outside_bind", &outside);
-        let nested_view = if outside.success() {
-            workload_digest(&outside.stdout).ok()
-        } else {
-            None
+        let seen = outside_bind_view(outside.success(), &outside.stdout, &outside.stderr);
+        let nested_view = match &seen {
+            OutsideBind::Read(digest) => Some(digest.clone()),
+            OutsideBind::NoSuchFile => None,
+            OutsideBind::NotRun(why) => {
+                // The nested container never looked: no evidence either way.
+                return Err(kandev_harness::runner::broken(
+                    &PRIVATE_HOME,
+                    format!(
+                        "the nested container that binds {physical}/bind-probe did not look in it ({why}): {}",
+                        outside.summary()
+                    ),
+                ));
+            }
         };
         promise(
             nested_view.as_ref().and_then(|d| d.sha256.clone()) != private.sha256,
@@ -168,12 +178,41 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "bind.source_outside_workspace",
             format!(
                 "a bind source outside /workspace ({physical}/bind-probe) does not exist in the daemon's mount namespace: the nested container saw {}; put bind sources under /workspace",
-                if outside.success() { "an empty folder the daemon created" } else { "no such file" }
+                match seen { OutsideBind::Read(_) => "other bytes", _ => "no such file (an empty folder the daemon created)" }
             ),
             json!({"source": format!("{physical}/bind-probe"), "home": home_dir, "nested": outside.summary()}),
         );
         Ok(Verdict::Passed)
     })
+}
+
+/// What the nested container that binds the agent's HOME saw there.
+#[derive(Debug, PartialEq, Eq)]
+enum OutsideBind {
+    /// It read the file: these bytes.
+    Read(kandev_harness::session::agent::FileDigest),
+    /// It ran and said the file is not there (the workload's own "no such file"): the
+    /// daemon does not see the agent's HOME.
+    NoSuchFile,
+    /// It did not run, or said nothing the workload says: no evidence (why).
+    NotRun(String),
+}
+
+/// Judges the nested `digest /data/private.bin`: only the workload's own answer counts, its
+/// digest or its "no such file"; any other failure (no image, no daemon, a refused bind) is
+/// no evidence that the HOME is private.
+fn outside_bind_view(success: bool, stdout: &str, stderr: &str) -> OutsideBind {
+    if success {
+        return match workload_digest(stdout) {
+            Ok(digest) => OutsideBind::Read(digest),
+            Err(e) => OutsideBind::NotRun(format!("it printed no digest: {e:#}")),
+        };
+    }
+    if stderr.contains("kandev-mock-agent digest: /data/private.bin: no such file") {
+        OutsideBind::NoSuchFile
+    } else {
+        OutsideBind::NotRun("it failed without the workload's own answer".to_owned())
+    }
 }
 
 /// `$HOME` and its physical path (`pwd -P`), the last two lines the probe printed.
@@ -196,6 +235,40 @@ fn home_paths(stdout: &str) -> anyhow::Result<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only the workload's own answer judges the HOME: a nested run that failed for another
+    /// reason (the daemon unreachable, no image) fails the check instead of passing it.
+    #[test]
+    fn a_nested_failure_other_than_no_such_file_is_no_evidence() {
+        assert_eq!(
+            outside_bind_view(
+                false,
+                "",
+                "kandev-mock-agent digest: /data/private.bin: no such file\n"
+            ),
+            OutsideBind::NoSuchFile
+        );
+        for stderr in [
+            "docker: Cannot connect to the Docker daemon at unix:///run/docker/docker.sock.\n",
+            "Unable to find image 'kandev-acceptance-bind:x' locally\n",
+            "",
+        ] {
+            assert!(
+                matches!(outside_bind_view(false, "", stderr), OutsideBind::NotRun(_)),
+                "{stderr}"
+            );
+        }
+        assert!(matches!(
+            outside_bind_view(true, "", ""),
+            OutsideBind::NotRun(_)
+        ));
+        let read = outside_bind_view(
+            true,
+            "{\"path\":\"/data/private.bin\",\"exists\":true,\"sha256\":\"ab\",\"size\":4096}\n",
+            "",
+        );
+        assert!(matches!(read, OutsideBind::Read(d) if d.sha256.as_deref() == Some("ab")));
+    }
 
     #[test]
     fn the_probe_reports_home_and_its_physical_path() {

@@ -17,7 +17,7 @@ use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::backend::BackendKind;
 use kandev_harness::node::PodCgroupReading;
 use kandev_harness::runner::{
-    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, promise,
 };
 use kandev_harness::session::{Session, SessionOptions};
 use kandev_report::Capability;
@@ -37,7 +37,7 @@ const CHARGED: Check = Check {
 };
 const INSIDE: Check = Check {
     id: "nested_inside",
-    promise: "every nested process's cgroup lies under the Pod's cgroup",
+    promise: "every nested process's cgroup lies under the Pod's cgroup, and every other process's of the Pod (its containers' and their descendants: the daemon, containerd, the shims), for memory, cpu and pids",
     twin: Twin::Template("daemon-escapes-pod-pids"),
 };
 const KILLED: Check = Check {
@@ -106,6 +106,67 @@ fn judge_limits(reading: &PodCgroupReading, pids_required: bool) -> LimitsVerdic
     LimitsVerdict {
         missing,
         pids_unlimited: pids_unlimited && !pids_required,
+    }
+}
+
+/// The controllers whose cgroup a Pod's process must have inside the Pod's (v1: one hierarchy
+/// each; v2: the one unified path stands for all).
+const CONTROLLERS: [&str; 3] = ["memory", "cpu", "pids"];
+
+/// What is wrong with where the Pod's processes are: each cgroup (memory, cpu, pids; v2 the
+/// unified one) outside `pod_path`, and a positive control: the enumeration must show the
+/// nested holder (`marker`) and the Pod's daemon (`dockerd`), else it shows nothing.
+fn judge_inside(
+    processes: &[kandev_harness::node::NodeProcess],
+    pod_path: &str,
+    marker: &str,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let inside = |path: &str| path == pod_path || path.starts_with(&format!("{pod_path}/"));
+    for p in processes {
+        for c in CONTROLLERS {
+            match p.cgroup_of(c) {
+                Some(path) if inside(path) => {}
+                Some(path) => wrong.push(format!("pid {} `{}` {c}:{path}", p.pid, p.cmdline)),
+                None => wrong.push(format!("pid {} `{}` shows no {c} cgroup", p.pid, p.cmdline)),
+            }
+        }
+    }
+    if !processes.iter().any(|p| p.cmdline.contains(marker)) {
+        wrong.push(format!(
+            "the Pod's processes as enumerated do not include the nested holder ({marker}): the enumeration is no evidence"
+        ));
+    }
+    if !processes.iter().any(|p| {
+        p.cmdline
+            .split_whitespace()
+            .next()
+            .is_some_and(|a| a.ends_with("dockerd"))
+    }) {
+        wrong.push(
+            "the Pod's processes as enumerated do not include its dockerd: the enumeration is no evidence"
+                .to_owned(),
+        );
+    }
+    wrong
+}
+
+/// Why the Pod's peak does not show it inside its budget.
+#[derive(Debug, PartialEq, Eq)]
+struct PeakUnseen(String);
+
+/// The Pod's memory peak against its limit: the evidence that the Pod stayed inside its
+/// budget. A node that shows no peak (cgroup v2 has `memory.peak` from Linux 5.19) leaves it
+/// unseen, never within.
+fn judge_peak(peak: Option<u64>, limit: u64) -> Result<(), PeakUnseen> {
+    match peak {
+        Some(peak) if peak <= limit => Ok(()),
+        Some(peak) => Err(PeakUnseen(format!(
+            "the Pod's peak {peak} bytes exceeds its limit {limit}"
+        ))),
+        None => Err(PeakUnseen(format!(
+            "the node shows no memory peak (cgroup v2 has memory.peak from Linux 5.19): whether the Pod stayed inside its {limit}-byte budget is unseen"
+        ))),
     }
 }
 
@@ -217,20 +278,34 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
 
-        ctx.step("every nested process from the node");
-        let outside: Vec<String> = nested
-            .iter()
-            .flat_map(|p| {
-                ["memory", "cpu", "pids"].into_iter().filter_map(|c| {
-                    let path = p.cgroup_of(c)?;
-                    (!path.starts_with(&format!("{pod_path}/")))
-                        .then(|| format!("pid {} {c}:{path}", p.pid))
-                })
-            })
-            .collect();
-        promise(outside.is_empty(), &INSIDE, || {
-            format!("outside {pod_path}: {outside:?}")
-        })?;
+        ctx.step("every process of the Pod from the node");
+        // Every process of the Pod (its containers' and all their descendants: the daemon,
+        // containerd, the shims, every nested process), not only the marker's: on cgroup v2
+        // a process has one path for every controller, so the marker's alone would repeat
+        // `charged`. The holder and the daemon must be among them (the enumeration's positive
+        // control).
+        match node.pod_processes(&session.pod.name).await {
+            Ok(processes) => {
+                ctx.evidence(
+                    "pod_processes",
+                    processes
+                        .iter()
+                        .map(|p| json!({"pid": p.pid, "cmdline": p.cmdline, "cgroups": p.cgroups}))
+                        .collect::<Vec<_>>(),
+                );
+                let wrong = judge_inside(&processes, &pod_path, &marker);
+                promise(wrong.is_empty(), &INSIDE, || {
+                    format!("outside {pod_path}: {}", wrong.join("; "))
+                })?;
+            }
+            Err(e) => not_judged(
+                &INSIDE,
+                format!(
+                    "the node view cannot enumerate the Pod's processes: {}",
+                    kandev_harness::error_chain(e.as_ref())
+                ),
+            ),
+        }
         let with_nested = node.read_cgroup(&pod_path).await?;
         ctx.evidence("figures_with_nested", figures(&with_nested));
 
@@ -280,16 +355,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 hog.summary()
             )
         })?;
-        promise(
-            after.memory_peak_bytes.unwrap_or(0) <= limit,
-            &KILLED,
-            || {
-                format!(
-                    "the Pod's peak {} bytes exceeds its limit {limit}",
-                    crate::support::or_unknown(after.memory_peak_bytes)
-                )
-            },
-        )?;
+        // The peak is the evidence that the Pod stayed inside its budget: a node that shows
+        // none (cgroup v2 before Linux 5.19 has no memory.peak) leaves that half unseen.
+        match judge_peak(after.memory_peak_bytes, limit) {
+            Ok(()) => promise(true, &KILLED, String::new)?,
+            Err(PeakUnseen(why)) if after.memory_peak_bytes.is_none() => {
+                not_judged(&KILLED, format!("Pod cgroup {pod_path}: {why}"))
+            }
+            Err(PeakUnseen(why)) => promise(false, &KILLED, || why)?,
+        }
 
         session
             .agent_sh(&format!("docker rm -f {hog_name}"), Duration::from_secs(60))
@@ -357,6 +431,120 @@ mod tests {
             pids_limit: pids.then_some(4096),
             ..Default::default()
         }
+    }
+
+    /// The memory cgroup of the nested holder as `charged` judges it: below the Pod's.
+    fn holder_charged(processes: &[kandev_harness::node::NodeProcess], pod: &str) -> bool {
+        processes
+            .iter()
+            .filter(|p| p.cmdline.contains(crate::support::fixture_node::MARKER))
+            .filter_map(|p| p.cgroup_of("memory"))
+            .any(|path| path.starts_with(&format!("{pod}/")))
+    }
+
+    /// On a recorded v1 and v2 node: the good Pod holds `charged` and `nested_inside` (every
+    /// process of the Pod, the daemon, containerd and the shim too, enumerated from the node,
+    /// not the holder alone); each twin's own escape step, run through sh against the tree,
+    /// breaks exactly its check: `daemon-escapes-pod-cgroup` `charged` (the holder's memory
+    /// leaves the Pod), `daemon-escapes-pod-pids` `nested_inside` (v1: the holder's pids; v2:
+    /// the shim, the holder's memory still charged inside).
+    #[tokio::test]
+    async fn the_cgroup_twins_break_their_checks_on_v1_and_v2_trees() {
+        use crate::support::fixture_node::{FixtureNode, MARKER, POD_NAME, pod_path, run_escape};
+        use kandev_harness::node::{CgroupVersion, NodeView};
+        for version in [CgroupVersion::V1, CgroupVersion::V2] {
+            let good = FixtureNode::new(version);
+            let view = good.view();
+            assert_eq!(view.cgroups.version(), version);
+            assert_eq!(
+                view.pod_cgroup(crate::support::fixture_node::POD_UID)
+                    .await
+                    .unwrap(),
+                Some(pod_path())
+            );
+            let processes = view.pod_processes(POD_NAME).await.unwrap();
+            // The Pod's six processes, not the node's shim or sshd.
+            assert_eq!(
+                processes.iter().map(|p| p.pid).collect::<Vec<_>>(),
+                [100, 101, 102, 103, 104, 105],
+                "{version:?}"
+            );
+            assert_eq!(
+                judge_inside(&processes, &pod_path(), MARKER),
+                Vec::<String>::new()
+            );
+            assert!(holder_charged(&processes, &pod_path()));
+            // An enumeration without the holder or the daemon is no evidence.
+            assert!(!judge_inside(&processes[..2], &pod_path(), MARKER).is_empty());
+
+            let mut charged_twin = FixtureNode::new(version);
+            run_escape(
+                "templates/broken/daemon-escapes-pod-cgroup.yaml",
+                "escape 105 104",
+                &charged_twin,
+            );
+            charged_twin.apply_moves();
+            let processes = charged_twin.view().pod_processes(POD_NAME).await.unwrap();
+            assert!(
+                !holder_charged(&processes, &pod_path()),
+                "{version:?}: {processes:?}"
+            );
+
+            let mut inside_twin = FixtureNode::new(version);
+            run_escape(
+                "templates/broken/daemon-escapes-pod-pids.yaml",
+                "escape 105 104",
+                &inside_twin,
+            );
+            inside_twin.apply_moves();
+            let processes = inside_twin.view().pod_processes(POD_NAME).await.unwrap();
+            assert!(
+                holder_charged(&processes, &pod_path()),
+                "{version:?}: {processes:?}"
+            );
+            let wrong = judge_inside(&processes, &pod_path(), MARKER);
+            let escaped = match version {
+                CgroupVersion::V1 => "pid 105",
+                CgroupVersion::V2 => "pid 104",
+            };
+            assert!(
+                !wrong.is_empty() && wrong.iter().all(|w| w.starts_with(escaped) && w.contains("/kandev-acceptance-escaped")),
+                "{version:?}: {wrong:?}"
+            );
+            // The marker's process alone (what the check looked at before) shows nothing
+            // wrong on v2: the shim is what left.
+            if version == CgroupVersion::V2 {
+                let marker_only: Vec<_> = processes
+                    .iter()
+                    .filter(|p| p.cmdline.contains(MARKER))
+                    .cloned()
+                    .collect();
+                assert!(marker_only.iter().all(|p| {
+                    p.cgroup_of("pids")
+                        .is_some_and(|c| c.starts_with(&pod_path()))
+                }));
+            }
+        }
+    }
+
+    /// A missing peak is unseen (the check not judged), never within the budget.
+    #[test]
+    fn a_missing_peak_never_reads_as_within_the_budget() {
+        assert_eq!(judge_peak(Some(100), 100), Ok(()));
+        assert!(judge_peak(Some(101), 100).is_err());
+        assert!(judge_peak(None, 100).is_err());
+        // The v2 reading of a kernel without memory.peak: the reader leaves it out.
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::write(root.join("cgroup.controllers"), "memory").unwrap();
+        let pod = root.join("kandev-acceptance/podx");
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::write(pod.join("memory.max"), "1073741824\n").unwrap();
+        std::fs::write(pod.join("memory.current"), "1000\n").unwrap();
+        let fs = kandev_harness::node::CgroupFs::at(root).unwrap();
+        let reading = fs.read_pod("kandev-acceptance/podx");
+        assert_eq!(reading.memory_peak_bytes, None);
+        assert!(judge_peak(reading.memory_peak_bytes, 1 << 30).is_err());
     }
 
     #[test]

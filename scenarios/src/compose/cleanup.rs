@@ -73,6 +73,66 @@ volumes:
     )
 }
 
+/// The kinds of objects a project leaves, as the listing names them.
+const KINDS: [&str; 3] = ["containers", "networks", "volumes"];
+
+/// Lists the project's containers, networks and volumes by its label, one line per kind:
+/// `<kind> ok <ids...>` when the listing succeeded, `<kind> failed <why>` when it did not.
+fn project_listing(label: &str) -> String {
+    format!(
+        "for k in 'containers ps -aq' 'networks network ls -q' 'volumes volume ls -q'; do set -- $k; kind=$1; shift; if out=$(docker \"$@\" --filter {label} 2>&1); then echo \"$kind ok\" $out; else echo \"$kind failed\" $out; fi; done"
+    )
+}
+
+/// Each kind's listing: the ids it showed, or why it failed (absent: it said nothing).
+fn parse_listing(stdout: &str) -> std::collections::BTreeMap<String, Result<Vec<String>, String>> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for line in stdout.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(kind), Some(status)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let rest: Vec<String> = words.map(str::to_owned).collect();
+        let listed = match status {
+            "ok" => Ok(rest),
+            _ => Err(rest.join(" ")),
+        };
+        kinds.insert(kind.to_owned(), listed);
+    }
+    kinds
+}
+
+/// What is wrong with `down -v`, judged from the same listing before and after it: the
+/// listing before must have seen the project (containers, a network, a volume), `down` must
+/// have succeeded, and the listing after must have succeeded for every kind and shown none.
+fn judge_down(
+    before: &std::collections::BTreeMap<String, Result<Vec<String>, String>>,
+    down_ok: bool,
+    after: &std::collections::BTreeMap<String, Result<Vec<String>, String>>,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for kind in KINDS {
+        match before.get(kind) {
+            Some(Ok(ids)) if !ids.is_empty() => {}
+            Some(Ok(_)) => wrong.push(format!(
+                "before down the listing showed no {kind} of the project: it cannot show that down removed them"
+            )),
+            Some(Err(why)) => wrong.push(format!("the {kind} listing failed before down: {why}")),
+            None => wrong.push(format!("the {kind} listing said nothing before down")),
+        }
+        match after.get(kind) {
+            Some(Ok(ids)) if ids.is_empty() => {}
+            Some(Ok(ids)) => wrong.push(format!("{kind} left after down -v: {ids:?}")),
+            Some(Err(why)) => wrong.push(format!("the {kind} listing failed after down: {why}")),
+            None => wrong.push(format!("the {kind} listing said nothing after down")),
+        }
+    }
+    if !down_ok {
+        wrong.push("down -v failed".to_owned());
+    }
+    wrong
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch and find Compose");
@@ -210,6 +270,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )?;
 
         ctx.step("down -v");
+        // The same listing before and after `down -v`: before, it must show the project's
+        // containers, network and volume (the listing can see them); after, it must succeed
+        // and show none.
+        let listing = project_listing(&label);
+        let before = session.agent_sh(&listing, Duration::from_secs(30)).await?;
+        ctx.evidence(
+            "listed_before_down",
+            before.stdout.lines().collect::<Vec<_>>(),
+        );
         let down = session
             .agent_sh(
                 &format!("cd {dir} && {compose} -p {project} down -v"),
@@ -217,17 +286,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             )
             .await?;
         ctx.evidence("down", &down);
-        let left = session
-            .agent_sh(&format!("echo containers $(docker ps -aq --filter {label}); echo networks $(docker network ls -q --filter {label}); echo volumes $(docker volume ls -q --filter {label})"), Duration::from_secs(30))
-            .await?;
+        let left = session.agent_sh(&listing, Duration::from_secs(30)).await?;
         ctx.evidence("left_after_down", left.stdout.lines().collect::<Vec<_>>());
-        let leftovers: Vec<&str> = left
-            .stdout
-            .lines()
-            .filter(|l| l.split_whitespace().count() > 1)
-            .collect();
-        promise(down.success() && leftovers.is_empty(), &DOWN, || {
-            format!("after down -v: {leftovers:?}; down: {}", down.summary())
+        let wrong = judge_down(
+            &parse_listing(&before.stdout),
+            down.success(),
+            &parse_listing(&left.stdout),
+        );
+        promise(wrong.is_empty(), &DOWN, || {
+            format!("{}; down: {}", wrong.join("; "), down.summary())
         })?;
         let kept = session
             .agent_sh(
@@ -240,4 +307,75 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         })?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BEFORE: &str = "containers ok a b c\nnetworks ok n1 n2\nvolumes ok v1\n";
+
+    #[test]
+    fn down_holds_only_on_listings_that_saw_the_project_then_nothing() {
+        let empty = "containers ok\nnetworks ok\nvolumes ok\n";
+        assert!(judge_down(&parse_listing(BEFORE), true, &parse_listing(empty)).is_empty());
+        // A volume kept.
+        let kept = "containers ok\nnetworks ok\nvolumes ok v1\n";
+        assert_eq!(
+            judge_down(&parse_listing(BEFORE), true, &parse_listing(kept)).len(),
+            1
+        );
+    }
+
+    /// A probe made to fail fails the check: a listing that failed or said nothing after
+    /// down, or one that never saw the project before it, is no "nothing left".
+    #[test]
+    fn a_failed_or_silent_listing_fails_the_check() {
+        let empty = "containers ok\nnetworks ok\nvolumes ok\n";
+        let failed =
+            "containers failed Cannot connect to the Docker daemon\nnetworks ok\nvolumes ok\n";
+        assert_eq!(
+            judge_down(&parse_listing(BEFORE), true, &parse_listing(failed)).len(),
+            1
+        );
+        assert_eq!(
+            judge_down(&parse_listing(BEFORE), true, &parse_listing("")).len(),
+            3
+        );
+        assert_eq!(
+            judge_down(&parse_listing(""), true, &parse_listing(empty)).len(),
+            3
+        );
+        assert_eq!(
+            judge_down(&parse_listing(empty), true, &parse_listing(empty)).len(),
+            3
+        );
+        assert_eq!(
+            judge_down(&parse_listing(BEFORE), false, &parse_listing(empty)).len(),
+            1
+        );
+    }
+
+    /// The listing as the agent runs it, through sh, with a `docker` that fails: every kind
+    /// says `failed` (no Docker daemon answers here).
+    #[test]
+    fn the_listing_reports_a_failing_docker_as_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let docker = dir.path().join("docker");
+        std::fs::write(
+            &docker,
+            "#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &project_listing("label=com.docker.compose.project=p")])
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+            .output()
+            .unwrap();
+        let listed = parse_listing(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(listed.len(), 3, "{listed:?}");
+        assert!(listed.values().all(Result::is_err), "{listed:?}");
+    }
 }

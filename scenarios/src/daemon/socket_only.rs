@@ -1,20 +1,34 @@
 //! `daemon::socket_only` — the Pod's daemon answers only on `/run/docker/docker.sock`
-//! (group 1000, not world-accessible); nothing listens on TCP in the Pod's network namespace
-//! but the loopback control port; no daemon process is configured with a `tcp://` host; the
-//! agent stays UID/GID 1000 with no capabilities (bounding set included), no privilege
-//! escalation, a seccomp filter and no service-account token; the running Pod (as the backend
-//! runs it, not as requested) has no host path or host namespace, and the daemon the agent
-//! reaches is not the engine that runs the Pod.
+//! (group 1000, not world-accessible); nothing listens on TCP or UDP in the Pod's network
+//! namespace but the loopback control port (every socket table read whole, the control port
+//! seen in the same listing); every dockerd of the companion holds only unix sockets, its own
+//! socket among them, and is configured with no other host; the agent stays UID/GID 1000 with
+//! no capabilities (bounding set included), no privilege escalation, a seccomp filter and no
+//! service-account token; the running Pod (as the backend runs it, not as requested) has no
+//! host path or host namespace, and the daemon the agent reaches is the Pod's own: the one the
+//! companion's dockerd answers on that socket (on every backend), and locally not the engine
+//! that runs the Pod.
 //!
 //! Can fail when the daemon also listens on TCP (the DinD image's default entrypoint does),
 //! when the socket is world-accessible or owned by another group, when a daemon is configured
 //! with a tcp:// host the listener scan cannot see, when the agent keeps capabilities, or when
 //! the Pod shares a host path or namespace or reaches a host daemon.
 
+use kandev_harness::backend::BackendKind;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+mod sockets;
+
+use kandev_harness::pod::template::AGENTCTL_PORT;
+
+/// The control port agentctl listens on, loopback only.
+fn control_port() -> String {
+    format!("127.0.0.1:{}", AGENTCTL_PORT)
+}
 
 const SOCKET: Check = Check {
     id: "socket_private",
@@ -23,12 +37,12 @@ const SOCKET: Check = Check {
 };
 const NO_TCP: Check = Check {
     id: "no_tcp_listener",
-    promise: "no TCP listener in the Pod besides the loopback control port",
+    promise: "no TCP listener in the Pod besides the loopback control port, nor a UDP one (every socket table of the Pod's network namespace read whole, the control port seen in it)",
     twin: Twin::Template("daemon-tcp-listener"),
 };
 const NO_TCP_CONFIG: Check = Check {
     id: "no_tcp_host",
-    promise: "no daemon process is configured with a tcp:// host",
+    promise: "every daemon process holds only unix sockets, its own /run/docker/docker.sock among them, and is configured with no other host (no tcp://, fd:// or host:port, on its command line or in daemon.json)",
     twin: Twin::Template("daemon-tcp-host-unseen"),
 };
 const AGENT: Check = Check {
@@ -50,6 +64,24 @@ pub fn scenario() -> Scenario {
         timeout: Duration::from_secs(300),
         starts_first: false,
         run,
+    }
+}
+
+/// Whether the agent's daemon is the Pod's own: the agent got an ID (`agent`, None when its
+/// `docker info` failed), the companion asked its own socket and got the same (`companion`,
+/// None when that failed), a dockerd of the companion holds that socket, and it is not the
+/// engine that runs the Pod (`host`, locally). A failed probe is no evidence: it fails.
+fn is_pods_own_daemon(
+    agent: Option<&str>,
+    companion: Option<&str>,
+    socket_held: bool,
+    host: Option<&str>,
+) -> bool {
+    match (agent, companion) {
+        (Some(agent), Some(companion)) => {
+            !agent.is_empty() && agent == companion && socket_held && Some(agent) != host
+        }
+        _ => false,
     }
 }
 
@@ -110,50 +142,93 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             || format!("stat {:?}, DOCKER_HOST={docker_host:?}", stat.stdout.trim()),
         )?;
 
-        ctx.step("TCP listeners in the Pod's network namespace");
+        ctx.step("every listening socket in the Pod's network namespace");
+        // Every family's table read whole by the agent: the loopback control port must be in
+        // the same listing (its positive control), and nothing else may listen on TCP or UDP
+        // but the backend's own plumbing (the local engine's embedded DNS on the run's
+        // network), which is left out, and shown.
         let net = session
-            .agent_sh(
-                "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null",
-                Duration::from_secs(20),
+            .agent_sh(&sockets::netns_probe("/proc/net"), Duration::from_secs(20))
+            .await?;
+        let tables = sockets::Tables::parse(&net.stdout);
+        let listeners: Vec<String> = tables.listeners().map(sockets::Socket::describe).collect();
+        ctx.evidence("listeners", &listeners);
+        let plumbing = ctx.backend().plumbing_listeners();
+        ctx.evidence("backend_plumbing_excluded", &plumbing);
+        let plumbing: Vec<String> = plumbing.into_iter().map(|(address, _)| address).collect();
+        let mut wrong = sockets::judge_pod_listeners(&tables, &control_port(), &plumbing);
+        if !net.success() {
+            wrong.push(format!("the listing failed: {}", net.summary()));
+        }
+        promise(wrong.is_empty(), &NO_TCP, || wrong.join("; "))?;
+
+        ctx.step("the daemon's sockets and configured hosts");
+        let probe = session
+            .in_daemon(
+                &["sh", "-c", &sockets::daemon_probe()],
+                Duration::from_secs(30),
             )
             .await?;
-        let listeners = tcp_listeners(&net.stdout);
-        ctx.evidence("listeners", &listeners);
-        // The backend's own plumbing (the local engine's embedded DNS on the run's network)
-        // is not the Pod's: left out, and shown.
-        let plumbing = ctx.backend().plumbing_listeners();
-        let is_plumbing = |l: &str| {
-            plumbing
+        let (daemons, complete) = sockets::parse_daemons(&probe.stdout_text());
+        // Each daemon's configuration file, as it names it (absent: the default file, which
+        // dockerd does without; a file named on its command line must be there).
+        let mut config_hosts = BTreeMap::new();
+        for daemon in &daemons {
+            let (_, file) = daemon.configured();
+            let named = daemon.argv.iter().any(|a| a.starts_with("--config-file"));
+            let read = session
+                .in_daemon(
+                    &[
+                        "sh",
+                        "-c",
+                        "if [ -e \"$1\" ]; then echo '#present'; cat \"$1\"; else echo '#absent'; fi",
+                        "sh",
+                        &file,
+                    ],
+                    Duration::from_secs(20),
+                )
+                .await?;
+            let text = read.stdout_text();
+            let hosts = match text.split_once('\n') {
+                _ if !read.success() => Err(format!("could not be read: {}", read.exit_text())),
+                Some(("#absent", _)) if !named => Ok(Vec::new()),
+                Some(("#absent", _)) => Err("is named on the command line but missing".into()),
+                Some(("#present", body)) => sockets::config_hosts(body),
+                _ => Err(format!(
+                    "the probe said neither present nor absent: {text:?}"
+                )),
+            };
+            config_hosts.insert(daemon.pid, hosts);
+        }
+        ctx.evidence(
+            "daemons",
+            daemons
                 .iter()
-                .any(|(address, _)| l.rsplit_once(':').is_some_and(|(a, _)| a == address))
-        };
-        ctx.evidence("backend_plumbing_excluded", &plumbing);
-        // The resolver holds one TCP listener there; a second (a Pod process binding the same
-        // address) is the Pod's own and counts.
-        let mut plumbing_seen = 0;
-        let unexpected: Vec<&String> = listeners
-            .iter()
-            .filter(|l| l.as_str() != "127.0.0.1:8765")
-            .filter(|l| {
-                let excused = is_plumbing(l) && plumbing_seen == 0;
-                plumbing_seen += usize::from(is_plumbing(l));
-                !excused
-            })
-            .collect();
-        promise(unexpected.is_empty(), &NO_TCP, || {
-            format!("listening: {unexpected:?}")
-        })?;
-
-        ctx.step("daemon configuration names no tcp:// host");
-        let cmdlines = session
-            .in_daemon(&["sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done; cat /etc/docker/daemon.json 2>/dev/null || true"], Duration::from_secs(20))
-            .await?;
-        let text = cmdlines.stdout_text();
-        let dockerd: Vec<&str> = text.lines().filter(|l| l.contains("dockerd")).collect();
-        ctx.evidence("dockerd_cmdlines", &dockerd);
-        promise(!text.contains("tcp://"), &NO_TCP_CONFIG, || {
-            format!("the companion's processes or daemon.json name tcp://: {dockerd:?}")
-        })?;
+                .map(|d| {
+                    json!({
+                        "pid": d.pid,
+                        "argv": d.argv,
+                        "configured_hosts": d.configured().0,
+                        "config_file": d.configured().1,
+                        "config_file_hosts": match config_hosts.get(&d.pid) {
+                            Some(Ok(hosts)) => json!(hosts),
+                            Some(Err(why)) => json!({"error": why}),
+                            None => json!(null),
+                        },
+                        "sockets_held": d.held().iter().map(|s| format!("{}{}", s.describe(), if s.listening { " (listening)" } else { "" })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect::<Vec<_>>(),
+        );
+        let mut wrong = sockets::judge_daemons(&daemons, complete, &config_hosts);
+        if !probe.success() {
+            wrong.push(format!(
+                "the daemon's socket listing failed ({}): {}",
+                probe.exit_text(),
+                probe.stderr_text().trim()
+            ));
+        }
+        promise(wrong.is_empty(), &NO_TCP_CONFIG, || wrong.join("; "))?;
 
         ctx.step("the agent's identity");
         let identity = session.agent()?.identity().await?;
@@ -203,14 +278,37 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let nested = session
             .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
             .await?;
-        let host = match ctx.host_engine() {
-            Some(engine) => engine.daemon_id().await,
-            None => None,
+        // The daemon the agent reaches, asked from inside the companion on the same socket:
+        // with a dockerd of the companion holding that socket (the step above), the agent's
+        // daemon is the Pod's own, on every backend.
+        let own = session
+            .in_daemon(
+                &[
+                    "docker",
+                    "-H",
+                    "unix:///run/docker/docker.sock",
+                    "info",
+                    "--format",
+                    "{{.ID}}",
+                ],
+                Duration::from_secs(30),
+            )
+            .await?;
+        let socket_held = daemons.iter().any(|d| {
+            d.held()
+                .iter()
+                .any(|s| s.family == "unix" && s.listening && s.local == sockets::DAEMON_SOCKET)
+        });
+        // Locally the engine that runs the Pod is this host's: its ID must differ too. On a
+        // cluster the node's runtime is no Docker daemon the agent could reach by an ID.
+        let host = match (ctx.config().backend, ctx.host_engine()) {
+            (BackendKind::Local, Some(engine)) => engine.daemon_id().await,
+            _ => None,
         };
         ctx.evidence("running_pod_host_sharing", &sharing);
         ctx.evidence(
             "daemon_ids",
-            json!({"pod": nested.stdout.trim(), "engine_running_the_pod": host}),
+            json!({"agent": nested.stdout.trim(), "companion_on_its_socket": own.stdout_text().trim(), "companion_dockerd_holds_the_socket": socket_held, "engine_running_the_pod": host}),
         );
         promise(
             sharing.host_paths.is_empty() && sharing.host_namespaces.is_empty(),
@@ -222,13 +320,21 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 )
             },
         )?;
+        let agent_id = nested.stdout.trim().to_owned();
+        let companion_id = own.success().then(|| own.stdout_text().trim().to_owned());
         promise(
-            nested.success() && Some(nested.stdout.trim().to_owned()) != host,
+            is_pods_own_daemon(
+                nested.success().then_some(agent_id.as_str()),
+                companion_id.as_deref(),
+                socket_held,
+                host.as_deref(),
+            ),
             &NO_HOST,
             || {
                 format!(
-                    "the agent's daemon {:?} is the engine that runs the Pod ({})",
-                    nested.stdout.trim(),
+                    "the agent's daemon {agent_id:?} is not shown to be the Pod's own: from inside the companion the socket answers {:?} ({}), a dockerd of the companion holds it: {socket_held}, the engine that runs the Pod is {}",
+                    own.stdout_text().trim(),
+                    own.exit_text(),
                     crate::support::or_unknown(host.as_deref())
                 )
             },
@@ -239,6 +345,23 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
 #[cfg(test)]
 mod tests {
+    /// The second half of no_host_access on every backend: the same ID from the agent and
+    /// from the companion on its own socket, which its dockerd holds; any probe that failed
+    /// (no ID), a socket no dockerd of the companion holds (a proxy), or the engine running
+    /// the Pod's ID fails it.
+    #[test]
+    fn the_agents_daemon_is_the_pods_own_only_on_all_the_evidence() {
+        use super::is_pods_own_daemon as own;
+        assert!(own(Some("A"), Some("A"), true, None));
+        assert!(own(Some("A"), Some("A"), true, Some("HOST")));
+        assert!(!own(Some("A"), Some("A"), true, Some("A")));
+        assert!(!own(Some("A"), Some("A"), false, None));
+        assert!(!own(Some("A"), Some("B"), true, None));
+        assert!(!own(None, Some("A"), true, None));
+        assert!(!own(Some("A"), None, true, None));
+        assert!(!own(Some(""), Some(""), true, None));
+    }
+
     #[test]
     fn parses_proc_net_tcp() {
         let text = "  sl  local_address rem_address   st\n   0: 0100007F:223D 00000000:0000 0A 0\n   1: 00000000:0947 00000000:0000 0A 0\n   2: 0100007F:223D 0100007F:9C40 01 0\n";

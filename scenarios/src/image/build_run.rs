@@ -5,9 +5,16 @@
 //! Can fail when the daemon cannot build or run containers (a broken runtime, a socket the
 //! agent cannot use), when the output differs, or when the image lands in the host engine
 //! (a shared host socket instead of a Pod-local daemon).
+//!
+//! Whether the image is also in the engine that runs the Pod is judged only where that engine
+//! is readable, the local backend's; on a cluster (Kind included: this host's engine is not the
+//! node's runtime) `image_local` is `not judged`, with the reason.
 
 use crate::support::{build_workload, probe_tag, require_success};
-use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::backend::BackendKind;
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, not_judged, promise,
+};
 use kandev_harness::session::SessionOptions;
 use std::time::Duration;
 
@@ -92,13 +99,22 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 )
             },
         )?;
-        // The host's engine (locally: the one running the Pod) must not have it either.
-        let Some(engine) = ctx.host_engine().cloned() else {
-            ctx.evidence(
-                "host_engine",
-                "none reachable: the cluster's nodes are not on this host",
-            );
-            return Ok(Verdict::Passed);
+        // The engine that runs the Pod must not have it either. Only the local backend's is
+        // reachable from here: on a cluster the node's container runtime holds the Pods'
+        // images, and this host's engine (where a Kind node runs) is not it, so comparing
+        // against that would judge nothing.
+        let engine = match (ctx.config().backend, ctx.host_engine().cloned()) {
+            (BackendKind::Local, Some(engine)) => engine,
+            (backend, _) => {
+                not_judged(
+                    &LOCAL,
+                    format!(
+                        "the {} backend's Pods run on a node's container runtime, whose images are not readable from here (this host's engine, if any, is not it): only the session's daemon was seen to hold the image",
+                        backend.name()
+                    ),
+                );
+                return Ok(Verdict::Passed);
+            }
         };
         let by_tag = engine.image_id(&tag).await;
         let by_id = engine.image_id(&image_id).await;

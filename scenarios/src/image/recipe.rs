@@ -8,13 +8,22 @@
 //! version; the caches pointed under `/workspace` and created only after the repository clone
 //! (the prepare flow run with a repository bundle).
 //!
+//! A check is judged only on what was seen: without an engine holding the images (a run
+//! inside a cluster), `image_config` and `no_credentials` are `not judged`, with the reason,
+//! and the checks judged in the running Pod go on; a layer store other than overlay2 leaves
+//! `no_credentials` not judged (config, env and history still scanned); an image without a
+//! pins file leaves `pins` not judged and the scenario `incompatible`; a pins probe that
+//! failed, or a pins file that pins nothing, fails `pins`.
+//!
 //! Can fail when the image runs as root or elsewhere than the workspace, carries a secret,
 //! lacks a tool, pins by tag, or when preparation creates the caches before the clone.
 //! Image references immutable for release gating are `validate --for-release`'s and
 //! `run --gate release`'s (harness/src/pod/release.rs), not repeated here.
 
 use kandev_credential_scan::{scan_layers, secret_in_env, secret_in_text};
-use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, not_judged, promise,
+};
 use kandev_harness::session::SessionOptions;
 use kandev_report::FindingLevel;
 use serde_json::json;
@@ -62,6 +71,8 @@ const CACHE_VARS: [&str; 8] = [
     "GOMODCACHE",
     "CARGO_HOME",
 ];
+/// Why the images' own checks are not judged when no engine holding them is reachable.
+const NO_ENGINE: &str = "no engine holding the run's images is reachable from here (the images were not built on this host and the cluster's nodes are not on it): the images' config and layers cannot be read";
 const BUNDLE: &str = "/tmp/kandev-acceptance-recipe.bundle";
 
 pub fn scenario() -> Scenario {
@@ -101,11 +112,6 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 }
                 Err(_) => None,
             },
-        };
-        let Some(engine) = engine else {
-            return Ok(Verdict::Skipped(
-                "no engine holding the run's images is reachable from here (the images were not built on this host and the cluster's nodes are not on it): the images' config and layers cannot be read".into(),
-            ));
         };
         // The session first: a scenario that fails keeps its Pod's evidence.
         ctx.step("launch with a repository bundle");
@@ -154,105 +160,69 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.step("worker image config");
         let worker_ref = ctx.images().worker.clone();
         let daemon_ref = ctx.images().daemon.clone();
-        let worker = engine.docker().inspect_image(&worker_ref).await?;
-        let config = worker.config.clone().unwrap_or_default();
-        let user = config.user.clone().unwrap_or_default();
-        let workdir = config.working_dir.clone().unwrap_or_default();
-        let os = worker.os.clone().unwrap_or_default();
-        let arch = worker.architecture.clone().unwrap_or_default();
-        ctx.evidence(
-            "worker",
-            json!({"reference": worker_ref, "id": worker.id, "platform": format!("{os}/{arch}"), "user": user, "working_dir": workdir}),
-        );
-        let mut wrong = Vec::new();
-        if os != "linux" || arch != node_arch() {
-            wrong.push(format!(
-                "platform {os}/{arch}, the node runs linux/{}",
-                node_arch()
-            ));
-        }
-        if user != "1000:1000" {
-            wrong.push(format!("config user {user:?} (expected \"1000:1000\")"));
-        }
-        if workdir != "/workspace" {
-            wrong.push(format!("WorkingDir {workdir:?} (expected \"/workspace\")"));
-        }
-        promise(wrong.is_empty(), &CONFIG, || wrong.join("; "))?;
-
-        ctx.step("credentials scan");
-        let started = Instant::now();
-        let mut found = Vec::new();
-        let mut scanned = Vec::new();
-        for (role, reference) in [("worker", &worker_ref), ("daemon", &daemon_ref)] {
-            let image = engine.docker().inspect_image(reference).await?;
-            let env = image
+        // Without an engine holding the images, their config and layers are unseen: those two
+        // checks are not judged (with the reason); the checks judged in the running Pod go on.
+        let worker = match &engine {
+            Some(engine) => Some(engine.docker().inspect_image(&worker_ref).await?),
+            None => {
+                for check in [&CONFIG, &NO_CREDENTIALS] {
+                    not_judged(check, NO_ENGINE);
+                }
+                None
+            }
+        };
+        // The image's environment (the caches' variables): from its config, else as the main
+        // container runs with it (the image's Env and the Pod's, which the template keeps
+        // apart from these variables).
+        let env = match &worker {
+            Some(worker) => worker
                 .config
                 .as_ref()
                 .and_then(|c| c.env.clone())
-                .unwrap_or_default();
-            for entry in &env {
-                if let Some(kind) = secret_in_env(entry) {
-                    let name = entry.split('=').next().unwrap_or_default();
-                    found.push(format!("{role} image config Env {name}: {kind}"));
-                }
+                .unwrap_or_default(),
+            None => {
+                let environ = session
+                    .in_main(&["cat", "/proc/1/environ"], Duration::from_secs(20))
+                    .await?;
+                anyhow::ensure!(
+                    environ.success(),
+                    "read the main container's environment: {}",
+                    environ.stderr_text().trim()
+                );
+                environ
+                    .stdout_text()
+                    .split('\0')
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned)
+                    .collect()
             }
-            let labels = image
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.clone())
-                .unwrap_or_default();
-            for (key, value) in &labels {
-                if let Some(kind) = secret_in_text(value) {
-                    found.push(format!("{role} image config label {key}: {kind}"));
-                }
+        };
+        if let (Some(engine), Some(worker)) = (&engine, &worker) {
+            let config = worker.config.clone().unwrap_or_default();
+            let user = config.user.clone().unwrap_or_default();
+            let workdir = config.working_dir.clone().unwrap_or_default();
+            let os = worker.os.clone().unwrap_or_default();
+            let arch = worker.architecture.clone().unwrap_or_default();
+            ctx.evidence(
+                "worker",
+                json!({"reference": worker_ref, "id": worker.id, "platform": format!("{os}/{arch}"), "user": user, "working_dir": workdir}),
+            );
+            let mut wrong = Vec::new();
+            if os != "linux" || arch != node_arch() {
+                wrong.push(format!(
+                    "platform {os}/{arch}, the node runs linux/{}",
+                    node_arch()
+                ));
             }
-            let history = engine
-                .docker()
-                .image_history(reference)
-                .await
-                .unwrap_or_default();
-            for (i, entry) in history.iter().enumerate() {
-                if let Some(kind) = secret_in_text(&entry.created_by) {
-                    found.push(format!("{role} image history entry {i}: {kind}"));
-                }
+            if user != "1000:1000" {
+                wrong.push(format!("config user {user:?} (expected \"1000:1000\")"));
             }
-            let driver = image.graph_driver.clone();
-            let layers = image
-                .root_fs
-                .as_ref()
-                .and_then(|r| r.layers.clone())
-                .unwrap_or_default();
-            let Some(dirs) = driver
-                .as_ref()
-                .filter(|d| d.name == "overlay2")
-                .map(|d| layer_dirs(&d.data))
-                .filter(|dirs| !dirs.is_empty() && dirs.iter().all(|d| d.is_dir()))
-            else {
-                return Ok(Verdict::Skipped(format!(
-                    "the {role} image's layers are not readable from here (storage driver {}; the overlay2 layer folders of the local engine are read): the credentials scan needs them",
-                    driver.map_or_else(|| "unknown".to_owned(), |d| d.name)
-                )));
-            };
-            let names: Vec<String> = dirs
-                .iter()
-                .enumerate()
-                .map(|(i, _)| {
-                    let diff = layers
-                        .get(i)
-                        .map(|d| d.trim_start_matches("sha256:").chars().take(12).collect())
-                        .unwrap_or_else(|| "?".to_owned());
-                    format!("{role} layer {}/{} ({diff})", i + 1, dirs.len())
-                })
-                .collect();
-            let (files, hits) =
-                tokio::task::spawn_blocking(move || scan_layers(&dirs, &names)).await?;
-            scanned.push(json!({"image": role, "layers": layers.len(), "files_scanned": files}));
-            found.extend(hits);
+            if workdir != "/workspace" {
+                wrong.push(format!("WorkingDir {workdir:?} (expected \"/workspace\")"));
+            }
+            promise(wrong.is_empty(), &CONFIG, || wrong.join("; "))?;
+            scan_credentials(ctx, engine, &worker_ref, &daemon_ref).await?;
         }
-        ctx.evidence("scanned", &scanned);
-        ctx.evidence("scan_ms", started.elapsed().as_millis() as u64);
-        ctx.evidence("credentials_found", &found);
-        promise(found.is_empty(), &NO_CREDENTIALS, || found.join("; "))?;
 
         ctx.step("recipe tools");
         let mut script = String::new();
@@ -309,24 +279,31 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         ctx.step("pins");
         let pins = session
-            .agent_sh(
-                &format!("if [ -f {PINS_FILE} ]; then cat {PINS_FILE}; else echo '#absent'; fi"),
-                Duration::from_secs(20),
-            )
+            .agent_sh(&pins_probe(PINS_FILE), Duration::from_secs(20))
             .await?;
-        let has_pins = pins.stdout.trim() != "#absent";
-        let mutable = if has_pins {
-            mutable_pins(&pins.stdout)
-        } else {
-            Vec::new()
-        };
         ctx.evidence("pins", pins.stdout.lines().collect::<Vec<_>>());
-        promise(mutable.is_empty(), &PINS, || {
-            format!("{PINS_FILE}: {}", mutable.join("; "))
-        })?;
+        let pins_verdict = judge_pins(pins.success(), &pins.stdout);
+        match &pins_verdict {
+            Pins::Absent => not_judged(
+                &PINS,
+                format!("the worker image has no {PINS_FILE}: there are no pins to judge"),
+            ),
+            Pins::Wrong(wrong) => {
+                promise(false, &PINS, || {
+                    format!(
+                        "{PINS_FILE}: {}; probe: {}",
+                        wrong.join("; "),
+                        pins.summary()
+                    )
+                })?;
+            }
+            Pins::Immutable(count) => {
+                ctx.evidence("pins_judged", count);
+                promise(true, &PINS, String::new)?;
+            }
+        }
 
         ctx.step("caches after the clone");
-        let env = config.env.clone().unwrap_or_default();
         let mut wrong = Vec::new();
         let mut dirs = Vec::new();
         for var in CACHE_VARS {
@@ -404,13 +381,104 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         }
         promise(wrong.is_empty(), &CACHES, || wrong.join("; "))?;
 
-        if !has_pins {
+        if pins_verdict == Pins::Absent {
             return Ok(Verdict::Incompatible(format!(
                 "the worker image has no {PINS_FILE}: its pins cannot be judged (the rest held)"
             )));
         }
         Ok(Verdict::Passed)
     })
+}
+
+/// The credentials scan of the worker and daemon images (config env, labels, history, every
+/// layer's files); a layer store it cannot read leaves the check not judged.
+async fn scan_credentials(
+    ctx: &mut Ctx,
+    engine: &kandev_harness::host::HostEngine,
+    worker_ref: &str,
+    daemon_ref: &str,
+) -> anyhow::Result<()> {
+    ctx.step("credentials scan");
+    let started = Instant::now();
+    let mut found = Vec::new();
+    let mut scanned = Vec::new();
+    for (role, reference) in [("worker", worker_ref), ("daemon", daemon_ref)] {
+        let image = engine.docker().inspect_image(reference).await?;
+        let env = image
+            .config
+            .as_ref()
+            .and_then(|c| c.env.clone())
+            .unwrap_or_default();
+        for entry in &env {
+            if let Some(kind) = secret_in_env(entry) {
+                let name = entry.split('=').next().unwrap_or_default();
+                found.push(format!("{role} image config Env {name}: {kind}"));
+            }
+        }
+        let labels = image
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        for (key, value) in &labels {
+            if let Some(kind) = secret_in_text(value) {
+                found.push(format!("{role} image config label {key}: {kind}"));
+            }
+        }
+        let history = engine
+            .docker()
+            .image_history(reference)
+            .await
+            .unwrap_or_default();
+        for (i, entry) in history.iter().enumerate() {
+            if let Some(kind) = secret_in_text(&entry.created_by) {
+                found.push(format!("{role} image history entry {i}: {kind}"));
+            }
+        }
+        let driver = image.graph_driver.clone();
+        let layers = image
+            .root_fs
+            .as_ref()
+            .and_then(|r| r.layers.clone())
+            .unwrap_or_default();
+        let Some(dirs) = driver
+            .as_ref()
+            .filter(|d| d.name == "overlay2")
+            .map(|d| layer_dirs(&d.data))
+            .filter(|dirs| !dirs.is_empty() && dirs.iter().all(|d| d.is_dir()))
+        else {
+            // The config, env and history were read; the layers' files were not.
+            not_judged(
+                &NO_CREDENTIALS,
+                format!(
+                    "the {role} image's layers are not readable from here (storage driver {}; the overlay2 layer folders of the local engine are read): its files were not scanned",
+                    driver.map_or_else(|| "unknown".to_owned(), |d| d.name)
+                ),
+            );
+            scanned.push(json!({"image": role, "layers": layers.len(), "files_scanned": null}));
+            continue;
+        };
+        let names: Vec<String> = dirs
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                let diff = layers
+                    .get(i)
+                    .map(|d| d.trim_start_matches("sha256:").chars().take(12).collect())
+                    .unwrap_or_else(|| "?".to_owned());
+                format!("{role} layer {}/{} ({diff})", i + 1, dirs.len())
+            })
+            .collect();
+        let (files, hits) = tokio::task::spawn_blocking(move || scan_layers(&dirs, &names)).await?;
+        scanned.push(json!({"image": role, "layers": layers.len(), "files_scanned": files}));
+        found.extend(hits);
+    }
+    ctx.evidence("scanned", &scanned);
+    ctx.evidence("scan_ms", started.elapsed().as_millis() as u64);
+    ctx.evidence("credentials_found", &found);
+    promise(found.is_empty(), &NO_CREDENTIALS, || found.join("; "))?;
+
+    Ok(())
 }
 
 /// The image's layer folders, bottom first (overlay2: `LowerDir` lists them top first).
@@ -423,6 +491,57 @@ fn layer_dirs(data: &std::collections::HashMap<String, String>) -> Vec<PathBuf> 
         dirs.push(PathBuf::from(upper));
     }
     dirs
+}
+
+/// The agent's probe of the pins file: a line saying whether it is there, then its text. The
+/// marker line is the probe's positive control: output without it (a probe that failed, or
+/// said nothing) is no evidence that there are no pins.
+fn pins_probe(file: &str) -> String {
+    format!("if [ -f {file} ]; then echo '#present'; cat {file}; else echo '#absent'; fi")
+}
+
+/// What the pins probe showed.
+#[derive(Debug, PartialEq, Eq)]
+enum Pins {
+    /// The image has no pins file (the scenario is then `incompatible`, the check not judged).
+    Absent,
+    /// The pins are wrong, or could not be read: each reason.
+    Wrong(Vec<String>),
+    /// Every pin is immutable; how many there are (at least one).
+    Immutable(usize),
+}
+
+/// Judges the pins probe's answer: only its exit status and its marker line make its output
+/// evidence; a pins file that pins nothing pins nothing.
+fn judge_pins(success: bool, stdout: &str) -> Pins {
+    let mut lines = stdout.lines();
+    let marker = lines.next().map(str::trim);
+    if !success {
+        return Pins::Wrong(vec!["the probe of the pins file failed".into()]);
+    }
+    match marker {
+        Some("#absent") => Pins::Absent,
+        Some("#present") => {
+            let text: Vec<&str> = lines.collect();
+            let text = text.join("\n");
+            let wrong = mutable_pins(&text);
+            let count = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .count();
+            if !wrong.is_empty() {
+                Pins::Wrong(wrong)
+            } else if count == 0 {
+                Pins::Wrong(vec!["the pins file pins nothing".into()])
+            } else {
+                Pins::Immutable(count)
+            }
+        }
+        _ => Pins::Wrong(vec![
+            "the probe of the pins file did not say whether it exists".into(),
+        ]),
+    }
 }
 
 /// The pins of a pins file that are neither a digest, a checksum nor an exact version.
@@ -489,6 +608,46 @@ fn is_exact_version(value: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe that failed or said nothing, and a pins file without pins, never read as
+    /// "every pin immutable"; no pins file is not judged (the scenario incompatible).
+    #[test]
+    fn only_a_pins_file_seen_whole_with_immutable_pins_holds() {
+        assert_eq!(
+            judge_pins(true, "#present\nA=1.2.3\n# c\n"),
+            Pins::Immutable(1)
+        );
+        assert_eq!(judge_pins(true, "#absent\n"), Pins::Absent);
+        assert!(matches!(judge_pins(true, ""), Pins::Wrong(_)));
+        assert!(matches!(judge_pins(false, ""), Pins::Wrong(_)));
+        assert!(matches!(
+            judge_pins(false, "#present\nA=1.2.3\n"),
+            Pins::Wrong(_)
+        ));
+        assert!(matches!(
+            judge_pins(true, "#present\n# only comments\n"),
+            Pins::Wrong(_)
+        ));
+        assert!(matches!(
+            judge_pins(true, "#present\nA=latest\n"),
+            Pins::Wrong(_)
+        ));
+        // The probe as the agent runs it (through sh), on real files.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pins.env");
+        let probe = |file: &std::path::Path| {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &pins_probe(&file.display().to_string())])
+                .output()
+                .unwrap();
+            judge_pins(out.status.success(), &String::from_utf8_lossy(&out.stdout))
+        };
+        assert_eq!(probe(&file), Pins::Absent);
+        std::fs::write(&file, "").unwrap();
+        assert!(matches!(probe(&file), Pins::Wrong(_)));
+        std::fs::write(&file, "A_VERSION=9.15.9\n").unwrap();
+        assert_eq!(probe(&file), Pins::Immutable(1));
+    }
 
     #[test]
     fn pins_are_digests_checksums_or_exact_versions() {

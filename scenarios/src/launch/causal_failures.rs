@@ -5,36 +5,51 @@
 //! `pods/create`. Each is a variant session of the run's template.
 //!
 //! Where a case cannot run on the backend (the local engine has no RBAC), its evidence says
-//! so and a finding records it; it is never counted as judged.
+//! so and a finding records it; it is never counted as judged. A failure that surfaced only
+//! because the pod_ready wait ran out is out of bound whatever it took: on a cluster the
+//! bound (120 s) is longer than that wait (60 s), and a timeout is no cause reported.
+//!
+//! Only a cluster breaks these checks (the local backend names each cause before it creates
+//! anything): their twins are behaviours of the cluster double that
+//! `scenarios/tests/kube_double.rs` switches on (a controller that deletes unpullable Pods
+//! before their status is read, a registry the node cannot reach, a stuck node agent's
+//! finalizer).
 
-use kandev_harness::backend::WorkspaceRef;
-use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
+use kandev_harness::backend::{BackendError, WorkspaceRef};
+use kandev_harness::pod::compose::{ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::create_nonce;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
 use kandev_harness::session::SessionOptions;
 use kandev_harness::session::timing::{COMPLETED_RECORD, LaunchRecord, Outcome};
+use kandev_harness::wait::WaitTimedOut;
 use kandev_report::FindingLevel;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-/// Why these system checks have no twin yet: they can break only on a cluster.
-const ONLY_A_CLUSTER: &str = "it can break only on a cluster: by how the API server and kubelet answer an impossible launch (a pull that hangs instead of failing, a Pod a webhook's finalizer holds after the rollback's delete), or by the template there (an init container that sleeps delays the absent image's pull past the bound). The cases copy the run's template and replace only the main container's image, add one node-selector key or name a missing claim; the local backend, where the twins run, names each cause before it creates anything. The backend's classification (harness/src/backend/kube/status.rs cannot_start) is unit-tested on recorded Pod statuses";
-
 const NAMES_CAUSE: Check = Check {
     id: "names_cause",
     promise: "each impossible launch (absent image, unsatisfiable nodeSelector, missing claim; on a cluster a restricted identity) fails naming that cause; each launched case's one kubernetes.launch.completed record says it failed in stage pod_ready (the restricted identity's is a bare create, which writes none)",
-    twin: Twin::Exempt(ONLY_A_CLUSTER),
+    // Only a cluster hides a cause (the local backend names each before it creates anything):
+    // one whose controller deletes a Pod that cannot pull its image before anyone reads
+    // its status, leaving the cause only in Events.
+    twin: Twin::Cluster("a_cluster_that_reaps_unpullable_pods_fails_names_cause_on_kube_double"),
 };
 const WITHIN_BOUND: Check = Check {
     id: "within_bound",
-    promise: "each of those failures surfaces within its bound (local engine 30 s, a cluster 120 s as Kandev's suite waits), not at the pod_ready timeout",
-    twin: Twin::Exempt(ONLY_A_CLUSTER),
+    promise: "each of those failures surfaces within its bound (local engine 30 s, a cluster 120 s as Kandev's suite waits) from what the backend reports, not when the pod_ready wait times out",
+    // A cluster whose node cannot reach the image's registry: the pull hangs, the Pod stays
+    // ContainerCreating, and the failure surfaces only at the pod_ready timeout.
+    twin: Twin::Cluster("a_cluster_whose_image_pulls_hang_fails_within_bound_on_kube_double"),
 };
 const NOTHING_LEFT: Check = Check {
     id: "nothing_left",
     promise: "after each failed launch and its rollback, no Pod, claim or container carries the session's labels",
-    twin: Twin::Exempt(ONLY_A_CLUSTER),
+    // A cluster whose node agent puts a finalizer on each Pod it gets and never removes it:
+    // the rollback's delete is held, and the rolled-back Pod stays.
+    twin: Twin::Cluster(
+        "a_cluster_whose_finalizer_holds_the_rollback_fails_nothing_left_on_kube_double",
+    ),
 };
 
 /// An image reference no registry resolves.
@@ -66,6 +81,17 @@ pub fn records_failure_in(records: &[LaunchRecord], stage: &str) -> bool {
         .filter(|r| r.msg == COMPLETED_RECORD)
         .collect();
     matches!(completed.as_slice(), [c] if c.outcome != Outcome::Success && c.failed_stage.as_deref() == Some(stage))
+}
+
+/// Whether a failed launch surfaced only because the wait for its Pod ran out (the backend's
+/// wait timed out), not because the backend reported why it cannot start.
+pub fn surfaced_by_timeout(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<BackendError>(),
+            Some(BackendError::WaitTimedOut(_))
+        ) || cause.downcast_ref::<WaitTimedOut>().is_some()
+    })
 }
 
 /// Every case fails where the Pod is created and waited for.
@@ -178,8 +204,17 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                     serde_json::to_string(&records).unwrap_or_default()
                 ));
             }
-            if elapsed > bound {
-                slow.push(format!("{}: {elapsed:?} (bound {bound:?})", case.name));
+            let timed_out = outcome.as_ref().err().is_some_and(surfaced_by_timeout);
+            if elapsed > bound || timed_out {
+                slow.push(format!(
+                    "{}: {elapsed:?} (bound {bound:?}){}",
+                    case.name,
+                    if timed_out {
+                        "; it surfaced only when the pod_ready wait timed out, nothing the backend reported named it sooner"
+                    } else {
+                        ""
+                    }
+                ));
             }
 
             // Kandev rolls a failed launch back (the Pod and the claim it created, by UID;
@@ -243,7 +278,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                     identity: &identity,
                     namespace: &namespace,
                     main_container: &main,
-                    arch: Arch::of_this_machine(),
+                    arch: restricted.platform(),
                     workspace: WorkspaceSource::EmptyDir,
                     create_nonce: &create_nonce(),
                 })?;
@@ -316,6 +351,25 @@ mod tests {
             &succeeded.complete(Ok(())),
             "pod_ready"
         ));
+    }
+
+    #[test]
+    fn a_failure_surfaced_by_the_pod_ready_wait_running_out_is_told_from_a_named_one() {
+        use kandev_harness::backend::BackendError;
+        use kandev_harness::wait::WaitTimedOut;
+        let timed_out = anyhow::Error::from(BackendError::from(WaitTimedOut {
+            what: "container kandev-agent of pod p to run".into(),
+            waited: std::time::Duration::from_secs(60),
+        }))
+        .context("pod_ready: wait for the main container");
+        assert!(super::surfaced_by_timeout(&timed_out));
+        let named = anyhow::Error::from(BackendError::CannotStart {
+            pod: "p".into(),
+            cause: "container kandev-agent is waiting: ErrImagePull".into(),
+        })
+        .context("pod_ready: wait for the main container")
+        .context("rollback of the failed launch: delete Pod p: timed out after 120s waiting for pod p to be gone");
+        assert!(!super::surfaced_by_timeout(&named));
     }
 
     #[test]

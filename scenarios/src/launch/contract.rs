@@ -22,8 +22,12 @@ use std::time::Duration;
 const LABELS: Check = Check {
     id: "labels_as_composed",
     promise: "the running Pod's owned labels and kandev.ai annotations (the create nonce included) are exactly the composed ones",
-    twin: Twin::Exempt(
-        "it can break only on a cluster (something that rewrites a running Pod's owned labels or kandev.ai annotations after admission; a mutating admission hook is caught at create by the admission comparison): the labels come from Kandev's composition (mirrored in harness/src/pod/compose.rs), a template's kandev.ai or owned labels are refused by Kandev's rules, and a Pod has no API credentials to relabel itself",
+    // Only a cluster breaks it (something that rewrites a running Pod's owned labels or
+    // kandev.ai annotations after admission; a mutating admission is caught at create by the
+    // admission comparison): Kandev's rules refuse a template's kandev.ai or owned labels, and
+    // a Pod has no API credentials to relabel itself.
+    twin: Twin::Cluster(
+        "a_cluster_that_relabels_running_pods_fails_labels_as_composed_on_kube_double",
     ),
 };
 const NO_TOKEN: Check = Check {

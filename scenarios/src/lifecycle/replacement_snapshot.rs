@@ -30,7 +30,7 @@ const EDIT_IGNORED: Check = Check {
 const GRANT_KEPT: Check = Check {
     id: "grant_kept",
     promise: "the recorded workspace grant is kept: the replacement's companion sees the task's files",
-    twin: Twin::Prepare("workspace-reset"),
+    twin: Twin::Template("daemon-hides-workspace-on-restart"),
 };
 const SAME_CLAIM: Check = Check {
     id: "same_claim",

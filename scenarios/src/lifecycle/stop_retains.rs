@@ -42,6 +42,34 @@ pub fn scenario() -> Scenario {
     }
 }
 
+/// Asks the replacement's daemon for the old nested container and volume (suffix `s`): one
+/// line each, `<kind> present`, `<kind> absent` (the daemon answered "No such ...": its own
+/// word that the object is not there) or `<kind> error <what it said>`.
+fn old_state_probe(s: &str) -> String {
+    format!(
+        "for k in 'container keeper-{s}' 'volume keep-{s}'; do set -- $k; if err=$(docker \"$1\" inspect \"$2\" 2>&1 >/dev/null); then echo \"$1 present\"; else case $err in *'No such'*|*'no such'*) echo \"$1 absent\";; *) echo \"$1 error\" $err;; esac; fi; done"
+    )
+}
+
+/// What the probe shows of the old Docker state: the objects still there, and any answer
+/// that is not the daemon's own "No such ..." (a daemon that did not answer shows nothing).
+fn old_state_left(stdout: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for kind in ["container", "volume"] {
+        let line = stdout
+            .lines()
+            .map(str::trim)
+            .find(|l| l.split_whitespace().next() == Some(kind));
+        match line.map(|l| l[kind.len()..].trim()) {
+            Some("absent") => {}
+            Some("present") => wrong.push(format!("still has the old {kind}")),
+            Some(other) => wrong.push(format!("could not be asked for the old {kind}: {other}")),
+            None => wrong.push(format!("said nothing of the old {kind}")),
+        }
+    }
+    wrong
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch, start the session's agent process and leave state behind");
@@ -159,7 +187,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.step("the replacement has a new daemon and none of the old Docker state");
         let new_id = daemon_id(&replacement, &NEW_DAEMON).await?;
         let old_state = replacement
-            .agent_sh(&format!("docker container inspect keeper-{s} >/dev/null 2>&1 && echo container; docker volume inspect keep-{s} >/dev/null 2>&1 && echo volume; true"), Duration::from_secs(30))
+            .agent_sh(&old_state_probe(&s), Duration::from_secs(30))
             .await?;
         ctx.evidence("daemon_ids", json!({"old": before, "replacement": new_id}));
         ctx.evidence(
@@ -169,12 +197,61 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(new_id != before, &NEW_DAEMON, || {
             format!("the replacement reports the old daemon ID {before}")
         })?;
-        promise(old_state.stdout.trim().is_empty(), &NEW_DAEMON, || {
+        let wrong = old_state_left(&old_state.stdout);
+        promise(wrong.is_empty(), &NEW_DAEMON, || {
             format!(
-                "the replacement's daemon still has the old {}",
-                old_state.stdout.trim().replace('\n', " and ")
+                "the replacement's daemon: {}; probe: {}",
+                wrong.join("; "),
+                old_state.summary()
             )
         })?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the daemon's own "No such ..." for both objects holds; a probe made to fail (no
+    /// daemon answering, no answer at all) fails the check.
+    #[test]
+    fn old_state_is_gone_only_when_the_daemon_says_so() {
+        assert!(old_state_left("container absent\nvolume absent\n").is_empty());
+        assert_eq!(
+            old_state_left("container absent\nvolume present\n").len(),
+            1
+        );
+        assert_eq!(old_state_left("").len(), 2);
+        assert_eq!(
+            old_state_left("container error Cannot connect to the Docker daemon\nvolume absent\n")
+                .len(),
+            1
+        );
+    }
+
+    /// The probe as the agent runs it (sh), against a `docker` that answers as a daemon does
+    /// for objects it lacks, and one that cannot reach a daemon.
+    #[test]
+    fn the_probe_tells_absent_from_unanswered() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let docker = dir.path().join("docker");
+        let run = |script: &str| {
+            std::fs::write(&docker, script).unwrap();
+            std::fs::set_permissions(&docker, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let out = std::process::Command::new("sh")
+                .args(["-c", &old_state_probe("ab12")])
+                .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+                .output()
+                .unwrap();
+            old_state_left(&String::from_utf8_lossy(&out.stdout))
+        };
+        assert!(run("#!/bin/sh\necho \"Error: No such $1: $3\" >&2\nexit 1\n").is_empty());
+        assert_eq!(
+            run("#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///run/docker/docker.sock' >&2\nexit 1\n").len(),
+            2
+        );
+        assert_eq!(run("#!/bin/sh\necho '[{}]'\n").len(), 2);
+    }
 }

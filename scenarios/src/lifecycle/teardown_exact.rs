@@ -62,6 +62,20 @@ pub fn scenario() -> Scenario {
     }
 }
 
+/// `nested_vanish`'s cgroup half: the Pod's cgroup seen on the node before the delete (the
+/// positive control: a view that cannot find it would read "vanished" afterwards too), and
+/// not after.
+fn cgroup_vanished(before: Option<&str>, after: Option<&str>) -> Result<(), String> {
+    match (before, after) {
+        (None, _) => Err(
+            "the node showed no cgroup of the Pod before its deletion: its vanishing could not be seen"
+                .to_owned(),
+        ),
+        (Some(_), Some(left)) => Err(format!("the Pod cgroup {left} is still on the node")),
+        (Some(_), None) => Ok(()),
+    }
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         let Some(node) = ctx.node() else {
@@ -112,6 +126,21 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             format!("no nested process with {marker} on the node")
         })?;
 
+        // The positive control of the cgroup half: the node shows the Pod's cgroup before
+        // the delete (a view that cannot find it would read "vanished" afterwards too).
+        let pod_cgroup = node.pod_cgroup(&owned.pod.uid).await?;
+        ctx.evidence("pod_cgroup_before", &pod_cgroup);
+        if pod_cgroup.is_none() {
+            return Err(kandev_harness::runner::broken(
+                &VANISH,
+                format!(
+                    "{} (on {})",
+                    cgroup_vanished(None, None).err().unwrap_or_default(),
+                    node.describe()
+                ),
+            ));
+        }
+
         ctx.step("terminal cleanup of the owned session");
         let recorded = owned.recorded();
         let backend = ctx.backend();
@@ -149,11 +178,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(survivors.is_empty(), &VANISH, || {
             format!("still running after the Pod was deleted: {survivors:?}")
         })?;
-        promise(cgroup_left.is_none(), &VANISH, || {
-            format!(
-                "the Pod cgroup {} is still on the node",
-                cgroup_left.as_deref().unwrap_or_default()
-            )
+        let vanished = cgroup_vanished(pod_cgroup.as_deref(), cgroup_left.as_deref());
+        promise(vanished.is_ok(), &VANISH, || {
+            vanished.err().unwrap_or_default()
         })?;
         cleanup?;
 
@@ -271,4 +298,70 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::support::fixture_node::{FixtureNode, MARKER, pod_path, run_escape};
+    use kandev_harness::node::{CgroupVersion, NodeView};
+
+    /// On a recorded v1 and v2 node, the twin's own escape step (run through sh, the
+    /// companion's view of its nested containers' cgroups given as the tree it reads) moves
+    /// every nested process out of the Pod's cgroups into the node's own tree: deleting the
+    /// Pod's cgroups then leaves them running, and `nested_vanish` sees them there.
+    /// A view that never saw the Pod's cgroup cannot see it vanish: that fails the check,
+    /// as a cgroup still there does; only seen-then-gone holds.
+    #[tokio::test]
+    async fn the_cgroup_half_needs_the_pod_cgroup_seen_before_the_delete() {
+        use super::cgroup_vanished;
+        let node = FixtureNode::new(CgroupVersion::V2);
+        let view = node.view();
+        let before = view
+            .pod_cgroup(crate::support::fixture_node::POD_UID)
+            .await
+            .unwrap();
+        assert_eq!(before.as_deref(), Some(pod_path().as_str()));
+        assert!(cgroup_vanished(before.as_deref(), None).is_ok());
+        assert!(cgroup_vanished(before.as_deref(), before.as_deref()).is_err());
+        // A probe made to fail (a view that looks elsewhere) finds nothing before the delete.
+        let mut blind = node.view();
+        blind.scope = "elsewhere".into();
+        let unseen = blind
+            .pod_cgroup(crate::support::fixture_node::POD_UID)
+            .await
+            .unwrap();
+        assert_eq!(unseen, None);
+        assert!(cgroup_vanished(unseen.as_deref(), None).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_teardown_twin_moves_nested_processes_out_on_v1_and_v2_trees() {
+        for version in [CgroupVersion::V1, CgroupVersion::V2] {
+            let mut node = FixtureNode::new(version);
+            // The companion's own view of its cgroups (its cgroup namespace): the nested
+            // container's folder lists the nested process.
+            let view = node.dir.path().join("companion");
+            let nested = match version {
+                CgroupVersion::V1 => view.join("memory/docker/9c8b7a6f5e4d"),
+                CgroupVersion::V2 => view.join("docker/9c8b7a6f5e4d"),
+            };
+            std::fs::create_dir_all(&nested).unwrap();
+            std::fs::write(nested.join("cgroup.procs"), "105\n").unwrap();
+            run_escape(
+                "templates/broken/daemon-escapes-pod.yaml",
+                &format!("escape {} \"$KANDEV_NODE_CGROUP\"", view.display()),
+                &node,
+            );
+            node.apply_moves();
+            let survivors = node.view().processes_matching(MARKER).await.unwrap();
+            assert_eq!(survivors.len(), 1, "{version:?}");
+            for controller in ["memory", "pids"] {
+                let path = survivors[0].cgroup_of(controller).unwrap_or_default();
+                assert!(
+                    !path.starts_with(&pod_path()) && path.contains("kandev-acceptance-escaped"),
+                    "{version:?}: {controller} {path}"
+                );
+            }
+        }
+    }
 }

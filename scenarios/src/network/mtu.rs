@@ -10,7 +10,8 @@
 //! overlay networks), or when the transfer fails, stalls or corrupts data.
 
 use crate::support::require_success;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kandev_harness::backend::ExecRequest;
 use kandev_harness::runner::{
@@ -19,6 +20,7 @@ use kandev_harness::runner::{
 use kandev_harness::session::SessionOptions;
 use kandev_harness::session::cleanup::CleanupTarget;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const MTU: Check = Check {
@@ -51,6 +53,14 @@ const PEER_PORT: u16 = 8443;
 /// The HTTPS peer: a Pod outside the session, serving a random file with `openssl s_server`.
 /// The digest file appears whole (written aside, then renamed), before the server listens.
 fn peer_pod(ctx: &Ctx) -> Pod {
+    peer_pod_for(ctx.run_id(), ctx.scenario(), &ctx.images().daemon)
+}
+
+/// The peer Pod of `scenario` in `run_id`, running `image` (the daemon image: it has
+/// openssl). It declares requests and limits, so that a namespace whose ResourceQuota
+/// constrains CPU and memory admits it; the limits leave room for the file it writes (its
+/// page cache counts) and the TLS server.
+pub fn peer_pod_for(run_id: &str, scenario: &str, image: &str) -> Pod {
     let script = format!(
         "set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c {TRANSFER_BYTES} /dev/urandom > big.bin && sha256sum big.bin > big.sha.part && mv big.sha.part big.sha && exec openssl s_server -quiet -WWW -accept {PEER_PORT} -cert c.pem -key k.pem"
     );
@@ -61,16 +71,26 @@ fn peer_pod(ctx: &Ctx) -> Pod {
                 kandev_harness::pod::identity::random_hex(4)
             )),
             labels: Some(kandev_harness::pod::identity::harness_labels(
-                ctx.run_id(),
-                ctx.scenario(),
+                run_id, scenario,
             )),
             ..Default::default()
         },
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: "peer".into(),
-                image: Some(ctx.images().daemon.clone()),
+                image: Some(image.to_owned()),
                 command: Some(vec!["/bin/sh".into(), "-c".into(), script]),
+                resources: Some(ResourceRequirements {
+                    requests: Some(BTreeMap::from([
+                        ("cpu".into(), Quantity("100m".into())),
+                        ("memory".into(), Quantity("64Mi".into())),
+                    ])),
+                    limits: Some(BTreeMap::from([
+                        ("cpu".into(), Quantity("1".into())),
+                        ("memory".into(), Quantity("512Mi".into())),
+                    ])),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
             restart_policy: Some("Never".into()),

@@ -1,9 +1,11 @@
 //! `template::grant_rules` — the run's template passes Kandev's template rules.
 //!
-//! Can fail when the operator's template breaks a rule. `run` checks the rules before anything
-//! else and refuses such a template (exit 2, every finding with its field path, nothing
-//! created): that refusal is this check failing, and its twin
-//! (`fixtures/templates/broken/main-command-overridden.yaml`) is expected refused so. Each
+//! A mirror check: only Kandev's rules (mirrored in `harness/src/pod/template/rules.rs`)
+//! decide it, and `run` applies them before anything else, refusing a template that breaks one
+//! (exit 2, every finding with its field path, nothing created, no report). So in a report it
+//! can only ever read passed: it says that the run's template was judged by the rules, not
+//! that something of the system was seen to hold. The refusal itself is tested with
+//! `fixtures/templates/broken/main-command-overridden.yaml` (`scenarios/tests/twins.rs`). Each
 //! upstream rejection case (AC-001.2), applied to the fixture template, is a unit test below:
 //! only the rules themselves (Kandev's validator, mirrored in `harness/src/pod/template/rules.rs`)
 //! decide those, so they are no check of the system.
@@ -15,7 +17,9 @@ use std::time::Duration;
 const PASSES: Check = Check {
     id: "passes",
     promise: "the template passes Kandev's rules",
-    twin: Twin::Template("main-command-overridden"),
+    twin: Twin::Mirror(
+        "only Kandev's rules decide it (mirrored in harness/src/pod/template/rules.rs, a unit test per upstream case), and run applies them before anything is created: a template that breaks one is refused with exit 2 and no report (fixtures/templates/broken/main-command-overridden.yaml, scenarios/tests/twins.rs), so in a report it reads passed whenever there is a report. Kept in the scenario because the report records the rules' findings on the run's template (its warnings) as that scenario's evidence",
+    ),
 };
 
 pub fn scenario() -> Scenario {

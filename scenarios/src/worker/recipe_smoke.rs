@@ -45,6 +45,16 @@ pub fn scenario() -> Scenario {
     }
 }
 
+/// The agent's command: its UID, then `bash <script> --all` with its output's last 40 lines,
+/// exiting with the smoke's own status. (A pipe into `tail` would end with tail's status, and
+/// `sh` is dash, which has no `pipefail`: a smoke that failed after writing its result line
+/// would pass.)
+pub fn smoke_command(script: &str) -> String {
+    format!(
+        "id -u; out=$(bash {script} --all 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 40; exit $rc"
+    )
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch");
@@ -65,10 +75,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 
         ctx.step("smoke.sh --all as the agent");
         let smoke = session
-            .agent_sh(
-                &format!("id -u; bash {SMOKE} --all 2>&1 | tail -n 40"),
-                Duration::from_secs(480),
-            )
+            .agent_sh(&smoke_command(SMOKE), Duration::from_secs(480))
             .await?;
         ctx.evidence("smoke", smoke.summary());
         ctx.evidence("duration_ms", smoke.duration_ms);
@@ -101,4 +108,35 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(wrong.is_empty(), &RESULT, || wrong.join("; "))?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// The agent runs the command through `sh -c`: a smoke that writes its result line and
+    /// then fails must fail the command (the check reads its exit status), and a smoke that
+    /// passes must pass it, its output's tail kept.
+    #[test]
+    fn the_smokes_own_exit_status_is_the_commands() {
+        let dir = tempfile::tempdir().unwrap();
+        let smoke = dir.path().join("smoke.sh");
+        for (body, expected) in [
+            (
+                "echo source-browser-docker-compose-ok; echo failing late >&2; exit 3",
+                Some(3),
+            ),
+            ("echo source-browser-docker-compose-ok; exit 0", Some(0)),
+        ] {
+            std::fs::write(&smoke, body).unwrap();
+            let out = Command::new("sh")
+                .args(["-c", &smoke_command(&smoke.display().to_string())])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), expected, "{body}: {text}");
+            assert!(text.contains("source-browser-docker-compose-ok"), "{text}");
+        }
+    }
 }

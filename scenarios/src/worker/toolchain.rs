@@ -8,7 +8,7 @@
 //! the caches are not writable, or when a tool lives on a mounted path.
 
 use kandev_harness::runner::{
-    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, promise,
 };
 use kandev_harness::session::SessionOptions;
 use kandev_report::FindingLevel;
@@ -135,24 +135,48 @@ pub fn tool(name: &str) -> Option<Tool> {
     })
 }
 
+/// The agent's probe of the cache folders: one line per folder, `ok <dir>` when it is a
+/// writable folder, `missing <dir>` otherwise.
+fn caches_probe() -> String {
+    format!(
+        "for d in {}; do if [ -d \"$d\" ] && [ -w \"$d\" ]; then echo \"ok $d\"; else echo \"missing $d\"; fi; done",
+        CACHE_DIRS.join(" ")
+    )
+}
+
+/// What is wrong with the caches, judged from the probe's answer: every folder must be
+/// answered `ok` by a probe that succeeded (an empty or failed answer shows nothing).
+fn missing_caches(success: bool, stdout: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    if !success {
+        wrong.push("the probe of the cache folders failed".to_owned());
+    }
+    for dir in CACHE_DIRS {
+        if !stdout.lines().any(|l| l.trim() == format!("ok {dir}")) {
+            let seen = stdout
+                .lines()
+                .find(|l| l.trim().ends_with(&format!(" {dir}")))
+                .map_or("no answer", str::trim);
+            wrong.push(format!("{dir}: {seen}"));
+        }
+    }
+    wrong
+}
+
 fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     Box::pin(async move {
         ctx.step("launch");
         let session = ctx.launch(SessionOptions::default()).await?;
 
         ctx.step("caches under /workspace");
-        let check = format!(
-            "for d in {}; do if [ -d \"$d\" ] && [ -w \"$d\" ]; then echo \"ok $d\"; else echo \"missing $d\"; fi; done",
-            CACHE_DIRS.join(" ")
-        );
-        let caches = session.agent_sh(&check, Duration::from_secs(20)).await?;
-        let missing: Vec<&str> = caches
-            .stdout
-            .lines()
-            .filter(|l| l.starts_with("missing"))
-            .collect();
+        let caches = session
+            .agent_sh(&caches_probe(), Duration::from_secs(20))
+            .await?;
         ctx.evidence("caches", caches.stdout.lines().collect::<Vec<_>>());
-        promise(missing.is_empty(), &CACHES, || format!("{missing:?}"))?;
+        let wrong = missing_caches(caches.success(), &caches.stdout);
+        promise(wrong.is_empty(), &CACHES, || {
+            format!("{}; probe: {}", wrong.join("; "), caches.summary())
+        })?;
 
         ctx.step("tool jobs as the agent");
         let required = ctx.config().required_tools.clone();
@@ -227,8 +251,79 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             }
         }
         ctx.evidence("tools", &versions);
+        // A check of no tool judged nothing: said so, never passed.
+        if required.is_empty() {
+            not_judged(
+                &TOOLS,
+                "no required tool is configured (--required-tools is empty): no tool's job was run",
+            );
+        }
         promise(failures.is_empty(), &TOOLS, || failures.join("; "))?;
-        promise(on_mounts.is_empty(), &BAKED, || on_mounts.join("; "))?;
+        // Where each tool lives, from its own `command -v` answer: a tool that ran without
+        // saying where it is makes the check fail, and none found judges nothing.
+        let unplaced: Vec<&String> = versions
+            .iter()
+            .filter(|(_, v)| !v["path"].as_str().is_some_and(|p| p.starts_with('/')))
+            .map(|(name, _)| name)
+            .collect();
+        if versions.is_empty() {
+            not_judged(
+                &BAKED,
+                "no tool of the worker image was found: there is no tool whose place to judge",
+            );
+        }
+        promise(on_mounts.is_empty() && unplaced.is_empty(), &BAKED, || {
+            format!(
+                "{}{}",
+                on_mounts.join("; "),
+                if unplaced.is_empty() {
+                    String::new()
+                } else {
+                    format!("; no absolute path for {unplaced:?}")
+                }
+            )
+        })?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every cache folder must be answered `ok` by a probe that succeeded: an empty answer
+    /// (a probe that never ran) or a failed one fails the check.
+    #[test]
+    fn caches_hold_only_when_the_probe_answered_ok_for_each() {
+        let all_ok: String = CACHE_DIRS.iter().map(|d| format!("ok {d}\n")).collect();
+        assert!(missing_caches(true, &all_ok).is_empty());
+        assert_eq!(missing_caches(true, "").len(), CACHE_DIRS.len());
+        assert_eq!(missing_caches(false, &all_ok).len(), 1);
+        let one_missing = all_ok.replace("ok /workspace/.pnpm\n", "missing /workspace/.pnpm\n");
+        assert_eq!(
+            missing_caches(true, &one_missing),
+            vec!["/workspace/.pnpm: missing /workspace/.pnpm".to_owned()]
+        );
+    }
+
+    /// The probe as the agent runs it (through sh): on this host the folders do not exist,
+    /// and every one is missing.
+    #[test]
+    fn the_caches_probe_reports_each_folder() {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &caches_probe()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !std::path::Path::new("/workspace").exists() {
+            assert_eq!(
+                missing_caches(out.status.success(), &text).len(),
+                CACHE_DIRS.len()
+            );
+            assert_eq!(
+                text.lines().filter(|l| l.starts_with("missing ")).count(),
+                CACHE_DIRS.len()
+            );
+        }
+    }
 }

@@ -162,6 +162,12 @@ pub fn assert_nothing_left(report: &Report) {
 /// their Pod and the cgroups they were moved into, then the orphaned Pod cgroups (`gc`).
 /// Only this run's processes are killed: their exact marker is in the report's evidence.
 pub fn clean_escaped(run: &Run, prefix: &str) {
+    clean_run_escaped(run, prefix);
+    remove_escaped_folders();
+}
+
+/// [`clean_escaped`] but for the folder escape fixtures share outside every Pod.
+pub fn clean_run_escaped(run: &Run, prefix: &str) {
     let text = std::fs::read_to_string(&run.report_path).unwrap();
     let mut markers: Vec<String> = text
         .match_indices(prefix)
@@ -190,7 +196,6 @@ pub fn clean_escaped(run: &Run, prefix: &str) {
     for _ in 0..40 {
         left.clear();
         for hierarchy in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-            let _ = std::fs::remove_dir(hierarchy.path().join("kandev-acceptance-escaped"));
             for uid in &uids {
                 let pod = hierarchy.path().join(format!("kandev-acceptance/pod{uid}"));
                 if !pod.is_dir() {
@@ -233,17 +238,46 @@ pub fn clean_escaped(run: &Run, prefix: &str) {
     );
 }
 
+/// Removes the cgroup folder the escape fixtures move processes into, outside every Pod
+/// (`kandev-acceptance-escaped` in each hierarchy), when it is empty: a folder still holding a
+/// process (another escape twin's, still running) stays, and is named. (The fixtures make it
+/// again right before each move.)
+pub fn remove_escaped_folders() -> Vec<String> {
+    let mut left = Vec::new();
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let folder = hierarchy.path().join("kandev-acceptance-escaped");
+        if folder.is_dir() && std::fs::remove_dir(&folder).is_err() {
+            left.push(folder.display().to_string());
+        }
+    }
+    left
+}
+
+/// The fixture worker image this machine has built (a run that builds it, once per test
+/// process).
+fn fixture_worker() -> String {
+    static WORKER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    WORKER
+        .get_or_init(|| {
+            let base = run(&["--exact", "template::grant_rules"]);
+            base.report
+                .environment
+                .images
+                .iter()
+                .find(|i| i.role == "worker")
+                .map(|i| i.reference.clone())
+                .unwrap()
+        })
+        .clone()
+}
+
 /// Builds `fixtures/images/broken/<name>` FROM the fixture worker this machine has built.
 pub fn broken_worker(name: &str) -> String {
-    let base = run(&["--exact", "template::grant_rules"]);
-    let worker = base
-        .report
-        .environment
-        .images
-        .iter()
-        .find(|i| i.role == "worker")
-        .map(|i| i.reference.clone())
-        .unwrap();
+    let worker = fixture_worker();
     let tag = format!("kandev-acceptance/broken-{name}:test");
     let build = Command::new("docker")
         .args([
@@ -310,9 +344,11 @@ pub fn image_as_run(report: &Report, role: &str) -> String {
     format!("{name}@{}", image.id.clone().unwrap())
 }
 
-/// The check judged before a run starts by Kandev's rules: its twin, a template, is refused
-/// by `run` (exit 2, nothing created).
+/// The check judged before a run starts by Kandev's rules (a mirror check: only the rules
+/// decide it): a template that breaks them is refused by `run` (exit 2, nothing created).
 pub const REFUSED_BY_RULES: &str = "template::grant_rules/passes";
+/// The template `run` must refuse by Kandev's rules, naming the main container's command.
+pub const REFUSED_BY_RULES_FIXTURE: &str = "templates/broken/main-command-overridden.yaml";
 /// The check judged before any scenario by the cluster's preflight: its twin, a Role without
 /// a permission Kandev needs, is refused naming the check (exit 3, what the run set up
 /// removed).

@@ -13,6 +13,10 @@ use kube::api::{Api, PostParams};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often a silent exec or port-forward pings the API server by default: a third of the
+/// commonest load-balancer idle cut (60 s).
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
+
 /// The field manager every write carries (visible in `managedFields`).
 pub const FIELD_MANAGER: &str = "kandev-acceptance";
 
@@ -50,6 +54,8 @@ pub struct KubeBackend {
     pub delete_timeout: Duration,
     /// Grace period of Pod deletes (Kandev's probes use 0; the companion gets a moment).
     pub delete_grace_seconds: i64,
+    /// How long a delete waits on finalizers alone ([`DeletePolicy::finalizer_patience`]).
+    pub delete_finalizer_patience: Duration,
     /// The operator's client configuration, for clients acting as other identities.
     pub(super) config: Option<kube::Config>,
     /// Who the run set the sessions up to run as, when it did (the connection test compares
@@ -57,6 +63,11 @@ pub struct KubeBackend {
     pub(super) executor: Option<String>,
     /// How the sessions' client authenticates (the connection test's `auth_mode`).
     pub(super) auth_mode: AuthMode,
+    /// The architecture the run's Pods are pinned to (`platform::resolve`); None: this
+    /// machine's (a backend made outside a run's preparation).
+    pub(super) arch: Option<crate::pod::compose::Arch>,
+    /// How often a silent exec or port-forward pings the API server (default [`KEEPALIVE`]).
+    pub keepalive: Duration,
 }
 
 impl KubeBackend {
@@ -77,10 +88,19 @@ impl KubeBackend {
             workspace,
             delete_timeout: Duration::from_secs(120),
             delete_grace_seconds: 2,
+            delete_finalizer_patience: super::deletes::FINALIZER_PATIENCE,
             config: None,
             executor: None,
             auth_mode: AuthMode::Kubeconfig,
+            arch: None,
+            keepalive: KEEPALIVE,
         }
+    }
+
+    /// Pins the sessions' Pods to `arch` (the cluster's, see `platform`).
+    pub fn with_platform(mut self, arch: crate::pod::compose::Arch) -> Self {
+        self.arch = Some(arch);
+        self
     }
 
     /// Who the sessions run as (`executor`: None when the run did not set the identity up)
@@ -108,6 +128,7 @@ impl KubeBackend {
         DeletePolicy {
             timeout: self.delete_timeout,
             grace_seconds: self.delete_grace_seconds,
+            finalizer_patience: self.delete_finalizer_patience,
         }
     }
 
@@ -178,9 +199,12 @@ pub(super) async fn restricted_identity(
         workspace: backend.workspace.clone(),
         delete_timeout: backend.delete_timeout,
         delete_grace_seconds: backend.delete_grace_seconds,
+        delete_finalizer_patience: backend.delete_finalizer_patience,
         config: None,
         executor: None,
         auth_mode: backend.auth_mode,
+        arch: backend.arch,
+        keepalive: backend.keepalive,
     };
     Ok(Some((
         format!(

@@ -1,12 +1,13 @@
 //! Exact deletes, as Kandev deletes: by UID and resourceVersion preconditions (read again
-//! after a conflict), then polled until the object is gone.
+//! after a conflict), then polled until the object is gone; one that only finalizers still
+//! hold is given [`DeletePolicy::finalizer_patience`], then the error names them.
 
 use super::errors::{is_status, other};
 use crate::backend::{BackendError, Result};
 use crate::wait;
 use anyhow::anyhow;
 use kube::api::{Api, DeleteParams, Preconditions};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often waits read the object again (Kandev polls every 100 ms; this is gentler).
 pub(super) const POLL: Duration = Duration::from_millis(250);
@@ -18,6 +19,12 @@ pub struct DeletePolicy {
     pub timeout: Duration,
     /// Grace period of Pod deletes.
     pub grace_seconds: i64,
+    /// How long a delete waits once only finalizers hold the object (its deletion grace
+    /// period over: `deletionGracePeriodSeconds` 0) for the controllers owning them to
+    /// remove them, within `timeout`. A controller finishing its cleanup takes seconds;
+    /// one that has not within this long is stuck or gone, and waiting on would only delay
+    /// the error naming it (Kandev's own calls are bounded by its 30 s request timeout).
+    pub finalizer_patience: Duration,
 }
 
 impl Default for DeletePolicy {
@@ -25,9 +32,13 @@ impl Default for DeletePolicy {
         Self {
             timeout: Duration::from_secs(120),
             grace_seconds: 2,
+            finalizer_patience: FINALIZER_PATIENCE,
         }
     }
 }
+
+/// [`DeletePolicy::finalizer_patience`]'s default.
+pub const FINALIZER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Deletes the object `name` only while it still has `uid`, with the resourceVersion
 /// read just before as a second precondition (a concurrent change makes the API server
@@ -102,15 +113,56 @@ where
         });
     }
     // Polled GETs, as Kandev waits: its Role grants no `list`, which a watch starts with.
+    // Finalizers the object still carried, and since when only they hold it.
+    let started = Instant::now();
+    let held = std::sync::Mutex::new((Vec::<String>::new(), None::<Instant>));
     let gone = format!("{what} {name} (uid {uid}) to be gone");
-    wait::until(&gone, policy.timeout, POLL, || async {
+    let waited = wait::until(&gone, policy.timeout, POLL, || async {
         let current = api
             .get_opt(name)
             .await
             .map_err(|e| other(format!("wait until {what} {name} is gone"), e))?;
-        Ok(current
-            .is_none_or(|c| c.meta().uid.as_deref() != Some(uid))
-            .then_some(true))
+        let Some(current) = current.filter(|c| c.meta().uid.as_deref() == Some(uid)) else {
+            return Ok(Some(true));
+        };
+        let meta = current.meta();
+        let finalizers = meta.finalizers.clone().unwrap_or_default();
+        let grace_over = meta.deletion_grace_period_seconds.is_none_or(|g| g == 0);
+        let mut held = held.lock().unwrap_or_else(|p| p.into_inner());
+        let since = match (finalizers.is_empty() || !grace_over, held.1) {
+            (true, _) => None,
+            (false, Some(since)) => Some(since),
+            (false, None) => Some(Instant::now()),
+        };
+        *held = (finalizers.clone(), since);
+        if since.is_some_and(|s| s.elapsed() >= policy.finalizer_patience) {
+            return Err(BackendError::DeleteHeld {
+                what,
+                name: name.to_owned(),
+                uid: uid.to_owned(),
+                finalizers,
+                waited: started.elapsed(),
+            });
+        }
+        Ok(None)
     })
-    .await
+    .await;
+    match waited {
+        // Out of time while finalizers (and something else) still held it: name them.
+        Err(BackendError::WaitTimedOut(_)) => {
+            let (finalizers, _) = held.into_inner().unwrap_or_else(|p| p.into_inner());
+            if finalizers.is_empty() {
+                waited
+            } else {
+                Err(BackendError::DeleteHeld {
+                    what,
+                    name: name.to_owned(),
+                    uid: uid.to_owned(),
+                    finalizers,
+                    waited: started.elapsed(),
+                })
+            }
+        }
+        other => other,
+    }
 }

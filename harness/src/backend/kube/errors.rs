@@ -22,6 +22,10 @@ pub enum ClusterError {
     )]
     Kind { step: String, output: String },
     #[error(
+        "the Kind cluster from {config} would not start: {cause}\n  fix: add `failCgroupV1: false` to the config's KubeletConfiguration patch (kind/cluster.yaml has it), pass --kind-node-image with a node before v1.35, or run on a cgroup v2 host (what Kandev's recipe expects); nothing was created"
+    )]
+    KindCgroupV1 { config: String, cause: String },
+    #[error(
         "docker {step} failed: {output}\n  fix: loading images into Kind needs the docker CLI of this host's engine on PATH"
     )]
     Docker { step: String, output: String },
@@ -51,6 +55,14 @@ pub enum ClusterError {
         context: String,
         server: String,
         reason: String,
+    },
+    #[error(
+        "the proxy in {source_name} cannot be used: {problem}\n  fix: set it to http://HOST:PORT, https://HOST:PORT or socks5://HOST:PORT, or add the API server's host to NO_PROXY (a kubeconfig proxy-url is used whatever NO_PROXY says, as kubectl uses it)"
+    )]
+    Proxy {
+        /// `the kubeconfig's proxy-url` or `$HTTPS_PROXY`, ...
+        source_name: String,
+        problem: String,
     },
     #[error(
         "--in-cluster, but this is not a Pod with a service account: {cause}\n  fix: run inside a Pod whose service account token is mounted (automountServiceAccountToken: true; `kandev-acceptance launch` makes such a Job), or drop --in-cluster and pass --context"

@@ -48,6 +48,9 @@ impl KindCluster {
         let cluster = Self { options, created };
         let o = &cluster.options;
         if created {
+            // A kubelet that will refuse this host's cgroup v1 is named now, not after the
+            // --wait bound.
+            super::kind_cgroup::preflight(&o.docker_bin, &o.config, o.node_image.as_deref())?;
             let config = o.config.display().to_string();
             let mut args = vec![
                 "create", "cluster", "--name", &o.name, "--config", &config, "--wait", "180s",

@@ -16,10 +16,13 @@
 pub mod cluster;
 pub mod inspector;
 pub mod kind;
+mod kind_cgroup;
 pub mod launch;
+pub mod platform;
 pub mod setup;
 
 mod backend;
+pub mod capacity;
 mod claims;
 mod connection;
 mod deletes;
@@ -31,9 +34,12 @@ mod streams;
 mod sweeps;
 
 pub use crate::pod::admission::AdmissionMutated;
-pub use backend::{FIELD_MANAGER, KubeBackend, ManagedPvc};
+pub use backend::{FIELD_MANAGER, KEEPALIVE, KubeBackend, ManagedPvc};
 pub use claims::compare_pvc;
 pub use deletes::DeletePolicy;
+pub use kind_cgroup::cgroup_v1_refusal;
+pub use pods::CLAIM_GRACE;
+pub use status::Scheduling;
 pub use streams::EXEC_DEADLINE;
 pub use sweeps::{label_selector, list_labelled, remove_labelled};
 
@@ -59,6 +65,11 @@ impl Backend for KubeBackend {
             "kubectl exec -it -n {} {} -c {container} -- sh",
             pod.namespace, pod.name
         )
+    }
+
+    fn platform(&self) -> crate::pod::compose::Arch {
+        self.arch
+            .unwrap_or_else(crate::pod::compose::Arch::of_this_machine)
     }
 
     async fn create_workspace(

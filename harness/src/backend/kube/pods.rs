@@ -5,6 +5,7 @@
 use super::backend::KubeBackend;
 use super::deletes::{POLL, delete_exact};
 use super::errors::{is_status, other};
+use super::status::Scheduling;
 use crate::backend::{BackendError, ContainerState, HostSharing, PodRef, Result};
 use crate::pod::admission::{self, AdmissionMutated};
 use crate::pod::identity::ANNOTATION_CREATE_NONCE;
@@ -104,7 +105,14 @@ pub(super) async fn create(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
     })
 }
 
-/// Polls until `container` runs, or the Pod's status says it will not start.
+/// How long a claim the scheduler reports missing may stay missing before the Pod is judged
+/// unable to start: the scheduler's informer may not have seen a claim created a moment ago.
+pub const CLAIM_GRACE: Duration = Duration::from_secs(15);
+
+/// Polls until `container` runs, or the Pod's status says it will not start. A Pod the
+/// scheduler has not placed is waited on (capacity frees, a claim is provisioned, a node is
+/// added), its latest message kept for the timeout's diagnosis; a selector no node matches is
+/// fatal at once, a claim still missing after [`CLAIM_GRACE`] then.
 pub(super) async fn wait_running(
     backend: &KubeBackend,
     pod: &PodRef,
@@ -115,7 +123,9 @@ pub(super) async fn wait_running(
     // The last reason seen names why the container is not running when time runs out.
     let why = std::sync::Mutex::new(String::new());
     let started = Instant::now();
-    // Some(true): running; Some(false): the Pod is gone, and will not start.
+    // When the scheduler first said the claim is missing (reset once it says otherwise).
+    let claim_missing_since = std::sync::Mutex::new(None::<Instant>);
+    // Some(true): running; Some(false): it will not start (`fatal` says why).
     let fatal = std::sync::Mutex::new(None::<String>);
     let ended = wait::until("the Pod", timeout, POLL, || async {
         let found = backend
@@ -131,20 +141,50 @@ pub(super) async fn wait_running(
                 "a Pod of that name with another UID replaced it".to_owned()
             }
             Some(p) => {
-                if let Some(cause) = KubeBackend::cannot_start(p) {
+                let mut cause = KubeBackend::cannot_start(p);
+                let scheduling = KubeBackend::scheduling(p);
+                let mut since = claim_missing_since.lock().unwrap_or_else(|e| e.into_inner());
+                match &scheduling {
+                    Some(Scheduling::MissingClaim { claim, message }) => {
+                        let first = *since.get_or_insert_with(Instant::now);
+                        if first.elapsed() >= CLAIM_GRACE {
+                            cause = Some(format!(
+                                "claim {claim} is still missing after {} s (Unschedulable): {message}",
+                                CLAIM_GRACE.as_secs()
+                            ));
+                        }
+                    }
+                    _ => *since = None,
+                }
+                if let Some(cause) = cause {
                     if let Ok(mut fatal) = fatal.lock() {
                         *fatal = Some(cause);
                     }
                     return Ok(Some(false));
                 }
-                KubeBackend::waiting_reason(p, container)
+                match scheduling {
+                    Some(judged) => format!(
+                        "phase Pending; the scheduler has not placed it yet (Unschedulable): {}",
+                        judged.message()
+                    ),
+                    None => KubeBackend::waiting_reason(p, container),
+                }
             }
-            None => "the Pod is gone".to_owned(),
+            None => {
+                // Deleted by someone else before it ran: whatever its status said about why
+                // went with it (a cause left only in its Events is not named here).
+                if let Ok(mut fatal) = fatal.lock() {
+                    *fatal = Some(format!(
+                        "it was deleted before container {container} ran (not by this launch); its status went with it"
+                    ));
+                }
+                return Ok(Some(false));
+            }
         };
         if let Ok(mut why) = why.lock() {
             *why = reason;
         }
-        Ok(found.is_none().then_some(false))
+        Ok(None)
     })
     .await;
     if let Some(cause) = fatal.lock().ok().and_then(|f| f.clone()) {
@@ -197,6 +237,9 @@ pub(super) async fn container_states(
                 .and_then(|s| s.terminated.as_ref())
                 .map(|t| i64::from(t.exit_code)),
             restarts: u32::try_from(c.restart_count).unwrap_or(0),
+            // The kubelet's `imageID` (empty until the runtime created the container).
+            image_id: Some(c.image_id).filter(|id| !id.is_empty()),
+            image: c.image,
             name: c.name,
         })
         .collect())

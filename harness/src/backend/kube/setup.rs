@@ -43,6 +43,7 @@ fn operator_images(config: &RunConfig) -> anyhow::Result<ImageSet> {
         reference: reference.into(),
         id: None,
         built: false,
+        ran: Vec::new(),
     };
     Ok(ImageSet {
         worker: worker.clone(),
@@ -254,6 +255,7 @@ fn harness_image_record() -> Option<ImageRecord> {
         reference,
         id: None,
         built: false,
+        ran: Vec::new(),
     })
 }
 
@@ -272,11 +274,35 @@ async fn finish(
     mut environment: Environment,
 ) -> anyhow::Result<Prepared> {
     let engine_api = environment.engine_api_version.clone();
-    if let Err(e) = preflight(input, &mut cluster, &images, engine_api.as_deref()).await {
+    let settings = &input.config.cluster;
+    // The architecture the Pods are pinned to: --platform, else the nodes' own.
+    let started = Instant::now();
+    let resolved = super::platform::resolve(&cluster.admin, settings.platform, settings.in_cluster)
+        .await
+        .map_err(anyhow::Error::from);
+    let platform = match input
+        .setup
+        .step("platform", started, resolved, |p| json!(p))
+    {
+        Ok(platform) => platform,
+        Err(e) => {
+            cluster.teardown().await;
+            return Err(e);
+        }
+    };
+    if let Err(e) = preflight(
+        input,
+        &mut cluster,
+        &images,
+        engine_api.as_deref(),
+        platform.arch,
+    )
+    .await
+    {
         cluster.teardown().await;
         return Err(e);
     }
-    let settings = &input.config.cluster;
+    let jobs = derive_jobs(input, &cluster, platform.arch).await;
     let name = if cluster.kind.is_some() {
         "kind"
     } else {
@@ -290,6 +316,7 @@ async fn finish(
         settings.managed_pvc(),
     )
     .with_admin(cluster.admin.clone())
+    .with_platform(platform.arch)
     .with_config(cluster.config.clone())
     .with_executor(
         cluster.created_executor.then(|| cluster.executor.clone()),
@@ -309,7 +336,55 @@ async fn finish(
         host_engine,
         environment,
         teardown: Some(Box::new(cluster)),
+        jobs,
     })
+}
+
+/// `--jobs` not given: no more scenarios at once than the cluster holds task Pods (what its
+/// nodes can still allocate against the template's requests), at most the host's default and
+/// at least 1, recorded as the `jobs` set-up step (derived or not, and why). Given: as given.
+async fn derive_jobs(input: &PrepareInput<'_>, cluster: &Cluster, arch: Arch) -> Option<usize> {
+    let host = crate::config::host_jobs();
+    let started = Instant::now();
+    if let Some(given) = input.config.jobs {
+        let _ = input.setup.step(
+            "jobs",
+            started,
+            Ok::<_, anyhow::Error>(given),
+            |jobs| json!({"jobs": jobs, "from": "--jobs"}),
+        );
+        return None;
+    }
+    let spec = input
+        .template
+        .parsed()
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.clone())
+        .unwrap_or_default();
+    let read = super::capacity::read(&cluster.admin, arch, &spec).await;
+    let (jobs, evidence) = match read {
+        Ok(capacity) => {
+            let jobs = capacity.sessions.clamp(1, host);
+            let mut evidence = capacity.evidence;
+            evidence["from"] = json!("the cluster's allocatable resources");
+            evidence["host_default"] = json!(host);
+            evidence["jobs"] = json!(jobs);
+            (Some(jobs), evidence)
+        }
+        Err(e) => (
+            None,
+            json!({"jobs": host, "from": "the host's default",
+                "why": format!("the cluster's nodes and Pods could not be read to derive it ({e}); pass --jobs to choose")}),
+        ),
+    };
+    let _ = input.setup.step(
+        "jobs",
+        started,
+        Ok::<_, anyhow::Error>(evidence),
+        Clone::clone,
+    );
+    jobs
 }
 
 /// Kind: `kind load` (through an image archive, see [`kind::KindCluster::load`]); then the
@@ -320,6 +395,7 @@ async fn preflight(
     cluster: &mut Cluster,
     images: &ImageSet,
     engine_api: Option<&str>,
+    arch: Arch,
 ) -> anyhow::Result<()> {
     if let Some(kind) = &cluster.kind {
         let started = Instant::now();
@@ -343,7 +419,7 @@ async fn preflight(
         identity: &probe_identity,
         namespace: &cluster.namespace,
         main_container: &input.config.main_container,
-        arch: Arch::of_this_machine(),
+        arch,
         workspace: WorkspaceSource::EmptyDir,
         create_nonce: &create_nonce(),
     })

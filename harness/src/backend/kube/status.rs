@@ -37,7 +37,9 @@ impl KubeBackend {
                                 })
                             })
                             .unwrap_or_else(|| "running".into());
-                        format!("{}: {}", c.name, detail.trim())
+                        // The image too: a pull that makes no progress shows only
+                        // `ContainerCreating`, and the image is what it waits on.
+                        format!("{} (image {}): {}", c.name, c.image, detail.trim())
                     })
                     .collect::<Vec<_>>()
             })
@@ -66,9 +68,10 @@ impl KubeBackend {
     /// Why the Pod will not start as it is, when the API server's status already says so: a
     /// container waiting on an image it cannot pull (`ErrImagePull`, `ImagePullBackOff`,
     /// `InvalidImageName`, `ErrImageNeverPull`) or on a configuration it cannot create
-    /// (`CreateContainerConfigError`), or a Pod the scheduler cannot place (`PodScheduled`
-    /// False with reason `Unschedulable`: a node selector no node carries, a claim that does
-    /// not exist). Other waiting reasons (`ContainerCreating`, `PodInitializing`) are progress.
+    /// (`CreateContainerConfigError`), or a Pod whose `nodeSelector` or affinity no node
+    /// matches ([`Scheduling::NoNodeMatches`]). Other waiting reasons (`ContainerCreating`,
+    /// `PodInitializing`) are progress, and so is every other `Unschedulable`: a scheduler
+    /// places the Pod once capacity frees (see [`KubeBackend::scheduling`]).
     pub fn cannot_start(pod: &Pod) -> Option<String> {
         const FATAL: [&str; 5] = [
             "ErrImagePull",
@@ -97,16 +100,8 @@ impl KubeBackend {
                 ));
             }
         }
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-            .map(|c| {
+        match Self::scheduling(pod)? {
+            Scheduling::NoNodeMatches(message) => {
                 // The scheduler's message counts nodes, never naming the selector: name it.
                 let selector = pod
                     .spec
@@ -120,13 +115,39 @@ impl KubeBackend {
                         selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
                     format!(" (the Pod's nodeSelector: {})", pairs.join(", "))
                 };
-                format!(
-                    "the scheduler cannot place it (Unschedulable): {}{selector}",
-                    c.message.clone().unwrap_or_default()
-                )
-            })
+                Some(format!(
+                    "no node matches the Pod's node selector or affinity (Unschedulable): {message}{selector}"
+                ))
+            }
+            Scheduling::MissingClaim { .. } | Scheduling::Waiting(_) => None,
+        }
     }
 
+    /// How the scheduler judged a Pod it has not placed (`PodScheduled` False, reason
+    /// `Unschedulable`), from its message alone: the executor's Role reads Pods, not Nodes
+    /// (cluster-scoped: Kandev's Role cannot grant them), and the message is what a real
+    /// cluster shows every client. Its shape is `FitError.Error()`
+    /// (`pkg/scheduler/framework/types.go`): `0/<nodes> nodes are available: <count>
+    /// <reason>, ...` per filter that turned a node down (each node counted under the first
+    /// filter that refused it), or one PreFilter reason alone, then the preemption
+    /// PostFilter's own sentence. None: the scheduler has placed it or not looked yet.
+    pub fn scheduling(pod: &Pod) -> Option<Scheduling> {
+        let message = pod
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })?
+            .message
+            .clone()
+            .unwrap_or_default();
+        Some(judge_scheduling(message))
+    }
     pub(super) fn container_running(pod: &Pod, uid: &str, container: &str) -> bool {
         pod.metadata.uid.as_deref() == Some(uid)
             && pod
@@ -142,9 +163,77 @@ impl KubeBackend {
     }
 }
 
+/// The scheduler's judgement of a Pod it has not placed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scheduling {
+    /// Every node the scheduler counted was turned down by `NodeAffinity`
+    /// (`node(s) didn't match Pod's node affinity/selector`, or the profile's
+    /// `scheduler-enforced node affinity`): no capacity freed changes that. Fatal at once.
+    /// (A node turned down for an untolerated taint is counted under the taint, which comes
+    /// first, even if its labels would match: such a mix is waited on.)
+    NoNodeMatches(String),
+    /// `persistentvolumeclaim "<claim>" not found`: fatal once the claim is still missing
+    /// after a grace period (the scheduler may not have seen a claim created a moment ago).
+    MissingClaim { claim: String, message: String },
+    /// Anything else (`Insufficient cpu`, `Too many pods`, an immediate claim still being
+    /// provisioned, taints, no nodes yet): a scheduler places the Pod once it fits.
+    Waiting(String),
+}
+
+impl Scheduling {
+    /// The scheduler's message.
+    pub fn message(&self) -> &str {
+        match self {
+            Scheduling::NoNodeMatches(m) | Scheduling::Waiting(m) => m,
+            Scheduling::MissingClaim { message, .. } => message,
+        }
+    }
+}
+
+/// `nodeaffinity.ErrReasonPod` and `ErrReasonEnforced`
+/// (`pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go`).
+const NO_MATCH: [&str; 2] = [
+    "node(s) didn't match Pod's node affinity/selector",
+    "node(s) didn't match scheduler-enforced node affinity",
+];
+
+/// Reads a scheduler's `Unschedulable` message (see [`KubeBackend::scheduling`]).
+fn judge_scheduling(message: String) -> Scheduling {
+    let missing_claim = message
+        .split_once("persistentvolumeclaim \"")
+        .and_then(|(_, rest)| rest.split_once("\" not found"))
+        .map(|(claim, _)| claim.to_owned());
+    if let Some(claim) = missing_claim {
+        return Scheduling::MissingClaim { claim, message };
+    }
+    // `0/<nodes> nodes are available: <histogram>.` then ` preemption: ...`.
+    let counted = message.strip_prefix("0/").and_then(|rest| {
+        let (nodes, rest) = rest.split_once(" nodes are available: ")?;
+        let nodes: u64 = nodes.parse().ok()?;
+        let histogram = rest.split(". preemption: ").next()?.trim_end_matches('.');
+        let unmatched: u64 = histogram
+            .split(", ")
+            .filter_map(|entry| {
+                let (count, reason) = entry.split_once(' ')?;
+                NO_MATCH
+                    .contains(&reason)
+                    .then(|| count.parse::<u64>().ok())
+                    .flatten()
+            })
+            .sum();
+        Some((nodes, unmatched))
+    });
+    match counted {
+        Some((nodes, unmatched)) if nodes > 0 && unmatched == nodes => {
+            Scheduling::NoNodeMatches(message)
+        }
+        _ => Scheduling::Waiting(message),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::KubeBackend;
+    use super::{KubeBackend, Scheduling, judge_scheduling};
     use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
     use std::collections::BTreeMap;
 
@@ -189,24 +278,72 @@ mod tests {
     }
 
     #[test]
-    fn an_unschedulable_pod_names_the_selector_or_the_claim() {
-        let cause = KubeBackend::cannot_start(&pod_with_status(
+    fn a_selector_no_node_matches_is_fatal_and_names_the_selector() {
+        let pod = pod_with_status(
             "pod-status-unschedulable-node-selector.json",
             &[("kandev.ai/e2e-never", "true")],
-        ))
-        .unwrap();
+        );
+        let cause = KubeBackend::cannot_start(&pod).unwrap();
         assert!(
             cause.contains("Unschedulable") && cause.contains("kandev.ai/e2e-never=true"),
             "{cause}"
         );
-        let cause = KubeBackend::cannot_start(&pod_with_status(
-            "pod-status-unschedulable-missing-claim.json",
-            &[],
-        ))
+        assert!(matches!(
+            KubeBackend::scheduling(&pod),
+            Some(Scheduling::NoNodeMatches(_))
+        ));
+    }
+
+    /// Issue 32, defect 2: a Pod the scheduler cannot place *yet* is not a failure.
+    #[test]
+    fn capacity_and_a_missing_claim_are_waited_on() {
+        for file in [
+            "pod-status-unschedulable-insufficient-cpu.json",
+            "pod-status-unschedulable-mixed.json",
+        ] {
+            let pod = pod_with_status(file, &[]);
+            assert_eq!(KubeBackend::cannot_start(&pod), None, "{file}");
+            let judged = KubeBackend::scheduling(&pod).unwrap();
+            assert!(
+                matches!(&judged, Scheduling::Waiting(m) if m.contains("Insufficient cpu")),
+                "{file}: {judged:?}"
+            );
+        }
+        let pod = pod_with_status("pod-status-unschedulable-missing-claim.json", &[]);
+        assert_eq!(KubeBackend::cannot_start(&pod), None);
+        assert_eq!(
+            KubeBackend::scheduling(&pod).map(|s| match s {
+                Scheduling::MissingClaim { claim, .. } => claim,
+                other => format!("{other:?}"),
+            }),
+            Some("kandev-e2e-missing-claim".to_owned())
+        );
+        assert_eq!(
+            judge_scheduling("0/0 nodes are available: .".into()),
+            Scheduling::Waiting("0/0 nodes are available: .".into())
+        );
+        assert!(matches!(
+            judge_scheduling("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.".into()),
+            Scheduling::NoNodeMatches(_)
+        ));
+    }
+
+    #[test]
+    fn a_wait_that_runs_out_names_each_waiting_container_and_its_image() {
+        // A pull under way (or hanging) is `ContainerCreating` with no message: the image is
+        // what the container waits on.
+        let pod: Pod = serde_json::from_value(serde_json::json!({"status": {"phase": "Pending",
+            "containerStatuses": [{"name": "kandev-agent", "image": "registry.invalid/x:never",
+                "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ContainerCreating"}}}]}}))
         .unwrap();
+        assert_eq!(KubeBackend::cannot_start(&pod), None);
+        let why = KubeBackend::waiting_reason(&pod, "kandev-agent");
         assert!(
-            cause.contains("persistentvolumeclaim \"kandev-e2e-missing-claim\" not found"),
-            "{cause}"
+            why.contains(
+                "kandev-agent (image registry.invalid/x:never): waiting: ContainerCreating"
+            ),
+            "{why}"
         );
     }
 

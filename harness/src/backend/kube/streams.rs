@@ -1,19 +1,89 @@
-//! Exec and port-forward, each bounded by its own deadline (the client has no read timeout,
-//! which would cut their streams): an exec's output and exit code, and one HTTP exchange with
-//! a port inside the Pod.
+//! Exec and port-forward over the API server's websockets, each bounded by its own deadline
+//! (the client has no read timeout, which would cut their streams): an exec's output and exit
+//! code, and one HTTP exchange with a port inside the Pod.
+//!
+//! Spoken here rather than through kube-rs's `AttachedProcess` and `Portforwarder` (same
+//! `Client::connect` upgrade, same framing: `v5.channel.k8s.io` / `v4.channel.k8s.io`) for
+//! two things those lack:
+//! - **Keepalive**: a websocket ping every [`KubeBackend::keepalive`] (20 s) both ways of a
+//!   silent stream. Load balancers in front of API servers cut connections idle for 60 s
+//!   (AWS ALB, nginx ingress defaults) or longer; an agent call may stay silent for 240 s.
+//!   kube-rs's port-forward sends none and its exec one a minute, on the very edge of such a
+//!   cut. (TCP keepalive would not do: an HTTP load balancer counts bytes, not probes.)
+//! - **A stream that breaks is named**: kube-rs's exec ends a lost connection as if the
+//!   command had ended without a status, and its port-forward as if the Pod had closed the
+//!   port (a short answer read as complete). Here each is an error naming the lost
+//!   connection, the command or port, and the fix; an exec is not repeated (its command may
+//!   have run), a port-forward's HTTP exchange is the caller's to repeat.
 
 use super::backend::KubeBackend;
 use super::errors::other;
 use crate::backend::{BackendError, ExecOutput, ExecRequest, PodRef, Result};
 use crate::wait::WaitTimedOut;
 use anyhow::anyhow;
+use futures_util::{SinkExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
 use kube::api::AttachParams;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
 
 /// The deadline of an exec whose request names none. The client has no read timeout (it would
 /// cut exec and port-forward streams), so every exec is bounded by its own deadline.
 pub const EXEC_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The largest frame sent (stdin, a port's bytes).
+const FRAME: usize = 32 * 1024;
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const STATUS: u8 = 3;
+/// v5's close signal: `[CLOSE, channel]` ends that channel (stdin's end).
+const CLOSE: u8 = 255;
+
+/// The fix every lost stream names.
+const LOST_FIX: &str = "a load balancer, proxy or restarting API server cut the connection; check the cluster's health and the load balancer's idle timeout, then rerun (`kandev-acceptance gc` removes what a run left)";
+
+type Socket = tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Pings `sink` every `period`, for as long as it is polled (the stream's reader decides
+/// how the stream ended: a ping that cannot be sent stops the pings, and the reader then
+/// sees the connection gone).
+async fn keep_alive(
+    sink: &tokio::sync::Mutex<futures_util::stream::SplitSink<Socket, Message>>,
+    period: Duration,
+) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let sent = sink
+            .lock()
+            .await
+            .send(Message::Ping(Default::default()))
+            .await;
+        if sent.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// The websocket of `request` (an exec or port-forward upgrade) and whether it speaks v5.
+async fn connect(
+    backend: &KubeBackend,
+    request: http::Request<Vec<u8>>,
+) -> std::result::Result<(Socket, bool), kube::Error> {
+    let connection = backend.client.connect(request).await?;
+    let v5 = connection.supports_stream_close();
+    Ok((connection.into_stream(), v5))
+}
+
+/// The API path of the backend's Pods.
+fn pods_path(backend: &KubeBackend) -> kube::core::Request {
+    kube::core::Request::new(Pod::url_path(&(), Some(&backend.namespace)))
+}
 
 /// Runs `request` in its container, collecting stdout and stderr, within its deadline.
 pub(super) async fn exec(
@@ -34,55 +104,79 @@ pub(super) async fn exec(
         .stdout(true)
         .stderr(true);
     let run = async {
-        let mut attached = backend
-            .pods()
+        let mut upgrade = pods_path(backend)
             .exec(&pod.name, request.argv.clone(), &params)
+            .map_err(|e| error(e.into()))?;
+        upgrade.extensions_mut().insert("exec");
+        let (socket, v5) = connect(backend, upgrade)
             .await
             .map_err(|e| error(e.into()))?;
-        let status = attached.take_status();
-        let mut stdout = attached.stdout();
-        let mut stderr = attached.stderr();
+        let (sink, mut stream) = socket.split();
+        let sink = tokio::sync::Mutex::new(sink);
         let feed = async {
-            if let (Some(bytes), Some(mut stdin)) = (&request.stdin, attached.stdin()) {
-                stdin.write_all(bytes).await?;
-                stdin.shutdown().await?;
+            let Some(bytes) = &request.stdin else {
+                return Ok(());
+            };
+            for piece in bytes.chunks(FRAME) {
+                let mut frame = Vec::with_capacity(piece.len() + 1);
+                frame.push(STDIN);
+                frame.extend_from_slice(piece);
+                sink.lock().await.send(Message::binary(frame)).await?;
             }
-            std::io::Result::Ok(())
-        };
-        let read = |reader: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>| async move {
-            let mut out = Vec::new();
-            if let Some(mut reader) = reader {
-                reader.read_to_end(&mut out).await?;
+            if v5 {
+                sink.lock()
+                    .await
+                    .send(Message::binary(vec![CLOSE, STDIN]))
+                    .await
+            } else {
+                // v4 has no close signal: the socket's end ends stdin (as kube-rs does).
+                sink.lock().await.close().await
             }
-            std::io::Result::Ok(out)
         };
-        let (fed, out, err) = tokio::join!(
-            feed,
-            read(
-                stdout
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)
-            ),
-            read(
-                stderr
-                    .take()
-                    .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)
-            ),
-        );
-        fed.map_err(|e| error(e.into()))?;
-        let (out, err) = (
-            out.map_err(|e| error(e.into()))?,
-            err.map_err(|e| error(e.into()))?,
-        );
-        let status = match status {
-            Some(status) => status.await,
-            None => None,
+        let read = async {
+            let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+            while let Some(message) = stream.next().await {
+                let Message::Binary(bytes) = message? else {
+                    continue;
+                };
+                // A frame of the channel byte alone opens the channel.
+                let Some((&channel, data)) = bytes.split_first() else {
+                    continue;
+                };
+                match channel {
+                    STDOUT => stdout.extend_from_slice(data),
+                    STDERR => stderr.extend_from_slice(data),
+                    STATUS if !data.is_empty() => {
+                        let status = serde_json::from_slice(data).ok();
+                        return Ok((stdout, stderr, Some(status)));
+                    }
+                    _ => {}
+                }
+            }
+            Ok::<_, tokio_tungstenite::tungstenite::Error>((stdout, stderr, None))
         };
-        let _ = attached.join().await;
+        let streamed = async { tokio::try_join!(feed, read).map(|(_, read)| read) };
+        let ended = tokio::select! {
+            ended = streamed => ended,
+            () = keep_alive(&sink, backend.keepalive) => Ok((Vec::new(), Vec::new(), None)),
+        };
+        let (stdout, stderr, status) = ended.map_err(|e| {
+            error(anyhow!(
+                "the exec stream broke before the command's exit status: {e}\n  fix: {LOST_FIX}"
+            ))
+        })?;
+        let Some(status) = status else {
+            return Err(error(anyhow!(
+                "the exec stream ended without the command's exit status (the connection was closed after {} bytes of stdout, {} of stderr)\n  fix: {LOST_FIX}",
+                stdout.len(),
+                stderr.len()
+            )));
+        };
+        let _ = sink.lock().await.close().await;
         Ok(ExecOutput {
             exit_code: status.as_ref().and_then(exit_code),
-            stdout: out,
-            stderr: err,
+            stdout,
+            stderr,
             duration: started.elapsed(),
         })
     };
@@ -98,7 +192,9 @@ pub(super) async fn exec(
     })?
 }
 
-/// Writes `request` to `port` in the Pod through a port-forward and reads one HTTP answer.
+/// Writes `request` to `port` in the Pod through a port-forward (`v4.channel.k8s.io`: the
+/// port's data channel 0 and error channel 1, each opened by the server with the port) and
+/// reads one HTTP answer, whole.
 pub(super) async fn port_exchange(
     backend: &KubeBackend,
     pod: &PodRef,
@@ -106,28 +202,90 @@ pub(super) async fn port_exchange(
     request: &[u8],
     timeout: Duration,
 ) -> Result<Vec<u8>> {
+    let what = format!("port-forward to {}:{port}", pod.name);
     let exchange = async {
-        let mut forwarder = backend
-            .pods()
+        let mut upgrade = pods_path(backend)
             .portforward(&pod.name, &[port])
+            .map_err(|e| other(what.clone(), e))?;
+        upgrade.extensions_mut().insert("portforward");
+        let (socket, _) = connect(backend, upgrade)
             .await
-            .map_err(|e| other(format!("port-forward to {}:{port}", pod.name), e))?;
-        let mut stream = forwarder.take_stream(port).ok_or_else(|| {
+            .map_err(|e| other(what.clone(), e))?;
+        let (sink, mut stream) = socket.split();
+        let sink = tokio::sync::Mutex::new(sink);
+        let send = async {
+            for piece in request.chunks(FRAME) {
+                let mut frame = Vec::with_capacity(piece.len() + 1);
+                frame.push(0);
+                frame.extend_from_slice(piece);
+                sink.lock().await.send(Message::binary(frame)).await?;
+            }
+            Ok::<_, tokio_tungstenite::tungstenite::Error>(())
+        };
+        let read = async {
+            let mut opened = [false; 2];
+            let mut response = Vec::new();
+            while let Some(message) = stream.next().await {
+                let bytes = match message? {
+                    Message::Binary(bytes) => bytes,
+                    Message::Close(_) => break,
+                    _ => continue,
+                };
+                let Some((&channel, data)) = bytes.split_first() else {
+                    continue;
+                };
+                let Some(open) = opened.get_mut(usize::from(channel)) else {
+                    continue;
+                };
+                if !*open {
+                    // The channel's first frame is the port it is for.
+                    *open = true;
+                    continue;
+                }
+                if channel == 1 {
+                    return Ok(Err(String::from_utf8_lossy(data).into_owned()));
+                }
+                response.extend_from_slice(data);
+                if http_response_complete(&response) == Some(true) {
+                    break;
+                }
+            }
+            Ok::<_, tokio_tungstenite::tungstenite::Error>(Ok(response))
+        };
+        let streamed = async { tokio::try_join!(send, read).map(|(_, read)| read) };
+        let ended = tokio::select! {
+            ended = streamed => ended,
+            () = keep_alive(&sink, backend.keepalive) => Ok(Ok(Vec::new())),
+        };
+        let _ = sink.lock().await.close().await;
+        let response = ended.map_err(|e| {
             other(
-                format!("port-forward to {}:{port}", pod.name),
-                anyhow!("no stream"),
+                what.clone(),
+                anyhow!("the port-forward stream broke before the answer was whole: {e}\n  fix: {LOST_FIX}"),
             )
         })?;
-        stream
-            .write_all(request)
-            .await
-            .map_err(|e| other("port-forward write", e))?;
-        let response = read_http_response(&mut stream)
-            .await
-            .map_err(|e| other("port-forward read", e))?;
-        drop(stream);
-        forwarder.abort();
-        Ok(response)
+        let response = response.map_err(|refused| {
+            other(
+                what.clone(),
+                anyhow!("the Pod refused the connection: {refused}"),
+            )
+        })?;
+        match http_response_complete(&response) {
+            Some(true) => {
+                let end = response_end(&response).unwrap_or(response.len());
+                Ok(response[..end].to_vec())
+            }
+            // No length given: the answer is what came before the end.
+            None if !response.is_empty() => Ok(response),
+            _ => Err(other(
+                what.clone(),
+                anyhow!(
+                    "the port-forward ended before the answer was whole ({} bytes: {:?})\n  fix: {LOST_FIX}",
+                    response.len(),
+                    String::from_utf8_lossy(&response[..response.len().min(200)])
+                ),
+            )),
+        }
     };
     tokio::time::timeout(timeout, exchange).await.map_err(|_| {
         BackendError::from(WaitTimedOut {
@@ -137,34 +295,27 @@ pub(super) async fn port_exchange(
     })?
 }
 
-/// Reads one HTTP/1.x response from `stream`: up to the end of its body when it has a
-/// `Content-Length`, otherwise until the stream ends (a port-forward stream may stay open
-/// after the server closed its side).
-async fn read_http_response<S: tokio::io::AsyncRead + Unpin>(
-    stream: &mut S,
-) -> std::io::Result<Vec<u8>> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-            let length = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok());
-            if let Some(length) = length
-                && buffer.len() >= end + 4 + length
-            {
-                buffer.truncate(end + 4 + length);
-                return Ok(buffer);
-            }
-        }
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(buffer);
-        }
-        buffer.extend_from_slice(&chunk[..n]);
+/// Where an HTTP/1.x response in `buffer` ends by its `Content-Length` (None: its head is
+/// not whole, or it names no length).
+fn response_end(buffer: &[u8]) -> Option<usize> {
+    let end = buffer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())?;
+    Some(end + 4 + length)
+}
+
+/// Whether the response in `buffer` is whole: `Some(true)` once its `Content-Length` has
+/// arrived, `Some(false)` before, None when its head is whole but names no length (then it
+/// ends with the stream).
+fn http_response_complete(buffer: &[u8]) -> Option<bool> {
+    if let Some(end) = response_end(buffer) {
+        return Some(buffer.len() >= end);
     }
+    let head_whole = buffer.windows(4).any(|w| w == b"\r\n\r\n");
+    if head_whole { None } else { Some(false) }
 }
 
 /// The exit code an exec's final status reports (`Success` is 0; failures carry the code
@@ -184,4 +335,24 @@ fn exit_code(status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) ->
                 .and_then(|c| c.message.as_ref())
                 .and_then(|m| m.parse().ok())
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http_answer_is_whole_by_its_content_length_or_the_streams_end() {
+        let head = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n".to_vec();
+        assert_eq!(http_response_complete(&head), Some(false));
+        let mut whole = head.clone();
+        whole.extend_from_slice(b"hello");
+        assert_eq!(http_response_complete(&whole), Some(true));
+        assert_eq!(response_end(&whole), Some(whole.len()));
+        assert_eq!(http_response_complete(b"HTTP/1.1 200 OK\r\n"), Some(false));
+        assert_eq!(
+            http_response_complete(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nbody"),
+            None
+        );
+    }
 }

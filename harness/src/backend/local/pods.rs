@@ -59,6 +59,10 @@ pub(super) async fn container_states(
                     .and_then(|r| u32::try_from(r).ok())
                     .unwrap_or(0),
                 exit_code: state.exit_code,
+                // What the engine created the container from: its image id, and the reference
+                // as the Pod named it.
+                image: inspect.config.and_then(|c| c.image).unwrap_or_default(),
+                image_id: inspect.image.filter(|id| !id.is_empty()),
             }
         })
         .collect())

@@ -29,6 +29,14 @@ impl Provider for LocalProvider {
         if config.cluster.executor_role.is_some() {
             return Err("--executor-role replaces the Role a cluster run binds its executor to; the local engine has no RBAC: use --backend kind or kube".into());
         }
+        let here = crate::pod::compose::Arch::of_this_machine();
+        if let Some(arch) = config.cluster.platform.filter(|a| *a != here) {
+            return Err(format!(
+                "--platform linux/{} pins a cluster's Pods; the local engine runs them on this machine (linux/{}): leave --platform out, or use --backend kind or kube",
+                arch.as_str(),
+                here.as_str()
+            ));
+        }
         Ok(())
     }
 
@@ -65,6 +73,7 @@ impl Provider for LocalProvider {
             host_engine: Some(engine),
             environment,
             teardown: Some(Box::new(network)),
+            jobs: None,
         })
     }
 

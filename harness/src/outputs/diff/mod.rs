@@ -3,8 +3,10 @@
 //! the noise threshold, and the environment (engine, kernel, images, template, gate).
 //!
 //! Something *regressed* when a scenario that was acceptable in OLD (or absent from it) is
-//! not in NEW, or a check that passed in OLD failed in NEW: then the exit code is
-//! [`exit::REGRESSED`]. Slower durations and environment changes are reported, not judged:
+//! not in NEW, or a check that passed in OLD failed, was not reached or was not judged in
+//! NEW: then the exit code is [`exit::REGRESSED`]. A check that held and is now not judged
+//! regresses even when its scenario still passes: the new report no longer vouches for that
+//! promise, and a green that stopped judging is exactly the vacuous pass a diff must show. Slower durations and environment changes are reported, not judged:
 //! timings on shared CI machines are too noisy to fail a job on.
 
 pub mod text;
@@ -353,13 +355,17 @@ pub fn diff(old: &Report, new: &Report) -> Diff {
         .filter(|o| !new.scenarios.iter().any(|n| n.name == o.name))
         .map(|o| o.name.clone())
         .collect();
-    // A check that held and now fails or is no longer judged (a newly vacuous pass), and a
-    // scenario no longer run, are regressions too; the catalogue's own changes are not.
+    // A check that held and now fails, is not reached or is not judged (a newly vacuous
+    // pass: the new report stops vouching for it), and a scenario no longer run, are
+    // regressions too; the catalogue's own changes are not.
     d.regressed = !d.newly_failing.is_empty()
         || !d.removed.is_empty()
         || d.checks.iter().any(|c| {
             c.old == Some(CheckOutcome::Passed)
-                && matches!(c.new, Some(CheckOutcome::Failed | CheckOutcome::NotReached))
+                && matches!(
+                    c.new,
+                    Some(CheckOutcome::Failed | CheckOutcome::NotReached | CheckOutcome::NotJudged)
+                )
         });
     d
 }
@@ -467,6 +473,25 @@ mod tests {
     }
 
     #[test]
+    fn a_check_that_held_and_is_now_not_judged_regresses_and_the_reverse_does_not() {
+        let (old, mut new) = pair();
+        new.scenarios[0].checks[0].outcome = CheckOutcome::NotJudged;
+        new.scenarios[0].checks[0].reason = Some("no host engine".into());
+        new.summary = kandev_report::Summary::of(&new.scenarios);
+        let d = diff(&old, &new);
+        assert!(d.newly_failing.is_empty(), "a::one still passes");
+        assert!(d.regressed, "{d:?}");
+        let text = human(&d);
+        assert!(
+            text.contains("a::one/first                             system passed -> not judged"),
+            "{text}"
+        );
+        assert!(text.contains("1 not judged"), "{text}");
+        let back = diff(&new, &old);
+        assert!(!back.regressed, "not judged -> passed is a fix: {back:?}");
+    }
+
+    #[test]
     fn the_catalogues_own_changes_are_reported_apart_and_do_not_regress() {
         let (mut old, mut new) = pair();
         // NEW's harness no longer has a::one/first and calls a::one/second a system check.
@@ -536,6 +561,7 @@ mod tests {
             reference: "w:1".into(),
             id: Some("sha256:1".into()),
             built: false,
+            ran: Vec::new(),
         });
         new.gate.profile = kandev_report::GateProfile::Release;
         let d = diff(&old, &new);

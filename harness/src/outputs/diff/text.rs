@@ -4,7 +4,8 @@ use super::{CheckChange, Diff, OutcomeChange};
 use kandev_report::{CheckKind, CheckOutcome, CheckSummary, Outcome};
 use std::fmt::Write as _;
 
-/// "62 system checks, 58 with a twin; 10 mirror checks (62 and 10 passed)".
+/// "64 system checks (60 judged against the system, 4 not judged), 60 with a twin; 10 mirror
+/// checks (58 and 10 passed)".
 fn kinds_passed(c: &CheckSummary) -> String {
     format!(
         "{} ({} and {} passed)",

@@ -83,8 +83,28 @@ pub(super) fn pictures(h: &mut String, report: &Report, folder: Option<&Path>) {
     h.push_str("</section>\n");
 }
 
+/// The outcomes the filter offers: a check's, then a scenario's (value, label).
+const FILTER_OUTCOMES: [(&str, &str); 10] = [
+    ("passed", "passed"),
+    ("failed", "failed"),
+    ("not_judged", "not judged"),
+    ("not_reached", "not reached"),
+    ("errored", "errored"),
+    ("timed_out", "timed out"),
+    ("cancelled", "cancelled"),
+    ("skipped", "skipped"),
+    ("incompatible", "incompatible"),
+    ("leaked", "leaked"),
+];
+
 pub(super) fn scenarios(h: &mut String, report: &Report) {
-    h.push_str("<section id=\"scenarios\">\n<h2>Scenarios</h2>\n<p class=\"toolbar\"><button type=\"button\" onclick=\"setAll(true)\">expand all</button><button type=\"button\" onclick=\"setAll(false)\">collapse all</button></p>\n");
+    h.push_str("<section id=\"scenarios\">\n<h2>Scenarios</h2>\n<p class=\"toolbar\"><button type=\"button\" onclick=\"setAll(true)\">expand all</button><button type=\"button\" onclick=\"setAll(false)\">collapse all</button>\n");
+    h.push_str("<label for=\"filter-outcome\">outcome</label><select id=\"filter-outcome\" onchange=\"applyFilters()\"><option value=\"all\">all</option>");
+    for (value, label) in FILTER_OUTCOMES {
+        let _ = write!(h, "<option value=\"{value}\">{label}</option>");
+    }
+    h.push_str("</select><label for=\"filter-kind\">kind</label><select id=\"filter-kind\" onchange=\"applyFilters()\"><option value=\"all\">all</option><option value=\"system\">system</option><option value=\"mirror\">mirror</option></select>");
+    h.push_str("<label for=\"filter-search\">search</label><input id=\"filter-search\" type=\"search\" placeholder=\"check id, promise, reason\" oninput=\"applyFilters()\"><span id=\"filter-count\"></span></p>\n");
     for s in &report.scenarios {
         scenario(h, s);
     }
@@ -146,13 +166,32 @@ fn scenario(h: &mut String, s: &ScenarioReport) {
     if !s.checks.is_empty() {
         h.push_str("<h3>Checks</h3>\n<table class=\"checks\"><tr><th>check</th><th>kind</th><th>outcome</th><th>promise</th><th>twin</th></tr>\n");
         for c in &s.checks {
+            let reason = c
+                .reason
+                .as_deref()
+                .map(|r| {
+                    format!(
+                        "<br><small class=\"reason\">not judged: {}</small>",
+                        escape(r)
+                    )
+                })
+                .unwrap_or_default();
+            // What the search looks in: the id, the promise and the reason, lowercased.
+            let search = format!(
+                "{} {} {}",
+                c.id,
+                c.promise,
+                c.reason.as_deref().unwrap_or_default()
+            )
+            .to_lowercase();
             let _ = writeln!(
                 h,
-                "<tr class=\"check\" data-check=\"{id}\" data-kind=\"{kind}\" data-outcome=\"{class}\"><td class=\"mono\">{id}</td><td>{kind}</td><td>{badge}</td><td>{promise}</td><td class=\"mono\">{twin}</td></tr>",
+                "<tr class=\"check\" data-check=\"{id}\" data-kind=\"{kind}\" data-outcome=\"{class}\" data-search=\"{search}\"><td class=\"mono\">{id}</td><td>{kind}</td><td>{badge}{reason}</td><td>{promise}</td><td class=\"mono\">{twin}</td></tr>",
                 id = escape(&c.id),
                 kind = c.kind.as_str(),
                 class = check_class(c.outcome),
                 badge = badge(check_class(c.outcome), c.outcome.as_str()),
+                search = escape(&search),
                 promise = escape(&c.promise),
                 twin = escape(&c.twin),
             );

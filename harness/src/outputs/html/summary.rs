@@ -31,14 +31,24 @@ pub(super) fn summary(h: &mut String, report: &Report) {
     let c = &s.checks;
     let _ = write!(
         h,
-        "</p>\n<p id=\"check-count\">{}: {} passed ({} system, {} mirror), {} failed, {} not reached. System checks can be broken by the cluster, template, images or prepare script; mirror checks only by the harness's mirror of Kandev, so they say nothing of the system.</p>\n",
+        "</p>\n<p id=\"check-count\">{}: {} passed ({} system, {} mirror), {} failed, {} not judged, {} not reached. System checks can be broken by the cluster, template, images or prepare script; mirror checks only by the harness's mirror of Kandev, so they say nothing of the system. A check not judged could not be judged on this backend: nothing is claimed for it, and a release gate fails it.</p>\n",
         c.kinds_line(),
         c.passed,
         c.system.passed,
         c.mirror.passed,
         c.failed,
+        c.not_judged,
         c.not_reached
     );
+    if let Some(selection) = report.selection.as_ref().filter(|s| s.filtered) {
+        let _ = writeln!(
+            h,
+            "<p id=\"filtered\" class=\"verdict bad\">A filtered run: {} of {} scenarios selected; it vouches only for those, and cannot pass a release gate. Left out: {}</p>",
+            selection.selected.len(),
+            selection.selected.len() + selection.left_out.len(),
+            escape(&selection.left_out.join(", "))
+        );
+    }
     if let Some(used) = &s.resources {
         let _ = writeln!(
             h,
@@ -130,15 +140,38 @@ pub(super) fn summary(h: &mut String, report: &Report) {
     }
     h.push_str("</table>\n");
     if !e.images.is_empty() {
-        h.push_str("<h3>Images</h3>\n<table id=\"images\"><tr><th>role</th><th>reference</th><th>id</th><th>built by this run</th></tr>\n");
+        h.push_str("<h3>Images</h3>\n<table id=\"images\"><tr><th>role</th><th>reference</th><th>id</th><th>built by this run</th><th>what the Pods' containers ran</th></tr>\n");
         for image in &e.images {
+            let ran = image
+                .ran
+                .iter()
+                .map(|ran| {
+                    let mark = if image.is(ran) {
+                        ""
+                    } else {
+                        "NOT THE RECORDED IMAGE: "
+                    };
+                    format!(
+                        "{mark}{} ({}, {} containers)",
+                        ran.image, ran.image_id, ran.containers
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
             let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td class=\"mono\">{}</td><td class=\"mono\">{}</td><td>{}</td></tr>",
+                "<tr data-role=\"{}\" data-agrees=\"{}\"><td>{}</td><td class=\"mono\">{}</td><td class=\"mono\">{}</td><td>{}</td><td class=\"mono\">{}</td></tr>",
+                escape(&image.role),
+                image.disagreements().is_empty(),
                 escape(&image.role),
                 escape(&image.reference),
                 escape(&or_dash(image.id.as_ref())),
-                if image.built { "built" } else { "reused" }
+                if image.built { "built" } else { "reused" },
+                if ran.is_empty() {
+                    "—".to_owned()
+                } else {
+                    escape(&ran)
+                }
             );
         }
         h.push_str("</table>\n");

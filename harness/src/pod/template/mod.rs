@@ -20,7 +20,8 @@ mod rules;
 pub use file::{TemplateFile, TemplateWithImages};
 pub use finding::{PATH_PREFIX, Severity, TemplateFinding, TemplateRefused, errors};
 pub use images::{
-    DAEMON_IMAGE_PLACEHOLDER, RenderedTemplate, WORKER_IMAGE_PLACEHOLDER, render, sha256_hex,
+    DAEMON_IMAGE_PLACEHOLDER, RenderedTemplate, WORKER_IMAGE_PLACEHOLDER, ignored_image_flag,
+    render, sha256_hex,
 };
 pub use parse::{MAX_TEMPLATE_BYTES, parse};
 pub use reserved::{

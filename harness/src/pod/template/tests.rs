@@ -224,3 +224,70 @@ fn images_that_push_the_text_over_the_limit_are_refused() {
         "{message}"
     );
 }
+
+/// An image flag the template would ignore (it names its own image there, or has no such
+/// container) is named with the field and the fix; a placeholder or the same image is not.
+#[test]
+fn an_image_flag_the_template_would_ignore_is_named() {
+    use k8s_openapi::api::core::v1::PodTemplate;
+    let with = |image: &str| {
+        TemplateFile::parse(GOOD.replace("image: worker", &format!("image: {image}")))
+            .unwrap()
+            .parsed()
+            .clone()
+    };
+    let main = "kandev-agent";
+    let flag = |t: &PodTemplate, image: &str, container: &str| {
+        ignored_image_flag(
+            t,
+            "--worker-image",
+            image,
+            container,
+            WORKER_IMAGE_PLACEHOLDER,
+        )
+    };
+    assert_eq!(flag(&with(WORKER_IMAGE_PLACEHOLDER), "r/w:1", main), None);
+    // The other role's placeholder is an image of the run's too (what ran is compared later).
+    assert_eq!(flag(&with(DAEMON_IMAGE_PLACEHOLDER), "r/w:1", main), None);
+    assert_eq!(flag(&with("r/w:1"), "r/w:1", main), None);
+    let ignored = flag(&with("r/own:2"), "r/w:1", main).unwrap();
+    assert!(
+        ignored.contains("--worker-image \"r/w:1\"")
+            && ignored.contains("its own image \"r/own:2\" for container kandev-agent")
+            && ignored.contains("config.pod_template_yaml.template.spec.containers[0].image")
+            && ignored.contains("fix: drop --worker-image"),
+        "{ignored}"
+    );
+    let absent = flag(&with("r/w:1"), "r/w:1", "no-such").unwrap();
+    assert!(absent.contains("no container no-such"), "{absent}");
+}
+
+/// Every fixture template takes both image flags (a cluster run passes them always): none
+/// names an image of its own for the main container or the companion.
+#[test]
+fn every_fixture_template_takes_both_image_flags() {
+    let root = crate::paths::workspace_root().join("fixtures/templates");
+    let mut checked = 0;
+    for dir in [root.clone(), root.join("broken")] {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "yaml") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let Ok(file) = TemplateFile::parse(text) else {
+                continue;
+            };
+            for (flag, container, placeholder) in [
+                ("--worker-image", "kandev-agent", WORKER_IMAGE_PLACEHOLDER),
+                ("--daemon-image", "docker-engine", DAEMON_IMAGE_PLACEHOLDER),
+            ] {
+                let ignored =
+                    ignored_image_flag(file.parsed(), flag, "r/x:1", container, placeholder);
+                assert_eq!(ignored, None, "{}", path.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} templates checked");
+}

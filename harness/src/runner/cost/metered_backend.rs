@@ -1,5 +1,7 @@
 //! A backend that counts and times every call it forwards, by kind, for the report's cost
-//! section: what the harness asks of the engine or the cluster.
+//! section: what the harness asks of the engine or the cluster. It also records what each
+//! task Pod's containers ran ([`RanImages`]): read once the Pod's main container runs, and
+//! again before the Pod is deleted when a container had no image id yet.
 
 use super::{CallMeter, metered};
 use crate::backend::{
@@ -7,6 +9,7 @@ use crate::backend::{
     WorkspaceRef,
 };
 use crate::pod::template::WorkspaceMode;
+use crate::runner::ran_images::RanImages;
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
@@ -16,11 +19,20 @@ use std::time::Duration;
 pub struct MeteredBackend {
     inner: Arc<dyn Backend>,
     meter: CallMeter,
+    ran: RanImages,
 }
 
 impl MeteredBackend {
-    pub fn new(inner: Arc<dyn Backend>, meter: CallMeter) -> Self {
-        Self { inner, meter }
+    pub fn new(inner: Arc<dyn Backend>, meter: CallMeter, ran: RanImages) -> Self {
+        Self { inner, meter, ran }
+    }
+
+    /// Reads what task Pod `pod`'s containers run into [`RanImages`] (a failed read is left:
+    /// the report then lacks the Pod, and says what it saw).
+    async fn read_images(&self, pod: &PodRef) {
+        if let Ok(states) = metered(&self.meter, "get", self.inner.container_states(pod)).await {
+            self.ran.saw(pod, &states);
+        }
     }
 }
 
@@ -31,6 +43,9 @@ impl Backend for MeteredBackend {
     }
     fn keep_hint(&self, pod: &PodRef, container: &str) -> String {
         self.inner.keep_hint(pod, container)
+    }
+    fn platform(&self) -> crate::pod::compose::Arch {
+        self.inner.platform()
     }
     fn unenforced(&self, pod: &Pod) -> Vec<String> {
         self.inner.unenforced(pod)
@@ -79,17 +94,25 @@ impl Backend for MeteredBackend {
         metered(&self.meter, "get", self.inner.workspace_labels(name)).await
     }
     async fn create_pod(&self, pod: &Pod) -> Result<PodRef> {
-        metered(&self.meter, "create_pod", self.inner.create_pod(pod)).await
+        let created = metered(&self.meter, "create_pod", self.inner.create_pod(pod)).await?;
+        self.ran.task_pod(&created);
+        Ok(created)
     }
     async fn create_helper_pod(&self, pod: &Pod) -> Result<PodRef> {
         metered(&self.meter, "create_pod", self.inner.create_helper_pod(pod)).await
     }
     async fn wait_running(&self, pod: &PodRef, container: &str, timeout: Duration) -> Result<()> {
         let call = self.inner.wait_running(pod, container, timeout);
-        metered(&self.meter, "wait_running", call).await
+        metered(&self.meter, "wait_running", call).await?;
+        if self.ran.is_task_pod(pod) {
+            self.read_images(pod).await;
+        }
+        Ok(())
     }
     async fn container_states(&self, pod: &PodRef) -> Result<Vec<ContainerState>> {
-        metered(&self.meter, "get", self.inner.container_states(pod)).await
+        let states = metered(&self.meter, "get", self.inner.container_states(pod)).await?;
+        self.ran.saw(pod, &states);
+        Ok(states)
     }
     async fn exec(&self, pod: &PodRef, request: ExecRequest) -> Result<ExecOutput> {
         metered(&self.meter, "exec", self.inner.exec(pod, request)).await
@@ -114,6 +137,10 @@ impl Backend for MeteredBackend {
         metered(&self.meter, "diagnostics", self.inner.diagnostics(pod)).await
     }
     async fn delete_pod(&self, pod: &PodRef) -> Result<()> {
+        // A companion the kubelet had not created when the main container ran: read now.
+        if self.ran.incomplete(pod) {
+            self.read_images(pod).await;
+        }
         metered(&self.meter, "delete_pod", self.inner.delete_pod(pod)).await
     }
     async fn pod_uid(&self, namespace: &str, name: &str) -> Result<Option<String>> {

@@ -42,6 +42,16 @@ impl NodeView for MeteredNode {
         let call = self.inner.processes_matching(needle);
         metered(&self.meter, "node_process_scan", call).await
     }
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        let call = self.inner.pod_processes(pod_name);
+        metered(&self.meter, "node_process_scan", call).await
+    }
+    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
+        self.inner.cgroup_folders().await
+    }
+    async fn cgroup_folder(&self, folder: &str) -> Option<crate::node::CgroupFolder> {
+        self.inner.cgroup_folder(folder).await
+    }
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
         metered(
             &self.meter,

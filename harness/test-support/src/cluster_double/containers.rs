@@ -28,6 +28,8 @@ pub(crate) struct Observed {
     pub finished_at: Option<String>,
     /// The engine's container ID (`docker://<id>` in a container status).
     pub id: String,
+    /// The image the engine created it from (`sha256:<hex>`): the runtime's image ref.
+    pub image_id: String,
 }
 
 /// An engine timestamp (RFC 3339 with nanoseconds, or the zero time for never) as the API
@@ -82,6 +84,7 @@ pub(crate) async fn observe(docker: &Docker, uid: &str) -> Vec<Observed> {
             started_at: seconds(state.started_at),
             finished_at: seconds(state.finished_at),
             id,
+            image_id: inspect.image.unwrap_or_default(),
         });
     }
     found

@@ -185,8 +185,27 @@ fn default_spec(spec: &mut Value, requests: bool) {
                 .for_each(|c| default_container(c, requests));
         }
     }
+    // `SetDefaults_Pod`: a host-network Pod's ports are host ports (`defaultHostNetworkPorts`;
+    // a template's only with the `DefaultHostNetworkHostPortsInPodTemplates` gate, off).
+    if requests && spec["hostNetwork"] == true {
+        for field in ["initContainers", "containers"] {
+            for c in spec[field].as_array_mut().into_iter().flatten() {
+                for port in c["ports"].as_array_mut().into_iter().flatten() {
+                    if port["hostPort"].as_i64().unwrap_or(0) == 0 {
+                        port["hostPort"] = port["containerPort"].clone();
+                    }
+                }
+            }
+        }
+    }
     if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
         for volume in volumes {
+            // `SetDefaults_Volume`: a volume naming no source is an emptyDir.
+            if let Some(fields) = volume.as_object_mut()
+                && fields.keys().all(|k| k == "name")
+            {
+                fields.insert("emptyDir".into(), json!({}));
+            }
             for source in ["configMap", "secret", "projected", "downwardAPI"] {
                 if volume[source].is_object() {
                     default(&mut volume[source], "defaultMode", json!(420));
@@ -288,6 +307,20 @@ mod tests {
         );
         assert_eq!(limited["metadata"]["generation"], 1);
         assert_eq!(limited["status"]["phase"], "Pending");
+    }
+
+    #[test]
+    fn host_network_ports_are_host_ports_and_a_bare_volume_is_an_empty_dir() {
+        let mut pod = json!({"spec": {"hostNetwork": true, "containers": [
+            {"name": "a", "image": "i:1", "ports": [{"containerPort": 80}]}],
+            "volumes": [{"name": "scratch"}]}});
+        default_pod(&mut pod);
+        assert_eq!(pod["spec"]["containers"][0]["ports"][0]["hostPort"], 80);
+        assert_eq!(pod["spec"]["volumes"][0]["emptyDir"], json!({}));
+        let mut template = json!({"spec": {"hostNetwork": true, "containers": [
+            {"name": "a", "image": "i:1", "ports": [{"containerPort": 80}]}]}});
+        default_template(&mut template);
+        assert!(template["spec"]["containers"][0]["ports"][0]["hostPort"].is_null());
     }
 
     #[test]

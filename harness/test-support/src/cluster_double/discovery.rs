@@ -124,6 +124,31 @@ pub(crate) const RESOURCES: &[Resource] = &[
         ..resource("", "services", "service", "Service", true, &["svc"])
     },
     resource("", "secrets", "secret", "Secret", true, &[]),
+    resource("", "nodes", "node", "Node", false, &["no"]),
+    resource(
+        "",
+        "resourcequotas",
+        "resourcequota",
+        "ResourceQuota",
+        true,
+        &["quota"],
+    ),
+    resource(
+        "",
+        "limitranges",
+        "limitrange",
+        "LimitRange",
+        true,
+        &["limits"],
+    ),
+    resource(
+        "storage.k8s.io",
+        "storageclasses",
+        "storageclass",
+        "StorageClass",
+        false,
+        &["sc"],
+    ),
     resource("", "events", "event", "Event", true, &["ev"]),
     resource("events.k8s.io", "events", "event", "Event", true, &["ev"]),
     resource(
@@ -188,6 +213,7 @@ const GROUPS: &[&str] = &[
     "authorization.k8s.io",
     "batch",
     "rbac.authorization.k8s.io",
+    "storage.k8s.io",
 ];
 
 /// The resource `group`/`version`/`name` (a subresource as `pods/exec`).

@@ -16,8 +16,17 @@
 //! output is streamed as the command writes it, and a port-forward is a byte tunnel, both ways
 //! and flow-controlled, to the port in the Pod's network namespace. Pods run on the local
 //! Docker engine through the harness's local backend (a [`LocalBackend`] given to [`start`]),
-//! with the UID the double assigned, bound after their create to one node ([`NODE`]); claims
-//! are volumes there.
+//! with the UID the double assigned, once its scheduler (`scheduler`) has bound them to its
+//! one node ([`NODE`], a Node object with labels, capacity and allocatable): a Pod whose
+//! selector the node does not match, whose claim is missing or unbound, or whose requests do
+//! not fit beside the Pods already there stays `Pending`, `PodScheduled=False`
+//! `Unschedulable` in a v1.36 scheduler's words, until it fits. Claims are volumes there,
+//! bound `Immediate` or `WaitForFirstConsumer` by their StorageClass (`storage`). Every
+//! written object's name and labels are held to apimachinery's syntax (`validation`: 422
+//! `Invalid` in the API server's words); Pods are admitted through a namespace's LimitRanges
+//! and ResourceQuotas (`quota`: 403 `must specify ...`, `exceeded quota`), defaulted as an
+//! API server defaults them, and run as stored (the local node accepts the defaulted fields,
+//! and records what it does not do as a kubelet would as `NotEnforced` Events).
 //!
 //! **In the cluster** (for a harness that runs as a Job Pod with kube-rs's
 //! `Config::incluster()`): with a runtime the double also listens on the engine's `bridge`
@@ -41,8 +50,11 @@
 //! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
 //! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
-//! SelfSubjectReviews (`rbac`), and namespaces that stop taking new objects while they
-//! terminate.
+//! SelfSubjectReviews (`rbac`), namespaces that stop taking new objects while they
+//! terminate, and finalizers (`finalizers`: a DELETE marks an object that has some and keeps
+//! it, `deletionGracePeriodSeconds` 0 once a Pod's kubelet is done; no new one while it is
+//! being deleted; the update that removes the last deletes it; a namespace waits
+//! `Terminating`, saying which remain).
 //!
 //! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
 //! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
@@ -57,55 +69,87 @@
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restart backoff), real admission plugins (Pod
-//! Security), tokens as JWTs (the double's are opaque strings, never expiring, with no
-//! audience; a kubelet rotates the file, the double writes it once), Secret volumes updated
+//! Security), tokens as JWTs (the double's are opaque strings with no audience; a
+//! TokenRequest's expires at the lifetime it granted, capped as
+//! `--service-account-max-token-expiration` caps it, but a Pod's projected token and a token
+//! Secret's never do, and a kubelet rotates the file, the double writes it once), Secret volumes updated
 //! when their Secret changes, the `kube-root-ca.crt` ConfigMap and ConfigMaps at all, the
 //! `kubernetes.default.svc` name (the Pod address is an IP: `Config::incluster_dns()` finds
 //! nothing), ClusterRoles and RBAC's escalation checks, the rest of the Job controller
 //! (parallel and indexed Jobs, pod failure and success policies, suspension, the
-//! `batch.kubernetes.io/job-tracking` finalizer), finalizers and garbage collection beyond a
-//! Job's Pods, the apiserver's own exec/port-forward translation (SPDY towards the kubelet,
+//! `batch.kubernetes.io/job-tracking` finalizer), garbage collection beyond a Job's Pods, the
+//! apiserver's own exec/port-forward translation (SPDY towards the kubelet,
 //! the kubelet's CRI streaming server), Table output, server-side apply, namespaces as
-//! isolation (Pod names share the one local engine), and storage classes (a claim is created
-//! `Pending`; with a runtime it is bound at once to a volume there, without one it stays
-//! `Pending`).
+//! isolation (Pod names share the one local engine), more than one node (and so the
+//! scheduler's spreading, taints and preemption), the kubelet's own admission of what it is
+//! asked to run (`OutOfcpu`), real provisioners (a claim of no StorageClass is bound at once to
+//! a volume on the runtime, as no cluster without a provisioner would), and quota resources
+//! other than Pods' CPU, memory and count.
 //!
-//! A request goes through `routing` (recorded, authenticated, negotiated, RBAC's gate) to
+//! **What a test switches on** (`DoubleState::enable`, none by default: `behaviours`, carried
+//! out by `controllers`): what an operator's cluster may do beside the API server's rules, so
+//! that the catalogue's checks only a cluster can break have twins: a controller that
+//! relabels running Pods, a stuck node agent whose finalizer is never removed, a registry the
+//! node cannot reach (its pulls hang, `ContainerCreating`), a controller that deletes Pods
+//! whose image cannot be pulled before their status is read.
+//!
+//! **Faults and limits** a test switches on (`faults`, [`DoubleState::faults`]): answers a
+//! control plane gives under load or while restarting (429 with `Retry-After`, 500, 503,
+//! 410), connections cut before or after a request is served or a while into an exec or
+//! port-forward (a socket shutdown, no TLS `close_notify`, as from a load balancer), an idle
+//! cut of connections silent for a while, and a token lifetime cap; each that fires is
+//! recorded.
+//!
+//! A request goes through `faults` (the connection's activity watched, a fault applied),
+//! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
-//! create and delete, each on a `request::Ctx`; `serviceaccount` and `secrets` admit what is
-//! written) or to the exec and port-forward streams (`streams`, `spdy`, `tunnel`); `runtime`
-//! runs the stored Pods (`mounts` prepares their volumes, `containers` reads their state and
-//! logs from the engine), `jobs` runs the Job controller, `store` holds the state, `route`
+//! create and delete, each on a `request::Ctx`; `validation` checks names and labels,
+//! `serviceaccount`, `quota` and `secrets` admit what is written) or to the exec and
+//! port-forward streams (`streams`, `spdy`, `tunnel`); `runtime` runs the stored Pods once
+//! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
+//! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
+//! `store` holds the state, `route`
 //! and `status` read requests and write answers. The modules use each other one way only (no
 //! import circles).
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
+mod behaviours;
 mod containers;
+mod controllers;
 mod defaults;
 pub(crate) mod discovery;
+mod faults;
+mod finalizers;
 mod jobs;
 mod mounts;
 mod negotiation;
 mod objects;
 mod patch;
 mod protobuf;
+mod quota;
 mod rbac;
 pub mod recorded;
 mod request;
 pub(crate) mod route;
 mod routing;
 mod runtime;
+mod scheduler;
 mod secrets;
 mod serviceaccount;
 mod spdy;
 mod status;
+mod storage;
 pub(crate) mod store;
 mod streams;
 mod tunnel;
+pub mod validation;
 mod watch;
 
-pub use runtime::{NODE, node_labels};
+pub use behaviours::Behaviour;
+pub use faults::{Fault, Faults};
+pub use scheduler::{DEFAULT_ALLOCATABLE, NODE, node_labels};
+pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
 use anyhow::Context;
@@ -210,6 +254,8 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         ca_pem: ca_pem.clone(),
         pod_files,
         mutator: Mutex::new(None),
+        behaviours: Default::default(),
+        faults: Default::default(),
     });
     {
         let mut store = state.store();
@@ -217,6 +263,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         for ns in ["default", "kube-system"] {
             store::create_namespace_objects(&mut store, ns);
         }
+        scheduler::register_node(&mut store);
     }
 
     let kubeconfig = folder.path().join("kubeconfig");
@@ -262,12 +309,32 @@ fn serve(
             };
             let (acceptor, state) = (acceptor.clone(), state.clone());
             tokio::spawn(async move {
+                // The socket kept aside to cut it (`faults`), its activity watched.
+                let Ok((connection, tcp)) = faults::Connection::accept(tcp) else {
+                    return;
+                };
+                connection.watch_idle(state.faults());
                 let Ok(tls) = acceptor.accept(tcp).await else {
                     return;
                 };
                 let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-                    let state = state.clone();
-                    async move { Ok::<_, std::convert::Infallible>(routing::handle(state, req).await) }
+                    let (state, connection) = (state.clone(), connection.clone());
+                    async move {
+                        let (method, uri) = (req.method().to_string(), req.uri().to_string());
+                        let reply = match faults::before(state.faults(), &connection, &method, &uri)
+                        {
+                            faults::Before::Serve => routing::handle(state, req).await,
+                            faults::Before::ServeThenCut => {
+                                let reply = routing::handle(state, req).await;
+                                connection.cut();
+                                reply
+                            }
+                            faults::Before::Answer(reply) => reply,
+                            // Never delivered: the socket is shut.
+                            faults::Before::Cut => hyper::Response::new(status::full("")),
+                        };
+                        Ok::<_, std::convert::Infallible>(reply)
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(tls), service)

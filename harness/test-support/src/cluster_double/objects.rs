@@ -7,7 +7,9 @@ use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{containers, defaults, patch, secrets, serviceaccount};
+use super::{
+    containers, defaults, finalizers, patch, quota, secrets, serviceaccount, storage, validation,
+};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -78,15 +80,32 @@ impl Ctx<'_> {
                 mutate(&mut object);
             }
         }
-        // What the runtime is asked to run: the Pod as admitted, before defaulting (set below).
+        if let Some(refused) = self.invalid_metadata(&name, &object) {
+            return refused;
+        }
+        // What the runtime is asked to run: the Pod as admitted and defaulted (set below).
         let mut for_runtime = None;
         if let Some(refused) = self.refused_content(&mut object) {
             return refused;
+        }
+        // A claim without a class gets the default one (the DefaultStorageClass plugin); its
+        // class says when it is provisioned (`storage`).
+        let mut at_create = true;
+        if self.route.resource == "persistentvolumeclaims" {
+            let store = self.state.store();
+            if object["spec"]["storageClassName"].is_null()
+                && let Some(class) = storage::default_class(&store)
+                && object["spec"].is_object()
+            {
+                object["spec"]["storageClassName"] = json!(class);
+            }
+            at_create = storage::provisioned_at_create(&store, &object);
         }
         // A claim is a volume on the runtime (provisioned at once, then bound: below).
         let mut volume = None;
         if self.route.resource == "persistentvolumeclaims"
             && !dry_run
+            && at_create
             && let Some(runtime) = self.state.runtime.clone()
         {
             let map = |field: &str| -> std::collections::BTreeMap<String, String> {
@@ -166,6 +185,7 @@ impl Ctx<'_> {
                     _ => name.clone(),
                 };
                 let ns = ns.clone().unwrap_or_default();
+                quota::apply_limit_ranges(&store, &ns, &mut object);
                 if let Err(message) = serviceaccount::admit(&store, &ns, &shown, &mut object) {
                     return status(
                         StatusCode::FORBIDDEN,
@@ -174,8 +194,18 @@ impl Ctx<'_> {
                         json!({"name": shown, "kind": "pods"}),
                     );
                 }
-                for_runtime = Some(object.clone());
                 defaults::default_pod(&mut object);
+                // The ResourceQuota plugin validates last, the Pod as it would be stored.
+                if let Some(message) = quota::refused(&store, &ns, &object) {
+                    return status(
+                        StatusCode::FORBIDDEN,
+                        "Forbidden",
+                        &format!("pods \"{shown}\" is forbidden: {message}"),
+                        json!({"name": shown, "kind": "pods"}),
+                    );
+                }
+                // The node runs the Pod as stored: defaulted, as a kubelet receives it.
+                for_runtime = Some(object.clone());
             }
             if self.route.resource == "persistentvolumeclaims" {
                 // As an API server admits a claim: `PrepareForCreate` clears the status
@@ -194,6 +224,9 @@ impl Ctx<'_> {
             }
             if self.route.resource == "namespaces" {
                 object["status"] = json!({"phase": "Active"});
+            }
+            if self.route.resource == "resourcequotas" {
+                quota::initial_status(&mut object);
             }
             object["apiVersion"] = json!(self.api_version);
             object["kind"] = json!(self.kind);
@@ -224,6 +257,24 @@ impl Ctx<'_> {
                 store.running.insert(uid.clone(), Running::Creating);
             }
             let reply = json_reply(StatusCode::CREATED, &object);
+            if self.route.resource == "persistentvolumeclaims"
+                && !at_create
+                && self.state.runtime.is_some()
+            {
+                match storage::provisioning_delay(&store, &object) {
+                    Some(delay)
+                        if storage::binding_mode(&store, &object) == storage::Mode::Immediate =>
+                    {
+                        storage::provision_later(self.state.clone(), key.clone(), delay);
+                    }
+                    _ => store.event(
+                        &object,
+                        ("Normal", "WaitForFirstConsumer"),
+                        "waiting for first consumer to be created before binding",
+                        "persistentvolume-controller",
+                    ),
+                }
+            }
             if let Some(volume) = volume {
                 store.volumes.insert(uid.clone(), volume);
                 // Provisioned at once: bound as the PV controller binds a claim (a later
@@ -257,12 +308,32 @@ impl Ctx<'_> {
                 meta.remove("generateName");
             }
             if let Some(spec) = for_runtime["spec"].as_object_mut() {
+                // The double's scheduler judged both against its Node object (whose labels a
+                // test may change); the runtime's one host is that node.
                 spec.remove("nodeName");
+                spec.remove("nodeSelector");
             }
             let state = self.state.clone();
             tokio::spawn(run_pod(state, runtime, uid, for_runtime));
         }
         reply
+    }
+
+    /// The 422 an API server answers a written object whose name or labels break
+    /// `ValidateObjectMeta`'s syntax rules (`validation`), in its words.
+    fn invalid_metadata(&self, name: &str, object: &Value) -> Option<Reply> {
+        let errors = validation::metadata_errors(&self.route.resource, name, object);
+        if errors.is_empty() {
+            return None;
+        }
+        let (message, details) =
+            validation::invalid_status(self.kind, self.api_version, name, &errors);
+        Some(status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            &message,
+            details,
+        ))
     }
 
     /// What decoding and validation refuse in a written object (a create's, an update's, a
@@ -307,10 +378,14 @@ impl Ctx<'_> {
             Ok(fields) => fields,
             Err(refused) => return *refused,
         };
+        // A Pod's status is read from its node: status fields are selected on it after.
+        let (by_status, by_store): (Vec<_>, Vec<_>) = fields
+            .into_iter()
+            .partition(|(field, _, _)| field.starts_with("status."));
         let (items, rv): (Vec<Value>, u64) = {
             let store = self.state.store();
             let items = self
-                .selected(&store, &fields, None)
+                .selected(&store, &by_store, None)
                 .into_iter()
                 .map(|(_, o)| o)
                 .collect();
@@ -318,7 +393,14 @@ impl Ctx<'_> {
         };
         let mut shown = Vec::with_capacity(items.len());
         for item in items {
-            shown.push(with_status(self.state, item).await);
+            let item = with_status(self.state, item).await;
+            let selected = by_status.iter().all(|(field, equal, value)| {
+                let pointer = format!("/{}", field.replace('.', "/"));
+                (item.pointer(&pointer).and_then(Value::as_str).unwrap_or("") == value) == *equal
+            });
+            if selected {
+                shown.push(item);
+            }
         }
         json_reply(
             StatusCode::OK,
@@ -405,6 +487,9 @@ impl Ctx<'_> {
                 json!({}),
             );
         }
+        if let Some(refused) = self.invalid_metadata(name, &object) {
+            return refused;
+        }
         if let Some(refused) = self.refused_content(&mut object) {
             return refused;
         }
@@ -435,7 +520,7 @@ impl Ctx<'_> {
         }
         if matches!(
             self.route.resource.as_str(),
-            "pods" | "persistentvolumeclaims" | "namespaces" | "jobs"
+            "pods" | "persistentvolumeclaims" | "namespaces" | "jobs" | "nodes"
         ) && let Some(fields) = object.as_object_mut()
         {
             match existing.get("status") {
@@ -461,6 +546,15 @@ impl Ctx<'_> {
                 }
             }
         }
+        if let Some(refused) = finalizers::check_update(
+            &existing,
+            &mut object,
+            &self.route.resource,
+            self.kind,
+            name,
+        ) {
+            return refused;
+        }
         if param(self.query, "dryRun") != Some("All") {
             let key = self.key(name);
             let mut store = self.state.store();
@@ -472,7 +566,8 @@ impl Ctx<'_> {
             {
                 return self.modified_since(name);
             }
-            object = store.put(key, object);
+            object = store.put(key.clone(), object);
+            finalizers::delete_if_finalized(&mut store, &key);
         }
         json_reply(StatusCode::OK, &with_status(self.state, object).await)
     }
@@ -615,6 +710,12 @@ impl Ctx<'_> {
         });
         let mut shown = object.clone();
         shown["metadata"]["deletionTimestamp"] = json!(now());
+        let kubelet = self.route.resource == "pods" && self.state.runtime.is_some();
+        if let Some(kept) =
+            finalizers::on_delete(&mut store, &key, &object, &mut shown, &options, kubelet)
+        {
+            return json_reply(StatusCode::OK, &kept);
+        }
         if foreground {
             if shown["metadata"]["finalizers"].as_array().is_none() {
                 shown["metadata"]["finalizers"] = json!([]);

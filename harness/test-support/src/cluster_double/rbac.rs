@@ -249,13 +249,56 @@ impl Ctx<'_> {
             }
             _ => None,
         };
+        // As the API server validates the request (`ValidateTokenRequest`,
+        // `pkg/apis/authentication/validation/validation.go`): at least 10 minutes, at most
+        // 2^32 seconds; before any token is issued.
+        let asked = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
+        let invalid = if asked < 600 {
+            Some("may not specify a duration less than 10 minutes")
+        } else if asked > 1 << 32 {
+            Some("may not specify a duration larger than 2^32 seconds")
+        } else {
+            None
+        };
+        if let Some(why) = invalid {
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                &format!(
+                    "TokenRequest.authentication.k8s.io \"{name}\" is invalid: spec.expirationSeconds: Invalid value: {asked}: {why}"
+                ),
+                json!({"name": name, "group": "authentication.k8s.io", "kind": "TokenRequest",
+                    "causes": [{"reason": "FieldValueInvalid",
+                        "message": format!("Invalid value: {asked}: {why}"),
+                        "field": "spec.expirationSeconds"}]}),
+            );
+        }
         let token = store.issue_token(&ns, name, bound);
+        drop(store);
+        // The lifetime asked (the API server's default is an hour: `SetDefaults_TokenRequestSpec`),
+        // capped by `--service-account-max-token-expiration` as `TokenREST.Create`
+        // (`pkg/registry/core/serviceaccount/storage/token.go`) caps it; the granted lifetime
+        // is what the answer's spec and `expirationTimestamp` say, and the token stops
+        // authenticating then.
+        let mut spec = body.get("spec").cloned().unwrap_or(json!({}));
+        let asked = asked.unsigned_abs();
+        let granted = match self.state.faults().max_token_expiration() {
+            Some(cap) if asked > cap.as_secs() => cap.as_secs(),
+            _ => asked,
+        };
+        spec["expirationSeconds"] = json!(granted);
+        let lifetime = std::time::Duration::from_secs(granted);
+        self.state.faults().expire_token(&token, lifetime);
+        let expires = k8s_openapi::jiff::Timestamp::now()
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(granted as i64))
+            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default();
         json_reply(
             StatusCode::CREATED,
             &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                 "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
-                "spec": body.get("spec").cloned().unwrap_or(json!({})),
-                "status": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}}),
+                "spec": spec,
+                "status": {"token": token, "expirationTimestamp": expires}}),
         )
     }
 

@@ -53,9 +53,20 @@ impl Ctx<'_> {
                 )));
             };
             let field = field.trim();
+            // A Pod's selectable fields: `PodToSelectableFields` in
+            // pkg/registry/core/pod/strategy.go (`kubectl describe node` selects its Pods by
+            // `spec.nodeName` and `status.phase`).
             let supported = matches!(field, "metadata.name" | "metadata.namespace")
                 || (self.route.resource == "pods"
-                    && matches!(field, "spec.nodeName" | "spec.serviceAccountName"));
+                    && matches!(
+                        field,
+                        "spec.nodeName"
+                            | "spec.serviceAccountName"
+                            | "spec.restartPolicy"
+                            | "spec.schedulerName"
+                            | "status.phase"
+                            | "status.podIP"
+                    ));
             if !supported {
                 return Err(Box::new(status(
                     StatusCode::BAD_REQUEST,

@@ -51,6 +51,22 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.strip_prefix("Bearer "))
         .map(str::to_owned);
+    // An expired token is refused as the API server's token authenticator refuses it
+    // (`pkg/serviceaccount/claims.go`, `validator.Validate`: "service account token has
+    // expired"), with 401.
+    if let Some(t) = &token
+        && state.faults().token_expired(t)
+    {
+        state
+            .faults()
+            .record(format!("ExpiredToken {} {}", req.method(), req.uri()));
+        return status(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized",
+            json!({}),
+        );
+    }
     let identity = token.and_then(|t| state.store().authenticate(&t));
     let Some(identity) = identity else {
         return status(

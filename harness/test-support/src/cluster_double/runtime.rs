@@ -3,64 +3,14 @@
 //! status read back from it.
 
 use super::containers::{Observed, observe};
+use super::scheduler::{NODE, unschedulable};
 use super::store::{DoubleState, Key, Running, Store, now};
-use super::{defaults, mounts};
+use super::{controllers, defaults, finalizers, mounts, storage};
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The double's one node: every Pod's `spec.nodeName` (its Pods run on this host's engine).
-pub const NODE: &str = "kube-double-node";
-
-/// The labels the double's node carries (what its scheduler matches `nodeSelector` against),
-/// as a kubelet registers them.
-pub fn node_labels() -> BTreeMap<String, String> {
-    let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
-    BTreeMap::from([
-        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-        ("kubernetes.io/arch".to_owned(), arch.to_owned()),
-        ("kubernetes.io/hostname".to_owned(), NODE.to_owned()),
-        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
-        ("beta.kubernetes.io/arch".to_owned(), arch.to_owned()),
-    ])
-}
-
-/// Why the double's scheduler cannot bind `pod` to its one node, in a v1.36 scheduler's
-/// words: a `nodeSelector` the node's labels do not satisfy, or a claim the Pod mounts that
-/// does not exist in its namespace. None: it schedules.
-pub(crate) fn unschedulable(store: &Store, pod: &Value) -> Option<String> {
-    const PREEMPTION: &str =
-        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.";
-    let namespace = pod["metadata"]["namespace"].as_str().unwrap_or_default();
-    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
-        if let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str()
-            && !store.objects.contains_key(&(
-                "/persistentvolumeclaims".into(),
-                namespace.to_owned(),
-                claim.to_owned(),
-            ))
-        {
-            return Some(format!(
-                "0/1 nodes are available: persistentvolumeclaim \"{claim}\" not found. {PREEMPTION}"
-            ));
-        }
-    }
-    let node = node_labels();
-    let selector = pod["spec"]["nodeSelector"].as_object();
-    if selector
-        .into_iter()
-        .flatten()
-        .any(|(k, v)| node.get(k).map(String::as_str) != v.as_str())
-    {
-        return Some(format!(
-            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. {PREEMPTION}"
-        ));
-    }
-    None
-}
 
 /// The stored Pod of `uid`, unless it is gone or being deleted.
 fn live_pod(store: &Store, uid: &str) -> Option<(Key, Value)> {
@@ -78,6 +28,62 @@ fn mount_problem(message: &str) -> bool {
     message.starts_with("MountVolume.")
 }
 
+/// One look of the scheduler at the Pod of `uid`: Some(true) bound to the node, Some(false)
+/// not yet (each new reason, `last`, is a `FailedScheduling` Event and a status update a
+/// watch sees), None gone.
+fn schedule(state: &DoubleState, uid: &str, last: &mut String) -> Option<bool> {
+    let mut store = state.store();
+    let Some((key, mut stored)) = live_pod(&store, uid) else {
+        store.running.remove(uid);
+        return None;
+    };
+    // A Pod created with `nodeName` set is bound already: no scheduler looks at it.
+    let preset = stored["spec"]["nodeName"].as_str() == Some(NODE) && last.is_empty();
+    let judged = if preset {
+        None
+    } else {
+        unschedulable(&store, &stored)
+    };
+    match judged {
+        Some(message) => {
+            if message != *last {
+                store.event(
+                    &stored,
+                    ("Warning", "FailedScheduling"),
+                    &message,
+                    "default-scheduler",
+                );
+                store
+                    .running
+                    .insert(uid.to_owned(), Running::Unschedulable(message.clone()));
+                store.put(key, stored);
+                *last = message;
+            }
+            Some(false)
+        }
+        None if preset => {
+            store.running.insert(uid.to_owned(), Running::Creating);
+            Some(true)
+        }
+        None => {
+            // Bound (the scheduler's Binding): what it requests now counts on the node.
+            stored["spec"]["nodeName"] = json!(NODE);
+            let namespace = stored["metadata"]["namespace"].as_str().unwrap_or_default();
+            let name = stored["metadata"]["name"].as_str().unwrap_or_default();
+            let message = format!("Successfully assigned {namespace}/{name} to {NODE}");
+            store.event(
+                &stored,
+                ("Normal", "Scheduled"),
+                &message,
+                "default-scheduler",
+            );
+            store.put(key, stored);
+            store.running.insert(uid.to_owned(), Running::Creating);
+            Some(true)
+        }
+    }
+}
+
 /// Creates the Pod on the runtime once its volumes are set up (`mounts`: retried every
 /// second while a Secret it needs is missing, as a kubelet retries a `FailedMount`); a Pod
 /// deleted meanwhile is removed there again. A Pod the scheduler cannot place never reaches
@@ -89,22 +95,30 @@ pub(crate) async fn run_pod(
     uid: String,
     pod: Value,
 ) {
-    let refused = {
+    // The scheduler: the Pod is bound to the node once it fits, retried every half second
+    // (a scheduler re-queues an unschedulable Pod on cluster events); each new reason is a
+    // `FailedScheduling` Event and the Pod's `PodScheduled` condition (`with_status`).
+    let mut last = String::new();
+    loop {
+        let placed = schedule(&state, &uid, &mut last);
+        match placed {
+            None => return,
+            Some(true) => break,
+            Some(false) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    // Its `WaitForFirstConsumer` claims are provisioned for the node it was bound to.
+    let waiting = {
         let store = state.store();
-        let stored = store
-            .objects
-            .values()
-            .find(|o| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
-            .cloned()
-            .unwrap_or_else(|| pod.clone());
-        unschedulable(&store, &stored)
+        live_pod(&store, &uid)
+            .map(|(_, p)| storage::waiting_for(&store, &p))
+            .unwrap_or_default()
     };
-    if let Some(message) = refused {
-        state
-            .store()
-            .running
-            .insert(uid, Running::Unschedulable(message));
-        return;
+    for claim in waiting {
+        if let Err(e) = storage::provision(&state, claim, Some(NODE)).await {
+            state.store().running.insert(uid, Running::Failed(e));
+            return;
+        }
     }
     let mut reported = false;
     let copy = loop {
@@ -136,8 +150,23 @@ pub(crate) async fn run_pod(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
+    if !controllers::reaches_node(&state, &uid, &pod).await {
+        return;
+    }
     let created = match serde_json::from_value::<Pod>(copy) {
         Ok(parsed) => match runtime.create_pod(&parsed).await {
+            Ok(created) => {
+                // What the node accepts without doing it as a kubelet would (no cluster DNS,
+                // no pulls): recorded on the Pod, as a kubelet reports what it did.
+                let notes = runtime.unenforced(&parsed);
+                let mut store = state.store();
+                if let Some((_, stored)) = live_pod(&store, &uid) {
+                    for note in notes {
+                        store.event(&stored, ("Normal", "NotEnforced"), &note, "kubelet");
+                    }
+                }
+                Ok(created)
+            }
             Err(kandev_harness::backend::BackendError::ImageMissing { image }) => {
                 let container = ["initContainers", "containers"]
                     .iter()
@@ -145,10 +174,11 @@ pub(crate) async fn run_pod(
                     .find(|c| c["image"].as_str() == Some(image.as_str()))
                     .and_then(|c| c["name"].as_str().map(str::to_owned))
                     .unwrap_or_default();
-                state
-                    .store()
+                let mut store = state.store();
+                store
                     .running
-                    .insert(uid, Running::PullFailed { container, image });
+                    .insert(uid.clone(), Running::PullFailed { container, image });
+                controllers::pull_failed(&state, &mut store, &uid);
                 return;
             }
             other => other.map_err(|e| e.to_string()),
@@ -177,11 +207,12 @@ pub(crate) async fn run_pod(
                     .is_none_or(str::is_empty)
                 {
                     object["spec"]["nodeName"] = json!(NODE);
-                    store.put(key, object);
+                    store.put(key.clone(), object);
                 }
                 store
                     .running
                     .insert(uid.clone(), Running::Ready(created.clone()));
+                controllers::started(&state, &mut store, &key);
                 true
             }
             None => {
@@ -245,15 +276,22 @@ async fn kubelet(state: Arc<DoubleState>, uid: String) {
         let Some((key, object)) = stored else {
             return;
         };
-        let fingerprint = status_fingerprint(&with_status(&state, object).await);
+        let shown = with_status(&state, object).await;
+        if matches!(
+            shown["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        ) {
+            state.store().ended.insert(uid.clone());
+        }
+        let fingerprint = status_fingerprint(&shown);
         if fingerprint != last {
             let mut store = state.store();
             if let Some(current) = store.objects.get(&key).cloned()
                 && current["metadata"]["uid"].as_str() == Some(&uid)
             {
-                if !last.is_empty() {
-                    store.put(key, current);
-                }
+                // The first look too: the scheduler's binding was stored before the
+                // containers existed, so a watch has not seen them yet.
+                store.put(key, current);
             } else {
                 return;
             }
@@ -284,15 +322,9 @@ pub(crate) async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
     mounts::remove_pod_folder(&state, &uid);
     let mut store = state.store();
     store.running.remove(&uid);
+    store.ended.remove(&uid);
     store.forget_bound_tokens(&uid);
-    if store
-        .objects
-        .get(&key)
-        .and_then(|o| o["metadata"]["uid"].as_str())
-        == Some(uid.as_str())
-    {
-        store.delete(&key);
-    }
+    finalizers::kubelet_done(&mut store, &key, &uid);
 }
 
 /// Removes everything in the namespace (Pods through the runtime), then the namespace.
@@ -323,7 +355,7 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
             .filter_map(|uid| store.volumes.remove(uid))
             .collect();
         volumes.extend(taken);
-        store.delete_where(|(r, ns, _)| *ns == name && r != "/pods");
+        finalizers::delete_where(&mut store, |(r, ns, _)| *ns == name && r != "/pods");
         pods
     };
     for (key, uid) in pods {
@@ -339,6 +371,9 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
+    }
+    if !finalizers::content_finalized(&state, &name).await {
+        return;
     }
     let mut store = state.store();
     store.delete_where(|(_, ns, _)| *ns == name);
@@ -432,7 +467,12 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
             }
             _ => waiting("ContainerCreating", ""),
         };
-        let mut status = json!({"name": name, "image": image, "imageID": "",
+        // The kubelet's imageID is the runtime's image ref for a container it has
+        // (kubernetes pkg/kubelet/kuberuntime/helpers.go, toKubeContainerStatus: `ImageID:
+        // status.ImageRef`); containerd's for an image without a registry digest (a loaded
+        // one, as here) is the image id, `sha256:<hex>`. Empty until the container exists.
+        let mut status = json!({"name": name, "image": image,
+            "imageID": found.map(|s| s.image_id.as_str()).unwrap_or_default(),
             "ready": found.is_some_and(|s| s.running),
             "restartCount": found.map(|s| s.restarts).unwrap_or(0),
             "started": found.is_some_and(|s| s.running), "state": state});
@@ -465,17 +505,25 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
         _ => None,
     };
     let bound = matches!(running, Some(Running::Ready(_)));
+    let mut conditions = vec![
+        condition("Initialized", bound),
+        condition("Ready", all_running),
+        condition("ContainersReady", all_running),
+    ];
+    // Only once the scheduler has bound it (before its first look a Pod has no such
+    // condition).
+    if object["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty())
+    {
+        conditions.push(json!({"type": "PodScheduled", "status": "True"}));
+    }
     object["status"] = json!({
         "phase": phase,
         "qosClass": defaults::qos_class(&object["spec"]),
         "containerStatuses": main_statuses,
         "initContainerStatuses": init_statuses,
-        "conditions": [
-            condition("Initialized", bound),
-            condition("Ready", all_running),
-            condition("ContainersReady", all_running),
-            {"type": "PodScheduled", "status": "True"},
-        ],
+        "conditions": conditions,
     });
     if let Some(ip) = ip {
         object["status"]["podIP"] = json!(ip);
@@ -525,7 +573,7 @@ pub(crate) fn phase(restart: &str, init: &[Value], main: &[Value]) -> &'static s
 
 #[cfg(test)]
 mod tests {
-    use super::{Store, phase, unschedulable};
+    use super::phase;
     use serde_json::{Value, json};
 
     #[test]
@@ -551,33 +599,5 @@ mod tests {
         assert_eq!(phase("Never", &[waiting], &[]), "Pending");
         assert_eq!(phase("Never", &[exited(2)], &[]), "Failed");
         assert_eq!(phase("Always", &[exited(0)], &[running]), "Running");
-    }
-
-    #[test]
-    fn the_scheduler_refuses_an_unmatched_selector_and_a_missing_claim() {
-        let mut store = Store::default();
-        let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
-        let fits = json!({"metadata": {"namespace": "ns"},
-            "spec": {"nodeSelector": {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch}}});
-        assert_eq!(unschedulable(&store, &fits), None);
-        let never = json!({"metadata": {"namespace": "ns"},
-            "spec": {"nodeSelector": {"kandev.ai/e2e-never": "true"}}});
-        assert!(
-            unschedulable(&store, &never)
-                .unwrap()
-                .contains("didn't match Pod's node affinity/selector")
-        );
-        let claim = json!({"metadata": {"namespace": "ns"}, "spec": {"volumes": [
-            {"name": "kandev-workspace", "persistentVolumeClaim": {"claimName": "gone"}}]}});
-        assert!(
-            unschedulable(&store, &claim)
-                .unwrap()
-                .contains("persistentvolumeclaim \"gone\" not found")
-        );
-        store.put(
-            ("/persistentvolumeclaims".into(), "ns".into(), "gone".into()),
-            json!({}),
-        );
-        assert_eq!(unschedulable(&store, &claim), None);
     }
 }

@@ -2,6 +2,7 @@
 //! reports), tokens, the runtime's Pods and claim volumes, and what tests read back
 //! ([`DoubleState`]).
 
+use super::faults::Faults;
 use kandev_harness::backend::local::attach::PodStreams;
 use kandev_harness::backend::{Backend, PodRef};
 use serde_json::{Value, json};
@@ -136,6 +137,9 @@ pub(crate) struct Store {
     pub bound: HashMap<String, Bound>,
     /// By the double's Pod UID.
     pub running: HashMap<String, Running>,
+    /// The UIDs of Pods whose containers have all ended (`Succeeded` or `Failed`): what they
+    /// requested no longer counts on the node.
+    pub ended: std::collections::HashSet<String>,
     /// The runtime's volume behind each claim, by the double's claim UID.
     pub volumes: HashMap<String, kandev_harness::backend::WorkspaceRef>,
     pub deletions: Vec<Deletion>,
@@ -338,11 +342,20 @@ pub struct DoubleState {
     /// kubelet's volume folders), removed with the Pod.
     pub(crate) pod_files: std::path::PathBuf,
     pub(crate) mutator: Mutex<Option<PodMutator>>,
+    /// What the cluster's own components do beside the API server (`controllers`).
+    pub(crate) behaviours: super::behaviours::Behaviours,
+    /// The faults and connection limits a test switched on (`faults`).
+    pub(crate) faults: std::sync::Arc<Faults>,
 }
 
 impl DoubleState {
     pub(crate) fn store(&self) -> std::sync::MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The faults and connection limits a test switches on.
+    pub fn faults(&self) -> &std::sync::Arc<Faults> {
+        &self.faults
     }
 
     /// Sets (or with `None` removes) the mutating admission hook applied to every Pod create.

@@ -1,10 +1,17 @@
 //! Reaching a cluster: the kubeconfig client of an explicitly named context (never the
-//! ambient current one), bounded so that an unreachable cluster fails in seconds.
+//! ambient current one), bounded so that an unreachable cluster fails in seconds, through
+//! the proxy kubectl would use (`proxy`), retrying what a control plane's faults fail as
+//! client-go does (`resilience`), and, for the executor, with a token renewed before the
+//! expiry the API server granted ([`RefreshedToken`]).
 
+use super::proxy::proxy_for;
+use super::resilience;
 use crate::backend::kube::errors::ClusterError;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use std::future::Future;
 use std::path::Path;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How long the first answer of the API server may take before the run gives up.
@@ -34,11 +41,137 @@ impl Default for ClientBounds {
 }
 
 /// The client of `config`, every request bounded by `bounds.answer` (a tower timeout around
-/// the request future, which ends at the response head).
+/// the request future, which ends at the response head), its retries included: kube-rs's own
+/// for 429, 503 and 504, and `resilience`'s for lost connections, 500 with Retry-After and
+/// 410 Gone, as client-go retries them.
 pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::Error> {
+    build(config, bounds, None)
+}
+
+/// The stack every client of the harness has, on kube-rs's own (base URI, its 429/503/504
+/// retries, credentials, HTTP): `resilience`'s retries, the bearer token of `token` when
+/// given, and the answer bound around them all, its expiry named.
+fn build(
+    config: Config,
+    bounds: ClientBounds,
+    token: Option<RefreshedToken>,
+) -> Result<Client, kube::Error> {
+    let bearer = token.map(|token| {
+        tower::util::MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
+            let header = format!("Bearer {}", token.current());
+            if let Ok(mut value) = http::HeaderValue::from_str(&header) {
+                value.set_sensitive(true);
+                req.headers_mut().insert(http::header::AUTHORIZATION, value);
+            }
+            req
+        })
+    });
+    let waited = bounds.answer;
+    let named = tower::util::MapErrLayer::new(move |e: tower::BoxError| -> tower::BoxError {
+        if e.is::<tower::timeout::error::Elapsed>() {
+            Box::new(NoAnswer { waited })
+        } else {
+            e
+        }
+    });
     Ok(kube::client::ClientBuilder::try_from(config)?
+        // A service tower's retry can call again (kube's own stack is not Clone).
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(resilience::Policy::default()))
+        .with_layer(&resilience::ReconcileLayer)
+        .with_layer(&tower::util::option_layer(bearer))
         .with_layer(&tower::timeout::TimeoutLayer::new(bounds.answer))
+        .with_layer(&named)
         .build())
+}
+
+/// A request that had no answer within the client's bound, its retries included.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the API server gave no answer within {waited:?} (retries of throttled, unavailable and lost requests included)\n  fix: check the cluster's health and load (`kubectl get --raw /readyz?verbose`), then rerun"
+)]
+pub struct NoAnswer {
+    pub waited: Duration,
+}
+
+/// A bearer token that changes while a run lasts: a TokenRequest's, requested again before
+/// the expiry the API server granted (a cluster may cap a token's lifetime far below what
+/// was asked: `--service-account-max-token-expiration`, often an hour). Clones share it; the
+/// renewing task ends when the last clone is dropped.
+#[derive(Clone)]
+pub struct RefreshedToken {
+    current: Arc<RwLock<String>>,
+    _renewal: Arc<AbortOnDrop>,
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How much of a token's granted lifetime passes before it is renewed (the kubelet renews a
+/// projected token at 80 %; earlier here, so a slow renewal still lands in time).
+const RENEW_AT: f64 = 2.0 / 3.0;
+
+impl RefreshedToken {
+    /// `first`, valid for `lifetime`; renewed by `renew` (a new token and its lifetime; None
+    /// when there is nothing to renew any more) each time two thirds of the current one has
+    /// passed. A failed renewal is tried again while the current token lasts (logged).
+    pub fn start<F, Fut>(first: String, lifetime: Duration, renew: F) -> Self
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Option<(String, Duration)>, String>> + Send,
+    {
+        let current = Arc::new(RwLock::new(first));
+        let written = current.clone();
+        let task = tokio::spawn(async move {
+            let mut lifetime = lifetime;
+            let mut wait = lifetime.mul_f64(RENEW_AT).max(Duration::from_millis(200));
+            loop {
+                tokio::time::sleep(wait).await;
+                match renew().await {
+                    // Nothing to renew any more (the account is gone: the run tore it down).
+                    Ok(None) => return,
+                    Ok(Some((token, granted))) => {
+                        *written.write().unwrap_or_else(|p| p.into_inner()) = token;
+                        lifetime = granted;
+                        wait = lifetime.mul_f64(RENEW_AT).max(Duration::from_millis(200));
+                    }
+                    Err(e) => {
+                        tracing::warn!("renewing the executor's token: {e}; trying again");
+                        wait = (lifetime / 10)
+                            .clamp(Duration::from_millis(200), Duration::from_secs(10));
+                    }
+                }
+            }
+        });
+        Self {
+            current,
+            _renewal: Arc::new(AbortOnDrop(task)),
+        }
+    }
+
+    /// The token to send now.
+    pub fn current(&self) -> String {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// [`client_of`] whose every request carries `token` (its current value) as its bearer
+/// token; `config`'s own credentials are not used.
+pub fn client_with_token(
+    mut config: Config,
+    bounds: ClientBounds,
+    token: RefreshedToken,
+) -> Result<Client, kube::Error> {
+    config.auth_info = kube::config::AuthInfo::default();
+    build(config, bounds, Some(token))
 }
 
 /// The kubeconfig client of an explicitly named context, with the default [`ClientBounds`].
@@ -77,6 +210,22 @@ pub async fn client_for_bounded(
             available,
         });
     }
+    // The context's cluster's `proxy-url`, which wins over the environment (`proxy`).
+    let kubeconfig_proxy = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| {
+            kubeconfig
+                .clusters
+                .iter()
+                .find(|n| n.name == c.cluster)?
+                .cluster
+                .as_ref()?
+                .proxy_url
+                .clone()
+        });
     let options = KubeConfigOptions {
         context: Some(context.into()),
         ..Default::default()
@@ -88,11 +237,26 @@ pub async fn client_for_bounded(
             cause: crate::error_chain(&e),
         })?;
     config.connect_timeout = Some(bounds.connect);
+    set_proxy(&mut config, kubeconfig_proxy.as_deref())?;
     let client = client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
         what: format!("a client for context {context}"),
         source: e.into(),
     })?;
     Ok((client, config, context.to_owned()))
+}
+
+/// Sets `config`'s proxy as kubectl would choose it ([`proxy_for`]): the kubeconfig's
+/// `proxy-url`, else `HTTPS_PROXY`/`HTTP_PROXY` unless `NO_PROXY` or loopback says otherwise.
+fn set_proxy(config: &mut Config, kubeconfig_proxy: Option<&str>) -> Result<(), ClusterError> {
+    config.proxy_url = proxy_for(&config.cluster_url, kubeconfig_proxy, |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|(source, problem)| ClusterError::Proxy {
+        source_name: source.to_string(),
+        problem,
+    })?
+    .map(|(uri, _)| uri);
+    Ok(())
 }
 
 /// The API server's version, or [`ClusterError::Unreachable`] within [`REACH_TIMEOUT`].
@@ -159,6 +323,8 @@ pub async fn open_in_cluster(
         cause: crate::error_chain(&e),
     })?;
     config.connect_timeout = Some(bounds.connect);
+    // In a Pod as well: client-go's transport reads the environment there too.
+    set_proxy(&mut config, None)?;
     let client = |config: &Config, what: &str| {
         client_of(config.clone(), bounds).map_err(|e| ClusterError::Setup {
             what: what.into(),
@@ -202,4 +368,31 @@ pub async fn open_in_cluster(
         },
         session,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Virtual time (a paused clock): the schedule, not how fast it runs.
+    #[tokio::test(start_paused = true)]
+    async fn a_token_is_renewed_at_two_thirds_of_its_lifetime_until_nothing_is_left() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let token = RefreshedToken::start("first".into(), Duration::from_secs(30), move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { Ok((n < 3).then(|| (format!("renewed-{n}"), Duration::from_secs(30)))) }
+        });
+        tokio::time::sleep(Duration::from_secs(19)).await;
+        assert_eq!(token.current(), "first");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(token.current(), "renewed-1", "renewed at 20 s of 30");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(token.current(), "renewed-2");
+        // The third renewal finds nothing to renew: no more are asked.
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert_eq!(token.current(), "renewed-2");
+    }
 }

@@ -16,24 +16,28 @@
 //!
 //! Here: `connect` (kubeconfig, context, clients, reaching the API server), `executor` (the
 //! Role and the permissions Kandev needs), `run` (the run's [`Cluster`]: set up, torn down),
-//! `preflight`, `kind_node` (the node view of a Kind node), `gc`, and `settings` (the command
-//! line's cluster settings as these backends read them).
+//! `preflight`, `kind_node` (the node view of a Kind node), `gc`, `settings` (the command
+//! line's cluster settings as these backends read them), `proxy` (which proxy a client goes
+//! through, as kubectl decides) and `resilience` (the retries every client makes).
 
 mod connect;
 mod executor;
 mod gc;
 mod kind_node;
 mod preflight;
+mod proxy;
+pub mod resilience;
 mod run;
 mod settings;
 
 pub use super::errors::{ClusterError, GRANTED_CHECK};
 pub use connect::{
-    ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, client_for, client_for_bounded, client_of,
-    open, open_in_cluster, open_with, reach,
+    ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, RefreshedToken, client_for,
+    client_for_bounded, client_of, client_with_token, open, open_in_cluster, open_with, reach,
 };
 pub(super) use executor::can_i;
 pub use executor::{EXECUTOR, NOT_NEEDED, executor_role, executor_role_file, required_access};
 pub use gc::gc;
 pub use kind_node::{kind_node, node_cgroup_scope};
+pub use proxy::{ProxySource, proxy_for};
 pub use run::{Cluster, SETTLE, run_labels, run_namespace};

@@ -2,7 +2,7 @@
 //! there; set up (the namespace, the executor's service account, Role, binding and token) and
 //! torn down, newest first.
 
-use super::connect::{ClientBounds, Reached, client_of, open};
+use super::connect::{ClientBounds, Reached, RefreshedToken, client_with_token, open};
 use super::executor::{EXECUTOR, executor_role, executor_role_file};
 use crate::backend::kube::errors::{ClusterError, setup};
 use crate::backend::kube::kind::{KindCluster, KindOptions};
@@ -12,9 +12,8 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
 use kandev_report::{CleanupOutcome, CleanupRecord};
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Client, Config};
-use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -286,34 +285,33 @@ impl Cluster {
             )
             .await
             .map_err(setup(format!("create role binding {EXECUTOR}")))?;
-        let token = accounts
-            .create_token_request(
-                EXECUTOR,
-                &pp,
-                &TokenRequest {
-                    spec: Some(TokenRequestSpec {
-                        audiences: Some(Vec::new()),
-                        expiration_seconds: Some(4 * 3600),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(setup(format!("request a token for {EXECUTOR}")))?
-            .status
-            .map(|s| s.token)
-            .unwrap_or_default();
+        // The executor's token, renewed before the expiry the API server grants (which may
+        // be far below the 4 h asked: `--service-account-max-token-expiration`), so a long
+        // run never meets a 401.
+        let (token, lifetime) = executor_token(accounts.clone()).await?;
+        let renewing = RefreshedToken::start(token, lifetime, move || {
+            let accounts = accounts.clone();
+            async move {
+                match executor_token(accounts).await {
+                    Ok(renewed) => Ok(Some(renewed)),
+                    // The account is gone (the run tore it down): nothing left to renew.
+                    Err(ClusterError::Setup { source, .. })
+                        if source
+                            .downcast_ref::<kube::Error>()
+                            .is_some_and(|e| matches!(e, kube::Error::Api(s) if s.code == 404)) =>
+                    {
+                        Ok(None)
+                    }
+                    Err(e) => Err(crate::error_chain(&e)),
+                }
+            }
+        });
         // The executor's client: same server and CA, the service account's token only.
-        let mut session_config = config.clone();
-        session_config.auth_info =
-            serde_json::from_value(json!({ "token": token })).map_err(|e| ClusterError::Setup {
-                what: "the executor's credentials".into(),
+        client_with_token(config.clone(), ClientBounds::default(), renewing).map_err(|e| {
+            ClusterError::Setup {
+                what: "the executor's client".into(),
                 source: e.into(),
-            })?;
-        client_of(session_config, ClientBounds::default()).map_err(|e| ClusterError::Setup {
-            what: "the executor's client".into(),
-            source: e.into(),
+            }
         })
     }
 
@@ -373,6 +371,55 @@ impl Cluster {
     }
 }
 
+/// How long the executor's token is asked to last (a cluster may grant less: the answer's
+/// `expirationTimestamp` is what counts).
+const EXECUTOR_TOKEN_ASKED: Duration = Duration::from_secs(4 * 3600);
+
+/// A TokenRequest for the executor's service account: the token and how long the API server
+/// says it lasts (from its `expirationTimestamp`; what was asked when it says nothing).
+async fn executor_token(accounts: Api<ServiceAccount>) -> Result<(String, Duration), ClusterError> {
+    let answer = accounts
+        .create_token_request(
+            EXECUTOR,
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences: Some(Vec::new()),
+                    expiration_seconds: Some(EXECUTOR_TOKEN_ASKED.as_secs() as i64),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(setup(format!("request a token for {EXECUTOR}")))?;
+    let status = answer.status.unwrap_or_default();
+    let Some(token) = status.token.filter(|t| !t.is_empty()) else {
+        return Err(ClusterError::Setup {
+            what: format!("request a token for {EXECUTOR}"),
+            source: anyhow::anyhow!("the TokenRequest's answer holds no token"),
+        });
+    };
+    let lifetime = status
+        .expiration_timestamp
+        .as_ref()
+        .and_then(|expires| granted_lifetime(expires, k8s_openapi::jiff::Timestamp::now()))
+        .unwrap_or(EXECUTOR_TOKEN_ASKED);
+    Ok((token, lifetime))
+}
+
+/// How long a token expiring at `expires` lasts from `now` (None when it has no expiry or
+/// has expired already).
+fn granted_lifetime(
+    expires: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Duration> {
+    let left = expires.0.duration_since(now);
+    (left.is_positive() && expires.0 > k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+        .then(|| Duration::try_from(left).ok())
+        .flatten()
+}
+
 /// The username the API server knows `client` by (a SelfSubjectReview); None when the
 /// server does not serve the review (before v1.28) or refuses it.
 pub(super) async fn who_am_i(client: &Client) -> Option<String> {
@@ -384,21 +431,54 @@ pub(super) async fn who_am_i(client: &Client) -> Option<String> {
     review.status?.user_info?.username
 }
 
-/// Deletes `name`; absent is success (the error text otherwise).
+/// Deletes `name` by its UID (read first: a precondition makes the delete safe to repeat
+/// after a lost connection, and never removes a same-name object made since); absent is
+/// success (the error text otherwise).
 async fn delete_if_present<K>(api: Api<K>, name: &str) -> Result<(), String>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    match api.delete(name, &DeleteParams::default()).await {
+    let uid = match api.get_opt(name).await {
+        Ok(Some(object)) => object.meta().uid.clone(),
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(crate::error_chain(&e)),
+    };
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(crate::error_chain(&e)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tokens_lifetime_is_what_the_api_server_granted() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::{SignedDuration, Timestamp};
+        let now = Timestamp::now();
+        let at = |secs: i64| {
+            Time(
+                now.checked_add(SignedDuration::from_secs(secs))
+                    .unwrap_or(now),
+            )
+        };
+        assert_eq!(
+            granted_lifetime(&at(3600), now),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(granted_lifetime(&at(-5), now), None, "expired already");
+        assert_eq!(granted_lifetime(&Time(Timestamp::UNIX_EPOCH), now), None);
+    }
 
     #[test]
     fn a_run_namespace_is_a_dns_label() {

@@ -10,6 +10,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// What the inspector's container requests and may use at most.
+static INSPECTOR_RESOURCES: std::sync::LazyLock<serde_json::Value> =
+    std::sync::LazyLock::new(|| {
+        serde_json::json!({"requests": {"cpu": "10m", "memory": "32Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"}})
+    });
+
 /// `--node-inspector` on a cluster: one inspector Pod per node a session landed on, created
 /// on first use with the operator's identity (it is harness tooling, not a session), pinned
 /// to the node by `nodeName`, removed when the run ends.
@@ -68,6 +75,10 @@ impl ClusterInspector {
                     "image": self.image,
                     "command": ["sh", "-c", "while :; do sleep 3600; done"],
                     "securityContext": {"privileged": true},
+                    // Declared, so that a namespace whose ResourceQuota constrains CPU and
+                    // memory admits it (the quota plugin wants each set by every container);
+                    // small, since it only reads the node's cgroup and process files.
+                    "resources": INSPECTOR_RESOURCES.clone(),
                     "volumeMounts": [{"name": "node-cgroup", "mountPath": HOST_CGROUP, "readOnly": true}],
                 }],
                 "volumes": [{"name": "node-cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}],
@@ -170,6 +181,14 @@ impl NodeView for ClusterInspector {
         let mut found = Vec::new();
         for node in self.all().await {
             found.extend(node.processes_matching(needle).await?);
+        }
+        Ok(found)
+    }
+
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        let mut found = Vec::new();
+        for node in self.all().await {
+            found.extend(node.pod_processes(pod_name).await?);
         }
         Ok(found)
     }

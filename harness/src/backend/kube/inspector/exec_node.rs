@@ -212,6 +212,26 @@ impl NodeView for ExecNode {
         Ok(parse_processes(&text, reader))
     }
 
+    async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
+        // The node's process tree and which processes carry the Pod's HOSTNAME, then those
+        // and their descendants read as processes_matching reads them.
+        let tree = format!(
+            "host={}\nfor p in /proc/[0-9]*; do ppid=$(sed 's/.*) //' \"$p/stat\" 2>/dev/null | cut -d' ' -f2) || continue; [ -n \"$ppid\" ] || continue; h=0; tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"$host\" && h=1; echo \"${{p#/proc/}} $ppid $h\"; done",
+            quote(&format!("HOSTNAME={pod_name}"))
+        );
+        let pids = crate::node::pod_tree(&self.sh(&tree).await?);
+        if pids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let script = format!(
+            "for pid in {}; do p=/proc/$pid; c=$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null) || continue; echo \"=== $pid $c\"; cat \"$p/cgroup\" 2>/dev/null; done",
+            list.join(" ")
+        );
+        let (text, reader) = self.sh_reading_cgroups(&script).await?;
+        Ok(parse_processes(&text, reader))
+    }
+
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
         let log = self.sh("dmesg").await.ok()?;
         Some(crate::node::memcg_ooms_in(&log, path))

@@ -129,7 +129,7 @@ impl LaunchError {
                 409 => format!(
                     "a killed launch left it: kandev-acceptance gc --backend kube --context C --namespace {namespace}"
                 ),
-                403 => "your identity must create namespaces (or name one with --namespace), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there (README: Against your cluster, from inside it)".into(),
+                403 => "your identity must create namespaces (or name one with --namespace), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there (docs/operators.md: RBAC, `launch`: your identity and the bookkeeper)".into(),
                 422 => "the API server refuses the object as invalid: correct what it names (for the executor's Role: --executor-role)".into(),
                 _ => "check that the cluster answers (`kubectl --context C get ns`)".into(),
             };

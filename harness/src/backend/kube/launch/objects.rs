@@ -138,7 +138,7 @@ impl LaunchPlan {
     }
 
     /// The bookkeeper's Role: what the run's own bookkeeping does that Kandev's executor may
-    /// not (README, "Against your cluster, from inside it", justifies each line).
+    /// not (`docs/operators.md`, "The bookkeeper's Role", justifies each line).
     pub fn bookkeeper_role(&self) -> Role {
         Role {
             metadata: self.meta(BOOKKEEPER),
@@ -404,14 +404,15 @@ mod tests {
         assert_eq!(run_deadline(Duration::from_secs(60)), None);
     }
 
-    /// README's table of the bookkeeper's Role names every resource its rules grant.
+    /// The operators' document's table of the bookkeeper's Role names every resource its
+    /// rules grant.
     #[test]
-    fn readme_justifies_every_bookkeeper_rule() {
-        let readme =
-            std::fs::read_to_string(crate::paths::workspace_root().join("README.md")).unwrap();
-        let table = readme
-            .split_once("The bookkeeper's Role")
-            .and_then(|(_, rest)| rest.split_once("How the report comes out"))
+    fn the_operators_doc_justifies_every_bookkeeper_rule() {
+        let doc = std::fs::read_to_string(crate::paths::workspace_root().join("docs/operators.md"))
+            .unwrap();
+        let table = doc
+            .split_once("#### The bookkeeper's Role")
+            .and_then(|(_, rest)| rest.split_once("\n## "))
             .map(|(table, _)| table)
             .unwrap();
         for rule in bookkeeper_rules(true) {
@@ -419,13 +420,13 @@ mod tests {
                 assert!(
                     table.contains(&format!("| {resource}"))
                         || table.contains(&format!("{resource} ")),
-                    "README's bookkeeper table lacks {resource}"
+                    "docs/operators.md's bookkeeper table lacks {resource}"
                 );
             }
             for verb in rule.verbs {
                 assert!(
                     table.contains(&verb),
-                    "README's bookkeeper table lacks {verb}"
+                    "docs/operators.md's bookkeeper table lacks {verb}"
                 );
             }
         }

@@ -21,6 +21,13 @@ const POD_SPEC_FIELDS: &[&str] = &[
     "hostIPC",
     "tolerations",
     "enableServiceLinks",
+    // What every API server fills in (`SetDefaults_PodSpec`, the Priority admission plugin):
+    // the scheduler's fields are no node's business, and `dnsPolicy` is judged below.
+    "dnsPolicy",
+    "schedulerName",
+    "priority",
+    "priorityClassName",
+    "preemptionPolicy",
 ];
 const POD_SECURITY_FIELDS: &[&str] = &[
     "runAsUser",
@@ -60,6 +67,12 @@ const VOLUME_FIELDS: &[&str] = &["name", "emptyDir", "persistentVolumeClaim", "h
 const MOUNT_FIELDS: &[&str] = &["name", "mountPath", "readOnly"];
 const PORT_FIELDS: &[&str] = &["name", "containerPort", "protocol"];
 const ENV_FIELDS: &[&str] = &["name", "value"];
+
+/// The DNS policies the local engine's resolver stands in for (`ClusterFirst`, the API
+/// server's default, with a recorded note: there is no cluster DNS locally; `Default` is
+/// the node's resolver, which the engine's is).
+pub(super) const DNS_POLICIES_RESOLVED_BY_THE_ENGINE: &[&str] =
+    &["ClusterFirst", "ClusterFirstWithHostNet", "Default"];
 
 /// Reports every key of `value` outside `allowed` (null values are absent fields).
 fn check_fields(
@@ -145,6 +158,16 @@ pub fn unsupported_fields(pod: &Pod) -> Vec<Unsupported> {
                 );
             }
             for (j, port) in each(c, "ports") {
+                // A host-network Pod's ports are the host's already: the API server defaults
+                // their hostPort to the containerPort, which changes nothing.
+                let mut port = port.clone();
+                if spec["hostNetwork"] == true
+                    && port["hostPort"] == port["containerPort"]
+                    && let Some(fields) = port.as_object_mut()
+                {
+                    fields.remove("hostPort");
+                }
+                let port = &port;
                 check_fields(
                     port,
                     PORT_FIELDS,
@@ -173,6 +196,16 @@ pub fn unsupported_fields(pod: &Pod) -> Vec<Unsupported> {
                 }
             }
         }
+    }
+    if let Some(policy) = spec.get("dnsPolicy").and_then(Value::as_str)
+        && !DNS_POLICIES_RESOLVED_BY_THE_ENGINE.contains(&policy)
+    {
+        out.push(Unsupported {
+            field: "spec.dnsPolicy".into(),
+            reason: format!(
+                "dnsPolicy {policy} needs the Pod's own resolver configuration (spec.dnsConfig), which the local engine does not write"
+            ),
+        });
     }
     if spec
         .get("automountServiceAccountToken")

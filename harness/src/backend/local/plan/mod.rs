@@ -127,6 +127,46 @@ pub fn plan(pod: &Pod, ctx: &PlanContext) -> Result<PodPlan, Vec<Unsupported>> {
 /// each, for the report: nothing is dropped silently.
 pub fn unenforced(pod: &Pod) -> Vec<String> {
     let mut notes = Vec::new();
+    let spec = pod.spec.clone().unwrap_or_default();
+    if let Some(policy) = spec
+        .dns_policy
+        .as_deref()
+        .filter(|p| p.starts_with("ClusterFirst"))
+    {
+        notes.push(format!(
+            "dnsPolicy {policy} is accepted but there is no cluster DNS locally: the Pod resolves names through the engine's resolver, as with dnsPolicy Default"
+        ));
+    }
+    if let Some(scheduler) = spec
+        .scheduler_name
+        .as_deref()
+        .filter(|s| *s != "default-scheduler")
+    {
+        notes.push(format!(
+            "schedulerName {scheduler} is accepted but no scheduler places a local Pod: it runs on the one local node"
+        ));
+    }
+    if let Some(class) = &spec.priority_class_name {
+        notes.push(format!(
+            "priorityClassName {class} is recorded but not enforced locally (no preemption, no eviction order)"
+        ));
+    }
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        // `IfNotPresent` is honoured as it is (the image is there, or the create fails as a
+        // pull would); `Always` would pull every time.
+        if c.image_pull_policy.as_deref() == Some("Always") {
+            notes.push(format!(
+                "container {} imagePullPolicy Always is accepted but the local engine never pulls: image {} must already be in it",
+                c.name,
+                c.image.clone().unwrap_or_default()
+            ));
+        }
+    }
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         if let Some(e) = &v.empty_dir
             && e.medium.as_deref() != Some("Memory")
@@ -256,6 +296,56 @@ mod tests {
         assert!(
             fields.contains(&"spec.containers[0].volumeMounts[0].subPath"),
             "{fields:?}"
+        );
+    }
+
+    /// Issue 32, defect 10: `kubectl run p --image=i -- sleep 300` as an API server stores
+    /// it (the fields `SetDefaults_PodSpec` and the Priority plugin fill in) is a Pod the
+    /// local node runs; what it cannot do as a kubelet would is a note, not a refusal.
+    #[test]
+    fn a_pod_as_the_api_server_defaults_it_is_planned_with_notes() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "labels": {"run": "p"}},
+            "spec": {
+                "containers": [{"name": "p", "image": "img", "args": ["sleep", "300"],
+                    "resources": {}, "imagePullPolicy": "Always",
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File"}],
+                "dnsPolicy": "ClusterFirst", "restartPolicy": "Always",
+                "enableServiceLinks": true, "schedulerName": "default-scheduler",
+                "terminationGracePeriodSeconds": 30, "securityContext": {},
+                "priority": 0, "preemptionPolicy": "PreemptLowerPriority",
+                "serviceAccountName": "default", "serviceAccount": "default",
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                    "effect": "NoExecute", "tolerationSeconds": 300}]}}))
+        .unwrap_or_default();
+        let planned = plan(&pod, &ctx());
+        assert!(planned.is_ok(), "{:?}", planned.err());
+        let notes = unenforced(&pod);
+        assert!(
+            notes.iter().any(|n| n.contains("dnsPolicy ClusterFirst")),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("imagePullPolicy Always")),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn a_host_network_pods_defaulted_host_ports_are_its_own() {
+        let pod = |host_port: i32| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "img",
+                    "ports": [{"containerPort": 80, "hostPort": host_port}]}]}}))
+            .unwrap_or_default()
+        };
+        assert!(plan(&pod(80), &ctx()).is_ok());
+        let refused = plan(&pod(8080), &ctx()).err().unwrap_or_default();
+        assert_eq!(
+            refused.first().map(|u| u.field.as_str()),
+            Some("spec.containers[0].ports[0].hostPort")
         );
     }
 

@@ -1,0 +1,184 @@
+//! Which architecture a cluster's task Pods are pinned to (`nodeSelector kubernetes.io/arch`,
+//! as Kandev composes it from its profile's `platform`): `--platform` when given, else the
+//! one the cluster's schedulable nodes carry (their `kubernetes.io/arch` label, which every
+//! kubelet registers). Not the machine the harness runs on: an arm64 laptop driving an amd64
+//! cluster would pin every Pod to nodes that do not exist, and the preflight's dry run (which
+//! does not schedule) could not see it.
+
+use crate::pod::compose::Arch;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use std::collections::BTreeMap;
+
+/// The arch a run's Pods are pinned to and how it was chosen (the report's set-up evidence).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Platform {
+    pub arch: Arch,
+    /// `--platform`, `nodes`, or `this Pod's node` (in the cluster, when the nodes cannot
+    /// be read: the harness runs on one of them).
+    pub from: &'static str,
+    /// Each schedulable node's `kubernetes.io/arch`, when they were read.
+    pub nodes: BTreeMap<String, String>,
+}
+
+/// Why no architecture could be chosen.
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    #[error(
+        "the cluster's nodes could not be read to learn their architecture ({source}); fix: pass --platform linux/amd64 or linux/arm64"
+    )]
+    NodesUnreadable { source: kube::Error },
+    #[error(
+        "the cluster's schedulable nodes have no one architecture ({found}); fix: pass --platform linux/amd64 or linux/arm64 to pin the Pods to one of them"
+    )]
+    Disagree { found: String },
+}
+
+/// Whether the scheduler places ordinary Pods on `node`: not cordoned and without a
+/// `NoSchedule`/`NoExecute` taint (a control plane's, a node going away).
+fn schedulable(node: &Node) -> bool {
+    let spec = node.spec.clone().unwrap_or_default();
+    spec.unschedulable != Some(true)
+        && !spec
+            .taints
+            .iter()
+            .flatten()
+            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+}
+
+/// The architecture `nodes` agree on: that of the schedulable ones (all of them when none
+/// is), each counted by its `kubernetes.io/arch` label.
+pub fn arch_of_nodes(nodes: &[Node]) -> Result<Platform, PlatformError> {
+    let schedulable: Vec<&Node> = nodes.iter().filter(|n| schedulable(n)).collect();
+    let counted: Vec<&Node> = if schedulable.is_empty() {
+        nodes.iter().collect()
+    } else {
+        schedulable
+    };
+    let archs: BTreeMap<String, String> = counted
+        .iter()
+        .map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let arch = n
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("kubernetes.io/arch"))
+                .cloned()
+                .unwrap_or_else(|| "(no kubernetes.io/arch label)".into());
+            (name, arch)
+        })
+        .collect();
+    let mut distinct: Vec<&String> = archs.values().collect();
+    distinct.sort();
+    distinct.dedup();
+    match (
+        distinct.as_slice(),
+        distinct.first().and_then(|a| Arch::from_label(a)),
+    ) {
+        ([_], Some(arch)) => Ok(Platform {
+            arch,
+            from: "nodes",
+            nodes: archs,
+        }),
+        _ => {
+            let found = if archs.is_empty() {
+                "the cluster lists no nodes".to_owned()
+            } else {
+                archs
+                    .iter()
+                    .map(|(n, a)| format!("{n}: {a}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            Err(PlatformError::Disagree { found })
+        }
+    }
+}
+
+/// The run's platform: `--platform`, else the nodes' (read with `admin`); in the cluster,
+/// nodes the run may not read leave the architecture of the node it runs on.
+pub async fn resolve(
+    admin: &kube::Client,
+    platform: Option<Arch>,
+    in_cluster: bool,
+) -> Result<Platform, PlatformError> {
+    if let Some(arch) = platform {
+        return Ok(Platform {
+            arch,
+            from: "--platform",
+            nodes: BTreeMap::new(),
+        });
+    }
+    match Api::<Node>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => arch_of_nodes(&list.items),
+        Err(_) if in_cluster => Ok(Platform {
+            arch: Arch::of_this_machine(),
+            from: "this Pod's node",
+            nodes: BTreeMap::new(),
+        }),
+        Err(source) => Err(PlatformError::NodesUnreadable { source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, arch: &str, extra: serde_json::Value) -> Node {
+        let mut value = serde_json::json!({"metadata": {"name": name,
+            "labels": {"kubernetes.io/arch": arch}}, "spec": {}});
+        if let (Some(spec), Some(extra)) = (value["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
+        serde_json::from_value(value).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_schedulable_nodes_name_the_arch() {
+        let nodes = [
+            node("a", "arm64", serde_json::json!({})),
+            node("b", "arm64", serde_json::json!({})),
+            // A control plane of another arch, tainted: not where task Pods go.
+            node(
+                "cp",
+                "amd64",
+                serde_json::json!({"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}),
+            ),
+            node(
+                "cordoned",
+                "amd64",
+                serde_json::json!({"unschedulable": true}),
+            ),
+        ];
+        let platform = arch_of_nodes(&nodes).map_err(|e| e.to_string());
+        assert_eq!(
+            platform.map(|p| (p.arch, p.from)),
+            Ok((Arch::Arm64, "nodes"))
+        );
+    }
+
+    #[test]
+    fn disagreeing_nodes_are_refused_naming_platform() {
+        let nodes = [
+            node("a", "arm64", serde_json::json!({})),
+            node("b", "amd64", serde_json::json!({})),
+        ];
+        let refused = arch_of_nodes(&nodes)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            refused.contains("a: arm64, b: amd64") && refused.contains("--platform linux/amd64"),
+            "{refused}"
+        );
+        let none = arch_of_nodes(&[])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(none.contains("no nodes"), "{none}");
+    }
+}

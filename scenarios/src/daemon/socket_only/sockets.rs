@@ -1,0 +1,731 @@
+//! The sockets `daemon::socket_only` enumerates, read from the kernel's own tables: every
+//! socket of every family (`/proc/net/{tcp,tcp6,udp,udp6,unix}`) in the Pod's network
+//! namespace, and every socket the daemon process holds (its `/proc/<pid>/fd` links to
+//! socket inodes, looked up in its own network namespace's tables), with its configured
+//! hosts (`-H`/`--host` in any spelling, `daemon.json`'s `hosts`).
+//!
+//! Each listing carries its positive control, so that an empty or failed read never reads as
+//! "nothing listens": the loopback control port in the Pod's listing, the daemon's own
+//! socket among the unix listeners it holds.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The socket tables read, in the order the probes print them.
+pub const FAMILIES: [&str; 5] = ["tcp", "tcp6", "udp", "udp6", "unix"];
+/// The families a kernel without IPv6 (`ipv6.disable=1`) has no table for: absent, no socket
+/// of them can exist.
+const IPV6_FAMILIES: [&str; 2] = ["tcp6", "udp6"];
+/// The daemon's own socket: the one place it may answer.
+pub const DAEMON_SOCKET: &str = "/run/docker/docker.sock";
+
+/// One socket of a kernel table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Socket {
+    /// `tcp`, `tcp6`, `udp`, `udp6` or `unix`.
+    pub family: String,
+    /// `addr:port` (IPv6 as `[addr]:port`); for unix the path (`@name` when abstract, empty
+    /// when unnamed).
+    pub local: String,
+    pub inode: u64,
+    /// A listener: TCP `LISTEN`, an unconnected bound UDP socket, a unix socket accepting
+    /// connections.
+    pub listening: bool,
+}
+
+impl Socket {
+    /// As the diagnosis names it: `tcp 0.0.0.0:2375`, `unix /run/docker/docker.sock`.
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.family, self.local)
+    }
+}
+
+/// `addr:port` of a `/proc/net/tcp{,6}`/`udp{,6}` local address (hex, host byte order
+/// words).
+fn inet_address(hex: &str) -> Option<String> {
+    let (addr, port) = hex.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    match addr.len() {
+        8 => {
+            let word = u32::from_str_radix(addr, 16).ok()?;
+            Some(format!(
+                "{}:{port}",
+                std::net::Ipv4Addr::from(word.swap_bytes())
+            ))
+        }
+        32 => {
+            let mut bytes = [0u8; 16];
+            for (i, chunk) in bytes.chunks_mut(4).enumerate() {
+                let word = u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16).ok()?;
+                chunk.copy_from_slice(&word.swap_bytes().to_be_bytes());
+            }
+            Some(format!("[{}]:{port}", std::net::Ipv6Addr::from(bytes)))
+        }
+        _ => None,
+    }
+}
+
+/// The sockets of one kernel table's text (its header line skipped).
+pub fn parse_table(family: &str, text: &str) -> Vec<Socket> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if family == "unix" {
+            // Num RefCount Protocol Flags Type St Inode [Path]
+            let (Some(flags), Some(inode)) = (fields.get(3), fields.get(6)) else {
+                continue;
+            };
+            let (Ok(flags), Ok(inode)) = (u32::from_str_radix(flags, 16), inode.parse::<u64>())
+            else {
+                continue;
+            };
+            out.push(Socket {
+                family: family.to_owned(),
+                local: fields.get(7).map(|p| (*p).to_owned()).unwrap_or_default(),
+                inode,
+                // __SO_ACCEPTCON: the socket listens.
+                listening: flags & 0x0001_0000 != 0,
+            });
+        } else {
+            // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            let (Some(local), Ok(inode)) = (inet_address(local), inode.parse::<u64>()) else {
+                continue;
+            };
+            let listening = match family {
+                // TCP_LISTEN
+                "tcp" | "tcp6" => *state == "0A",
+                // TCP_CLOSE on a UDP socket: bound, unconnected, receiving from anyone.
+                _ => *state == "07",
+            };
+            out.push(Socket {
+                family: family.to_owned(),
+                local,
+                inode,
+                listening,
+            });
+        }
+    }
+    out
+}
+
+/// The script that prints every socket table of the network namespace it runs in: a
+/// section per family (`== <family>`), then the table, or `!! absent <family>` (no such
+/// table) or `!! failed <family>`; `== end` when all were read.
+pub fn netns_probe(proc_net: &str) -> String {
+    format!(
+        "for f in {}; do echo \"== $f\"; if [ ! -e {proc_net}/$f ]; then echo \"!! absent $f\"; elif ! cat {proc_net}/$f; then echo \"!! failed $f\"; fi; done; echo '== end'",
+        FAMILIES.join(" ")
+    )
+}
+
+/// A network namespace's socket tables as [`netns_probe`] printed them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Tables {
+    pub sockets: Vec<Socket>,
+    /// Families whose table was read.
+    pub read: BTreeSet<String>,
+    /// Families without a table (a kernel without IPv6).
+    pub absent: BTreeSet<String>,
+    /// Families whose table could not be read.
+    pub failed: BTreeSet<String>,
+    /// The probe reached its end.
+    pub complete: bool,
+}
+
+impl Tables {
+    pub fn parse(text: &str) -> Self {
+        let mut tables = Tables::default();
+        let mut family: Option<String> = None;
+        let mut body: BTreeMap<String, String> = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(name) = line.strip_prefix("== ") {
+                let name = name.trim();
+                if name == "end" {
+                    tables.complete = true;
+                    family = None;
+                } else if FAMILIES.contains(&name) {
+                    family = Some(name.to_owned());
+                    body.entry(name.to_owned()).or_default();
+                } else {
+                    family = None;
+                }
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("!! ") {
+                let mut words = rest.split_whitespace();
+                match (words.next(), words.next()) {
+                    (Some("absent"), Some(f)) => {
+                        tables.absent.insert(f.to_owned());
+                    }
+                    (Some(_), Some(f)) => {
+                        tables.failed.insert(f.to_owned());
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            if let Some(f) = &family {
+                let text = body.entry(f.clone()).or_default();
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        for (f, text) in body {
+            if tables.absent.contains(&f) || tables.failed.contains(&f) {
+                continue;
+            }
+            tables.sockets.extend(parse_table(&f, &text));
+            tables.read.insert(f);
+        }
+        tables
+    }
+
+    /// What keeps these tables from being the whole evidence: a table that failed or is
+    /// missing (only the IPv6 ones may be absent), a probe that did not reach its end.
+    pub fn incomplete(&self) -> Vec<String> {
+        let mut wrong = Vec::new();
+        if !self.complete {
+            wrong.push("the socket listing did not reach its end".to_owned());
+        }
+        for f in FAMILIES {
+            if self.failed.contains(f) {
+                wrong.push(format!("/proc/net/{f} could not be read"));
+            } else if self.absent.contains(f) && !IPV6_FAMILIES.contains(&f) {
+                wrong.push(format!("/proc/net/{f} is missing"));
+            } else if !self.read.contains(f) && !self.absent.contains(f) {
+                wrong.push(format!("/proc/net/{f} was not listed"));
+            }
+        }
+        wrong
+    }
+
+    pub fn listeners(&self) -> impl Iterator<Item = &Socket> {
+        self.sockets.iter().filter(|s| s.listening)
+    }
+}
+
+/// What the Pod's network namespace shows, judged: every TCP and UDP listener must be the
+/// loopback control port `control` (`127.0.0.1:8765`), which must be there (the listing's
+/// positive control), or the backend's plumbing (one listener per protocol at each of
+/// `plumbing`'s addresses). Returns what is wrong (empty: the promise holds).
+pub fn judge_pod_listeners(tables: &Tables, control: &str, plumbing: &[String]) -> Vec<String> {
+    let mut wrong = tables.incomplete();
+    let control_seen = tables
+        .listeners()
+        .any(|s| s.family == "tcp" && s.local == control);
+    if !control_seen {
+        wrong.push(format!(
+            "the listing does not show the control port {control} listening: it is no evidence that nothing else listens"
+        ));
+    }
+    let mut excused: BTreeSet<(String, String)> = BTreeSet::new();
+    for socket in tables.listeners().filter(|s| s.family != "unix") {
+        if socket.family == "tcp" && socket.local == control {
+            continue;
+        }
+        let address = socket
+            .local
+            .rsplit_once(':')
+            .map(|(a, _)| a)
+            .unwrap_or_default();
+        let protocol = socket.family.trim_end_matches('6').to_owned();
+        // The resolver holds one listener per protocol there; a second (a Pod process
+        // binding the same address) is the Pod's own and counts.
+        if plumbing.iter().any(|p| p == address) && excused.insert((protocol, address.to_owned())) {
+            continue;
+        }
+        wrong.push(format!("listening: {}", socket.describe()));
+    }
+    wrong
+}
+
+/// The script the daemon's container runs: for each `dockerd` process, its argv (a line
+/// each), the socket inodes its descriptors hold, and its network namespace's tables; then
+/// `== end`.
+pub fn daemon_probe() -> String {
+    format!(
+        r#"for p in /proc/[0-9]*; do
+  [ "$(cat $p/comm 2>/dev/null)" = dockerd ] || continue
+  pid=${{p#/proc/}}
+  echo "=== process $pid"
+  tr '\0' '\n' < $p/cmdline
+  echo "=== fds $pid"
+  for fd in $p/fd/*; do readlink "$fd"; done 2>/dev/null | grep '^socket:' || true
+  echo "=== tables $pid"
+  {}
+done
+echo "=== end""#,
+        netns_probe("$p/net")
+    )
+}
+
+/// One daemon process as [`daemon_probe`] showed it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DaemonProcess {
+    pub pid: u32,
+    pub argv: Vec<String>,
+    /// The socket inodes its descriptors hold.
+    pub inodes: BTreeSet<u64>,
+    /// Its network namespace's tables.
+    pub tables: Tables,
+}
+
+impl DaemonProcess {
+    /// The sockets it holds, as its network namespace lists them.
+    pub fn held(&self) -> Vec<&Socket> {
+        self.tables
+            .sockets
+            .iter()
+            .filter(|s| self.inodes.contains(&s.inode))
+            .collect()
+    }
+
+    /// The hosts its command line configures (`-H X`, `-HX`, `-H=X`, `--host X`,
+    /// `--host=X`), and the config file it reads (`--config-file`, default
+    /// `/etc/docker/daemon.json`).
+    pub fn configured(&self) -> (Vec<String>, String) {
+        let mut hosts = Vec::new();
+        let mut config = "/etc/docker/daemon.json".to_owned();
+        let mut args = self.argv.iter().skip(1);
+        while let Some(arg) = args.next() {
+            let value = |inline: Option<&str>, args: &mut dyn Iterator<Item = &String>| {
+                inline
+                    .map(str::to_owned)
+                    .or_else(|| args.next().cloned())
+                    .unwrap_or_default()
+            };
+            if arg == "-H" || arg == "--host" {
+                hosts.push(value(None, &mut args));
+            } else if let Some(v) = arg.strip_prefix("--host=") {
+                hosts.push(v.to_owned());
+            } else if let Some(v) = arg.strip_prefix("-H") {
+                hosts.push(v.strip_prefix('=').unwrap_or(v).to_owned());
+            } else if arg == "--config-file" {
+                config = value(None, &mut args);
+            } else if let Some(v) = arg.strip_prefix("--config-file=") {
+                config = v.to_owned();
+            }
+        }
+        (hosts, config)
+    }
+}
+
+/// The daemon processes [`daemon_probe`] printed, and whether it reached its end.
+pub fn parse_daemons(text: &str) -> (Vec<DaemonProcess>, bool) {
+    let mut daemons: Vec<DaemonProcess> = Vec::new();
+    let mut section = "";
+    let mut tables = String::new();
+    let mut complete = false;
+    let finish_tables = |daemons: &mut Vec<DaemonProcess>, tables: &mut String| {
+        if let Some(last) = daemons.last_mut()
+            && !tables.is_empty()
+        {
+            last.tables = Tables::parse(tables);
+        }
+        tables.clear();
+    };
+    for line in text.lines() {
+        if let Some(head) = line.strip_prefix("=== ") {
+            let mut words = head.split_whitespace();
+            match (
+                words.next(),
+                words.next().and_then(|p| p.parse::<u32>().ok()),
+            ) {
+                (Some("process"), Some(pid)) => {
+                    finish_tables(&mut daemons, &mut tables);
+                    daemons.push(DaemonProcess {
+                        pid,
+                        ..Default::default()
+                    });
+                    section = "argv";
+                }
+                (Some("fds"), Some(_)) => section = "fds",
+                (Some("tables"), Some(_)) => section = "tables",
+                (Some("end"), _) => {
+                    finish_tables(&mut daemons, &mut tables);
+                    complete = true;
+                    section = "";
+                }
+                _ => section = "",
+            }
+            continue;
+        }
+        let Some(daemon) = daemons.last_mut() else {
+            continue;
+        };
+        match section {
+            "argv" if !line.is_empty() => daemon.argv.push(line.to_owned()),
+            "fds" => {
+                if let Some(inode) = line
+                    .trim()
+                    .strip_prefix("socket:[")
+                    .and_then(|r| r.strip_suffix(']'))
+                    .and_then(|i| i.parse().ok())
+                {
+                    daemon.inodes.insert(inode);
+                }
+            }
+            "tables" => {
+                tables.push_str(line);
+                tables.push('\n');
+            }
+            _ => {}
+        }
+    }
+    if !complete {
+        finish_tables(&mut daemons, &mut tables);
+    }
+    (daemons, complete)
+}
+
+/// The `hosts` of a `daemon.json` text (none when it names none); an error when it is not
+/// JSON (dockerd would refuse to start, so the text is not what it runs with).
+pub fn config_hosts(text: &str) -> Result<Vec<String>, String> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    Ok(match value.get("hosts") {
+        Some(serde_json::Value::Array(hosts)) => hosts
+            .iter()
+            .map(|h| h.as_str().map_or_else(|| h.to_string(), str::to_owned))
+            .collect(),
+        Some(serde_json::Value::String(host)) => vec![host.clone()],
+        Some(other) => vec![other.to_string()],
+        None => Vec::new(),
+    })
+}
+
+/// A configured host that is not the daemon's own socket: `tcp://`, `fd://` (sockets a
+/// service manager passes in), a bare `host:port` or `:port` (dockerd reads it as TCP), a
+/// unix socket elsewhere.
+pub fn foreign_host(host: &str) -> bool {
+    host.trim() != format!("unix://{DAEMON_SOCKET}")
+}
+
+/// Judges the daemon processes: at least one was seen, whole; each holds its own socket
+/// [`DAEMON_SOCKET`] among its unix listeners (the positive control); none holds a TCP or
+/// UDP socket or an abstract unix listener (reachable from the Pod's network namespace); no
+/// host configured on its command line or in its config file (`config_hosts`, by pid) is
+/// other than its own socket. Returns what is wrong.
+pub fn judge_daemons(
+    daemons: &[DaemonProcess],
+    complete: bool,
+    config_hosts: &BTreeMap<u32, Result<Vec<String>, String>>,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    if !complete {
+        wrong.push("the daemon's socket listing did not reach its end".to_owned());
+    }
+    if daemons.is_empty() {
+        wrong.push("no dockerd process in the daemon's container".to_owned());
+    }
+    for daemon in daemons {
+        let pid = daemon.pid;
+        wrong.extend(
+            daemon
+                .tables
+                .incomplete()
+                .into_iter()
+                .map(|w| format!("dockerd {pid}: {w}")),
+        );
+        let held = daemon.held();
+        if !held
+            .iter()
+            .any(|s| s.family == "unix" && s.listening && s.local == DAEMON_SOCKET)
+        {
+            wrong.push(format!(
+                "dockerd {pid}: its own socket {DAEMON_SOCKET} is not among the unix listeners it holds: the listing is no evidence of what else it holds"
+            ));
+        }
+        for socket in &held {
+            match socket.family.as_str() {
+                "unix" if socket.listening && socket.local.starts_with('@') => wrong.push(format!(
+                    "dockerd {pid} listens on the abstract unix socket {}",
+                    socket.local
+                )),
+                "unix" => {}
+                _ => wrong.push(format!("dockerd {pid} holds {}", socket.describe())),
+            }
+        }
+        let (hosts, config) = daemon.configured();
+        for host in hosts.iter().filter(|h| foreign_host(h)) {
+            wrong.push(format!(
+                "dockerd {pid} is configured with the host {host:?}"
+            ));
+        }
+        match config_hosts.get(&pid) {
+            Some(Ok(hosts)) => {
+                for host in hosts.iter().filter(|h| foreign_host(h)) {
+                    wrong.push(format!("dockerd {pid}: {config} names the host {host:?}"));
+                }
+            }
+            Some(Err(why)) => wrong.push(format!("dockerd {pid}: {config}: {why}")),
+            None => wrong.push(format!("dockerd {pid}: {config} was not read")),
+        }
+    }
+    wrong
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TCP: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:223D 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 5001 1 0 100 0 0 10 0\n   1: 0B00007F:A1B2 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5002 1 0 100 0 0 10 0\n   2: 0100007F:223D 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000        0 5003 1 0 100 0 0 10 0\n";
+    const UDP: &str = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n  1: 0B00007F:C350 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 6001 2 0 0\n";
+    const TCP6: &str = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000000000000000000001000000:0947 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 7001 1 0 100 0 0 10 0\n";
+    const UNIX: &str = "Num       RefCount Protocol Flags    Type St Inode Path\n0000000000000000: 00000002 00000000 00010000 0001 01 8001 /run/docker/docker.sock\n0000000000000000: 00000002 00000000 00010000 0001 01 8002 /run/dockerd/containerd/containerd.sock\n0000000000000000: 00000003 00000000 00000000 0001 03 8003\n";
+
+    fn listing(tcp: &str, udp: &str, tcp6: &str) -> String {
+        format!(
+            "== tcp\n{tcp}== tcp6\n{tcp6}== udp\n{udp}== udp6\n!! absent udp6\n== unix\n{UNIX}== end\n"
+        )
+    }
+
+    #[test]
+    fn tables_are_parsed_with_addresses_states_and_inodes() {
+        let sockets = parse_table("tcp", TCP);
+        assert_eq!(
+            sockets
+                .iter()
+                .map(|s| (s.local.as_str(), s.listening, s.inode))
+                .collect::<Vec<_>>(),
+            [
+                ("127.0.0.1:8765", true, 5001),
+                ("127.0.0.11:41394", true, 5002),
+                ("127.0.0.1:8765", false, 5003)
+            ]
+        );
+        assert_eq!(parse_table("tcp6", TCP6)[0].local, "[::1]:2375");
+        assert_eq!(parse_table("udp", UDP)[0].local, "127.0.0.11:50000");
+        let unix = parse_table("unix", UNIX);
+        assert_eq!(unix.len(), 3);
+        assert!(unix[0].listening && unix[0].local == DAEMON_SOCKET);
+        assert!(!unix[2].listening && unix[2].local.is_empty());
+    }
+
+    #[test]
+    fn the_pod_listing_holds_with_only_the_control_port_and_the_plumbing() {
+        let empty6 = TCP6.lines().next().unwrap_or_default().to_owned() + "\n";
+        let tables = Tables::parse(&listing(TCP, UDP, &empty6));
+        assert_eq!(tables.incomplete(), Vec::<String>::new());
+        let plumbing = vec!["127.0.0.11".to_owned()];
+        assert_eq!(
+            judge_pod_listeners(&tables, "127.0.0.1:8765", &plumbing),
+            Vec::<String>::new()
+        );
+        // Without the plumbing excused, the resolver's two listeners count.
+        assert_eq!(judge_pod_listeners(&tables, "127.0.0.1:8765", &[]).len(), 2);
+        // A TCP listener on IPv6 counts.
+        let tables = Tables::parse(&listing(TCP, UDP, TCP6));
+        assert_eq!(
+            judge_pod_listeners(&tables, "127.0.0.1:8765", &plumbing),
+            vec!["listening: tcp6 [::1]:2375".to_owned()]
+        );
+    }
+
+    /// A probe made to fail fails the check: an empty read, a table that could not be read,
+    /// a listing cut short, or one without the control port is no evidence of "nothing".
+    #[test]
+    fn an_empty_failed_or_partial_listing_fails() {
+        let plumbing = vec!["127.0.0.11".to_owned()];
+        assert!(!judge_pod_listeners(&Tables::parse(""), "127.0.0.1:8765", &plumbing).is_empty());
+        let failed = listing(TCP, UDP, TCP6).replace(
+            &format!("== tcp\n{TCP}"),
+            "== tcp\ncat: /proc/net/tcp: Permission denied\n!! failed tcp\n",
+        );
+        let wrong = judge_pod_listeners(&Tables::parse(&failed), "127.0.0.1:8765", &plumbing);
+        assert!(
+            wrong
+                .iter()
+                .any(|w| w.contains("/proc/net/tcp could not be read")),
+            "{wrong:?}"
+        );
+        assert!(
+            wrong.iter().any(|w| w.contains("control port")),
+            "{wrong:?}"
+        );
+        let cut = listing(TCP, UDP, TCP6).replace("== end\n", "");
+        assert!(
+            judge_pod_listeners(&Tables::parse(&cut), "127.0.0.1:8765", &plumbing)
+                .iter()
+                .any(|w| w.contains("did not reach its end"))
+        );
+        let no_control = listing(
+            &TCP.replace(
+                "0100007F:223D 00000000:0000 0A",
+                "0100007F:223D 00000000:0000 07",
+            ),
+            UDP,
+            TCP6,
+        );
+        assert!(
+            judge_pod_listeners(&Tables::parse(&no_control), "127.0.0.1:8765", &plumbing)
+                .iter()
+                .any(|w| w.contains("control port"))
+        );
+        // Only the IPv6 tables may be absent (a kernel without IPv6).
+        let no_udp =
+            listing(TCP, UDP, TCP6).replace(&format!("== udp\n{UDP}"), "== udp\n!! absent udp\n");
+        assert!(
+            Tables::parse(&no_udp)
+                .incomplete()
+                .iter()
+                .any(|w| w.contains("/proc/net/udp is missing"))
+        );
+    }
+
+    /// The probe as a container runs it (sh), on this host's own tables: complete, every
+    /// table read (or IPv6 absent).
+    #[test]
+    fn the_netns_probe_reads_every_table() {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &netns_probe("/proc/net")])
+            .output()
+            .unwrap();
+        let tables = Tables::parse(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(tables.incomplete(), Vec::<String>::new());
+        assert!(tables.read.contains("unix"));
+        let broken = std::process::Command::new("sh")
+            .args(["-c", &netns_probe("/nonexistent")])
+            .output()
+            .unwrap();
+        assert!(
+            !Tables::parse(&String::from_utf8_lossy(&broken.stdout))
+                .incomplete()
+                .is_empty()
+        );
+    }
+
+    fn daemon_text(argv: &str, fds: &str, tcp: &str) -> String {
+        format!(
+            "=== process 7\n{argv}=== fds 7\n{fds}=== tables 7\n{}=== end\n",
+            listing(tcp, UDP, TCP6)
+        )
+    }
+
+    const GOOD_ARGV: &str = "dockerd\n--host=unix:///run/docker/docker.sock\n--group=1000\n";
+    const HEADER: &str = "  sl  local_address rem_address   st\n";
+
+    fn config(hosts: &[&str]) -> BTreeMap<u32, Result<Vec<String>, String>> {
+        BTreeMap::from([(7, Ok(hosts.iter().map(|h| (*h).to_owned()).collect()))])
+    }
+
+    #[test]
+    fn a_daemon_holding_only_its_socket_holds() {
+        let (daemons, complete) = parse_daemons(&daemon_text(
+            GOOD_ARGV,
+            "socket:[8001]\nsocket:[8002]\n",
+            TCP,
+        ));
+        assert!(complete);
+        assert_eq!(daemons.len(), 1);
+        assert_eq!(daemons[0].argv[0], "dockerd");
+        assert_eq!(
+            judge_daemons(&daemons, complete, &config(&[])),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_daemon_holding_a_tcp_listener_or_configured_with_any_network_host_fails() {
+        // The listener it holds in its own network namespace (unshare --net).
+        let tcp = format!(
+            "{HEADER}   0: 00000000:0947 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 9001 1\n"
+        );
+        let (daemons, complete) = parse_daemons(&daemon_text(
+            GOOD_ARGV,
+            "socket:[8001]\nsocket:[9001]\n",
+            &tcp,
+        ));
+        assert_eq!(
+            judge_daemons(&daemons, complete, &config(&[])),
+            vec!["dockerd 7 holds tcp 0.0.0.0:2375".to_owned()]
+        );
+        // Every spelling of a host that is not the socket.
+        for argv in [
+            "dockerd\n-H\ntcp://0.0.0.0:2375\n",
+            "dockerd\n-Htcp://0.0.0.0:2375\n",
+            "dockerd\n-H=0.0.0.0:2375\n",
+            "dockerd\n--host\n:2375\n",
+            "dockerd\n--host=fd://\n",
+            "dockerd\n-H\nunix:///workspace/docker.sock\n",
+        ] {
+            let (daemons, complete) = parse_daemons(&daemon_text(
+                &format!("{GOOD_ARGV}{}", &argv["dockerd\n".len()..]),
+                "socket:[8001]\n",
+                TCP,
+            ));
+            let wrong = judge_daemons(&daemons, complete, &config(&[]));
+            assert_eq!(wrong.len(), 1, "{argv}: {wrong:?}");
+            assert!(wrong[0].contains("configured with the host"), "{wrong:?}");
+        }
+        // daemon.json's hosts, from the file the command line names.
+        let (daemons, complete) = parse_daemons(&daemon_text(
+            &format!("{GOOD_ARGV}--config-file\n/etc/d.json\n"),
+            "socket:[8001]\n",
+            TCP,
+        ));
+        assert_eq!(daemons[0].configured().1, "/etc/d.json");
+        let wrong = judge_daemons(&daemons, complete, &config(&["tcp://127.0.0.1:2376"]));
+        assert_eq!(
+            wrong,
+            vec!["dockerd 7: /etc/d.json names the host \"tcp://127.0.0.1:2376\"".to_owned()]
+        );
+        assert_eq!(
+            config_hosts(r#"{"hosts": ["unix:///run/docker/docker.sock", "tcp://0.0.0.0:2375"]}"#),
+            Ok(vec![
+                "unix:///run/docker/docker.sock".to_owned(),
+                "tcp://0.0.0.0:2375".to_owned()
+            ])
+        );
+        assert!(config_hosts("{").is_err());
+        assert_eq!(config_hosts(""), Ok(vec![]));
+    }
+
+    /// A probe made to fail fails the check: no daemon seen, its own socket not among what
+    /// it holds (descriptors unreadable), a listing cut short, a config file not read.
+    #[test]
+    fn a_daemon_listing_without_its_positive_control_fails() {
+        let (none, complete) = parse_daemons("=== end\n");
+        assert!(!judge_daemons(&none, complete, &BTreeMap::new()).is_empty());
+        let (daemons, complete) = parse_daemons(&daemon_text(GOOD_ARGV, "", TCP));
+        let wrong = judge_daemons(&daemons, complete, &config(&[]));
+        assert!(
+            wrong.iter().any(|w| w.contains("its own socket")),
+            "{wrong:?}"
+        );
+        let cut = daemon_text(GOOD_ARGV, "socket:[8001]\n", TCP).replace("=== end\n", "");
+        let (daemons, complete) = parse_daemons(&cut);
+        assert!(!judge_daemons(&daemons, complete, &config(&[])).is_empty());
+        let (daemons, complete) = parse_daemons(&daemon_text(GOOD_ARGV, "socket:[8001]\n", TCP));
+        assert!(!judge_daemons(&daemons, complete, &BTreeMap::new()).is_empty());
+        let abstract_listener = daemon_text(GOOD_ARGV, "socket:[8001]\nsocket:[8009]\n", TCP)
+            .replace(
+                "== end\n=== end",
+                "0000000000000000: 00000002 00000000 00010000 0001 01 8009 @dockerd-debug\n== end\n=== end",
+            );
+        let (daemons, complete) = parse_daemons(&abstract_listener);
+        assert_eq!(
+            judge_daemons(&daemons, complete, &config(&[])),
+            vec!["dockerd 7 listens on the abstract unix socket @dockerd-debug".to_owned()]
+        );
+    }
+
+    /// The daemon probe as the companion runs it (sh), on this host: whatever dockerd
+    /// processes it sees, it reaches its end.
+    #[test]
+    fn the_daemon_probe_runs_to_its_end() {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &daemon_probe()])
+            .output()
+            .unwrap();
+        let (_, complete) = parse_daemons(&String::from_utf8_lossy(&out.stdout));
+        assert!(complete);
+    }
+}

@@ -14,7 +14,7 @@
 #           starts dockerd in kandev-engine; a systemd unit has one too)
 #   pods    the Pods' containers and everything nested in them: the cgroup parent the
 #           catalogue's local backend gives every Pod (kandev-acceptance/pod<uid>) and the one
-#           the baseline gives its containers (BASELINE_CGROUP, kandev-baseline)
+#           the baseline gives its containers (BASELINE_CGROUP, /kandev-baseline)
 #   rest    the machine's busy CPU less those three (the kernel's work for nobody's cgroup,
 #           other processes)
 # It then prints each command's median and spread (min-max) with the split, the
@@ -124,7 +124,8 @@ esac
 # The Pods' cgroup parents: the local backend's (harness/src/backend/local/plan: CGROUP_ROOT)
 # and the baseline's.
 catalogue_pods_cg=kandev-acceptance
-export BASELINE_CGROUP=kandev-baseline
+# Absolute, as the local backend's: a relative parent is taken below dockerd's own cgroup.
+export BASELINE_CGROUP=/kandev-baseline
 mkdir -p "$(cg_dir kandev-bench)"
 echo "bench-catalogue: cgroup v$((cgroup_v2 + 1)); engine $engine_cg, Pods $catalogue_pods_cg (catalogue) and $BASELINE_CGROUP (baseline), each run in kandev-bench/<run>"
 

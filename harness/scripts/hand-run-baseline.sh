@@ -10,7 +10,7 @@
 #   Environment (defaults = the catalogue's defaults; bench-catalogue.sh passes the run's):
 #   POD_MTU (1450), DOCKER_READY_TIMEOUT_SECONDS (60), REQUIRED_TOOLS ("git python-venv c node
 #   pnpm go rust docker buildx compose playwright"), OPTIONAL_TOOLS ("golangci-lint"),
-#   PREPARE_SCRIPT (the fixture's), BASELINE_CGROUP (kandev-baseline: the Pod containers'
+#   PREPARE_SCRIPT (the fixture's), BASELINE_CGROUP (/kandev-baseline: the Pod containers'
 #   cgroup parent).
 #
 # THE SAME AS THE CATALOGUE
@@ -164,7 +164,9 @@ OPTIONAL_TOOLS=${OPTIONAL_TOOLS:-golangci-lint}
 # Every Pod container's cgroup parent (no limits of its own: the containers' limits decide, as
 # before), so that bench-catalogue.sh can read what the Pods used, nested work included, as it
 # reads the catalogue's Pod cgroups under kandev-acceptance/.
-BASELINE_CGROUP=${BASELINE_CGROUP:-kandev-baseline}
+# Absolute: a relative parent is taken below dockerd's own cgroup (the engine's, where its CPU
+# would count as the engine's).
+BASELINE_CGROUP=${BASELINE_CGROUP:-/kandev-baseline}
 [ -f "$A" ] || { echo "hand-run-baseline: no mock agent binary at $A" >&2; exit 2; }
 [ -f "$PREPARE_SCRIPT" ] || { echo "hand-run-baseline: no prepare script at $PREPARE_SCRIPT" >&2; exit 2; }
 docker image inspect "$W" "$D" >/dev/null || { echo "hand-run-baseline: build the images first (a catalogue run does)" >&2; exit 2; }

@@ -10,7 +10,8 @@
 #   Environment (defaults = the catalogue's defaults; bench-catalogue.sh passes the run's):
 #   POD_MTU (1450), DOCKER_READY_TIMEOUT_SECONDS (60), REQUIRED_TOOLS ("git python-venv c node
 #   pnpm go rust docker buildx compose playwright"), OPTIONAL_TOOLS ("golangci-lint"),
-#   PREPARE_SCRIPT (the fixture's).
+#   PREPARE_SCRIPT (the fixture's), BASELINE_CGROUP (/kandev-baseline: the Pod containers'
+#   cgroup parent).
 #
 # THE SAME AS THE CATALOGUE
 # - 27 Pods of sessions, as the 19 Pod scenarios make them (template::grant_rules and
@@ -81,7 +82,8 @@
 #   in the catalogue the infra container keeps the Pod's namespaces across the restart.
 # - No Pod-level cgroup (the harness's /kandev-acceptance/pod<uid>, 7 GiB, 4 CPUs, 4096 pids,
 #   as the containers' parent): each container has the template's own limits, which decide
-#   everything here (the hog dies at docker-engine's 3 GiB in both).
+#   everything here (the hog dies at docker-engine's 3 GiB in both). Every container's parent
+#   is one cgroup without limits, BASELINE_CGROUP, which only counts their CPU.
 # - Commands run with `docker exec` (the agent's ones as UID 1000 in /workspace with the
 #   session's HOME, not the rest of its auth.env), one exec per run of consecutive commands
 #   in one container (the tool jobs and the recipe tools' versions one exec each, not one
@@ -159,6 +161,12 @@ POD_MTU=${POD_MTU:-1450}
 READY_TIMEOUT=${DOCKER_READY_TIMEOUT_SECONDS:-60}
 REQUIRED_TOOLS=${REQUIRED_TOOLS:-git python-venv c node pnpm go rust docker buildx compose playwright}
 OPTIONAL_TOOLS=${OPTIONAL_TOOLS:-golangci-lint}
+# Every Pod container's cgroup parent (no limits of its own: the containers' limits decide, as
+# before), so that bench-catalogue.sh can read what the Pods used, nested work included, as it
+# reads the catalogue's Pod cgroups under kandev-acceptance/.
+# Absolute: a relative parent is taken below dockerd's own cgroup (the engine's, where its CPU
+# would count as the engine's).
+BASELINE_CGROUP=${BASELINE_CGROUP:-/kandev-baseline}
 [ -f "$A" ] || { echo "hand-run-baseline: no mock agent binary at $A" >&2; exit 2; }
 [ -f "$PREPARE_SCRIPT" ] || { echo "hand-run-baseline: no prepare script at $PREPARE_SCRIPT" >&2; exit 2; }
 docker image inspect "$W" "$D" >/dev/null || { echo "hand-run-baseline: build the images first (a catalogue run does)" >&2; exit 2; }
@@ -267,7 +275,7 @@ pod() {
   vol "$s-docker-data"
   dvol "$s-kandev-runtime"
   vol --opt type=tmpfs --opt device=tmpfs --opt o=$FSGROUP_TMPFS "$s-kandev-auth"
-  docker run -d --label "$P" --name "$s-kandev-agent" --hostname "$s" --network "$NET" \
+  docker run -d --label "$P" --cgroup-parent "$BASELINE_CGROUP" --name "$s-kandev-agent" --hostname "$s" --network "$NET" \
     --ipc shareable --restart always -u 1000:1000 --group-add 1000 --cap-drop ALL \
     --security-opt no-new-privileges:true --memory 4294967296 --memory-swap 4294967296 \
     --cpus 2 --cpu-shares 256 -e HOSTNAME="$s" -e DOCKER_HOST=unix:///run/docker/docker.sock \
@@ -276,7 +284,7 @@ pod() {
     --mount "$(mnt "$ws" /workspace)" --entrypoint sh "$W" -c "$BOOTSTRAP" >/dev/null
   local cmd=(-ceu "$DAEMON_SCRIPT")
   [ "$daemon" != absent ] || cmd=(-c 'exec sleep 3600')
-  docker run -d --label "$P" --name "$s-docker-engine" --network "container:$s-kandev-agent" \
+  docker run -d --label "$P" --cgroup-parent "$BASELINE_CGROUP" --name "$s-docker-engine" --network "container:$s-kandev-agent" \
     --ipc "container:$s-kandev-agent" --restart always -u 0:0 --privileged --group-add 1000 \
     --memory 3221225472 --memory-swap 3221225472 --cpus 2 --cpu-shares 256 -e HOSTNAME="$s" \
     --mount "$(mnt "$ws" /workspace "$grant")" --mount "$(mnt "$s-docker-socket" /run/docker)" \
@@ -500,7 +508,7 @@ teardown "$s"
 
 # --- network::mtu: the HTTPS peer (a Pod outside the session), then the session --------------
 peer=$P-peer
-docker run -d --label "$P" --name "$peer" --network "$NET" --restart no -e HOSTNAME="$peer" "$D" /bin/sh -c \
+docker run -d --label "$P" --cgroup-parent "$BASELINE_CGROUP" --name "$peer" --network "$NET" --restart no -e HOSTNAME="$peer" "$D" /bin/sh -c \
   'set -e; mkdir -p /srv && cd /srv && openssl req -x509 -newkey rsa:2048 -nodes -keyout k.pem -out c.pem -subj /CN=peer -days 1 2>/dev/null && head -c 67108864 /dev/urandom > big.bin && sha256sum big.bin > big.sha.part && mv big.sha.part big.sha && exec openssl s_server -quiet -WWW -accept 8443 -cert c.pem -key k.pem' >>"$OUT"
 session s
 ag "$s" 'set -eu
@@ -669,7 +677,7 @@ delete_pod "$r"; docker volume rm "$s-ws" >/dev/null
 # --- lifecycle::replacement_snapshot: a second companion, the Pod lost and replaced ---------
 # observer NAME: the template's extra companion (the daemon image running sleep, unprivileged).
 observer() {
-  docker run -d --label "$P" --name "$1-observer" --network "container:$1-kandev-agent" \
+  docker run -d --label "$P" --cgroup-parent "$BASELINE_CGROUP" --name "$1-observer" --network "container:$1-kandev-agent" \
     --ipc "container:$1-kandev-agent" --restart always -u 1000:1000 --cap-drop ALL \
     --security-opt no-new-privileges:true --memory 67108864 --memory-swap 67108864 --cpus 0.1 \
     --entrypoint sleep "$D" infinity >/dev/null

@@ -43,16 +43,18 @@ pub fn scenario() -> Scenario {
 }
 
 /// Asks the replacement's daemon for the old nested container and volume (suffix `s`): one
-/// line each, `<kind> present`, `<kind> absent` (the daemon answered "No such ...": its own
-/// word that the object is not there) or `<kind> error <what it said>`.
+/// line each, `<kind> present`, `<kind> absent` (the daemon answered "No such container" or
+/// "no such volume": its own word that the object is not there) or `<kind> error <what it
+/// said>`. A bare "no such" is no such answer: Docker 28's CLI says a missing socket with
+/// "connect: no such file or directory", when no daemon answered at all.
 fn old_state_probe(s: &str) -> String {
     format!(
-        "for k in 'container keeper-{s}' 'volume keep-{s}'; do set -- $k; if err=$(docker \"$1\" inspect \"$2\" 2>&1 >/dev/null); then echo \"$1 present\"; else case $err in *'No such'*|*'no such'*) echo \"$1 absent\";; *) echo \"$1 error\" $err;; esac; fi; done"
+        "for k in 'container keeper-{s}' 'volume keep-{s}'; do set -- $k; if err=$(docker \"$1\" inspect \"$2\" 2>&1 >/dev/null); then echo \"$1 present\"; else case $err in *\"No such $1\"*|*\"no such $1\"*) echo \"$1 absent\";; *) echo \"$1 error\" $err;; esac; fi; done"
     )
 }
 
 /// What the probe shows of the old Docker state: the objects still there, and any answer
-/// that is not the daemon's own "No such ..." (a daemon that did not answer shows nothing).
+/// that is not the daemon's own "No such <kind>" (a daemon that did not answer shows nothing).
 fn old_state_left(stdout: &str) -> Vec<String> {
     let mut wrong = Vec::new();
     for kind in ["container", "volume"] {
@@ -213,7 +215,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 mod tests {
     use super::*;
 
-    /// Only the daemon's own "No such ..." for both objects holds; a probe made to fail (no
+    /// Only the daemon's own "No such <kind>" for both objects holds; a probe made to fail (no
     /// daemon answering, no answer at all) fails the check.
     #[test]
     fn old_state_is_gone_only_when_the_daemon_says_so() {
@@ -251,6 +253,16 @@ mod tests {
         assert_eq!(
             run("#!/bin/sh\necho 'Cannot connect to the Docker daemon at unix:///run/docker/docker.sock' >&2\nexit 1\n").len(),
             2
+        );
+        // Docker 28's CLI says a missing socket in words that hold "no such": no daemon
+        // answered, so neither object is shown absent.
+        assert_eq!(
+            run("#!/bin/sh\necho 'failed to connect to the docker API at unix:///run/docker/docker.sock; check if the path is correct and if the daemon is running: dial unix /run/docker/docker.sock: connect: no such file or directory' >&2\nexit 1\n").len(),
+            2
+        );
+        // The daemon's own words for a missing volume, as older CLIs print them.
+        assert!(
+            run("#!/bin/sh\ncase $1 in container) echo \"Error: No such container: $3\";; *) echo \"Error response from daemon: get $3: no such volume\";; esac >&2\nexit 1\n").is_empty()
         );
         assert_eq!(run("#!/bin/sh\necho '[{}]'\n").len(), 2);
     }

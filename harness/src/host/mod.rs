@@ -75,12 +75,18 @@ impl HostEngine {
     }
 
     /// The ID of the image `reference` (a tag or an ID) in this engine, if it has it.
-    pub async fn image_id(&self, reference: &str) -> Option<String> {
-        self.docker
-            .inspect_image(reference)
-            .await
-            .ok()
-            .and_then(|i| i.id)
+    /// `Ok(None)` only when the engine answers that it has no such image (404): an engine
+    /// that did not answer is an error, never evidence that the image is absent.
+    pub async fn image_id(
+        &self,
+        reference: &str,
+    ) -> Result<Option<String>, bollard::errors::Error> {
+        match self.docker.inspect_image(reference).await {
+            // An image the engine shows without an id is still there.
+            Ok(image) => Ok(Some(image.id.unwrap_or_default())),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes the tag `tag` (the image too when nothing else names it); scenarios use it
@@ -96,9 +102,16 @@ impl HostEngine {
             .map(|_| ())
     }
 
-    /// The engine's daemon ID.
-    pub async fn daemon_id(&self) -> Option<String> {
-        self.docker.info().await.ok().and_then(|i| i.id)
+    /// The engine's daemon ID; an error when the engine did not answer or named none.
+    pub async fn daemon_id(&self) -> anyhow::Result<String> {
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|e| anyhow::anyhow!("engine info: {}", crate::error_chain(&e)))?;
+        info.id
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| anyhow::anyhow!("the engine's info names no daemon ID"))
     }
 
     /// Connects, and reads the facts the report records (version, kernel, cgroups).
@@ -129,5 +142,29 @@ impl HostEngine {
             ..Default::default()
         };
         Ok((Self { docker }, environment))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An engine that does not answer is no evidence that it lacks an image or has no ID:
+    /// both questions fail instead of reading "absent".
+    #[tokio::test]
+    async fn an_engine_that_does_not_answer_is_an_error_not_an_absence() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("no-engine.sock");
+        // A socket file no one listens on any more: connections are refused.
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        let docker = Docker::connect_with_unix(
+            &socket.display().to_string(),
+            5,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .unwrap();
+        let engine = HostEngine::new(docker);
+        assert!(engine.image_id("kandev-acceptance-probe:x").await.is_err());
+        assert!(engine.daemon_id().await.is_err());
     }
 }

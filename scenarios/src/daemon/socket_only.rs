@@ -70,16 +70,22 @@ pub fn scenario() -> Scenario {
 /// Whether the agent's daemon is the Pod's own: the agent got an ID (`agent`, None when its
 /// `docker info` failed), the companion asked its own socket and got the same (`companion`,
 /// None when that failed), a dockerd of the companion holds that socket, and it is not the
-/// engine that runs the Pod (`host`, locally). A failed probe is no evidence: it fails.
+/// engine that runs the Pod (`host`: locally its ID, or why it could not be read; None on a
+/// cluster, whose runtime is no daemon to compare). A failed probe is no evidence: it fails.
 fn is_pods_own_daemon(
     agent: Option<&str>,
     companion: Option<&str>,
     socket_held: bool,
-    host: Option<&str>,
+    host: Option<Result<&str, &str>>,
 ) -> bool {
+    let not_host = |agent: &str| match host {
+        None => true,
+        Some(Ok(host)) => agent != host,
+        Some(Err(_)) => false,
+    };
     match (agent, companion) {
         (Some(agent), Some(companion)) => {
-            !agent.is_empty() && agent == companion && socket_held && Some(agent) != host
+            !agent.is_empty() && agent == companion && socket_held && not_host(agent)
         }
         _ => false,
     }
@@ -302,7 +308,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         // Locally the engine that runs the Pod is this host's: its ID must differ too. On a
         // cluster the node's runtime is no Docker daemon the agent could reach by an ID.
         let host = match (ctx.config().backend, ctx.host_engine()) {
-            (BackendKind::Local, Some(engine)) => engine.daemon_id().await,
+            (BackendKind::Local, Some(engine)) => Some(
+                engine
+                    .daemon_id()
+                    .await
+                    .map_err(|e| kandev_harness::error_chain(e.as_ref())),
+            ),
+            (BackendKind::Local, None) => {
+                Some(Err("the local backend has no engine to ask".to_owned()))
+            }
             _ => None,
         };
         ctx.evidence("running_pod_host_sharing", &sharing);
@@ -327,7 +341,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 nested.success().then_some(agent_id.as_str()),
                 companion_id.as_deref(),
                 socket_held,
-                host.as_deref(),
+                host.as_ref().map(|h| h.as_deref().map_err(String::as_str)),
             ),
             &NO_HOST,
             || {
@@ -335,7 +349,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                     "the agent's daemon {agent_id:?} is not shown to be the Pod's own: from inside the companion the socket answers {:?} ({}), a dockerd of the companion holds it: {socket_held}, the engine that runs the Pod is {}",
                     own.stdout_text().trim(),
                     own.exit_text(),
-                    crate::support::or_unknown(host.as_deref())
+                    match &host {
+                        None => "no daemon (a node's runtime)".to_owned(),
+                        Some(Ok(id)) => id.clone(),
+                        Some(Err(why)) => format!("unread ({why})"),
+                    }
                 )
             },
         )?;
@@ -353,8 +371,15 @@ mod tests {
     fn the_agents_daemon_is_the_pods_own_only_on_all_the_evidence() {
         use super::is_pods_own_daemon as own;
         assert!(own(Some("A"), Some("A"), true, None));
-        assert!(own(Some("A"), Some("A"), true, Some("HOST")));
-        assert!(!own(Some("A"), Some("A"), true, Some("A")));
+        assert!(own(Some("A"), Some("A"), true, Some(Ok("HOST"))));
+        assert!(!own(Some("A"), Some("A"), true, Some(Ok("A"))));
+        // Locally the engine's ID is part of the evidence: unread, it is no "not the engine".
+        assert!(!own(
+            Some("A"),
+            Some("A"),
+            true,
+            Some(Err("engine info: refused"))
+        ));
         assert!(!own(Some("A"), Some("A"), false, None));
         assert!(!own(Some("A"), Some("B"), true, None));
         assert!(!own(None, Some("A"), true, None));

@@ -116,11 +116,17 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 return Ok(Verdict::Passed);
             }
         };
-        let by_tag = engine.image_id(&tag).await;
-        let by_id = engine.image_id(&image_id).await;
+        let by_tag = engine
+            .image_id(&tag)
+            .await
+            .map_err(|e| kandev_harness::error_chain(&e));
+        let by_id = engine
+            .image_id(&image_id)
+            .await
+            .map_err(|e| kandev_harness::error_chain(&e));
         ctx.evidence("host_engine_by_tag", &by_tag);
         ctx.evidence("host_engine_by_id", &by_id);
-        if by_tag.is_some() {
+        if matches!(by_tag, Ok(Some(_))) {
             // The agent's build landed in the shared engine: remove this scenario's own probe
             // image (by its run-unique tag only) before judging.
             let removed = engine.remove_tag(&tag).await;
@@ -129,11 +135,47 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 removed.map_err(|e| e.to_string()),
             );
         }
-        promise(by_tag.is_none() && by_id.is_none(), &LOCAL, || {
-            format!(
-                "the host's engine also has {tag} ({by_tag:?} / {by_id:?}): the daemon is not Pod-local"
-            )
-        })?;
+        let lacks = host_engine_lacks(&tag, &by_tag, &by_id);
+        promise(lacks.is_ok(), &LOCAL, || lacks.err().unwrap_or_default())?;
         Ok(Verdict::Passed)
     })
+}
+
+/// `image_local`'s engine half: the engine that runs the Pod, asked for the probe image by
+/// tag and by id, answered that it has neither. An engine that did not answer shows nothing:
+/// it fails the check, never reads as "not there".
+fn host_engine_lacks(
+    tag: &str,
+    by_tag: &Result<Option<String>, String>,
+    by_id: &Result<Option<String>, String>,
+) -> Result<(), String> {
+    match (by_tag, by_id) {
+        (Ok(None), Ok(None)) => Ok(()),
+        (Err(e), _) | (_, Err(e)) => Err(format!(
+            "the engine that runs the Pod did not answer whether it has {tag}: {e}"
+        )),
+        _ => Err(format!(
+            "the host's engine also has {tag} ({by_tag:?} / {by_id:?}): the daemon is not Pod-local"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_engine_lacks;
+
+    /// Only the engine's own "no such image" for the tag and the id holds; an engine that
+    /// failed to answer (a probe made to fail) fails the check, as the image found does.
+    #[test]
+    fn the_engine_lacks_the_image_only_when_it_says_so() {
+        let none = Ok(None);
+        let found = Ok(Some("sha256:ab".to_owned()));
+        let failed = Err("engine info: connection refused".to_owned());
+        assert!(host_engine_lacks("t", &none, &none).is_ok());
+        assert!(host_engine_lacks("t", &found, &none).is_err());
+        assert!(host_engine_lacks("t", &none, &found).is_err());
+        let why = host_engine_lacks("t", &none, &failed).unwrap_err();
+        assert!(why.contains("did not answer"), "{why}");
+        assert!(host_engine_lacks("t", &failed, &none).is_err());
+    }
 }

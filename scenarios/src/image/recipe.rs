@@ -104,10 +104,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             None => match kandev_harness::host::connect_engine().await {
                 Ok(docker) => {
                     let engine = kandev_harness::host::HostEngine::new(docker);
-                    engine
-                        .image_id(&ctx.images().worker)
-                        .await
-                        .is_some()
+                    matches!(engine.image_id(&ctx.images().worker).await, Ok(Some(_)))
                         .then_some(engine)
                 }
                 Err(_) => None,

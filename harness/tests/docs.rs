@@ -13,8 +13,9 @@
 //!   dropped with their target; `[...]` is optional (the command is parsed without every
 //!   optional part, then with all of them, brackets removed); `a|b` inside a word offers
 //!   alternatives (each is parsed); a lone `...` stands for arguments left out; placeholders
-//!   (`<run-id>`, `ID`, `FILE`) are plain values, so a flag whose value is typed (a number, a
-//!   capability) is quoted with an example value instead.
+//!   (`ID`, `FILE`, `<digest>`) are plain values, so a flag whose value is typed (a number, a
+//!   capability) is quoted with an example value instead; but `<run-id>`, which `--run` and
+//!   `--run-id` check, stands for a run id (read as [`EXAMPLE_RUN_ID`]) wherever it appears.
 //! - README's exit codes table lists exactly the codes `kandev_report::exit` defines.
 //! - `docs/examples/github-workflow.yml` is the workflow `docs/ci.md` quotes, valid YAML with
 //!   the steps `docs/ci.md` describes, and every command it runs parses as above.
@@ -458,9 +459,16 @@ fn variants(args: &[String]) -> Result<Vec<Vec<String>>, String> {
     Ok(out)
 }
 
+/// What `<run-id>` in a documented command is read as: a run id as the harness makes them.
+const EXAMPLE_RUN_ID: &str = "20261203t141500-3fa9c1";
+
 /// Why a documented command does not parse (none: it does).
 fn command_problems(args: &[String]) -> Vec<String> {
-    let variants = match variants(args) {
+    let args: Vec<String> = args
+        .iter()
+        .map(|arg| arg.replace("<run-id>", EXAMPLE_RUN_ID))
+        .collect();
+    let variants = match variants(&args) {
         Ok(v) => v,
         Err(e) => return vec![e],
     };
@@ -654,8 +662,8 @@ fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
                 .collect();
             problems.extend(command_problems(&args));
             let key = match args.first().map(String::as_str) {
-                Some("run") if args.windows(2).any(|w| w == ["--gate", "release"]) => {
-                    "run --gate release"
+                Some("run") if args.windows(2).any(|w| w == ["--gate-profile", "release"]) => {
+                    "run --gate-profile release"
                 }
                 Some("report") if args.get(1).map(String::as_str) == Some("diff") => "report diff",
                 Some("gc") if args.iter().any(|a| a == "--run") => "gc --run",
@@ -666,7 +674,7 @@ fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
         }
     }
     assert!(problems.is_empty(), "{path}:\n{}", problems.join("\n"));
-    for wanted in ["run --gate release", "gc --run", "report diff", "gate"] {
+    for wanted in ["run --gate-profile release", "gc --run", "report diff", "gate"] {
         assert!(
             subcommands.contains(wanted),
             "{path} runs no `kandev-acceptance {wanted}`"
@@ -706,8 +714,8 @@ fn the_checker_finds_a_bad_flag_a_missing_file_and_a_missing_anchor() {
         `[not a link](nowhere.md)`\n\n\
         ```sh\n\
         cargo acceptance run --backend kube --context C \\\n    [--namespace N] [--keep never|on-failure]   # fine\n\
-        ref=$(target/release/kandev-acceptance image harness) && kandev-acceptance gc --run <id> > out.txt\n\
-        kandev-acceptance run --no-such-flag\n\
+        ref=$(target/release/kandev-acceptance image harness) && kandev-acceptance gc --run <run-id> > out.txt\n\
+        kandev-acceptance run --no-such-flag --run-id <run-id>\n\
         cargo acceptance run [--keep sometimes]\n\
         ```\n";
     std::fs::write(dir.path().join(doc), text).unwrap();

@@ -138,8 +138,8 @@ mod tests {
 /// (the function between `escape:begin` and `escape:end` in the fixture) run through `sh`
 /// against a recorded tree of that version, and the scenario's judgement of what the node then
 /// shows (the unit test `tree_test` names). The development machines are v1; Kind nodes and
-/// most CI runners are v2. README states this table (`cgroup_twins_table`); `twins.rs` keeps
-/// it equal to the catalogue's cgroup twins.
+/// most CI runners are v2. `docs/catalogue.md` states this table (`cgroup_twins_table`);
+/// `twins.rs` keeps both equal to the catalogue's cgroup twins.
 pub struct CgroupTwin {
     /// Under `fixtures/`.
     pub fixture: &'static str,
@@ -217,7 +217,7 @@ pub fn cgroup_twin_claims(twin: &CgroupTwin, version: CgroupVersion) -> bool {
     twin.works_on.contains(&version)
 }
 
-/// [`CGROUP_TWINS`] as a Markdown table, as README states it.
+/// [`CGROUP_TWINS`] as a Markdown table, as `docs/catalogue.md` states it.
 pub fn cgroup_twins_table() -> String {
     let versions = |v: &[CgroupVersion]| {
         if v.is_empty() {

@@ -42,6 +42,8 @@ const HOST_FOLDERS: [&str; 3] = [
 ];
 const TABLE_BEGIN: &str = "<!-- checks:begin -->";
 const TABLE_END: &str = "<!-- checks:end -->";
+const CGROUP_TABLE_BEGIN: &str = "<!-- cgroup-twins:begin -->";
+const CGROUP_TABLE_END: &str = "<!-- cgroup-twins:end -->";
 
 fn catalogue_doc() -> String {
     std::fs::read_to_string(root().join(CATALOGUE_DOC)).unwrap()
@@ -179,10 +181,10 @@ fn the_catalogue_doc_lists_every_check_and_its_twin() {
     );
 }
 
-/// The cgroup twins' table (which cgroup versions each is proven on, as README states it) is
-/// the catalogue's: every twin of a `cgroup::accounting` check and of
-/// `lifecycle::teardown_exact/nested_vanish` is in it with its check, nothing else is, each
-/// claims at least one version, and each recorded-tree proof names a unit test that exists.
+/// The cgroup twins' table (which cgroup versions each is proven on) is the catalogue's: every
+/// twin of a `cgroup::accounting` check and of `lifecycle::teardown_exact/nested_vanish` is in
+/// it with its check, nothing else is, each claims at least one version, each recorded-tree
+/// proof names a unit test that exists, and `docs/catalogue.md` states it as it is.
 #[test]
 fn the_cgroup_twins_table_is_the_catalogues() {
     use kandev_scenarios::support::CGROUP_TWINS;
@@ -202,6 +204,17 @@ fn the_cgroup_twins_table_is_the_catalogues() {
         .map(|t| (t.fixture.to_owned(), t.check.to_owned()))
         .collect();
     assert_eq!(table, catalogue, "CGROUP_TWINS in scenarios/src/support.rs");
+    let documented = catalogue_doc()
+        .split_once(CGROUP_TABLE_BEGIN)
+        .and_then(|(_, rest)| rest.split_once(CGROUP_TABLE_END))
+        .map(|(table, _)| table.trim().to_owned())
+        .unwrap_or_default();
+    assert_eq!(
+        documented,
+        kandev_scenarios::support::cgroup_twins_table().trim(),
+        "{CATALOGUE_DOC}'s cgroup twins table (between {CGROUP_TABLE_BEGIN} and {CGROUP_TABLE_END}) \
+         differs from CGROUP_TWINS: paste kandev_scenarios::support::cgroup_twins_table()"
+    );
     for twin in CGROUP_TWINS {
         assert!(
             !twin.engine.is_empty() || !twin.fixture_trees.is_empty(),

@@ -674,7 +674,12 @@ fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
         }
     }
     assert!(problems.is_empty(), "{path}:\n{}", problems.join("\n"));
-    for wanted in ["run --gate-profile release", "gc --run", "report diff", "gate"] {
+    for wanted in [
+        "run --gate-profile release",
+        "gc --run",
+        "report diff",
+        "gate",
+    ] {
         assert!(
             subcommands.contains(wanted),
             "{path} runs no `kandev-acceptance {wanted}`"

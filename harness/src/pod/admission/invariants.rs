@@ -7,7 +7,14 @@ use std::collections::BTreeMap;
 
 /// Pod invariants: restart policy, node name, OS, token automount, platform selectors and
 /// platform node affinity.
-pub(super) fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut(&str, String)) {
+/// `bound_by_scheduler`: the admitted Pod as read carries the scheduler's binding (see
+/// [`super::bound_by_scheduler`]), so a `nodeName` where none was asked is the binding's.
+pub(super) fn compare_invariants(
+    d: &PodSpec,
+    a: &PodSpec,
+    bound_by_scheduler: bool,
+    push: &mut impl FnMut(&str, String),
+) {
     if d.restart_policy != a.restart_policy {
         push(
             "spec.restartPolicy",
@@ -18,7 +25,8 @@ pub(super) fn compare_invariants(d: &PodSpec, a: &PodSpec, push: &mut impl FnMut
             ),
         );
     }
-    if d.node_name != a.node_name {
+    let bound_here = bound_by_scheduler && d.node_name.is_none() && a.node_name.is_some();
+    if d.node_name != a.node_name && !bound_here {
         push(
             "spec.nodeName",
             format!(

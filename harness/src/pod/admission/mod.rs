@@ -124,18 +124,44 @@ pub fn compare(desired: &Pod, admitted: &Pod, main_container: &str) -> Vec<Admis
         desired.spec.clone().unwrap_or_default(),
         admitted.spec.clone().unwrap_or_default(),
     );
-    compare_spec(&ds, &asp, main_container, &mut push);
+    compare_spec(
+        &ds,
+        &asp,
+        bound_by_scheduler(admitted),
+        main_container,
+        &mut push,
+    );
     out
+}
+
+/// Whether the Pod as read carries the scheduler's binding: `PodScheduled=True`, which the
+/// Binding subresource writes together with `spec.nodeName` (kubernetes
+/// `pkg/registry/core/pod/storage/storage.go`, `assignPod`: `setPodNodeAndMetadata`, then
+/// `UpdatePodCondition(... PodScheduled, ConditionTrue)`). A create's own answer never
+/// carries it (`podStrategy.PrepareForCreate` resets the status to `Pending`, no
+/// conditions), so a `nodeName` in that answer is admission's; only a Pod read back after
+/// a lost create (the run's retries) can have been bound already. Limit: a Pod admission
+/// pinned and its kubelet already reported is read back with the same condition.
+fn bound_by_scheduler(admitted: &Pod) -> bool {
+    admitted
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "True")
+        })
 }
 
 /// Every rule on the spec, in the order their findings are reported.
 fn compare_spec(
     d: &PodSpec,
     a: &PodSpec,
+    bound_by_scheduler: bool,
     main_container: &str,
     push: &mut impl FnMut(&str, String),
 ) {
-    invariants::compare_invariants(d, a, push);
+    invariants::compare_invariants(d, a, bound_by_scheduler, push);
     workspace::compare_reserved_volumes(d, a, push);
     main_container::compare_main_container(d, a, main_container, push);
     reserved_access::compare_env(d, a, push);

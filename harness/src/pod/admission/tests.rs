@@ -320,6 +320,37 @@ fn a_node_name_set_by_admission_is_a_change() {
     assert_eq!(found, vec!["spec.nodeName"]);
 }
 
+/// A Pod read back after a lost create may already be bound: the binding writes `nodeName`
+/// with `PodScheduled=True`, which a create's answer never has. Another node than the one
+/// asked for stays a change.
+#[test]
+fn a_node_name_the_scheduler_bound_is_no_change_but_another_node_is() {
+    let bind = |p: &mut Pod, node: &str| {
+        p.spec.as_mut().unwrap().node_name = Some(node.into());
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "PodScheduled".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+    };
+    assert!(paths_after(|p| bind(p, "node-7")).is_empty());
+    let want = {
+        let mut p = desired();
+        p.spec.as_mut().unwrap().node_name = Some("node-1".into());
+        p
+    };
+    let mut got = want.clone();
+    bind(&mut got, "node-7");
+    let found: Vec<String> = compare(&want, &got, "kandev-agent")
+        .into_iter()
+        .map(|m| m.path)
+        .collect();
+    assert_eq!(found, vec!["spec.nodeName"]);
+}
+
 fn requirement(key: &str, operator: &str, values: &[&str]) -> NodeSelectorRequirement {
     NodeSelectorRequirement {
         key: key.into(),

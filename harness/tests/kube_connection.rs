@@ -8,10 +8,22 @@
 //! `bash harness/scripts/ensure-engine.sh`, then `cargo test --workspace -- --include-ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use kandev_harness::backend::kube::cluster;
-use kandev_test_support::cluster_double::{self, KubeDouble};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kandev_harness::backend::kube::cluster::{self, Cluster};
+use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
+use kandev_harness::backend::{Backend, ExecRequest, PodRef};
+use kandev_harness::host::images::ImageSet;
+use kandev_harness::pod::identity::random_hex;
+use kandev_test_support::cluster_double::{self, Fault, KubeDouble};
 use kandev_test_support::connect_proxy;
+use kandev_test_support::engine::engine_double;
+use kandev_test_support::on_double::{
+    can_i, client_with, executor_token_requests, set_up, set_up_sessions,
+};
+use kube::api::{Api, ListParams};
 use serde_json::Value;
+use std::time::Duration;
 
 /// A copy of the double's kubeconfig whose cluster has `proxy-url: proxy`.
 fn kubeconfig_through(
@@ -27,13 +39,11 @@ fn kubeconfig_through(
     path
 }
 
-/// A kubeconfig cluster's `socks5://` proxy-url is used too (kube's `socks5` feature).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cluster_is_reached_through_a_socks5_proxy_url() {
-    let double = cluster_double::start(None).await.unwrap();
-    let proxy = connect_proxy::start_socks5().await;
+/// The double reached through `proxy` named as the kubeconfig's `proxy-url`: the server
+/// answers, and the proxy carried the connection to the double's port.
+async fn assert_reached_through(double: &KubeDouble, proxy: &connect_proxy::ConnectProxy) {
     let dir = tempfile::tempdir().unwrap();
-    let config = kubeconfig_through(&double, &proxy.url, dir.path());
+    let config = kubeconfig_through(double, &proxy.url, dir.path());
     let reached = cluster::open(Some(&config), Some(&double.context))
         .await
         .unwrap_or_else(|e| panic!("{}", kandev_harness::error_chain(&e)));
@@ -43,6 +53,13 @@ async fn the_cluster_is_reached_through_a_socks5_proxy_url() {
         proxy.targets().first().map(String::as_str),
         Some(&*format!("127.0.0.1:{port}"))
     );
+}
+
+/// A kubeconfig cluster's `socks5://` proxy-url is used too (kube's `socks5` feature).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_is_reached_through_a_socks5_proxy_url() {
+    let double = cluster_double::start(None).await.unwrap();
+    assert_reached_through(&double, &connect_proxy::start_socks5().await).await;
 }
 
 /// A kubeconfig cluster's `proxy-url` is used (kube was built without `http-proxy`: every
@@ -50,67 +67,7 @@ async fn the_cluster_is_reached_through_a_socks5_proxy_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_is_reached_through_a_kubeconfig_proxy_url() {
     let double = cluster_double::start(None).await.unwrap();
-    let proxy = connect_proxy::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = kubeconfig_through(&double, &proxy.url, dir.path());
-    let reached = cluster::open(Some(&config), Some(&double.context))
-        .await
-        .unwrap_or_else(|e| panic!("{}", kandev_harness::error_chain(&e)));
-    assert!(reached.server_version.starts_with('v'));
-    let port = double.server.rsplit(':').next().unwrap();
-    assert_eq!(
-        proxy.targets().first().map(String::as_str),
-        Some(&*format!("127.0.0.1:{port}"))
-    );
-}
-
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::rbac::v1::RoleBinding;
-use kandev_harness::backend::kube::cluster::Cluster;
-use kandev_harness::pod::identity::random_hex;
-use kandev_harness::pod::template::WorkspaceMode;
-use kandev_test_support::cluster_double::Fault;
-use kube::api::{Api, ListParams};
-
-/// The double's cluster set up as `--backend kube` sets it up (namespace, executor account,
-/// Role, binding, token), or the error that stopped it.
-async fn set_up(double: &KubeDouble) -> Result<Cluster, String> {
-    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
-        .await
-        .map_err(|e| kandev_harness::error_chain(&e))?;
-    let run = format!("faults-{}", random_hex(4));
-    Cluster::set_up(reached, None, None, WorkspaceMode::EmptyDir, &run)
-        .await
-        .map_err(|e| kandev_harness::error_chain(&e))
-}
-
-/// Whether `client` may `verb` `resource` in `ns` (a SelfSubjectAccessReview), or the error.
-async fn can_i(
-    client: &kube::Client,
-    ns: &str,
-    verb: &str,
-    resource: &str,
-) -> Result<bool, String> {
-    use k8s_openapi::api::authorization::v1::{
-        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-    };
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(ns.into()),
-                verb: Some(verb.into()),
-                resource: Some(resource.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&Default::default(), &review)
-        .await
-        .map(|r| r.status.is_some_and(|s| s.allowed))
-        .map_err(|e| kandev_harness::error_chain(&e))
+    assert_reached_through(&double, &connect_proxy::start().await).await;
 }
 
 /// The faults that fired, asserted to be `expected` of them.
@@ -137,7 +94,7 @@ async fn requests_safe_to_repeat_are_sent_again_after_a_connection_reset() {
         Fault::ResetAfterServing,
         1,
     );
-    let cluster = set_up(&double).await.unwrap();
+    let cluster = set_up(&double, "faults").await.unwrap();
     let injected = fired(&double, 3);
     assert!(
         injected[0].contains("POST /api/v1/namespaces/"),
@@ -168,7 +125,7 @@ async fn requests_safe_to_repeat_are_sent_again_after_a_connection_reset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_on_a_request_not_safe_to_repeat_is_named_with_its_fix() {
     let double = cluster_double::start(None).await.unwrap();
-    let cluster = set_up(&double).await.unwrap();
+    let cluster = set_up(&double, "faults").await.unwrap();
     let namespaces: Api<Namespace> = Api::all(cluster.admin.clone());
     let mut ns = namespaces.get(&cluster.namespace).await.unwrap();
     ns.metadata
@@ -203,7 +160,7 @@ async fn set_up_through(code: u16, retry_after: Option<u64>, path: &str) {
         .state
         .faults()
         .inject(Some("POST"), path, Fault::Status { code, retry_after }, 1);
-    let cluster = set_up(&double).await.unwrap();
+    let cluster = set_up(&double, "faults").await.unwrap();
     let injected = fired(&double, 1);
     assert!(
         injected[0].contains(&format!("code: {code}")),
@@ -247,7 +204,7 @@ async fn an_internal_error_without_retry_after_stops_the_set_up_naming_it() {
         },
         1,
     );
-    let error = set_up(&double).await.err().unwrap_or_default();
+    let error = set_up(&double, "faults").await.err().unwrap_or_default();
     assert!(
         error.contains("create role binding") && error.contains("apiserver is shutting down"),
         "{error}"
@@ -313,7 +270,7 @@ async fn the_executors_token_is_renewed_before_the_expiry_the_cluster_grants() {
     const CAP: std::time::Duration = std::time::Duration::from_secs(3);
     let double = cluster_double::start(None).await.unwrap();
     double.state.faults().set_max_token_expiration(Some(CAP));
-    let cluster = set_up(&double).await.unwrap();
+    let cluster = set_up(&double, "faults").await.unwrap();
     let pods: Api<Pod> = Api::namespaced(cluster.session.clone(), &cluster.namespace);
     let started = std::time::Instant::now();
     let mut calls = 0;
@@ -329,16 +286,7 @@ async fn the_executors_token_is_renewed_before_the_expiry_the_cluster_grants() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     assert_eq!(double.state.faults().expired_refusals(), 0);
-    let tokens = double
-        .state
-        .requests()
-        .iter()
-        .filter(|r| {
-            r.method == "POST"
-                && r.uri
-                    .contains("/serviceaccounts/kandev-acceptance-executor/token")
-        })
-        .count();
+    let tokens = executor_token_requests(&double);
     assert!(tokens >= 3, "{tokens} TokenRequests in {calls} calls");
     // The double refuses an expired token (a positive control: the cap is enforced).
     let stale = {
@@ -357,7 +305,7 @@ async fn the_executors_token_is_renewed_before_the_expiry_the_cluster_grants() {
         tokio::time::sleep(cap * 2).await;
         answer.status.unwrap().token.unwrap()
     };
-    let client = client_with(&double, &stale).await;
+    let client = client_with(&double.server, &double.ca_pem, &stale).await;
     let refused = Api::<Pod>::namespaced(client, &cluster.namespace)
         .get_opt("none-such")
         .await;
@@ -369,44 +317,13 @@ async fn the_executors_token_is_renewed_before_the_expiry_the_cluster_grants() {
     cluster.teardown().await;
 }
 
-/// A client of the double authenticating with `token` alone.
-async fn client_with(double: &KubeDouble, token: &str) -> kube::Client {
-    let ca =
-        serde_json::to_value(k8s_openapi::ByteString(double.ca_pem.as_bytes().to_vec())).unwrap();
-    let kubeconfig: kube::config::Kubeconfig = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": double.server, "certificate-authority-data": ca}}],
-        "users": [{"name": "c", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}],
-    }))
-    .unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
-use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
-use kandev_harness::backend::{Backend, ExecRequest, PodRef};
-use kandev_harness::host::images::ImageSet;
-use kandev_test_support::engine::engine_double;
-use std::time::Duration;
-
 /// The mock agent's bootstrap nonce in [`agent_pod`].
 const NONCE: &str = "connection-test-nonce";
 const AGENT_PORT: u16 = 39431;
 
 /// The double's cluster set up, and the backend of its sessions pinging every `keepalive`.
 async fn backend_on(double: &KubeDouble, keepalive: Duration) -> (Cluster, KubeBackend) {
-    let cluster = set_up(double).await.unwrap();
-    let mut backend = KubeBackend::new(
-        cluster.session.clone(),
-        &cluster.namespace,
-        "kube",
-        "work",
-        ManagedPvc::default(),
-    )
-    .with_admin(cluster.admin.clone());
+    let (cluster, mut backend) = set_up_sessions(double, "faults").await;
     backend.keepalive = keepalive;
     (cluster, backend)
 }
@@ -685,7 +602,7 @@ async fn an_api_server_that_stays_unavailable_is_named_when_the_answer_bound_run
 async fn a_token_request_under_ten_minutes_is_refused_as_invalid() {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     let double = cluster_double::start(None).await.unwrap();
-    let cluster = set_up(&double).await.unwrap();
+    let cluster = set_up(&double, "faults").await.unwrap();
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
         Api::namespaced(cluster.admin.clone(), &cluster.namespace);
     let refused = accounts

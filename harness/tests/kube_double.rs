@@ -13,43 +13,22 @@
 //! on both ends).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::kube::KubeBackend;
 use kandev_harness::backend::kube::cluster::{self, Cluster};
-use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
 use kandev_harness::backend::{Backend, ExecRequest, PodRef};
 use kandev_harness::host::images::ImageSet;
 use kandev_harness::pod::identity::{SessionIdentity, random_hex};
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_test_support::cluster_double::{self, KubeDouble};
 use kandev_test_support::engine::engine_double;
+use kandev_test_support::on_double::{
+    admin_client, can_i, client_with, eventually, refusal, session_backend, set_up_sessions, typed,
+};
 use kandev_test_support::pod::{TaskPod, task_pod};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-
-/// The double's cluster set up as `--backend kube` sets it up, and the backend of its sessions.
-async fn set_up(double: &KubeDouble) -> (Cluster, KubeBackend) {
-    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
-        .await
-        .unwrap();
-    assert!(reached.server.starts_with("https://127.0.0.1:"));
-    let run = format!("double-{}", random_hex(4));
-    let cluster = Cluster::set_up(reached, None, None, WorkspaceMode::EmptyDir, &run)
-        .await
-        .unwrap();
-    let backend = KubeBackend::new(
-        cluster.session.clone(),
-        &cluster.namespace,
-        "kube",
-        "work",
-        ManagedPvc::default(),
-    )
-    .with_admin(cluster.admin.clone());
-    (cluster, backend)
-}
 
 fn pod(name: &str, spec: Value) -> Pod {
     serde_json::from_value(json!({
@@ -90,32 +69,10 @@ fn assert_the_harness_asked_plain_json(double: &KubeDouble) {
     }
 }
 
-async fn can_i(client: &kube::Client, ns: &str, verb: &str, resource: &str) -> bool {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(ns.into()),
-                verb: Some(verb.into()),
-                resource: Some(resource.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .allowed
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_executor_is_refused_what_kandevs_role_does_not_grant() {
     let double = cluster_double::start(None).await.unwrap();
-    let (cluster, _) = set_up(&double).await;
+    let (cluster, _) = set_up_sessions(&double, "double").await;
     let ns = cluster.namespace.as_str();
     // The Role grants get/create/delete/watch on pods, not list: refused with 403.
     let listed = Api::<Pod>::namespaced(cluster.session.clone(), ns)
@@ -140,11 +97,20 @@ async fn the_executor_is_refused_what_kandevs_role_does_not_grant() {
         .await
         .unwrap();
     // SelfSubjectAccessReview answers from the same Roles.
-    assert!(can_i(&cluster.session, ns, "create", "pods").await);
-    assert!(!can_i(&cluster.session, ns, "list", "pods").await);
-    assert!(!can_i(&cluster.session, ns, "get", "secrets").await);
-    assert!(!can_i(&cluster.session, "default", "create", "pods").await);
-    assert!(can_i(&cluster.admin, ns, "list", "pods").await);
+    assert_eq!(
+        can_i(&cluster.session, ns, "create", "pods").await,
+        Ok(true)
+    );
+    assert_eq!(can_i(&cluster.session, ns, "list", "pods").await, Ok(false));
+    assert_eq!(
+        can_i(&cluster.session, ns, "get", "secrets").await,
+        Ok(false)
+    );
+    assert_eq!(
+        can_i(&cluster.session, "default", "create", "pods").await,
+        Ok(false)
+    );
+    assert_eq!(can_i(&cluster.admin, ns, "list", "pods").await, Ok(true));
     let refusals = double.state.refusals();
     assert!(
         refusals
@@ -263,16 +229,9 @@ fn composed(namespace: &str, session: &str) -> Pod {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_mutated_by_admission_is_rolled_back_by_its_exact_uid() {
     let double = cluster_double::start(None).await.unwrap();
-    let (cluster, _) = set_up(&double).await;
+    let (cluster, _) = set_up_sessions(&double, "double").await;
     let ns = cluster.namespace.clone();
-    let backend = KubeBackend::new(
-        cluster.session.clone(),
-        &ns,
-        "kube",
-        "kandev-agent",
-        ManagedPvc::default(),
-    )
-    .with_admin(cluster.admin.clone());
+    let backend = session_backend(&cluster, "kandev-agent");
 
     // Unmutated: admitted as sent (and the executor's dry run passes), then deleted with
     // preconditions.
@@ -375,7 +334,7 @@ fn exec(argv: &[&str], stdin: Option<Vec<u8>>) -> ExecRequest {
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn an_exec_over_the_doubles_websocket_answers_after_more_than_60_seconds() {
     let (double, images) = engine_double().await;
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "double").await;
     let pod = running_pod(&backend, &images).await;
     let failed = backend
         .exec(
@@ -403,7 +362,7 @@ async fn an_exec_over_the_doubles_websocket_answers_after_more_than_60_seconds()
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn an_exec_over_the_doubles_websocket_carries_a_large_stdin_and_stdout() {
     let (double, images) = engine_double().await;
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "double").await;
     let pod = running_pod(&backend, &images).await;
     // 6 MiB in, many websocket frames on channel 0, ended by v5's close frame. (Not echoed
     // back with `cat`: the local runtime writes all of stdin before it reads the output.)
@@ -449,7 +408,7 @@ async fn an_exec_over_the_doubles_websocket_carries_a_large_stdin_and_stdout() {
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn a_port_forward_over_the_doubles_websocket_exchanges_http() {
     let (double, images) = engine_double().await;
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "double").await;
     let pod = running_pod(&backend, &images).await;
     let response = backend
         .port_exchange(
@@ -477,7 +436,7 @@ async fn an_exec_over_the_doubles_websocket_streams_output_while_the_command_run
     use kube::api::AttachParams;
     use tokio::io::AsyncReadExt;
     let (double, images) = engine_double().await;
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "double").await;
     let pod = running_pod(&backend, &images).await;
     // The executor's own exec (kube-rs over the double's websocket): one line, a wait for a
     // gate file the test creates once it holds that line, another line, and a marker file
@@ -591,7 +550,7 @@ async fn a_port_forward_over_the_doubles_websocket_carries_64_mib_each_way() {
     const SIZE: usize = 64 << 20;
     const PORT: u16 = 39431;
     let (double, images) = engine_double().await;
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "double").await;
     let name = format!("double-{}", random_hex(4));
     let pod = backend
         .create_helper_pod(&pod(
@@ -708,19 +667,6 @@ async fn a_port_forward_over_the_doubles_websocket_carries_64_mib_each_way() {
 
 // ---- Issue 25: what a harness running in the cluster as a Job Pod needs of the double ----
 
-/// The double's admin client (its kubeconfig), as the harness opens it.
-async fn admin_client(double: &KubeDouble) -> kube::Client {
-    cluster::open(Some(&double.kubeconfig), Some(&double.context))
-        .await
-        .unwrap()
-        .admin
-}
-
-/// `value` as a `K` (a typed object written as JSON).
-fn typed<K: serde::de::DeserializeOwned>(value: Value) -> K {
-    serde_json::from_value(value).unwrap()
-}
-
 /// Creates the namespace `ns` and, in it, the ServiceAccount `account` bound to a Role
 /// holding `rules`.
 async fn account_with_rules(admin: &kube::Client, ns: &str, account: &str, rules: Value) {
@@ -760,22 +706,6 @@ async fn account_with_rules(admin: &kube::Client, ns: &str, account: &str, rules
         .unwrap();
 }
 
-/// A client of `server` (`https://...`) trusting `ca_pem` and sending `token`, as a
-/// kubeconfig would make it.
-async fn client_with(server: &str, ca_pem: &str, token: &str) -> kube::Client {
-    let ca = serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec())).unwrap();
-    let kubeconfig: kube::config::Kubeconfig = typed(json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority-data": ca}}],
-        "users": [{"name": "c", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}],
-    }));
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
 /// A TokenRequest's token for `account` of `ns` (the admin asks).
 async fn token_of(admin: &kube::Client, ns: &str, account: &str) -> String {
     use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -801,30 +731,6 @@ async fn who(client: &kube::Client) -> k8s_openapi::api::authentication::v1::Use
         .unwrap()
         .user_info
         .unwrap()
-}
-
-/// Polls `probe` every 100 ms until it gives a value (at most `limit`).
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(found) = probe().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The API status code of a failed call.
-fn code_of<T: std::fmt::Debug>(result: kube::Result<T>) -> u16 {
-    match result {
-        Err(kube::Error::Api(status)) => status.code,
-        other => panic!("not an API error: {other:?}"),
-    }
 }
 
 /// Runs `argv` in `pod`'s first container through pods/exec (kube-rs, websocket): its
@@ -939,8 +845,8 @@ async fn a_rules_review_lists_the_bound_role_and_resource_names_are_honoured() {
     // resourceNames: the named Pod and ServiceAccount, not another.
     let pods = Api::<Pod>::namespaced(launcher.clone(), ns);
     pods.get("named").await.unwrap();
-    assert_eq!(code_of(pods.get("unnamed").await), 403);
-    assert_eq!(code_of(pods.list(&ListParams::default()).await), 403);
+    assert_eq!(refusal(pods.get("unnamed").await).code, 403);
+    assert_eq!(refusal(pods.list(&ListParams::default()).await).code, 403);
     let accounts = Api::<ServiceAccount>::namespaced(launcher.clone(), ns);
     let pp = PostParams::default();
     let request = k8s_openapi::api::authentication::v1::TokenRequest::default();
@@ -949,15 +855,15 @@ async fn a_rules_review_lists_the_bound_role_and_resource_names_are_honoured() {
         .await
         .unwrap();
     assert_eq!(
-        code_of(accounts.create_token_request("other", &pp, &request).await),
+        refusal(accounts.create_token_request("other", &pp, &request).await).code,
         403
     );
     // The batch group.
-    assert!(!can_i(&launcher, ns, "create", "pods").await);
+    assert_eq!(can_i(&launcher, ns, "create", "pods").await, Ok(false));
     let jobs = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(launcher.clone(), ns);
     jobs.list(&ListParams::default()).await.unwrap();
     assert_eq!(
-        code_of(jobs.delete("any", &Default::default()).await),
+        refusal(jobs.delete("any", &Default::default()).await).code,
         403,
         "no delete granted on jobs"
     );
@@ -1282,11 +1188,12 @@ print(user, open(d + "/namespace").read(), os.getuid())
     })
     .await;
     assert_eq!(
-        code_of(
+        refusal(
             Api::<Pod>::namespaced(from_host, ns)
                 .list(&ListParams::default())
                 .await
-        ),
+        )
+        .code,
         401
     );
     eprintln!("in-Pod token test: {:?}", started.elapsed());
@@ -1672,7 +1579,7 @@ async fn run_with_lease(admin: &kube::Client, run: &str, renewed_ago: Option<i64
 async fn gc_spares_runs_whose_lease_is_live_and_removes_the_rest() {
     use k8s_openapi::api::coordination::v1::Lease;
     let double = cluster_double::start(None).await.unwrap();
-    let (cluster, _backend) = set_up(&double).await;
+    let (cluster, _backend) = set_up_sessions(&double, "double").await;
     let admin = admin_client(&double).await;
     let run = cluster.run_id.clone();
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &cluster.namespace);

@@ -11,35 +11,13 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kandev_harness::backend::Backend;
-use kandev_harness::backend::kube::cluster::{self, Cluster};
-use kandev_harness::backend::kube::{KubeBackend, ManagedPvc};
 use kandev_harness::pod::identity::{SessionIdentity, new_run_id, random_hex};
-use kandev_harness::pod::template::WorkspaceMode;
 use kandev_test_support::cluster_double::{self, KubeDouble};
+use kandev_test_support::on_double::{admin_client, eventually, refusal, set_up_sessions, typed};
 use kandev_test_support::pod::{TaskPod, task_pod};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-
-/// The double's admin client (its kubeconfig), as the harness opens it.
-async fn admin_client(double: &KubeDouble) -> kube::Client {
-    kandev_harness::backend::kube::cluster::open(Some(&double.kubeconfig), Some(&double.context))
-        .await
-        .unwrap()
-        .admin
-}
-
-fn typed<K: serde::de::DeserializeOwned>(value: Value) -> K {
-    serde_json::from_value(value).unwrap()
-}
-
-/// The API status of a failed call.
-fn refusal<T: std::fmt::Debug>(result: kube::Result<T>) -> kube::core::Status {
-    match result {
-        Err(kube::Error::Api(status)) => *status,
-        other => panic!("not an API error: {other:?}"),
-    }
-}
 
 /// Defect 1: a name or a label the API server's validation refuses is a 422 `Invalid` with
 /// its message (apimachinery's `IsValidLabelValue`, `IsQualifiedName`, `IsDNS1123Subdomain`,
@@ -238,27 +216,6 @@ async fn an_ordinary_kubectl_run_pod_starts_execs_and_logs() {
     drop(double);
 }
 
-/// The double's cluster set up as `--backend kube` sets it up, and the backend of its
-/// sessions (main container `work`).
-async fn set_up(double: &KubeDouble) -> (Cluster, KubeBackend) {
-    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
-        .await
-        .unwrap();
-    let run = format!("rules-{}", random_hex(4));
-    let cluster = Cluster::set_up(reached, None, None, WorkspaceMode::EmptyDir, &run)
-        .await
-        .unwrap();
-    let backend = KubeBackend::new(
-        cluster.session.clone(),
-        &cluster.namespace,
-        "kube",
-        "work",
-        ManagedPvc::default(),
-    )
-    .with_admin(cluster.admin.clone());
-    (cluster, backend)
-}
-
 /// A helper Pod of one container `work` (the daemon image, sleeping) requesting `cpu`.
 fn sleeper(name: &str, image: &str, cpu: &str, extra: Value) -> Pod {
     let mut pod = json!({
@@ -301,7 +258,7 @@ async fn scheduled_condition(pods: &Api<Pod>, name: &str) -> Option<(String, Str
 async fn a_pod_that_does_not_fit_waits_and_is_placed_once_capacity_frees() {
     let (double, images) = kandev_test_support::engine::engine_double().await;
     double.state.set_node_allocatable("1", "8Gi", "110");
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "rules").await;
     let backend = std::sync::Arc::new(backend);
     let pods = Api::<Pod>::namespaced(cluster.admin.clone(), &cluster.namespace);
     let first_name = format!("first-{}", random_hex(4));
@@ -392,7 +349,7 @@ async fn a_pod_that_does_not_fit_waits_and_is_placed_once_capacity_frees() {
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn a_selector_no_node_matches_and_a_claim_still_missing_stay_fatal() {
     let (double, images) = kandev_test_support::engine::engine_double().await;
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "rules").await;
     let never = backend
         .create_helper_pod(&sleeper(
             &format!("never-{}", random_hex(4)),
@@ -439,22 +396,6 @@ async fn a_selector_no_node_matches_and_a_claim_still_missing_stay_fatal() {
     cluster.teardown().await;
 }
 
-/// Polls `probe` every 100 ms until it gives a value (at most `limit`).
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(found) = probe().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// A claim of `class` (1Gi, ReadWriteOnce) named `name`.
 fn claim(name: &str, class: &str) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
     typed(json!({"metadata": {"name": name, "labels": {
@@ -474,7 +415,7 @@ async fn claims_bind_immediately_or_for_their_first_consumer() {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use k8s_openapi::api::storage::v1::StorageClass;
     let (double, images) = kandev_test_support::engine::engine_double().await;
-    let (cluster, backend) = set_up(&double).await;
+    let (cluster, backend) = set_up_sessions(&double, "rules").await;
     let pp = PostParams::default();
     let suffix = random_hex(4);
     let (wffc, slow) = (format!("wffc-{suffix}"), format!("slow-{suffix}"));

@@ -86,6 +86,7 @@ impl Run {
             Ok(judged) => check_reports(scenario, &judged, end.broken_check()),
             Err(_) => Vec::new(),
         };
+        end.mark_unjudged(&mut report.checks);
         let end = end.unless_vacuous(&report.checks);
         report.lacking = end.lacking();
         let end = end

@@ -80,6 +80,24 @@ impl BodyEnd {
         }
     }
 
+    /// A body that left its scenario unjudged (skipped, incompatible, or lacking a capability:
+    /// e.g. no node view for the cgroup scenarios) judged none of the checks it did not reach:
+    /// they are `not judged` with its reason, so every report format counts them apart from
+    /// checks a failure stopped before.
+    pub fn mark_unjudged(&self, checks: &mut [CheckReport]) {
+        let reason = match self {
+            Self::Skipped(why) | Self::Incompatible(why) | Self::Lacks(_, why) => why,
+            _ => return,
+        };
+        for check in checks
+            .iter_mut()
+            .filter(|c| c.outcome == CheckOutcome::NotReached)
+        {
+            check.outcome = CheckOutcome::NotJudged;
+            check.reason = Some(reason.clone());
+        }
+    }
+
     /// A body that ends `Passed` without judging every check proves less than its report
     /// would say: errored (the scenario's defect, not the system's), naming what went
     /// unjudged.
@@ -394,6 +412,29 @@ mod tests {
         // Skipped, incompatible and failed bodies judged nothing more: left as they are.
         let skipped = BodyEnd::Skipped("no node view".into());
         assert_eq!(skipped.clone().unless_vacuous(&vacuous), skipped);
+    }
+
+    /// A scenario left unjudged (here: no node view) reports the checks it never reached as
+    /// `not judged` with its reason; a failed body's unreached checks stay `not reached`.
+    #[test]
+    fn an_unjudged_scenarios_unreached_checks_are_not_judged_with_its_reason() {
+        let check = |outcome| CheckReport {
+            id: "cgroup::accounting/charged".into(),
+            promise: "p".into(),
+            kind: Default::default(),
+            outcome,
+            reason: None,
+            twin: "t".into(),
+        };
+        let lacks = BodyEnd::Lacks(Capability::NodeView, "no node view".into());
+        let mut checks = [check(CheckOutcome::Passed), check(CheckOutcome::NotReached)];
+        lacks.mark_unjudged(&mut checks);
+        assert_eq!(checks[0].outcome, CheckOutcome::Passed);
+        assert_eq!(checks[1].outcome, CheckOutcome::NotJudged);
+        assert_eq!(checks[1].reason.as_deref(), Some("no node view"));
+        let mut checks = [check(CheckOutcome::NotReached)];
+        BodyEnd::Errored("boom".into()).mark_unjudged(&mut checks);
+        assert_eq!(checks[0].outcome, CheckOutcome::NotReached);
     }
 
     /// A check the body could not judge is `not judged` with its reason, even where part of

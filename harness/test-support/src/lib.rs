@@ -1,6 +1,7 @@
 //! Helpers shared by the tests of `kandev-harness` and `kandev-scenarios` (a dev-dependency
 //! of both, never of a shipped binary): a fake Kubernetes API server (tower-test, in process),
-//! a wire-level cluster double (HTTPS, kubeconfig, websocket exec and port-forward), the
+//! a wire-level cluster double (HTTPS, kubeconfig, websocket exec and port-forward) and the
+//! harness's `kube` backend set up against it as `--backend kube` does (`on_double`), the
 //! engine tests' starting point (the fixture images on this host's engine; the double's own
 //! Pods there labelled for `gc`, `labelled`), and validation of
 //! the harness's outputs against the formats' own schemas (vendored in `schemas/` beside this
@@ -17,5 +18,6 @@ pub mod fake_apiserver;
 pub mod import_circles;
 pub mod labelled;
 pub mod node;
+pub mod on_double;
 pub mod pod;
 pub mod schemas;

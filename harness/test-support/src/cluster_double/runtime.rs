@@ -181,7 +181,8 @@ pub(crate) async fn run_pod(
                 controllers::pull_failed(&state, &mut store, &uid);
                 return;
             }
-            other => other.map_err(|e| e.to_string()),
+            // The whole chain, as a kubelet relays the runtime's own words.
+            other => other.map_err(|e| kandev_harness::error_chain(&e)),
         },
         Err(e) => Err(format!("the Pod does not parse: {e}")),
     };

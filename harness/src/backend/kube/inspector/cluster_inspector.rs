@@ -49,11 +49,13 @@ impl ClusterInspector {
         }
     }
 
-    /// The inspector Pod for `node`.
+    /// The inspector Pod for `node`, named for the run and the node: two runs sharing a
+    /// namespace (`--namespace`), or a run beside what a killed one left, never ask for the
+    /// same name.
     pub fn inspector_pod(&self, node: &str) -> k8s_openapi::api::core::v1::Pod {
         let name = format!(
             "kandev-acceptance-inspector-{}",
-            &crate::pod::identity::short_digest(node)
+            &crate::pod::identity::short_digest(&format!("{}/{node}", self.run_id))
         );
         let mut labels = crate::backend::kube::cluster::run_labels(&self.run_id);
         labels.insert(
@@ -120,9 +122,16 @@ impl ClusterInspector {
             .backend
             .create_helper_pod(&self.inspector_pod(node))
             .await?;
-        self.backend
+        if let Err(e) = self
+            .backend
             .wait_running(&pod, "inspector", Duration::from_secs(120))
-            .await?;
+            .await
+        {
+            // Not kept for a later try: removed now, so the run leaves none behind and the
+            // next use creates it afresh.
+            let _ = self.backend.delete_pod(&pod).await;
+            return Err(e.into());
+        }
         let view = Arc::new(ExecNode::new(
             self.backend.clone(),
             pod,

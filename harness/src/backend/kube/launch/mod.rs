@@ -411,7 +411,7 @@ async fn remove(
 const POD_GONE: Duration = Duration::from_secs(120);
 
 /// Waits (bounded) until the Job's Pod is gone, then removes every Pod and claim labelled
-/// with the run's id, each by its UID.
+/// with the run's id, each by its UID, and the run's Lease.
 async fn sweep_run(admin: &Client, plan: &LaunchPlan) -> Vec<(String, Result<(), String>)> {
     let ns = plan.namespace();
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), &ns);
@@ -433,7 +433,7 @@ async fn sweep_run(admin: &Client, plan: &LaunchPlan) -> Vec<(String, Result<(),
         &super::DeletePolicy::default(),
     )
     .await;
-    match swept {
+    let mut records: Vec<(String, Result<(), String>)> = match swept {
         Ok(removed) => removed
             .into_iter()
             .map(|object| (format!("{object} (left by the run)"), Ok(())))
@@ -442,7 +442,21 @@ async fn sweep_run(admin: &Client, plan: &LaunchPlan) -> Vec<(String, Result<(),
             format!("the run's Pods and claims in {ns}"),
             Err(crate::error_chain(&e)),
         )],
+    };
+    // The run's Lease too: its process is gone with the Job's Pod, so nothing renews it, and
+    // a Lease left would only make `gc` wait out its expiry.
+    let lease = crate::backend::kube::cluster::lease_name(
+        &plan.run_id,
+        crate::backend::kube::cluster::Holder::Run,
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(admin.clone(), &ns);
+    match leases.delete(&lease, &Default::default()).await {
+        Ok(_) => records.push((format!("lease/{lease} (left by the run)"), Ok(()))),
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(e) => records.push((format!("lease/{lease}"), Err(crate::error_chain(&e)))),
     }
+    records
 }
 
 /// Seconds since the epoch, now.

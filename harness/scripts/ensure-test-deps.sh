@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the harness's own tests need on a fresh Debian machine, so that the README's test
 # command is the one command a newcomer runs: a Docker engine (ensure-engine.sh), and the tools
-# the tests call besides the engine. Idempotent: installs only what is missing.
+# the tests call besides the engine, and the fixture images started building in the background
+# (below). Idempotent: installs only what is missing.
 #   xmllint (libxml2-utils)  junit.xml against the JUnit XSD (harness/tests/output_schemas.rs)
 #   chromium                 report.html rendered headless (scenarios/tests/report_html.rs)
 #   jq                       harness/scripts/record-kube-fixtures.sh (test-support recorder_script.rs)
@@ -41,4 +42,19 @@ if [ "${free_gb:-0}" -lt 12 ]; then
   log "warning: ${free_gb} GB free on $(df -P . | awk 'NR == 2 { print $6 }'); the tests need about 12 GB (target/ and /var/lib/docker): free some space, or expect 'No space left on device'"
 fi
 
-exec bash harness/scripts/ensure-engine.sh
+bash harness/scripts/ensure-engine.sh
+
+# The fixture images take minutes on a fresh engine (mostly apt downloading and unpacking), and
+# the first engine test would build them only after cargo compiled every test. Built here in the
+# background instead, while cargo compiles the rest: the harness binary first, then `image
+# fixtures`, whose image lock the tests wait on before reusing what it built. The binary comes
+# from a test build of one integration test that needs it (CARGO_BIN_EXE_kandev-acceptance):
+# a test build resolves the dependencies' features as the test command does (a plain `cargo
+# build` would not: the tests' dev-dependencies add features, and every crate would be compiled
+# twice). KANDEV_PREBUILD_IMAGES=0 leaves the images to the tests.
+if [ "${KANDEV_PREBUILD_IMAGES:-1}" != 0 ]; then
+  cargo test -q --workspace --no-run --test installed_binary
+  target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+  nohup "$target/debug/kandev-acceptance" image fixtures >"$target/image-fixtures.log" 2>&1 </dev/null &
+  log "building the fixture images in the background (log: $target/image-fixtures.log)"
+fi

@@ -72,12 +72,33 @@ impl LocalObjects {
         match self.docker.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
+            // Another remover got there first (the engine's AutoRemove, a second gc, a dying
+            // double's own cleanup): removed is what was asked, so wait for it to finish.
+            Err(e) if e.to_string().contains("is already in progress") => {
+                self.await_container_gone(name, e).await
+            }
             Err(e) => Err(BackendError::Delete {
                 what: "container",
                 name: name.into(),
                 source: e.into(),
             }),
         }
+    }
+
+    async fn await_container_gone(&self, name: &str, first: bollard::errors::Error) -> Result<()> {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            match self.docker.inspect_container(name, None).await {
+                Err(e) if is_not_found(&e) => return Ok(()),
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        Err(BackendError::Delete {
+            what: "container",
+            name: name.into(),
+            source: anyhow::Error::from(first)
+                .context("another removal of it was still in progress after 30 s"),
+        })
     }
 
     pub(super) async fn remove_volume(&self, name: &str) -> Result<()> {

@@ -69,8 +69,8 @@ out=${out:-$target/bench/bench-$stamp.json}
 runs=$work/runs.tsv
 : >"$runs"
 # Reports go under the bench's folder unless the run arguments choose a folder.
-report_args=(--report "$work/reports")
-for a in "${run_args[@]}"; do case $a in --report | --report=*) report_args=() ;; esac; done
+report_args=(--report-dir "$work/reports")
+for a in "${run_args[@]}"; do case $a in --report-dir | --report-dir=* | --report | --report=*) report_args=() ;; esac; done
 
 clk_tck=$(getconf CLK_TCK)
 busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }

@@ -15,6 +15,22 @@ cd "$(dirname "$0")/../.."
 
 log() { printf 'ensure-test-deps: %s\n' "$*" >&2; }
 
+# The fixture images (below) need the harness binary, and take minutes on a fresh engine,
+# mostly apt downloading and unpacking: the binary is compiled first, beside the installs
+# here (network and disk, not CPU), so that the images start as early as they can. It comes
+# from a test build of one integration test that needs it (CARGO_BIN_EXE_kandev-acceptance):
+# a test build resolves the dependencies' features as the test command does (a plain `cargo
+# build` would not: the tests' dev-dependencies add features, and every crate would be
+# compiled twice). KANDEV_PREBUILD_IMAGES=0 leaves the images to the tests.
+prebuild=0
+if [ "${KANDEV_PREBUILD_IMAGES:-1}" != 0 ]; then
+  prebuild=1
+  cargo test -q --workspace --no-run --test installed_binary &
+  build=$!
+  # Stopped early (a missing tool, an engine that will not start): the build goes too.
+  trap '[ -z "${build:-}" ] || kill "$build" 2>/dev/null || true' EXIT
+fi
+
 need=()
 command -v xmllint >/dev/null || need+=(libxml2-utils)
 command -v chromium >/dev/null || need+=(chromium)
@@ -44,16 +60,14 @@ fi
 
 bash harness/scripts/ensure-engine.sh
 
-# The fixture images take minutes on a fresh engine (mostly apt downloading and unpacking), and
-# the first engine test would build them only after cargo compiled every test. Built here in the
-# background instead, while cargo compiles the rest: the harness binary first, then `image
-# fixtures`, whose image lock the tests wait on before reusing what it built. The binary comes
-# from a test build of one integration test that needs it (CARGO_BIN_EXE_kandev-acceptance):
-# a test build resolves the dependencies' features as the test command does (a plain `cargo
-# build` would not: the tests' dev-dependencies add features, and every crate would be compiled
-# twice). KANDEV_PREBUILD_IMAGES=0 leaves the images to the tests.
-if [ "${KANDEV_PREBUILD_IMAGES:-1}" != 0 ]; then
-  cargo test -q --workspace --no-run --test installed_binary
+# The first engine test waits on `image fixtures`' image lock, then reuses what it built.
+if [ "$prebuild" = 1 ]; then
+  if ! wait "$build"; then
+    build=
+    log "the test build of the harness binary failed (above): fix it, then retry"
+    exit 1
+  fi
+  build=
   target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
   nohup "$target/debug/kandev-acceptance" image fixtures >"$target/image-fixtures.log" 2>&1 </dev/null &
   log "building the fixture images in the background (log: $target/image-fixtures.log)"

@@ -5,7 +5,7 @@
 //!
 //! - every system check has a twin: on disk (a template, image, prepare script or Role), or
 //!   on the cluster double for what only a cluster can break (`Twin::Cluster`, a test of
-//!   `kube_double.rs`); none is exempt, and `docs/catalogue.md` lists none as such; every
+//!   `kube_double/main.rs`); none is exempt, and `docs/catalogue.md` lists none as such; every
 //!   mirror check is listed there with its reason;
 //! - `docs/catalogue.md`'s table of checks, kinds and twins is the catalogue's own
 //!   (`kandev-acceptance checks`);
@@ -13,7 +13,7 @@
 //!   check in each of them, with a diagnosis naming it, while the checks before it still pass.
 //!   `template::grant_rules/passes` is a mirror check (only Kandev's rules decide it); the
 //!   template that breaks them is refused by `run` before anything starts (exit 2, the broken
-//!   rule named at its field path), tested here too. Role twins (`--executor-role`) need RBAC: `kube_double.rs` runs them on the
+//!   rule named at its field path), tested here too. Role twins (`--executor-role`) need RBAC: `kube_double/main.rs` runs them on the
 //!   cluster double (`role_twins_fail_exactly_their_check_on_kube_double`).
 //!
 //! One run per fixture: a fixture that twins checks of several scenarios runs them together
@@ -124,19 +124,19 @@ fn every_system_check_has_a_twin_and_every_mirror_check_is_listed_in_the_catalog
                     }
                 }
                 (Twin::Cluster(test), None) => {
-                    // Run by scenarios/tests/kube_double.rs, which must hold that test.
+                    // Run by scenarios/tests/kube_double/main.rs, which must hold that test.
                     let tests =
-                        std::fs::read_to_string(root().join("scenarios/tests/kube_double.rs"))
+                        std::fs::read_to_string(root().join("scenarios/tests/kube_double/main.rs"))
                             .unwrap_or_default();
                     if !tests.contains(&format!("async fn {test}(")) {
                         problems.push(format!(
-                            "{id}: its cluster twin {test} is no test of scenarios/tests/kube_double.rs"
+                            "{id}: its cluster twin {test} is no test of scenarios/tests/kube_double/main.rs"
                         ));
                     }
                 }
                 (Twin::Exempt(reason), None) => {
                     problems.push(format!(
-                        "{id}: a system check without a twin ({reason}): give it one, a fixture, a Role or, for what only a cluster can break, a behaviour of the cluster double and a test of scenarios/tests/kube_double.rs (Twin::Cluster)"
+                        "{id}: a system check without a twin ({reason}): give it one, a fixture, a Role or, for what only a cluster can break, a behaviour of the cluster double and a test of scenarios/tests/kube_double/main.rs (Twin::Cluster)"
                     ));
                 }
                 (Twin::Mirror(reason), None) => {
@@ -318,7 +318,7 @@ fn every_twin_fails_exactly_its_check() {
         }
     }
     // Refused before the run: the preflight's, on the cluster double with the other Role
-    // twins, which need RBAC (kube_double.rs,
+    // twins, which need RBAC (kube_double/main.rs,
     // role_twins_fail_exactly_their_check_on_kube_double).
     let (version, unproven) = cgroup_twins_unproven_here();
     for path in &unproven {
@@ -338,7 +338,7 @@ fn every_twin_fails_exactly_its_check() {
         .collect();
     assert!(
         !queue.is_empty(),
-        "no twin matched KANDEV_TWINS={wanted:?} (Role twins run in kube_double.rs)"
+        "no twin matched KANDEV_TWINS={wanted:?} (Role twins run in kube_double/main.rs)"
     );
     let jobs = twin_jobs().min(queue.len());
     let started = std::time::Instant::now();

@@ -119,7 +119,7 @@ pub struct CheckReport {
 }
 
 /// How a report's `twin` names a cluster twin: this, then the test's name.
-pub const CLUSTER_TWIN: &str = "cluster double: scenarios/tests/kube_double.rs ";
+pub const CLUSTER_TWIN: &str = "cluster double: scenarios/tests/kube_double/main.rs ";
 
 /// Whether a report's `twin` names a broken twin (a fixture, or a cluster twin).
 pub fn has_twin(twin: &str) -> bool {

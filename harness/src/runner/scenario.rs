@@ -59,11 +59,11 @@ pub enum Twin {
     Prepare(&'static str),
     /// `fixtures/rbac/broken/<name>.yaml`, a Role the operator could bind the executor to,
     /// run as `--executor-role` (its rules replace the executor's). Only a cluster has RBAC:
-    /// `scenarios/tests/kube_double.rs` runs it on the cluster double.
+    /// `scenarios/tests/kube_double/main.rs` runs it on the cluster double.
     Role(&'static str),
     /// A cluster twin: a behaviour of the cluster double (a cluster's own object or
     /// controller, not the harness's) that breaks exactly this check; the name of the test in
-    /// `scenarios/tests/kube_double.rs` that switches it on and asserts exactly this check
+    /// `scenarios/tests/kube_double/main.rs` that switches it on and asserts exactly this check
     /// fails.
     Cluster(&'static str),
     /// A system check with no twin yet (it can break only on a cluster): the reason, which

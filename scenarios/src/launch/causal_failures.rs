@@ -11,7 +11,7 @@
 //!
 //! Only a cluster breaks these checks (the local backend names each cause before it creates
 //! anything): their twins are behaviours of the cluster double that
-//! `scenarios/tests/kube_double.rs` switches on (a controller that deletes unpullable Pods
+//! `scenarios/tests/kube_double/main.rs` switches on (a controller that deletes unpullable Pods
 //! before their status is read, a registry the node cannot reach, a stuck node agent's
 //! finalizer).
 

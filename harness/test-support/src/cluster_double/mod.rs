@@ -67,7 +67,7 @@
 //! PATCH (JSON, merge and strategic merge patches), `kubectl exec` and `logs`, and `kubectl
 //! port-forward` (SPDY/3.1 as a kubelet serves it, tunnelled through a websocket or over a
 //! plain upgrade: `spdy.rs`). The in-Pod path is refereed by Python's `ssl` and `urllib` in
-//! a Pod (the mounted CA, the IP SAN and the token, `tests/kube_double.rs` of the harness).
+//! a Pod (the mounted CA, the IP SAN and the token, `tests/kube_double/main.rs` of the harness).
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restart backoff), real admission plugins (Pod

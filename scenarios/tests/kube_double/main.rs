@@ -12,7 +12,15 @@
 // A test file: failing loudly with unwrap/panic is the point here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../common/mod.rs"]
 mod common;
+// The other cluster-double tests of whole runs, in one binary with these: each mostly waits
+// (on the engine, on a bound), and libtest runs the tests of one binary side by side.
+mod faults;
+mod jobs;
+mod launch;
+mod platform;
+mod quota;
 
 use common::kube::{
     Run, command, launch, launch_command, launched_run_id, left_in_double, run, run_command,
@@ -201,14 +209,14 @@ async fn in_cluster_double() -> (cluster_double::KubeDouble, ImageSet, String) {
     (double, engine.images, harness.reference)
 }
 
-/// What `launch` refuses or bounds, each with its cause named and nothing left: a harness
-/// image the node cannot pull (exit 3), a Role the API server refuses as invalid (exit 2), a run past `--job-timeout` (the Job's deadline, exit
-/// 3, in the operator's namespace, the run's own leftovers swept), Ctrl-C before the run began
-/// (130) and while it runs (the run in the Pod stops and its interrupted report is still
-/// retrieved, 130), and a killed launch whose leftovers `gc --run` removes.
+/// What `launch` refuses, each with its cause named and nothing left: a harness image the node
+/// cannot pull (exit 3) and a Role the API server refuses as invalid (exit 2). With
+/// [`launch_bounds_a_run_by_the_jobs_deadline_on_kube_double`] and
+/// [`launch_interrupted_or_killed_leaves_nothing_on_kube_double`], three tests, not one: each
+/// mostly waits on its launches, so libtest runs them side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
-async fn launch_bounds_and_interruptions_on_kube_double() {
+async fn launch_refusals_are_named_and_leave_nothing_on_kube_double() {
     let (double, images, harness) = in_cluster_double().await;
     let started = std::time::Instant::now();
 
@@ -263,9 +271,15 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     );
     let left = left_in_double(&double, &refused.run_id).await;
     assert!(left.is_empty(), "left in the double: {left:?}");
+}
 
-    // In the operator's namespace: the Job's deadline ends the run mid-scenario, and launch
-    // sweeps the session Pod the run left there (a namespace of its own would take it along).
+/// A run past `--job-timeout` (the Job's deadline) ends with exit 3 and its cause named. In
+/// the operator's namespace: the Job's deadline ends the run mid-scenario, and launch sweeps the
+/// session Pod the run left there (a namespace of its own would take it along).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn launch_bounds_a_run_by_the_jobs_deadline_on_kube_double() {
+    let (double, images, harness) = in_cluster_double().await;
     let started = std::time::Instant::now();
     double.state.create_namespace("operators-own", &[]);
     let bounded = launch(
@@ -299,6 +313,15 @@ async fn launch_bounds_and_interruptions_on_kube_double() {
     let left = left_on_engine(&bounded.run_id).await;
     assert!(left.is_empty(), "left on the engine: {left:?}");
     eprintln!("job timeout in {:?}", started.elapsed());
+}
+
+/// Ctrl-C before the run began (130, nothing waited for) and while it runs (the run in the Pod
+/// stops and its interrupted report is still retrieved, 130), and a killed launch whose
+/// leftovers `gc --run` refuses while its Leases live and `gc --run --force` removes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn launch_interrupted_or_killed_leaves_nothing_on_kube_double() {
+    let (double, images, harness) = in_cluster_double().await;
 
     // Ctrl-C before the run began: nothing is waited for.
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,7 @@
 //! Needs a reachable engine, so every test is `#[ignore]`d.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use common::kube::{Run, command, left_in_double, run};
 use kandev_report::Outcome;

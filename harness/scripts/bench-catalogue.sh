@@ -18,7 +18,8 @@
 #   rest    the machine's busy CPU less those three (the kernel's work for nobody's cgroup,
 #           other processes)
 # It then prints each command's median and spread (min-max) with the split, the
-# catalogue-baseline difference per component, the ratios catalogue/baseline of the medians,
+# catalogue-baseline difference per component, what each scenario cost in the last catalogue
+# run (its Pods' CPU and its checks' execs and tunnel exchanges, from the run's report), the ratios catalogue/baseline of the medians,
 # and the goals (issue #35: catalogue CPU <= 1.05x the baseline's, wall <= 1.15x the floor:
 # the catalogue's CPU over the cores, against the baseline's wall), and writes it all as JSON.
 # cgroup v1 (cpuacct.usage) and v2 (cpu.stat usage_usec) alike; root, as the engine needs.
@@ -305,6 +306,28 @@ for name, g in goals.items():
 print("load average (1, 5, 15 min): %s at the start, %s at the end; busy cores with nothing running: %s at the start, %s at the end (of %s)"
       % (load_start, load_end, idle_start, idle_end, cores))
 
+# What each scenario's checks cost, from the last catalogue run's report: its Pods' CPU (their
+# cgroups, read at teardown) and the control calls its checks made (execs into its Pods,
+# exchanges over its agents' tunnels). The baseline does each scenario's nested work without
+# those calls; the engine's and the Pods' differences above are what they cost in all.
+last = [r for r in runs if r["kind"] == "catalogue" and r["report"]]
+per_scenario = []
+if last:
+    report = json.load(open(last[-1]["report"]))
+    for s in report.get("scenarios", []):
+        res, calls = s.get("resources") or {}, s.get("calls") or {}
+        per_scenario.append({"scenario": s["name"], "pods": res.get("pods", 0),
+                             "pods_cpu_s": round(res.get("cpu_ms", 0) / 1000, 2),
+                             "execs": calls.get("exec", {}).get("count", 0),
+                             "port_exchanges": calls.get("port_exchange", {}).get("count", 0),
+                             "duration_s": round(s.get("duration_ms", 0) / 1000, 1)})
+    per_scenario.sort(key=lambda x: -x["pods_cpu_s"])
+    print()
+    print("what each scenario cost in the last catalogue run (its report): Pods' CPU, control calls")
+    print("%-32s %5s %9s %6s %9s %9s" % ("scenario", "pods", "pods cpu", "execs", "exchanges", "wall s"))
+    for x in per_scenario:
+        print("%-32s %5d %9.1f %6d %9d %9.1f" % (x["scenario"], x["pods"], x["pods_cpu_s"], x["execs"], x["port_exchanges"], x["duration_s"]))
+
 result = {
     "started_at": stamp, "pairs": int(pairs), "run_args": run_args,
     "machine": {"cores": int(cores), "clk_tck": int(clk_tck), "loadavg_start": load_start, "loadavg_end": load_end,
@@ -314,7 +337,7 @@ result = {
     "baseline_inputs": {"worker_image": worker, "daemon_image": daemon, "mock_agent": agent},
     "runs": runs, "summary": summary, "ratios": ratio, "cpu_difference_s": difference,
     "pair_ratios": pair_ratios, "goals": goals,
-    "wall_floor": wall_floor,
+    "wall_floor": wall_floor, "per_scenario": per_scenario,
 }
 with open(out, "w") as f:
     json.dump(result, f, indent=2)

@@ -309,7 +309,9 @@ print("load average (1, 5, 15 min): %s at the start, %s at the end; busy cores w
 # What each scenario's checks cost, from the last catalogue run's report: its Pods' CPU (their
 # cgroups, read at teardown) and the control calls its checks made (execs into its Pods,
 # exchanges over its agents' tunnels). The baseline does each scenario's nested work without
-# those calls; the engine's and the Pods' differences above are what they cost in all.
+# those calls; the engine's and the Pods' differences above are what they cost in all. A Pod
+# the scenario deleted itself (lifecycle::task_sessions' terminal cleanup) is not in its
+# reading, only in the Pods column above.
 last = [r for r in runs if r["kind"] == "catalogue" and r["report"]]
 per_scenario = []
 if last:

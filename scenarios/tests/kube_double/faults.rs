@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+use crate::left_on_engine;
 
 use common::kube::{Run, command, left_in_double, run};
 use kandev_report::Outcome;
@@ -21,35 +22,6 @@ use std::time::Duration;
 /// The one scenario these runs select: it creates a Pod, execs into it (the agent's upload
 /// and bootstrap) and port-forwards to it (the agent's calls).
 const SCENARIO: &str = "launch::contract";
-
-/// What the engine still holds of `run_id` (containers and volumes), polled briefly.
-async fn left_on_engine(run_id: &str) -> Vec<String> {
-    let label = format!("label=acceptance.kandev.ai/run={run_id}");
-    let mut left = Vec::new();
-    for _ in 0..60 {
-        left = ["ps -aq", "volume ls -q"]
-            .iter()
-            .flat_map(|command| {
-                let mut args: Vec<&str> = command.split(' ').collect();
-                args.extend(["--filter", &label]);
-                let out = std::process::Command::new("docker")
-                    .args(&args)
-                    .output()
-                    .unwrap();
-                String::from_utf8_lossy(&out.stdout)
-                    .lines()
-                    .map(str::to_owned)
-                    .filter(|l| !l.is_empty())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    left
-}
 
 /// Nothing of `run` is left: its ledger is empty, the double and the engine hold nothing
 /// of it, and `gc --run` (faults off) finds nothing to remove.

@@ -86,18 +86,24 @@ impl LocalObjects {
     }
 
     async fn await_container_gone(&self, name: &str, first: bollard::errors::Error) -> Result<()> {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(30) {
-            match self.docker.inspect_container(name, None).await {
-                Err(e) if is_not_found(&e) => return Ok(()),
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        Err(BackendError::Delete {
+        let what = format!("the removal of container {name} already in progress to end");
+        crate::wait::until(
+            &what,
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async {
+                let gone = matches!(
+                    self.docker.inspect_container(name, None).await,
+                    Err(e) if is_not_found(&e)
+                );
+                Ok::<_, anyhow::Error>(gone.then_some(()))
+            },
+        )
+        .await
+        .map_err(|timed_out| BackendError::Delete {
             what: "container",
             name: name.into(),
-            source: anyhow::Error::from(first)
-                .context("another removal of it was still in progress after 30 s"),
+            source: timed_out.context(first),
         })
     }
 

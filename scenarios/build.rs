@@ -18,6 +18,7 @@ const CARRIED: &[&str] = &[
     "fixtures/images",
     "fixtures/rbac",
     "kind/cluster.yaml",
+    "kind/pins.env",
 ];
 
 fn main() {

@@ -8,8 +8,11 @@
 #   jq                       harness/scripts/record-kube-fixtures.sh (test-support recorder_script.rs)
 #   python3-kubernetes       the official Kubernetes Python client against the cluster double
 #                            (test-support real_clients.rs; Debian's, for /usr/bin/python3)
-# kubectl, which recorder_script.rs and real_clients.rs also run, comes with these machines
-# (not in Debian's archive).
+#   Kubernetes (ensure-kind.sh)  etcd, kube-apiserver, its controller manager and scheduler,
+#                            built from pinned Go modules (kind/pins.env): the real_api_server
+#                            tests start them; cached, so only the first call builds
+# kubectl, which recorder_script.rs and real_clients.rs also run, is not in Debian's archive:
+# the one ensure-kind.sh builds is linked onto PATH where none is.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -28,19 +31,20 @@ if [ "${KANDEV_PREBUILD_IMAGES:-1}" != 0 ]; then
   cargo test -q --workspace --no-run --test installed_binary &
   build=$!
   # Stopped early (a missing tool, an engine that will not start): the build goes too.
-  trap '[ -z "${build:-}" ] || kill "$build" 2>/dev/null || true' EXIT
+  trap 'for job in ${build:-} ${kube:-}; do kill "$job" 2>/dev/null || true; done' EXIT
 fi
+
+# Kubernetes from its Go modules: minutes of CPU the first time on a machine (beside the Rust
+# build, both compile), nothing once built. Its log goes to a file, its errors to stderr.
+kube_log=$(mktemp)
+bash harness/scripts/ensure-kind.sh --programs-only >"$kube_log" 2>&1 &
+kube=$!
 
 need=()
 command -v xmllint >/dev/null || need+=(libxml2-utils)
 command -v chromium >/dev/null || need+=(chromium)
 command -v jq >/dev/null || need+=(jq)
 /usr/bin/python3 -c 'import kubernetes' 2>/dev/null || need+=(python3-kubernetes)
-# kubectl is in no registry these machines reach (Debian does not package it): name the fix.
-if ! command -v kubectl >/dev/null; then
-  log "kubectl is missing (the cluster double's tests drive it): install kubectl v1.32 or later, then retry"
-  exit 3
-fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     log "missing ${need[*]}: install them (Debian: apt-get install ${need[*]}), then retry"
@@ -59,6 +63,20 @@ if [ "${free_gb:-0}" -lt 12 ]; then
 fi
 
 bash harness/scripts/ensure-engine.sh
+
+if ! wait "$kube"; then
+  kube=
+  cat "$kube_log" >&2
+  log "Kubernetes could not be built from its Go modules (above): fix it, then retry"
+  exit 3
+fi
+kube=
+grep -E '^ensure-kind: (built|programs|linked)' "$kube_log" >&2 || true
+# kubectl is in no registry these machines reach: ensure-kind.sh links the one it built.
+if ! command -v kubectl >/dev/null; then
+  log "kubectl is missing (the cluster double's tests drive it): install kubectl v1.32 or later, or run as root (ensure-kind.sh links its own), then retry"
+  exit 3
+fi
 
 # The first engine test waits on `image fixtures`' image lock, then reuses what it built.
 if [ "$prebuild" = 1 ]; then

@@ -4,6 +4,7 @@
 
 pub mod harness_image;
 pub mod images;
+pub mod kube_build;
 
 use crate::wait::WaitTimedOut;
 use bollard::Docker;

@@ -20,4 +20,5 @@ pub mod labelled;
 pub mod node;
 pub mod on_double;
 pub mod pod;
+pub mod real_api_server;
 pub mod schemas;

@@ -3,9 +3,10 @@
 //! Kind workflow records against Kind's v1.36 API server and then runs this file with
 //! `KANDEV_REQUIRE_RECORDINGS=1`, so a divergence, or nothing recorded, fails the nightly).
 //!
-//! Where nothing is recorded (as in this repository: no cluster is reachable where it is
-//! developed), the comparison says so and claims nothing. `KANDEV_KUBE_RECORDINGS=DIR` reads
-//! the recordings from another folder.
+//! The checked-in recordings are kube-apiserver v1.37's, made by the `real_api_server` tests
+//! (which also compare the double with the live server). Where a folder holds nothing, the
+//! comparison says so and claims nothing. `KANDEV_KUBE_RECORDINGS=DIR` reads the recordings
+//! from another folder.
 
 use kandev_test_support::cluster_double::recorded::{
     self, Recording, composed_task_pod, differences, normalized, replay,

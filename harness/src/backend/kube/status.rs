@@ -206,22 +206,27 @@ fn judge_scheduling(message: String) -> Scheduling {
     if let Some(claim) = missing_claim {
         return Scheduling::MissingClaim { claim, message };
     }
-    // `0/<nodes> nodes are available: <histogram>.` then ` preemption: ...`.
+    // `0/<nodes> nodes are available: <count> <reason>, ....` is the first sentence; what
+    // follows is the PostFilter plugins' own, whose words change between releases (1.33:
+    // ` preemption: ...`; 1.34+, with the DRA plugin: ` no new claims to deallocate,
+    // preemption: ...`). Only the counted reasons are read: the first sentence, each entry a
+    // count and a reason, and every node counted once (FitError.Error() counts each node under
+    // the first filter that turned it down).
     let counted = message.strip_prefix("0/").and_then(|rest| {
         let (nodes, rest) = rest.split_once(" nodes are available: ")?;
         let nodes: u64 = nodes.parse().ok()?;
-        let histogram = rest.split(". preemption: ").next()?.trim_end_matches('.');
-        let unmatched: u64 = histogram
-            .split(", ")
-            .filter_map(|entry| {
-                let (count, reason) = entry.split_once(' ')?;
-                NO_MATCH
-                    .contains(&reason)
-                    .then(|| count.parse::<u64>().ok())
-                    .flatten()
-            })
-            .sum();
-        Some((nodes, unmatched))
+        let histogram = rest.split(". ").next()?.trim_end_matches('.');
+        let mut total = 0;
+        let mut unmatched = 0;
+        for entry in histogram.split(", ") {
+            let (count, reason) = entry.split_once(' ')?;
+            let count: u64 = count.parse().ok()?;
+            total += count;
+            if NO_MATCH.contains(&reason) {
+                unmatched += count;
+            }
+        }
+        (total == nodes).then_some((nodes, unmatched))
     });
     match counted {
         Some((nodes, unmatched)) if nodes > 0 && unmatched == nodes => {
@@ -325,6 +330,36 @@ mod tests {
         assert!(matches!(
             judge_scheduling("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.".into()),
             Scheduling::NoNodeMatches(_)
+        ));
+    }
+
+    /// Issue 40, defect 1: from 1.34 the DRA plugin's PostFilter words came before the
+    /// preemption clause; the sentence was then read as "waiting", and a selector no node
+    /// matches waited out the launch's bound. Only the first sentence's counts are read now,
+    /// whatever follows (1.37's own words: real_api_server's scheduling test).
+    #[test]
+    fn the_first_sentences_counts_decide_whatever_the_postfilters_say() {
+        let v1_34 = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.";
+        assert!(matches!(
+            judge_scheduling(v1_34.into()),
+            Scheduling::NoNodeMatches(_)
+        ));
+        let v1_37 = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.";
+        assert!(matches!(
+            judge_scheduling(v1_37.into()),
+            Scheduling::NoNodeMatches(_)
+        ));
+        // Three nodes, one with too little CPU: capacity may free.
+        let mixed = "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling.";
+        assert!(matches!(
+            judge_scheduling(mixed.into()),
+            Scheduling::Waiting(_)
+        ));
+        // Counts that do not add up to the nodes are no judgement: waited on.
+        let short = "0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.";
+        assert!(matches!(
+            judge_scheduling(short.into()),
+            Scheduling::Waiting(_)
         ));
     }
 

@@ -3,8 +3,9 @@
 //! `ServiceAccount`'s account name), so that a client reading a Pod back compares what it
 //! asked for against a defaulted object, as it would on a real cluster. Written from the API
 //! server's rules (`pkg/apis/core/v1/defaults.go`, the Pod strategy's `PrepareForCreate`,
-//! the QoS class of `GetPodQOS`), not recorded here; `recorded` compares them with the
-//! answers of a real API server wherever recordings exist (the nightly Kind run makes them).
+//! the QoS class of `GetPodQOS`), and held to a real API server's answers: the
+//! `real_api_server` tests send the task Pod to kube-apiserver v1.37 built here and to the
+//! double, and compare (`recorded`).
 //! The ServiceAccount plugin's token volume is `serviceaccount`'s.
 
 use kandev_harness::pod::quantity;
@@ -109,7 +110,30 @@ pub(crate) fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
+/// Removes `object[field]` when it is `false`: a Go `bool` field tagged `omitempty` (not a
+/// `*bool`) cannot hold "false as sent", so a real API server answers without it
+/// (k8s.io/api/core/v1/types.go; seen on kube-apiserver v1.37 by the real_api_server tests:
+/// a mount sent with `readOnly: false` comes back without `readOnly`).
+fn omit_false(object: &mut Value, field: &str) {
+    if let Some(fields) = object.as_object_mut()
+        && fields.get(field) == Some(&Value::Bool(false))
+    {
+        fields.remove(field);
+    }
+}
+
 fn default_container(container: &mut Value, requests: bool) {
+    for field in ["stdin", "stdinOnce", "tty"] {
+        omit_false(container, field);
+    }
+    for mount in container
+        .get_mut("volumeMounts")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        omit_false(mount, "readOnly");
+    }
     let image = container["image"].as_str().unwrap_or_default().to_owned();
     default(container, "imagePullPolicy", json!(pull_policy(&image)));
     default(
@@ -166,6 +190,22 @@ pub(crate) fn default_template(template: &mut Value) {
 }
 
 fn default_spec(spec: &mut Value, requests: bool) {
+    for field in ["hostNetwork", "hostPID", "hostIPC"] {
+        omit_false(spec, field);
+    }
+    for volume in spec
+        .get_mut("volumes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        // The volume sources' own `bool` flags (`*bool` ones, as `secret.optional`, stay).
+        for source in ["persistentVolumeClaim", "nfs", "iscsi", "rbd", "cephfs"] {
+            if let Some(source) = volume.get_mut(source) {
+                omit_false(source, "readOnly");
+            }
+        }
+    }
     default(spec, "restartPolicy", json!("Always"));
     default(spec, "terminationGracePeriodSeconds", json!(30));
     default(spec, "dnsPolicy", json!("ClusterFirst"));

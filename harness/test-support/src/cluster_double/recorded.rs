@@ -3,10 +3,10 @@
 //! are replayed against a fresh double, and the two answers compared field by field, less
 //! what varies from one create to the next ([`normalized`]).
 //!
-//! Recordings live in `fixtures/kube/recorded/<case>.json` (see that folder's README); the
-//! script `harness/scripts/record-kube-fixtures.sh` makes them against a cluster, and the
-//! nightly Kind workflow makes them against Kind's API server before comparing. None is
-//! checked in: no cluster is reachable where this harness is developed.
+//! Recordings live in `fixtures/kube/recorded/<case>.json` (see that folder's README): the
+//! `real_api_server` tests make them against kube-apiserver v1.37 built here
+//! (`KANDEV_RECORD=1`) and compare the double with the live server on every run; the script
+//! `harness/scripts/record-kube-fixtures.sh` makes them against any cluster.
 
 use anyhow::{Context, bail};
 use serde::Deserialize;

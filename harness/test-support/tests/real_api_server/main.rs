@@ -1,0 +1,45 @@
+//! The harness and the cluster double held to a real API server: kube-apiserver v1.37 with
+//! etcd, its controller manager and scheduler, built here from their Go modules by
+//! `harness/scripts/ensure-kind.sh` and started once for this binary
+//! ([`kandev_test_support::real_api_server::shared`]); each test works in namespaces of its
+//! own. Every test name says `real_api_server`.
+//!
+//! - `admission`: every fixture template's composed Pod, dry-run created under each Pod
+//!   Security level (AC-001.3), the harness's admission comparison on the real defaulting,
+//!   and the double's answers to the same requests.
+//! - `start`: the control plane's own refusals (a missing program, a taken port).
+
+// A test file: failing loudly with unwrap/panic is the point here.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod admission;
+mod defaults;
+mod scheduling;
+mod start;
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+/// Creates namespace `name` with `labels` and waits until the controller manager has made its
+/// `default` ServiceAccount (the ServiceAccount admission refuses every Pod before that).
+pub async fn namespace(client: &kube::Client, name: &str, labels: serde_json::Value) {
+    let namespace: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels}
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), name);
+    let start = Instant::now();
+    while accounts.get_opt("default").await.unwrap().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "namespace {name} has no default ServiceAccount after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds a real Kubernetes on this machine from pinned Go modules (kind/pins.env), with no
 # container registry: the kind command, Kubernetes' programs (kube-apiserver, kubectl, kubelet,
-# kubeadm, kube-controller-manager, kube-scheduler, kube-proxy), etcd and CoreDNS, and then a
+# kubeadm, kube-controller-manager, kube-scheduler, kube-proxy), etcd, CoreDNS and the
+# local-path provisioner (Kind's default StorageClass), and then a
 # Kind node image assembled from them (harness/scripts/kind-node-image.sh).
 #
 #   harness/scripts/ensure-kind.sh [--programs-only]
@@ -64,6 +65,7 @@ kind_version=$(pin KIND_VERSION)
 etcd=$(pin ETCD_VERSION)
 coredns=$(pin COREDNS_VERSION)
 pause=$(pin PAUSE_VERSION)
+local_path=$(pin LOCAL_PATH_PROVISIONER_VERSION)
 key=$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$pins_file" | sha256sum | cut -c1-16)
 cache=${KANDEV_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kandev-acceptance/kube}/$key
 bin=$cache/bin
@@ -75,7 +77,7 @@ exec 9>"$cache/.lock"
 flock 9
 
 # --- the programs ----------------------------------------------------------------------------
-programs=(kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy etcd kind coredns pause)
+programs=(kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy etcd kind coredns local-path-provisioner pause)
 if [ -f "$bin/.complete" ]; then
   log "programs of $pins_file ($key) already built: $bin"
 else
@@ -164,6 +166,13 @@ $tail_lines" "read the log above; a full disk (df -h ~/.cache) or an old Go are 
   step "resolving CoreDNS $coredns" "$coredns_dir" go get -tool "github.com/coredns/coredns@$coredns"
   step "building CoreDNS $coredns" "$coredns_dir" \
     env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/coredns" github.com/coredns/coredns
+
+  local_path_dir=$(wrapper local-path-provisioner)
+  step "resolving local-path-provisioner $local_path" "$local_path_dir" \
+    go get -tool "github.com/rancher/local-path-provisioner@$local_path"
+  step "building local-path-provisioner $local_path" "$local_path_dir" \
+    env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/local-path-provisioner" \
+    github.com/rancher/local-path-provisioner
 
   step "building pause $pause" "$cache" \
     gcc -Os -static -DVERSION="\"$pause\"" -o "$bin/pause" "$k8s_src/build/pause/linux/pause.c"

@@ -10,7 +10,8 @@
 #                            (test-support real_clients.rs; Debian's, for /usr/bin/python3)
 #   Kubernetes (ensure-kind.sh)  etcd, kube-apiserver, its controller manager and scheduler,
 #                            built from pinned Go modules (kind/pins.env): the real_api_server
-#                            tests start them; cached, so only the first call builds
+#                            tests start them; kind and a Kind node image: the on_real_kind
+#                            tests' cluster. Cached, so only the first call builds
 # kubectl, which recorder_script.rs and real_clients.rs also run, is not in Debian's archive:
 # the one ensure-kind.sh builds is linked onto PATH where none is.
 set -euo pipefail
@@ -72,6 +73,9 @@ if ! wait "$kube"; then
 fi
 kube=
 grep -E '^ensure-kind: (built|programs|linked)' "$kube_log" >&2 || true
+# Then the Kind node image from those programs (the on_real_kind tests' cluster): minutes the
+# first time (debootstrap, the control-plane images), seconds once it is in the engine.
+bash harness/scripts/ensure-kind.sh
 # kubectl is in no registry these machines reach: ensure-kind.sh links the one it built.
 if ! command -v kubectl >/dev/null; then
   log "kubectl is missing (the cluster double's tests drive it): install kubectl v1.32 or later, or run as root (ensure-kind.sh links its own), then retry"

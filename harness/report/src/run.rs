@@ -116,6 +116,11 @@ pub struct Environment {
     pub engine_version: Option<String>,
     pub engine_api_version: Option<String>,
     pub kubernetes_version: Option<String>,
+    /// Kind runs: the node image the cluster's nodes ran, and `kind version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind_node_image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind_version: Option<String>,
     pub kernel: Option<String>,
     pub operating_system: Option<String>,
     pub architecture: Option<String>,

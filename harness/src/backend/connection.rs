@@ -73,13 +73,20 @@ pub struct ConnectionTest {
     pub rules_unavailable: Option<String>,
 }
 
-/// What every authenticated user holds (`system:basic-user`): asking about itself. Every
-/// identity has these, so they say nothing about the executor's Role. (Non-resource rules,
-/// discovery and `/version`, are every user's too and never judged.)
-pub const EVERY_USER: [(&str, &str, &str); 3] = [
+/// What every authenticated user holds (`system:basic-user`: asking about itself), and what
+/// every service account holds from Kubernetes 1.37 (ClusterTrustBundle GA: bootstrap
+/// policy's `system:cluster-trust-bundle-discovery`, bound to `system:serviceaccounts`;
+/// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`; found by the first run on
+/// real Kind, whose executor review listed them). Every such identity has these, so they say
+/// nothing about the executor's Role. (Non-resource rules, discovery and `/version`, are
+/// every user's too and never judged.)
+pub const EVERY_USER: [(&str, &str, &str); 6] = [
     ("create", "authorization.k8s.io", "selfsubjectaccessreviews"),
     ("create", "authorization.k8s.io", "selfsubjectrulesreviews"),
     ("create", "authentication.k8s.io", "selfsubjectreviews"),
+    ("get", "certificates.k8s.io", "clustertrustbundles"),
+    ("list", "certificates.k8s.io", "clustertrustbundles"),
+    ("watch", "certificates.k8s.io", "clustertrustbundles"),
 ];
 
 /// What a rules review grants, one `verb resource[.group]` (with its `resourceNames`, where a

@@ -94,9 +94,10 @@ pub(crate) struct ClusterArgs {
     /// used, swept object by object (the runs' own namespaces are found by label).
     #[arg(long, value_name = "NAME")]
     pub(crate) namespace: Option<String>,
-    /// The kind binary.
-    #[arg(long, value_name = "PATH", default_value = "kind")]
-    pub(crate) kind_bin: PathBuf,
+    /// The kind binary (default: the one harness/scripts/ensure-kind.sh built for the node
+    /// image it assembled, else `kind` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) kind_bin: Option<PathBuf>,
     /// Use (and never delete) this existing Kind cluster instead of creating kandev-acc-<run id>.
     #[arg(long, value_name = "NAME")]
     pub(crate) kind_cluster: Option<String>,
@@ -114,7 +115,8 @@ pub(crate) struct RunArgs {
     /// The Kind cluster configuration (node image pinned by digest).
     #[arg(long, value_name = "FILE")]
     pub(crate) kind_config: Option<PathBuf>,
-    /// Override the configuration's Kind node image.
+    /// Override the configuration's Kind node image (default: the node image
+    /// harness/scripts/ensure-kind.sh assembled here, when this host's engine has it).
     #[arg(long, value_name = "REF")]
     pub(crate) kind_node_image: Option<String>,
     /// Leave the Kind cluster the run created (remove later: kind delete cluster --name ...).

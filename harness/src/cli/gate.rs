@@ -89,9 +89,9 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
         exit::SUCCESS
     } else {
         println!(
-            "REFUSED: run {} does not gate this release ({} reasons):",
+            "REFUSED: run {} does not gate this release ({}):",
             report.run_id,
-            reasons.len()
+            crate::outputs::gate::counted(reasons.len(), "reason")
         );
         for reason in &reasons {
             println!("  - {reason}");

@@ -27,7 +27,7 @@ pub(crate) fn cluster_settings(
     run: Option<&RunArgs>,
 ) -> ClusterSettings {
     let kind = (backend == BackendKind::Kind).then(|| KindSettings {
-        kind_bin: c.kind_bin.clone(),
+        kind_bin: crate::backend::kube::kind::resolve_kind_bin(c.kind_bin.clone()),
         cluster: c.kind_cluster.clone(),
         config: run
             .and_then(|r| r.kind_config.clone())
@@ -349,7 +349,7 @@ fn run_once(
     if let Some(derived) = run.prepared_env().and_then(|env| env.jobs) {
         libtest.test_threads = Some(derived);
         eprintln!(
-            "jobs: {derived} (the most sessions the cluster can hold at once, at most the host's {}; see the report's jobs set-up step)",
+            "jobs: {derived} (half the sessions the cluster can hold at once: a scenario may hold two Pods; at most the host's {}; see the report's jobs set-up step)",
             crate::config::host_jobs()
         );
     }

@@ -40,9 +40,10 @@ pub(crate) fn validate(args: &ValidateArgs) -> u8 {
                 println!("{finding}");
             }
             println!(
-                "{}: {errors} errors, {} warnings",
+                "{}: {}, {}",
                 args.template.display(),
-                findings.len() - errors
+                crate::outputs::gate::counted(errors, "error"),
+                crate::outputs::gate::counted(findings.len() - errors, "warning")
             );
         }
     }

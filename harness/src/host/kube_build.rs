@@ -21,6 +21,7 @@ pub const PROGRAMS: &[&str] = &[
     "etcd",
     "kind",
     "coredns",
+    "local-path-provisioner",
     "pause",
 ];
 

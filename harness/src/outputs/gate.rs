@@ -4,7 +4,8 @@
 //! a report cannot know: this harness's catalogue, the artefacts the release ships, the age.
 
 use kandev_report::{
-    Capability, CheckKind, GateProfile, ImageRecord, Outcome, Report, Rules, judge, unix_ms,
+    Capability, CheckKind, CheckOutcome, GateProfile, ImageRecord, Outcome, Report, Rules, judge,
+    unix_ms,
 };
 
 /// What `kandev-acceptance gate` holds a report to: exactly these artefacts, this
@@ -75,17 +76,43 @@ fn same_image(report: &Report, role: &str, expected: &str) -> Vec<String> {
 
 /// What a passing gate says it proves, counted by kind from the catalogue and the report:
 /// "62 system checks judged against the system (58 with a twin) and 10 mirror checks passed".
-pub fn passed_line(report: &Report, expect: &Expectations) -> String {
-    let kinds = expect.catalogue.iter().flat_map(|(_, checks)| checks);
-    let system = kinds
-        .clone()
-        .filter(|(_, k)| *k == CheckKind::System)
-        .count();
-    let mirror = kinds.filter(|(_, k)| *k == CheckKind::Mirror).count();
-    let with_twin = report.summary.checks.with_twin;
-    format!(
-        "{system} system checks judged against the system ({with_twin} with a twin) and {mirror} mirror checks (which judge only the harness's mirror of Kandev) passed"
-    )
+pub fn passed_line(report: &Report, _expect: &Expectations) -> String {
+    // The report's own counts, never the catalogue's: a PASS says what this run judged.
+    let passed = report
+        .scenarios
+        .iter()
+        .flat_map(|s| &s.checks)
+        .filter(|c| c.outcome == CheckOutcome::Passed);
+    let system = passed.clone().filter(|c| c.kind == CheckKind::System);
+    let mut line = format!(
+        "{} judged against the system ({} with a twin) and {} (which judge only the harness's mirror of Kandev) passed",
+        counted(system.clone().count(), "system check"),
+        system.filter(|c| kandev_report::has_twin(&c.twin)).count(),
+        counted(
+            passed.filter(|c| c.kind == CheckKind::Mirror).count(),
+            "mirror check"
+        ),
+    );
+    let unjudged: Vec<String> = report
+        .scenarios
+        .iter()
+        .flat_map(|s| s.checks.iter().map(move |c| (s, c)))
+        .filter(|(_, c)| c.outcome != CheckOutcome::Passed)
+        .map(|(s, c)| format!("{}/{} {}", s.name, c.id, c.outcome.as_str()))
+        .collect();
+    if !unjudged.is_empty() {
+        line.push_str(&format!("; not passed: {}", unjudged.join(", ")));
+    }
+    line
+}
+
+/// `1 reason`, `2 reasons`: a count with its noun in the number English wants.
+pub fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Every reason `report` does not gate a release under `expect` (empty: it does): the run
@@ -263,7 +290,7 @@ mod tests {
         );
         assert_eq!(
             passed_line(&report("passed", "passed", None), &expect()),
-            "1 system checks judged against the system (0 with a twin) and 0 mirror checks (which judge only the harness's mirror of Kandev) passed"
+            "1 system check judged against the system (0 with a twin) and 0 mirror checks (which judge only the harness's mirror of Kandev) passed"
         );
     }
 

@@ -398,24 +398,50 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 }
 
 /// PID 1 of the agent's and the daemon's containers with its start time (`/proc/1/stat`
-/// field 22): a process that died and was restarted reads differently (a container that
-/// cannot be read reads as the error).
+/// field 22): a process that died and was restarted reads differently. A read that did not
+/// succeed (an exec killed or cut while the node reclaims the hog's memory: seen on real Kind,
+/// an exit with no output) is read again, up to three times; one that never succeeds reads as
+/// the error, which is no start time and so never "unchanged".
 async fn pod_processes(session: &Session) -> serde_json::Value {
-    let start = |out: anyhow::Result<kandev_harness::backend::ExecOutput>| match out {
-        Ok(out) => out
-            .stdout_text()
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().nth(19))
-            .map(str::to_owned)
-            .unwrap_or_else(|| format!("no start time in {:?}", out.stdout_text())),
-        Err(e) => format!("unreadable: {e}"),
-    };
     let cmd = ["cat", "/proc/1/stat"];
-    // Bounds generous for a machine still busy with the hog's OOM kill.
-    let agent = start(session.in_main(&cmd, Duration::from_secs(30)).await);
-    let daemon = start(session.in_daemon(&cmd, Duration::from_secs(30)).await);
+    let mut read = [String::new(), String::new()];
+    for (i, slot) in read.iter_mut().enumerate() {
+        for attempt in 1..=3 {
+            // Bounds generous for a machine still busy with the hog's OOM kill.
+            let out = if i == 0 {
+                session.in_main(&cmd, Duration::from_secs(30)).await
+            } else {
+                session.in_daemon(&cmd, Duration::from_secs(30)).await
+            };
+            *slot = match out {
+                Ok(out) if out.success() => match start_time(&out.stdout_text()) {
+                    Some(start) => {
+                        *slot = start;
+                        break;
+                    }
+                    None => format!("no start time in {:?}", out.stdout_text()),
+                },
+                Ok(out) => format!(
+                    "unreadable (attempt {attempt}): {}: {}",
+                    out.exit_text(),
+                    out.stderr_text().trim()
+                ),
+                Err(e) => format!("unreadable (attempt {attempt}): {e}"),
+            };
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let [agent, daemon] = read;
     json!({"agent_pid1_start": agent, "daemon_pid1_start": daemon})
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line (after the command's parenthesised name).
+fn start_time(stat: &str) -> Option<String> {
+    stat.rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().nth(19))
+        .filter(|s| s.chars().all(|c| c.is_ascii_digit()))
+        .map(str::to_owned)
 }
 
 #[cfg(test)]

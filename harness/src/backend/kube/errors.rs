@@ -21,7 +21,7 @@ pub const KIND_VERSION: &str = "v0.33.0";
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     #[error(
-        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: install kind {} (https://kind.sigs.k8s.io/dl/{0}/kind-linux-amd64: the release that built the node image kind/cluster.yaml pins) or pass --kind-bin PATH",
+        "the kind binary `{bin}` cannot be run (`kind` is not on PATH?)\n  fix: bash harness/scripts/ensure-kind.sh (builds kind {} and a node image on this machine, no registry needed), or install kind {0} (https://kind.sigs.k8s.io/dl/{0}/kind-linux-amd64: the release that built the node image kind/cluster.yaml pins), or pass --kind-bin PATH",
         KIND_VERSION
     )]
     KindMissing { bin: String },

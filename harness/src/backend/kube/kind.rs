@@ -148,6 +148,40 @@ fn run_docker(bin: &Path, args: &[String]) -> Result<String, ClusterError> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// The kind binary a run uses: the one given; else the one `ensure-kind.sh` built (the
+/// release its node image is for), when built; else `kind` on PATH.
+pub fn resolve_kind_bin(given: Option<PathBuf>) -> PathBuf {
+    given.unwrap_or_else(|| {
+        crate::host::kube_build::Pins::read()
+            .ok()
+            .and_then(|pins| pins.bin_dir().ok())
+            .map(|bin| bin.join("kind"))
+            .filter(|kind| kind.is_file())
+            .unwrap_or_else(|| PathBuf::from("kind"))
+    })
+}
+
+/// The node image `ensure-kind.sh` assembled, when this host's engine has it: the default
+/// where no `--kind-node-image` is given (the config's pin needs a registry).
+pub fn local_node_image(docker_bin: &Path) -> Option<String> {
+    let image = crate::host::kube_build::Pins::read().ok()?.node_image();
+    std::process::Command::new(docker_bin)
+        .args(["image", "inspect", "--format", "{{.Id}}", &image])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|_| image)
+}
+
+/// The node image a Kind config pins (its first node's `image:`), for the report.
+pub fn pinned_node_image(config: &Path) -> Option<String> {
+    std::fs::read_to_string(config)
+        .ok()?
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image:"))
+        .map(|image| image.trim().to_owned())
+}
+
 /// `kind version`: checked before anything is built or created.
 pub fn check_kind(bin: &Path) -> Result<String, ClusterError> {
     run_kind(bin, &["version"]).map(|v| v.trim().to_owned())

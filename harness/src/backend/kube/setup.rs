@@ -70,15 +70,26 @@ impl Provider for KindProvider {
 
     async fn prepare(&self, input: &PrepareInput<'_>) -> anyhow::Result<Prepared> {
         let settings = &input.config.cluster;
-        let options = settings
+        let mut options = settings
             .kind_options(input.run_id, input.report_folder)
             .context("--backend kind without Kind settings")?;
         let started = Instant::now();
-        input
-            .setup
-            .step("kind", started, check_kind(&options.kind_bin), |v| json!(v))?;
+        let kind_version =
+            input
+                .setup
+                .step("kind", started, check_kind(&options.kind_bin), |v| json!(v))?;
         // Kind's node runs on this host's engine, and the images are built there.
-        let (engine, environment) = on_this_host::engine(input).await?;
+        let (engine, mut environment) = on_this_host::engine(input).await?;
+        // No --kind-node-image: the node image ensure-kind.sh assembled here, when the engine
+        // has it (the config's pin needs a registry).
+        if options.node_image.is_none() {
+            options.node_image = kind::local_node_image(&options.docker_bin);
+        }
+        environment.kind_version = Some(kind_version);
+        environment.kind_node_image = options
+            .node_image
+            .clone()
+            .or_else(|| kind::pinned_node_image(&options.config));
         let images = on_this_host::images(&engine, input).await?;
         // The run's Kind cluster lives on this host's engine: the run holds an engine lease,
         // as a local run does, before the cluster exists (`gc --backend kind` spares it).
@@ -392,8 +403,13 @@ async fn derive_jobs(input: &PrepareInput<'_>, cluster: &Cluster, arch: Arch) ->
     let read = super::capacity::read(&cluster.admin, arch, &spec).await;
     let (jobs, evidence) = match read {
         Ok(capacity) => {
-            let jobs = capacity.sessions.clamp(1, host);
+            // A scenario may hold two task Pods at once: a second session, the MTU peer, or a
+            // replacement created while its predecessor still terminates (its requests count
+            // until it is gone). On real Kind (one 2-CPU node, two sessions' room) two
+            // scenarios at once left a third Pod Unschedulable past the readiness bound.
+            let jobs = (capacity.sessions / PODS_PER_SCENARIO).clamp(1, host);
             let mut evidence = capacity.evidence;
+            evidence["pods_per_scenario"] = json!(PODS_PER_SCENARIO);
             evidence["from"] = json!("the cluster's allocatable resources");
             evidence["host_default"] = json!(host);
             evidence["jobs"] = json!(jobs);
@@ -413,6 +429,10 @@ async fn derive_jobs(input: &PrepareInput<'_>, cluster: &Cluster, arch: Arch) ->
     );
     jobs
 }
+
+/// The most task Pods one scenario holds at once: `--jobs` derived from the cluster's room
+/// divides by it.
+const PODS_PER_SCENARIO: usize = 2;
 
 /// Kind: `kind load` (through an image archive, see [`kind::KindCluster::load`]); then the
 /// executor's permissions and a server-side dry run of a composed Pod (the privileged

@@ -102,6 +102,8 @@ pub(super) fn summary(h: &mut String, report: &Report) {
             },
         ),
         ("kubernetes", or_dash(e.kubernetes_version.as_ref())),
+        ("kind", or_dash(e.kind_version.as_ref())),
+        ("kind node image", or_dash(e.kind_node_image.as_ref())),
         ("kernel", or_dash(e.kernel.as_ref())),
         ("operating system", or_dash(e.operating_system.as_ref())),
         ("architecture", or_dash(e.architecture.as_ref())),

@@ -50,12 +50,22 @@ fn deleting(object: &Value) -> bool {
     !object["metadata"]["deletionTimestamp"].is_null()
 }
 
-/// `markAsDeleting`: the deletion time (kept when already set) and grace period 0.
+/// `markAsDeleting`: the deletion time (kept when already set) and grace period 0; the
+/// first mark advances a generation the object has.
 fn mark(object: &mut Value) {
     if !deleting(object) {
         object["metadata"]["deletionTimestamp"] = json!(now());
+        advance_generation(object);
     }
     object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+}
+
+/// `generation + 1` when the object has one (`markAsDeleting` in apiserver
+/// `pkg/registry/generic/registry/store.go`, `BeforeDelete` for graceful deletions).
+fn advance_generation(object: &mut Value) {
+    if let Some(generation) = object["metadata"]["generation"].as_i64().filter(|g| *g > 0) {
+        object["metadata"]["generation"] = json!(generation + 1);
+    }
 }
 
 /// The grace period of a Pod's delete (`podStrategy.CheckGracefulDelete`).
@@ -89,6 +99,9 @@ pub(crate) fn on_delete(
     }
     if key.0 == "/pods" {
         shown["metadata"]["deletionGracePeriodSeconds"] = json!(pod_grace(object, options));
+        // A Pod's first graceful deletion advances its generation (`BeforeDelete` in
+        // apiserver `pkg/registry/rest/delete.go`).
+        advance_generation(shown);
     }
     if of(object).is_empty() || kubelet_stops_it || key.0 == "/namespaces" {
         return None;

@@ -347,7 +347,7 @@ impl Ctx<'_> {
                 created = Some((name.to_owned(), uid.to_owned()));
             })
             .await;
-        let dry_run = super::route::param(self.query, "dryRun") == Some("All");
+        let dry_run = self.dry_run(None);
         if reply.status() == StatusCode::CREATED
             && !dry_run
             && let Some((name, uid)) = created
@@ -384,7 +384,11 @@ impl Ctx<'_> {
             .and_then(|j| j["metadata"]["uid"].as_str())
             .map(str::to_owned);
         let (policy, defaulted) = propagation(&options);
+        let dry_run = self.dry_run(Some(&options));
         let mut reply = self.delete_with(name, options, policy == Propagation::Foreground);
+        if dry_run {
+            return reply;
+        }
         let Some(uid) = uid.filter(|_| reply.status() == StatusCode::OK) else {
             return reply;
         };

@@ -5,7 +5,7 @@
 //! **This is a double, not a cluster.** What it proves: the harness's `kube` backend speaks the
 //! API server's wire protocol as kube-rs 5 does with a real one — TLS and kubeconfig loading,
 //! JSON `Status` errors and their codes, UIDs, resourceVersions, DELETE preconditions (409),
-//! label selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.36's
+//! label selectors (set-based too) and each resource's field selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.36's
 //! defaulting and the `Priority` and `DefaultTolerationSeconds` plugins, written from the API
 //! server's rules and compared with a real one's answers where [`recorded`] has recordings,
 //! so a client compares what it asked for against a defaulted Pod), the TokenRequest and RBAC path (the executor's
@@ -58,6 +58,11 @@
 //! deleted; the update that removes the last deletes it; a namespace waits `Terminating`,
 //! saying which remain).
 //!
+//! Held to a real kube-apiserver, request for request, by `tests/real_api_server/corpus.rs`
+//! (names and labels at their limits, immutable fields, conflicts, dry runs, patches,
+//! selectors, watches and their bookmarks, a watch cache that has dropped a version): what it
+//! still answers otherwise is listed there, each with the upstream reason.
+//!
 //! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
 //! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
 //! version's resources, the OpenAPI v3 stubs kubectl's validation asks for), content
@@ -105,7 +110,9 @@
 //! A request goes through `faults` (the connection's activity watched, a fault applied),
 //! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
-//! create and delete, each on a `request::Ctx`; `validation` checks names and labels,
+//! create and delete, each on a `request::Ctx`; `checks` refuses what the API server's
+//! handlers refuse before its registry (options, bodies of another kind or namespace, fields
+//! an update may not change), `validation` checks names, labels and annotations,
 //! `serviceaccount`, `quota`, `secrets` and `leases` admit what is written) or to the exec and
 //! port-forward streams (`streams`, `spdy`, `tunnel`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
@@ -117,6 +124,7 @@
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
 mod behaviours;
+mod checks;
 mod containers;
 mod controllers;
 mod defaults;

@@ -1,15 +1,16 @@
 //! The verbs on stored objects: create (with the double's admission and defaulting), get,
 //! list, update, patch, delete, and pods/log.
 
+use super::checks::json_type;
 use super::rbac::invalid_rules;
 use super::request::Ctx;
 use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
-use super::status::{Reply, full, json_reply, not_found, status};
+use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
 use super::{
-    containers, defaults, finalizers, leases, patch, quota, secrets, serviceaccount, storage,
-    validation,
+    checks, containers, defaults, finalizers, leases, patch, quota, secrets, serviceaccount,
+    storage, validation,
 };
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
@@ -56,7 +57,15 @@ impl Ctx<'_> {
                 json!({}),
             );
         }
-        let dry_run = param(self.query, "dryRun") == Some("All");
+        if let Some(refused) = checks::undecodable(&mut object, self.api_version, self.kind) {
+            return refused;
+        }
+        if let Some(refused) =
+            checks::namespace_mismatch(&mut object, self.route.namespace.as_deref())
+        {
+            return refused;
+        }
+        let dry_run = self.dry_run(None);
         let name = match object["metadata"]["name"].as_str() {
             Some(n) if !n.is_empty() => n.to_owned(),
             _ => match object["metadata"]["generateName"].as_str() {
@@ -363,6 +372,13 @@ impl Ctx<'_> {
                         "causes": causes}),
                 ))
             }
+            "events" if self.route.group.is_empty() => {
+                let ns = self.route.namespace.as_deref().unwrap_or_default();
+                let errors = checks::event_errors(object, ns);
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                (!errors.is_empty())
+                    .then(|| checks::invalid(self.kind, self.api_version, name, &errors))
+            }
             "secrets" => secrets::prepare(object).err().map(|refused| {
                 let code =
                     StatusCode::from_u16(refused.code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
@@ -406,11 +422,7 @@ impl Ctx<'_> {
         let mut shown = Vec::with_capacity(items.len());
         for item in items {
             let item = with_status(self.state, item).await;
-            let selected = by_status.iter().all(|(field, equal, value)| {
-                let pointer = format!("/{}", field.replace('.', "/"));
-                (item.pointer(&pointer).and_then(Value::as_str).unwrap_or("") == value) == *equal
-            });
-            if selected {
+            if self.fields_match(&item, &by_status) {
                 shown.push(item);
             }
         }
@@ -423,7 +435,18 @@ impl Ctx<'_> {
 
     /// A PUT: the whole object replaced (its `resourceVersion`, when given, must be the
     /// stored one: 409 otherwise, as the API server's optimistic concurrency answers).
-    pub(crate) async fn update(&self, name: &str, object: Value) -> Reply {
+    pub(crate) async fn update(&self, name: &str, mut object: Value) -> Reply {
+        if !object.is_object() {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the body is not an object",
+                json!({}),
+            );
+        }
+        if let Some(refused) = checks::undecodable(&mut object, self.api_version, self.kind) {
+            return refused;
+        }
         if object["metadata"]["name"].as_str() != Some(name) {
             return status(
                 StatusCode::BAD_REQUEST,
@@ -438,14 +461,49 @@ impl Ctx<'_> {
         let Some(existing) = self.state.store().objects.get(&self.key(name)).cloned() else {
             return not_found(self.route, name);
         };
-        self.commit(name, existing, object).await
+        let sent_uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+        let stored_uid = existing["metadata"]["uid"].as_str().unwrap_or_default();
+        if !sent_uid.is_empty() && sent_uid != stored_uid {
+            return checks::uid_precondition_failed(
+                &self.route.resource,
+                self.route.namespace.as_deref(),
+                name,
+                sent_uid,
+                stored_uid,
+            );
+        }
+        self.commit(name, existing, object, false).await
     }
 
-    /// A PATCH applied to the stored object, then stored as an update.
+    /// A PATCH applied to the stored object, then stored as an update; refused as the API
+    /// server's patch handler refuses it (apiserver `pkg/endpoints/handlers/patch.go`): a
+    /// body that is no patch of its type is 400 (`error decoding patch`), a JSON Patch that
+    /// does not apply 422 (`applyJSPatch`), a strategic merge patch of an unknown `$patch`
+    /// 500 (`interpretStrategicMergePatchError` passes it on), a patched object that does
+    /// not decode 422 (`field.Invalid` of `patch`), one of another name 400.
     pub(crate) async fn patch(&self, name: &str, kind: Patch, patch: Value) -> Reply {
         let Some(existing) = self.state.store().objects.get(&self.key(name)).cloned() else {
             return not_found(self.route, name);
         };
+        let not_decoded = match (kind, &patch) {
+            (Patch::Json, Value::Array(_))
+            | (Patch::Merge | Patch::StrategicMerge, Value::Object(_)) => None,
+            (Patch::Json, other) => Some(format!(
+                "error decoding patch: json: cannot unmarshal {} into Go value of type []handlers.jsonPatchOp",
+                json_type(other)
+            )),
+            (Patch::Merge, other) => Some(format!(
+                "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                json_type(other)
+            )),
+            (Patch::StrategicMerge, other) => Some(format!(
+                "json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                json_type(other)
+            )),
+        };
+        if let Some(message) = not_decoded {
+            return status(StatusCode::BAD_REQUEST, "BadRequest", &message, json!({}));
+        }
         let mut object = existing.clone();
         let applied = match kind {
             Patch::Json => patch::json_patch(&mut object, &patch),
@@ -455,22 +513,102 @@ impl Ctx<'_> {
             }
             Patch::StrategicMerge => patch::strategic(&mut object, &patch),
         };
-        if let Err(e) = applied {
+        match applied {
+            Ok(()) => {}
+            Err(e) if e.starts_with("unknown patch type") => {
+                return unknown_status(StatusCode::INTERNAL_SERVER_ERROR, &e);
+            }
+            Err(e) => {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &format!(
+                        "the patch does not apply to {} \"{name}\": {e}",
+                        self.route.resource
+                    ),
+                    json!({"name": name, "kind": self.route.resource}),
+                );
+            }
+        }
+        if !object.is_object() {
             return status(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "Invalid",
                 &format!(
-                    "the patch does not apply to {} \"{name}\": {e}",
-                    self.route.resource
+                    " \"\" is invalid: patch: Invalid value: {}: the patched object is not an object",
+                    json!(object.to_string())
                 ),
-                json!({"name": name, "kind": self.route.resource}),
+                json!({"causes": [{"reason": "FieldValueInvalid", "field": "patch"}]}),
+            );
+        }
+        if let Some(problem) = checks::decode_error(&mut object, self.api_version, self.kind) {
+            let problem = match problem.split_once(" cannot be handled as a ") {
+                Some((_, rest)) => rest
+                    .split_once(": ")
+                    .map_or(problem.clone(), |(_, go)| go.to_owned()),
+                None => problem.clone(),
+            };
+            let shown = json!(object.to_string());
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                &format!(" \"\" is invalid: patch: Invalid value: {shown}: {problem}"),
+                json!({"causes": [{"reason": "FieldValueInvalid",
+                    "message": format!("Invalid value: {shown}: {problem}"), "field": "patch"}]}),
+            );
+        }
+        if object["metadata"]["name"].as_str() != Some(name) {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!(
+                    "the name of the object ({}) does not match the name on the URL ({name})",
+                    object["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                json!({}),
             );
         }
         if patch["metadata"].get("resourceVersion").is_none() {
             // No precondition in the patch: it applies to the stored version.
             object["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"].clone();
         }
-        self.commit(name, existing, object).await
+        self.commit(name, existing, object, true).await
+    }
+
+    /// A running Pod's spec changed (an image, `activeDeadlineSeconds`, tolerations): a
+    /// kubelet would restart the container with its new image and enforce the deadline; the
+    /// double's node runs the Pod as it was created, and says so on the Pod (`NotEnforced`,
+    /// as it reports what it accepts without doing at the start).
+    fn not_followed(&self, existing: &Value, updated: &Value) {
+        if self.state.runtime.is_none() {
+            return;
+        }
+        let mut notes = Vec::new();
+        for list in ["initContainers", "containers"] {
+            for (old, new) in existing["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .zip(updated["spec"][list].as_array().into_iter().flatten())
+            {
+                if old["image"] != new["image"] {
+                    notes.push(format!(
+                        "container {} now asks for image {}: the double's node keeps running {} (a kubelet would restart the container with the new image)",
+                        new["name"], new["image"], old["image"]
+                    ));
+                }
+            }
+        }
+        if existing["spec"]["activeDeadlineSeconds"] != updated["spec"]["activeDeadlineSeconds"] {
+            notes.push(format!(
+                "activeDeadlineSeconds is now {}: the double's node does not enforce it",
+                updated["spec"]["activeDeadlineSeconds"]
+            ));
+        }
+        let mut store = self.state.store();
+        for note in notes {
+            store.event(updated, ("Normal", "NotEnforced"), &note, "kubelet");
+        }
     }
 
     /// The 409 an API server answers an update whose resourceVersion is no longer the stored
@@ -490,7 +628,7 @@ impl Ctx<'_> {
     /// Stores `object` in place of `existing` (an update or a patched object): what the
     /// server owns (UID, creation time, name, namespace, kind, a Pod's spec but for what may
     /// change, a claim's and a namespace's status) is kept, `resourceVersion` advanced.
-    async fn commit(&self, name: &str, existing: Value, mut object: Value) -> Reply {
+    async fn commit(&self, name: &str, existing: Value, mut object: Value, patched: bool) -> Reply {
         if !object.is_object() {
             return status(
                 StatusCode::BAD_REQUEST,
@@ -499,36 +637,70 @@ impl Ctx<'_> {
                 json!({}),
             );
         }
-        if let Some(refused) = self.invalid_metadata(name, &object) {
-            return refused;
-        }
-        if let Some(refused) = self.refused_content(&mut object) {
-            return refused;
-        }
+        // Optimistic concurrency first (the store's `GuaranteedUpdate`, before the
+        // strategy's checks): a version that is no number is the versioner's plain error, 500
+        // with no reason (`APIObjectVersioner.ObjectResourceVersion` in apiserver
+        // `pkg/storage/api_object_versioner.go`); another version is 409.
         let stored_rv = existing["metadata"]["resourceVersion"].clone();
         match object["metadata"]["resourceVersion"].as_str() {
+            Some(rv) if !rv.is_empty() && rv.parse::<u64>().is_err() => {
+                return unknown_status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &format!("strconv.ParseUint: parsing {}: invalid syntax", json!(rv)),
+                );
+            }
             Some(rv) if !rv.is_empty() && Some(rv) != stored_rv.as_str() => {
                 return self.modified_since(name);
             }
             _ => {}
         }
+        if let Some(refused) =
+            checks::namespace_mismatch(&mut object, self.route.namespace.as_deref())
+        {
+            return refused;
+        }
+        if let Some(refused) = self.invalid_metadata(name, &object) {
+            return refused;
+        }
+        let immutable = checks::immutable_errors(&self.route.resource, &existing, &object, patched);
+        if !immutable.is_empty() {
+            return checks::invalid(self.kind, self.api_version, name, &immutable);
+        }
+        if let Some(refused) = self.refused_content(&mut object) {
+            return refused;
+        }
+        // `rest.BeforeUpdate` (apiserver `pkg/registry/rest/update.go`): a request cannot set
+        // the generation; a Pod's and a Job's strategy advance it when the spec changes
+        // (`updatePodGeneration` in kubernetes `pkg/registry/core/pod/strategy.go`,
+        // `jobStrategy.PrepareForUpdate` in `pkg/registry/batch/job/strategy.go`).
+        match existing["metadata"].get("generation") {
+            Some(generation) => object["metadata"]["generation"] = generation.clone(),
+            None => {
+                if let Some(meta) = object["metadata"].as_object_mut() {
+                    meta.remove("generation");
+                }
+            }
+        }
         if self.route.resource == "pods" {
-            // Only what the API server lets change on a Pod (its metadata here; the spec's
-            // mutable fields, images and the like, are refused too: the double's runtime
-            // Pod could not follow them).
-            let mut spec = object.clone();
-            defaults::default_pod(&mut spec);
-            if spec["spec"] != existing["spec"] {
+            // What `ValidatePodUpdate` lets change (`checks::pod_update_error`), on the spec
+            // as decoding and admission default it.
+            let mut defaulted = object.clone();
+            defaults::default_pod(&mut defaulted);
+            if let Some(error) = checks::pod_update_error(&existing["spec"], &defaulted["spec"]) {
                 return status(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "Invalid",
-                    &format!(
-                        "Pod \"{name}\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative) (the double changes none of them)"
-                    ),
+                    &format!("Pod \"{name}\" is invalid: {error}"),
                     json!({"name": name, "kind": "Pod"}),
                 );
             }
-            object["spec"] = existing["spec"].clone();
+            object["spec"] = defaulted["spec"].clone();
+        }
+        if matches!(self.route.resource.as_str(), "pods" | "jobs")
+            && object["spec"] != existing["spec"]
+            && let Some(generation) = existing["metadata"]["generation"].as_i64()
+        {
+            object["metadata"]["generation"] = json!(generation + 1);
         }
         if matches!(
             self.route.resource.as_str(),
@@ -567,7 +739,10 @@ impl Ctx<'_> {
         ) {
             return refused;
         }
-        if param(self.query, "dryRun") != Some("All") {
+        if !self.dry_run(None) {
+            if self.route.resource == "pods" && object["spec"] != existing["spec"] {
+                self.not_followed(&existing, &object);
+            }
             let key = self.key(name);
             let mut store = self.state.store();
             if store
@@ -712,6 +887,12 @@ impl Ctx<'_> {
                 json!({"name": name, "kind": self.route.resource}),
             );
         }
+        if self.dry_run(Some(&options)) {
+            // A dry run is answered as the delete would be, and changes nothing (the
+            // registry's `Store.Delete` passes `dryrun.IsDryRun` down to the storage, which
+            // then writes nothing: apiserver `pkg/registry/generic/registry/store.go`).
+            return json_reply(StatusCode::OK, &object);
+        }
         store.deletions.push(Deletion {
             resource: self.route.resource.clone(),
             namespace: key.1.clone(),
@@ -746,6 +927,15 @@ impl Ctx<'_> {
                 shown = store.put(key.clone(), shown);
                 drop(store);
                 tokio::spawn(remove_pod(self.state.clone(), key, uid));
+            }
+            "pods" => {
+                // No node runs it: a graceful delete of grace 0, so marked (a change of its
+                // own, `MODIFIED` to a watch) and then removed at once
+                // (`Store.updateForGracefulDeletionAndFinalizers`, then `deleteImmediately`
+                // in apiserver `pkg/registry/generic/registry/store.go`).
+                shown = store.put(key.clone(), shown);
+                store.delete(&key);
+                store.forget_bound_tokens(&uid);
             }
             "namespaces" => {
                 shown["status"]["phase"] = json!("Terminating");

@@ -85,7 +85,15 @@ pub(crate) fn strategic(target: &mut Value, patch: &Value) -> Result<(), String>
             *target = Value::Null;
             return Ok(());
         }
-        Some(other) => return Err(format!("unknown patch type: {other}")),
+        // `mergepatch.ErrBadArgType`-like: the error `strategicpatch` returns, the map shown
+        // as Go prints it (the API server answers it 500: `interpretStrategicMergePatchError`
+        // passes it on).
+        Some(other) => {
+            return Err(format!(
+                "unknown patch type: {other} in map: {}",
+                go_print(&Value::Object(patch.clone()))
+            ));
+        }
         None => {}
     }
     if !target.is_object() {
@@ -136,6 +144,29 @@ pub(crate) fn strategic(target: &mut Value, patch: &Value) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// A JSON value as Go's `fmt` prints the `interface{}` it decodes to (`map[k:v]` with the
+/// keys sorted, `[a b]`, strings bare).
+fn go_print(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let entries: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{k}:{}", go_print(&map[k.as_str()])))
+                .collect();
+            format!("map[{}]", entries.join(" "))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(go_print).collect();
+            format!("[{}]", items.join(" "))
+        }
+        Value::String(s) => s.clone(),
+        Value::Null => "<nil>".to_owned(),
+        other => other.to_string(),
+    }
 }
 
 fn merge_list(

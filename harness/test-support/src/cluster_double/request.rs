@@ -1,7 +1,7 @@
 //! One request to a stored resource as its handlers see it ([`Ctx`]): who asks, the route,
 //! the query, and which stored objects a list or watch selects.
 
-use super::route::{Route, matches_selector, param};
+use super::route::{Route, matches_selector, param, parse_selector};
 use super::status::{Reply, status};
 use super::store::{DoubleState, Identity, Key, Store};
 use hyper::StatusCode;
@@ -28,11 +28,29 @@ impl Ctx<'_> {
         )
     }
 
-    /// The `fieldSelector` of the request, checked: only the fields an API server
-    /// selects on for every object (`metadata.name`, `metadata.namespace`) and, for Pods,
-    /// `spec.nodeName` and `spec.serviceAccountName`; any other field is 400, as the API
-    /// server answers "field label not supported".
+    /// Whether the request is a dry run: `dryRun=All` in the query, or (a DELETE's)
+    /// `"dryRun": ["All"]` in its DeleteOptions (`checks::refused_dry_run` refused every
+    /// other value before).
+    pub(crate) fn dry_run(&self, options: Option<&Value>) -> bool {
+        self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
+            || options
+                .and_then(|o| o["dryRun"].as_array())
+                .is_some_and(|values| values.iter().any(|v| v == "All"))
+    }
+
+    /// The `fieldSelector` of the request, checked: only the fields an API server selects
+    /// on for the resource ([`selectable`]); any other field is 400, as the API server
+    /// answers "field label not supported". Its `labelSelector` is checked here too (400
+    /// when it does not parse, `route::parse_selector`).
     pub(crate) fn field_selector(&self) -> Result<Vec<(String, bool, String)>, Box<Reply>> {
+        if let Err(e) = parse_selector(param(self.query, "labelSelector").unwrap_or("")) {
+            return Err(Box::new(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &e,
+                json!({}),
+            )));
+        }
         let mut terms = Vec::new();
         for term in param(self.query, "fieldSelector")
             .unwrap_or("")
@@ -53,21 +71,7 @@ impl Ctx<'_> {
                 )));
             };
             let field = field.trim();
-            // A Pod's selectable fields: `PodToSelectableFields` in
-            // pkg/registry/core/pod/strategy.go (`kubectl describe node` selects its Pods by
-            // `spec.nodeName` and `status.phase`).
-            let supported = matches!(field, "metadata.name" | "metadata.namespace")
-                || (self.route.resource == "pods"
-                    && matches!(
-                        field,
-                        "spec.nodeName"
-                            | "spec.serviceAccountName"
-                            | "spec.restartPolicy"
-                            | "spec.schedulerName"
-                            | "status.phase"
-                            | "status.podIP"
-                    ));
-            if !supported {
+            if selectable(&self.route.group, &self.route.resource, &Value::Null, field).is_none() {
                 return Err(Box::new(status(
                     StatusCode::BAD_REQUEST,
                     "BadRequest",
@@ -78,6 +82,15 @@ impl Ctx<'_> {
             terms.push((field.to_owned(), equal, value.trim().to_owned()));
         }
         Ok(terms)
+    }
+
+    /// Whether `object` (of this request's resource) has the selected `fields`.
+    pub(crate) fn fields_match(&self, object: &Value, fields: &[(String, bool, String)]) -> bool {
+        fields.iter().all(|(field, equal, value)| {
+            let actual = selectable(&self.route.group, &self.route.resource, object, field)
+                .unwrap_or_default();
+            (actual == *value) == *equal
+        })
     }
 
     /// Whether this list or watch selects the object (the route's resource and namespace,
@@ -94,14 +107,7 @@ impl Ctx<'_> {
             && self.route.namespace.as_ref().is_none_or(|want| want == ns)
             && name.is_none_or(|want| want == n)
             && matches_selector(&object["metadata"]["labels"], labels)
-            && fields.iter().all(|(field, equal, value)| {
-                let pointer = format!("/{}", field.replace('.', "/"));
-                let actual = object
-                    .pointer(&pointer)
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                (actual == value) == *equal
-            })
+            && self.fields_match(object, fields)
     }
 
     /// The stored objects this list or watch selects.
@@ -118,4 +124,101 @@ impl Ctx<'_> {
             .map(|(k, o)| (k.clone(), o.clone()))
             .collect()
     }
+}
+
+/// The value of `field` a field selector compares for `object` of `resource` (in `group`),
+/// as the resource's registry sets its selectable fields; None for a field it does not
+/// select on (`field label not supported`). Every resource: `metadata.name` and
+/// `metadata.namespace` (`generic.ObjectMetaFieldsSet`). Pods: `PodToSelectableFields`
+/// (kubernetes `pkg/registry/core/pod/strategy.go`: the first Pod IP, `hostNetwork` as
+/// `true`/`false`); Events: `ToSelectableFields` (`pkg/registry/core/event/strategy.go`:
+/// the involved object's fields, `reason`, `type`, `reportingComponent` and `source`, the
+/// source's component or else the reporting controller), read from an events.k8s.io/v1
+/// Event's own names (`regarding`, `reportingController`, `deprecatedSource`) for that
+/// group; Namespaces: `status.phase` (`pkg/registry/core/namespace/strategy.go`); Secrets:
+/// `type` (`pkg/registry/core/secret/strategy.go`); Nodes: `spec.unschedulable`
+/// (`pkg/registry/core/node/strategy.go`); Jobs: `status.successful`
+/// (`pkg/registry/batch/job/strategy.go`).
+pub(crate) fn selectable(
+    group: &str,
+    resource: &str,
+    object: &Value,
+    field: &str,
+) -> Option<String> {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default()
+    };
+    let flag = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            .to_string()
+    };
+    match (resource, field) {
+        (_, "metadata.name") => return Some(text("/metadata/name")),
+        (_, "metadata.namespace") => return Some(text("/metadata/namespace")),
+        _ => {}
+    }
+    Some(match (resource, field) {
+        (
+            "pods",
+            "spec.nodeName"
+            | "spec.restartPolicy"
+            | "spec.schedulerName"
+            | "spec.serviceAccountName"
+            | "status.phase"
+            | "status.nominatedNodeName",
+        ) => text(&format!("/{}", field.replace('.', "/"))),
+        ("pods", "spec.hostNetwork") => flag("/spec/hostNetwork"),
+        ("pods", "status.podIP") => text("/status/podIPs/0/ip"),
+        ("events", _) => {
+            let v1 = group == "events.k8s.io";
+            let involved = if v1 { "regarding" } else { "involvedObject" };
+            let reporting = if v1 {
+                "/reportingController"
+            } else {
+                "/reportingComponent"
+            };
+            match field {
+                "reason" | "type" => text(&format!("/{field}")),
+                "reportingComponent" => text(reporting),
+                "source" => {
+                    let source = if v1 {
+                        text("/deprecatedSource/component")
+                    } else {
+                        text("/source/component")
+                    };
+                    if source.is_empty() {
+                        text(reporting)
+                    } else {
+                        source
+                    }
+                }
+                _ => match field.strip_prefix("involvedObject.") {
+                    Some(
+                        part @ ("kind" | "namespace" | "name" | "uid" | "apiVersion"
+                        | "resourceVersion" | "fieldPath"),
+                    ) => text(&format!("/{involved}/{part}")),
+                    _ => return None,
+                },
+            }
+        }
+        ("namespaces", "status.phase") => text("/status/phase"),
+        ("secrets", "type") => text("/type"),
+        ("nodes", "spec.unschedulable") => flag("/spec/unschedulable"),
+        ("jobs", "status.successful") => object
+            .pointer("/status/succeeded")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            .to_string(),
+        _ => return None,
+    })
 }

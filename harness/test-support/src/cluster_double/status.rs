@@ -43,3 +43,14 @@ pub(crate) fn not_found(route: &Route, name: &str) -> Reply {
         json!({"name": name, "kind": route.resource}),
     )
 }
+
+/// An error the API server holds no API status for (`ErrorToAPIStatus` in apiserver
+/// `pkg/endpoints/handlers/responsewriters/status.go`): `code` (500, or 409 for a storage
+/// conflict) and the error's text, no reason (`StatusReasonUnknown` is empty and left out).
+pub(crate) fn unknown_status(code: StatusCode, message: &str) -> Reply {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "code": code.as_u16(),
+    });
+    json_reply(code, &body)
+}

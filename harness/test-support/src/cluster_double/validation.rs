@@ -205,22 +205,43 @@ pub fn name_errors(resource: &str, name: &str) -> Vec<String> {
     }
 }
 
-/// One `field.Invalid`: its field and detail, and the value it names.
+/// What kind of `field.Error` an [`Invalid`] is (its `ErrorType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// `field.Invalid` (`FieldValueInvalid`).
+    Invalid,
+    /// `field.TooLong` (`FieldValueTooLong`): no value shown.
+    TooLong,
+}
+
+/// One `field.Error`: its field and detail, and the value it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalid {
     pub field: String,
     pub value: String,
     pub detail: String,
+    pub cause: Cause,
 }
 
 impl Invalid {
-    /// `ErrorBody`: `Invalid value: "<value>": <detail>`.
+    /// `ErrorBody`: `Invalid value: "<value>": <detail>`, or `Too long: <detail>`.
     fn body(&self) -> String {
-        format!(
-            "Invalid value: {}: {}",
-            Value::String(self.value.clone()),
-            self.detail
-        )
+        match self.cause {
+            Cause::Invalid => format!(
+                "Invalid value: {}: {}",
+                Value::String(self.value.clone()),
+                self.detail
+            ),
+            Cause::TooLong => format!("Too long: {}", self.detail),
+        }
+    }
+
+    /// The `StatusCause` reason (`field.ErrorType.String` in the API server's words).
+    fn reason(&self) -> &'static str {
+        match self.cause {
+            Cause::Invalid => "FieldValueInvalid",
+            Cause::TooLong => "FieldValueTooLong",
+        }
     }
 
     /// `field.Error.Error`.
@@ -229,8 +250,8 @@ impl Invalid {
     }
 }
 
-/// What `ValidateObjectMeta` refuses in `object`'s metadata under `resource`: its name and
-/// its labels (keys and values), in that order.
+/// What `ValidateObjectMeta` refuses in `object`'s metadata under `resource`: its name, its
+/// labels (keys and values) and its annotations (keys, total size), in that order.
 pub fn metadata_errors(resource: &str, name: &str, object: &Value) -> Vec<Invalid> {
     let mut out: Vec<Invalid> = name_errors(resource, name)
         .into_iter()
@@ -238,12 +259,50 @@ pub fn metadata_errors(resource: &str, name: &str, object: &Value) -> Vec<Invali
             field: "metadata.name".into(),
             value: name.to_owned(),
             detail,
+            cause: Cause::Invalid,
         })
         .collect();
     out.extend(labels_errors(
         &object["metadata"]["labels"],
         "metadata.labels",
     ));
+    out.extend(annotations_errors(
+        &object["metadata"]["annotations"],
+        "metadata.annotations",
+    ));
+    out
+}
+
+/// `TotalAnnotationSizeLimitB` (apimachinery `pkg/api/validation/objectmeta.go`): 256 KiB of
+/// annotation keys and values together.
+pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
+/// `ValidateAnnotations` (apimachinery `pkg/api/validation/objectmeta.go`) over an
+/// annotations map at `field`: each key is a qualified name once lowercased (`IsQualifiedName
+/// (strings.ToLower(k))`: case does not matter), and keys and values together may not pass
+/// [`TOTAL_ANNOTATION_SIZE_LIMIT`] bytes (`ValidateAnnotationsSize`, a `field.TooLong`).
+pub fn annotations_errors(annotations: &Value, field: &str) -> Vec<Invalid> {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for (key, value) in annotations.as_object().into_iter().flatten() {
+        for detail in is_qualified_name(&key.to_lowercase()) {
+            out.push(Invalid {
+                field: field.to_owned(),
+                value: key.clone(),
+                detail,
+                cause: Cause::Invalid,
+            });
+        }
+        total += key.len() + value.as_str().map_or(0, str::len);
+    }
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT {
+        out.push(Invalid {
+            field: field.to_owned(),
+            value: String::new(),
+            detail: format!("may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
+            cause: Cause::TooLong,
+        });
+    }
     out
 }
 
@@ -258,6 +317,7 @@ pub fn labels_errors(labels: &Value, field: &str) -> Vec<Invalid> {
                 field: field.to_owned(),
                 value: key.clone(),
                 detail,
+                cause: Cause::Invalid,
             });
         }
         let text = value
@@ -268,6 +328,7 @@ pub fn labels_errors(labels: &Value, field: &str) -> Vec<Invalid> {
                 field: field.to_owned(),
                 value: text.clone(),
                 detail,
+                cause: Cause::Invalid,
             });
         }
     }
@@ -302,7 +363,7 @@ pub fn invalid_status(
     );
     let causes: Vec<Value> = errors
         .iter()
-        .map(|e| json!({"reason": "FieldValueInvalid", "message": e.body(), "field": e.field}))
+        .map(|e| json!({"reason": e.reason(), "message": e.body(), "field": e.field}))
         .collect();
     let mut details = json!({"name": name, "kind": kind, "causes": causes});
     if !group.is_empty() {
@@ -367,6 +428,30 @@ mod tests {
             name_errors("roles", "a/b"),
             vec!["may not contain '/'".to_owned()]
         );
+    }
+
+    #[test]
+    fn annotations_follow_validate_annotations() {
+        let key = "example.com/big";
+        let at_limit = json!({key: "x".repeat(TOTAL_ANNOTATION_SIZE_LIMIT - key.len())});
+        assert!(annotations_errors(&at_limit, "metadata.annotations").is_empty());
+        let over = json!({key: "x".repeat(TOTAL_ANNOTATION_SIZE_LIMIT - key.len() + 1)});
+        let errors = annotations_errors(&over, "metadata.annotations");
+        assert_eq!(errors.len(), 1);
+        assert_eq!(
+            errors[0].text(),
+            "metadata.annotations: Too long: may not be more than 262144 bytes"
+        );
+        // Keys are qualified names once lowercased.
+        assert!(
+            annotations_errors(&json!({"Example.COM/Key": "v"}), "metadata.annotations").is_empty()
+        );
+        assert_eq!(
+            annotations_errors(&json!({"not a key": "v"}), "metadata.annotations").len(),
+            1
+        );
+        let (_, details) = invalid_status("Pod", "v1", "p", &errors);
+        assert_eq!(details["causes"][0]["reason"], "FieldValueTooLong");
     }
 
     #[test]

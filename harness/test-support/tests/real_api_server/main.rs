@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod admission;
+mod corpus;
 mod defaults;
 mod scheduling;
 mod start;

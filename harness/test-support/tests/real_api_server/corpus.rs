@@ -1,0 +1,1782 @@
+//! A corpus of bad input (issue 39, item 1): the same requests sent to the real API server and
+//! to the cluster double, each in namespaces of its own (the same names on both, a random
+//! suffix in each), and their answers compared: the HTTP status code and, for a failure, the
+//! `Status` reason; for a success, the fields the request changed (or a list's names, or a
+//! watch's events). Names and labels at every limit, immutable fields on update,
+//! resourceVersion conflicts and preconditions, dry runs, the three patch formats, field and
+//! label selectors, and watches (bookmarks, a resourceVersion too old, a watch-list).
+//!
+//! A difference fails the test unless [`KNOWN`] lists it: the request, what each side
+//! answers, and the upstream reason the double does not do it; an entry whose case no longer
+//! differs fails it too. Each section is a test of its own (and a double of its own, without a
+//! runtime: its Pods stay Pending, as the real API server's do with no node); the real API
+//! server is the binary's. `--nocapture` shows every case's answers (`!!` an unlisted
+//! difference, `~~` a listed one).
+//!
+//! What the real API server showed that one might not assume: a watch from
+//! `resourceVersion=1` on a fresh server is not "too old" (its watch cache was listed at
+//! etcd's first revision and replays every change since: 410 only once the cache has dropped
+//! a change, which `a_watch_from_a_version_the_watch_cache_dropped_is_expired_...` brings
+//! about), and then it is an `ERROR` event in a 200 stream, not a 410 answer; a Pod's delete is a
+//! `MODIFIED` (its deletion timestamp) before the `DELETED`; a watch times out after one or
+//! two bookmarks; a resourceVersion that is no number is a 500 with no reason.
+
+use crate::namespace;
+use http::Method;
+use http_body_util::BodyExt;
+use kandev_harness::pod::identity::random_hex;
+use kandev_test_support::real_api_server;
+use serde_json::{Value, json};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A difference the double keeps on purpose: the case (as [`Side::note`] names it), what the
+/// real API server answers and what the double answers (each as [`Answer::class`] shows it,
+/// with the compared fields), and the upstream reason the double does not do it.
+struct Known {
+    case: &'static str,
+    real: &'static str,
+    double: &'static str,
+    why: &'static str,
+}
+
+const KNOWN: &[Known] = &[
+    Known {
+        case: "a server-side apply patch of labels (fieldManager=corpus)",
+        real: r#"200; /metadata/labels={"applied":"yes","keep":"b","tier":"a"}"#,
+        double: "415 UnsupportedMediaType",
+        why: "server-side apply is field ownership kept in every object's managedFields and \
+              merged by the structured-merge-diff schema of each type (apiserver \
+              pkg/endpoints/handlers/fieldmanager, sigs.k8s.io/structured-merge-diff): a \
+              re-implementation of the API server's apply machinery, which no client of the \
+              harness sends (it patches with merge and strategic merge patches); the double \
+              answers the content type 415 UnsupportedMediaType, as the API server answers a \
+              patch type it does not take",
+    },
+    Known {
+        case: "a server-side apply patch without a fieldManager",
+        real: "422 Invalid",
+        double: "415 UnsupportedMediaType",
+        why: "the same: the double does not take application/apply-patch+yaml at all, so it \
+              never reaches ValidatePatchOptions' `fieldManager is required for apply patch` \
+              (apimachinery pkg/apis/meta/v1/validation/validation.go)",
+    },
+];
+
+/// The scheduler no Pod of the corpus names: the real API server's scheduler leaves them
+/// alone (no status update, no event races a test's update), as the double does without a
+/// runtime; both keep them `Pending` and unbound.
+const NO_SCHEDULER: &str = "kandev-corpus-none";
+
+/// One server's answer: the status code and the body (a `Status` for a failure; for a watch,
+/// `{"events": [...]}`).
+#[derive(Debug, Clone)]
+struct Answer {
+    code: u16,
+    body: Value,
+}
+
+impl Answer {
+    fn ok(&self) -> bool {
+        self.code < 300
+    }
+
+    fn reason(&self) -> &str {
+        self.body["reason"].as_str().unwrap_or_default()
+    }
+
+    /// What the other side must match: the code, and the reason of a failure.
+    fn class(&self) -> String {
+        if self.ok() {
+            self.code.to_string()
+        } else {
+            format!("{} {}", self.code, self.reason())
+        }
+    }
+
+    fn message(&self) -> String {
+        match self.body["message"].as_str() {
+            Some(message) => message.chars().take(300).collect(),
+            None => self.body.to_string().chars().take(300).collect(),
+        }
+    }
+
+    fn rv(&self) -> String {
+        self.body["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    fn uid(&self) -> String {
+        self.body["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// What one side answered to one case.
+#[derive(Debug, Clone)]
+struct Seen {
+    case: String,
+    /// Compared: [`Answer::class`], then the compared fields of a success.
+    class: String,
+    /// Shown only.
+    message: String,
+}
+
+/// One server as a section sees it: its client, its namespace, the run's suffix, and what it
+/// answered so far.
+#[derive(Clone)]
+struct Side {
+    client: kube::Client,
+    ns: String,
+    suffix: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Side {
+    /// `/api/v1/namespaces/<ns>/<resource>`.
+    fn at(&self, resource: &str) -> String {
+        format!("/api/v1/namespaces/{}/{resource}", self.ns)
+    }
+
+    fn rbac(&self, resource: &str) -> String {
+        format!(
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/{}/{resource}",
+            self.ns
+        )
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        content_type: &str,
+        body: Option<Vec<u8>>,
+    ) -> Answer {
+        let request = http::Request::builder()
+            .method(method.clone())
+            .uri(uri)
+            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(body.map_or_else(kube::client::Body::empty, kube::client::Body::from))
+            .unwrap();
+        let response = self
+            .client
+            .send(request)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {uri}: {e}"));
+        let code = response.status().as_u16();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {uri}: the body: {e}"))
+            .to_bytes();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Answer { code, body }
+    }
+
+    async fn get(&self, uri: &str) -> Answer {
+        self.send(Method::GET, uri, "application/json", None).await
+    }
+
+    async fn post(&self, uri: &str, body: &Value) -> Answer {
+        self.send(
+            Method::POST,
+            uri,
+            "application/json",
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    async fn put(&self, uri: &str, body: &Value) -> Answer {
+        self.send(
+            Method::PUT,
+            uri,
+            "application/json",
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    async fn delete(&self, uri: &str, options: Option<&Value>) -> Answer {
+        self.send(
+            Method::DELETE,
+            uri,
+            "application/json",
+            options.map(|o| o.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    async fn patch(&self, uri: &str, content_type: &str, body: &Value) -> Answer {
+        self.send(
+            Method::PATCH,
+            uri,
+            content_type,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// A GET of `uri`, `change` applied to the object read, and the PUT of it.
+    async fn update(&self, uri: &str, change: impl FnOnce(&mut Value)) -> Answer {
+        let mut object = self.get(uri).await.body;
+        change(&mut object);
+        self.put(uri, &object).await
+    }
+
+    /// A watch of `uri` read until the server ends it or `within` has passed.
+    async fn watch(&self, uri: &str, within: Duration) -> Answer {
+        let request = http::Request::get(uri)
+            .header(http::header::ACCEPT, "application/json")
+            .body(kube::client::Body::empty())
+            .unwrap();
+        let response = self
+            .client
+            .send(request)
+            .await
+            .unwrap_or_else(|e| panic!("watch {uri}: {e}"));
+        let code = response.status().as_u16();
+        let mut body = response.into_body();
+        let mut bytes = Vec::new();
+        let deadline = tokio::time::Instant::now() + within;
+        while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, body.frame()).await {
+            if let Ok(data) = frame.into_data() {
+                bytes.extend_from_slice(&data);
+            }
+        }
+        if code != 200 {
+            let body = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+            return Answer { code, body };
+        }
+        let events: Vec<Value> = bytes
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+            .map(|line| {
+                serde_json::from_slice(line)
+                    .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(line).into_owned()))
+            })
+            .collect();
+        Answer {
+            code,
+            body: json!({ "events": events }),
+        }
+    }
+
+    /// Records `answer` to `case`, a success with the fields at `pointers`.
+    fn note(&self, case: &str, answer: &Answer, pointers: &[&str]) {
+        let mut class = answer.class();
+        if answer.ok() {
+            for pointer in pointers {
+                let value = answer
+                    .body
+                    .pointer(pointer)
+                    .map_or_else(|| "-".to_owned(), Value::to_string);
+                class.push_str(&format!("; {pointer}={value}"));
+            }
+        }
+        self.record(case, class, answer.message());
+    }
+
+    /// Records a list's answer: its items' names (those starting with `prefix`), sorted.
+    fn note_names(&self, case: &str, answer: &Answer, prefix: &str) {
+        let mut class = answer.class();
+        if answer.ok() {
+            let mut names: Vec<&str> = answer.body["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["metadata"]["name"].as_str())
+                .filter(|n| n.starts_with(prefix))
+                .collect();
+            names.sort_unstable();
+            class.push_str(&format!("; names [{}]", names.join(", ")));
+        }
+        self.record(case, class, answer.message());
+    }
+
+    /// Records a watch's answer: each event's type and object (a name, an error's code and
+    /// reason, a bookmark's initial-events-end mark).
+    fn note_events(&self, case: &str, answer: &Answer) {
+        let mut class = answer.class();
+        if answer.ok() {
+            let events: Vec<String> = answer.body["events"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|event| {
+                    let kind = event["type"].as_str().unwrap_or("?");
+                    let object = &event["object"];
+                    match kind {
+                        "ERROR" => format!("ERROR {} {}", object["code"], object["reason"]),
+                        "BOOKMARK"
+                            if !object["metadata"]["annotations"]["k8s.io/initial-events-end"]
+                                .is_null() =>
+                        {
+                            "BOOKMARK initial-events-end".to_owned()
+                        }
+                        "BOOKMARK" => "BOOKMARK".to_owned(),
+                        _ => format!(
+                            "{kind} {}",
+                            object["metadata"]["name"].as_str().unwrap_or("?")
+                        ),
+                    }
+                })
+                .collect();
+            // The cacher's bookmark timer works in buckets of a second, so a watch gets one
+            // or two bookmarks before its timeout (`watcherBookmarkTimeBuckets` in apiserver
+            // `pkg/storage/cacher/cacher.go`): a run of them is compared as one.
+            let mut events = events;
+            events.dedup_by(|a, b| a == "BOOKMARK" && b == "BOOKMARK");
+            class.push_str(&format!("; events [{}]", events.join(", ")));
+        }
+        let message = match answer.body["events"].as_array() {
+            Some(events) => events
+                .iter()
+                .map(|e| {
+                    let meta = &e["object"]["metadata"];
+                    format!(
+                        "{} {} rv {}{}",
+                        e["type"].as_str().unwrap_or("?"),
+                        meta["name"].as_str().unwrap_or_default(),
+                        meta["resourceVersion"].as_str().unwrap_or_default(),
+                        if meta["deletionTimestamp"].is_null() {
+                            ""
+                        } else {
+                            " (deletionTimestamp set)"
+                        }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => answer.message(),
+        };
+        self.record(case, class, message);
+    }
+
+    fn record(&self, case: &str, class: String, message: String) {
+        let mut seen = self.seen.lock().unwrap();
+        assert!(
+            seen.iter().all(|s| s.case != case),
+            "the case {case:?} is noted twice"
+        );
+        seen.push(Seen {
+            case: case.to_owned(),
+            class,
+            message,
+        });
+    }
+}
+
+fn pod(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"schedulerName": NO_SCHEDULER,
+            "containers": [{"name": "main", "image": "busybox:1.36"}]}})
+}
+
+fn account(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
+}
+
+/// Runs `section` on the real API server and on a double of its own (each in namespaces
+/// `<prefix>-<suffix>` and `extra` more), and fails on every difference [`KNOWN`] does not
+/// list, and on every entry of [`KNOWN`] about a case that ran and no longer differs.
+async fn differential<F, Fut>(prefix: &str, section: F)
+where
+    F: Fn(Side) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let real = real_api_server::shared();
+    let real_client = real.admin_client().await;
+    let double = kandev_test_support::cluster_double::start(None)
+        .await
+        .unwrap();
+    let double_client = kandev_test_support::on_double::admin_client(&double).await;
+    let suffix = random_hex(4);
+    let ns = format!("{prefix}-{suffix}");
+    namespace(&real_client, &ns, json!({})).await;
+    namespace(&double_client, &ns, json!({})).await;
+    let side = |client: kube::Client| Side {
+        client,
+        ns: ns.clone(),
+        suffix: suffix.clone(),
+        seen: Arc::default(),
+    };
+    let (on_real, on_double) = (side(real_client), side(double_client));
+    tokio::join!(section(on_real.clone()), section(on_double.clone()));
+    let on_real = on_real.seen.lock().unwrap().clone();
+    let on_double = on_double.seen.lock().unwrap().clone();
+
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    assert_eq!(
+        on_real.iter().map(|s| &s.case).collect::<Vec<_>>(),
+        on_double.iter().map(|s| &s.case).collect::<Vec<_>>(),
+        "both sides ran the same cases"
+    );
+    for (real, double) in on_real.iter().zip(&on_double) {
+        let known = KNOWN.iter().find(|k| k.case == real.case);
+        let same = real.class == double.class;
+        report.push(format!(
+            "{} {}: real {} | double {}",
+            match (same, known) {
+                (true, _) => "  ",
+                (false, Some(_)) => "~~",
+                (false, None) => "!!",
+            },
+            real.case,
+            real.class,
+            double.class
+        ));
+        match (same, known) {
+            (true, None) => {}
+            (true, Some(_)) => failures.push(format!(
+                "{}: listed in KNOWN, but both now answer {} (remove it from the table)",
+                real.case, real.class
+            )),
+            (false, Some(k)) if k.real == real.class && k.double == double.class => {}
+            (false, known) => failures.push(format!(
+                "{}:\n    the real API server: {} ({})\n    the double:          {} ({}){}",
+                real.case,
+                real.class,
+                real.message,
+                double.class,
+                double.message,
+                match known {
+                    Some(k) => format!(
+                        "\n    KNOWN lists other answers: real {}, double {} ({})",
+                        k.real, k.double, k.why
+                    ),
+                    None => String::new(),
+                }
+            )),
+        }
+    }
+    println!(
+        "{prefix} on kube-apiserver {} and the double:\n{}",
+        real.version,
+        report.join("\n")
+    );
+    assert!(
+        failures.is_empty(),
+        "the double answers otherwise than kube-apiserver {}:\n  {}",
+        real.version,
+        failures.join("\n  ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_labels_and_annotations_at_every_limit_as_on_a_real_api_server() {
+    differential("corpus-names", names_and_labels).await;
+}
+
+async fn names_and_labels(side: Side) {
+    let pods = side.at("pods");
+    let accounts = side.at("serviceaccounts");
+    let dotted = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    let names: Vec<(&str, String)> = vec![
+        ("63 chars", "n".repeat(63)),
+        ("64 chars", "n".repeat(64)),
+        ("253 chars", "n".repeat(253)),
+        ("253 chars in four dotted labels", dotted),
+        ("254 chars", "n".repeat(254)),
+        (
+            "a 64-char label before a dot",
+            format!("{}.x", "n".repeat(64)),
+        ),
+        ("uppercase", "Corpus-Name".into()),
+        ("a leading dash", "-corpus".into()),
+        ("a trailing dash", "corpus-".into()),
+        ("dots", "corpus.name.x".into()),
+        ("a leading dot", ".corpus".into()),
+        ("two dots in a row", "corpus..name".into()),
+        ("an underscore", "corpus_name".into()),
+        ("a colon", "corpus:name".into()),
+        ("no name", String::new()),
+    ];
+    for (what, name) in &names {
+        let answer = side.post(&pods, &pod(name)).await;
+        side.note(&format!("create a Pod named with {what}"), &answer, &[]);
+        let answer = side.post(&accounts, &account(name)).await;
+        side.note(
+            &format!("create a ServiceAccount named with {what}"),
+            &answer,
+            &[],
+        );
+    }
+    let answer = side
+        .post(
+            &accounts,
+            &json!({"metadata": {"generateName": "corpus-generated-"}}),
+        )
+        .await;
+    side.note(
+        "create a ServiceAccount with a generateName",
+        &answer,
+        &["/metadata/generateName"],
+    );
+    let answer = side
+        .post(&accounts, &json!({"metadata": {"generateName": "Corpus-"}}))
+        .await;
+    side.note(
+        "create a ServiceAccount with an uppercase generateName",
+        &answer,
+        &[],
+    );
+
+    // Namespaces: cluster-wide, so every name carries the run's suffix.
+    let s = &side.suffix;
+    let namespaces: Vec<(&str, String)> = vec![
+        ("63 chars", format!("{s}-{}", "n".repeat(62 - s.len()))),
+        ("64 chars", format!("{s}-{}", "n".repeat(63 - s.len()))),
+        ("253 chars", format!("{s}-{}", "n".repeat(252 - s.len()))),
+        ("uppercase", format!("Corpus-{s}")),
+        ("a leading dash", format!("-corpus-{s}")),
+        ("dots", format!("corpus.{s}")),
+        ("an underscore", format!("corpus_{s}")),
+    ];
+    for (what, name) in &namespaces {
+        let answer = side
+            .post("/api/v1/namespaces", &json!({"metadata": {"name": name}}))
+            .await;
+        side.note(
+            &format!("create a Namespace named with {what}"),
+            &answer,
+            &["/status/phase"],
+        );
+        if answer.ok() {
+            side.delete(&format!("/api/v1/namespaces/{name}"), None)
+                .await;
+        }
+    }
+    let answer = side
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": format!("corpus-labelled-{s}"),
+                "labels": {"corpus": "v".repeat(64)}}}),
+        )
+        .await;
+    side.note(
+        "create a Namespace with a label value of 64 chars",
+        &answer,
+        &[],
+    );
+
+    let prefix = "k".repeat(253);
+    let labels: Vec<(&str, Value)> = vec![
+        (
+            "a key of a 253-char prefix and a 63-char name",
+            json!({format!("{prefix}/{}", "n".repeat(63)): "v"}),
+        ),
+        (
+            "a key of a 253-char prefix and a 64-char name",
+            json!({format!("{prefix}/{}", "n".repeat(64)): "v"}),
+        ),
+        (
+            "a key of a 254-char prefix",
+            json!({format!("{}/n", "k".repeat(254)): "v"}),
+        ),
+        ("a key of 63 chars", json!({"n".repeat(63): "v"})),
+        ("a key of 64 chars", json!({"n".repeat(64): "v"})),
+        ("an empty key prefix", json!({"/name": "v"})),
+        ("an uppercase key prefix", json!({"Example.com/name": "v"})),
+        (
+            "an uppercase key name",
+            json!({"example.com/Name_x.y": "v"}),
+        ),
+        ("two slashes in a key", json!({"a/b/c": "v"})),
+        ("an empty key", json!({"": "v"})),
+        ("a key ending in a dash", json!({"name-": "v"})),
+        ("a value of 63 chars", json!({"k": "v".repeat(63)})),
+        ("a value of 64 chars", json!({"k": "v".repeat(64)})),
+        ("an empty value", json!({"k": ""})),
+        ("a value with a space", json!({"k": "a b"})),
+        ("a value with a slash", json!({"k": "a/b"})),
+        ("a value with a leading dash", json!({"k": "-a"})),
+        (
+            "a value of dots, dashes and underscores",
+            json!({"k": "A._-z"}),
+        ),
+        ("a value that is a number", json!({"k": 1})),
+        ("a value that is null", json!({"k": null})),
+    ];
+    for (i, (what, labels)) in labels.into_iter().enumerate() {
+        let answer = side
+            .post(
+                &accounts,
+                &json!({"metadata": {"name": format!("labels-{i}"), "labels": labels}}),
+            )
+            .await;
+        side.note(
+            &format!("create a ServiceAccount with a label of {what}"),
+            &answer,
+            &["/metadata/labels"],
+        );
+    }
+    let answer = side
+        .post(
+            &pods,
+            &json!({"metadata": {"name": "labelled", "labels": {"k": "v".repeat(64)}},
+                "spec": pod("x")["spec"]}),
+        )
+        .await;
+    side.note("create a Pod with a label value of 64 chars", &answer, &[]);
+
+    let key = "corpus.example.com/big";
+    let limit = 256 * 1024;
+    let annotations: Vec<(&str, Value)> = vec![
+        (
+            "exactly 256 KiB in all",
+            json!({key: "x".repeat(limit - key.len())}),
+        ),
+        (
+            "1 byte over 256 KiB in all",
+            json!({key: "x".repeat(limit - key.len() + 1)}),
+        ),
+        (
+            "over 256 KiB in two",
+            json!({"a": "x".repeat(200 * 1024), "b": "x".repeat(100 * 1024)}),
+        ),
+        ("a key with a space", json!({"not a key": "v"})),
+        (
+            "an uppercase key (checked lowercased)",
+            json!({"Corpus.Example.com/Key": "v"}),
+        ),
+        ("a key of 64 chars", json!({"n".repeat(64): "v"})),
+        ("an empty key", json!({"": "v"})),
+        ("an empty value", json!({"k": ""})),
+        (
+            "a value of any characters",
+            json!({"k": "any: thing / at all \n"}),
+        ),
+        ("a value that is a number", json!({"k": 1})),
+    ];
+    for (i, (what, annotations)) in annotations.into_iter().enumerate() {
+        let answer = side
+            .post(
+                &accounts,
+                &json!({"metadata": {"name": format!("annotations-{i}"),
+                    "annotations": annotations}}),
+            )
+            .await;
+        side.note(
+            &format!("create a ServiceAccount with annotations of {what}"),
+            &answer,
+            &[],
+        );
+    }
+    // Over the limit on an update too.
+    side.post(&accounts, &account("annotated")).await;
+    let answer = side
+        .update(&format!("{accounts}/annotated"), |a| {
+            a["metadata"]["annotations"] = json!({key: "x".repeat(limit)});
+        })
+        .await;
+    side.note(
+        "update a ServiceAccount to annotations over 256 KiB",
+        &answer,
+        &[],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immutable_fields_and_conflicts_as_on_a_real_api_server() {
+    differential("corpus-updates", updates_and_conflicts).await;
+}
+
+/// An update's case: its name, the change made to the object read, the fields compared.
+type UpdateCase = (
+    &'static str,
+    Box<dyn FnOnce(&mut Value) + Send>,
+    &'static [&'static str],
+);
+
+async fn updates_and_conflicts(side: Side) {
+    let pods = side.at("pods");
+    let accounts = side.at("serviceaccounts");
+    let pod_cases: Vec<UpdateCase> = vec![
+        (
+            "update a Pod's container image",
+            Box::new(|p| p["spec"]["containers"][0]["image"] = json!("busybox:1.37")),
+            &["/spec/containers/0/image", "/metadata/generation"],
+        ),
+        (
+            "update a Pod's container name",
+            Box::new(|p| p["spec"]["containers"][0]["name"] = json!("renamed")),
+            &[],
+        ),
+        (
+            "update a Pod's nodeName",
+            Box::new(|p| p["spec"]["nodeName"] = json!("some-node")),
+            &[],
+        ),
+        (
+            "update a Pod's volumes (one added)",
+            Box::new(|p| {
+                p["spec"]["volumes"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "added", "emptyDir": {}}));
+            }),
+            &[],
+        ),
+        (
+            "update a Pod's activeDeadlineSeconds (set)",
+            Box::new(|p| p["spec"]["activeDeadlineSeconds"] = json!(600)),
+            &["/spec/activeDeadlineSeconds", "/metadata/generation"],
+        ),
+        (
+            "update a Pod's tolerations (one added)",
+            Box::new(|p| {
+                p["spec"]["tolerations"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"key": "corpus", "operator": "Exists", "effect": "NoSchedule"}));
+            }),
+            &["/spec/tolerations", "/metadata/generation"],
+        ),
+        (
+            "update a Pod's tolerations (one removed)",
+            Box::new(|p| {
+                p["spec"]["tolerations"].as_array_mut().unwrap().pop();
+            }),
+            &[],
+        ),
+        (
+            "update a Pod's restartPolicy",
+            Box::new(|p| p["spec"]["restartPolicy"] = json!("Never")),
+            &[],
+        ),
+        (
+            "update a Pod's container resources",
+            Box::new(|p| {
+                p["spec"]["containers"][0]["resources"] = json!({"limits": {"cpu": "1"}});
+            }),
+            &[],
+        ),
+        (
+            "update a Pod's labels",
+            Box::new(|p| p["metadata"]["labels"] = json!({"corpus": "updated"})),
+            &["/metadata/labels", "/metadata/generation"],
+        ),
+        (
+            "update a Pod's status (ignored on the Pod itself)",
+            Box::new(|p| p["status"]["phase"] = json!("Running")),
+            &["/status/phase"],
+        ),
+        (
+            "update a Pod's metadata.uid",
+            Box::new(|p| p["metadata"]["uid"] = json!("00000000-0000-4000-8000-000000000001")),
+            &[],
+        ),
+        (
+            "update a Pod's metadata.generation (ignored)",
+            Box::new(|p| p["metadata"]["generation"] = json!(7)),
+            &["/metadata/generation"],
+        ),
+        (
+            "update a Pod without its metadata.uid",
+            Box::new(|p| {
+                p["metadata"].as_object_mut().unwrap().remove("uid");
+            }),
+            &[],
+        ),
+    ];
+    for (i, (case, change, pointers)) in pod_cases.into_iter().enumerate() {
+        let name = format!("immutable-{i}");
+        side.post(&pods, &pod(&name)).await;
+        let answer = side.update(&format!("{pods}/{name}"), change).await;
+        side.note(case, &answer, pointers);
+    }
+
+    let account_cases: Vec<UpdateCase> = vec![
+        (
+            "update a ServiceAccount's labels and automountServiceAccountToken",
+            Box::new(|a| {
+                a["metadata"]["labels"] = json!({"corpus": "updated"});
+                a["automountServiceAccountToken"] = json!(false);
+            }),
+            &["/metadata/labels", "/automountServiceAccountToken"],
+        ),
+        (
+            "update a ServiceAccount's metadata.uid",
+            Box::new(|a| a["metadata"]["uid"] = json!("00000000-0000-4000-8000-000000000001")),
+            &[],
+        ),
+        (
+            "update a ServiceAccount's metadata.creationTimestamp (ignored)",
+            Box::new(|a| a["metadata"]["creationTimestamp"] = json!("2001-01-01T00:00:00Z")),
+            &[],
+        ),
+        (
+            "update a ServiceAccount whose body names another object",
+            Box::new(|a| a["metadata"]["name"] = json!("another")),
+            &[],
+        ),
+        (
+            "update a ServiceAccount whose body names another namespace",
+            Box::new(|a| a["metadata"]["namespace"] = json!("another")),
+            &[],
+        ),
+        (
+            "update a ServiceAccount whose body has no namespace",
+            Box::new(|a| {
+                a["metadata"].as_object_mut().unwrap().remove("namespace");
+            }),
+            &[],
+        ),
+        (
+            "update a ServiceAccount whose body is of another kind",
+            Box::new(|a| a["kind"] = json!("Secret")),
+            &[],
+        ),
+        (
+            "update a ServiceAccount whose body has no kind",
+            Box::new(|a| {
+                let a = a.as_object_mut().unwrap();
+                a.remove("kind");
+                a.remove("apiVersion");
+            }),
+            &["/kind"],
+        ),
+    ];
+    for (i, (case, change, pointers)) in account_cases.into_iter().enumerate() {
+        let name = format!("account-{i}");
+        side.post(&accounts, &account(&name)).await;
+        let answer = side.update(&format!("{accounts}/{name}"), change).await;
+        side.note(case, &answer, pointers);
+    }
+    let answer = side
+        .post(
+            &accounts,
+            &json!({"metadata": {"name": "elsewhere", "namespace": "another"}}),
+        )
+        .await;
+    side.note(
+        "create a ServiceAccount whose body names another namespace",
+        &answer,
+        &[],
+    );
+    let answer = side
+        .post(
+            &accounts,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "kind"}}),
+        )
+        .await;
+    side.note(
+        "create a ServiceAccount whose body is of another kind",
+        &answer,
+        &[],
+    );
+
+    // A RoleBinding's roleRef is immutable; its subjects are not.
+    let roles = side.rbac("roles");
+    let bindings = side.rbac("rolebindings");
+    for role in ["corpus-a", "corpus-b"] {
+        side.post(
+            &roles,
+            &json!({"metadata": {"name": role},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+        )
+        .await;
+    }
+    let binding = |name: &str| {
+        json!({"metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "corpus-a"},
+            "subjects": [{"kind": "ServiceAccount", "name": "default"}]})
+    };
+    for name in ["roleref", "subjects"] {
+        let answer = side.post(&bindings, &binding(name)).await;
+        side.note(&format!("create the RoleBinding {name}"), &answer, &[]);
+    }
+    let answer = side
+        .update(&format!("{bindings}/roleref"), |b| {
+            b["roleRef"]["name"] = json!("corpus-b");
+        })
+        .await;
+    side.note("update a RoleBinding's roleRef", &answer, &[]);
+    let answer = side
+        .update(&format!("{bindings}/subjects"), |b| {
+            b["subjects"] =
+                json!([{"kind": "ServiceAccount", "name": "other", "namespace": "elsewhere"}]);
+        })
+        .await;
+    side.note("update a RoleBinding's subjects", &answer, &["/subjects"]);
+    let answer = side
+        .patch(
+            &format!("{bindings}/roleref"),
+            "application/strategic-merge-patch+json",
+            &json!({"roleRef": {"name": "corpus-b"}}),
+        )
+        .await;
+    side.note("patch a RoleBinding's roleRef", &answer, &[]);
+
+    // Conflicts and preconditions.
+    let conflict = format!("{accounts}/conflict");
+    let created = side.post(&accounts, &account("conflict")).await;
+    side.note("create the ServiceAccount conflict", &created, &[]);
+    let again = side.post(&accounts, &account("conflict")).await;
+    side.note("create a ServiceAccount that exists", &again, &[]);
+    let first = side.get(&conflict).await;
+    let stale = first.body.clone();
+    let answer = side
+        .update(&conflict, |a| a["metadata"]["labels"] = json!({"n": "1"}))
+        .await;
+    side.note(
+        "update with the current resourceVersion",
+        &answer,
+        &["/metadata/labels"],
+    );
+    let mut object = stale.clone();
+    object["metadata"]["labels"] = json!({"n": "2"});
+    let answer = side.put(&conflict, &object).await;
+    side.note("update with a stale resourceVersion", &answer, &[]);
+    object["metadata"]["resourceVersion"] = json!("not-a-number");
+    let answer = side.put(&conflict, &object).await;
+    side.note(
+        "update with a resourceVersion that is not a number",
+        &answer,
+        &[],
+    );
+    object["metadata"]["resourceVersion"] = json!("");
+    object["metadata"]["labels"] = json!({"n": "3"});
+    let answer = side.put(&conflict, &object).await;
+    side.note(
+        "update without a resourceVersion",
+        &answer,
+        &["/metadata/labels"],
+    );
+    let answer = side
+        .patch(
+            &conflict,
+            "application/merge-patch+json",
+            &json!({"metadata": {"resourceVersion": first.rv(), "labels": {"n": "4"}}}),
+        )
+        .await;
+    side.note("patch with a stale resourceVersion", &answer, &[]);
+    let answer = side
+        .delete(
+            &conflict,
+            Some(&json!({"preconditions": {"resourceVersion": first.rv()}})),
+        )
+        .await;
+    side.note(
+        "delete with a stale resourceVersion precondition",
+        &answer,
+        &[],
+    );
+    let answer = side
+        .delete(
+            &conflict,
+            Some(&json!({"preconditions": {"uid": "00000000-0000-4000-8000-000000000001"}})),
+        )
+        .await;
+    side.note("delete with another uid as precondition", &answer, &[]);
+    let current = side.get(&conflict).await;
+    let answer = side
+        .delete(
+            &conflict,
+            Some(
+                &json!({"preconditions": {"uid": current.uid(), "resourceVersion": current.rv()}}),
+            ),
+        )
+        .await;
+    side.note("delete with the current preconditions", &answer, &[]);
+
+    let missing = format!("{accounts}/missing");
+    side.note("get a missing object", &side.get(&missing).await, &[]);
+    side.note(
+        "delete a missing object",
+        &side.delete(&missing, None).await,
+        &[],
+    );
+    side.note(
+        "update a missing object",
+        &side.put(&missing, &account("missing")).await,
+        &[],
+    );
+    side.note(
+        "patch a missing object",
+        &side
+            .patch(
+                &missing,
+                "application/merge-patch+json",
+                &json!({"metadata": {"labels": {"a": "b"}}}),
+            )
+            .await,
+        &[],
+    );
+    let elsewhere = format!("/api/v1/namespaces/corpus-missing-{}", side.suffix);
+    side.note(
+        "get an object in a missing namespace",
+        &side
+            .get(&format!("{elsewhere}/serviceaccounts/default"))
+            .await,
+        &[],
+    );
+    side.note(
+        "create an object in a missing namespace",
+        &side
+            .post(&format!("{elsewhere}/serviceaccounts"), &account("x"))
+            .await,
+        &[],
+    );
+    let answer = side.get(&format!("{elsewhere}/serviceaccounts")).await;
+    side.note_names("list a missing namespace", &answer, "");
+    side.note(
+        "get a resource the server does not have",
+        &side.get(&side.at("nosuchthings")).await,
+        &[],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_leave_nothing_behind_as_on_a_real_api_server() {
+    differential("corpus-dry-runs", dry_runs).await;
+}
+
+async fn dry_runs(side: Side) {
+    let pods = side.at("pods");
+    let accounts = side.at("serviceaccounts");
+    let dry = "?dryRun=All";
+
+    let answer = side
+        .post(&format!("{accounts}{dry}"), &account("dry"))
+        .await;
+    side.note(
+        "dry-run create of a ServiceAccount",
+        &answer,
+        &["/metadata/name"],
+    );
+    let answer = side.get(&format!("{accounts}/dry")).await;
+    side.note(
+        "get after a dry-run create of a ServiceAccount",
+        &answer,
+        &[],
+    );
+    let answer = side.post(&format!("{pods}{dry}"), &pod("dry")).await;
+    side.note(
+        "dry-run create of a Pod",
+        &answer,
+        &[
+            "/spec/containers/0/image",
+            "/spec/serviceAccountName",
+            "/status/phase",
+        ],
+    );
+    let answer = side.get(&format!("{pods}/dry")).await;
+    side.note("get after a dry-run create of a Pod", &answer, &[]);
+    let ns = format!("corpus-dry-{}", side.suffix);
+    let answer = side
+        .post(
+            &format!("/api/v1/namespaces{dry}"),
+            &json!({"metadata": {"name": ns}}),
+        )
+        .await;
+    side.note("dry-run create of a Namespace", &answer, &["/status/phase"]);
+    let answer = side.get(&format!("/api/v1/namespaces/{ns}")).await;
+    side.note("get after a dry-run create of a Namespace", &answer, &[]);
+
+    side.post(&accounts, &account("kept")).await;
+    side.post(&pods, &pod("kept")).await;
+    let kept = format!("{accounts}/kept");
+    let answer = side
+        .post(&format!("{accounts}{dry}"), &account("kept"))
+        .await;
+    side.note("dry-run create of an existing name", &answer, &[]);
+    let answer = side
+        .post(&format!("{accounts}{dry}"), &account("Not-Valid"))
+        .await;
+    side.note("dry-run create of an invalid name", &answer, &[]);
+    let answer = side
+        .update(&format!("{kept}{dry}"), |a| {
+            a["metadata"]["labels"] = json!({"dry": "run"});
+        })
+        .await;
+    side.note(
+        "dry-run update of a ServiceAccount",
+        &answer,
+        &["/metadata/labels"],
+    );
+    let answer = side.get(&kept).await;
+    side.note("get after a dry-run update", &answer, &["/metadata/labels"]);
+    let answer = side
+        .patch(
+            &format!("{kept}{dry}"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"dry": "patch"}}}),
+        )
+        .await;
+    side.note(
+        "dry-run patch of a ServiceAccount",
+        &answer,
+        &["/metadata/labels"],
+    );
+    let answer = side.get(&kept).await;
+    side.note("get after a dry-run patch", &answer, &["/metadata/labels"]);
+    let answer = side.delete(&format!("{kept}{dry}"), None).await;
+    side.note("dry-run delete of a ServiceAccount", &answer, &[]);
+    let answer = side.get(&kept).await;
+    side.note(
+        "get after a dry-run delete of a ServiceAccount",
+        &answer,
+        &["/metadata/deletionTimestamp"],
+    );
+    let answer = side
+        .delete(
+            &kept,
+            Some(&json!({"dryRun": ["All"], "kind": "DeleteOptions", "apiVersion": "v1"})),
+        )
+        .await;
+    side.note(
+        "dry-run delete of a ServiceAccount, dryRun in DeleteOptions",
+        &answer,
+        &[],
+    );
+    let answer = side.get(&kept).await;
+    side.note(
+        "get after a dry-run delete in DeleteOptions",
+        &answer,
+        &["/metadata/deletionTimestamp"],
+    );
+    let answer = side.delete(&format!("{pods}/kept{dry}"), None).await;
+    side.note("dry-run delete of a Pod", &answer, &[]);
+    let answer = side.get(&format!("{pods}/kept")).await;
+    side.note(
+        "get after a dry-run delete of a Pod",
+        &answer,
+        &["/metadata/deletionTimestamp"],
+    );
+    let answer = side
+        .delete(&format!("/api/v1/namespaces/{}{dry}", side.ns), None)
+        .await;
+    side.note("dry-run delete of a Namespace", &answer, &[]);
+    let answer = side.get(&format!("/api/v1/namespaces/{}", side.ns)).await;
+    side.note(
+        "get after a dry-run delete of a Namespace",
+        &answer,
+        &["/status/phase"],
+    );
+    let answer = side.delete(&format!("{accounts}/missing{dry}"), None).await;
+    side.note("dry-run delete of a missing object", &answer, &[]);
+    let answer = side
+        .post(&format!("{accounts}?dryRun=Bogus"), &account("bogus"))
+        .await;
+    side.note("create with dryRun=Bogus", &answer, &[]);
+    let answer = side.get(&format!("{accounts}/bogus")).await;
+    side.note("get after a create with dryRun=Bogus", &answer, &[]);
+    let answer = side.delete(&format!("{kept}?dryRun=Bogus"), None).await;
+    side.note("delete with dryRun=Bogus", &answer, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strategic_merge_json_merge_and_json_patches_as_on_a_real_api_server() {
+    differential("corpus-patches", patches).await;
+}
+
+async fn patches(side: Side) {
+    let pods = side.at("pods");
+    const SMP: &str = "application/strategic-merge-patch+json";
+    const MERGE: &str = "application/merge-patch+json";
+    const JSON: &str = "application/json-patch+json";
+    let labelled = |name: &str| {
+        let mut p = pod(name);
+        p["metadata"]["labels"] = json!({"tier": "a", "keep": "b"});
+        p
+    };
+    let cases: Vec<(&str, &str, Value, &[&str])> = vec![
+        (
+            "a strategic merge patch of labels",
+            SMP,
+            json!({"metadata": {"labels": {"added": "yes", "tier": null}}}),
+            &["/metadata/labels", "/metadata/generation"],
+        ),
+        (
+            "a strategic merge patch of a container's image (merged by name)",
+            SMP,
+            json!({"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}),
+            &["/spec/containers/0/image", "/metadata/generation"],
+        ),
+        (
+            "a strategic merge patch adding a finalizer",
+            SMP,
+            json!({"metadata": {"finalizers": ["corpus.example.com/hold"]}}),
+            &["/metadata/finalizers"],
+        ),
+        (
+            "a strategic merge patch deleting the container",
+            SMP,
+            json!({"spec": {"containers": [{"name": "main", "$patch": "delete"}]}}),
+            &[],
+        ),
+        (
+            "a strategic merge patch adding a container",
+            SMP,
+            json!({"spec": {"containers": [{"name": "second", "image": "busybox:1.36"}]}}),
+            &[],
+        ),
+        (
+            "a strategic merge patch of nodeName",
+            SMP,
+            json!({"spec": {"nodeName": "some-node"}}),
+            &[],
+        ),
+        (
+            "a strategic merge patch with an unknown $patch",
+            SMP,
+            json!({"metadata": {"labels": {"$patch": "sideways"}}}),
+            &[],
+        ),
+        (
+            "a strategic merge patch that is a list",
+            SMP,
+            json!([{"op": "add", "path": "/metadata/labels/x", "value": "y"}]),
+            &[],
+        ),
+        (
+            "a JSON merge patch of labels",
+            MERGE,
+            json!({"metadata": {"labels": {"added": "yes", "tier": null}}}),
+            &["/metadata/labels"],
+        ),
+        (
+            "a JSON merge patch of activeDeadlineSeconds",
+            MERGE,
+            json!({"spec": {"activeDeadlineSeconds": 300}}),
+            &["/spec/activeDeadlineSeconds", "/metadata/generation"],
+        ),
+        (
+            "a JSON merge patch replacing the containers (the image changed)",
+            MERGE,
+            json!({"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}),
+            &[],
+        ),
+        (
+            "a JSON merge patch of metadata.uid",
+            MERGE,
+            json!({"metadata": {"uid": "00000000-0000-4000-8000-000000000001"}}),
+            &[],
+        ),
+        (
+            "a JSON merge patch of metadata.name",
+            MERGE,
+            json!({"metadata": {"name": "renamed"}}),
+            &[],
+        ),
+        (
+            "a JSON merge patch of a label to a number",
+            MERGE,
+            json!({"metadata": {"labels": {"tier": 1}}}),
+            &[],
+        ),
+        (
+            "an empty JSON merge patch",
+            MERGE,
+            json!({}),
+            &["/metadata/labels", "/metadata/generation"],
+        ),
+        (
+            "a JSON patch adding a label and replacing the image",
+            JSON,
+            json!([{"op": "add", "path": "/metadata/labels/added", "value": "yes"},
+                {"op": "replace", "path": "/spec/containers/0/image", "value": "busybox:1.37"}]),
+            &[
+                "/metadata/labels",
+                "/spec/containers/0/image",
+                "/metadata/generation",
+            ],
+        ),
+        (
+            "a JSON patch whose test passes",
+            JSON,
+            json!([{"op": "test", "path": "/metadata/labels/tier", "value": "a"},
+                {"op": "remove", "path": "/metadata/labels/tier"}]),
+            &["/metadata/labels"],
+        ),
+        (
+            "a JSON patch whose test fails",
+            JSON,
+            json!([{"op": "test", "path": "/metadata/labels/tier", "value": "z"},
+                {"op": "remove", "path": "/metadata/labels/tier"}]),
+            &[],
+        ),
+        (
+            "a JSON patch removing a missing path",
+            JSON,
+            json!([{"op": "remove", "path": "/metadata/labels/missing"}]),
+            &[],
+        ),
+        (
+            "a JSON patch adding under a missing parent",
+            JSON,
+            json!([{"op": "add", "path": "/metadata/nothing/here", "value": "x"}]),
+            &[],
+        ),
+        (
+            "a JSON patch replacing the container's name",
+            JSON,
+            json!([{"op": "replace", "path": "/spec/containers/0/name", "value": "renamed"}]),
+            &[],
+        ),
+        (
+            "a JSON patch with an unknown op",
+            JSON,
+            json!([{"op": "frobnicate", "path": "/metadata/labels/tier"}]),
+            &[],
+        ),
+        (
+            "a JSON patch that is an object",
+            JSON,
+            json!({"op": "add", "path": "/metadata/labels/x", "value": "y"}),
+            &[],
+        ),
+        (
+            "an empty JSON patch",
+            JSON,
+            json!([]),
+            &["/metadata/labels"],
+        ),
+    ];
+    for (i, (case, content_type, patch, pointers)) in cases.into_iter().enumerate() {
+        let name = format!("patched-{i}");
+        side.post(&pods, &labelled(&name)).await;
+        let answer = side
+            .patch(&format!("{pods}/{name}"), content_type, &patch)
+            .await;
+        side.note(case, &answer, pointers);
+    }
+    side.post(&pods, &labelled("raw")).await;
+    let raw = format!("{pods}/raw");
+    for (case, content_type, body) in [
+        ("a merge patch that is not JSON", MERGE, "{\"metadata\":"),
+        (
+            "a patch of an unsupported content type",
+            "text/plain",
+            "metadata: {}",
+        ),
+    ] {
+        let answer = side
+            .send(
+                Method::PATCH,
+                &raw,
+                content_type,
+                Some(body.as_bytes().to_vec()),
+            )
+            .await;
+        side.note(case, &answer, &[]);
+    }
+    side.post(&pods, &labelled("applied")).await;
+    for (case, query) in [
+        (
+            "a server-side apply patch of labels (fieldManager=corpus)",
+            "?fieldManager=corpus",
+        ),
+        ("a server-side apply patch without a fieldManager", ""),
+    ] {
+        let answer = side
+            .patch(
+                &format!("{pods}/applied{query}"),
+                "application/apply-patch+yaml",
+                &json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "applied", "labels": {"applied": "yes"}}}),
+            )
+            .await;
+        side.note(case, &answer, &["/metadata/labels"]);
+    }
+    let answer = side
+        .patch(
+            &format!("{pods}/raw?dryRun=All"),
+            SMP,
+            &json!({"metadata": {"labels": {"dry": "run"}}}),
+        )
+        .await;
+    side.note(
+        "a dry-run strategic merge patch",
+        &answer,
+        &["/metadata/labels"],
+    );
+    let answer = side.get(&raw).await;
+    side.note(
+        "get after a dry-run strategic merge patch",
+        &answer,
+        &["/metadata/labels"],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_and_label_selectors_as_on_a_real_api_server() {
+    differential("corpus-selectors", selectors).await;
+}
+
+async fn selectors(side: Side) {
+    let pods = side.at("pods");
+    let accounts = side.at("serviceaccounts");
+    for (name, labels) in [
+        ("sel-a", json!({"tier": "a"})),
+        ("sel-b", json!({"tier": "b", "extra": "x"})),
+        ("sel-c", json!({})),
+    ] {
+        let mut p = pod(name);
+        p["metadata"]["labels"] = labels;
+        side.post(&pods, &p).await;
+    }
+    let ns = side.ns.clone();
+    let pod_fields = [
+        "metadata.name=sel-a",
+        "metadata.name==sel-a",
+        "metadata.name!=sel-a",
+        &format!("metadata.namespace={ns}"),
+        "metadata.namespace=elsewhere",
+        "status.phase=Pending",
+        "status.phase!=Pending",
+        "status.phase=Running",
+        "spec.nodeName=",
+        "spec.nodeName=some-node",
+        &format!("spec.schedulerName={NO_SCHEDULER}"),
+        "spec.restartPolicy=Always",
+        "spec.serviceAccountName=default",
+        "spec.hostNetwork=false",
+        "status.podIP=",
+        "status.nominatedNodeName=",
+        "metadata.name=sel-a,status.phase=Pending",
+        "metadata.name=sel-a,metadata.name=sel-b",
+        "spec.containers=x",
+        "metadata.labels=x",
+        "metadata.name",
+        "metadata.name in (sel-a)",
+        "=sel-a",
+    ];
+    for selector in pod_fields {
+        let answer = side
+            .get(&format!("{pods}?fieldSelector={}", encode(selector)))
+            .await;
+        side.note_names(
+            &format!("list Pods with fieldSelector {selector}"),
+            &answer,
+            "sel-",
+        );
+    }
+    for selector in [
+        "tier=a",
+        "tier==a",
+        "tier!=a",
+        "tier",
+        "!tier",
+        "tier in (a,b)",
+        "tier notin (a)",
+        "tier in (a),extra",
+        "tier,!extra",
+        "tier in a",
+        "tier=a b",
+        "Tier=a",
+        "tier=",
+    ] {
+        let answer = side
+            .get(&format!("{pods}?labelSelector={}", encode(selector)))
+            .await;
+        side.note_names(
+            &format!("list Pods with labelSelector {selector}"),
+            &answer,
+            "sel-",
+        );
+    }
+
+    // Events about two objects of the namespace (ServiceAccounts: nothing else reports on
+    // them), selected by their involved object.
+    let mut uids = Vec::new();
+    for name in ["ev-subject-a", "ev-subject-b"] {
+        uids.push(side.post(&accounts, &account(name)).await.uid());
+    }
+    let events = side.at("events");
+    for (i, (subject, uid)) in ["ev-subject-a", "ev-subject-b"]
+        .iter()
+        .zip(&uids)
+        .enumerate()
+    {
+        let (reason, kind) = [("CorpusA", "Normal"), ("CorpusB", "Warning")][i];
+        let answer = side
+            .post(
+                &events,
+                &json!({"apiVersion": "v1", "kind": "Event",
+                    "metadata": {"name": format!("corpus-event-{i}")},
+                    "involvedObject": {"apiVersion": "v1", "kind": "ServiceAccount",
+                        "namespace": ns, "name": subject, "uid": uid},
+                    "reason": reason, "message": "a corpus event", "type": kind,
+                    "source": {"component": "kandev-corpus"}, "count": 1,
+                    "firstTimestamp": "2026-01-01T00:00:00Z",
+                    "lastTimestamp": "2026-01-01T00:00:00Z"}),
+            )
+            .await;
+        side.note(&format!("create the Event corpus-event-{i}"), &answer, &[]);
+    }
+    let answer = side
+        .post(
+            &events,
+            &json!({"metadata": {"name": "corpus-event-elsewhere"},
+                "involvedObject": {"kind": "ServiceAccount", "namespace": "elsewhere",
+                    "name": "x"},
+                "reason": "Corpus", "message": "m", "type": "Normal"}),
+        )
+        .await;
+    side.note(
+        "create an Event about an object of another namespace",
+        &answer,
+        &[],
+    );
+    let uid_a = uids.first().cloned().unwrap_or_default();
+    let event_fields = [
+        (
+            "involvedObject.uid=<uid of ev-subject-a>",
+            format!("involvedObject.uid={uid_a}"),
+        ),
+        (
+            "involvedObject.name=ev-subject-b",
+            "involvedObject.name=ev-subject-b".to_owned(),
+        ),
+        (
+            "involvedObject.kind=ServiceAccount",
+            "involvedObject.kind=ServiceAccount".to_owned(),
+        ),
+        (
+            "involvedObject.namespace=<ns>",
+            format!("involvedObject.namespace={ns}"),
+        ),
+        (
+            "involvedObject.apiVersion=v1",
+            "involvedObject.apiVersion=v1".to_owned(),
+        ),
+        (
+            "involvedObject.fieldPath=",
+            "involvedObject.fieldPath=".to_owned(),
+        ),
+        (
+            "involvedObject.resourceVersion=",
+            "involvedObject.resourceVersion=".to_owned(),
+        ),
+        ("reason=CorpusB", "reason=CorpusB".to_owned()),
+        ("type=Warning", "type=Warning".to_owned()),
+        ("source=kandev-corpus", "source=kandev-corpus".to_owned()),
+        ("reportingComponent=", "reportingComponent=".to_owned()),
+        (
+            "involvedObject.uid=<uid of ev-subject-a>,reason=CorpusA",
+            format!("involvedObject.uid={uid_a},reason=CorpusA"),
+        ),
+        (
+            "metadata.name=corpus-event-1",
+            "metadata.name=corpus-event-1".to_owned(),
+        ),
+        ("involvedObject.foo=x", "involvedObject.foo=x".to_owned()),
+        ("spec.nodeName=", "spec.nodeName=".to_owned()),
+    ];
+    for (shown, selector) in event_fields {
+        let answer = side
+            .get(&format!("{events}?fieldSelector={}", encode(&selector)))
+            .await;
+        side.note_names(
+            &format!("list Events with fieldSelector {shown}"),
+            &answer,
+            "corpus-event-",
+        );
+    }
+    let answer = side
+        .get(&format!(
+            "{accounts}?fieldSelector={}",
+            encode("metadata.name=ev-subject-a")
+        ))
+        .await;
+    side.note_names(
+        "list ServiceAccounts with fieldSelector metadata.name=ev-subject-a",
+        &answer,
+        "",
+    );
+    let answer = side
+        .get(&format!(
+            "{accounts}?fieldSelector={}",
+            encode("spec.nodeName=")
+        ))
+        .await;
+    side.note_names(
+        "list ServiceAccounts with fieldSelector spec.nodeName=",
+        &answer,
+        "",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_with_bookmarks_and_too_old_versions_as_on_a_real_api_server() {
+    differential("corpus-watches", watches).await;
+}
+
+async fn watches(side: Side) {
+    let pods = side.at("pods");
+    side.post(&pods, &pod("before")).await;
+    let listed = side.get(&pods).await;
+    let rv = listed.rv();
+
+    // From the list's version, with bookmarks: the changes after it, then the bookmark the
+    // API server sends before the watch's timeout.
+    let watcher = side.clone();
+    let uri =
+        format!("{pods}?watch=true&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=5");
+    let watch = tokio::spawn(async move { watcher.watch(&uri, Duration::from_secs(15)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    side.post(&pods, &pod("after")).await;
+    side.update(&format!("{pods}/before"), |p| {
+        p["metadata"]["labels"] = json!({"changed": "yes"});
+    })
+    .await;
+    side.delete(&format!("{pods}/before"), None).await;
+    let answer = watch.await.unwrap();
+    side.note_events(
+        "watch from a list's resourceVersion with allowWatchBookmarks=true",
+        &answer,
+    );
+
+    let cases = [
+        (
+            "watch without a resourceVersion",
+            "watch=true&timeoutSeconds=2".to_owned(),
+        ),
+        (
+            "watch from resourceVersion 0",
+            "watch=true&resourceVersion=0&timeoutSeconds=2".to_owned(),
+        ),
+        (
+            "watch from a resourceVersion ahead of the server's",
+            "watch=true&resourceVersion=999999999999&timeoutSeconds=2".to_owned(),
+        ),
+        (
+            "watch from a resourceVersion that is not a number",
+            "watch=true&resourceVersion=abc&timeoutSeconds=2".to_owned(),
+        ),
+        (
+            "watch from the list's resourceVersion by fieldSelector metadata.name=after",
+            format!(
+                "watch=true&resourceVersion={rv}&fieldSelector=metadata.name%3Dafter&timeoutSeconds=2"
+            ),
+        ),
+        (
+            "watch by an unsupported fieldSelector",
+            "watch=true&fieldSelector=spec.containers%3Dx&timeoutSeconds=2".to_owned(),
+        ),
+        (
+            "watch-list with allowWatchBookmarks=true",
+            "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1".to_owned(),
+        ),
+        (
+            "watch-list without allowWatchBookmarks",
+            "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1".to_owned(),
+        ),
+        (
+            "watch-list without resourceVersionMatch",
+            "watch=true&sendInitialEvents=true&allowWatchBookmarks=true&timeoutSeconds=1".to_owned(),
+        ),
+    ];
+    for (case, query) in cases {
+        let answer = side
+            .watch(&format!("{pods}?{query}"), Duration::from_secs(10))
+            .await;
+        side.note_events(case, &answer);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_a_version_the_watch_cache_dropped_is_expired_as_on_a_real_api_server() {
+    differential("corpus-expired", expired_watch).await;
+}
+
+/// How the real API server comes to answer a watch 410 `Expired`: its watch cache for Pods
+/// was listed when etcd was new (its first revision), so `resourceVersion=1` is no version
+/// it has lost (a watch from it replays every Pod change since: seen here, but no case of
+/// the corpus, as this binary's other tests may have made the cache drop one by the time it
+/// runs); it drops a change only when
+/// its ring of changes (at least 100) is full and the oldest change is older than 75 s
+/// (`resizeCacheLocked` in apiserver `pkg/storage/cacher/watch_cache_history.go`; etcd's own
+/// history, compacted every 5 minutes, is not asked: the cache answers). So: a Pod, 80 s of
+/// waiting (the server's first Pod change, this test's or an earlier test's, is then older
+/// than 75 s), then label patches in bursts until a watch from version 1 is answered with an
+/// `ERROR` event of 410; by then the list's version taken before the wait is gone too.
+async fn expired_watch(side: Side) {
+    let pods = side.at("pods");
+    side.post(&pods, &pod("churn")).await;
+    let listed = side.get(&pods).await.rv();
+    // Another resource's change, so that the Pods' next change is not the version right
+    // after the list's (on the real API server other writers, the control plane's leases,
+    // move the version on meanwhile anyway).
+    side.post(&side.at("serviceaccounts"), &account("between"))
+        .await;
+    tokio::time::sleep(Duration::from_secs(80)).await;
+    let churn = format!("{pods}/churn");
+    let from_one = format!("{pods}?watch=true&resourceVersion=1&timeoutSeconds=1");
+    let first_is_error =
+        |answer: &Answer| answer.body["events"][0]["type"] == "ERROR" || !answer.ok();
+    let mut patches = 0;
+    let mut answer = side.watch(&from_one, Duration::from_secs(10)).await;
+    while !first_is_error(&answer) && patches < 2000 {
+        for _ in 0..50 {
+            patches += 1;
+            side.patch(
+                &churn,
+                "application/merge-patch+json",
+                &json!({"metadata": {"labels": {"patch": patches.to_string()}}}),
+            )
+            .await;
+        }
+        answer = side.watch(&from_one, Duration::from_secs(10)).await;
+    }
+    let first = |answer: &Answer| Answer {
+        code: answer.code,
+        body: json!({"events": answer.body["events"].as_array().and_then(|e| e.first().cloned()).into_iter().collect::<Vec<_>>()}),
+    };
+    side.note_events(
+        "watch from resourceVersion 1 once the watch cache has dropped a change (its first event)",
+        &first(&answer),
+    );
+    let answer = side
+        .watch(
+            &format!("{pods}?watch=true&resourceVersion={listed}&timeoutSeconds=1"),
+            Duration::from_secs(10),
+        )
+        .await;
+    side.note_events(
+        "watch from a list's resourceVersion the watch cache has dropped (its first event)",
+        &first(&answer),
+    );
+    let answer = side
+        .watch(
+            &format!("{pods}?watch=true&resourceVersion={listed}&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"),
+            Duration::from_secs(10),
+        )
+        .await;
+    side.note_events(
+        "watch-list from a list's resourceVersion the watch cache has dropped",
+        &answer,
+    );
+}
+
+/// `selector` as a query value (`%`-encoded but for what a selector's plain words use).
+fn encode(selector: &str) -> String {
+    selector
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

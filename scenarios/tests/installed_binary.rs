@@ -293,6 +293,7 @@ async fn with_no_checkout_and_no_cargo_it_runs_a_scenario_on_the_local_engine() 
         "fixtures/images",
         "fixtures/rbac",
         "kind/cluster.yaml",
+        "kind/pins.env",
     ] {
         expected.extend(files_below(&common::root(), carried));
     }

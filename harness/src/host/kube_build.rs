@@ -9,22 +9,6 @@ use std::path::{Path, PathBuf};
 /// The pin file, below the fixtures' root (a checkout, or the fixtures the binary carries).
 pub const PINS: &str = "kind/pins.env";
 
-/// The programs `ensure-kind.sh` builds (all of them are there once `bin/.complete` is).
-pub const PROGRAMS: &[&str] = &[
-    "kube-apiserver",
-    "kubectl",
-    "kubelet",
-    "kubeadm",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kube-proxy",
-    "etcd",
-    "kind",
-    "coredns",
-    "local-path-provisioner",
-    "pause",
-];
-
 /// Why the local Kubernetes build cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeBuildError {

@@ -22,3 +22,4 @@ pub mod on_double;
 pub mod pod;
 pub mod real_api_server;
 pub mod schemas;
+pub mod tls;

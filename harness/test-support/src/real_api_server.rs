@@ -420,55 +420,24 @@ impl Certificates {
     /// A CA, the API server's serving certificate for 127.0.0.1 and localhost, and the
     /// service-account signing key pair, written into `folder`.
     fn write(folder: &Path) -> anyhow::Result<Self> {
-        use rcgen::{
-            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-            KeyPair, KeyUsagePurpose, SanType,
-        };
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-        ];
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "kandev real-api-server CA");
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(vec![
-            "localhost".to_owned(),
-            "kubernetes.default.svc".to_owned(),
-        ])?;
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(std::net::IpAddr::V4(
-                std::net::Ipv4Addr::LOCALHOST,
-            )));
-        params.use_authority_key_identifier_extension = true;
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
-        let cert = params.signed_by(&key, &issuer)?;
-        let sa = KeyPair::generate()?;
+        let server = crate::tls::server_certificate(
+            "kandev real-api-server CA",
+            "kube-apiserver",
+            &["kubernetes.default.svc"],
+            &[],
+        )?;
+        let sa = rcgen::KeyPair::generate()?;
         for (name, text) in [
-            ("ca.crt", ca_cert.pem()),
-            ("apiserver.crt", cert.pem()),
-            ("apiserver.key", key.serialize_pem()),
+            ("ca.crt", server.ca_pem.clone()),
+            ("apiserver.crt", server.cert.pem()),
+            ("apiserver.key", server.key.serialize_pem()),
             ("sa.key", sa.serialize_pem()),
             ("sa.pub", sa.public_key_pem()),
         ] {
             std::fs::write(folder.join(name), text)?;
         }
         Ok(Self {
-            ca_pem: ca_cert.pem(),
+            ca_pem: server.ca_pem,
         })
     }
 }

@@ -228,7 +228,17 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
         Some(docker) => Some(bridge_gateway(docker).await?),
         None => None,
     };
-    let (ca_pem, cert_der, key_der) = certificates(gateway.as_slice())?;
+    let certificate = crate::tls::server_certificate(
+        "kube-double CA",
+        "kube-double apiserver",
+        &[],
+        gateway.as_slice(),
+    )?;
+    let (ca_pem, cert_der, key_der) = (
+        certificate.ca_pem,
+        certificate.cert.der().to_vec(),
+        certificate.key.serialize_der(),
+    );
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -413,50 +423,6 @@ async fn listen_beside(ip: IpAddr, port: u16) -> anyhow::Result<TcpListener> {
             )
         }),
     }
-}
-
-/// A CA (its PEM) and a server certificate for 127.0.0.1, localhost and the `extra` IP
-/// addresses signed by it (DER, with its PKCS#8 key). An IP a client dials must be in the
-/// certificate's IP SANs (kube-rs's in-cluster config dials `KUBERNETES_SERVICE_HOST`).
-fn certificates(extra: &[IpAddr]) -> anyhow::Result<(String, Vec<u8>, Vec<u8>)> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose, SanType,
-    };
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // As a cluster CA's (kubeadm's): strict verifiers (OpenSSL's X509_STRICT, Python 3.13's
-    // default) want a CA's key usages and the leaf's authority key identifier.
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-    ];
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "kube-double CA");
-    let ca_cert = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(vec!["localhost".to_owned()])?;
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)));
-    for ip in extra {
-        params.subject_alt_names.push(SanType::IpAddress(*ip));
-    }
-    params.use_authority_key_identifier_extension = true;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "kube-double apiserver");
-    let cert = params.signed_by(&key, &issuer)?;
-    Ok((ca_cert.pem(), cert.der().to_vec(), key.serialize_der()))
 }
 
 #[cfg(test)]

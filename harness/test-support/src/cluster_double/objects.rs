@@ -38,6 +38,20 @@ impl Ctx<'_> {
         }
     }
 
+    /// A body a create or an update cannot decode as this resource's object: not an object
+    /// (400), or fields of the wrong type (`checks::undecodable`).
+    fn undecodable(&self, object: &mut Value) -> Option<Reply> {
+        if !object.is_object() {
+            return Some(status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "the body is not an object",
+                json!({}),
+            ));
+        }
+        checks::undecodable(object, self.api_version, self.kind)
+    }
+
     pub(crate) async fn create(&self, object: Value) -> Reply {
         self.create_with(object, |_| {}).await
     }
@@ -49,15 +63,7 @@ impl Ctx<'_> {
         mut object: Value,
         prepare: impl FnOnce(&mut Value),
     ) -> Reply {
-        if !object.is_object() {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "the body is not an object",
-                json!({}),
-            );
-        }
-        if let Some(refused) = checks::undecodable(&mut object, self.api_version, self.kind) {
+        if let Some(refused) = self.undecodable(&mut object) {
             return refused;
         }
         if let Some(refused) =
@@ -436,15 +442,7 @@ impl Ctx<'_> {
     /// A PUT: the whole object replaced (its `resourceVersion`, when given, must be the
     /// stored one: 409 otherwise, as the API server's optimistic concurrency answers).
     pub(crate) async fn update(&self, name: &str, mut object: Value) -> Reply {
-        if !object.is_object() {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "the body is not an object",
-                json!({}),
-            );
-        }
-        if let Some(refused) = checks::undecodable(&mut object, self.api_version, self.kind) {
+        if let Some(refused) = self.undecodable(&mut object) {
             return refused;
         }
         if object["metadata"]["name"].as_str() != Some(name) {

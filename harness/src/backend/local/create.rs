@@ -53,6 +53,15 @@ pub(super) async fn create(backend: &LocalBackend, pod: &Pod) -> Result<PodRef> 
         node_hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_default(),
+        // The engine's node memory (a kubelet's OOM scores are shares of it); unknown: none.
+        node_memory_bytes: backend
+            .objects
+            .docker
+            .info()
+            .await
+            .ok()
+            .and_then(|info| info.mem_total)
+            .unwrap_or(0),
     };
     let plan = plan::plan(pod, &ctx).map_err(|problems| {
         let fields: Vec<String> = problems

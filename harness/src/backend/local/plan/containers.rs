@@ -1,6 +1,6 @@
 //! The Pod's containers as engine containers: init and app containers, and the infra container.
 
-use super::resources::{ContainerResources, cgroup_parent};
+use super::resources::{ContainerResources, cgroup_parent, oom_score_adj};
 use super::security::{added_groups, security_options, user_spec};
 use super::volumes::{VolumeKind, VolumePlan, volume_mount};
 use super::{INFRA_VOLUME_ROOT, LABEL_CONTAINER, LABEL_ROLE, PlanContext, Unsupported};
@@ -187,6 +187,7 @@ fn host_config(pod: &PodShared, c: &Container, role: &str, mounts: Vec<Mount>) -
         memory_swap: resources.memory,
         nano_cpus: resources.nano_cpus,
         cpu_shares: resources.cpu_shares,
+        oom_score_adj: oom_score_adj(pod.spec, c, pod.ctx.node_memory_bytes),
         cgroup_parent: Some(pod.cgroup_parent.clone()),
         restart_policy: Some(RestartPolicy {
             name: Some(if role == "init" {

@@ -71,6 +71,8 @@ pub struct PlanContext {
     pub pod_network: String,
     /// The node's hostname (`/proc/sys/kernel/hostname`): `HOSTNAME` of a hostNetwork Pod.
     pub node_hostname: String,
+    /// The node's memory (`MemTotal`): a kubelet's OOM scores are shares of it.
+    pub node_memory_bytes: i64,
 }
 
 /// Builds the engine plan for a composed Pod.
@@ -192,6 +194,8 @@ mod tests {
     use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
     use crate::pod::identity::SessionIdentity;
     use crate::pod::template;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn full_worker_pod() -> Pod {
         let text = std::fs::read_to_string(crate::paths::default_template()).unwrap_or_default();
@@ -218,7 +222,45 @@ mod tests {
             pod_pids_limit: 4096,
             pod_network: "bridge".into(),
             node_hostname: "node".into(),
+            node_memory_bytes: 16 << 30,
         }
+    }
+
+    /// The kubelet's OOM scores by QoS class (pkg/kubelet/qos/policy.go, v1.37): BestEffort
+    /// 1000; Burstable a share of the node's memory within 3..=999; Guaranteed (-997) left at
+    /// the engine's 0, which an engine without CAP_SYS_RESOURCE could not lower.
+    #[test]
+    fn containers_get_the_kubelets_oom_score_by_qos_class() {
+        let adj_with = |requests: Option<(&str, &str)>, limits: Option<(&str, &str)>| {
+            let mut pod = full_worker_pod();
+            let spec = pod.spec.get_or_insert_with(Default::default);
+            let init = spec.init_containers.iter_mut().flatten();
+            for c in spec.containers.iter_mut().chain(init) {
+                let list = |pair: Option<(&str, &str)>| {
+                    pair.map(|(cpu, memory)| {
+                        [("cpu", cpu), ("memory", memory)]
+                            .into_iter()
+                            .map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))
+                            .collect()
+                    })
+                };
+                c.resources = Some(ResourceRequirements {
+                    requests: list(requests),
+                    limits: list(limits),
+                    ..Default::default()
+                });
+            }
+            let plan = plan(&pod, &ctx()).map_err(|e| format!("{e:?}"));
+            plan.ok()
+                .and_then(|p| p.containers.into_iter().find(|c| c.name == "docker-engine"))
+                .and_then(|c| c.body.host_config)
+                .and_then(|h| h.oom_score_adj)
+        };
+        assert_eq!(adj_with(None, None), Some(1000));
+        assert_eq!(adj_with(Some(("1", "8Gi")), Some(("2", "16Gi"))), Some(500));
+        assert_eq!(adj_with(Some(("1", "1Ki")), Some(("2", "16Gi"))), Some(999));
+        assert_eq!(adj_with(Some(("1", "16Gi")), Some(("2", "32Gi"))), Some(3));
+        assert_eq!(adj_with(None, Some(("1", "1Gi"))), None);
     }
 
     #[test]
@@ -244,6 +286,8 @@ mod tests {
         assert_eq!(hc.group_add, Some(vec!["1000".to_string()]));
         assert_eq!(hc.memory, Some(4 << 30));
         assert_eq!(hc.nano_cpus, Some(2_000_000_000));
+        // Burstable: 1000 - 1000 * 512Mi / 16Gi, as a kubelet scores it.
+        assert_eq!(hc.oom_score_adj, Some(969));
         assert_eq!(
             hc.network_mode.as_deref(),
             Some(plan.infra.engine_name.as_str())

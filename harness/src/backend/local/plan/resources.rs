@@ -48,6 +48,50 @@ impl ContainerResources {
     }
 }
 
+/// The `oom_score_adj` a kubelet gives every process of `c` (Kubernetes v1.37,
+/// `pkg/kubelet/qos/policy.go`, `GetContainerOOMScoreAdjust`): 1000 in a BestEffort Pod, and
+/// in a Burstable one `1000 - 1000 * memory request / node memory`, kept within 3..=999. A
+/// Docker companion inherits it and the nested containers its daemon starts get the engine's
+/// 0, so a recipe that does not lower its daemon's score loses the daemon to a nested memory
+/// hog (what real Kind showed). `None` for a Guaranteed Pod (the kubelet's -997): lowering a
+/// score needs CAP_SYS_RESOURCE, which an engine may lack (this project's machines do), so
+/// this backend leaves that Pod at the engine's 0 rather than fail its start.
+pub(super) fn oom_score_adj(spec: &PodSpec, c: &Container, node_memory: i64) -> Option<i64> {
+    let quantity = |c: &Container, list: &str, key: &str| {
+        let r = c.resources.as_ref()?;
+        let map = if list == "limits" {
+            r.limits.as_ref()
+        } else {
+            r.requests.as_ref()
+        }?;
+        map.get(key).and_then(|q| parse_quantity(q, key == "cpu"))
+    };
+    // An unset request is the limit (the API server defaults it so), as GetPodQOS reads it.
+    let request = |c: &Container, key: &str| {
+        quantity(c, "requests", key).or_else(|| quantity(c, "limits", key))
+    };
+    let all = || {
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+    };
+    let keys = ["cpu", "memory"];
+    // pkg/apis/core/v1/helper/qos GetPodQOS.
+    if all().all(|c| keys.iter().all(|k| request(c, k).is_none())) {
+        return Some(1000);
+    }
+    let guaranteed = all().all(|c| {
+        keys.iter()
+            .all(|k| quantity(c, "limits", k).is_some_and(|l| request(c, k) == Some(l)))
+    });
+    if guaranteed || node_memory <= 0 {
+        return None;
+    }
+    let memory_request = request(c, "memory").unwrap_or(0);
+    let adj = 1000 - (1000 * memory_request) / node_memory;
+    Some(adj.clamp(3, 999))
+}
+
 /// The engine's cgroup parent of every container of the Pod.
 pub(super) fn cgroup_parent(ctx: &PlanContext) -> String {
     format!("/{CGROUP_ROOT}/pod{}", ctx.uid)

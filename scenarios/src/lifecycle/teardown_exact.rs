@@ -234,6 +234,25 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             },
         )?;
 
+        // The neighbour has shown what it is for: its own teardown now, and its Pod gone
+        // before the look-alikes start, so the scenario never holds more than two task Pods
+        // (what --jobs assumes of every scenario: a 2-core Kind node has room for two).
+        ctx.step("the neighbour's own teardown");
+        terminal_cleanup(backend.as_ref(), &neighbour.recorded()).await?;
+        let neighbour_gone = ctx
+            .wait_within(
+                "the neighbour's Pod to be gone",
+                Duration::from_secs(90),
+                || async {
+                    let uid = backend
+                        .pod_uid(&neighbour.pod.namespace, &neighbour.pod.name)
+                        .await?;
+                    Ok(uid.is_none().then_some(()))
+                },
+            )
+            .await;
+        ctx.evidence("neighbour_gone", neighbour_gone.is_ok());
+
         ctx.step("fail closed on look-alikes");
         let same_name = ctx
             .create_session(SessionOptions {

@@ -2,7 +2,7 @@
 # Builds a real Kubernetes on this machine from pinned Go modules (kind/pins.env), with no
 # container registry: the kind command, Kubernetes' programs (kube-apiserver, kubectl, kubelet,
 # kubeadm, kube-controller-manager, kube-scheduler, kube-proxy), etcd, CoreDNS and the
-# local-path provisioner (Kind's default StorageClass), and then a
+# local-path provisioner (Kind's default StorageClass), crictl (kind export logs runs it), and then a
 # Kind node image assembled from them (harness/scripts/kind-node-image.sh).
 #
 #   harness/scripts/ensure-kind.sh [--programs-only]
@@ -66,6 +66,7 @@ etcd=$(pin ETCD_VERSION)
 coredns=$(pin COREDNS_VERSION)
 pause=$(pin PAUSE_VERSION)
 local_path=$(pin LOCAL_PATH_PROVISIONER_VERSION)
+cri_tools=$(pin CRI_TOOLS_VERSION)
 key=$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$pins_file" | sha256sum | cut -c1-16)
 cache=${KANDEV_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kandev-acceptance/kube}/$key
 bin=$cache/bin
@@ -77,7 +78,7 @@ exec 9>"$cache/.lock"
 flock 9
 
 # --- the programs ----------------------------------------------------------------------------
-programs=(kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy etcd kind coredns local-path-provisioner pause)
+programs=(kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy etcd kind coredns local-path-provisioner crictl pause)
 if [ -f "$bin/.complete" ]; then
   log "programs of $pins_file ($key) already built: $bin"
 else
@@ -173,6 +174,12 @@ $tail_lines" "read the log above; a full disk (df -h ~/.cache) or an old Go are 
   step "building local-path-provisioner $local_path" "$local_path_dir" \
     env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/local-path-provisioner" \
     github.com/rancher/local-path-provisioner
+
+  cri_tools_dir=$(wrapper cri-tools)
+  step "resolving cri-tools $cri_tools" "$cri_tools_dir" go get -tool "sigs.k8s.io/cri-tools/cmd/crictl@$cri_tools"
+  step "building crictl $cri_tools" "$cri_tools_dir" \
+    env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$cri_tools" \
+    -o "$bin/crictl" sigs.k8s.io/cri-tools/cmd/crictl
 
   step "building pause $pause" "$cache" \
     gcc -Os -static -DVERSION="\"$pause\"" -o "$bin/pause" "$k8s_src/build/pause/linux/pause.c"

@@ -8,40 +8,10 @@
 
 mod common;
 
+use common::real_kind::{built, clusters_of, one_cluster_at_a_time};
 use common::root;
-use kandev_harness::host::kube_build::Pins;
 use kandev_report::{CheckOutcome, Outcome};
 use std::process::Command;
-
-/// The pins, and the node image ensure-kind.sh assembled (a test without it fails naming
-/// the command that makes it, never skips).
-fn built() -> Pins {
-    let pins = Pins::read_from(&root().join("kind/pins.env")).unwrap();
-    let image = pins.node_image();
-    let present = Command::new("docker")
-        .args(["image", "inspect", "--format", "{{.Id}}", &image])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    assert!(
-        present,
-        "the Kind node image {image} is not in this host's engine: bash harness/scripts/ensure-kind.sh builds it"
-    );
-    pins
-}
-
-/// Kind clusters on this host named for `run_id`.
-fn clusters_of(pins: &Pins, run_id: &str) -> Vec<String> {
-    let kind = pins.bin_dir().unwrap().join("kind");
-    let out = Command::new(kind)
-        .args(["get", "clusters"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains(run_id))
-        .map(str::to_owned)
-        .collect()
-}
 
 /// What real Kind on these machines shows that is not a pass, each an open finding with the
 /// words its diagnosis must carry (docs/development.md, "What real Kind found"). A finding
@@ -49,27 +19,13 @@ fn clusters_of(pins: &Pins, run_id: &str) -> Vec<String> {
 /// by being fixed, and never stands in for a pass (the run's verdict and exit code say
 /// failed).
 const OPEN_FINDINGS: &[(&str, Outcome, &str)] = &[
-    // The recipe under a real kubelet: the companion's processes get the Burstable QoS
-    // class's oom_score_adj (979 here), the nested containers dockerd starts get 0, so the
-    // kernel kills dockerd, not the nested hog, when the companion's memory limit is hit
-    // (the host's kernel log: "Killed process ... (dockerd) ... oom_score_adj:979").
-    (
-        "cgroup::accounting",
-        Outcome::Failed,
-        "cgroup::accounting/pod_unharmed",
-    ),
-    // The 2-core Kind node has room for two task Pods beside the control plane; the
-    // scenario holds three at once (the session, a neighbouring session, look-alikes), so
-    // its third waits Unschedulable past the readiness bound.
-    (
-        "lifecycle::teardown_exact",
-        Outcome::Errored,
-        "Insufficient cpu",
-    ),
+    // None open: the two real Kind found (dockerd the nested hog's OOM victim, a scenario
+    // holding three Pods on a node with room for two) are fixed (docs/development.md).
 ];
 
 #[test]
 fn the_whole_catalogue_on_real_kind() {
+    let _one = one_cluster_at_a_time();
     let pins = built();
     let run = common::run(&["--backend", "kind"]);
     let report = &run.report;
@@ -142,4 +98,233 @@ fn the_whole_catalogue_on_real_kind() {
         .unwrap();
     let text = common::output_text(&gc);
     assert!(gc.status.success(), "{text}");
+}
+
+/// A cluster that does not come up (here: a kubelet configuration kubeadm cannot read) is
+/// deleted with its node's logs kept in the report's folder (`kind export logs`), the error
+/// names both, and the run's verdict is the environment's failure, never a pass of nothing.
+#[test]
+fn a_cluster_that_does_not_come_up_leaves_its_logs_and_nothing_else_on_real_kind() {
+    let _one = one_cluster_at_a_time();
+    let pins = built();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cluster.yaml");
+    let good = std::fs::read_to_string(root().join("kind/cluster.yaml")).unwrap();
+    let pids = "    podPidsLimit: 4096\n";
+    assert!(good.contains(pids), "kind/cluster.yaml changed: {good}");
+    std::fs::write(
+        &config,
+        good.replace(pids, &format!("{pids}    maxPods: many\n")),
+    )
+    .unwrap();
+    let run = common::run(&[
+        "--backend",
+        "kind",
+        "--kind-config",
+        config.to_str().unwrap(),
+        "--exact",
+        "template::grant_rules",
+    ]);
+    assert_eq!(run.code, 3, "{}", run.output);
+    let verdict = run.report.verdict.as_ref().unwrap();
+    assert!(
+        !verdict.passed && verdict.exit_code == 3,
+        "{verdict:?}\n{}",
+        run.output
+    );
+    let step = run
+        .report
+        .setup
+        .iter()
+        .find(|s| s.name == "cluster_setup")
+        .unwrap_or_else(|| panic!("no cluster_setup step: {}", run.output));
+    let error = step.error.clone().unwrap_or_default();
+    let logs = run.report_path.with_file_name("kind-logs");
+    assert!(
+        error.contains("maxPods")
+            && error.contains(&logs.display().to_string())
+            && error.contains("the cluster was deleted"),
+        "{error}"
+    );
+    let node = format!("kandev-acc-{}-control-plane", run.report.run_id);
+    for file in ["kubelet.log", "journal.log", "containerd.log"] {
+        assert!(
+            logs.join(&node).join(file).is_file(),
+            "{file} not in {}: {:?}",
+            logs.display(),
+            std::fs::read_dir(&logs).map(|d| d.count())
+        );
+    }
+    assert_eq!(clusters_of(&pins, &run.report.run_id), Vec::<String>::new());
+}
+
+/// A Kind cluster this test made, deleted when the test ends, however it ends.
+struct OwnCluster {
+    kind: std::path::PathBuf,
+    name: String,
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.kind)
+            .args(["delete", "cluster", "--name", &self.name])
+            .output();
+    }
+}
+
+/// Runs `program args`, and returns its stdout; a failure fails the test with its output.
+fn must(program: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}",
+        program.display(),
+        common::output_text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `launch` on a real Kind cluster, as an operator whose API server is out of reach runs it
+/// (the nightly's launch job): the harness image and the fixture images loaded into the
+/// node, the suite run as a Job under Kandev's executor identity inside the cluster, its
+/// report retrieved. The cluster-facing scenarios (`launch::`) run there; the whole
+/// catalogue on real Kind is the test above.
+#[test]
+fn launch_runs_the_suite_as_a_job_inside_the_cluster_on_real_kind() {
+    let _one = one_cluster_at_a_time();
+    let pins = built();
+    let kind = pins.bin_dir().unwrap().join("kind");
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_kandev-acceptance"));
+    let name = format!(
+        "kandev-acc-launch-{}",
+        kandev_harness::pod::identity::random_hex(3)
+    );
+    let config = root().join("kind/cluster.yaml");
+    must(
+        &kind,
+        &[
+            "create",
+            "cluster",
+            "--name",
+            &name,
+            "--config",
+            config.to_str().unwrap(),
+            "--image",
+            &pins.node_image(),
+            "--wait",
+            "180s",
+        ],
+    );
+    let cluster = OwnCluster {
+        kind: kind.clone(),
+        name: name.clone(),
+    };
+
+    // The images: the harness image and the fixture worker and daemon, loaded into the node.
+    let harness = must(binary, &["image", "harness"]).trim().to_owned();
+    let fixtures = must(binary, &["image", "fixtures"]);
+    let image_of = |role: &str| {
+        fixtures
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{role} ")))
+            .unwrap_or_else(|| panic!("no {role} image in: {fixtures}"))
+            .trim()
+            .to_owned()
+    };
+    let (worker, daemon) = (image_of("worker"), image_of("daemon"));
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("images.tar");
+    let archive = archive.to_str().unwrap();
+    must(
+        std::path::Path::new("docker"),
+        &["save", "-o", archive, &harness, &worker, &daemon],
+    );
+    must(
+        &kind,
+        &["load", "image-archive", archive, "--name", &cluster.name],
+    );
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        must(&kind, &["get", "kubeconfig", "--name", &cluster.name]),
+    )
+    .unwrap();
+    let context = format!("kind-{}", cluster.name);
+    let reports = dir.path().join("reports");
+    let out = Command::new(binary)
+        .args([
+            "launch",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--context",
+            &context,
+            "--harness-image",
+            &harness,
+            "--worker-image",
+            &worker,
+            "--daemon-image",
+            &daemon,
+            "--node-inspector",
+            "--start-timeout",
+            "300s",
+            "--job-timeout",
+            "30m",
+            "--hold",
+            "60s",
+            "--report-dir",
+            reports.to_str().unwrap(),
+            "launch::",
+        ])
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .output()
+        .unwrap();
+    let text = common::output_text(&out);
+    let (_, report) = common::written_report(&reports, &text);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let names: Vec<&str> = report.scenarios.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "launch::connection",
+            "launch::contract",
+            "launch::causal_failures"
+        ],
+        "{text}"
+    );
+    for scenario in &report.scenarios {
+        assert_eq!(
+            scenario.outcome,
+            Outcome::Passed,
+            "{}: {text}",
+            scenario.name
+        );
+    }
+    assert_eq!(
+        report.environment.kubernetes_version.as_deref(),
+        Some(pins.kubernetes.as_str())
+    );
+
+    // Nothing the launch created is left in the cluster.
+    let gc = Command::new(binary)
+        .args([
+            "gc",
+            "--backend",
+            "kube",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--context",
+            &context,
+            "--all",
+        ])
+        .env("KANDEV_ACCEPTANCE_ROOT", root())
+        .output()
+        .unwrap();
+    let gc_text = common::output_text(&gc);
+    assert!(gc.status.success(), "{gc_text}");
+    drop(cluster);
+    assert_eq!(clusters_of(&pins, &name), Vec::<String>::new());
 }

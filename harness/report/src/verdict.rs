@@ -7,7 +7,7 @@
 use crate::exit::{ENVIRONMENT, INTERRUPTED, LEAKED, SCENARIO_FAILED, SUCCESS};
 use crate::gate::{Capability, GateProfile};
 use crate::run::{Report, Verdict};
-use crate::scenario::{CheckOutcome, CleanupOutcome, Outcome};
+use crate::scenario::{CheckOutcome, CleanupOutcome, Outcome, StepOutcome};
 
 /// What a report is judged by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +69,23 @@ pub fn judge(report: &Report, rules: &Rules) -> Verdict {
             format!(
                 "the run was filtered (FILTER, --skip or --exact) and left out {}: a release needs the whole catalogue",
                 selection.left_out.join(", ")
+            ),
+        ));
+    }
+    // A set-up step that did not pass stopped the run before its scenarios (a Kind cluster
+    // that did not come up, an engine that did not answer): never a pass, whatever ran.
+    for step in report
+        .setup
+        .iter()
+        .filter(|s| matches!(s.outcome, StepOutcome::Errored | StepOutcome::Failed))
+    {
+        let error = step.error.as_deref().unwrap_or("no error recorded");
+        found.push((
+            ENVIRONMENT,
+            format!(
+                "the run's set-up step {} did not pass: {}",
+                step.name,
+                error.lines().next().unwrap_or_default()
             ),
         ));
     }
@@ -183,7 +200,7 @@ pub fn verdict_of(report: &Report) -> Verdict {
 mod tests {
     use super::*;
     use crate::run::{ImageRecord, RanImage, Selection};
-    use crate::scenario::{CheckReport, CleanupRecord, ScenarioReport};
+    use crate::scenario::{CheckReport, CleanupRecord, ScenarioReport, StepReport};
     use crate::summary::Summary;
 
     fn scenario(name: &str, outcome: Outcome) -> ScenarioReport {
@@ -230,6 +247,30 @@ mod tests {
             );
             assert_eq!(v.profile, rules.profile);
         }
+    }
+
+    /// A run whose set-up stopped it (the Kind cluster did not come up) judged no scenario:
+    /// its verdict is the environment's failure, not a pass of nothing.
+    #[test]
+    fn a_set_up_step_that_did_not_pass_fails_the_run() {
+        let mut r = report(Vec::new());
+        r.setup = vec![StepReport {
+            name: "cluster_setup".into(),
+            outcome: StepOutcome::Errored,
+            offset_ms: 0,
+            duration_ms: 1,
+            evidence: serde_json::Value::Null,
+            error: Some("kind create cluster c failed: kubeadm init\nmore".into()),
+        }];
+        let v = judge(&r, &default_rules());
+        assert!(!v.passed && v.exit_code == ENVIRONMENT, "{v:?}");
+        assert_eq!(
+            v.reasons,
+            vec![
+                "the run's set-up step cluster_setup did not pass: kind create cluster c failed: kubeadm init"
+                    .to_owned()
+            ]
+        );
     }
 
     #[test]

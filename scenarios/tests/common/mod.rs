@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod kube;
+pub mod real_kind;
 
 use kandev_harness::runner::{Check, Scenario};
 use kandev_report::{CheckOutcome, Outcome, Report};

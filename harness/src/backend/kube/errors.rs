@@ -30,6 +30,17 @@ pub enum ClusterError {
     )]
     Kind { step: String, output: String },
     #[error(
+        "kind create cluster {name} failed: {output}\n  the cluster's logs (kind export logs): {logs}; the cluster was {deleted}\n  fix: read the node's kubelet.log and journal.log there; check that this host's Docker engine can run Kind nodes"
+    )]
+    KindNotUp {
+        name: String,
+        output: String,
+        /// Where `kind export logs` wrote the node's logs, or why it could not.
+        logs: String,
+        /// "deleted", or why not.
+        deleted: String,
+    },
+    #[error(
         "the Kind cluster from {config} would not start: {cause}\n  fix: add `failCgroupV1: false` to the config's KubeletConfiguration patch (kind/cluster.yaml has it), pass --kind-node-image with a node before v1.35, or run on a cgroup v2 host (what Kandev's recipe expects); nothing was created"
     )]
     KindCgroupV1 { config: String, cause: String },

@@ -61,7 +61,12 @@ impl KindCluster {
             if let Some(image) = &o.node_image {
                 args.extend(["--image", image]);
             }
-            cluster.kind(&args)?;
+            // Kept on failure (kind deletes a failed cluster, and its logs with it), so that
+            // its logs go to the report's folder before the harness deletes it.
+            args.push("--retain");
+            if let Err(e) = cluster.kind(&args) {
+                return Err(cluster.not_up(e));
+            }
         }
         write_kubeconfig(&o.kind_bin, &o.name, &o.kubeconfig)?;
         Ok(cluster)
@@ -78,7 +83,61 @@ impl KindCluster {
     /// --platform` + `kind load image-archive`; `--platform` needs engine API 1.48, and an
     /// older engine (the classic store) saves one platform anyway. `engine_api` is this
     /// host's engine API version.
-    pub fn load(&self, images: &[String], engine_api: Option<&str>) -> Result<(), ClusterError> {
+    ///
+    /// Images every node already holds with this host's image ID are not loaded again (a
+    /// reused `--kind-cluster`: the worker image alone took 100 s to load), as `kind load
+    /// docker-image` skips them (kind's `nodeutils.ImageID`, through the node's crictl).
+    /// Returns the images loaded.
+    pub fn load(
+        &self,
+        images: &[String],
+        engine_api: Option<&str>,
+    ) -> Result<Vec<String>, ClusterError> {
+        let nodes: Vec<String> = self
+            .kind(&["get", "nodes", "--name", &self.options.name])?
+            .lines()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let missing: Vec<String> = images
+            .iter()
+            .filter(|image| !self.on_every_node(&nodes, image))
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Ok(missing);
+        }
+        self.load_archive(&missing, engine_api)?;
+        Ok(missing)
+    }
+
+    /// Whether each of `nodes` holds `image` with the ID this host's engine gives it (no
+    /// nodes listed: no).
+    fn on_every_node(&self, nodes: &[String], image: &str) -> bool {
+        if nodes.is_empty() {
+            return false;
+        }
+        let docker = &self.options.docker_bin;
+        let inspect = ["image", "inspect", "--format", "{{.Id}}", image].map(str::to_owned);
+        let Ok(host_id) = run_docker(docker, &inspect) else {
+            return false;
+        };
+        let host_id = host_id.trim();
+        nodes.iter().all(|node| {
+            let args = ["exec", node, "crictl", "inspecti", "-o", "json", image].map(str::to_owned);
+            run_docker(docker, &args)
+                .ok()
+                .and_then(|out| serde_json::from_str::<serde_json::Value>(&out).ok())
+                .is_some_and(|v| v["status"]["id"].as_str() == Some(host_id))
+        })
+    }
+
+    fn load_archive(
+        &self,
+        images: &[String],
+        engine_api: Option<&str>,
+    ) -> Result<(), ClusterError> {
         let folder = tempfile::Builder::new()
             .prefix("kandev-acceptance-kind-load-")
             .tempdir()
@@ -99,6 +158,43 @@ impl KindCluster {
         ])
         .map(|_| ())
         // `folder` (and the archive) is removed when it goes out of scope.
+    }
+
+    /// A create that failed: the node's logs exported beside the kubeconfig (the report's
+    /// folder, `kind-logs/`), then the cluster deleted; the error names both.
+    fn not_up(&self, failed: ClusterError) -> ClusterError {
+        let output = match failed {
+            ClusterError::Kind { output, .. } => output,
+            other => other.to_string(),
+        };
+        let o = &self.options;
+        let folder = o
+            .kubeconfig
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("kind-logs");
+        let logs = match self.kind(&[
+            "export",
+            "logs",
+            &folder.display().to_string(),
+            "--name",
+            &o.name,
+        ]) {
+            Ok(_) => folder.display().to_string(),
+            Err(e) => format!("not exported ({e})"),
+        };
+        let deleted = match self.delete() {
+            Ok(()) => "deleted".to_owned(),
+            Err(e) => {
+                format!("not deleted ({e}); `kandev-acceptance gc --backend kind --all` removes it")
+            }
+        };
+        ClusterError::KindNotUp {
+            name: o.name.clone(),
+            output,
+            logs,
+            deleted,
+        }
     }
 
     pub fn delete(&self) -> Result<(), ClusterError> {
@@ -338,7 +434,14 @@ mod tests {
         let loaded = cluster.load(&images, Some("1.51"));
         let calls = std::fs::read_to_string(&log)?;
         assert!(loaded.is_ok(), "{loaded:?} {calls}");
-        let lines: Vec<&str> = calls.lines().collect();
+        // The nodes are asked first (the fake kind lists none: nothing is on them yet).
+        let mut lines: Vec<&str> = calls.lines().collect();
+        assert_eq!(
+            lines.first().copied(),
+            Some("kind get nodes --name kandev-acc-test"),
+            "{calls}"
+        );
+        lines.remove(0);
         let platform = format!("linux/{}", Arch::of_this_machine().as_str());
         assert_eq!(lines.len(), 3, "{calls}");
         let archive = lines[0]

@@ -452,7 +452,7 @@ async fn preflight(
             "kind_load",
             started,
             kind.load(&refs, engine_api),
-            |()| json!({"images": refs, "via": "docker save + kind load image-archive", "platform": platform}),
+            |loaded| json!({"images": refs, "loaded": loaded, "via": "docker save + kind load image-archive (images the nodes hold already: not loaded again)", "platform": platform}),
         )?;
     }
     let started = Instant::now();

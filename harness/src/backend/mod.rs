@@ -126,6 +126,9 @@ pub struct GcRequest {
 pub struct GcOutcome {
     pub removed: Vec<String>,
     pub spared: Vec<Spared>,
+    /// Objects whose deletion was requested before (a run's namespace its own teardown
+    /// deleted, still terminating): left to the cluster, neither removed again nor alive.
+    pub being_removed: Vec<String>,
 }
 
 /// A run `gc` left alone because it is alive, and the evidence (its lease).

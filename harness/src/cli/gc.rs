@@ -34,6 +34,11 @@ pub(crate) async fn gc(args: &GcArgs) -> u8 {
     for object in &outcome.removed {
         println!("{verb} {object}");
     }
+    for object in &outcome.being_removed {
+        println!(
+            "being removed already: {object} (its deletion was requested; the cluster finishes it)"
+        );
+    }
     for spared in &outcome.spared {
         println!("spared run {}: alive ({})", spared.run, spared.evidence);
     }

@@ -134,6 +134,39 @@ async fn a_run_survives_the_faults_a_control_plane_produces_on_kube_double() {
 /// A fault the harness must not paper over: a 500 without Retry-After on the executor's
 /// RoleBinding create ends the run as a cluster error (exit 3) naming the request and the
 /// server's words, and what the set-up had created is removed.
+/// What real Kind's restarts produce, which the double did not until then: a just-restarted
+/// API server answers 403 to what the executor was granted while its `/readyz` fails (its
+/// informers not synced), and a restarting kubelet or container runtime answers an exec's
+/// upgrade with a 500 (the stream never started: nothing ran). Both are sent again, and the
+/// run passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn restarts_of_the_api_server_and_the_kubelet_are_waited_out_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let faults = double.state.faults();
+    let status = |code| Fault::Status {
+        code,
+        retry_after: None,
+    };
+    faults.inject(Some("GET"), "/pods/kandev-", status(403), 2);
+    faults.inject(Some("GET"), "/readyz", status(500), 2);
+    faults.inject(Some("GET"), "kandev-upload", status(500), 2);
+    let run = run(&double, &images, &["--exact", SCENARIO]).await;
+    let fired = faults.injected();
+    assert_eq!(fired.len(), 6, "{fired:#?}\n{}", run.text);
+    assert_eq!(run.report.scenarios.len(), 1, "{}", run.text);
+    let scenario = &run.report.scenarios[0];
+    assert_eq!(
+        scenario.outcome,
+        Outcome::Passed,
+        "{:?}\n{fired:#?}\n{}",
+        scenario.diagnosis,
+        run.text
+    );
+    assert_eq!(run.code, Some(0), "{}", run.text);
+    assert_nothing_left(&double, &run).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn an_internal_error_ends_the_run_exit_3_naming_it_on_kube_double() {

@@ -330,6 +330,12 @@ pub(crate) fn before(
                     "ServiceUnavailable",
                     "the server is currently unable to handle the request",
                 ),
+                // What a just-restarted API server's RBAC authorizer answers before its
+                // informers have synced (its /readyz fails meanwhile).
+                403 => (
+                    "Forbidden",
+                    "forbidden: RBAC: the API server's authorizer has not synced its informers yet",
+                ),
                 410 => (
                     "Expired",
                     "the provided continue parameter is too old to display a consistent list result",

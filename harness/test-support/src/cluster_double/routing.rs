@@ -45,6 +45,22 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         // route, "/" under "/version").
         return json_reply(StatusCode::OK, &discovery::version());
     }
+    // The health endpoints answer every client (kube-apiserver's
+    // `--authorization-always-allow-paths` default: /healthz, /readyz, /livez); the double
+    // is ready once it serves. A client reads /readyz to tell a 403 of a server whose
+    // informers have not synced from its answer (`resilience.rs`).
+    if matches!(
+        path.trim_end_matches('/'),
+        "/healthz" | "/readyz" | "/livez"
+    ) && req.method() == Method::GET
+    {
+        let mut reply = hyper::Response::new(super::status::full("ok".to_owned()));
+        reply.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        return reply;
+    }
     let token = req
         .headers()
         .get(hyper::header::AUTHORIZATION)

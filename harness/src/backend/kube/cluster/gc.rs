@@ -88,6 +88,8 @@ struct Found {
     uid: String,
     run: Option<String>,
     created: Option<Timestamp>,
+    /// Its deletion was requested already (`metadata.deletionTimestamp`).
+    deleting: bool,
 }
 
 impl Found {
@@ -103,6 +105,7 @@ impl Found {
                 .or_else(|| labels.get(LABEL_LAUNCH))
                 .cloned(),
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
+            deleting: meta.deletion_timestamp.is_some(),
         }
     }
 
@@ -168,7 +171,9 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
                 }
             }
         }
-        for ns in &namespaces {
+        // A namespace already terminating is not one being set up (real Kind: `gc --run`
+        // right after a run read its terminating namespace as a live run's).
+        for ns in namespaces.iter().filter(|n| !n.deleting) {
             let Some(run) = &ns.run else { continue };
             let has_lease = holding.get(&ns.name).is_some_and(|runs| runs.contains(run));
             let age = ns.created.map(|c| now.as_second() - c.as_second());
@@ -186,6 +191,10 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
     let mut outcome = GcOutcome::default();
     let in_namespace = scope.namespace.unwrap_or_default();
     for found in namespaces.iter().chain(&inside).filter(|f| !alive(&f.run)) {
+        if found.deleting {
+            outcome.being_removed.push(found.shown());
+            continue;
+        }
         if !scope.dry_run && !remove(admin, in_namespace, found).await? {
             continue;
         }

@@ -45,8 +45,20 @@ use tower::{BoxError, Layer, Service};
 /// a second; here a backoff from 100 ms, within the answer bound).
 pub const RESET_RETRIES: u32 = 6;
 
-/// The first wait before sending again; doubled each time.
+/// How many times a request is sent again when the API server's address refused the
+/// connection: a restarting API server (its static Pod's container killed: real Kind took
+/// about 10 s to listen again) refuses until it listens; about 30 s with the backoff capped.
+pub const REFUSED_RETRIES: u32 = 18;
+
+/// The first wait before sending again; doubled each time, up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// How many times an exec, attach or port-forward whose upgrade was answered with a 5xx is
+/// sent again, a second apart: the stream never started, so nothing ran. A kubelet or
+/// container runtime restarting answers so ("error dialing backend", "dial unix
+/// /run/containerd/containerd.sock": real Kind showed both) for a few seconds.
+const UPGRADE_RETRIES: u32 = 20;
 
 /// The longest `Retry-After` honoured for a 500 (longer: the 500 stands).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(20);
@@ -169,6 +181,21 @@ pub fn lost_connection(error: &(dyn std::error::Error + 'static)) -> Option<bool
     lost.then_some(false)
 }
 
+/// Whether `error` is the API server's address refusing the connection (nothing listens:
+/// a restarting API server), not a connection that timed out or was cut.
+pub fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
 /// A response that came after the connection was lost at least once (so a 409 to a create
 /// may be the lost create's own object).
 #[derive(Debug, Clone, Copy)]
@@ -250,6 +277,13 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
                     self.answered += 1;
                     return Some(tokio::time::sleep(wait));
                 }
+                if status.is_server_error()
+                    && req.headers().contains_key(http::header::UPGRADE)
+                    && self.answered < UPGRADE_RETRIES
+                {
+                    self.answered += 1;
+                    return Some(tokio::time::sleep(Duration::from_secs(1)));
+                }
                 if status == StatusCode::GONE
                     && req.method() == Method::GET
                     && self.answered == 0
@@ -267,12 +301,17 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
             Err(error) => {
                 let never_sent = lost_connection(error.as_ref())?;
                 let repeat = self.repeat.clone().unwrap_or(Repeat::Never);
-                if self.lost >= RESET_RETRIES || (!never_sent && repeat == Repeat::Never) {
+                let limit = if refused(error.as_ref()) {
+                    REFUSED_RETRIES
+                } else {
+                    RESET_RETRIES
+                };
+                if self.lost >= limit || (!never_sent && repeat == Repeat::Never) {
                     return None;
                 }
                 self.lost += 1;
                 let wait = self.backoff;
-                self.backoff *= 2;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                 Some(tokio::time::sleep(wait))
             }
         }
@@ -368,6 +407,12 @@ where
         );
         let (method, path) = (req.method().to_string(), req.uri().path().to_owned());
         let headers = req.headers().clone();
+        let again = Resend {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            headers: headers.clone(),
+            body: once_bytes(req.body()),
+        };
         // The service that was ready serves this request; a clone serves the read after it.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -378,7 +423,12 @@ where
                     let Some(never_sent) = lost_connection(error.as_ref()) else {
                         return Err(error);
                     };
-                    let why = if never_sent {
+                    let why = if never_sent && refused(error.as_ref()) {
+                        format!(
+                            "the API server refused the connection, tried {} times over about 30 s",
+                            REFUSED_RETRIES + 1
+                        )
+                    } else if never_sent {
                         format!(
                             "the connection could not be made, tried {} times",
                             RESET_RETRIES + 1
@@ -395,6 +445,11 @@ where
                         cause: crate::error_chain(error.as_ref()),
                     }));
                 }
+            };
+            let response = if response.status() == StatusCode::FORBIDDEN {
+                until_ready(&mut inner, &again, response).await?
+            } else {
+                response
             };
             let Repeat::CreateByName {
                 item,
@@ -422,8 +477,17 @@ where
                     read.headers_mut().insert(name, value.clone());
                 }
             }
+            let read_again = Resend {
+                method: Method::GET,
+                uri: read.uri().clone(),
+                headers: read.headers().clone(),
+                body: Vec::new(),
+            };
             tower::ServiceExt::ready(&mut inner).await?;
-            let found = inner.call(read).await?;
+            let mut found = inner.call(read).await?;
+            if found.status() == StatusCode::FORBIDDEN {
+                found = until_ready(&mut inner, &read_again, found).await?;
+            }
             if found.status() != StatusCode::OK {
                 return Ok(response);
             }
@@ -447,6 +511,84 @@ where
             Ok(Response::from_parts(parts, body))
         })
     }
+}
+
+/// A request as it was sent, to send it again.
+struct Resend {
+    method: Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Resend {
+    fn request(&self) -> Result<Request<Body>, BoxError> {
+        let mut req = Request::builder()
+            .method(self.method.clone())
+            .uri(self.uri.clone())
+            .body(Body::from(self.body.clone()))?;
+        *req.headers_mut() = self.headers.clone();
+        Ok(req)
+    }
+}
+
+/// How long a 403 from an API server not yet ready is sent again (within the answer bound).
+const NOT_READY_RETRIES: u32 = 40;
+
+/// A 403 from an API server that says itself it is not ready is not its answer: right after
+/// a start (a restart of its static Pod) it serves requests before its informers have synced,
+/// and its RBAC authorizer, reading them, denies what the executor was granted (real Kind
+/// showed "cannot get resource pods" after the API server's container was killed). Its
+/// `/readyz` fails until then (`informer-sync`, `poststarthook/rbac/bootstrap-roles`:
+/// k8s.io/apiserver `pkg/server/config.go`, `NewInformerSyncHealthz`), and authorization
+/// comes before anything is done, so the request is sent again, once a second, while
+/// `/readyz` fails. A 403 from a ready server stands.
+async fn until_ready<S>(
+    inner: &mut S,
+    again: &Resend,
+    mut response: Response<Box<DynBody>>,
+) -> Result<Response<Box<DynBody>>, BoxError>
+where
+    S: Service<Request<Body>, Response = Response<Box<DynBody>>, Error = BoxError>,
+{
+    for _ in 0..NOT_READY_RETRIES {
+        let mut readyz = Request::builder()
+            .method(Method::GET)
+            .uri(ready_uri(&again.uri))
+            .body(Body::empty())?;
+        if let Some(value) = again.headers.get(http::header::AUTHORIZATION) {
+            readyz
+                .headers_mut()
+                .insert(http::header::AUTHORIZATION, value.clone());
+        }
+        tower::ServiceExt::ready(&mut *inner).await?;
+        // Ready (200), or no say (401, 403, 404: a server that does not serve /readyz to this
+        // identity, though kube-apiserver always allows it): the 403 stands. Not ready: its
+        // checks fail (500), or it does not answer.
+        match inner.call(readyz).await {
+            Ok(r) if !r.status().is_server_error() => return Ok(response),
+            _ => {}
+        }
+        tracing::info!(
+            "{} {}: answered 403 by an API server not ready (/readyz fails): sent again",
+            again.method,
+            again.uri.path()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tower::ServiceExt::ready(&mut *inner).await?;
+        response = inner.call(again.request()?).await?;
+        if response.status() != StatusCode::FORBIDDEN {
+            return Ok(response);
+        }
+    }
+    Ok(response)
+}
+
+/// `/readyz` on the server of `uri` (kube-rs's base-URI layer below fills in a bare path).
+fn ready_uri(uri: &http::Uri) -> http::Uri {
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/readyz"));
+    http::Uri::from_parts(parts).unwrap_or_else(|_| http::Uri::from_static("/readyz"))
 }
 
 #[cfg(test)]

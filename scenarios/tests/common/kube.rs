@@ -131,40 +131,47 @@ pub fn launched_run_id(text: &str) -> Option<String> {
     })
 }
 
-/// What the double still holds of launch or run `run_id` (by label or in its namespace),
-/// polled briefly: a namespace goes once its Pods are removed from the engine.
-pub async fn left_in_double(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
+/// What the double holds of launch or run `run_id` (by label or in its namespace) now, at one
+/// look: for what must still be there (a killed launch's), where waiting for it to go would
+/// let its Leases expire.
+pub fn held_by_double(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
     let namespace = format!("kandev-acceptance-{run_id}");
+    [
+        "namespaces",
+        "pods",
+        "persistentvolumeclaims",
+        "serviceaccounts",
+        "roles",
+        "rolebindings",
+        "secrets",
+        "jobs",
+        "leases",
+    ]
+    .iter()
+    .flat_map(|resource| double.state.objects(resource))
+    .filter(|o| {
+        let labels = &o["metadata"]["labels"];
+        labels["acceptance.kandev.ai/run"] == run_id
+            || labels["acceptance.kandev.ai/launch"] == run_id
+            || o["metadata"]["namespace"] == namespace.as_str()
+            || o["metadata"]["name"] == namespace.as_str()
+    })
+    .map(|o| {
+        format!(
+            "{}/{}",
+            o["kind"].as_str().unwrap_or("?"),
+            o["metadata"]["name"].as_str().unwrap_or("?")
+        )
+    })
+    .collect()
+}
+
+/// What the double still holds of launch or run `run_id` (by label or in its namespace),
+/// polled briefly (up to 60 s): a namespace goes once its Pods are removed from the engine.
+pub async fn left_in_double(double: &cluster_double::KubeDouble, run_id: &str) -> Vec<String> {
     let mut remaining = Vec::new();
     for _ in 0..120 {
-        remaining = [
-            "namespaces",
-            "pods",
-            "persistentvolumeclaims",
-            "serviceaccounts",
-            "roles",
-            "rolebindings",
-            "secrets",
-            "jobs",
-            "leases",
-        ]
-        .iter()
-        .flat_map(|resource| double.state.objects(resource))
-        .filter(|o| {
-            let labels = &o["metadata"]["labels"];
-            labels["acceptance.kandev.ai/run"] == run_id
-                || labels["acceptance.kandev.ai/launch"] == run_id
-                || o["metadata"]["namespace"] == namespace.as_str()
-                || o["metadata"]["name"] == namespace.as_str()
-        })
-        .map(|o| {
-            format!(
-                "{}/{}",
-                o["kind"].as_str().unwrap_or("?"),
-                o["metadata"]["name"].as_str().unwrap_or("?")
-            )
-        })
-        .collect();
+        remaining = held_by_double(double, run_id);
         if remaining.is_empty() {
             break;
         }

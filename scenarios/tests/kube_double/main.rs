@@ -23,7 +23,8 @@ mod platform;
 mod quota;
 
 use common::kube::{
-    Run, command, launch, launch_command, launched_run_id, left_in_double, run, run_command,
+    Run, command, held_by_double, launch, launch_command, launched_run_id, left_in_double, run,
+    run_command,
 };
 use common::{REFUSED_BEFORE_THE_RUN, fixture, twin_failures};
 use kandev_harness::host::images::ImageSet;
@@ -385,7 +386,7 @@ async fn launch_interrupted_or_killed_leaves_nothing_on_kube_double() {
     .await;
     let run_id = launched_run_id(&text).unwrap();
     assert!(
-        !left_in_double(&double, &run_id).await.is_empty(),
+        !held_by_double(&double, &run_id).is_empty(),
         "a killed launch removed its objects?"
     );
     let refused = command(&double, "gc")
@@ -400,7 +401,7 @@ async fn launch_interrupted_or_killed_leaves_nothing_on_kube_double() {
         "{text}"
     );
     assert!(
-        !left_in_double(&double, &run_id).await.is_empty(),
+        !held_by_double(&double, &run_id).is_empty(),
         "a refused gc removed the live run's objects"
     );
     let gc = command(&double, "gc")

@@ -463,6 +463,51 @@ fn list_touches_nothing() {
     }
 }
 
+/// `run --list | head -1`: a reader that stops after one line ends the listing quietly (exit
+/// 0, nothing on stderr), as `ls | head -1` does; libtest-mimic's listing panicked, exit 101.
+#[test]
+fn a_listing_whose_reader_stops_early_exits_quietly() {
+    // A pipe whose reader is gone before the listing starts: its first write fails (EPIPE),
+    // as `| head -1`'s does once head has exited.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--list"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+
+    // And the same listing, read whole, as JSON for tools.
+    let json = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--list", "--format", "json", "daemon::"])
+        .output()
+        .unwrap();
+    assert!(json.status.success(), "{}", output_text(&json));
+    let listed: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    let expected: Vec<&str> = kandev_scenarios::registry()
+        .iter()
+        .map(|s| s.name)
+        .filter(|name| name.contains("daemon::"))
+        .collect();
+    assert_eq!(names, expected);
+    assert!(
+        listed[0]["checks"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    );
+}
+
 #[test]
 fn an_unreachable_engine_is_a_clear_environment_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -92,8 +92,10 @@ pub enum GateProfile {
     /// Require what the template declares it serves, or `--require`.
     #[default]
     Default,
-    /// Release gating: every capability the backend offers required
-    /// ([`Capability::offered_by`]), and every image reference immutable.
+    /// Release gating: every capability the backend offers required, and every image
+    /// reference immutable.
+    // (Which capabilities a backend offers: `Capability::offered_by`; this doc is also
+    // `--profile`'s help, where a rustdoc link would print as is.)
     Release,
 }
 

@@ -19,26 +19,36 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// Help that starts as a command's does: its usage, then what it does (clap puts the about
+/// line first).
+const USAGE_FIRST: &str = "{usage-heading} {usage}\n\n{about-with-newline}\n{all-args}{after-help}";
+
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
-    /// Run the acceptance scenarios (libtest-style filters, --list, --exact, --skip, --test-threads).
+    /// Run the acceptance scenarios: all of them, or those FILTER, --exact and --skip select.
+    #[command(help_template = USAGE_FIRST)]
     Run(Box<RunArgs>),
     /// Run the scenarios from inside a cluster: a Job running the harness image with
     /// `run --in-cluster` as Kandev's executor identity; follows its log, retrieves the
     /// report into --report-dir DIR, removes what it created and exits with the run's code.
+    #[command(help_template = USAGE_FIRST)]
     Launch(Box<LaunchArgs>),
     /// Check a Pod template with Kandev's rules; creates nothing.
+    #[command(help_template = USAGE_FIRST)]
     Validate(ValidateArgs),
     /// Remove what killed runs left behind, by label: one run (--run ID) or every run
     /// (--all; the default locally). Runs still alive (their lease is live) are spared, and
     /// `--run` of a live run refuses, unless --force.
+    #[command(help_template = USAGE_FIRST)]
     Gc(GcArgs),
     /// List every scenario's promise checks, their kind (system or mirror) and the broken twin
     /// that shows each system check can fail (a Markdown table).
+    #[command(help_template = USAGE_FIRST)]
     Checks,
     /// Gate a release on a report: passes only for a complete, uninterrupted run of this
     /// catalogue whose scenarios and checks all passed, on exactly these images (and template),
     /// recent enough. Exit 0 passes, 1 refuses (every reason named), 2 bad input.
+    #[command(help_template = USAGE_FIRST)]
     Gate(GateArgs),
     /// Work with reports.
     Report {
@@ -280,7 +290,53 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX))]
     pub(crate) deadline: Option<u64>,
     #[command(flatten)]
-    pub(crate) libtest: libtest_mimic::Arguments,
+    pub(crate) scenarios: ScenarioSelection,
+}
+
+/// Which scenarios run, in libtest's words (the harness runs them as libtest trials); only
+/// the libtest options that mean something here (libtest-mimic's own `Arguments`, flattened,
+/// brought its usage line and a dozen options that do nothing here into `run --help`).
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct ScenarioSelection {
+    /// Run only the scenarios whose names contain FILTER (`daemon::`, `lifecycle::teardown`).
+    #[arg(value_name = "FILTER")]
+    pub(crate) filter: Option<String>,
+    /// FILTER (and every --skip) must equal a scenario's whole name.
+    #[arg(long)]
+    pub(crate) exact: bool,
+    /// Leave out the scenarios whose names contain FILTER (may be given more than once).
+    #[arg(long, value_name = "FILTER")]
+    pub(crate) skip: Vec<String>,
+    /// List the scenarios the filters select, one per line (`NAME: test`, as libtest does),
+    /// and touch nothing.
+    #[arg(long)]
+    pub(crate) list: bool,
+    /// With --list: text (libtest's lines), or json for tools (each scenario's name, promise
+    /// and check ids).
+    #[arg(long, value_enum, default_value = "text", requires = "list")]
+    pub(crate) format: OutputFormat,
+    /// How many scenarios run at once; the same as --jobs.
+    #[arg(long, value_name = "N")]
+    pub(crate) test_threads: Option<usize>,
+    /// Write the per-scenario `test ... ok` lines to PATH (default: stdout, or beside the
+    /// report when stderr is a terminal).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) logfile: Option<String>,
+}
+
+impl ScenarioSelection {
+    /// The same selection as libtest-mimic's arguments, which run the trials.
+    pub(crate) fn libtest(&self) -> libtest_mimic::Arguments {
+        libtest_mimic::Arguments {
+            filter: self.filter.clone(),
+            exact: self.exact,
+            skip: self.skip.clone(),
+            list: self.list,
+            test_threads: self.test_threads,
+            logfile: self.logfile.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 impl RunArgs {
@@ -477,8 +533,9 @@ pub(crate) struct ValidateArgs {
     pub(crate) format: OutputFormat,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, ValueEnum)]
 pub(crate) enum OutputFormat {
+    #[default]
     Text,
     Json,
 }
@@ -604,5 +661,77 @@ mod help {
         let mut missing = Vec::new();
         walk(&Cli::command(), "kandev-acceptance", &mut missing);
         assert!(missing.is_empty(), "without help: {missing:#?}");
+    }
+}
+
+/// What `--help` prints for `words` (`["run"]`, `["report", "show"]`).
+#[cfg(test)]
+fn help_of(words: &[&str]) -> String {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    command.build();
+    let mut current = &mut command;
+    for word in words {
+        current = current.find_subcommand_mut(word).expect("a command");
+    }
+    current.render_long_help().to_string()
+}
+
+#[cfg(test)]
+mod help_text {
+    use super::help_of;
+
+    /// `run --help` and `launch --help` read as the harness's own commands: their usage
+    /// first, then what they do, and only the libtest options that select scenarios here
+    /// (libtest-mimic's flattened arguments printed its usage and a dozen that did nothing).
+    #[test]
+    fn run_and_launch_help_is_the_harness_own() {
+        for command in ["run", "launch"] {
+            let help = help_of(&[command]);
+            assert!(
+                help.starts_with(&format!("Usage: kandev-acceptance {command} [OPTIONS]")),
+                "{help}"
+            );
+            let about = help.lines().nth(2).unwrap_or_default();
+            assert!(about.starts_with("Run the"), "{command}: {about:?}");
+            for kept in ["--exact", "--skip", "--list", "--test-threads", "[FILTER]"] {
+                assert!(help.contains(kept), "{command} lost {kept}");
+            }
+            for dropped in [
+                "--nocapture",
+                "--ignored",
+                "--include-ignored",
+                "--show-output",
+                "--bench",
+                "--color",
+                "--quiet",
+                "terse",
+                "--force-run-in-process",
+            ] {
+                assert!(!help.contains(dropped), "{command} still lists {dropped}");
+            }
+        }
+    }
+
+    /// Help is printed text: no rustdoc link syntax (a doc comment's [`Type`] reads as
+    /// brackets and backticks there) in any command's help.
+    #[test]
+    fn no_rustdoc_links_in_help() {
+        use clap::CommandFactory;
+        fn walk(command: &clap::Command, words: &mut Vec<String>, found: &mut Vec<String>) {
+            let names: Vec<&str> = words.iter().map(String::as_str).collect();
+            let help = help_of(&names);
+            if help.contains("[`") {
+                found.push(names.join(" "));
+            }
+            for sub in command.get_subcommands() {
+                words.push(sub.get_name().to_owned());
+                walk(sub, words, found);
+                words.pop();
+            }
+        }
+        let mut found = Vec::new();
+        walk(&super::Cli::command(), &mut Vec::new(), &mut found);
+        assert!(found.is_empty(), "rustdoc links in the help of: {found:?}");
     }
 }

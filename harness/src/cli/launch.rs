@@ -29,7 +29,7 @@ pub(crate) fn launch(
         }
     }
     let run = &args.run;
-    if run.libtest.list {
+    if run.scenarios.list {
         return super::run::run(args.run, registry, runtime);
     }
     if let Err(problem) = refused(&args) {

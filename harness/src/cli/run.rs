@@ -1,7 +1,7 @@
 //! `run`: the selected scenarios as libtest trials, once or `--repeat N` times, each run with
 //! its own id, report folder, signal and deadline watchers.
 
-use super::args::{ClusterArgs, RunArgs};
+use super::args::{ClusterArgs, OutputFormat, RunArgs, ScenarioSelection};
 use super::read_input;
 use super::validate::check_rules;
 use crate::backend::BackendKind;
@@ -58,14 +58,9 @@ pub(crate) fn cluster_settings(
 
 pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runtime::Runtime) -> u8 {
     let registry = Arc::new(registry);
-    if args.libtest.list {
+    if args.scenarios.list {
         // Listing touches nothing: no engine, no template.
-        let trials = registry
-            .iter()
-            .map(|s| Trial::test(s.name, || Ok(())))
-            .collect();
-        let _ = libtest_mimic::run(&args.libtest, trials);
-        return exit::SUCCESS;
+        return list(&args.scenarios, &registry);
     }
     let (config, template, prepare_text) = match checked(&args) {
         Ok(checked) => checked,
@@ -75,7 +70,7 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         return code;
     }
 
-    let mut libtest = args.libtest;
+    let mut libtest = args.scenarios.libtest();
     if libtest.test_threads.is_none() {
         // On a cluster, run_once lowers it to what the cluster can hold when it was not given.
         libtest.test_threads = Some(args.jobs.unwrap_or_else(crate::config::host_jobs).max(1));
@@ -165,7 +160,7 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         deadline: args.deadline.map(Duration::from_secs),
         // Resolved below, once the template's declaration is read.
         gate: Gate::default(),
-        jobs: args.jobs.or(args.libtest.test_threads),
+        jobs: args.jobs.or(args.scenarios.test_threads),
     };
     if let Err(message) = crate::backend::provider(config.backend).check(&config) {
         eprintln!("error: {message}");
@@ -425,7 +420,7 @@ pub(crate) fn whole_catalogue_under_release(
     config: &RunConfig,
     registry: &[Scenario],
 ) -> Result<(), u8> {
-    let selection = selection(&args.libtest, registry);
+    let selection = selection(&args.scenarios.libtest(), registry);
     if config.gate.profile != GateProfile::Release || !selection.filtered {
         return Ok(());
     }
@@ -436,6 +431,41 @@ pub(crate) fn whole_catalogue_under_release(
         selection.left_out.join(", ")
     );
     Err(exit::USAGE)
+}
+
+/// `run --list`: the selected scenarios, as libtest lists tests (`NAME: test`) or as JSON. A
+/// reader that stops early (`| head -1`) ends the listing quietly: libtest-mimic's own listing
+/// panicked on the closed pipe and exited 101.
+fn list(scenarios: &ScenarioSelection, registry: &[Scenario]) -> u8 {
+    use std::io::Write;
+    let selected = selection(&scenarios.libtest(), registry).selected;
+    let text = match scenarios.format {
+        OutputFormat::Text => selected
+            .iter()
+            .map(|name| format!("{name}: test\n"))
+            .collect(),
+        OutputFormat::Json => {
+            let listed: Vec<_> = registry
+                .iter()
+                .filter(|s| selected.iter().any(|name| name == s.name))
+                .map(|s| {
+                    serde_json::json!({
+                        "name": s.name,
+                        "promise": s.promise,
+                        "checks": s.checks.iter().map(|c| s.check_id(c)).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            serde_json::to_string_pretty(&listed).unwrap_or_default() + "\n"
+        }
+    };
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("error: writing the list: {e}");
+            exit::ENVIRONMENT
+        }
+        _ => exit::SUCCESS,
+    }
 }
 
 /// Which scenarios of `registry` the libtest filter selects (FILTER, `--skip`, `--exact`, as

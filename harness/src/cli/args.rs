@@ -60,6 +60,23 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: super::image::ImageCommand,
     },
+    /// Print the shell completion script for SHELL (e.g. `kandev-acceptance completions bash >
+    /// /etc/bash_completion.d/kandev-acceptance`).
+    #[command(help_template = USAGE_FIRST)]
+    Completions {
+        /// The shell the script is for.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff; `kandev-acceptance man | man -l -`), or write one page per
+    /// command into --dir.
+    #[command(help_template = USAGE_FIRST)]
+    Man {
+        /// Write kandev-acceptance.1 and one page per command (kandev-acceptance-run.1, ...)
+        /// into this existing folder instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -97,12 +114,12 @@ pub(crate) struct ClusterArgs {
     pub(crate) kubeconfig: Option<PathBuf>,
     /// The kubeconfig context for --backend kube; required (the current context is never
     /// used implicitly).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_CONTEXT", value_name = "NAME")]
     pub(crate) context: Option<String>,
     /// An existing namespace to run in (it must admit privileged Pods); default: the run
     /// creates kandev-acceptance-<run id> and removes it. For gc: the namespace the runs
     /// used, swept object by object (the runs' own namespaces are found by label).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_NAMESPACE", value_name = "NAME")]
     pub(crate) namespace: Option<String>,
     /// The kind binary (default: the one harness/scripts/ensure-kind.sh built for the node
     /// image it assembled, else `kind` on PATH).
@@ -118,7 +135,7 @@ pub(crate) struct RunArgs {
     /// What runs the Pods: local (this host's engine; the default for `run`), kind (a Kind
     /// cluster the run creates from kind/cluster.yaml), kube (an existing cluster: --context).
     /// `launch` runs on kube only, and needs no --backend.
-    #[arg(long, value_enum)]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_BACKEND", value_enum)]
     pub(crate) backend: Option<BackendKind>,
     #[command(flatten)]
     pub(crate) cluster: ClusterArgs,
@@ -189,16 +206,16 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "REF")]
     pub(crate) node_inspector_image: Option<String>,
     /// The Pod template (a v1/PodTemplate document); default: Kandev's full-worker fixture.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_TEMPLATE", value_name = "FILE")]
     pub(crate) template: Option<PathBuf>,
     /// The profile's prepare script; default: the full-worker prepare script.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_PREPARE_SCRIPT", value_name = "FILE")]
     pub(crate) prepare_script: Option<PathBuf>,
     /// Use this worker image (present in the engine) instead of building the fixture one.
-    #[arg(long, value_name = "REF")]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_WORKER_IMAGE", value_name = "REF")]
     pub(crate) worker_image: Option<String>,
     /// Use this docker-engine image (present in the engine) instead of building the fixture one.
-    #[arg(long, value_name = "REF")]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_DAEMON_IMAGE", value_name = "REF")]
     pub(crate) daemon_image: Option<String>,
     /// Debian base for the fixture images if present in the engine; otherwise debootstrapped.
     #[arg(long, value_name = "REF", default_value = "debian:bookworm")]
@@ -223,7 +240,12 @@ pub(crate) struct RunArgs {
     /// The folder reports go in: each run writes <DIR>/<run id>/ (report.json, junit.xml,
     /// ctrf.json, report.html, logs); default: reports/ of the checkout. `--report DIR` is
     /// its old spelling (deprecated: `--report` names one report elsewhere, as in `gate`).
-    #[arg(long = "report-dir", alias = "report", value_name = "DIR")]
+    #[arg(
+        long = "report-dir",
+        env = "KANDEV_ACCEPTANCE_REPORT_DIR",
+        alias = "report",
+        value_name = "DIR"
+    )]
     pub(crate) report_dir: Option<PathBuf>,
     /// When a scenario's Pods stay after it, to look inside (each kept Pod prints how to get
     /// in and the exact `gc` command that removes it later): never, on-failure (of that
@@ -392,13 +414,21 @@ pub(crate) struct GateArgs {
     #[arg(long, value_name = "FILE|DIR")]
     pub(crate) report: PathBuf,
     /// The worker image the release ships, `name@sha256:<digest>`.
-    #[arg(long, value_name = "REF@sha256:DIGEST")]
+    #[arg(
+        long,
+        env = "KANDEV_ACCEPTANCE_WORKER_IMAGE",
+        value_name = "REF@sha256:DIGEST"
+    )]
     pub(crate) worker_image: String,
     /// The daemon (docker-engine) image the release ships, `name@sha256:<digest>`.
-    #[arg(long, value_name = "REF@sha256:DIGEST")]
+    #[arg(
+        long,
+        env = "KANDEV_ACCEPTANCE_DAEMON_IMAGE",
+        value_name = "REF@sha256:DIGEST"
+    )]
     pub(crate) daemon_image: String,
     /// The template file the release ships: the run must have used exactly it.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "KANDEV_ACCEPTANCE_TEMPLATE", value_name = "FILE")]
     pub(crate) template: Option<PathBuf>,
     /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
     #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX / 1000))]
@@ -711,6 +741,39 @@ mod help_text {
                 assert!(!help.contains(dropped), "{command} still lists {dropped}");
             }
         }
+    }
+
+    /// The main flags can come from the environment (a CI job's variables), and `--help`
+    /// says which variable, beside the flag.
+    #[test]
+    fn the_main_flags_are_bound_to_environment_variables_shown_in_help() {
+        let run = help_of(&["run"]);
+        for (flag, variable) in [
+            ("--backend", "KANDEV_ACCEPTANCE_BACKEND"),
+            ("--context", "KANDEV_ACCEPTANCE_CONTEXT"),
+            ("--namespace", "KANDEV_ACCEPTANCE_NAMESPACE"),
+            ("--template", "KANDEV_ACCEPTANCE_TEMPLATE"),
+            ("--prepare-script", "KANDEV_ACCEPTANCE_PREPARE_SCRIPT"),
+            ("--worker-image", "KANDEV_ACCEPTANCE_WORKER_IMAGE"),
+            ("--daemon-image", "KANDEV_ACCEPTANCE_DAEMON_IMAGE"),
+            ("--report-dir", "KANDEV_ACCEPTANCE_REPORT_DIR"),
+        ] {
+            let at = run
+                .find(&format!("{flag} <"))
+                .unwrap_or_else(|| panic!("{flag}"));
+            let entry = &run[at..];
+            let next = entry[2..].find("\n      --").map_or(entry.len(), |n| n + 2);
+            assert!(
+                entry[..next].contains(&format!("[env: {variable}=")),
+                "{flag}: {}",
+                &entry[..next]
+            );
+        }
+        let gate = help_of(&["gate"]);
+        assert!(
+            gate.contains("[env: KANDEV_ACCEPTANCE_WORKER_IMAGE="),
+            "{gate}"
+        );
     }
 
     /// Help is printed text: no rustdoc link syntax (a doc comment's [`Type`] reads as

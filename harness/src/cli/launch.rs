@@ -73,7 +73,20 @@ pub(crate) fn launch(
     ) {
         run_args.extend(["--deadline".to_owned(), deadline.as_secs().to_string()]);
     }
-    run_args.extend(forwarded(&std::env::args().collect::<Vec<_>>()));
+    let argv: Vec<String> = std::env::args().collect();
+    // Images given by environment (KANDEV_ACCEPTANCE_WORKER_IMAGE, ..._DAEMON_IMAGE) are not
+    // on the command line forwarded below: the run in the Pod gets them as flags.
+    for (flag, value) in [
+        ("--worker-image", &run.worker_image),
+        ("--daemon-image", &run.daemon_image),
+    ] {
+        if let Some(value) = value
+            && !on_command_line(&argv, flag)
+        {
+            run_args.extend([flag.to_owned(), value.clone()]);
+        }
+    }
+    run_args.extend(forwarded(&argv));
     // The operator's Role for the executor (`--executor-role`) is launch's to create: the run
     // in the Pod only uses the account bound to it.
     let executor_role = match &run.executor_role {
@@ -196,6 +209,16 @@ fn refused(args: &LaunchArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `flag` was given on the command line (`--flag value` or `--flag=value`, before any
+/// `--`), not by its environment variable.
+fn on_command_line(argv: &[String], flag: &str) -> bool {
+    argv.iter().take_while(|a| a.as_str() != "--").any(|a| {
+        a == flag
+            || a.strip_prefix(flag)
+                .is_some_and(|rest| rest.starts_with('='))
+    })
+}
+
 /// The `run` options of a `launch` command line that the Pod's run gets as they are: all
 /// after `launch`, without [`NOT_FORWARDED`] (each with its value, `--flag value` or
 /// `--flag=value`).
@@ -252,6 +275,23 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(format!("{:?}", launch.run), format!("{run:?}"));
+    }
+
+    /// An image given by its environment variable is not on the command line `forwarded`
+    /// copies, so launch adds it; one on the command line (either spelling) is not added twice.
+    #[test]
+    fn only_a_flag_on_the_command_line_counts_as_given_there() {
+        let given = argv(
+            "kandev-acceptance launch --worker-image w:1 --daemon-image=d:1 -- --worker-image",
+        );
+        assert!(on_command_line(&given, "--worker-image"));
+        assert!(on_command_line(&given, "--daemon-image"));
+        let from_env = argv("kandev-acceptance launch --context c -- --daemon-image");
+        assert!(!on_command_line(&from_env, "--daemon-image"));
+        assert!(!on_command_line(
+            &argv("kandev-acceptance launch --worker-images x"),
+            "--worker-image"
+        ));
     }
 
     /// `launch --run-id ID` names the launch (its objects, the run in the Pod, the report

@@ -13,6 +13,7 @@ mod launch;
 mod reference;
 mod report;
 mod run;
+mod shell;
 mod validate;
 
 use crate::runner::Scenario;
@@ -69,6 +70,8 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
         }
         Command::Report { command } => report::report(command),
         Command::Image { command } => runtime.block_on(image::image(command)),
+        Command::Completions { shell } => shell::completions(shell),
+        Command::Man { dir } => shell::man(dir.as_deref()),
     };
     ExitCode::from(code)
 }

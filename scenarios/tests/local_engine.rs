@@ -782,6 +782,36 @@ fn a_given_run_id_names_the_report_folder() {
     assert_eq!(report["run_id"], id.as_str());
 }
 
+/// A run whose stdout reader is gone before its first line (`run | head -0`, a dead log
+/// collector) still runs its Pods to their teardown, writes its report and exits with the
+/// run's code; libtest-mimic's printer panicked on the closed pipe (exit 101).
+#[test]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+fn a_run_whose_stdout_closed_still_tears_down_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["run", "--exact", "daemon::socket_only", "--report"])
+        .arg(dir.path())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("note: stdout is closed"), "{stderr}");
+    let (_, report) = common::written_report(dir.path(), &stderr);
+    assert_eq!(report.scenarios.len(), 1);
+    assert!(
+        !report.scenarios[0].sessions.is_empty(),
+        "the scenario ran no Pod"
+    );
+    common::assert_nothing_left(&report);
+}
+
 #[test]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn a_terminal_gets_the_live_view_and_libtest_lines_go_to_a_log() {

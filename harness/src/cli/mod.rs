@@ -5,6 +5,7 @@
 //! It returns the mapped exit code instead of exiting past the report writer.
 
 mod args;
+mod closed_stdout;
 mod gate;
 mod gc;
 mod hold;

@@ -62,6 +62,20 @@ pub(crate) fn run(args: RunArgs, registry: Vec<Scenario>, runtime: &tokio::runti
         // Listing touches nothing: no engine, no template.
         return list(&args.scenarios, &registry);
     }
+    let shield = super::closed_stdout::Shield::install();
+    let code = run_selected(args, registry, runtime);
+    if let Some(shield) = shield {
+        shield.finish();
+    }
+    code
+}
+
+/// A run of the selection, once or `--repeat` times, with its stdout shielded.
+fn run_selected(
+    args: RunArgs,
+    registry: Arc<Vec<Scenario>>,
+    runtime: &tokio::runtime::Runtime,
+) -> u8 {
     let (config, template, prepare_text) = match checked(&args) {
         Ok(checked) => checked,
         Err(code) => return code,

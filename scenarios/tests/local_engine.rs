@@ -508,6 +508,39 @@ fn a_listing_whose_reader_stops_early_exits_quietly() {
     );
 }
 
+/// The local and Kind backends need root on this host: anyone else is refused before
+/// anything is built or created (exit 2, the fix named), not halfway through with EACCES.
+#[test]
+fn a_run_on_this_hosts_engine_by_anyone_but_root_is_refused_first() {
+    for backend in ["local", "kind"] {
+        let bin = env!("CARGO_BIN_EXE_kandev-acceptance");
+        let args = ["run", "--backend", backend, "--exact", "image::build_run"];
+        // As root (CI), the same command as nobody; otherwise as this very user.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+        let mut command = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin]);
+            c
+        } else {
+            Command::new(bin)
+        };
+        let output = command
+            .args(args)
+            .env("DOCKER_HOST", "unix:///nonexistent.sock")
+            .output()
+            .unwrap();
+        let text = output_text(&output);
+        assert_eq!(output.status.code(), Some(2), "{backend}: {text}");
+        assert!(
+            text.contains(&format!("--backend {backend} runs as root")) && text.contains("fix:"),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn an_unreachable_engine_is_a_clear_environment_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,6 +8,19 @@ use kandev_report::Environment;
 use serde_json::json;
 use std::time::Instant;
 
+/// Refuses a run on this host's engine by anyone but root, before anything is built: the
+/// local backend reads the Pods' processes and cgroups here (`/proc/<pid>`, the cgroup tree,
+/// the node view) and removes their cgroups; Kind's run builds and loads its images here and
+/// reads its node's processes the same way.
+pub fn check_root(backend: &str) -> Result<(), String> {
+    if rustix::process::geteuid().is_root() {
+        return Ok(());
+    }
+    Err(format!(
+        "--backend {backend} runs as root: it reads the Pods' processes and cgroups on this host (/proc, /sys/fs/cgroup) and removes what they leave\n  fix: run it as root (sudo -E kandev-acceptance run ...), or against a cluster you can reach: --backend kube --context NAME"
+    ))
+}
+
 /// The fixture images (or the operator's, if given) in this host's engine: shared by the
 /// backends whose Pods run from this engine's images (local, and Kind after `kind load`).
 pub async fn images(engine: &HostEngine, input: &PrepareInput<'_>) -> anyhow::Result<ImageSet> {

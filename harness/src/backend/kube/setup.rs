@@ -58,6 +58,7 @@ fn operator_images(config: &RunConfig) -> anyhow::Result<ImageSet> {
 #[async_trait]
 impl Provider for KindProvider {
     fn check(&self, config: &RunConfig) -> Result<(), String> {
+        on_this_host::check_root("kind")?;
         if config.cluster.in_cluster {
             return Err("--in-cluster runs inside an existing cluster: use --backend kube (Kind's cluster is created from this host)".into());
         }

@@ -29,6 +29,7 @@ pub struct LocalProvider;
 #[async_trait]
 impl Provider for LocalProvider {
     fn check(&self, config: &RunConfig) -> Result<(), String> {
+        on_this_host::check_root("local")?;
         if config.cluster.executor_role.is_some() {
             return Err("--executor-role replaces the Role a cluster run binds its executor to; the local engine has no RBAC: use --backend kind or kube".into());
         }

@@ -508,6 +508,37 @@ fn a_listing_whose_reader_stops_early_exits_quietly() {
     );
 }
 
+/// `checks --format json` holds every check of the catalogue, in its order, with its kind
+/// and what breaks it: the same facts as the Markdown table, for tools.
+#[test]
+fn checks_print_as_json_for_tools() {
+    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["checks", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", output_text(&output));
+    let checks: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let expected: Vec<String> = kandev_scenarios::registry()
+        .iter()
+        .flat_map(|s| s.checks.iter().map(|c| s.check_id(c)))
+        .collect();
+    let ids: Vec<&str> = checks.iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, expected);
+    for check in &checks {
+        let twin = check["twin"].as_object().unwrap();
+        match check["kind"].as_str() {
+            Some("mirror") => assert!(twin.contains_key("mirror"), "{check}"),
+            Some("system") => assert!(
+                twin.get("fixture").is_some_and(|f| f.is_string())
+                    || twin.contains_key("cluster_double_test")
+                    || twin.contains_key("exempt"),
+                "{check}"
+            ),
+            other => panic!("kind {other:?}: {check}"),
+        }
+    }
+}
+
 /// The local and Kind backends need root on this host: anyone else is refused before
 /// anything is built or created (exit 2, the fix named), not halfway through with EACCES.
 #[test]
@@ -843,6 +874,41 @@ fn a_run_whose_stdout_closed_still_tears_down_and_reports() {
         "the scenario ran no Pod"
     );
     common::assert_nothing_left(&report);
+
+    // Its report, for tools: `report show` and `gate` as JSON say what their text says.
+    let folder = dir.path().join(&report.run_id);
+    let shown = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["report", "show", "--format", "json"])
+        .arg(&folder)
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", output_text(&shown));
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["run_id"], report.run_id.as_str());
+    assert_eq!(shown["scenarios"][0]["name"], "daemon::socket_only");
+    assert_eq!(shown["scenarios"][0]["outcome"], "passed");
+    let digest = |c: char| format!("fixture@sha256:{}", c.to_string().repeat(64));
+    let gated = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gate", "--format", "json", "--report"])
+        .arg(&folder)
+        .args([
+            "--worker-image",
+            &digest('a'),
+            "--daemon-image",
+            &digest('b'),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(gated.status.code(), Some(1), "{}", output_text(&gated));
+    let gated: serde_json::Value = serde_json::from_slice(&gated.stdout).unwrap();
+    assert_eq!(gated["passed"], false);
+    let reasons = gated["reasons"].as_array().unwrap();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.as_str().unwrap().contains("filtered")),
+        "{reasons:?}"
+    );
 }
 
 #[test]

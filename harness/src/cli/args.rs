@@ -44,7 +44,11 @@ pub(crate) enum Command {
     /// List every scenario's promise checks, their kind (system or mirror) and the broken twin
     /// that shows each system check can fail (a Markdown table).
     #[command(help_template = USAGE_FIRST)]
-    Checks,
+    Checks {
+        /// text (the Markdown table docs/catalogue.md holds), or json for tools.
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
+    },
     /// Gate a release on a report: passes only for a complete, uninterrupted run of this
     /// catalogue whose scenarios and checks all passed, on exactly these images (and template),
     /// recent enough. Exit 0 passes, 1 refuses (every reason named), 2 bad input.
@@ -89,6 +93,10 @@ pub(crate) enum ReportCommand {
         /// Also (re)write `report.html` beside the report.
         #[arg(long)]
         html: bool,
+        /// text for people, or json for tools: the run's id, backend, verdict, counts, and
+        /// each scenario's outcome, diagnosis and checks' outcomes (report.json holds all).
+        #[arg(long, value_enum, default_value = "text")]
+        format: OutputFormat,
     },
     /// What changed between two runs: scenarios newly failing, fixed or flaky, checks,
     /// durations beyond the noise threshold, the environment. Exit code 1 when something
@@ -438,6 +446,10 @@ pub(crate) struct GateArgs {
     /// incompatible scenarios.
     #[arg(long, value_name = "LIST", value_parser = parse_requirements)]
     pub(crate) require: Option<Requirements>,
+    /// text for people, or json for tools: passed, the PASS line or every reason, the
+    /// report's own verdict (the exit code is the same).
+    #[arg(long, value_enum, default_value = "text")]
+    pub(crate) format: OutputFormat,
 }
 
 /// A run id is a label value (`acceptance.kandev.ai/run`), a DNS label's part (the namespace

@@ -3,7 +3,7 @@
 //! profile, plus the catalogue, the artefacts and the age). It shows the report's own verdict
 //! first.
 
-use super::args::GateArgs;
+use super::args::{GateArgs, OutputFormat};
 use super::read_input;
 use crate::outputs::gate::{Expectations, passed_line, refusals};
 use crate::pod::release::is_immutable;
@@ -75,8 +75,8 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             selection.left_out.join(", ")
         ));
     }
-    if reasons.is_empty() {
-        println!(
+    let headline = if reasons.is_empty() {
+        format!(
             "PASS: run {} ({}) gates {} and {}: {} scenarios, {}",
             report.run_id,
             report.finished_at,
@@ -84,19 +84,39 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
             args.daemon_image,
             expectations.catalogue.len(),
             passed_line(&report)
-        );
-        println!("{context}");
-        exit::SUCCESS
+        )
     } else {
-        println!(
+        format!(
             "REFUSED: run {} does not gate this release ({}):",
             report.run_id,
             crate::outputs::gate::counted(reasons.len(), "reason")
-        );
-        for reason in &reasons {
-            println!("  - {reason}");
+        )
+    };
+    match args.format {
+        OutputFormat::Text => {
+            println!("{headline}");
+            for reason in &reasons {
+                println!("  - {reason}");
+            }
+            println!("{context}");
         }
-        println!("{context}");
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "passed": reasons.is_empty(),
+                "run_id": report.run_id,
+                "worker_image": args.worker_image,
+                "daemon_image": args.daemon_image,
+                "headline": headline,
+                "reasons": reasons,
+                "own_verdict": {"profile": own.profile.name(), "brief": own.brief()},
+            }))
+            .unwrap_or_default()
+        ),
+    }
+    if reasons.is_empty() {
+        exit::SUCCESS
+    } else {
         exit::GATE_REFUSED
     }
 }

@@ -65,9 +65,15 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
         Command::Validate(args) => validate::validate(&args),
         Command::Gc(args) => runtime.block_on(gc::gc(&args)),
         Command::Gate(args) => gate::gate(&args, &registry),
-        Command::Checks => {
-            print!("{}", crate::runner::scenario::checks_table(&registry));
-            exit::SUCCESS
+        Command::Checks { format } => {
+            let text = match format {
+                args::OutputFormat::Text => crate::runner::scenario::checks_table(&registry),
+                args::OutputFormat::Json => {
+                    let checks = crate::runner::scenario::checks_json(&registry);
+                    serde_json::to_string_pretty(&checks).unwrap_or_default() + "\n"
+                }
+            };
+            shell::print(&text)
         }
         Command::Report { command } => report::report(command),
         Command::Image { command } => runtime.block_on(image::image(command)),

@@ -8,11 +8,35 @@ use std::path::{Path, PathBuf};
 
 pub(crate) fn report(command: ReportCommand) -> u8 {
     match command {
-        ReportCommand::Show { file, html } => show(&report_file(&file), html),
+        ReportCommand::Show { file, html, format } => show(&report_file(&file), html, format),
         ReportCommand::Diff { old, new, format } => {
             compare(&report_file(&old), &report_file(&new), format)
         }
     }
+}
+
+/// `report show --format json`: what the text summary says, as data.
+fn summary_json(report: &Report, file: &Path) -> serde_json::Value {
+    serde_json::json!({
+        "report": file,
+        "run_id": report.run_id,
+        "backend": report.backend,
+        "started_at": report.started_at,
+        "duration_ms": report.duration_ms,
+        "interrupted": report.interrupted,
+        "deadline_exceeded": report.deadline_exceeded,
+        "verdict": report.verdict,
+        "summary": report.summary,
+        "selection": report.selection,
+        "leftovers": report.leftovers,
+        "scenarios": report.scenarios.iter().map(|s| serde_json::json!({
+            "name": s.name,
+            "outcome": s.outcome,
+            "diagnosis": s.diagnosis,
+            "duration_ms": s.duration_ms,
+            "checks": s.checks.iter().map(|c| serde_json::json!({"id": c.id, "outcome": c.outcome})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// A report as every command names one: its report.json, or the run's folder holding it
@@ -42,12 +66,18 @@ pub(crate) fn read(file: &Path) -> Result<Report, u8> {
     })
 }
 
-fn show(file: &Path, write_html: bool) -> u8 {
+fn show(file: &Path, write_html: bool, format: OutputFormat) -> u8 {
     let report = match read(file) {
         Ok(report) => report,
         Err(code) => return code,
     };
-    print!("{}", console::human_summary(&report, file));
+    match format {
+        OutputFormat::Text => print!("{}", console::human_summary(&report, file)),
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&summary_json(&report, file)).unwrap_or_default()
+        ),
+    }
     if write_html {
         let folder = file.parent().unwrap_or(Path::new("."));
         let path = folder.join("report.html");

@@ -1,5 +1,6 @@
 //! `completions SHELL` and `man [--dir DIR]`: generated from the same clap definitions as
-//! `--help`, so they cannot drift from the command line.
+//! `--help`, so they cannot drift from the command line. And printing to stdout that a reader
+//! may stop early (`| head`).
 
 use super::args::Cli;
 use clap::CommandFactory;
@@ -47,6 +48,11 @@ pub(crate) fn man(dir: Option<&Path>) -> u8 {
             }
         },
     }
+}
+
+/// `text` on stdout; a reader that stopped early (`checks | head`) is no error.
+pub(crate) fn print(text: &str) -> u8 {
+    written(std::io::stdout().lock().write_all(text.as_bytes()))
 }
 
 /// A reader that stopped early (`| head`) is no error.

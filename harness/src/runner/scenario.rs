@@ -134,6 +134,32 @@ pub fn checks_table(registry: &[Scenario]) -> String {
     out
 }
 
+/// The same checks as [`checks_table`], for tools (`checks --format json`): each check's id,
+/// scenario, kind, promise and broken twin (its fixture, cluster-double test, or the reason it
+/// has none).
+pub fn checks_json(registry: &[Scenario]) -> serde_json::Value {
+    let checks: Vec<serde_json::Value> = registry
+        .iter()
+        .flat_map(|scenario| scenario.checks.iter().map(move |check| (scenario, check)))
+        .map(|(scenario, check)| {
+            let twin = match check.twin {
+                Twin::Cluster(test) => serde_json::json!({"cluster_double_test": test}),
+                Twin::Exempt(reason) => serde_json::json!({"exempt": reason}),
+                Twin::Mirror(reason) => serde_json::json!({"mirror": reason}),
+                _ => serde_json::json!({"fixture": check.twin.fixture().map(|p| format!("fixtures/{p}"))}),
+            };
+            serde_json::json!({
+                "id": scenario.check_id(check),
+                "scenario": scenario.name,
+                "kind": check.twin.kind().as_str(),
+                "promise": check.promise,
+                "twin": twin,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(checks)
+}
+
 /// How a scenario body ends when it does not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

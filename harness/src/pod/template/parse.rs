@@ -65,7 +65,7 @@ pub fn parse(text: &str) -> Result<PodTemplate, Vec<TemplateFinding>> {
         Err(e) => {
             findings.push(error(
                 PATH_PREFIX,
-                format!("does not decode as a v1/PodTemplate: {e}"),
+                format!("does not decode as a v1/PodTemplate: {}", located(text, e)),
             ));
             return Err(findings);
         }
@@ -78,6 +78,16 @@ pub fn parse(text: &str) -> Result<PodTemplate, Vec<TemplateFinding>> {
         Ok(template)
     } else {
         Err(findings)
+    }
+}
+
+/// A decode error with its line and column in the template's text: the typed decode runs on
+/// the parsed value, which has none, so the same decode is asked of the text itself (one
+/// document; otherwise the value's error stands).
+fn located(text: &str, from_value: serde_json::Error) -> String {
+    match serde_yaml::from_str::<PodTemplate>(text) {
+        Err(e) if e.location().is_some() => e.to_string(),
+        _ => from_value.to_string(),
     }
 }
 

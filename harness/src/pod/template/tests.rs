@@ -291,3 +291,23 @@ fn every_fixture_template_takes_both_image_flags() {
     }
     assert!(checked > 20, "only {checked} templates checked");
 }
+
+/// A template that is YAML but not a PodTemplate names where: its line and column, as a YAML
+/// syntax error does.
+#[test]
+fn a_decode_error_carries_line_and_column() {
+    let text = "apiVersion: v1\nkind: PodTemplate\nmetadata:\n  name: x\ntemplate:\n  spec:\n    containers:\n    - name: a\n      image: [1]\n";
+    let Err(findings) = parse(text) else {
+        panic!("an image that is a list decoded")
+    };
+    let message = &findings[0].message;
+    assert!(
+        message.contains("does not decode as a v1/PodTemplate"),
+        "{message}"
+    );
+    assert!(message.contains("line 9 column"), "{message}");
+    let Err(findings) = parse("apiVersion: v1\nkind: PodTemplate\ntemplate: [\n") else {
+        panic!("broken YAML parsed")
+    };
+    assert!(findings[0].message.contains("line"), "{:?}", findings[0]);
+}

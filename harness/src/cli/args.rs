@@ -40,6 +40,11 @@ pub(crate) enum Command {
     /// (--all; the default locally). Runs still alive (their lease is live) are spared, and
     /// `--run` of a live run refuses, unless --force.
     #[command(help_template = USAGE_FIRST)]
+    // The cluster options are run's (shared), their help gc's own: what each means here.
+    #[command(mut_arg("namespace", |a| gc_help(a, GC_NAMESPACE)))]
+    #[command(mut_arg("kind_cluster", |a| gc_help(a, GC_KIND_CLUSTER)))]
+    #[command(mut_arg("context", |a| gc_help(a, GC_CONTEXT)))]
+    #[command(mut_arg("kubeconfig", |a| gc_help(a, GC_KUBECONFIG)))]
     Gc(GcArgs),
     /// List every scenario's promise checks, their kind (system or mirror) and the broken twin
     /// that shows each system check can fail (a Markdown table).
@@ -125,8 +130,8 @@ pub(crate) struct ClusterArgs {
     #[arg(long, env = "KANDEV_ACCEPTANCE_CONTEXT", value_name = "NAME")]
     pub(crate) context: Option<String>,
     /// An existing namespace to run in (it must admit privileged Pods); default: the run
-    /// creates kandev-acceptance-<run id> and removes it. For gc: the namespace the runs
-    /// used, swept object by object (the runs' own namespaces are found by label).
+    /// creates kandev-acceptance-<run id> and removes it.
+    // gc's help for it: GC_NAMESPACE (mut_arg on Command::Gc).
     #[arg(long, env = "KANDEV_ACCEPTANCE_NAMESPACE", value_name = "NAME")]
     pub(crate) namespace: Option<String>,
     /// The kind binary (default: the one harness/scripts/ensure-kind.sh built for the node
@@ -582,10 +587,22 @@ pub(crate) enum OutputFormat {
     Json,
 }
 
+/// `gc`'s words for the cluster options it shares with `run`.
+const GC_NAMESPACE: &str = "The namespace the runs used (their --namespace), swept object by object; the runs' own namespaces are found by label without it";
+const GC_KIND_CLUSTER: &str = "Also sweep inside this existing Kind cluster (one runs used with --kind-cluster): their labelled namespaces and objects; the cluster itself is never deleted";
+const GC_CONTEXT: &str = "The kubeconfig context of the cluster to sweep (--backend kube); required, the current context is never used implicitly";
+const GC_KUBECONFIG: &str =
+    "Kubeconfig file for --backend kube (default: KUBECONFIG, then ~/.kube/config)";
+
+fn gc_help(arg: clap::Arg, help: &'static str) -> clap::Arg {
+    arg.help(help).long_help(help)
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct GcArgs {
-    /// Where to look: the local engine, Kind clusters, or a cluster (--context).
-    #[arg(long, value_enum, default_value = "local")]
+    /// Where to look: local (this host's engine), kind (the Kind clusters runs created here),
+    /// or kube (a cluster: --context).
+    #[arg(long, value_enum, default_value = "local", hide_possible_values = true)]
     pub(crate) backend: BackendKind,
     #[command(flatten)]
     pub(crate) cluster: ClusterArgs,
@@ -786,6 +803,27 @@ mod help_text {
             gate.contains("[env: KANDEV_ACCEPTANCE_WORKER_IMAGE="),
             "{gate}"
         );
+    }
+
+    /// `gc --help` describes gc's options: the cluster options it shares with `run` say what
+    /// they mean for a sweep, not for a run.
+    #[test]
+    fn gc_help_speaks_of_gc() {
+        let gc = help_of(&["gc"]);
+        for runs_words in [
+            "to run in",
+            "the run creates",
+            "images loaded",
+            "instead of creating",
+        ] {
+            assert!(
+                !gc.contains(runs_words),
+                "gc --help says {runs_words:?}:\n{gc}"
+            );
+        }
+        assert!(gc.contains("swept object by object"), "{gc}");
+        let run = help_of(&["run"]);
+        assert!(run.contains("An existing namespace to run in"), "{run}");
     }
 
     /// Help is printed text: no rustdoc link syntax (a doc comment's [`Type`] reads as

@@ -32,6 +32,13 @@ pub(crate) enum Command {
     /// `run --in-cluster` as Kandev's executor identity; follows its log, retrieves the
     /// report into --report-dir DIR, removes what it created and exits with the run's code.
     #[command(help_template = USAGE_FIRST)]
+    // run's options that launch sets itself or refuses (launch.rs `refused` names why, if
+    // given anyway) are not in its help.
+    #[command(mut_arg("in_cluster", |a| a.hide(true)))]
+    #[command(mut_arg("bookkeeper_token", |a| a.hide(true)))]
+    #[command(mut_arg("hold_report", |a| a.hide(true)))]
+    #[command(mut_arg("repeat", |a| a.hide(true)))]
+    #[command(mut_arg("keep", |a| a.hide(true)))]
     Launch(Box<LaunchArgs>),
     /// Check a Pod template with Kandev's rules; creates nothing.
     #[command(help_template = USAGE_FIRST)]
@@ -803,6 +810,31 @@ mod help_text {
             gate.contains("[env: KANDEV_ACCEPTANCE_WORKER_IMAGE="),
             "{gate}"
         );
+    }
+
+    /// `launch --help` lists no option launch refuses or sets itself; `run --help` has them.
+    #[test]
+    fn launch_help_lists_no_option_it_refuses() {
+        let launch = help_of(&["launch"]);
+        let run = help_of(&["run"]);
+        for refused in [
+            "--in-cluster",
+            "--bookkeeper-token",
+            "--hold-report",
+            "--repeat",
+            "--keep",
+        ] {
+            assert!(
+                !launch.contains(&format!("{refused} "))
+                    && !launch.contains(&format!("{refused}\n")),
+                "launch --help lists {refused}"
+            );
+            // --hold-report is launch's to pass: hidden from run's help too.
+            assert!(
+                refused == "--hold-report" || run.contains(refused),
+                "run --help lost {refused}"
+            );
+        }
     }
 
     /// `gc --help` describes gc's options: the cluster options it shares with `run` say what

@@ -31,6 +31,13 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
                     && scenario.lacking == Some(Capability::Cluster),
                 "{scenario:?}"
             );
+            // And libtest's own line does not call it ok.
+            assert!(
+                run.output
+                    .contains("test launch::connection ... ignored (skipped: "),
+                "{}",
+                run.output
+            );
             continue;
         }
         assert_eq!(

@@ -14,7 +14,7 @@ use crate::runner::{Run, Scenario};
 use k8s_openapi::api::core::v1::PodTemplate;
 use kandev_report::{Gate, GateProfile};
 use kandev_report::{Outcome, Report, Selection, exit};
-use libtest_mimic::Trial;
+use libtest_mimic::{Completion, Trial};
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
@@ -376,21 +376,23 @@ fn run_once(
         .map(|index| {
             let (run, registry, handle) = (run.clone(), registry.clone(), handle.clone());
             let name = registry.get(index).map(|s| s.name).unwrap_or_default();
-            Trial::test(name, move || {
+            Trial::ignorable_test(name, move || {
                 let Some(scenario) = registry.get(index) else {
                     return Err("no such scenario".into());
                 };
                 let report = handle.block_on(run.run_scenario(scenario));
                 match report.outcome {
-                    Outcome::Passed => Ok(()),
+                    Outcome::Passed => Ok(Completion::Completed),
+                    // libtest's line says `ignored, skipped: why`, not `ok`: the scenario
+                    // judged nothing.
                     Outcome::Skipped | Outcome::Incompatible => {
-                        run.live.println(&format!(
-                            "{}: {} ({})",
-                            scenario.name,
+                        let why = format!(
+                            "{}: {}",
                             report.outcome.as_str(),
                             report.diagnosis.unwrap_or_default()
-                        ));
-                        Ok(())
+                        );
+                        run.live.println(&format!("{}: {why}", scenario.name));
+                        Ok(Completion::ignored_with(why))
                     }
                     other => Err(format!(
                         "{}: {}",
@@ -407,7 +409,8 @@ fn run_once(
     for watcher in watchers {
         watcher.abort();
     }
-    if conclusion.num_passed + conclusion.num_failed == 0 {
+    // Ignored here means a scenario that ran and ended skipped or incompatible.
+    if conclusion.num_passed + conclusion.num_failed + conclusion.num_ignored == 0 {
         eprintln!("no scenario matched the filter; see `kandev-acceptance run --list`");
         // Nothing ran: leave no empty run folder behind.
         let _ = std::fs::remove_dir_all(run.report_folder());

@@ -451,7 +451,7 @@ pub(crate) struct GateArgs {
     #[arg(long, env = "KANDEV_ACCEPTANCE_TEMPLATE", value_name = "FILE")]
     pub(crate) template: Option<PathBuf>,
     /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
-    #[arg(long, value_name = "DURATION", value_parser = seconds_in(1, u64::MAX / 1000))]
+    #[arg(long, value_name = "DURATION", value_parser = max_age)]
     pub(crate) max_age: Option<u64>,
     /// Capabilities whose lack fails (default: as the release profile, every capability the
     /// report's backend offers: cluster only on kind and kube); `none` to excuse skipped and
@@ -538,6 +538,17 @@ fn seconds_in(
         }
         Ok(seconds)
     }
+}
+
+/// `gate --max-age`: a duration with its unit. A bare number is refused: the flag once took
+/// hours, so `--max-age 36` meant 36 h to some and 36 s to others.
+fn max_age(text: &str) -> Result<u64, String> {
+    if !text.trim().is_empty() && text.trim().chars().all(|c| c.is_ascii_digit()) {
+        return Err(format!(
+            "{text:?} has no unit: write {text}h for hours, {text}m for minutes (or 90m, 36h, 7d)"
+        ));
+    }
+    seconds_in(1, u64::MAX / 1000)(text)
 }
 
 /// `--require`'s list.
@@ -688,6 +699,17 @@ mod tests {
             panic!("gate's time flag")
         };
         assert_eq!(gate.max_age, Some(129_600));
+        // Below an hour works; a bare number has no unit to read.
+        let below_an_hour = parse(
+            "kandev-acceptance gate --report r --worker-image w --daemon-image d --max-age 30m",
+        );
+        assert!(
+            matches!(below_an_hour, Ok(Cli { command: Command::Gate(g) }) if g.max_age == Some(1800))
+        );
+        let bare = parse(
+            "kandev-acceptance gate --report r --worker-image w --daemon-image d --max-age 36",
+        );
+        assert!(bare.is_err_and(|e| e.to_string().contains("has no unit")));
         let Ok(Cli {
             command: Command::Gc(gc),
         }) = parse("kandev-acceptance gc --older-than 2m")

@@ -151,11 +151,11 @@ pub fn gc_command(backend: BackendKind, c: &ClusterSettings, run_id: &str) -> St
     format!("{} --run {}", gc_where(backend, c), shell_word(run_id))
 }
 
-/// `kandev-acceptance gc` with the backend and where (kubeconfig, context, namespace; Kind
+/// `kandev-acceptance gc` (or the checkout's `cargo acceptance gc`: [`crate::paths::command`]) with the backend and where (kubeconfig, context, namespace; Kind
 /// binary and cluster): what names one run (`--run ID`) or every run there (`--all`) follows.
 pub fn gc_where(backend: BackendKind, c: &ClusterSettings) -> String {
     let mut words = vec![
-        "kandev-acceptance".to_owned(),
+        crate::paths::command().to_owned(),
         "gc".to_owned(),
         "--backend".to_owned(),
         backend.name().to_owned(),
@@ -229,9 +229,11 @@ mod tests {
     #[test]
     fn the_gc_command_names_everything_the_run_used() {
         let run = "20261203t000000-abc123";
+        // `cargo acceptance` here (a checkout), `kandev-acceptance` installed.
+        let gc = crate::paths::command();
         assert_eq!(
             gc_command(BackendKind::Local, &ClusterSettings::default(), run),
-            format!("kandev-acceptance gc --backend local --run {run}")
+            format!("{gc} gc --backend local --run {run}")
         );
         let kube = ClusterSettings {
             kubeconfig: Some("/home/o/my config".into()),
@@ -242,7 +244,7 @@ mod tests {
         assert_eq!(
             gc_command(BackendKind::Kube, &kube, run),
             format!(
-                "kandev-acceptance gc --backend kube --kubeconfig '/home/o/my config' --context arn:aws:eks:eu-west-1:1:cluster/ci --namespace acceptance --run {run}"
+                "{gc} gc --backend kube --kubeconfig '/home/o/my config' --context arn:aws:eks:eu-west-1:1:cluster/ci --namespace acceptance --run {run}"
             )
         );
         let kind = ClusterSettings {
@@ -258,7 +260,7 @@ mod tests {
         assert_eq!(
             gc_command(BackendKind::Kind, &kind, run),
             format!(
-                "kandev-acceptance gc --backend kind --kind-bin /opt/kind --kind-cluster shared --run {run}"
+                "{gc} gc --backend kind --kind-bin /opt/kind --kind-cluster shared --run {run}"
             )
         );
         assert_eq!(shell_word("it's"), r"'it'\''s'");

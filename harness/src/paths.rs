@@ -99,6 +99,25 @@ pub fn build_checkout() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// The command a hint tells its reader to type: `cargo acceptance` when this binary runs from
+/// the checkout it was built in and the current directory lies in that checkout (no
+/// `kandev-acceptance` is on the PATH there; the checkout's cargo alias is), else
+/// `kandev-acceptance` (an installed binary, the harness image).
+pub fn command() -> &'static str {
+    static COMMAND: OnceLock<&'static str> = OnceLock::new();
+    COMMAND.get_or_init(|| {
+        let checkout = build_checkout();
+        let built_here =
+            std::env::current_exe().is_ok_and(|exe| exe.starts_with(checkout.join("target")));
+        let inside = std::env::current_dir().is_ok_and(|dir| dir.starts_with(&checkout));
+        if built_here && inside && checkout.join(".cargo/config.toml").is_file() {
+            "cargo acceptance"
+        } else {
+            "kandev-acceptance"
+        }
+    })
+}
+
 /// The root fixtures are read from, once they can be: a command that reads fixtures asks
 /// this first, so that a missing or unwritable root is one clear error and not a missing file.
 pub fn ready() -> Result<&'static Path, PathsError> {

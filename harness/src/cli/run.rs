@@ -411,7 +411,10 @@ fn run_once(
     }
     // Ignored here means a scenario that ran and ended skipped or incompatible.
     if conclusion.num_passed + conclusion.num_failed + conclusion.num_ignored == 0 {
-        eprintln!("no scenario matched the filter; see `kandev-acceptance run --list`");
+        eprintln!(
+            "no scenario matched the filter; see `{} run --list`",
+            crate::paths::command()
+        );
         // Nothing ran: leave no empty run folder behind.
         let _ = std::fs::remove_dir_all(run.report_folder());
         return (exit::NOTHING_SELECTED, None);

@@ -186,7 +186,10 @@ impl KindCluster {
         let deleted = match self.delete() {
             Ok(()) => "deleted".to_owned(),
             Err(e) => {
-                format!("not deleted ({e}); `kandev-acceptance gc --backend kind --all` removes it")
+                format!(
+                    "not deleted ({e}); `{} gc --backend kind --all` removes it",
+                    crate::paths::command()
+                )
             }
         };
         ClusterError::KindNotUp {

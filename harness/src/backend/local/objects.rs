@@ -125,7 +125,8 @@ impl LocalObjects {
                         // its own restart policy started after an engine restart
                         // (docker/for-linux#404); only a new engine process forgets it.
                         anyhow::anyhow!(
-                            "{e}\n  cause: the engine still counts a mount of a container already removed (a container restarted by the engine after an engine restart keeps its volumes counted: docker/for-linux#404)\n  fix: restart the engine (stop dockerd, then harness/scripts/ensure-engine.sh) and run `kandev-acceptance gc` again"
+                            "{e}\n  cause: the engine still counts a mount of a container already removed (a container restarted by the engine after an engine restart keeps its volumes counted: docker/for-linux#404)\n  fix: restart the engine (stop dockerd, then harness/scripts/ensure-engine.sh) and run `{} gc` again",
+                            crate::paths::command()
                         )
                     } else {
                         e.into()

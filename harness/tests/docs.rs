@@ -628,6 +628,42 @@ fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
         !uses("actions/upload-artifact").is_empty(),
         "a step uploads the report"
     );
+    // A hung run still publishes: the report is uploaded and the JUnit published whatever
+    // ended the job (a timeout is `cancelled()`), and the run ends itself before the job's
+    // timeout (--deadline below it).
+    for action in ["actions/upload-artifact", "mikepenz/action-junit-report"] {
+        assert!(
+            uses(action)
+                .iter()
+                .all(|s| s["if"].as_str() == Some("always()")),
+            "{action} runs `if: always()`"
+        );
+    }
+    let minutes = |text: &str| -> Option<u64> { text.strip_suffix('m')?.parse().ok() };
+    for job in jobs.values() {
+        let job_minutes = job["timeout-minutes"]
+            .as_u64()
+            .expect("the job's timeout-minutes");
+        for step in job["steps"].as_sequence().expect("steps") {
+            let Some(script) = step["run"].as_str() else {
+                continue;
+            };
+            if !script.contains("kandev-acceptance run ") {
+                continue;
+            }
+            let deadline = script
+                .split_whitespace()
+                .skip_while(|w| *w != "--deadline")
+                .nth(1)
+                .and_then(minutes)
+                .expect("the run step passes --deadline <N>m");
+            let step_minutes = step["timeout-minutes"].as_u64().unwrap_or(job_minutes);
+            assert!(
+                deadline < step_minutes && step_minutes <= job_minutes,
+                "--deadline {deadline}m below the step's {step_minutes} and the job's {job_minutes} minutes"
+            );
+        }
+    }
 
     // `$NAME` in a step is the workflow's `env:` value, a GitHub expression in it an example
     // value (`1`).

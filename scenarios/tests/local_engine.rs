@@ -1563,19 +1563,15 @@ fn the_harness_image_runs_this_binary_as_non_root_without_a_toolchain() {
     );
 
     // A run finds its fixtures and the mock agent without arguments, and writes its report to
-    // the default folder as that user: here it reads the template and prepare script, then
-    // stops at the engine (none in the container), exit 3 with a report.
+    // the default folder as that user. The image is for cluster runs (the local and Kind
+    // backends refuse non-root): it reads the template and prepare script, then stops at the
+    // cluster (no kubeconfig in the container), exit 3 with a report.
     let inside = docker_run(
-        &[
-            "-e",
-            "DOCKER_HOST=unix:///nonexistent.sock",
-            "--entrypoint",
-            "sh",
-        ],
+        &["--entrypoint", "sh"],
         reference,
         &[
             "-c",
-            "test -x \"$KANDEV_MOCK_AGENT_BIN\" || exit 9; kandev-acceptance run --exact image::build_run >/dev/null 2>&1; echo $?; ls \"$KANDEV_ACCEPTANCE_ROOT\"/reports/*/report.json",
+            "test -x \"$KANDEV_MOCK_AGENT_BIN\" || exit 9; kandev-acceptance run --backend kube --context nowhere --worker-image w:1 --daemon-image d:1 --exact image::build_run >/dev/null 2>&1; echo $?; ls \"$KANDEV_ACCEPTANCE_ROOT\"/reports/*/report.json",
         ],
     );
     let text = String::from_utf8_lossy(&inside.stdout);

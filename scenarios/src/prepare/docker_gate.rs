@@ -10,7 +10,7 @@
 
 use crate::support::with_daemon_command;
 use kandev_harness::runner::{
-    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, promise,
 };
 use kandev_harness::session::{PrepareFailed, SessionOptions};
 use std::collections::BTreeMap;
@@ -118,12 +118,18 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         promise(elapsed <= bound, &BOUNDED, || {
             format!("preparation ended only after {elapsed:?} (bound {bound:?})")
         })?;
-        promise(prepared.exit_code != Some(0), &FAILS, || {
-            format!(
-                "the prepare script exited 0 after {elapsed:?} with no daemon in the Pod; output: {}",
-                output.trim()
-            )
-        })?;
+        match exited_non_zero(prepared.exit_code) {
+            Some(failed) => promise(failed, &FAILS, || {
+                format!(
+                    "the prepare script exited 0 after {elapsed:?} with no daemon in the Pod; output: {}",
+                    output.trim()
+                )
+            })?,
+            None => not_judged(
+                &FAILS,
+                "the prepare script's exec ended without an exit status: neither a failure nor a success was seen",
+            ),
+        }
         promise(
             output.contains("Docker daemon did not become ready"),
             &MESSAGE,
@@ -176,4 +182,22 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )?;
         Ok(Verdict::Passed)
     })
+}
+
+/// Whether the prepare script failed, from its exec's exit status: `None` when the exec
+/// ended with no status (a dropped stream), which shows neither a failure nor a success.
+fn exited_non_zero(exit_code: Option<i64>) -> Option<bool> {
+    exit_code.map(|code| code != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exited_non_zero;
+
+    #[test]
+    fn a_missing_exit_status_is_no_failure_seen() {
+        assert_eq!(exited_non_zero(Some(1)), Some(true));
+        assert_eq!(exited_non_zero(Some(0)), Some(false));
+        assert_eq!(exited_non_zero(None), None);
+    }
 }

@@ -16,8 +16,10 @@
 use kandev_harness::backend::ConnectionTest;
 use kandev_harness::backend::connection::{Grants, classify};
 use kandev_harness::backend::kube::cluster::required_access;
-use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
-use kandev_report::{Capability, FindingLevel};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, not_judged, promise,
+};
+use kandev_report::Capability;
 use serde_json::json;
 use std::time::Duration;
 
@@ -40,6 +42,29 @@ pub fn scenario() -> Scenario {
         timeout: Duration::from_secs(60),
         starts_first: false,
         run,
+    }
+}
+
+/// Why `nothing_broader` cannot be judged whole, when it cannot: a rules review lists only
+/// what authorizers can enumerate (RBAC), so without a complete one (a webhook authorizer
+/// answers it `incomplete`; an API server may not serve it) only the access reviews of what
+/// Kandev must not need were asked, and grants beyond those stay unseen. A breach those
+/// reviews or the partial rules do show still fails the check.
+fn rules_unjudged(test: &ConnectionTest) -> Option<String> {
+    match &test.rules {
+        Some(rules) if rules.incomplete => Some(format!(
+            "the SelfSubjectRulesReview is incomplete (an authorizer, such as a webhook, cannot list its rules{}): only the access reviews of what Kandev must not need were asked",
+            rules
+                .evaluation_error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        )),
+        Some(_) => None,
+        None => Some(format!(
+            "no SelfSubjectRulesReview ({}): only the access reviews of what Kandev must not need were asked",
+            test.rules_unavailable.as_deref().unwrap_or("not answered")
+        )),
     }
 }
 
@@ -120,23 +145,6 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("grants", &grants);
         ctx.evidence("not_needed_access_reviews", &test.not_needed);
         ctx.evidence("broader", &broader);
-        // A rules review lists only what authorizers can enumerate (RBAC); a webhook's grants
-        // are not in it: then the access reviews of what Kandev must not need decide.
-        match &test.rules {
-            Some(rules) if rules.incomplete => ctx.finding(
-                FindingLevel::Warning,
-                "connection.rules_incomplete",
-                "the SelfSubjectRulesReview is incomplete (an authorizer, such as a webhook, cannot list its rules): beyond its rules, only the access reviews of what Kandev must not need were asked",
-                json!({"evaluation_error": rules.evaluation_error}),
-            ),
-            Some(_) => {}
-            None => ctx.finding(
-                FindingLevel::Warning,
-                "connection.rules_review_unavailable",
-                "no SelfSubjectRulesReview: only the access reviews of what Kandev must not need were asked",
-                json!({"why": test.rules_unavailable}),
-            ),
-        }
         promise(broader.is_empty(), &NOTHING_BROADER, || {
             format!(
                 "{} may also: {}",
@@ -147,6 +155,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 broader.join(", ")
             )
         })?;
+        if let Some(why) = rules_unjudged(&test) {
+            not_judged(&NOTHING_BROADER, why);
+        }
         Ok(Verdict::Passed)
     })
 }
@@ -193,5 +204,42 @@ mod tests {
         };
         assert_eq!(broader(Some(&grants), &test), ["list pods", "list events"]);
         assert_eq!(broader(None, &test), ["list pods", "list events"]);
+    }
+
+    #[test]
+    fn only_a_complete_rules_review_judges_nothing_broader() {
+        use k8s_openapi::api::authorization::v1::SubjectRulesReviewStatus;
+        let with_rules = |rules: Option<SubjectRulesReviewStatus>| ConnectionTest {
+            success: true,
+            auth_mode: AuthMode::Kubeconfig,
+            server_version: None,
+            namespace: "ns".into(),
+            executor: None,
+            identity: None,
+            steps: Vec::new(),
+            required: Vec::new(),
+            not_needed: Vec::new(),
+            rules,
+            rules_unavailable: None,
+        };
+        let complete = SubjectRulesReviewStatus::default();
+        assert_eq!(rules_unjudged(&with_rules(Some(complete))), None);
+        let webhook = SubjectRulesReviewStatus {
+            incomplete: true,
+            evaluation_error: Some("webhook authorizer: no rules".into()),
+            ..Default::default()
+        };
+        let why = rules_unjudged(&with_rules(Some(webhook))).unwrap();
+        assert!(
+            why.contains("incomplete") && why.contains("webhook authorizer: no rules"),
+            "{why}"
+        );
+        let mut refused = with_rules(None);
+        refused.rules_unavailable = Some("403 Forbidden".into());
+        let why = rules_unjudged(&refused).unwrap();
+        assert!(
+            why.contains("no SelfSubjectRulesReview (403 Forbidden)"),
+            "{why}"
+        );
     }
 }

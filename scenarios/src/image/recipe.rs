@@ -20,6 +20,7 @@
 //! Image references immutable for release gating are `validate --for-release`'s and
 //! `run --gate-profile release`'s (harness/src/pod/release.rs), not repeated here.
 
+use anyhow::Context;
 use kandev_credential_scan::{scan_layers, secret_in_env, secret_in_text};
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, not_judged, promise,
@@ -422,11 +423,12 @@ async fn scan_credentials(
                 found.push(format!("{role} image config label {key}: {kind}"));
             }
         }
+        // A history the engine did not give is no history without credentials.
         let history = engine
             .docker()
             .image_history(reference)
             .await
-            .unwrap_or_default();
+            .with_context(|| format!("read the {role} image's history ({reference})"))?;
         for (i, entry) in history.iter().enumerate() {
             if let Some(kind) = secret_in_text(&entry.created_by) {
                 found.push(format!("{role} image history entry {i}: {kind}"));
@@ -468,6 +470,9 @@ async fn scan_credentials(
             .collect();
         let (files, hits) = tokio::task::spawn_blocking(move || scan_layers(&dirs, &names)).await?;
         scanned.push(json!({"image": role, "layers": layers.len(), "files_scanned": files}));
+        if let Some(why) = scan_unseen(role, files) {
+            not_judged(&NO_CREDENTIALS, why);
+        }
         found.extend(hits);
     }
     ctx.evidence("scanned", &scanned);
@@ -476,6 +481,17 @@ async fn scan_credentials(
     promise(found.is_empty(), &NO_CREDENTIALS, || found.join("; "))?;
 
     Ok(())
+}
+
+/// Why a layer scan shows nothing, when it read no file: an image has files (its fixture
+/// worker, thousands), so a scan that read none looked in the wrong place, and its silence
+/// is no evidence of an image without credentials.
+fn scan_unseen(role: &str, files_scanned: usize) -> Option<String> {
+    (files_scanned == 0).then(|| {
+        format!(
+            "the scan of the {role} image's layer folders read no file: its files were not seen"
+        )
+    })
 }
 
 /// The image's layer folders, bottom first (overlay2: `LowerDir` lists them top first).
@@ -644,6 +660,22 @@ mod tests {
         assert!(matches!(probe(&file), Pins::Wrong(_)));
         std::fs::write(&file, "A_VERSION=9.15.9\n").unwrap();
         assert_eq!(probe(&file), Pins::Immutable(1));
+    }
+
+    /// A scan that read no file is not a clean image; one that read files judges.
+    #[test]
+    fn a_layer_scan_that_read_nothing_judges_nothing() {
+        let empty = tempfile::tempdir().unwrap();
+        let (files, hits) = scan_layers(&[empty.path().to_owned()], &["worker layer 1/1".into()]);
+        assert_eq!((files, hits.len()), (0, 0));
+        assert!(
+            scan_unseen("worker", files)
+                .unwrap()
+                .contains("read no file")
+        );
+        std::fs::write(empty.path().join("etc-motd"), "hello").unwrap();
+        let (files, _) = scan_layers(&[empty.path().to_owned()], &["worker layer 1/1".into()]);
+        assert_eq!(scan_unseen("worker", files), None);
     }
 
     #[test]

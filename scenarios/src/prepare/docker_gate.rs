@@ -140,43 +140,35 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         // Seen from outside the agent, in the main container: Kandev writes neither marker
         // after a failed preparation, so the bootstrap keeps waiting; no agent process and
         // nothing on the control port. The probe first gives a bootstrap that found the
-        // markers (it polls every 0.2 s) time to start the agent.
+        // markers (it polls every 0.2 s) time to start the agent. Its positive controls: the
+        // process walk finds the probe's own shell, and the TCP table has its header; a walk
+        // or a table that read nothing is no evidence that nothing started.
         let probe = absent
             .in_main(
                 &[
                     "sh",
                     "-c",
                     "sleep 1; test -e /opt/kandev/start && echo marker:start; test -e /opt/kandev/prepared && echo marker:prepared; \
-                     for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); case \"$c\" in /opt/kandev/agentctl*) echo \"process:$c\";; esac; done; \
-                     echo '--- /proc/net/tcp'; cat /proc/net/tcp; cat /proc/net/tcp6 2>/dev/null || true",
+                     for p in /proc/[0-9]*; do [ \"${p#/proc/}\" = \"$$\" ] && echo control:self; c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null); case \"$c\" in /opt/kandev/agentctl*) echo \"process:$c\";; esac; done; \
+                     echo '--- /proc/net/tcp'; cat /proc/net/tcp && if [ -e /proc/net/tcp6 ]; then cat /proc/net/tcp6; fi",
                 ],
                 Duration::from_secs(20),
             )
             .await?;
-        let text = probe.stdout_text();
-        let (seen, net) = text.split_once("--- /proc/net/tcp").unwrap_or((&text, ""));
-        let seen: Vec<&str> = seen
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        let control_port = crate::daemon::socket_only::tcp_listeners(net)
-            .into_iter()
-            .filter(|l| l.ends_with(":8765"))
-            .collect::<Vec<_>>();
+        anyhow::ensure!(
+            probe.success(),
+            "the probe of markers, processes and listeners in the main container failed: {}",
+            probe.stderr_text().trim()
+        );
+        let (seen, control_port) = started_after_failure(&probe.stdout_text())?;
         ctx.evidence("markers_and_agent_processes", &seen);
         ctx.evidence("control_port_listeners", &control_port);
         promise(
-            probe.success() && seen.is_empty() && control_port.is_empty(),
+            seen.is_empty() && control_port.is_empty(),
             &NEVER_STARTS,
             || {
                 format!(
-                    "after the failed preparation, in the main container: {seen:?}; listening on the control port: {control_port:?}{}",
-                    if probe.success() {
-                        String::new()
-                    } else {
-                        format!("; probe: {}", probe.stderr_text().trim())
-                    }
+                    "after the failed preparation, in the main container: {seen:?}; listening on the control port: {control_port:?}"
                 )
             },
         )?;
@@ -190,9 +182,61 @@ fn exited_non_zero(exit_code: Option<i64>) -> Option<bool> {
     exit_code.map(|code| code != 0)
 }
 
+/// What the never-starts probe saw start (markers and agent processes) and listen on the
+/// control port, once its positive controls hold: the process walk found the probe's own
+/// shell, and the TCP table was read (its header line).
+fn started_after_failure(probe_output: &str) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (walk, net) = probe_output
+        .split_once("--- /proc/net/tcp")
+        .ok_or_else(|| anyhow::anyhow!("the probe printed no TCP table: {probe_output:?}"))?;
+    let mut self_seen = false;
+    let mut seen = Vec::new();
+    for line in walk.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line == "control:self" {
+            self_seen = true;
+        } else {
+            seen.push(line.to_string());
+        }
+    }
+    anyhow::ensure!(
+        self_seen,
+        "the probe's process walk did not find the probe itself: /proc is not readable there, so no agent process could be seen"
+    );
+    anyhow::ensure!(
+        net.contains("local_address"),
+        "the probe's TCP table has no header line: /proc/net/tcp was not read, so no listener could be seen"
+    );
+    let control_port = crate::daemon::socket_only::tcp_listeners(net)
+        .into_iter()
+        .filter(|l| l.ends_with(":8765"))
+        .collect();
+    Ok((seen, control_port))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::exited_non_zero;
+    use super::{exited_non_zero, started_after_failure};
+
+    const TCP_HEADER: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode";
+
+    #[test]
+    fn the_never_starts_probe_needs_its_positive_controls() {
+        // Nothing started, and the probe saw itself and the table: judged, nothing found.
+        let clean = format!("control:self\n--- /proc/net/tcp\n{TCP_HEADER}\n");
+        assert_eq!(started_after_failure(&clean).unwrap(), (vec![], vec![]));
+        // An agent process and a listener on 8765 (0.0.0.0:8765, state 0A) are found.
+        let started = format!(
+            "marker:start\ncontrol:self\nprocess:/opt/kandev/agentctl serve\n--- /proc/net/tcp\n{TCP_HEADER}\n   0: 00000000:223D 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 1 1 0 100 0 0 10 0\n"
+        );
+        let (seen, port) = started_after_failure(&started).unwrap();
+        assert_eq!(seen, ["marker:start", "process:/opt/kandev/agentctl serve"]);
+        assert_eq!(port, ["0.0.0.0:8765"]);
+        // A walk that did not find the probe, or an empty table, is no evidence.
+        let blind = format!("--- /proc/net/tcp\n{TCP_HEADER}\n");
+        assert!(started_after_failure(&blind).is_err());
+        assert!(started_after_failure("control:self\n--- /proc/net/tcp\n").is_err());
+        assert!(started_after_failure("control:self\n").is_err());
+    }
 
     #[test]
     fn a_missing_exit_status_is_no_failure_seen() {

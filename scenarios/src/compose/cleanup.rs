@@ -255,15 +255,37 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 Duration::from_secs(10),
             )
             .await?;
+        // The write must fail for the read-only reason (EROFS, as the workload prints it), not
+        // for any other: a missing image or a crash also ends non-zero.
+        let log = session
+            .agent_sh(
+                &format!("id=$(docker ps -aq --filter {label} --filter label=com.docker.compose.service=readonly-check | head -n1); test -n \"$id\" && docker logs \"$id\" 2>&1"),
+                Duration::from_secs(30),
+            )
+            .await?;
+        anyhow::ensure!(
+            log.success(),
+            "reading the readonly-check service's log failed: {}",
+            log.summary()
+        );
+        let refused_read_only = log.stdout.contains("Read-only file system");
         ctx.evidence("readonly_check_exit", exit_of("readonly-check"));
+        ctx.evidence("readonly_check_log", log.stdout.trim());
         ctx.evidence("file", leaked.stdout.trim());
         promise(
-            exit_of("readonly-check").is_some_and(|c| c != 0) && leaked.stdout.trim() == "absent",
+            exit_of("readonly-check").is_some_and(|c| c != 0)
+                && refused_read_only
+                && leaked.stdout.trim() == "absent",
             &READ_ONLY,
             || {
                 format!(
-                    "the write through the read-only bind ended with {} and the file is {}",
+                    "the write through the read-only bind ended with {} ({}) and the file is {}",
                     kandev_harness::backend::exit_text(exit_of("readonly-check")),
+                    if refused_read_only {
+                        "refused as read-only".to_string()
+                    } else {
+                        format!("not a read-only refusal: {:?}", log.stdout.trim())
+                    },
                     leaked.stdout.trim()
                 )
             },

@@ -110,6 +110,15 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
     );
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("PASS"), "{out}");
+    // The PASS line counts what this run did, and says what its verdict does not cover.
+    assert!(
+        out.contains("22 scenarios run: 21 passed, 1 skipped"),
+        "{out}"
+    );
+    assert!(
+        out.contains("but 2 system checks of launch::connection not judged (local lacks cluster): a release verdict on them needs a cluster"),
+        "{out}"
+    );
     let other = format!("r.example/worker@sha256:{}", "0".repeat(64));
     let (code, out) = gate(
         &run.report_path,

@@ -5,7 +5,7 @@
 
 use super::args::{GateArgs, OutputFormat};
 use super::read_input;
-use crate::outputs::gate::{Expectations, passed_line, refusals};
+use crate::outputs::gate::{Expectations, passed_line, refusals, scenarios_line};
 use crate::pod::release::is_immutable;
 use crate::runner::Scenario;
 use kandev_report::{Capability, exit};
@@ -77,13 +77,18 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
     }
     let headline = if reasons.is_empty() {
         format!(
-            "PASS: run {} ({}) gates {} and {}: {} scenarios, {}",
+            "PASS: run {} ({}) gates {} and {}: {}, {}{}",
             report.run_id,
             report.finished_at,
             args.worker_image,
             args.daemon_image,
-            expectations.catalogue.len(),
-            passed_line(&report)
+            scenarios_line(&report),
+            passed_line(&report),
+            // What the verdict does not cover (scenarios the backend lacked), on lines of their own.
+            match crate::outputs::console::unjudged_for_lack(&report) {
+                lack if lack.is_empty() => String::new(),
+                lack => format!("\n{}", lack.trim_end()),
+            }
         )
     } else {
         format!(

@@ -1,7 +1,9 @@
 //! The run on the console: the summary printed after a run (and by `report show`), and the
 //! one line of what the run itself cost.
 
-use kandev_report::{CheckOutcome, FindingLevel, Report, RunCost, verdict_of};
+use kandev_report::{
+    Capability, CheckKind, CheckOutcome, FindingLevel, GateProfile, Report, RunCost, verdict_of,
+};
 use std::path::Path;
 
 /// The short human summary printed after a run.
@@ -109,6 +111,7 @@ pub fn verdict_lines(report: &Report) -> String {
     let mut out = format!("  verdict ({} gate): ", v.profile.name());
     if v.passed {
         out.push_str("passed\n");
+        out.push_str(&unjudged_for_lack(report));
     } else {
         out.push_str(&format!(
             "FAILED (exit {}: {})\n",
@@ -119,6 +122,41 @@ pub fn verdict_lines(report: &Report) -> String {
             let first = reason.lines().next().unwrap_or_default();
             out.push_str(&format!("    - {first}\n"));
         }
+    }
+    out
+}
+
+/// Under a passed release verdict, one line per scenario the run's backend or images could not
+/// hold (skipped or incompatible for a lacking capability): the gate accepts them, as it
+/// requires only what the backend can offer, so the line says what the verdict does not cover.
+pub fn unjudged_for_lack(report: &Report) -> String {
+    if verdict_of(report).profile != GateProfile::Release {
+        return String::new();
+    }
+    let mut out = String::new();
+    for s in &report.scenarios {
+        let Some(lacking) = s.lacking else { continue };
+        let system = s
+            .checks
+            .iter()
+            .filter(|c| c.kind == CheckKind::System && c.outcome == CheckOutcome::NotJudged)
+            .count();
+        let fix = if lacking == Capability::Cluster {
+            "a release verdict on them needs a cluster: run with --backend kind or kube"
+        } else {
+            "a release verdict on them needs images and a backend that have it"
+        };
+        out.push_str(&format!(
+            "    but {} of {} not judged ({} lacks {}): {fix}\n",
+            if system == 1 {
+                "1 system check".to_string()
+            } else {
+                format!("{system} system checks")
+            },
+            s.name,
+            report.backend,
+            lacking.name()
+        ));
     }
     out
 }
@@ -167,6 +205,21 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected}\n{text}");
         }
+        // A passed release verdict that accepts a scenario skipped for a lacking cluster says
+        // so in one line, with the way to judge it.
+        let mut skipped = scenario("launch::connection", Outcome::Skipped, None);
+        skipped.lacking = Some(Capability::Cluster);
+        skipped.checks[0].outcome = CheckOutcome::NotJudged;
+        let mut r2 = report(vec![skipped]);
+        r2.gate.profile = kandev_report::GateProfile::Release;
+        r2.verdict = Some(judge(&r2, &Rules::release(Vec::new())));
+        let text = verdict_lines(&r2);
+        assert!(text.contains("verdict (release gate): passed"), "{text}");
+        assert!(
+            text.contains("but 1 system check of launch::connection not judged (")
+                && text.contains("lacks cluster): a release verdict on them needs a cluster: run with --backend kind or kube"),
+            "{text}"
+        );
         r.verdict = None;
         r.gate.profile = kandev_report::GateProfile::Default;
         let text = human_summary(&r, Path::new("report.json"));

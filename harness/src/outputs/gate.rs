@@ -106,6 +106,27 @@ pub fn passed_line(report: &Report) -> String {
     line
 }
 
+/// The report's own scenarios by outcome, never the catalogue's: `22 scenarios run: 21
+/// passed, 1 skipped`.
+pub fn scenarios_line(report: &Report) -> String {
+    let mut by_outcome: Vec<(&str, usize)> = Vec::new();
+    for s in &report.scenarios {
+        match by_outcome
+            .iter_mut()
+            .find(|(o, _)| *o == s.outcome.as_str())
+        {
+            Some((_, n)) => *n += 1,
+            None => by_outcome.push((s.outcome.as_str(), 1)),
+        }
+    }
+    let parts: Vec<String> = by_outcome.iter().map(|(o, n)| format!("{n} {o}")).collect();
+    format!(
+        "{} run: {}",
+        counted(report.scenarios.len(), "scenario"),
+        parts.join(", ")
+    )
+}
+
 /// `1 reason`, `2 reasons`: a count with its noun in the number English wants.
 pub fn counted(n: usize, noun: &str) -> String {
     if n == 1 {

@@ -88,6 +88,24 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("already exists"), "{err}");
+    // A Kind run names its cluster kandev-acc-<run id>: an id that takes the name past Kind's
+    // 50 bytes is refused before anything is made (the node's hostname would not fit).
+    let kind_reports = tempfile::tempdir().unwrap();
+    let (code, err) = run(&[
+        "run",
+        "--backend",
+        "kind",
+        "--run-id",
+        &"a".repeat(40),
+        "--report-dir",
+        kind_reports.path().join("r").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("over Kind's 50") && err.contains("at most 39 characters"),
+        "{err}"
+    );
+    assert!(!kind_reports.path().join("r").exists());
     // existing-claim without a claim: refused at once (it was exit 3 once the images were
     // built), nothing made, not even the report folder.
     let reports = tempfile::tempdir().unwrap();

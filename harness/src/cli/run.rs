@@ -264,6 +264,19 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         );
         return Err(exit::USAGE);
     }
+    // A Kind run names its cluster after the run: Kind's limit bounds the id.
+    if let Some(id) = &args.run_id
+        && config.backend == BackendKind::Kind
+        && config
+            .cluster
+            .kind
+            .as_ref()
+            .is_some_and(|k| k.cluster.is_none())
+        && let Err(why) = crate::backend::kube::kind::check_run_kind_cluster(id)
+    {
+        eprintln!("error: {why}");
+        return Err(exit::USAGE);
+    }
     if let Err(e) = std::fs::create_dir_all(&config.report_dir) {
         eprintln!(
             "error: create the report folder {}: {e}\n  fix: pass a writable --report-dir DIR",

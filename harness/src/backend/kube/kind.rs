@@ -13,6 +13,26 @@ pub fn run_kind_cluster(run_id: &str) -> String {
     format!("kandev-acc-{run_id}")
 }
 
+/// Kind's longest cluster name: the control-plane node's hostname is the name and
+/// `-control-plane`, and a hostname holds 64 bytes (kind v0.33.0,
+/// `pkg/cluster/internal/create/create.go`, `clusterNameMax = 50`; Kind only warns past it,
+/// and the node then fails to start on hosts that enforce the limit).
+pub const CLUSTER_NAME_MAX: usize = 50;
+
+/// `Err(the fix)` when a run with this id would create a Kind cluster whose name is over
+/// [`CLUSTER_NAME_MAX`].
+pub fn check_run_kind_cluster(run_id: &str) -> Result<(), String> {
+    let name = run_kind_cluster(run_id);
+    if name.len() <= CLUSTER_NAME_MAX {
+        return Ok(());
+    }
+    Err(format!(
+        "--run-id {run_id}: a Kind run names its cluster {name} ({} bytes), over Kind's {CLUSTER_NAME_MAX} (the node's hostname is the name and -control-plane); nothing was created\n  fix: a run id of at most {} characters, or --kind-cluster NAME to use an existing cluster",
+        name.len(),
+        CLUSTER_NAME_MAX - run_kind_cluster("").len()
+    ))
+}
+
 #[derive(Debug, Clone)]
 pub struct KindOptions {
     pub kind_bin: PathBuf,
@@ -338,6 +358,20 @@ pub fn write_kubeconfig(bin: &Path, name: &str, path: &Path) -> Result<String, C
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_run_id_that_makes_a_kind_name_over_50_bytes_is_refused_naming_the_fix() {
+        let longest = "a".repeat(39);
+        assert!(super::check_run_kind_cluster(&longest).is_ok());
+        let over = "a".repeat(40);
+        let why = super::check_run_kind_cluster(&over).unwrap_err();
+        assert!(why.contains("(51 bytes), over Kind's 50"), "{why}");
+        assert!(
+            why.contains("at most 39 characters, or --kind-cluster NAME"),
+            "{why}"
+        );
+    }
+
     use super::*;
 
     /// The Kind release named in the missing-kind fix, in `kind/cluster.yaml` (which pins the

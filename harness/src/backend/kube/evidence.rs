@@ -74,29 +74,44 @@ pub(super) async fn diagnostics(backend: &KubeBackend, pod: &PodRef) -> Vec<(Str
     let selector = ListParams::default().fields(&format!("involvedObject.uid={}", pod.uid));
     match events.list(&selector).await {
         Ok(list) => {
-            let lines: Vec<String> = list
-                .items
-                .iter()
-                .map(|e| {
-                    format!(
-                        "{} {} {} x{}: {}",
-                        e.last_timestamp
-                            .as_ref()
-                            .map(|t| t.0.to_string())
-                            .unwrap_or_default(),
-                        e.type_.clone().unwrap_or_default(),
-                        e.reason.clone().unwrap_or_default(),
-                        e.count.unwrap_or(1),
-                        e.message.clone().unwrap_or_default()
-                    )
-                })
-                .collect();
+            let lines: Vec<String> = list.items.iter().map(event_line).collect();
             files.push(("events.txt".into(), lines.join("\n")));
         }
         // Kandev's Role grants no events; the run's setup identity may read them.
         Err(e) => files.push(("events.txt".into(), format!("(events not readable: {e})"))),
     }
     files
+}
+
+/// One event as a line: `<time> <type> <reason> x<count>: <message>`. Events written through
+/// `events.k8s.io/v1` (the scheduler's and, since 1.25, much of the kubelet's) read back in
+/// core/v1 with `lastTimestamp` and `count` null: their time is the series' last observation
+/// or `eventTime`, their count the series' (k8s.io/api events/v1 types.go: "deprecatedLastTimestamp",
+/// "series"; kubernetes pkg/apis/core/validation/events.go accepts either form).
+fn event_line(e: &Event) -> String {
+    let time = e
+        .last_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .or_else(|| {
+            e.series
+                .as_ref()
+                .and_then(|s| s.last_observed_time.as_ref())
+                .map(|t| t.0.to_string())
+        })
+        .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()))
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0.to_string()))
+        .unwrap_or_else(|| "(no time)".into());
+    let count = e
+        .count
+        .or_else(|| e.series.as_ref().and_then(|s| s.count))
+        .unwrap_or(1);
+    format!(
+        "{time} {} {} x{count}: {}",
+        e.type_.clone().unwrap_or_default(),
+        e.reason.clone().unwrap_or_default(),
+        e.message.clone().unwrap_or_default()
+    )
 }
 
 /// Services selecting the Pod, or labelled with its task.
@@ -127,4 +142,34 @@ pub(super) async fn exposures(backend: &KubeBackend, pod: &PodRef) -> Result<Vec
                 .then(|| format!("service/{}: selector {selector:?}", s.name_any()))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_line;
+    use k8s_openapi::api::core::v1::{Event, EventSeries};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    #[test]
+    fn an_event_written_through_events_v1_keeps_its_time_and_count() {
+        let at: MicroTime = serde_json::from_str("\"2026-12-06T01:02:03.000004Z\"").unwrap();
+        let mut e = Event {
+            event_time: Some(at.clone()),
+            type_: Some("Warning".into()),
+            reason: Some("FailedScheduling".into()),
+            message: Some("0/1 nodes are available".into()),
+            ..Default::default()
+        };
+        let line = event_line(&e);
+        assert!(line.starts_with("2026-12-06T01:02:03"), "{line}");
+        assert!(
+            line.ends_with("Warning FailedScheduling x1: 0/1 nodes are available"),
+            "{line}"
+        );
+        e.series = Some(EventSeries {
+            count: Some(4),
+            last_observed_time: Some(at),
+        });
+        assert!(event_line(&e).contains(" x4: "), "{}", event_line(&e));
+    }
 }

@@ -1708,6 +1708,15 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
         )
         .await
         .unwrap();
+    // Another run's namespace (made without --namespace): not this sweep's to list or remove.
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": "kandev-acceptance-other-run", "labels":
+                {"acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": "other-run"}}})),
+        )
+        .await
+        .unwrap();
     let outcome = cluster::gc(
         &admin,
         &cluster::GcScope {
@@ -1730,6 +1739,23 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
     );
     assert_eq!(outcome.spared.len(), 1, "{:?}", outcome.spared);
     assert_eq!(outcome.spared[0].run, "live-run");
+    // gc --namespace lists no namespaces (a namespace-bound identity may not): the other
+    // run's namespace is neither removed nor listed.
+    assert!(
+        double
+            .state
+            .objects("namespaces")
+            .iter()
+            .any(|n| n["metadata"]["name"] == "kandev-acceptance-other-run")
+    );
+    assert!(
+        !double
+            .state
+            .requests()
+            .iter()
+            .any(|r| r.method == "GET" && r.uri.starts_with("/api/v1/namespaces?")),
+        "gc --namespace listed namespaces cluster-wide"
+    );
     // The live run's executor objects and Lease are all still there.
     for (resource, name) in [
         ("serviceaccounts", "kandev-acceptance-executor"),

@@ -114,8 +114,9 @@ impl Found {
     }
 }
 
-/// `gc` in a cluster: namespaces the harness created (by label, optionally of one run) are
-/// deleted whole; in a namespace the operator named, the runs' Pods, claims, executor
+/// `gc` in a cluster: with no namespace named, namespaces the harness created (by label,
+/// optionally of one run) are deleted whole; in a namespace the operator named (and only
+/// there), the runs' Pods, claims, executor
 /// objects, what `launch` created there (its Job with its Pod, its Secret, the bookkeeper's
 /// account, Role and binding) and the Leases of runs that are over. Runs that are alive
 /// (module doc) are spared unless `force`. Returns what was (or would be) removed and who
@@ -126,14 +127,20 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
     if let Some(run) = scope.run {
         selector.push_str(&format!(",{LABEL_RUN}={run}"));
     }
-    let namespaces: Vec<Found> = Api::<Namespace>::all(admin.clone())
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(setup("list namespaces"))?
-        .items
-        .iter()
-        .map(|ns| Found::of(Kind::Namespace, ns))
-        .collect();
+    // With a namespace named, only that namespace is swept: an operator identity bound to
+    // one namespace (a RoleBinding, no ClusterRole) may not list namespaces at all, and the
+    // run namespaces other runs created are plain `gc`'s to remove.
+    let namespaces: Vec<Found> = match scope.namespace {
+        Some(_) => Vec::new(),
+        None => Api::<Namespace>::all(admin.clone())
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(setup("list namespaces"))?
+            .items
+            .iter()
+            .map(|ns| Found::of(Kind::Namespace, ns))
+            .collect(),
+    };
     let mut inside = Vec::new();
     if let Some(ns) = scope.namespace {
         // A run's objects; a launch's Job Pod carries the launch's label instead.

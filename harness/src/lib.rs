@@ -42,15 +42,40 @@ pub mod wait;
 pub const BUILD: &str = env!("KANDEV_ACCEPTANCE_BUILD");
 
 /// An error and its sources, once each, joined with `: ` (anyhow errors: pass `e.as_ref()`).
+/// A source whose text its error already ends with is not repeated (kube-rs's
+/// `failed to read kubeconfig from ...: No such file ...` carries its io::Error's text).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![error.to_string()];
     let mut source = error.source();
     while let Some(e) = source {
         let text = e.to_string();
-        if parts.last() != Some(&text) {
+        if !parts.last().is_some_and(|last| last.ends_with(&text)) {
             parts.push(text);
         }
         source = e.source();
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to read kubeconfig from '/nonexist': {0}")]
+    struct Read(#[source] std::io::Error);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("read the template")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn the_error_chain_names_each_cause_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let text = super::error_chain(&Read(io()));
+        assert_eq!(
+            text,
+            format!("failed to read kubeconfig from '/nonexist': {}", io())
+        );
+        let text = super::error_chain(&Outer(io()));
+        assert_eq!(text, format!("read the template: {}", io()));
+    }
 }

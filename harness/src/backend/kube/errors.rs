@@ -95,6 +95,10 @@ pub enum ClusterError {
         "namespace {namespace} does not exist\n  fix: create it (Kandev never creates namespaces), or omit --namespace so the run creates and removes its own"
     )]
     NamespaceMissing { namespace: String },
+    #[error(
+        "your identity may not create the run's namespace {namespace}: {message}\n  fix: pass --namespace N, an existing namespace where your identity may create Pods, ServiceAccounts, Roles, RoleBindings and Leases (docs/operators.md lists every grant), or grant it create on namespaces"
+    )]
+    NamespaceCreateForbidden { namespace: String, message: String },
     /// Refused before any scenario, this is `launch::connection/granted` failing (its
     /// broken twin, a Role without `pods/portforward`, ends here): the message names it.
     #[error(
@@ -141,6 +145,18 @@ pub(super) fn setup(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Clus
     }
 }
 
+/// Creating the run's namespace failed: a 403 names `--namespace` (an identity bound to
+/// namespaces it is given), any other error is the step's.
+pub(super) fn namespace_create(namespace: String) -> impl FnOnce(kube::Error) -> ClusterError {
+    move |e| match e {
+        kube::Error::Api(status) if status.code == 403 => ClusterError::NamespaceCreateForbidden {
+            namespace,
+            message: status.message,
+        },
+        e => setup(format!("create namespace {namespace}"))(e),
+    }
+}
+
 /// A Pod operation's failure, named by the operation.
 pub(super) fn other(operation: impl Into<String>, e: impl Into<anyhow::Error>) -> BackendError {
     BackendError::Other {
@@ -152,4 +168,41 @@ pub(super) fn other(operation: impl Into<String>, e: impl Into<anyhow::Error>) -
 /// Whether the API server refused with HTTP status `code`.
 pub(super) fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(status) if status.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ClusterError, namespace_create};
+
+    fn refused(code: u16, reason: &str, message: &str) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": message
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn a_forbidden_namespace_create_names_namespace_as_the_fix() {
+        // The API server's words for an identity bound to one namespace
+        // (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/errors.go, forbiddenMessage).
+        let message = "namespaces is forbidden: User \"ci\" cannot create resource \"namespaces\" in API group \"\" at the cluster scope";
+        let e = namespace_create("kandev-acceptance-r1".into())(refused(403, "Forbidden", message));
+        assert!(
+            matches!(e, ClusterError::NamespaceCreateForbidden { .. }),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains(message) && text.contains("fix: pass --namespace N"),
+            "{text}"
+        );
+        // Any other refusal stays the step's own error.
+        let e = namespace_create("kandev-acceptance-r1".into())(refused(
+            409,
+            "AlreadyExists",
+            "exists",
+        ));
+        assert!(matches!(e, ClusterError::Setup { .. }), "{e:?}");
+    }
 }

@@ -6,7 +6,7 @@
 use super::connect::{ClientBounds, Reached, RefreshedToken, client_with_token, open};
 use super::executor::{EXECUTOR, executor_role, executor_role_file};
 use super::lease::{Holder, RunLease};
-use crate::backend::kube::errors::{ClusterError, setup};
+use crate::backend::kube::errors::{ClusterError, namespace_create, setup};
 use crate::backend::kube::kind::{KindCluster, KindOptions};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use crate::pod::template::WorkspaceMode;
@@ -156,7 +156,7 @@ impl Cluster {
                 namespaces
                     .create(&PostParams::default(), &ns)
                     .await
-                    .map_err(setup(format!("create namespace {name}")))?;
+                    .map_err(namespace_create(name.clone()))?;
                 (name, true)
             }
         };

@@ -43,7 +43,7 @@ const STATUS: u8 = 3;
 const CLOSE: u8 = 255;
 
 /// The fix every lost stream names.
-const LOST_FIX: &str = "a load balancer, proxy or restarting API server cut the connection; check the cluster's health and the load balancer's idle timeout, then rerun (`kandev-acceptance gc` removes what a run left)";
+const LOST_FIX: &str = "a load balancer, proxy or restarting API server cut the connection; check the cluster's health and the load balancer's idle timeout, then rerun (the run's summary names the `gc` command that removes what it left)";
 
 type Socket = tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
 

@@ -371,7 +371,7 @@ pub struct Reconcile<S> {
 /// A lost connection the client did not (or no longer) repeat, named with the request.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the connection to the API server was lost during {method} {path} ({why}): {cause}; a load balancer, proxy or restarting API server cut it\n  fix: check the cluster's health and its load balancer's timeouts, then rerun (`kandev-acceptance gc` removes what a run left)"
+    "the connection to the API server was lost during {method} {path} ({why}): {cause}; a load balancer, proxy or restarting API server cut it\n  fix: check the cluster's health and its load balancer's timeouts, then rerun (the run's summary names the `gc` command that removes what it left)"
 )]
 pub struct ConnectionLost {
     pub method: String,

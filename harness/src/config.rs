@@ -70,6 +70,8 @@ pub struct RunConfig {
     pub report_dir: PathBuf,
     pub keep: Keep,
     pub docker_ready_timeout_seconds: u32,
+    /// Launch stage pod_ready's bound: the main container running (`--pod-ready-timeout`).
+    pub pod_ready_timeout: Duration,
     pub pod_pids_limit: i64,
     /// MTU of the local backend's per-run Pod network (`--pod-mtu`).
     pub pod_mtu: u32,

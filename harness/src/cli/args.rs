@@ -275,6 +275,12 @@ pub(crate) struct RunArgs {
     /// The prepare script's bound on waiting for `docker info` (1s to 2m).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(1, 120))]
     pub(crate) docker_ready_timeout: u64,
+    /// How long a task Pod may take to have its main container running (launch stage
+    /// pod_ready): a cold node pulling a multi-GB worker image, a CSI attach or an autoscaler's
+    /// new node can take minutes (1s to 1h). A Pod the cluster refuses outright (no node
+    /// matches, an image name that cannot be pulled) fails at once, whatever this bound.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(1, 3600))]
+    pub(crate) pod_ready_timeout: u64,
     /// The Pod-level pids limit (the kubelet's podPidsLimit).
     #[arg(long, default_value_t = 4096)]
     pub(crate) pod_pids_limit: i64,
@@ -679,6 +685,15 @@ mod tests {
             (Some(600), Some(90), 120)
         );
         assert!(parse("kandev-acceptance run --docker-ready-timeout 3m").is_err());
+        // A cold node's pull: minutes, up to an hour; 60 s unless given.
+        let Ok(Cli {
+            command: Command::Run(run),
+        }) = parse("kandev-acceptance run --pod-ready-timeout 10m")
+        else {
+            panic!("--pod-ready-timeout")
+        };
+        assert_eq!(run.pod_ready_timeout, 600);
+        assert!(parse("kandev-acceptance run --pod-ready-timeout 2h").is_err());
         let Ok(Cli {
             command: Command::Launch(launch),
         }) = parse("kandev-acceptance launch --harness-image h --hold 15m")

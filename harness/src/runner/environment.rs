@@ -109,7 +109,7 @@ impl Run {
             daemon_container: config.daemon_container.clone(),
             prepare_script: self.prepare_text.clone(),
             agent_binary: Arc::new(agent_binary),
-            pod_ready_timeout: Duration::from_secs(60),
+            pod_ready_timeout: config.pod_ready_timeout,
             prepare_timeout: Duration::from_secs(
                 u64::from(config.docker_ready_timeout_seconds) + 120,
             ),

@@ -91,12 +91,18 @@ impl KubeBackend {
                 continue;
             };
             let reason = waiting.reason.clone().unwrap_or_default();
-            if FATAL.contains(&reason.as_str()) {
+            let message = waiting.message.clone().unwrap_or_default();
+            // A pull the registry refused for now is retried by the kubelet (image back-off
+            // from 10 s, doubling: kubernetes v1.37.2 pkg/kubelet/kubelet.go imageBackOffPeriod,
+            // pkg/kubelet/images/image_manager.go): progress, up to the pod_ready bound, whose
+            // timeout names it. An absent image, a refused credential or a name no resolver
+            // knows stays fatal at once.
+            let retried = matches!(reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
+                && pull_error_is_transient(&message);
+            if FATAL.contains(&reason.as_str()) && !retried {
                 return Some(format!(
-                    "container {} (image {}) is waiting: {reason}: {}",
-                    c.name,
-                    c.image,
-                    waiting.message.clone().unwrap_or_default()
+                    "container {} (image {}) is waiting: {reason}: {message}",
+                    c.name, c.image,
                 ));
             }
         }
@@ -236,6 +242,25 @@ fn judge_scheduling(message: String) -> Scheduling {
     }
 }
 
+/// Whether a failed pull's message is one a registry or network gives for now: a rate limit,
+/// a timeout, a reset connection, a server error. The kubelet retries those; everything else
+/// (not found, access denied, unauthorized, no such host) fails every retry the same way.
+fn pull_error_is_transient(message: &str) -> bool {
+    const TRANSIENT: [&str; 10] = [
+        "429 Too Many Requests",
+        "toomanyrequests",
+        "i/o timeout",
+        "TLS handshake timeout",
+        "connection reset by peer",
+        "context deadline exceeded",
+        "500 Internal Server Error",
+        "502 Bad Gateway",
+        "503 Service Unavailable",
+        "504 Gateway Timeout",
+    ];
+    TRANSIENT.iter().any(|t| message.contains(t))
+}
+
 #[cfg(test)]
 mod tests {
     use super::{KubeBackend, Scheduling, judge_scheduling};
@@ -280,6 +305,45 @@ mod tests {
                 && cause.contains("kandev-agent"),
             "{cause}"
         );
+    }
+
+    #[test]
+    fn a_pull_the_registry_refuses_for_now_is_waited_on_and_an_absent_image_is_not() {
+        let pulling = |reason: &str, message: &str| {
+            let status = serde_json::json!({"phase": "Pending", "containerStatuses": [{
+                "name": "kandev-agent", "image": "r.example/w:1", "imageID": "", "ready": false,
+                "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": message}}}]});
+            Pod {
+                status: Some(serde_json::from_value(status).unwrap()),
+                ..Default::default()
+            }
+        };
+        // Docker Hub's rate limit and a registry's timeout: the kubelet retries them.
+        for message in [
+            "failed to pull and unpack image \"docker.io/library/w:1\": failed to copy: httpReadSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/library/w/manifests/sha256:0: 429 Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit",
+            "failed to pull and unpack image \"r.example/w:1\": failed to resolve reference \"r.example/w:1\": failed to do request: Head \"https://r.example/v2/w/manifests/1\": dial tcp 10.0.0.1:443: i/o timeout",
+        ] {
+            for reason in ["ErrImagePull", "ImagePullBackOff"] {
+                assert_eq!(
+                    KubeBackend::cannot_start(&pulling(reason, message)),
+                    None,
+                    "{reason}: {message}"
+                );
+            }
+        }
+        // Not found, access denied, an unknown host: fatal at once, as before.
+        for message in [
+            "failed to pull and unpack image \"r.example/w:1\": failed to resolve reference \"r.example/w:1\": r.example/w:1: not found",
+            "Back-off pulling image \"kandev-acceptance/daemon:0\": ErrImagePull: pull access denied",
+        ] {
+            assert!(
+                KubeBackend::cannot_start(&pulling("ErrImagePull", message)).is_some(),
+                "{message}"
+            );
+        }
+        // A name that is no reference never pulls, whatever its message says.
+        assert!(KubeBackend::cannot_start(&pulling("InvalidImageName", "i/o timeout")).is_some());
     }
 
     #[test]

@@ -251,6 +251,19 @@ impl LaunchPlan {
             ..Default::default()
         };
         let spec = PodSpec {
+            // The harness image is built from this binary (harness-image.sh), so for this
+            // machine's architecture: on a cluster of mixed nodes the Job lands on one that
+            // runs it, not on one where it dies with "exec format error"; a cluster with no
+            // such node leaves it Unschedulable, which the start bound names.
+            node_selector: Some(BTreeMap::from([
+                ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+                (
+                    "kubernetes.io/arch".to_owned(),
+                    crate::pod::compose::Arch::of_this_machine()
+                        .as_str()
+                        .to_owned(),
+                ),
+            ])),
             service_account_name: Some(EXECUTOR.into()),
             // The account says no; this Pod is the one that needs its token.
             automount_service_account_token: Some(true),
@@ -399,6 +412,13 @@ mod tests {
         assert_eq!(pod.service_account_name.as_deref(), Some(EXECUTOR));
         assert_eq!(pod.automount_service_account_token, Some(true));
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        // Pinned to the architecture the harness image was built for (this machine's).
+        let selector = pod.node_selector.clone().unwrap();
+        assert_eq!(
+            selector["kubernetes.io/arch"],
+            crate::pod::compose::Arch::of_this_machine().as_str()
+        );
+        assert_eq!(selector["kubernetes.io/os"], "linux");
         let security = pod.security_context.unwrap();
         assert_eq!(security.run_as_user, Some(HARNESS_UID));
         assert_eq!(security.run_as_non_root, Some(true));

@@ -1,7 +1,8 @@
 //! Issue 32, defect 5: a cluster run pins its Pods to the cluster's architecture, not the
 //! harness host's. Through `run --backend kube` against the cluster double whose one node is
 //! relabelled to the other architecture (as an amd64 laptop driving an arm64 cluster sees
-//! it): the Pods follow the node's `kubernetes.io/arch` and run; `--platform` naming this
+//! it): the Pods would follow the node's `kubernetes.io/arch`, where the mock agent built
+//! here cannot run, so the run is refused before any Pod, naming the fix; `--platform` naming this
 //! machine's architecture pins them where no node is (the scheduler's refusal names the
 //! selector); nodes that disagree refuse the run before anything is created, naming
 //! `--platform`. Needs a reachable engine, so it is `#[ignore]`d.
@@ -44,17 +45,34 @@ async fn pods_are_pinned_to_the_clusters_architecture_not_the_hosts() {
         .await
         .unwrap();
 
-    // The nodes' architecture: the Pods land and the scenario passes.
-    let Run { report, text, .. } = run(&double, &images, &["--exact", "launch::contract"]).await;
-    assert_eq!(report.scenarios.len(), 1, "{text}");
-    assert_eq!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
-    let platform = report
-        .setup
-        .iter()
-        .find(|s| s.name == "platform")
-        .unwrap_or_else(|| panic!("no platform step: {text}"));
-    assert_eq!(platform.evidence["arch"], other.as_str(), "{text}");
-    assert_eq!(platform.evidence["from"], "nodes", "{text}");
+    // The nodes' architecture is chosen, and the mock agent built here cannot run there
+    // (the double's runtime would run it anyway; a real node fails every session with "exec
+    // format error"): refused before any Pod, naming the way out, nothing left.
+    let Run {
+        code, report, text, ..
+    } = run(&double, &images, &["--exact", "launch::contract"]).await;
+    assert_eq!(
+        code,
+        Some(i32::from(kandev_report::exit::ENVIRONMENT)),
+        "{text}"
+    );
+    assert!(
+        text.contains("exec format error")
+            && text.contains(&format!("pinned to linux/{} (from nodes)", other.as_str()))
+            && text.contains(&format!("--platform linux/{}", here.as_str())),
+        "{text}"
+    );
+    assert!(
+        report
+            .scenarios
+            .iter()
+            .all(|s| s.outcome != Outcome::Passed),
+        "{text}"
+    );
+    assert!(
+        double.state.objects("pods").is_empty(),
+        "a Pod was created: {text}"
+    );
 
     // --platform this machine's: pinned where no node is, refused naming the selector.
     let flag = format!("linux/{}", here.as_str());

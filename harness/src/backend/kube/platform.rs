@@ -34,6 +34,41 @@ pub enum PlatformError {
     Disagree { found: String },
 }
 
+/// The architecture an ELF executable is built for, from its header's `e_machine` (bytes
+/// 18-19, little-endian on both: 62 x86-64, 183 AArch64; the System V ABI's ELF header).
+/// None: not a 64-bit little-endian ELF of either.
+pub fn elf_arch(header: &[u8]) -> Option<Arch> {
+    let magic = header.get(..6)?;
+    if magic != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    match u16::from_le_bytes([*header.get(18)?, *header.get(19)?]) {
+        62 => Some(Arch::Amd64),
+        183 => Some(Arch::Arm64),
+        _ => None,
+    }
+}
+
+/// `Err(the fix)` unless the mock agent uploaded into every task Pod (`agent`, its first
+/// bytes) runs on the architecture the Pods are pinned to: a mismatch would fail every
+/// session with "exec format error", after the Pods started.
+pub fn check_agent_runs_on(agent: &[u8], platform: &Platform) -> Result<(), String> {
+    match elf_arch(agent) {
+        Some(arch) if arch == platform.arch => Ok(()),
+        Some(arch) => Err(format!(
+            "the mock agent uploaded into every task Pod is built for linux/{} (this machine), but the run's Pods are pinned to linux/{} (from {}): every session would fail with exec format error; nothing ran\n  fix: run the harness on a linux/{} machine (or `launch` it into the cluster), or pass --platform linux/{} if the cluster has such nodes",
+            arch.as_str(),
+            platform.arch.as_str(),
+            platform.from,
+            platform.arch.as_str(),
+            arch.as_str()
+        )),
+        None => Err(
+            "the mock agent binary is no 64-bit ELF executable for linux/amd64 or linux/arm64\n  fix: rebuild it (cargo build -p kandev-mock-agent), or remove its cache (~/.cache/kandev-acceptance/mock-agent-*)".into(),
+        ),
+    }
+}
+
 /// Whether the scheduler places ordinary Pods on `node`: not cordoned and without a
 /// `NoSchedule`/`NoExecute` taint (a control plane's, a node going away).
 fn schedulable(node: &Node) -> bool {
@@ -135,6 +170,33 @@ mod tests {
             spec.extend(extra.clone());
         }
         serde_json::from_value(value).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_agent_must_run_on_the_pods_architecture() {
+        // This test binary is an ELF of this machine's architecture.
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(elf_arch(&me), Some(Arch::of_this_machine()));
+        let pinned = |arch| Platform {
+            arch,
+            from: "nodes",
+            nodes: BTreeMap::new(),
+        };
+        assert!(check_agent_runs_on(&me, &pinned(Arch::of_this_machine())).is_ok());
+        let other = match Arch::of_this_machine() {
+            Arch::Amd64 => Arch::Arm64,
+            Arch::Arm64 => Arch::Amd64,
+        };
+        let why = check_agent_runs_on(&me, &pinned(other)).unwrap_err();
+        assert!(
+            why.contains("exec format error")
+                && why.contains(&format!(
+                    "pass --platform linux/{}",
+                    Arch::of_this_machine().as_str()
+                )),
+            "{why}"
+        );
+        assert!(check_agent_runs_on(b"#!/bin/sh\n", &pinned(other)).is_err());
     }
 
     #[test]

@@ -316,9 +316,26 @@ async fn finish(
     let settings = &input.config.cluster;
     // The architecture the Pods are pinned to: --platform, else the nodes' own.
     let started = Instant::now();
-    let resolved = super::platform::resolve(&cluster.admin, settings.platform, settings.in_cluster)
-        .await
-        .map_err(anyhow::Error::from);
+    let resolved = match super::platform::resolve(
+        &cluster.admin,
+        settings.platform,
+        settings.in_cluster,
+    )
+    .await
+    {
+        // The mock agent is built here: it must run where the Pods are pinned.
+        Ok(platform) => match input.mock_agent_binary().await.and_then(|path| {
+            let mut header = [0u8; 20];
+            let read = std::fs::File::open(&path)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut header));
+            read.with_context(|| format!("read {}", path.display()))?;
+            super::platform::check_agent_runs_on(&header, &platform).map_err(anyhow::Error::msg)
+        }) {
+            Ok(()) => Ok(platform),
+            Err(refused) => Err(refused),
+        },
+        Err(e) => Err(anyhow::Error::from(e)),
+    };
     let platform = match input
         .setup
         .step("platform", started, resolved, |p| json!(p))

@@ -21,6 +21,7 @@ mod jobs;
 mod launch;
 mod platform;
 mod quota;
+mod storage;
 
 use common::kube::{
     Run, command, held_by_double, launch, launch_command, launched_run_id, left_in_double, run,

@@ -96,6 +96,13 @@ pub enum ClusterError {
     )]
     NamespaceMissing { namespace: String },
     #[error(
+        "{problem}; this cluster's StorageClasses: {classes:?}; nothing was created\n  fix: pass --storage-class NAME (one of those), or --workspace-mode empty-dir (a workspace that lives with its Pod)"
+    )]
+    StorageClass {
+        problem: String,
+        classes: Vec<String>,
+    },
+    #[error(
         "your identity may not create the run's namespace {namespace}: {message}\n  fix: pass --namespace N, an existing namespace where your identity may create Pods, ServiceAccounts, Roles, RoleBindings and Leases (docs/operators.md lists every grant), or grant it create on namespaces"
     )]
     NamespaceCreateForbidden { namespace: String, message: String },
@@ -114,9 +121,14 @@ pub enum ClusterError {
     )]
     ExecutorRole { path: String, problem: String },
     #[error(
-        "the API server rejects the privileged docker-engine companion in namespace {namespace} (server-side dry run): {message}\n  fix: allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine"
+        "the API server rejects the task Pod (its privileged docker-engine companion) in namespace {namespace} (server-side dry run): {message}\n  fix: {fix}"
     )]
-    PrivilegedRejected { namespace: String, message: String },
+    PrivilegedRejected {
+        namespace: String,
+        message: String,
+        /// What this refusal's admission system needs ([`admission_fix`]).
+        fix: String,
+    },
     #[error(
         "the service account {account} of the task Pods does not exist in namespace {namespace} (waited {waited:?}; the service-account controller creates `default` in every namespace)\n  fix: check that the controller manager runs, or create the account the template names"
     )]
@@ -142,6 +154,39 @@ pub(super) fn setup(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Clus
     move |e| ClusterError::Setup {
         what,
         source: e.into(),
+    }
+}
+
+/// The fix for a dry run of the task Pod the API server refused, by the admission system
+/// that refused it, read from the status's code and message as each words it (kubernetes
+/// v1.37.2: Pod Security `staging/src/k8s.io/pod-security-admission/admission/admission.go`
+/// "violates PodSecurity"; ResourceQuota `plugin/pkg/admission/resourcequota` "exceeded
+/// quota" and "must specify"; LimitRange `plugin/pkg/admission/limitranger` "maximum ... per
+/// Container"; webhooks `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/errors`
+/// "admission webhook ... denied the request" and "failed calling webhook"; OpenShift's SCC
+/// admission "unable to validate against any security context constraint"; 422 Invalid).
+pub fn admission_fix(code: u16, message: &str, namespace: &str, executor: &str) -> String {
+    let account = executor.rsplit(':').next().unwrap_or(executor);
+    if message.contains("violates PodSecurity") {
+        format!(
+            "Pod Security admission refuses privileged Pods there: label the namespace pod-security.kubernetes.io/enforce=privileged (kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged), or use a namespace that has it"
+        )
+    } else if message.contains("security context constraint") {
+        format!(
+            "OpenShift's SecurityContextConstraints admit no privileged container for the Pods' service account: oc adm policy add-scc-to-user privileged -z {account} -n {namespace} (and for the account the template names, if another)"
+        )
+    } else if message.contains("exceeded quota") || message.contains("must specify") {
+        "the namespace's ResourceQuota refuses the Pod: give the template's containers the requests and limits the quota constrains, raise the quota, or use a namespace without one (kubectl describe resourcequota -n NAMESPACE shows it)".into()
+    } else if message.contains("per Container is") || message.contains("per Pod is") {
+        "the namespace's LimitRange refuses the template's resources: lower them to its maximum, or use another namespace (kubectl describe limitrange -n NAMESPACE shows it)".into()
+    } else if message.contains("failed calling webhook") {
+        "an admission webhook did not answer (its service is down or slow; failurePolicy Fail refuses then): check the webhook the message names, and its Service and Pods, then rerun".into()
+    } else if message.contains("admission webhook") && message.contains("denied the request") {
+        "your policy engine (the webhook the message names: Kyverno, Gatekeeper, ...) denies privileged Pods: exempt this namespace or the task Pods from that policy".into()
+    } else if code == 422 {
+        "the API server finds the composed Pod invalid (the message names the field): check the template against this cluster's Kubernetes version".into()
+    } else {
+        "allow privileged Pods there, e.g. label the namespace pod-security.kubernetes.io/enforce=privileged, or exempt it from your policy engine".into()
     }
 }
 
@@ -180,6 +225,72 @@ mod tests {
         }))
         .unwrap();
         kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn each_admission_refusal_names_its_own_fix() {
+        let fix = |code, message: &str| {
+            super::admission_fix(
+                code,
+                message,
+                "ns1",
+                "system:serviceaccount:ns1:kandev-acceptance-executor",
+            )
+        };
+        let recorded: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                crate::paths::workspace_root().join("fixtures/kube/status-403-pod-security.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let pss = fix(403, recorded["message"].as_str().unwrap());
+        assert!(
+            pss.contains(
+                "kubectl label namespace ns1 pod-security.kubernetes.io/enforce=privileged"
+            ),
+            "{pss}"
+        );
+        for (code, message, expected) in [
+            (
+                403,
+                "pods \"p\" is forbidden: unable to validate against any security context constraint: [provider \"restricted-v2\": .containers[1].privileged: Invalid value: true: Privileged containers are not allowed]",
+                "oc adm policy add-scc-to-user privileged -z kandev-acceptance-executor -n ns1",
+            ),
+            (
+                403,
+                "pods \"p\" is forbidden: exceeded quota: compute, requested: limits.cpu=4, used: limits.cpu=0, limited: limits.cpu=2",
+                "ResourceQuota",
+            ),
+            (
+                403,
+                "pods \"p\" is forbidden: failed quota: compute: must specify limits.cpu for: docker-engine",
+                "ResourceQuota",
+            ),
+            (
+                403,
+                "pods \"p\" is forbidden: maximum cpu usage per Container is 1, but limit is 2",
+                "LimitRange",
+            ),
+            (
+                500,
+                "Internal error occurred: failed calling webhook \"validate.kyverno.svc\": failed to call webhook: Post \"https://kyverno-svc.kyverno.svc:443/validate\": context deadline exceeded",
+                "did not answer",
+            ),
+            (
+                400,
+                "admission webhook \"validation.gatekeeper.sh\" denied the request: [psp-privileged-container] Privileged container is not allowed: docker-engine",
+                "policy engine",
+            ),
+            (
+                422,
+                "Pod \"p\" is invalid: spec.containers[0].image: Required value",
+                "invalid",
+            ),
+        ] {
+            let text = fix(code, message);
+            assert!(text.contains(expected), "{message}: {text}");
+        }
     }
 
     #[test]

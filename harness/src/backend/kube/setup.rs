@@ -20,6 +20,7 @@ use crate::host::images::ImageSet;
 use crate::node::NodeView;
 use crate::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
 use crate::pod::identity::{SessionIdentity, create_nonce};
+use crate::pod::template::WorkspaceMode;
 use anyhow::Context;
 use async_trait::async_trait;
 use kandev_report::{CleanupRecord, Environment, ImageRecord};
@@ -498,6 +499,15 @@ async fn preflight(
     input
         .setup
         .step("preflight", started, checked, Clone::clone)?;
+    if input.config.workspace_mode == WorkspaceMode::ManagedPvc {
+        let started = Instant::now();
+        let class = cluster
+            .storage_class_preflight(input.config.cluster.storage_class.as_deref())
+            .await;
+        input
+            .setup
+            .step("storage_class", started, class, Clone::clone)?;
+    }
     Ok(())
 }
 

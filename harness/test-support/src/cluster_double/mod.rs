@@ -160,6 +160,9 @@ mod watch;
 pub use behaviours::Behaviour;
 pub use faults::{Fault, Faults};
 pub use scheduler::{DEFAULT_ALLOCATABLE, NODE, node_labels};
+
+/// The double's default StorageClass (created with it; a test may delete it).
+pub const DEFAULT_STORAGE_CLASS: &str = "standard";
 pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
@@ -285,6 +288,21 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
             store::create_namespace_objects(&mut store, ns);
         }
         scheduler::register_node(&mut store);
+        // A default StorageClass, as Kind ships `standard` (the double's binds at once, as
+        // claims without a class always did here; Kind's waits for the first consumer). A
+        // test deletes it to be a cluster with none (EKS 1.30+, kubeadm).
+        store.create(
+            (
+                "storage.k8s.io/storageclasses".into(),
+                String::new(),
+                DEFAULT_STORAGE_CLASS.into(),
+            ),
+            serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": DEFAULT_STORAGE_CLASS, "annotations":
+                    {"storageclass.kubernetes.io/is-default-class": "true"}},
+                "provisioner": "kube-double", "reclaimPolicy": "Delete",
+                "volumeBindingMode": "Immediate"}),
+        );
     }
 
     let kubeconfig = folder.path().join("kubeconfig");

@@ -126,9 +126,22 @@ impl Cluster {
         Api::<Pod>::namespaced(self.session.clone(), &self.namespace)
             .create(&dry_run, pod)
             .await
-            .map_err(|e| ClusterError::PrivilegedRejected {
-                namespace: self.namespace.clone(),
-                message: crate::error_chain(&e),
+            .map_err(|e| {
+                let code = match &e {
+                    kube::Error::Api(status) => status.code,
+                    _ => 0,
+                };
+                let message = crate::error_chain(&e);
+                ClusterError::PrivilegedRejected {
+                    fix: crate::backend::kube::errors::admission_fix(
+                        code,
+                        &message,
+                        &self.namespace,
+                        &self.executor,
+                    ),
+                    namespace: self.namespace.clone(),
+                    message,
+                }
             })?;
         Ok(json!({
             "context": self.context,
@@ -144,5 +157,65 @@ impl Cluster {
             "executor_granted_more_than_kandev_needs": broader,
             "privileged_companion_admitted": "server-side dry run passed",
         }))
+    }
+
+    /// managed-pvc only: the class the run's claims will get exists: `--storage-class NAME`,
+    /// or the cluster's default (the `DefaultStorageClass` admission plugin gives a claim
+    /// without a class the one annotated `storageclass.kubernetes.io/is-default-class`, or the
+    /// beta annotation; kubernetes v1.37.2 `pkg/volume/util/storageclass/helpers.go`,
+    /// `GetDefaultClass`). Without one a claim stays Pending forever (EKS 1.30+ and kubeadm
+    /// clusters ship none), and every session would wait out its bound. Read as the operator;
+    /// an identity that may not read StorageClasses leaves it unchecked, said so in the evidence.
+    pub async fn storage_class_preflight(
+        &self,
+        named: Option<&str>,
+    ) -> Result<Value, ClusterError> {
+        use k8s_openapi::api::storage::v1::StorageClass;
+        const DEFAULT: [&str; 2] = [
+            "storageclass.kubernetes.io/is-default-class",
+            "storageclass.beta.kubernetes.io/is-default-class",
+        ];
+        let listed = match Api::<StorageClass>::all(self.admin.clone())
+            .list(&kube::api::ListParams::default())
+            .await
+        {
+            Ok(list) => list.items,
+            Err(e) if crate::backend::kube::errors::is_status(&e, 403) => {
+                return Ok(json!({"storage_class": named, "checked": false,
+                    "why": format!("your identity may not list StorageClasses: {}", crate::error_chain(&e))}));
+            }
+            Err(e) => return Err(setup("list StorageClasses")(e)),
+        };
+        let names: Vec<String> = listed
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        let defaults: Vec<String> = listed
+            .iter()
+            .filter(|c| {
+                let annotations = c.metadata.annotations.clone().unwrap_or_default();
+                DEFAULT
+                    .iter()
+                    .any(|a| annotations.get(*a).is_some_and(|v| v == "true"))
+            })
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        match named {
+            Some(name) if names.iter().any(|n| n == name) => {}
+            Some(name) => {
+                return Err(ClusterError::StorageClass {
+                    problem: format!("StorageClass {name} (--storage-class) does not exist"),
+                    classes: names,
+                });
+            }
+            None if defaults.is_empty() => {
+                return Err(ClusterError::StorageClass {
+                    problem: "the cluster has no default StorageClass, so the run's workspace claims (managed-pvc) would stay Pending".into(),
+                    classes: names,
+                });
+            }
+            None => {}
+        }
+        Ok(json!({"storage_class": named, "checked": true, "default": defaults, "classes": names}))
     }
 }

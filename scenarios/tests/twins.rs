@@ -181,6 +181,97 @@ fn the_catalogue_doc_lists_every_check_and_its_twin() {
     );
 }
 
+/// `docs/catalogue.md`'s table of checks that can be `not judged` says what the code does:
+/// every `not_judged(&CHECK, ...)` call in a scenario's source (outside its unit tests) is a
+/// row, every row is a check of the catalogue, and a scenario that leaves a check it passes
+/// by variable (`not_judged(check, ...)`) has at least one row.
+#[test]
+fn the_not_judged_table_is_what_the_code_can_leave_unjudged() {
+    const HEADING: &str = "## Checks that can be `not judged`";
+    let doc = catalogue_doc();
+    let table = doc
+        .split_once(HEADING)
+        .map(|(_, rest)| rest.split("\n## ").next().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    let rows: BTreeSet<String> = table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .flat_map(|l| {
+            let first = l.split(" | ").next().unwrap_or_default().to_owned();
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let known: BTreeSet<String> = kandev_scenarios::registry()
+        .iter()
+        .flat_map(|s| s.checks.iter().map(move |c| format!("{}/{}", s.name, c.id)))
+        .collect();
+    for row in &rows {
+        assert!(
+            known.contains(row),
+            "{CATALOGUE_DOC} lists {row}, no check of the catalogue"
+        );
+    }
+    let mut files = vec![root().join("scenarios/src")];
+    let mut called = BTreeSet::new();
+    let mut by_variable = BTreeSet::new();
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let Some(scenario) = code
+            .split("name: \"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+        else {
+            continue;
+        };
+        for call in code.split("not_judged(").skip(1) {
+            let argument = call.split(',').next().unwrap_or_default().trim();
+            match argument.strip_prefix('&') {
+                Some(constant) => {
+                    let id = code
+                        .split(&format!("const {constant}: Check = Check {{"))
+                        .nth(1)
+                        .and_then(|rest| rest.split("id: \"").nth(1))
+                        .and_then(|rest| rest.split('"').next())
+                        .unwrap_or_else(|| panic!("{}: no const {constant}", path.display()));
+                    called.insert(format!("{scenario}/{id}"));
+                }
+                None => {
+                    by_variable.insert(scenario.to_owned());
+                }
+            }
+        }
+    }
+    assert!(
+        !called.is_empty(),
+        "no not_judged call found: the scan is broken"
+    );
+    for check in &called {
+        assert!(
+            rows.contains(check),
+            "{check} can be not judged (its scenario's source calls not_judged on it), but {CATALOGUE_DOC}'s table does not list it"
+        );
+    }
+    for scenario in &by_variable {
+        assert!(
+            rows.iter().any(|r| r.starts_with(&format!("{scenario}/"))),
+            "{scenario} leaves checks not judged, but {CATALOGUE_DOC}'s table lists none of them"
+        );
+    }
+}
+
 /// The cgroup twins' table (which cgroup versions each is proven on) is the catalogue's: every
 /// twin of a `cgroup::accounting` check and of `lifecycle::teardown_exact/nested_vanish` is in
 /// it with its check, nothing else is, each claims at least one version, each recorded-tree

@@ -126,7 +126,7 @@ pub enum ClusterError {
     PrivilegedRejected {
         namespace: String,
         message: String,
-        /// What this refusal's admission system needs ([`admission_fix`]).
+        /// What this refusal's admission system needs (`admission_fix`).
         fix: String,
     },
     #[error(

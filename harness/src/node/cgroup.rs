@@ -201,7 +201,7 @@ impl CgroupFs {
         &self,
         max_depth: usize,
         skip: &dyn Fn(&str, &str) -> bool,
-    ) -> std::collections::BTreeSet<String> {
+    ) -> std::io::Result<std::collections::BTreeSet<String>> {
         let mut found = std::collections::BTreeSet::new();
         for hierarchy in self.hierarchies() {
             let prefix = match self.version {
@@ -219,7 +219,14 @@ impl CgroupFs {
                 if depth >= max_depth {
                     continue;
                 }
-                for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                // A folder removed since its parent was read is gone, not unreadable; any
+                // other failure (the hierarchy itself, a permission) is no listing at all.
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth > 0 => continue,
+                    Err(e) => return Err(e),
+                };
+                for entry in entries.flatten() {
                     if !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                         continue;
                     }
@@ -237,7 +244,7 @@ impl CgroupFs {
                 }
             }
         }
-        found
+        Ok(found)
     }
 
     /// A folder as [`folders`](Self::folders) names it: when it was made and its processes.

@@ -171,12 +171,12 @@ impl NodeView for HostNode {
 
     async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
         let scope = self.scope.trim_matches('/').to_owned();
-        Some(
-            self.cgroups
-                .folders(LEDGER_CGROUP_DEPTH, &|relative, name| {
-                    is_pod_cgroup(name) || (!scope.is_empty() && relative == scope)
-                }),
-        )
+        // None when the tree cannot be read: the ledger tells that from "nothing new".
+        self.cgroups
+            .folders(LEDGER_CGROUP_DEPTH, &|relative, name| {
+                is_pod_cgroup(name) || (!scope.is_empty() && relative == scope)
+            })
+            .ok()
     }
 
     async fn cgroup_folder(&self, folder: &str) -> Option<CgroupFolder> {

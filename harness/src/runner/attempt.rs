@@ -224,9 +224,15 @@ impl Run {
                 .iter()
                 .flat_map(|n| n.containers.iter().cloned())
                 .collect();
-            report
-                .leaks
-                .extend(super::ledger::cgroups_left(node, cgroups, &names, &nested).await);
+            match super::ledger::cgroups_left(node, cgroups, &names, &nested).await {
+                Ok(left) => report.leaks.extend(left),
+                // The ledger saw nothing it could judge: the scenario's "nothing left" is unproven.
+                Err(why) if report.outcome.is_acceptable() => {
+                    report.diagnosis = Some(format!("the leak ledger: {why}"));
+                    report.outcome = Outcome::Errored;
+                }
+                Err(_) => {}
+            }
         }
         if !report.leaks.is_empty() && report.outcome.is_acceptable() {
             report.diagnosis = Some(format!(

@@ -229,18 +229,24 @@ pub async fn cgroups_left(
     baseline: &CgroupBaseline,
     pod_names: &[String],
     nested_ids: &[String],
-) -> Vec<String> {
+) -> Result<Vec<String>, String> {
     let Some(before) = &baseline.folders else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let last = std::sync::Mutex::new(Vec::new());
+    let unlisted = std::sync::atomic::AtomicBool::new(false);
     let settled = crate::wait::until(
         "the scenario's cgroup folders to go",
         node.settle_time(),
         SETTLE_POLL,
         || async {
             let mut left = Vec::new();
-            for path in node.cgroup_folders().await.unwrap_or_default().difference(before) {
+            // Listed before the scenario but not now: no evidence that nothing is left.
+            let Some(now) = node.cgroup_folders().await else {
+                unlisted.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Ok::<_, crate::wait::WaitTimedOut>(Some(()));
+            };
+            for path in now.difference(before) {
                 let Some(folder) = node.cgroup_folder(path).await else {
                     continue;
                 };
@@ -259,9 +265,15 @@ pub async fn cgroups_left(
         },
     )
     .await;
+    if unlisted.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(format!(
+            "the node's cgroup folders were listed before the scenario but could not be listed after its teardown ({}): no folder it made can be ruled out",
+            node.describe()
+        ));
+    }
     match settled {
-        Ok(()) => Vec::new(),
-        Err(_) => last.into_inner().unwrap_or_default(),
+        Ok(()) => Ok(Vec::new()),
+        Err(_) => Ok(last.into_inner().unwrap_or_default()),
     }
 }
 
@@ -319,11 +331,23 @@ mod tests {
         assert_eq!(listed, BTreeSet::from(["/system.slice".to_owned()]));
         // Made by the companion during the scenario, empty once its process was killed.
         std::fs::create_dir_all(root.join("kandev-acceptance-escaped")).unwrap();
-        let left = cgroups_left(&node, &baseline, &[], &[]).await;
+        let left = cgroups_left(&node, &baseline, &[], &[]).await.unwrap();
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(left[0].contains("/kandev-acceptance-escaped"));
         std::fs::remove_dir(root.join("kandev-acceptance-escaped")).unwrap();
-        assert!(cgroups_left(&node, &baseline, &[], &[]).await.is_empty());
+        assert!(
+            cgroups_left(&node, &baseline, &[], &[])
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // A tree that cannot be listed again is an error, not "nothing new".
+        std::fs::remove_dir_all(&root).unwrap();
+        let why = cgroups_left(&node, &baseline, &[], &[]).await.unwrap_err();
+        assert!(
+            why.contains("could not be listed after its teardown"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -97,8 +97,15 @@ impl KubeBackend {
             // pkg/kubelet/images/image_manager.go): progress, up to the pod_ready bound, whose
             // timeout names it. An absent image, a refused credential or a name no resolver
             // knows stays fatal at once.
-            let retried = matches!(reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
-                && pull_error_is_transient(&message);
+            // A back-off that does not repeat the pull's error (kubelets before the error was
+            // appended write only `Back-off pulling image "X"`) says nothing new: the
+            // ErrImagePull before it decided, and this wait is the kubelet's retry.
+            let bare_back_off = reason == "ImagePullBackOff"
+                && message.starts_with("Back-off pulling image")
+                && message.trim_end().ends_with('"');
+            let retried = bare_back_off
+                || (matches!(reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
+                    && pull_error_is_transient(&message));
             if FATAL.contains(&reason.as_str()) && !retried {
                 return Some(format!(
                     "container {} (image {}) is waiting: {reason}: {message}",
@@ -342,6 +349,14 @@ mod tests {
                 "{message}"
             );
         }
+        // A back-off without the pull's error (older kubelets): the kubelet's retry, waited on.
+        assert_eq!(
+            KubeBackend::cannot_start(&pulling(
+                "ImagePullBackOff",
+                "Back-off pulling image \"r.example/w:1\""
+            )),
+            None
+        );
         // A name that is no reference never pulls, whatever its message says.
         assert!(KubeBackend::cannot_start(&pulling("InvalidImageName", "i/o timeout")).is_some());
     }

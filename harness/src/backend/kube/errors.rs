@@ -167,7 +167,14 @@ pub(super) fn setup(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Clus
 /// admission "unable to validate against any security context constraint"; 422 Invalid).
 pub fn admission_fix(code: u16, message: &str, namespace: &str, executor: &str) -> String {
     let account = executor.rsplit(':').next().unwrap_or(executor);
-    if message.contains("violates PodSecurity") {
+    // Webhooks first: a policy engine's denial may quote Pod Security's or a quota's words
+    // (Kyverno's podSecurity rule: "... denied the request: ... violates PodSecurity ..."), and
+    // its fix is the policy's, not the namespace label's.
+    if message.contains("failed calling webhook") {
+        "an admission webhook did not answer (its service is down or slow; failurePolicy Fail refuses then): check the webhook the message names, and its Service and Pods, then rerun".into()
+    } else if message.contains("admission webhook") && message.contains("denied the request") {
+        "your policy engine (the webhook the message names: Kyverno, Gatekeeper, ...) denies privileged Pods: exempt this namespace or the task Pods from that policy".into()
+    } else if message.contains("violates PodSecurity") {
         format!(
             "Pod Security admission refuses privileged Pods there: label the namespace pod-security.kubernetes.io/enforce=privileged (kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged), or use a namespace that has it"
         )
@@ -179,10 +186,6 @@ pub fn admission_fix(code: u16, message: &str, namespace: &str, executor: &str) 
         "the namespace's ResourceQuota refuses the Pod: give the template's containers the requests and limits the quota constrains, raise the quota, or use a namespace without one (kubectl describe resourcequota -n NAMESPACE shows it)".into()
     } else if message.contains("per Container is") || message.contains("per Pod is") {
         "the namespace's LimitRange refuses the template's resources: lower them to its maximum, or use another namespace (kubectl describe limitrange -n NAMESPACE shows it)".into()
-    } else if message.contains("failed calling webhook") {
-        "an admission webhook did not answer (its service is down or slow; failurePolicy Fail refuses then): check the webhook the message names, and its Service and Pods, then rerun".into()
-    } else if message.contains("admission webhook") && message.contains("denied the request") {
-        "your policy engine (the webhook the message names: Kyverno, Gatekeeper, ...) denies privileged Pods: exempt this namespace or the task Pods from that policy".into()
     } else if code == 422 {
         "the API server finds the composed Pod invalid (the message names the field): check the template against this cluster's Kubernetes version".into()
     } else {
@@ -280,6 +283,11 @@ mod tests {
             (
                 400,
                 "admission webhook \"validation.gatekeeper.sh\" denied the request: [psp-privileged-container] Privileged container is not allowed: docker-engine",
+                "policy engine",
+            ),
+            (
+                400,
+                "admission webhook \"validate.kyverno.svc-fail\" denied the request: policy Pod/ns1/p for resource violation: [podsecurity-subrule-restricted] restricted: Validation rule 'restricted' failed. It violates PodSecurity \"restricted:latest\": (privileged)",
                 "policy engine",
             ),
             (

@@ -219,11 +219,20 @@ impl CgroupFs {
                 if depth >= max_depth {
                     continue;
                 }
-                // A folder removed since its parent was read is gone, not unreadable; any
-                // other failure (the hierarchy itself, a permission) is no listing at all.
+                // Below the hierarchy's root, a folder removed since its parent was read is
+                // gone, and one this process may not read holds nothing it could list (as
+                // before); the root itself unreadable is no listing at all.
                 let entries = match std::fs::read_dir(&dir) {
                     Ok(entries) => entries,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth > 0 => continue,
+                    Err(e)
+                        if depth > 0
+                            && matches!(
+                                e.kind(),
+                                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                            ) =>
+                    {
+                        continue;
+                    }
                     Err(e) => return Err(e),
                 };
                 for entry in entries.flatten() {

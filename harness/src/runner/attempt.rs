@@ -217,6 +217,7 @@ impl Run {
             &report.nested_inventory,
         )
         .await;
+        let mut unjudged = None;
         if let Some(node) = env.node.as_deref() {
             let names: Vec<String> = pods.iter().map(|(name, _)| name.clone()).collect();
             let nested: Vec<String> = report
@@ -226,21 +227,27 @@ impl Run {
                 .collect();
             match super::ledger::cgroups_left(node, cgroups, &names, &nested).await {
                 Ok(left) => report.leaks.extend(left),
-                // The ledger saw nothing it could judge: the scenario's "nothing left" is unproven.
-                Err(why) if report.outcome.is_acceptable() => {
-                    report.diagnosis = Some(format!("the leak ledger: {why}"));
-                    report.outcome = Outcome::Errored;
-                }
-                Err(_) => {}
+                // The ledger could not judge the node's cgroups: "nothing left" is unproven.
+                // Leaks found otherwise still show (below); with none, the scenario errs.
+                Err(why) => unjudged = Some(why),
             }
         }
         if !report.leaks.is_empty() && report.outcome.is_acceptable() {
             report.diagnosis = Some(format!(
-                "leaked: {} outlived teardown: {}",
+                "leaked: {} outlived teardown: {}{}",
                 report.leaks.len(),
-                report.leaks.join("; ")
+                report.leaks.join("; "),
+                unjudged
+                    .as_deref()
+                    .map(|why| format!("; and the leak ledger: {why}"))
+                    .unwrap_or_default()
             ));
             report.outcome = Outcome::Leaked;
+        } else if let Some(why) = unjudged
+            && report.outcome.is_acceptable()
+        {
+            report.diagnosis = Some(format!("the leak ledger: {why}"));
+            report.outcome = Outcome::Errored;
         }
     }
 }

@@ -242,10 +242,12 @@ pub async fn cgroups_left(
         || async {
             let mut left = Vec::new();
             // Listed before the scenario but not now: no evidence that nothing is left.
+            // Asked again until the settle time is up; only a last listing that failed counts.
             let Some(now) = node.cgroup_folders().await else {
                 unlisted.store(true, std::sync::atomic::Ordering::Relaxed);
-                return Ok::<_, crate::wait::WaitTimedOut>(Some(()));
+                return Ok::<_, crate::wait::WaitTimedOut>(None);
             };
+            unlisted.store(false, std::sync::atomic::Ordering::Relaxed);
             for path in now.difference(before) {
                 let Some(folder) = node.cgroup_folder(path).await else {
                     continue;
@@ -265,7 +267,7 @@ pub async fn cgroups_left(
         },
     )
     .await;
-    if unlisted.load(std::sync::atomic::Ordering::Relaxed) {
+    if settled.is_err() && unlisted.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(format!(
             "the node's cgroup folders were listed before the scenario but could not be listed after its teardown ({}): no folder it made can be ruled out",
             node.describe()

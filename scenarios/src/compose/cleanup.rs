@@ -256,10 +256,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             )
             .await?;
         // The write must fail for the read-only reason (EROFS, as the workload prints it), not
-        // for any other: a missing image or a crash also ends non-zero.
+        // for any other: a missing image or a crash also ends non-zero. A service Compose
+        // never created shows no such refusal (the check fails, naming it).
         let log = session
             .agent_sh(
-                &format!("id=$(docker ps -aq --filter {label} --filter label=com.docker.compose.service=readonly-check | head -n1); test -n \"$id\" && docker logs \"$id\" 2>&1"),
+                &format!("id=$(docker ps -aq --filter {label} --filter label=com.docker.compose.service=readonly-check | head -n1); if [ -z \"$id\" ]; then echo 'no readonly-check container'; else docker logs \"$id\" 2>&1; fi"),
                 Duration::from_secs(30),
             )
             .await?;

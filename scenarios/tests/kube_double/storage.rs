@@ -76,7 +76,7 @@ async fn a_cluster_without_a_default_storage_class_is_refused_naming_the_fix() {
         "{text}"
     );
     assert!(
-        text.contains("the cluster has no default StorageClass")
+        text.contains("the cluster has no default StorageClass and no available PersistentVolume")
             && text.contains("--storage-class NAME")
             && text.contains("--workspace-mode empty-dir"),
         "{text}"

@@ -209,8 +209,35 @@ impl Cluster {
                 });
             }
             None if defaults.is_empty() => {
+                // A claim that names no class also binds a volume made without one (static
+                // provisioning): such a cluster works without a default class.
+                let classless =
+                    Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(self.admin.clone())
+                        .list(&kube::api::ListParams::default())
+                        .await
+                        .map(|list| {
+                            list.items
+                                .iter()
+                                .filter(|pv| {
+                                    pv.spec.as_ref().is_none_or(|s| {
+                                        s.storage_class_name
+                                            .as_deref()
+                                            .unwrap_or_default()
+                                            .is_empty()
+                                    }) && pv.status.as_ref().and_then(|s| s.phase.as_deref())
+                                        == Some("Available")
+                                })
+                                .count()
+                        })
+                        .unwrap_or(0);
+                if classless > 0 {
+                    return Ok(
+                        json!({"storage_class": null, "checked": true, "default": [],
+                        "classes": names, "available_volumes_without_a_class": classless}),
+                    );
+                }
                 return Err(ClusterError::StorageClass {
-                    problem: "the cluster has no default StorageClass, so the run's workspace claims (managed-pvc) would stay Pending".into(),
+                    problem: "the cluster has no default StorageClass and no available PersistentVolume without a class, so the run's workspace claims (managed-pvc) would stay Pending".into(),
                     classes: names,
                 });
             }

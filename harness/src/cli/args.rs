@@ -278,7 +278,8 @@ pub(crate) struct RunArgs {
     /// How long a task Pod may take to have its main container running (launch stage
     /// pod_ready): a cold node pulling a multi-GB worker image, a CSI attach or an autoscaler's
     /// new node can take minutes (1s to 1h). A Pod the cluster refuses outright (no node
-    /// matches, an image name that cannot be pulled) fails at once, whatever this bound.
+    /// matches, an image name that cannot be pulled) fails at once, whatever this bound. Past
+    /// about 4 minutes raise --scenario-timeout too (most scenarios end at 300 s).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(1, 3600))]
     pub(crate) pod_ready_timeout: u64,
     /// The Pod-level pids limit (the kubelet's podPidsLimit).

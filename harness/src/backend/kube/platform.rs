@@ -56,7 +56,7 @@ pub fn check_agent_runs_on(agent: &[u8], platform: &Platform) -> Result<(), Stri
     match elf_arch(agent) {
         Some(arch) if arch == platform.arch => Ok(()),
         Some(arch) => Err(format!(
-            "the mock agent uploaded into every task Pod is built for linux/{} (this machine), but the run's Pods are pinned to linux/{} (from {}): every session would fail with exec format error; nothing ran\n  fix: run the harness on a linux/{} machine (or `launch` it into the cluster), or pass --platform linux/{} if the cluster has such nodes",
+            "the mock agent binary uploaded into every task Pod is built for linux/{}, but the run's Pods are pinned to linux/{} (from {}): every session would fail with exec format error; nothing ran\n  fix: run the harness from a linux/{} machine (for `launch`, build its harness image on one), or pass --platform linux/{} if the cluster has such nodes",
             arch.as_str(),
             platform.arch.as_str(),
             platform.from,

@@ -251,10 +251,11 @@ impl LaunchPlan {
             ..Default::default()
         };
         let spec = PodSpec {
-            // The harness image is built from this binary (harness-image.sh), so for this
-            // machine's architecture: on a cluster of mixed nodes the Job lands on one that
+            // The harness image is built on the machine `launch` runs on (harness-image.sh),
+            // so for its architecture: on a cluster of mixed nodes the Job lands on one that
             // runs it, not on one where it dies with "exec format error"; a cluster with no
-            // such node leaves it Unschedulable, which the start bound names.
+            // such node leaves it Unschedulable, which the start bound names. (An image built
+            // elsewhere for another architecture is not read here.)
             node_selector: Some(BTreeMap::from([
                 ("kubernetes.io/os".to_owned(), "linux".to_owned()),
                 (

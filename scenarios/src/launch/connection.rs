@@ -182,21 +182,12 @@ mod tests {
             allowed,
         };
         let test = ConnectionTest {
-            success: true,
-            auth_mode: AuthMode::Kubeconfig,
-            server_version: None,
-            namespace: "ns".into(),
-            executor: None,
-            identity: None,
-            steps: Vec::new(),
-            required: Vec::new(),
             not_needed: vec![
                 answer("list", "pods", true),
                 answer("get", "secrets", false),
                 answer("list", "events", true),
             ],
-            rules: None,
-            rules_unavailable: None,
+            ..passed_test()
         };
         let grants = Grants {
             beyond: vec!["list pods".into()],
@@ -206,10 +197,9 @@ mod tests {
         assert_eq!(broader(None, &test), ["list pods", "list events"]);
     }
 
-    #[test]
-    fn only_a_complete_rules_review_judges_nothing_broader() {
-        use k8s_openapi::api::authorization::v1::SubjectRulesReviewStatus;
-        let with_rules = |rules: Option<SubjectRulesReviewStatus>| ConnectionTest {
+    /// A connection test that passed in namespace `ns`, with no answers and no rules review.
+    fn passed_test() -> ConnectionTest {
+        ConnectionTest {
             success: true,
             auth_mode: AuthMode::Kubeconfig,
             server_version: None,
@@ -219,8 +209,17 @@ mod tests {
             steps: Vec::new(),
             required: Vec::new(),
             not_needed: Vec::new(),
-            rules,
+            rules: None,
             rules_unavailable: None,
+        }
+    }
+
+    #[test]
+    fn only_a_complete_rules_review_judges_nothing_broader() {
+        use k8s_openapi::api::authorization::v1::SubjectRulesReviewStatus;
+        let with_rules = |rules: Option<SubjectRulesReviewStatus>| ConnectionTest {
+            rules,
+            ..passed_test()
         };
         let complete = SubjectRulesReviewStatus::default();
         assert_eq!(rules_unjudged(&with_rules(Some(complete))), None);

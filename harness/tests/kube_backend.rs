@@ -554,6 +554,7 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         executor: format!("system:serviceaccount:{NS}:kandev-acceptance-executor"),
         created_executor: true,
         lease: Default::default(),
+        operator_access: serde_json::Value::Null,
     }
 }
 

@@ -32,7 +32,8 @@ pub struct State {
     /// Bump the object's resourceVersion right after answering the GET after this many more
     /// (a status update racing a delete).
     pub bump_after_gets: Option<usize>,
-    /// `verb resource[/subresource]` the caller may do (SelfSubjectAccessReview answers).
+    /// `verb resource[/subresource]` the caller may do (SelfSubjectAccessReview answers);
+    /// empty: everything, as a cluster-admin (Kind's own identity) may.
     pub allowed: Vec<String>,
     /// Pod Security admission refuses privileged Pods (dry runs included).
     pub reject_privileged: bool,
@@ -231,7 +232,7 @@ fn access_review(state: &mut State, body: Value) -> (u16, Value) {
         state.ssar_denials -= 1;
         false
     } else {
-        state.allowed.contains(&asked)
+        state.allowed.is_empty() || state.allowed.contains(&asked)
     };
     review["status"] = json!({"allowed": allowed});
     (201, review)

@@ -106,6 +106,14 @@ pub enum ClusterError {
         "your identity may not create the run's namespace {namespace}: {message}\n  fix: pass --namespace N, an existing namespace where your identity may create Pods, ServiceAccounts, Roles, RoleBindings and Leases (docs/operators.md lists every grant), or grant it create on namespaces"
     )]
     NamespaceCreateForbidden { namespace: String, message: String },
+    #[error(
+        "{identity} lacks what a run from outside does with your identity in namespace {namespace}: {missing:?}; nothing was created\n  fix: grant these (docs/operators.md, \"Your identity\", says why each; `kubectl auth can-i VERB RESOURCE -n {namespace}` asks one), or run as an identity that holds them; an identity bound to one namespace passes --namespace N"
+    )]
+    OperatorForbidden {
+        identity: String,
+        namespace: String,
+        missing: Vec<String>,
+    },
     /// Refused before any scenario, this is `launch::connection/granted` failing (its
     /// broken twin, a Role without `pods/portforward`, ends here): the message names it.
     #[error(

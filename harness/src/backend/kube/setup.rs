@@ -230,6 +230,7 @@ impl Provider for KubeProvider {
                     settings.namespace.as_deref(),
                     input.config.workspace_mode,
                     settings.executor_role.as_deref(),
+                    settings.node_inspector,
                     input.run_id,
                 )
                 .await
@@ -300,7 +301,7 @@ fn harness_image_record() -> Option<ImageRecord> {
 }
 
 fn setup_evidence(c: &Cluster) -> serde_json::Value {
-    json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace, "executor": c.executor, "executor_created_by_run": c.created_executor})
+    json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace, "executor": c.executor, "executor_created_by_run": c.created_executor, "operator_access": c.operator_access})
 }
 
 /// With the cluster set up: load the images (Kind), the preflight, the backend. A failure

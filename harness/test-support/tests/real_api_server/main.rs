@@ -15,6 +15,7 @@
 mod admission;
 mod corpus;
 mod defaults;
+mod operator;
 mod scheduling;
 mod start;
 

@@ -16,7 +16,8 @@
 //!
 //! Here: `connect` (kubeconfig, context, clients, reaching the API server), `executor` (the
 //! Role and the permissions Kandev needs), `run` (the run's [`Cluster`]: set up, torn down),
-//! `preflight`, `kind_node` (the node view of a Kind node), `lease` (the run's liveness, which
+//! `preflight`, `operator` (what the operator's own identity must be allowed, asked before
+//! anything is created), `kind_node` (the node view of a Kind node), `lease` (the run's liveness, which
 //! `gc` respects), `gc`, `settings` (the command line's cluster settings as these backends
 //! read them), `proxy` (which proxy a client goes through, as kubectl decides) and
 //! `resilience` (the retries every client makes).
@@ -26,6 +27,7 @@ mod executor;
 mod gc;
 mod kind_node;
 mod lease;
+mod operator;
 mod preflight;
 mod proxy;
 pub mod resilience;
@@ -44,5 +46,6 @@ pub use kind_node::{kind_node, node_cgroup_scope};
 pub use lease::{
     Holder, Judged, LEASE_SECONDS, RENEW_EVERY, RunLease, judge, lease_name, leases_in,
 };
+pub use operator::{Need, bookkeeper_rules, operator_needs, operator_preflight};
 pub use proxy::{ProxySource, proxy_for};
 pub use run::{Cluster, SETTLE, run_labels, run_namespace};

@@ -6,6 +6,7 @@
 use super::connect::{ClientBounds, Reached, RefreshedToken, client_with_token, open};
 use super::executor::{EXECUTOR, executor_role, executor_role_file};
 use super::lease::{Holder, RunLease};
+use super::operator::operator_preflight;
 use crate::backend::kube::errors::{ClusterError, namespace_create, setup};
 use crate::backend::kube::kind::{KindCluster, KindOptions};
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
@@ -50,6 +51,8 @@ pub struct Cluster {
     pub created_executor: bool,
     /// The run's Lease (`gc` spares the run while it is renewed), released at teardown.
     pub lease: std::sync::Mutex<Option<RunLease>>,
+    /// What the operator's identity was asked before set-up ([`super::operator_preflight`]).
+    pub operator_access: serde_json::Value,
 }
 
 /// Labels of everything the run creates in the cluster (for `gc`).
@@ -84,7 +87,16 @@ impl Cluster {
         let kind = KindCluster::up(options.clone())?;
         let context = format!("kind-{}", options.name);
         let reached = open(Some(&options.kubeconfig), Some(&context)).await?;
-        Self::set_up_with_role(reached, Some(kind), namespace, mode, role_file, run_id).await
+        Self::set_up_with_role(
+            reached,
+            Some(kind),
+            namespace,
+            mode,
+            role_file,
+            false,
+            run_id,
+        )
+        .await
     }
 
     /// With the API server reached: the namespace and the executor, bound to Kandev's Role.
@@ -95,17 +107,21 @@ impl Cluster {
         mode: WorkspaceMode,
         run_id: &str,
     ) -> Result<Self, ClusterError> {
-        Self::set_up_with_role(reached, kind, namespace, mode, None, run_id).await
+        Self::set_up_with_role(reached, kind, namespace, mode, None, false, run_id).await
     }
 
     /// [`Cluster::set_up`], the executor bound to `role_file`'s rules when given
-    /// (`--executor-role`), else to Kandev's ([`executor_role`]).
+    /// (`--executor-role`), else to Kandev's ([`executor_role`]). Before anything is created,
+    /// the operator's identity is asked for all the run will do with it
+    /// ([`super::operator_preflight`]; `node_inspector`: it also runs the inspector's Pods).
+    #[allow(clippy::too_many_arguments)]
     pub async fn set_up_with_role(
         reached: Reached,
         kind: Option<KindCluster>,
         namespace: Option<&str>,
         mode: WorkspaceMode,
         role_file: Option<&Path>,
+        node_inspector: bool,
         run_id: &str,
     ) -> Result<Self, ClusterError> {
         let Reached {
@@ -123,6 +139,10 @@ impl Cluster {
             None => executor_role("", mode, &labels),
         };
 
+        let target = namespace.map_or_else(|| run_namespace(run_id), str::to_owned);
+        let operator_access =
+            operator_preflight(&admin, &target, namespace.is_some(), node_inspector, &role).await?;
+
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         let (namespace, created_namespace) = match namespace {
             Some(name) => {
@@ -138,7 +158,7 @@ impl Cluster {
                 (name.to_owned(), false)
             }
             None => {
-                let name = run_namespace(run_id);
+                let name = target;
                 let mut ns_labels = labels.clone();
                 // The companion is privileged by design: the run's own namespace admits it.
                 ns_labels.insert(
@@ -176,6 +196,7 @@ impl Cluster {
             executor: format!("system:serviceaccount:{namespace}:{EXECUTOR}"),
             created_executor: true,
             lease: Default::default(),
+            operator_access,
         };
         // From here on the run owns objects: a failure tears them down before returning.
         // The Lease first: `gc` lists a run's objects before its Leases, so any object it
@@ -260,6 +281,7 @@ impl Cluster {
             executor,
             created_executor: false,
             lease: std::sync::Mutex::new(lease),
+            operator_access: serde_json::json!({"checked": false, "why": "in the cluster, the bookkeeper's Role is what launch granted it"}),
         })
     }
 

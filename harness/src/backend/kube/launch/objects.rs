@@ -2,7 +2,7 @@
 //! the namespace (unless named), the executor's and the bookkeeper's service accounts, Roles
 //! and bindings, the Secret with the run's inputs, and the Job running the harness image.
 
-use crate::backend::kube::cluster::{EXECUTOR, run_namespace};
+use crate::backend::kube::cluster::{EXECUTOR, bookkeeper_rules, run_namespace};
 use crate::pod::identity::{LABEL_LAUNCH, LABEL_MANAGED, LABEL_RUN};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, SeccompProfile, SecretVolumeSource, SecurityContext, ServiceAccount, Volume,
     VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
 use kube::api::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -325,54 +325,6 @@ impl LaunchPlan {
 /// The Job's name for a run id (a DNS label).
 pub fn job_name(run_id: &str) -> String {
     run_namespace(run_id)
-}
-
-/// The bookkeeper's rules, each for what the run does with the operator's identity outside
-/// the cluster.
-pub fn bookkeeper_rules(node_inspector: bool) -> Vec<PolicyRule> {
-    let rule = |resources: &[&str], verbs: &[&str], names: &[&str]| PolicyRule {
-        api_groups: Some(vec![String::new()]),
-        resources: Some(resources.iter().map(|r| (*r).to_owned()).collect()),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        resource_names: (!names.is_empty())
-            .then(|| names.iter().map(|n| (*n).to_owned()).collect()),
-        ..Default::default()
-    };
-    let mut pod_verbs = vec!["get", "list", "delete"];
-    if node_inspector {
-        pod_verbs.push("create");
-    }
-    let mut rules = vec![
-        // The ledger lists the run's Pods; sweeps delete what a scenario left; evidence reads
-        // the Pods' status.
-        rule(&["pods"], &pod_verbs, &[]),
-        // Evidence: the containers' logs and the namespace's events.
-        rule(&["pods/log"], &["get"], &[]),
-        rule(&["events"], &["list"], &[]),
-        // `launch::contract`: no Service exposes a task Pod.
-        rule(&["services"], &["list"], &[]),
-        // The ledger and sweeps of workspace claims.
-        rule(&["persistentvolumeclaims"], &["get", "list", "delete"], &[]),
-        // The preflight waits for the task Pods' service account.
-        rule(&["serviceaccounts"], &["get"], &[]),
-        // `launch::causal_failures`' restricted identity: a token of `default` only.
-        rule(&["serviceaccounts/token"], &["create"], &["default"]),
-    ];
-    if node_inspector {
-        // The node view's inspector Pod: created, read through exec, deleted.
-        rules.push(rule(&["pods/exec"], &["get", "create"], &[]));
-    }
-    // The run's Lease, which tells `gc` the run is alive: created, renewed, released. The
-    // bookkeeper's, not the executor's (Kandev's Role needs nothing new for it).
-    rules.push(PolicyRule {
-        api_groups: Some(vec!["coordination.k8s.io".into()]),
-        resources: Some(vec!["leases".into()]),
-        verbs: ["create", "get", "patch", "delete"]
-            .map(String::from)
-            .to_vec(),
-        ..Default::default()
-    });
-    rules
 }
 
 #[cfg(test)]

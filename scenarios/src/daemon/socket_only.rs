@@ -21,7 +21,9 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-mod sockets;
+/// The kernel's socket tables and the daemons' sockets, read and judged (also by
+/// `isolation::cross_session`, which enumerates the peer's listeners from them).
+pub(crate) mod sockets;
 
 use kandev_harness::pod::template::AGENTCTL_PORT;
 

@@ -4,10 +4,12 @@
 //!
 //! Can fail when two Pods share one daemon (a shared host socket folder, a shared data root),
 //! when one session's objects show up in the other (two daemons on one containerd), when a
-//! daemon answers over the network, or when the workspaces are shared (a companion syncing
+//! daemon answers over the network (on any port the peer listens on: every one is asked), or when the workspaces are shared (a companion syncing
 //! `/workspace` with a host folder: session B looks for A's marker over a short window).
 
+use crate::daemon::socket_only::sockets;
 use crate::support::{build_workload, daemon_id, probe_tag, require_success};
+use kandev_harness::pod::template::AGENTCTL_PORT;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
 };
@@ -27,7 +29,7 @@ const INVISIBLE: Check = Check {
 };
 const UNREACHABLE: Check = Check {
     id: "daemons_unreachable",
-    promise: "neither session can reach the other's daemon",
+    promise: "neither session can reach the other's daemon (on any TCP port the peer listens on, enumerated from its own tables)",
     twin: Twin::Template("daemon-tcp-listener"),
 };
 const WORKSPACES: Check = Check {
@@ -154,10 +156,45 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             })?);
         }
         ctx.evidence("pod_ips", json!({"a": ips[0], "b": ips[1]}));
+        // Every TCP port the peer listens on, from the peer's own socket tables (read whole,
+        // the control port seen in them as the listing's positive control), not a list of
+        // known ports: a daemon on 2377 is as reachable as one on 2375.
+        let mut peer_ports = Vec::new();
+        for session in [&a, &b] {
+            let net = session
+                .agent_sh(&sockets::netns_probe("/proc/net"), Duration::from_secs(20))
+                .await?;
+            let tables = sockets::Tables::parse(&net.stdout);
+            let mut unusable = tables.incomplete();
+            if !net.success() {
+                unusable.push(format!("the listing failed: {}", net.summary()));
+            }
+            let ports = sockets::tcp_listening_ports(&tables);
+            if !ports.iter().any(|p| i32::from(*p) == AGENTCTL_PORT) {
+                unusable.push(format!(
+                    "the listing does not show the control port {AGENTCTL_PORT}: it is no evidence of what else listens"
+                ));
+            }
+            if !unusable.is_empty() {
+                return Err(broken(
+                    &UNREACHABLE,
+                    format!(
+                        "the listening ports of Pod {} could not be enumerated: {}",
+                        session.pod.name,
+                        unusable.join("; ")
+                    ),
+                ));
+            }
+            peer_ports.push(ports);
+        }
+        ctx.evidence(
+            "listening_ports",
+            json!({"a": peer_ports[0], "b": peer_ports[1]}),
+        );
         let mut reached = Vec::new();
         let mut attempts = Vec::new();
-        for (from, to_ip) in [(&b, &ips[0]), (&a, &ips[1])] {
-            for port in [2375, 2376] {
+        for (from, to_ip, ports) in [(&b, &ips[0], &peer_ports[0]), (&a, &ips[1], &peer_ports[1])] {
+            for &port in ports {
                 let attempt = from
                     .agent_sh(
                         &format!("DOCKER_HOST=tcp://{to_ip}:{port} timeout 5 docker ps -aq"),
@@ -177,19 +214,18 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                     ));
                     continue;
                 }
-                // Unreachable means the docker CLI tried and could not connect (refused,
-                // dropped: the 5 s bound); anything else (no CLI, no `timeout`) proves nothing.
-                let connect_failed = attempt.exit_code == Some(124)
-                    || attempt
-                        .stderr
-                        .contains("Cannot connect to the Docker daemon")
-                    || attempt.stderr.contains("error during connect");
-                if !connect_failed {
+                // Not a Docker API there: the CLI tried and was refused, dropped (the 5 s
+                // bound) or answered by something else (the control port, a loopback-only
+                // listener). A probe that could not run (no CLI, no `timeout`) proves nothing;
+                // the CLI itself reached its own daemon in the daemon-ID step above.
+                let probe_ran = attempt.exit_code == Some(124)
+                    || (attempt.exit_code == Some(1) && !attempt.stderr.trim().is_empty());
+                if !probe_ran {
                     ctx.evidence("probes", &attempts);
                     return Err(broken(
                         &UNREACHABLE,
                         format!(
-                            "the probe of tcp://{to_ip}:{port} from {} neither connected nor failed to connect: {}",
+                            "the probe of tcp://{to_ip}:{port} from {} could not run: {}",
                             from.pod.name,
                             attempt.summary()
                         ),

@@ -208,6 +208,16 @@ impl Tables {
     }
 }
 
+/// Every port a TCP socket of `tables` listens on (IPv4 and IPv6, any address): what another
+/// Pod could try, enumerated from the Pod's own tables rather than a list of known ports.
+pub fn tcp_listening_ports(tables: &Tables) -> BTreeSet<u16> {
+    tables
+        .listeners()
+        .filter(|s| s.family == "tcp" || s.family == "tcp6")
+        .filter_map(|s| s.local.rsplit_once(':')?.1.parse().ok())
+        .collect()
+}
+
 /// What the Pod's network namespace shows, judged: every TCP and UDP listener must be the
 /// loopback control port `control` (`127.0.0.1:8765`), which must be there (the listing's
 /// positive control), or the backend's plumbing (one listener per protocol at each of
@@ -507,6 +517,16 @@ mod tests {
         assert_eq!(unix.len(), 3);
         assert!(unix[0].listening && unix[0].local == DAEMON_SOCKET);
         assert!(!unix[2].listening && unix[2].local.is_empty());
+    }
+
+    #[test]
+    fn every_listening_tcp_port_is_enumerated_whatever_its_number_or_family() {
+        let tables = Tables::parse(&listing(TCP, UDP, TCP6));
+        // 8765 and 41394 listen on IPv4, 2375 on IPv6; the connected socket and UDP do not count.
+        assert_eq!(
+            tcp_listening_ports(&tables).into_iter().collect::<Vec<_>>(),
+            [2375, 8765, 41394]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `daemon::socket_only` — the Pod's daemon answers only on `/run/docker/docker.sock`
-//! (group 1000, not world-accessible); nothing listens on TCP or UDP in the Pod's network
+//! (group 1000, not world-accessible), and no other socket file in the workspace or the socket
+//! folder answers as a Docker API, as the agent or the daemon sees them; nothing listens on TCP or UDP in the Pod's network
 //! namespace but the loopback control port (every socket table read whole, the control port
 //! seen in the same listing); every dockerd of the companion holds only unix sockets, its own
 //! socket among them, and is configured with no other host; the agent stays UID/GID 1000 with
@@ -10,6 +11,7 @@
 //! that runs the Pod.
 //!
 //! Can fail when the daemon also listens on TCP (the DinD image's default entrypoint does),
+//! when its socket is also reachable inside the workspace (a bind mount of its folder there),
 //! when the socket is world-accessible or owned by another group, when a daemon is configured
 //! with a tcp:// host the listener scan cannot see, when the agent keeps capabilities, or when
 //! the Pod shares a host path or namespace or reaches a host daemon.
@@ -37,6 +39,11 @@ const SOCKET: Check = Check {
     promise: "the daemon socket is /run/docker/docker.sock, group 1000, not world-accessible",
     twin: Twin::Template("daemon-socket-world-accessible"),
 };
+const ONE_SOCKET: Check = Check {
+    id: "one_socket_only",
+    promise: "no socket file under /workspace or /run/docker but the private one answers as a Docker API, as the agent sees them and as the daemon (and every container it starts with the workspace bound) sees them; the private socket, found the same way, answers in both",
+    twin: Twin::Template("daemon-socket-in-workspace"),
+};
 const NO_TCP: Check = Check {
     id: "no_tcp_listener",
     promise: "no TCP listener in the Pod besides the loopback control port, nor a UDP one (every socket table of the Pod's network namespace read whole, the control port seen in it)",
@@ -62,7 +69,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "daemon::socket_only",
         promise: "the daemon is reachable only through `/run/docker/docker.sock` (group 1000); no TCP listener in the Pod; agent stays UID 1000 without capabilities",
-        checks: &[SOCKET, NO_TCP, NO_TCP_CONFIG, AGENT, NO_HOST],
+        checks: &[SOCKET, ONE_SOCKET, NO_TCP, NO_TCP_CONFIG, AGENT, NO_HOST],
         timeout: Duration::from_secs(300),
         starts_first: false,
         run,
@@ -149,6 +156,31 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             &SOCKET,
             || format!("stat {:?}, DOCKER_HOST={docker_host:?}", stat.stdout.trim()),
         )?;
+
+        ctx.step("every socket file the agent and the daemon share");
+        // Searched in both views: the agent's, and the daemon's, which is what every container
+        // it starts with the workspace bound sees (a mount made in the companion shows there,
+        // not in the agent's mount namespace).
+        let in_agent = session
+            .agent_sh(&sockets::socket_files_probe(), Duration::from_secs(60))
+            .await?;
+        let in_daemon = session
+            .in_daemon(
+                &["sh", "-c", &sockets::socket_files_probe()],
+                Duration::from_secs(60),
+            )
+            .await?;
+        let daemon_text = in_daemon.stdout_text();
+        ctx.evidence(
+            "socket_files",
+            json!({"agent": in_agent.stdout.lines().collect::<Vec<_>>(), "daemon": daemon_text.lines().collect::<Vec<_>>()}),
+        );
+        let mut wrong = sockets::judge_socket_files("the agent's view", &in_agent.stdout);
+        wrong.extend(sockets::judge_socket_files(
+            "the daemon's view",
+            &daemon_text,
+        ));
+        promise(wrong.is_empty(), &ONE_SOCKET, || wrong.join("; "))?;
 
         ctx.step("every listening socket in the Pod's network namespace");
         // Every family's table read whole by the agent: the loopback control port must be in

@@ -208,6 +208,45 @@ impl Tables {
     }
 }
 
+/// The folders every socket file is looked for in: the workspace and the socket folder, the
+/// two the recipe shares between the agent and the companion (and the workspace also with
+/// every container the daemon starts with it bound).
+pub const SHARED_ROOTS: [&str; 2] = ["/workspace", "/run/docker"];
+
+/// The script that finds every socket file under [`SHARED_ROOTS`] and asks each whether a
+/// Docker API answers there (`docker version` on it, 5 s): `api PATH` or `other PATH` a line,
+/// then `== end`. What the walk cannot read (a nested container's private folder) is not
+/// judged by its exit status: the private socket found answering is the probe's control.
+pub fn socket_files_probe() -> String {
+    format!(
+        r#"find {} -type s -exec sh -c 'for s; do if timeout 5 docker -H "unix://$s" version --format "{{{{.Server.Version}}}}" >/dev/null 2>&1; then echo "api $s"; else echo "other $s"; fi; done' sh {{}} + 2>/dev/null
+echo "== end""#,
+        SHARED_ROOTS.join(" ")
+    )
+}
+
+/// What [`socket_files_probe`] printed in `view` (`the agent's view`, ...), judged: the
+/// private socket must be found answering, and nothing else may answer. Returns what is wrong.
+pub fn judge_socket_files(view: &str, text: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    if !text.lines().any(|l| l.trim() == "== end") {
+        wrong.push(format!("{view}: the socket search did not reach its end"));
+    }
+    let answering: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("api "))
+        .collect();
+    if !answering.contains(&DAEMON_SOCKET) {
+        wrong.push(format!(
+            "{view}: the private socket {DAEMON_SOCKET} was not found answering, so the search is no evidence that no other socket does"
+        ));
+    }
+    for path in answering.iter().filter(|p| **p != DAEMON_SOCKET) {
+        wrong.push(format!("{view}: a Docker API answers on {path}"));
+    }
+    wrong
+}
+
 /// Every port a TCP socket of `tables` listens on (IPv4 and IPv6, any address): what another
 /// Pod could try, enumerated from the Pod's own tables rather than a list of known ports.
 pub fn tcp_listening_ports(tables: &Tables) -> BTreeSet<u16> {
@@ -517,6 +556,24 @@ mod tests {
         assert_eq!(unix.len(), 3);
         assert!(unix[0].listening && unix[0].local == DAEMON_SOCKET);
         assert!(!unix[2].listening && unix[2].local.is_empty());
+    }
+
+    #[test]
+    fn a_docker_api_on_any_socket_but_the_private_one_is_named_and_the_control_is_required() {
+        let good = "other /workspace/app.sock\napi /run/docker/docker.sock\n== end\n";
+        assert_eq!(judge_socket_files("agent", good), Vec::<String>::new());
+        let bound = "api /workspace/.engine/docker.sock\napi /run/docker/docker.sock\n== end\n";
+        assert_eq!(
+            judge_socket_files("daemon", bound),
+            vec!["daemon: a Docker API answers on /workspace/.engine/docker.sock".to_owned()]
+        );
+        // No control seen (the CLI missing, the socket unreadable): nothing found is no evidence.
+        let blind = "other /run/docker/docker.sock\n== end\n";
+        assert!(judge_socket_files("agent", blind)[0].contains("was not found answering"));
+        assert!(
+            judge_socket_files("agent", "api /run/docker/docker.sock\n")[0]
+                .contains("did not reach its end")
+        );
     }
 
     #[test]

@@ -129,6 +129,9 @@ pub struct GcOutcome {
     /// Objects whose deletion was requested before (a run's namespace its own teardown
     /// deleted, still terminating): left to the cluster, neither removed again nor alive.
     pub being_removed: Vec<String>,
+    /// Orphaned node state left because it is younger than `--older-than` (a Pod being
+    /// created may own it), with its age: a later `gc` removes it.
+    pub too_young: Vec<(String, Duration)>,
 }
 
 /// A run `gc` left alone because it is alive, and the evidence (its lease).

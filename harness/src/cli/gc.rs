@@ -42,6 +42,13 @@ pub(crate) async fn gc(args: &GcArgs) -> u8 {
     for spared in &outcome.spared {
         println!("spared run {}: alive ({})", spared.run, spared.evidence);
     }
+    for (object, age) in &outcome.too_young {
+        println!(
+            "left {object}: orphaned, but only {}s old (younger than --older-than {}s: a Pod being created may own it); a later gc removes it",
+            age.as_secs(),
+            request.older_than.as_secs()
+        );
+    }
     println!("{verb} {} objects", outcome.removed.len());
     if let Some(run) = &args.run
         && let Some(spared) = outcome.spared.iter().find(|s| &s.run == run)

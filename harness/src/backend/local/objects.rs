@@ -213,16 +213,18 @@ impl LocalObjects {
     /// Pod cgroups whose Pod has no container left in the engine, no process left in the tree
     /// and that are older than `older_than` (what a killed run leaves; a Pod being created has its
     /// cgroup a moment before its first container): a Pod cgroup carries no labels, so this is
-    /// how `gc` finds them. A cgroup with processes is never touched.
+    /// how `gc` finds them. A cgroup with processes is never touched. Returns what it removed
+    /// and the orphans it left for being younger than `older_than`, with their age.
     pub async fn sweep_orphan_cgroups(
         &self,
         older_than: Duration,
         dry_run: bool,
-    ) -> Result<Vec<String>> {
+    ) -> Result<(Vec<String>, Vec<(String, Duration)>)> {
         let Some(cgroups) = &self.cgroups else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         };
         let mut removed = Vec::new();
+        let mut too_young = Vec::new();
         for name in cgroups.children(plan::CGROUP_ROOT) {
             let Some(uid) = name.strip_prefix("pod") else {
                 continue;
@@ -235,8 +237,13 @@ impl LocalObjects {
                 continue;
             }
             let relative = Self::pod_cgroup(uid);
-            if cgroups.age(&relative).is_none_or(|age| age < older_than) {
-                continue;
+            match cgroups.age(&relative) {
+                Some(age) if age >= older_than => {}
+                Some(age) => {
+                    too_young.push((format!("cgroup/{relative}"), age));
+                    continue;
+                }
+                None => continue,
             }
             if !cgroups.read_pod(&relative).pids.is_empty() {
                 tracing::warn!(
@@ -256,7 +263,7 @@ impl LocalObjects {
             }
             removed.push(format!("cgroup/{relative}"));
         }
-        Ok(removed)
+        Ok((removed, too_young))
     }
 
     pub async fn list_labelled(&self, selector: &[(&str, &str)]) -> Result<Vec<String>> {

@@ -135,11 +135,11 @@ impl Provider for LocalProvider {
             )
             .await?,
         );
-        removed.extend(
-            objects
-                .sweep_orphan_cgroups(request.older_than, request.dry_run)
-                .await?,
-        );
+        let (cgroups, too_young) = objects
+            .sweep_orphan_cgroups(request.older_than, request.dry_run)
+            .await?;
+        removed.extend(cgroups);
+        outcome.too_young = too_young;
         // Last: such a volume may be one the engine still counts as mounted (a failure then
         // names the fix), and everything else is already gone.
         if request.run.is_none() {

@@ -40,6 +40,29 @@ const SAME_CLAIM: Check = Check {
     ),
 };
 
+/// What is wrong with the task's file as every dockerd of the companion sees it (the probe's
+/// `== dockerd PID` sections, then `== end`): none found, the listing cut short, or a daemon
+/// whose view lacks `marker`. Empty: the grant holds.
+fn grant_seen_by_daemons(text: &str, marker: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    if !text.lines().any(|l| l == "== end") {
+        wrong.push("the listing did not reach its end".to_owned());
+    }
+    let mut daemons = 0;
+    for section in text.split("== dockerd ").skip(1) {
+        daemons += 1;
+        let (pid, body) = section.split_once('\n').unwrap_or((section, ""));
+        let seen = body.lines().next().unwrap_or_default().trim();
+        if seen != marker {
+            wrong.push(format!("dockerd {pid} sees {seen:?}"));
+        }
+    }
+    if daemons == 0 {
+        wrong.push("no dockerd process was found to read its view".to_owned());
+    }
+    wrong
+}
+
 pub fn scenario() -> Scenario {
     Scenario {
         name: "lifecycle::replacement_snapshot",
@@ -206,22 +229,38 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         })?;
 
         ctx.step("the recorded grant is kept");
+        // Read in the daemon's own mount namespace (`/proc/<pid>/root`), which is what the
+        // containers it starts bind: a daemon started in a namespace of its own can see
+        // another /workspace than an exec into its container does.
+        let file = format!("workspace/snapshot-{marker}.txt");
         let daemon_sees = replacement
             .in_daemon(
-                &["cat", &format!("/workspace/snapshot-{marker}.txt")],
+                &[
+                    "sh",
+                    "-c",
+                    r#"for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = dockerd ] || continue; echo "== dockerd ${p#/proc/}"; cat "$p/root/$1" 2>&1 || echo "!! unreadable"; echo; done; echo "== end""#,
+                    "sh",
+                    &file,
+                ],
                 Duration::from_secs(20),
             )
             .await?;
-        ctx.evidence("daemon_sees", daemon_sees.stdout_text().trim());
+        let text = daemon_sees.stdout_text();
+        ctx.evidence("daemon_sees", text.trim());
+        let wrong = grant_seen_by_daemons(&text, &marker);
         promise(
-            daemon_sees.success() && daemon_sees.stdout_text().trim() == marker,
+            daemon_sees.success() && wrong.is_empty(),
             &GRANT_KEPT,
             || {
                 format!(
-                    "the replacement's {} does not see the task's file: {}, {}",
+                    "the replacement's {} daemon does not see the task's file /{file}: {}{}",
                     replacement.daemon_container(),
-                    daemon_sees.exit_text(),
-                    daemon_sees.stderr_text().trim()
+                    wrong.join("; "),
+                    if daemon_sees.success() {
+                        String::new()
+                    } else {
+                        format!(" (the probe: {})", daemon_sees.exit_text())
+                    }
                 )
             },
         )?;
@@ -276,6 +315,25 @@ mod tests {
     use kandev_harness::pod::compose::{Arch, ComposeInput, WorkspaceSource, compose_pod};
     use kandev_harness::pod::identity::SessionIdentity;
     use kandev_harness::pod::template::{self, RuleOptions, WorkspaceMode};
+
+    #[test]
+    fn every_daemon_must_see_the_marker_and_one_must_be_found() {
+        assert!(grant_seen_by_daemons("== dockerd 7\nm1\n\n== end\n", "m1").is_empty());
+        assert_eq!(
+            grant_seen_by_daemons(
+                "== dockerd 7\ncat: x: No such file or directory\n!! unreadable\n\n== end\n",
+                "m1"
+            ),
+            vec!["dockerd 7 sees \"cat: x: No such file or directory\"".to_owned()]
+        );
+        assert_eq!(
+            grant_seen_by_daemons("== end\n", "m1"),
+            vec!["no dockerd process was found to read its view".to_owned()]
+        );
+        assert!(
+            grant_seen_by_daemons("== dockerd 7\nm1\n", "m1")[0].contains("did not reach its end")
+        );
+    }
 
     fn fixture() -> PodTemplate {
         let text = include_str!("../../../fixtures/templates/full-worker.yaml");

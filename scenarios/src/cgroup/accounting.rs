@@ -336,6 +336,24 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 "the hog allocated all {hog_mib} MiB (the Pod's limit is {limit} bytes): its memory was not charged to the Pod"
             )
         })?;
+        // Killed, not failed: the OOM killer's SIGKILL (docker run's 128 + 9), as the nested
+        // daemon saw its container end. An allocation refused (a ulimit, a failed mmap) ends
+        // the hog too, with an error of its own: that is no kill.
+        let state = session
+            .agent_sh(
+                &format!("docker inspect --format '{{{{.State.ExitCode}}}} {{{{.State.OOMKilled}}}}' {hog_name}"),
+                Duration::from_secs(30),
+            )
+            .await?;
+        ctx.evidence("hog_state_exit_code_oom_killed", state.stdout.trim());
+        let exit_137 = state.success() && state.stdout.split_whitespace().next() == Some("137");
+        promise(exit_137, &KILLED, || {
+            format!(
+                "the hog ended but was not killed by SIGKILL (its container's exit code and OOMKilled, docker inspect: {}): {}",
+                state.summary(),
+                hog.summary()
+            )
+        })?;
         // Counters where the kernel keeps them (v2; v1 on older kernels), and the kernel log,
         // which names the cgroup whose limit constrained the kill.
         let logged_after = node.kernel_memcg_ooms(&pod_path).await;

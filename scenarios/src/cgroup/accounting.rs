@@ -14,7 +14,6 @@
 //! budget), or when a hog beyond the budget survives.
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
-use kandev_harness::backend::BackendKind;
 use kandev_harness::node::PodCgroupReading;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, promise,
@@ -27,7 +26,7 @@ use std::time::Duration;
 
 const FINITE: Check = Check {
     id: "limits_finite",
-    promise: "the Pod's memory, cpu and pids limits are finite",
+    promise: "the Pod's memory and cpu limits are finite (its pids limit, the node's to set, is reported)",
     twin: Twin::Template("daemon-without-limits"),
 };
 const CHARGED: Check = Check {
@@ -80,18 +79,15 @@ fn figures(r: &PodCgroupReading) -> serde_json::Value {
 struct LimitsVerdict {
     /// Limits the promise needs that the Pod cgroup lacks.
     missing: Vec<&'static str>,
-    /// The pids limit is unlimited where it is not required: a finding, not a failure.
+    /// No pids limit: a finding, not a failure.
     pids_unlimited: bool,
 }
 
-/// Whether a finite Pod `pids.max` is required on `backend`: the local backend always sets
-/// one (`--pod-pids-limit`); a kubelet sets one only with `podPidsLimit` > 0 configured.
-fn pids_required(backend: BackendKind) -> bool {
-    backend == BackendKind::Local
-}
-
-/// Memory and cpu are always required; pids only where [`pids_required`].
-fn judge_limits(reading: &PodCgroupReading, pids_required: bool) -> LimitsVerdict {
+/// Memory and cpu come from the template's limits and are required. The pids limit is none
+/// of the template's: a kubelet sets it only with `podPidsLimit` > 0, and the local backend
+/// sets its own `--pod-pids-limit` as that kubelet would, so judging it would judge the
+/// harness; an unlimited one is reported.
+fn judge_limits(reading: &PodCgroupReading) -> LimitsVerdict {
     let mut missing = Vec::new();
     if !reading.exists || reading.memory_limit_bytes.is_none() {
         missing.push("memory");
@@ -99,13 +95,9 @@ fn judge_limits(reading: &PodCgroupReading, pids_required: bool) -> LimitsVerdic
     if !reading.exists || reading.cpu_quota_micros.is_none() {
         missing.push("cpu");
     }
-    let pids_unlimited = reading.exists && reading.pids_limit.is_none();
-    if pids_unlimited && pids_required {
-        missing.push("pids");
-    }
     LimitsVerdict {
         missing,
-        pids_unlimited: pids_unlimited && !pids_required,
+        pids_unlimited: reading.exists && reading.pids_limit.is_none(),
     }
 }
 
@@ -194,7 +186,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("pod_cgroup", &pod_path);
         ctx.evidence("figures", figures(&reading));
         let backend = ctx.config().backend;
-        let verdict = judge_limits(&reading, pids_required(backend));
+        let verdict = judge_limits(&reading);
         promise(verdict.missing.is_empty(), &FINITE, || {
             format!(
                 "Pod cgroup {pod_path} has no {} limit: {}",
@@ -206,7 +198,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             ctx.finding(
                 FindingLevel::Warning,
                 "cgroup.pids_unlimited",
-                "the Pod cgroup has no pids limit: the node's kubelet sets pids.max only with podPidsLimit > 0 in its configuration (kind/cluster.yaml sets 4096), so nested processes can exhaust the node's pids",
+                "the Pod cgroup has no pids limit: the node's kubelet sets pids.max only with podPidsLimit > 0 in its configuration (kind/cluster.yaml sets 4096; the local backend, --pod-pids-limit), so nested processes can exhaust the node's pids",
                 json!({"backend": backend, "pod_cgroup": pod_path, "pids_limit": reading.pids_limit, "pids_current": reading.pids_current}),
             );
         }
@@ -592,23 +584,20 @@ mod tests {
     }
 
     #[test]
-    fn finite_limits_pass_everywhere() {
-        for pids_required in [true, false] {
-            assert_eq!(
-                judge_limits(&reading(true, true, true), pids_required),
-                LimitsVerdict {
-                    missing: vec![],
-                    pids_unlimited: false
-                }
-            );
-        }
+    fn finite_limits_pass() {
+        assert_eq!(
+            judge_limits(&reading(true, true, true)),
+            LimitsVerdict {
+                missing: vec![],
+                pids_unlimited: false
+            }
+        );
     }
 
     #[test]
-    fn an_unlimited_pids_max_is_a_finding_where_a_kubelet_may_lack_pod_pids_limit() {
-        assert!(!pids_required(BackendKind::Kind) && !pids_required(BackendKind::Kube));
+    fn an_unlimited_pids_max_is_a_finding_not_a_failure() {
         assert_eq!(
-            judge_limits(&reading(true, true, false), false),
+            judge_limits(&reading(true, true, false)),
             LimitsVerdict {
                 missing: vec![],
                 pids_unlimited: true
@@ -617,29 +606,18 @@ mod tests {
     }
 
     #[test]
-    fn the_local_backend_always_sets_a_pids_limit_so_it_stays_required() {
-        assert!(pids_required(BackendKind::Local));
-        assert_eq!(
-            judge_limits(&reading(true, true, false), true).missing,
-            vec!["pids"]
-        );
-    }
-
-    #[test]
     fn memory_and_cpu_stay_required_on_every_backend() {
-        for pids_required in [true, false] {
-            assert_eq!(
-                judge_limits(&reading(false, true, true), pids_required).missing,
-                vec!["memory"]
-            );
-            assert_eq!(
-                judge_limits(&reading(true, false, true), pids_required).missing,
-                vec!["cpu"]
-            );
-        }
+        assert_eq!(
+            judge_limits(&reading(false, true, true)).missing,
+            vec!["memory"]
+        );
+        assert_eq!(
+            judge_limits(&reading(true, false, true)).missing,
+            vec!["cpu"]
+        );
         let absent = PodCgroupReading::default();
         assert_eq!(
-            judge_limits(&absent, false).missing,
+            judge_limits(&absent).missing,
             vec!["memory", "cpu"],
             "a cgroup that is not there has no limits"
         );

@@ -151,6 +151,46 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
         code == 2 && out.contains("not name@sha256:<digest>"),
         "{out}"
     );
+    // The template the release ships is bound, or said not to be.
+    let unbound = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        .args(["gate", "--report"])
+        .arg(&run.report_path)
+        .args(["--worker-image", &worker, "--daemon-image", &daemon])
+        .output()
+        .unwrap();
+    let text = output_text(&unbound);
+    assert!(
+        unbound.status.code() == Some(2) && text.contains("fix: pass --template FILE"),
+        "{text}"
+    );
+    let (code, out) = gate(
+        &run.report_path,
+        &["--worker-image", &worker, "--daemon-image", &daemon],
+    );
+    assert!(
+        code == 0 && out.contains("the template is not bound (--no-template)"),
+        "{out}"
+    );
+    // The prepare script the sessions ran is bound too.
+    let prepare = root().join("fixtures/prepare/full-worker-prepare.sh");
+    let other_prepare = root().join("fixtures/templates/full-worker.yaml");
+    for (script, passes) in [(&prepare, true), (&other_prepare, false)] {
+        let (code, out) = gate(
+            &run.report_path,
+            &[
+                "--worker-image",
+                &worker,
+                "--daemon-image",
+                &daemon,
+                "--prepare-script",
+                script.to_str().unwrap(),
+            ],
+        );
+        assert!(
+            (code == 0) == passes && (passes || out.contains("not the gated one")),
+            "{out}"
+        );
+    }
     let mut edited: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&run.report_path).unwrap()).unwrap();
     edited["interrupted"] = serde_json::json!(true);
@@ -925,6 +965,7 @@ fn a_run_whose_stdout_closed_still_tears_down_and_reports() {
             &digest('a'),
             "--daemon-image",
             &digest('b'),
+            "--no-template",
         ])
         .output()
         .unwrap();

@@ -131,6 +131,21 @@ pub struct Environment {
     pub node_mtu: Option<u32>,
     pub images: Vec<ImageRecord>,
     pub template: Option<TemplateRecord>,
+    /// The prepare script the sessions ran (Kandev's bootstrap's prepare step): what
+    /// `gate --prepare-script` compares. Absent in reports before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare_script: Option<PrepareScriptRecord>,
+}
+
+/// A prepare script as the run read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareScriptRecord {
+    /// The script file: relative to the repository root when it lies below it (the
+    /// fixtures), else as given.
+    pub path: String,
+    /// `sha256:<hex>` of the script's text.
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -454,9 +454,21 @@ pub(crate) struct GateArgs {
         value_name = "REF@sha256:DIGEST"
     )]
     pub(crate) daemon_image: String,
-    /// The template file the release ships: the run must have used exactly it.
-    #[arg(long, env = "KANDEV_ACCEPTANCE_TEMPLATE", value_name = "FILE")]
+    /// The template file the release ships: the run must have used exactly it. Required,
+    /// unless --no-template says the release ships none (named in the PASS line).
+    #[arg(
+        long,
+        env = "KANDEV_ACCEPTANCE_TEMPLATE",
+        value_name = "FILE",
+        conflicts_with = "no_template"
+    )]
     pub(crate) template: Option<PathBuf>,
+    /// The release ships no template: the run's is not bound (the PASS line says so).
+    #[arg(long)]
+    pub(crate) no_template: bool,
+    /// The prepare script the release ships: the run's sessions must have run exactly it.
+    #[arg(long, env = "KANDEV_ACCEPTANCE_PREPARE_SCRIPT", value_name = "FILE")]
+    pub(crate) prepare_script: Option<PathBuf>,
     /// The report's greatest age since the run finished (`90m`, `36h`, `7d`).
     #[arg(long, value_name = "DURATION", value_parser = max_age)]
     pub(crate) max_age: Option<u64>,

@@ -26,9 +26,25 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
         Ok(report) => report,
         Err(code) => return code,
     };
+    if args.template.is_none() && !args.no_template {
+        eprintln!(
+            "error: gate binds the template the release ships, and none was given\n  fix: pass --template FILE (the run must have used exactly it), or --no-template when the release ships none (the PASS line then says the template is not bound)"
+        );
+        return exit::USAGE;
+    }
+    let digest_of = |path: &std::path::PathBuf, what: &str| {
+        read_input(path, what).map(|text| crate::pod::template::sha256_hex(&text))
+    };
     let template_sha256 = match &args.template {
-        Some(path) => match read_input(path, "template") {
-            Ok(text) => Some(crate::pod::template::sha256_hex(&text)),
+        Some(path) => match digest_of(path, "template") {
+            Ok(digest) => Some(digest),
+            Err(code) => return code,
+        },
+        None => None,
+    };
+    let prepare_script_sha256 = match &args.prepare_script {
+        Some(path) => match digest_of(path, "prepare script") {
+            Ok(digest) => Some(digest),
             Err(code) => return code,
         },
         None => None,
@@ -37,6 +53,7 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
         worker_image: args.worker_image.clone(),
         daemon_image: args.daemon_image.clone(),
         template_sha256,
+        prepare_script_sha256,
         max_age_ms: args.max_age.map(|seconds| seconds * 1000),
         // As the release profile: every capability the report's backend can have at all.
         requires: args
@@ -77,13 +94,18 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
     }
     let headline = if reasons.is_empty() {
         format!(
-            "PASS: run {} ({}) gates {} and {}: {}, {}{}",
+            "PASS: run {} ({}) gates {} and {}: {}, {}{}{}",
             report.run_id,
             report.finished_at,
             args.worker_image,
             args.daemon_image,
             scenarios_line(&report),
             passed_line(&report),
+            if args.no_template {
+                "; the template is not bound (--no-template)"
+            } else {
+                ""
+            },
             // What the verdict does not cover (scenarios the backend lacked), on lines of their own.
             match crate::outputs::console::unjudged_for_lack(&report) {
                 lack if lack.is_empty() => String::new(),

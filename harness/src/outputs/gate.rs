@@ -17,6 +17,8 @@ pub struct Expectations {
     pub daemon_image: String,
     /// SHA-256 (hex) of the template file the release ships, if it is gated too.
     pub template_sha256: Option<String>,
+    /// `sha256:<hex>` of the prepare script the release ships, if it is gated too.
+    pub prepare_script_sha256: Option<String>,
     /// How old (since the run finished) the report may be, in milliseconds.
     pub max_age_ms: Option<u64>,
     /// Capabilities whose lack fails (the release profile: all).
@@ -198,6 +200,19 @@ pub fn refusals(report: &Report, expect: &Expectations) -> Vec<String> {
             ));
         }
     }
+    if let Some(expected) = &expect.prepare_script_sha256 {
+        match &report.environment.prepare_script {
+            Some(ran) if &ran.sha256 == expected => {}
+            Some(ran) => reasons.push(format!(
+                "the run's sessions ran prepare script {} ({}), not the gated one ({expected})",
+                ran.path, ran.sha256
+            )),
+            None => reasons.push(
+                "the report records no prepare script (a report from before it was recorded): it cannot vouch for the gated one"
+                    .to_owned(),
+            ),
+        }
+    }
     if let Some(max_age) = expect.max_age_ms {
         match unix_ms(&report.finished_at) {
             Some(finished) if expect.now_ms.saturating_sub(finished) <= max_age => {}
@@ -255,6 +270,7 @@ mod tests {
             worker_image: format!("r/worker@sha256:{}", "1".repeat(64)),
             daemon_image: format!("r/daemon@sha256:{}", "2".repeat(64)),
             template_sha256: Some("sha256:source".into()),
+            prepare_script_sha256: None,
             max_age_ms: Some(3_600_000),
             requires: Capability::ALL.to_vec(),
             catalogue: vec![(
@@ -296,6 +312,33 @@ mod tests {
             assert!(reasons.contains(expected), "{expected}: {reasons}");
         }
         assert_eq!(refusals(&r, &e).len(), 7, "{reasons}");
+    }
+
+    #[test]
+    fn a_gated_prepare_script_must_be_the_one_the_sessions_ran() {
+        let mut r = report("passed", "passed", None);
+        let mut e = expect();
+        e.prepare_script_sha256 = Some("sha256:gated".into());
+        assert_eq!(
+            refusals(&r, &e),
+            vec![
+                "the report records no prepare script (a report from before it was recorded): it cannot vouch for the gated one"
+            ]
+        );
+        r.environment.prepare_script = Some(kandev_report::PrepareScriptRecord {
+            path: "fixtures/prepare/x.sh".into(),
+            sha256: "sha256:other".into(),
+        });
+        assert_eq!(
+            refusals(&r, &e),
+            vec![
+                "the run's sessions ran prepare script fixtures/prepare/x.sh (sha256:other), not the gated one (sha256:gated)"
+            ]
+        );
+        if let Some(ran) = r.environment.prepare_script.as_mut() {
+            ran.sha256 = "sha256:gated".into();
+        }
+        assert_eq!(refusals(&r, &e), Vec::<String>::new());
     }
 
     #[test]

@@ -94,6 +94,10 @@ impl Run {
             sha256: used.sha256,
             source_sha256: Some(self.template.source_sha256()),
         });
+        environment.prepare_script = Some(kandev_report::PrepareScriptRecord {
+            path: crate::paths::shown(&self.config.prepare_script),
+            sha256: crate::pod::template::sha256_hex(&self.prepare_text),
+        });
         let config = &self.config;
         // Every call the scenarios make goes through the meter (the report's cost).
         let backend: Arc<dyn Backend> = Arc::new(MeteredBackend::new(

@@ -327,13 +327,16 @@ pub fn only(names: &[&str]) -> Vec<String> {
     args
 }
 
-/// Runs `kandev-acceptance gate --report REPORT ARGS...`: exit code and output.
+/// Runs `kandev-acceptance gate --report REPORT ARGS...`: exit code and output. Without
+/// `--template` in `args`, `--no-template` (the gate requires one of them).
 pub fn gate(report: &Path, args: &[&str]) -> (i32, String) {
+    let unbound = (!args.contains(&"--template")).then_some("--no-template");
     let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .arg("gate")
         .arg("--report")
         .arg(report)
         .args(args)
+        .args(unbound)
         .env("KANDEV_ACCEPTANCE_ROOT", root())
         .output()
         .unwrap();

@@ -10,16 +10,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// What a run reads, below the workspace root: folders whole (a fixture image's tag hashes its
-/// build context whole), files one by one. `kandev_harness::paths` resolves the same paths.
-const CARRIED: &[&str] = &[
-    "fixtures/templates",
-    "fixtures/prepare",
-    "fixtures/images",
-    "fixtures/rbac",
-    "kind/cluster.yaml",
-    "kind/pins.env",
-];
+// `CARRIED`: what a run reads, below the workspace root (one list, the harness's).
+include!("../harness/src/paths/carried.rs");
 
 fn main() {
     if let Err(e) = generate() {
@@ -36,6 +28,10 @@ fn generate() -> Result<(), String> {
         .to_owned();
     let out = PathBuf::from(var("OUT_DIR")?);
     let mut files = Vec::new();
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("harness/src/paths/carried.rs").display()
+    );
     for entry in CARRIED {
         let path = root.join(entry);
         // A folder is watched whole: a file added, edited or removed below it reruns this.

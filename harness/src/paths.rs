@@ -5,19 +5,26 @@
 //! (`fixtures/`, `kind/`), the first of:
 //!
 //! 1. `KANDEV_ACCEPTANCE_ROOT`, when set (the harness image sets it);
-//! 2. the checkout this binary was built from, while it is there: developers edit fixtures,
-//!    and the next run reads them with no rebuild;
+//! 2. the checkout this binary was built from, when the binary runs from that checkout's
+//!    `target/` (a development build, `cargo acceptance`): developers edit fixtures, and the
+//!    next run reads them with no rebuild. An installed copy (`cargo install`, a release
+//!    archive) never reads the checkout it came from, even while it is there: it runs what it
+//!    carries, as it would on any other machine;
 //! 3. the fixtures the binary carries (built in by `scenarios/build.rs`, handed over by its
 //!    `main`: [`embedded::carry`]), written on first use to `fixtures-<hash>/` under the
 //!    user's cache ([`embedded::cache_home`]): an installed binary runs from any directory
 //!    with no checkout. The same bytes give the same image tags: a fixture image's tag hashes
 //!    its build context, not where it lies.
 //!
-//! Never from the current directory. Reports go to `reports/` below the root in the first two
-//! cases, and to `./reports` of the current directory in the third (a cache is no place for
-//! what a user reads, and a run started from a CI job's workspace leaves them there).
+//! Never from the current directory. Reports go to `./reports` of the current directory,
+//! whichever the fixtures' source (`--report-dir` says otherwise): where a user or a CI job
+//! runs the harness is where they look, not the checkout it was built from or a cache. The
+//! report records which fixtures ran and their digest ([`fixtures_record`]).
 
+mod carried;
 pub mod embedded;
+
+pub use carried::CARRIED;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -71,7 +78,9 @@ fn resolve() -> Resolved {
         };
     }
     let checkout = build_checkout();
-    if checkout.join("fixtures").is_dir() {
+    let built_here =
+        std::env::current_exe().is_ok_and(|exe| exe.starts_with(checkout.join("target")));
+    if built_here && checkout.join("fixtures").is_dir() {
         return Resolved {
             source: Source::Checkout,
             root: checkout,
@@ -167,14 +176,64 @@ pub fn kind_config() -> PathBuf {
     workspace_root().join("kind/cluster.yaml")
 }
 
-/// The default report folder: `reports/` below the root, or `./reports` when the fixtures are
-/// the carried ones (see the module doc).
+/// The default report folder: `./reports` of the current directory (see the module doc).
 pub fn reports() -> PathBuf {
-    let resolved = resolved();
-    match resolved.source {
-        Source::Variable | Source::Checkout => resolved.root.join("reports"),
-        Source::Embedded => std::env::current_dir().unwrap_or_default().join("reports"),
+    std::env::current_dir().unwrap_or_default().join("reports")
+}
+
+impl Source {
+    /// As a report names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Variable => "KANDEV_ACCEPTANCE_ROOT",
+            Source::Checkout => "checkout",
+            Source::Embedded => "embedded",
+        }
     }
+}
+
+/// Which fixtures this run reads, and a digest of their content: every file of [`CARRIED`]
+/// below the root, by relative path and bytes (sorted), so two runs that read the same
+/// fixtures record the same digest wherever they lie (the carried copy gives the checkout's).
+/// None when they cannot all be read.
+pub fn fixtures_record() -> Option<kandev_report::FixturesRecord> {
+    use sha2::{Digest, Sha256};
+    let root = &resolved().root;
+    let mut files = Vec::new();
+    let mut folders = Vec::new();
+    for entry in CARRIED {
+        let path = root.join(entry);
+        if path.is_dir() {
+            folders.push(path);
+        } else {
+            files.push(path);
+        }
+    }
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).ok()? {
+            let path = entry.ok()?.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut hasher = Sha256::new();
+    for file in &files {
+        let relative = file.strip_prefix(root).ok()?.to_string_lossy().into_owned();
+        let bytes = std::fs::read(file).ok()?;
+        hasher.update((relative.len() as u64).to_le_bytes());
+        hasher.update(relative.as_bytes());
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(&bytes);
+    }
+    Some(kandev_report::FixturesRecord {
+        source: source().name().to_owned(),
+        files: files.len(),
+        sha256: format!("sha256:{}", hex::encode(hasher.finalize())),
+    })
 }
 
 #[cfg(test)]

@@ -246,6 +246,17 @@ async fn with_no_checkout_and_no_cargo_it_runs_a_scenario_on_the_local_engine() 
         Some("fixtures/templates/full-worker.yaml"),
         "the default template, shown below the fixtures' root"
     );
+    // The report says which fixtures ran: the carried ones, with the checkout's digest (the
+    // same bytes). The test binary itself runs from the checkout's target/: checkout's.
+    let fixtures = report.environment.fixtures.clone().unwrap();
+    assert_eq!(fixtures.source, "embedded");
+    assert!(fixtures.files > 50, "{fixtures:?}");
+    let here = kandev_harness::paths::fixtures_record().unwrap();
+    assert_eq!(here.source, "checkout");
+    assert_eq!(
+        fixtures.sha256, here.sha256,
+        "the carried fixtures are the checkout's"
+    );
 
     // The same image tags as the checkout's fixtures and the test's mock agent give, none
     // built: the carried fixtures are byte for byte the checkout's.

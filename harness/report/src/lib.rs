@@ -24,8 +24,8 @@ pub use cost::{CallCost, Calls, EngineCpu, ResourceUsage, RunCost};
 pub use file::{ReportTooNew, json_schema, read, write};
 pub use gate::{Capability, Gate, GateProfile};
 pub use run::{
-    Configuration, Environment, ImageRecord, PrepareScriptRecord, RanImage, Report, SCHEMA_VERSION,
-    Selection, TemplateRecord, Verdict,
+    Configuration, Environment, FixturesRecord, ImageRecord, PrepareScriptRecord, RanImage, Report,
+    SCHEMA_VERSION, Selection, TemplateRecord, Verdict,
 };
 pub use scenario::{
     CLUSTER_TWIN, CheckKind, CheckOutcome, CheckReport, CleanupOutcome, CleanupRecord, Finding,

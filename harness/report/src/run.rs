@@ -135,6 +135,25 @@ pub struct Environment {
     /// `gate --prepare-script` compares. Absent in reports before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepare_script: Option<PrepareScriptRecord>,
+    /// The fixtures the run read (templates, prepare scripts, image build contexts, the Kind
+    /// configuration) and their digest. Absent in reports before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixtures: Option<FixturesRecord>,
+}
+
+/// Where a run's fixtures came from, and what they held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FixturesRecord {
+    /// `checkout` (a development build in its checkout), `embedded` (what the binary
+    /// carries) or `KANDEV_ACCEPTANCE_ROOT`.
+    pub source: String,
+    /// How many files the digest covers.
+    pub files: usize,
+    /// `sha256:<hex>` over every file a run reads below the root (the templates, prepare
+    /// scripts, image build contexts, RBAC fixtures, the Kind configuration and pins), by
+    /// relative path and bytes.
+    pub sha256: String,
 }
 
 /// A prepare script as the run read it.

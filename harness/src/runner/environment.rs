@@ -94,6 +94,7 @@ impl Run {
             sha256: used.sha256,
             source_sha256: Some(self.template.source_sha256()),
         });
+        environment.fixtures = crate::paths::fixtures_record();
         environment.prepare_script = Some(kandev_report::PrepareScriptRecord {
             path: crate::paths::shown(&self.config.prepare_script),
             sha256: crate::pod::template::sha256_hex(&self.prepare_text),

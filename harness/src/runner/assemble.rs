@@ -18,7 +18,8 @@ pub struct RunParts {
     pub interrupted: bool,
     pub deadline_exceeded: bool,
     pub environment: Environment,
-    /// The run's settings as recorded (their digest identifies the configuration).
+    /// The run's settings as recorded (their digest, less where files lie, identifies the
+    /// configuration: [`behaviour_settings`]).
     pub settings: serde_json::Value,
     pub setup: Vec<StepReport>,
     /// In the order the report lists them.
@@ -32,8 +33,64 @@ pub struct RunParts {
     pub kept: bool,
 }
 
+/// The settings whose values are where files lie, not what the run does: the report folder
+/// and the operator's credentials leave the digest; a file the run reads counts by its
+/// content (`sha256:<hex>`; the template and the prepare script are digested in the
+/// environment as well), so the same configuration from another folder or machine has the
+/// same digest.
+const PATH_SETTINGS: [(&str, PathSetting); 8] = [
+    ("/report_dir", PathSetting::Left),
+    ("/cluster/kubeconfig", PathSetting::Left),
+    ("/cluster/bookkeeper_token", PathSetting::Left),
+    ("/cluster/kind/kind_bin", PathSetting::Left),
+    ("/template", PathSetting::Content),
+    ("/prepare_script", PathSetting::Content),
+    ("/cluster/executor_role", PathSetting::Content),
+    ("/cluster/kind/config", PathSetting::Content),
+];
+
+#[derive(Clone, Copy)]
+enum PathSetting {
+    /// Not part of the digest.
+    Left,
+    /// Digested by the file's content.
+    Content,
+}
+
+/// The settings the configuration digest covers ([`PATH_SETTINGS`]).
+pub fn behaviour_settings(settings: &serde_json::Value) -> serde_json::Value {
+    let mut settings = settings.clone();
+    for (pointer, how) in PATH_SETTINGS {
+        let Some((parent, key)) = pointer.rsplit_once('/') else {
+            continue;
+        };
+        let Some(object) = settings
+            .pointer_mut(if parent.is_empty() { "" } else { parent })
+            .and_then(serde_json::Value::as_object_mut)
+        else {
+            continue;
+        };
+        match (how, object.get(key).and_then(serde_json::Value::as_str)) {
+            (PathSetting::Left, _) => {
+                object.remove(key);
+            }
+            (PathSetting::Content, Some(path)) => {
+                let digest = std::fs::read(path).map_or_else(
+                    |e| format!("unreadable: {}", e.kind()),
+                    |bytes| format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
+                );
+                object.insert(key.to_owned(), serde_json::Value::String(digest));
+            }
+            (PathSetting::Content, None) => {}
+        }
+    }
+    settings
+}
+
 pub fn assemble(parts: RunParts) -> Report {
-    let sha = hex::encode(Sha256::digest(parts.settings.to_string().as_bytes()));
+    let sha = hex::encode(Sha256::digest(
+        behaviour_settings(&parts.settings).to_string().as_bytes(),
+    ));
     let rules = Rules {
         profile: parts.gate.profile,
         requires: parts.gate.requires.clone(),
@@ -66,4 +123,37 @@ pub fn assemble(parts: RunParts) -> Report {
     };
     report.verdict = Some(judge(&report, &rules));
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_covers_what_the_run_does_not_where_its_files_lie() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+        let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+        for path in [&a, &b] {
+            std::fs::write(path, "kind: PodTemplate\n").unwrap_or_else(|e| unreachable!("{e}"));
+        }
+        let settings = |template: &std::path::Path, reports: &str, namespace: &str| {
+            behaviour_settings(&serde_json::json!({
+                "template": template, "report_dir": reports,
+                "cluster": {"kubeconfig": "/home/me/.kube/config", "namespace": namespace},
+            }))
+        };
+        // The same template's bytes in another folder, another report folder and kubeconfig:
+        // the same configuration.
+        assert_eq!(settings(&a, "/x", "n"), settings(&b, "/y", "n"));
+        assert!(
+            settings(&a, "/x", "n")["template"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("sha256:"))
+        );
+        // What the run does differs: another digest.
+        assert_ne!(settings(&a, "/x", "n"), settings(&a, "/x", "m"));
+        std::fs::write(&b, "kind: PodTemplate\nmetadata: {}\n")
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_ne!(settings(&a, "/x", "n"), settings(&b, "/x", "n"));
+    }
 }

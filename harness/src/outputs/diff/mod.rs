@@ -221,11 +221,59 @@ fn environment(old: &Report, new: &Report) -> Vec<EnvironmentChange> {
     for role in roles {
         pairs.push((format!("image {role}"), image(old, role), image(new, role)));
     }
+    // Each setting that changed, by name (`setting cluster.namespace`), so a changed
+    // configuration digest says why.
+    let (old_settings, new_settings) = (
+        flat_settings(&old.configuration.settings),
+        flat_settings(&new.configuration.settings),
+    );
+    let names: std::collections::BTreeSet<&String> =
+        old_settings.keys().chain(new_settings.keys()).collect();
+    for name in names {
+        let value = |settings: &std::collections::BTreeMap<String, String>| {
+            settings.get(name).cloned().unwrap_or_else(|| "-".into())
+        };
+        pairs.push((
+            format!("setting {name}"),
+            value(&old_settings),
+            value(&new_settings),
+        ));
+    }
     pairs
         .into_iter()
         .filter(|(_, o, n)| o != n)
         .map(|(what, old, new)| EnvironmentChange { what, old, new })
         .collect()
+}
+
+/// A report's recorded settings as `name: value` pairs (`cluster.namespace`), but where the
+/// report folder lies (no run's behaviour).
+fn flat_settings(settings: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    fn walk(
+        value: &serde_json::Value,
+        name: String,
+        out: &mut std::collections::BTreeMap<String, String>,
+    ) {
+        match value {
+            serde_json::Value::Object(fields) => {
+                for (key, field) in fields {
+                    let child = if name.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{name}.{key}")
+                    };
+                    walk(field, child, out);
+                }
+            }
+            other => {
+                out.insert(name, other.to_string());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(settings, String::new(), &mut out);
+    out.remove("report_dir");
+    out
 }
 
 /// What changed from `old` to `new`.
@@ -395,6 +443,26 @@ mod tests {
         let mut new = old.clone();
         new.run_id = "r2".into();
         (old, new)
+    }
+
+    #[test]
+    fn a_changed_setting_is_named_and_where_reports_go_is_not() {
+        let (mut old, mut new) = pair();
+        old.configuration.settings = serde_json::json!({"report_dir": "/a/reports", "cluster": {"namespace": "x"}, "retries": 0});
+        new.configuration.settings = serde_json::json!({"report_dir": "/b/reports", "cluster": {"namespace": "y"}, "retries": 0});
+        let changed: Vec<(String, String, String)> = diff(&old, &new)
+            .environment
+            .into_iter()
+            .map(|c| (c.what, c.old, c.new))
+            .collect();
+        assert_eq!(
+            changed,
+            vec![(
+                "setting cluster.namespace".to_owned(),
+                "\"x\"".to_owned(),
+                "\"y\"".to_owned()
+            )]
+        );
     }
 
     #[test]

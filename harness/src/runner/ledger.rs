@@ -221,17 +221,32 @@ pub fn is_ours(folder: &CgroupFolder, pod_names: &[String], nested_ids: &[String
     })
 }
 
-/// The cgroup folders made while the scenario ran that outlived its teardown and are its, as
-/// `node: cgroup <folder> ...` lines. Asked again until none is left, for up to the node's
-/// settle time (processes die and folders go asynchronously).
+/// What the ledger made of the node's cgroup folders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupsLeft {
+    /// Compared: the folders made while the scenario ran that outlived its teardown and are
+    /// its, as `node: cgroup <folder> ...` lines (empty: none).
+    Compared(Vec<String>),
+    /// Not compared, and why: the node view lists no cgroup folders (a view that cannot, or a
+    /// tree it could not read when the scenario started). Never "nothing left".
+    NotCompared(String),
+}
+
+/// The cgroup folders made while the scenario ran that outlived its teardown and are its.
+/// Asked again until none is left, for up to the node's settle time (processes die and
+/// folders go asynchronously). Err when the folders were listed before the scenario and
+/// cannot be after it.
 pub async fn cgroups_left(
     node: &dyn NodeView,
     baseline: &CgroupBaseline,
     pod_names: &[String],
     nested_ids: &[String],
-) -> Result<Vec<String>, String> {
+) -> Result<CgroupsLeft, String> {
     let Some(before) = &baseline.folders else {
-        return Ok(Vec::new());
+        return Ok(CgroupsLeft::NotCompared(format!(
+            "{} listed no cgroup folders when the scenario started, so a cgroup it made outside its Pods' is not looked for (its Pods' own cgroups are)",
+            node.describe()
+        )));
     };
     let last = std::sync::Mutex::new(Vec::new());
     let unlisted = std::sync::atomic::AtomicBool::new(false);
@@ -274,8 +289,8 @@ pub async fn cgroups_left(
         ));
     }
     match settled {
-        Ok(()) => Ok(Vec::new()),
-        Err(_) => Ok(last.into_inner().unwrap_or_default()),
+        Ok(()) => Ok(CgroupsLeft::Compared(Vec::new())),
+        Err(_) => Ok(CgroupsLeft::Compared(last.into_inner().unwrap_or_default())),
     }
 }
 
@@ -333,16 +348,26 @@ mod tests {
         assert_eq!(listed, BTreeSet::from(["/system.slice".to_owned()]));
         // Made by the companion during the scenario, empty once its process was killed.
         std::fs::create_dir_all(root.join("kandev-acceptance-escaped")).unwrap();
-        let left = cgroups_left(&node, &baseline, &[], &[]).await.unwrap();
+        let CgroupsLeft::Compared(left) = cgroups_left(&node, &baseline, &[], &[]).await.unwrap()
+        else {
+            panic!("listed before, so compared");
+        };
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(left[0].contains("/kandev-acceptance-escaped"));
         std::fs::remove_dir(root.join("kandev-acceptance-escaped")).unwrap();
-        assert!(
-            cgroups_left(&node, &baseline, &[], &[])
-                .await
-                .unwrap()
-                .is_empty()
+        assert_eq!(
+            cgroups_left(&node, &baseline, &[], &[]).await.unwrap(),
+            CgroupsLeft::Compared(Vec::new())
         );
+        // A view that listed nothing when the scenario started says so: never "nothing left".
+        let unlisted = CgroupBaseline {
+            folders: None,
+            started: SystemTime::now(),
+        };
+        match cgroups_left(&node, &unlisted, &[], &[]).await.unwrap() {
+            CgroupsLeft::NotCompared(why) => assert!(why.contains("not looked for"), "{why}"),
+            other => panic!("{other:?}"),
+        }
         // A tree that cannot be listed again is an error, not "nothing new".
         std::fs::remove_dir_all(&root).unwrap();
         let why = cgroups_left(&node, &baseline, &[], &[]).await.unwrap_err();

@@ -329,6 +329,24 @@ fn run_once(
                 .to_string(),
         );
     }
+    // No live view (a CI log): a line every 30 s while images build and scenarios run, so a
+    // long quiet stretch is not taken for a hang. Ends with this function.
+    let _heartbeat = (!std::io::stderr().is_terminal()).then(|| {
+        let run = run.clone();
+        AbortOnDrop(runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(crate::runner::live::HEARTBEAT).await;
+                eprintln!(
+                    "{}",
+                    crate::runner::live::heartbeat_line(
+                        run.started.elapsed(),
+                        &crate::host::images::building(),
+                        &run.live.counts()
+                    )
+                );
+            }
+        }))
+    });
     // A cluster is prepared before any trial: an unreachable API server or a failed
     // preflight stops the run at once with one clear message, and nothing was created.
     if crate::backend::provider(config.backend).prepare_first() {
@@ -662,6 +680,15 @@ fn resolve_gate(
         Ok(gate)
     } else {
         Err(problems)
+    }
+}
+
+/// A task that ends when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -62,8 +62,26 @@ pub(super) async fn image_id(docker: &Docker, reference: &str) -> anyhow::Result
     }
 }
 
+/// The image builds under way, as their spinners show them (also when no terminal draws
+/// them): what a log without a live view reports every so often ([`building`]).
+static BUILDING: std::sync::Mutex<Vec<ProgressBar>> = std::sync::Mutex::new(Vec::new());
+
+/// Each image build under way: what it builds, for how long, and its last line.
+pub fn building() -> Vec<(String, Duration, String)> {
+    let Ok(mut bars) = BUILDING.lock() else {
+        return Vec::new();
+    };
+    bars.retain(|bar| !bar.is_finished());
+    bars.iter()
+        .map(|bar| (bar.prefix(), bar.elapsed(), bar.message()))
+        .collect()
+}
+
 fn spinner(progress: &MultiProgress, what: &str) -> ProgressBar {
     let bar = progress.add(ProgressBar::new_spinner());
+    if let Ok(mut bars) = BUILDING.lock() {
+        bars.push(bar.clone());
+    }
     bar.set_style(
         ProgressStyle::with_template("{spinner} {prefix:.bold} {elapsed:>4} {wide_msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),

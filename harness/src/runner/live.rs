@@ -37,6 +37,33 @@ impl Counts {
     }
 }
 
+/// How often a run whose stderr is no terminal says what it is doing ([`heartbeat_line`]): a
+/// CI log that shows nothing for minutes while images build looks hung.
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// The line printed every [`HEARTBEAT`] when there is no live view: how long the run has
+/// gone, each image build under way (what, for how long, its last line) and the scenarios.
+pub fn heartbeat_line(
+    elapsed: Duration,
+    building: &[(String, Duration, String)],
+    counts: &Counts,
+) -> String {
+    let mut line = format!("progress [{}]", minutes(elapsed));
+    for (what, for_how_long, last) in building {
+        line.push_str(&format!(
+            " building {what} ({}): {last};",
+            minutes(*for_how_long)
+        ));
+    }
+    line.push(' ');
+    line.push_str(&counts.line());
+    line
+}
+
+fn minutes(d: Duration) -> String {
+    format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+}
+
 pub struct LiveView {
     bar: ProgressBar,
     counts: Mutex<Counts>,
@@ -120,6 +147,27 @@ impl LiveView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heartbeat_says_what_builds_and_what_runs() {
+        let counts = Counts {
+            running: vec!["a::x".into()],
+            passed: 2,
+            ..Counts::default()
+        };
+        assert_eq!(
+            heartbeat_line(
+                Duration::from_secs(95),
+                &[(
+                    "worker image".into(),
+                    Duration::from_secs(61),
+                    "Step 5/9 : RUN apt-get".into()
+                )],
+                &counts
+            ),
+            "progress [1m35s] building worker image (1m01s): Step 5/9 : RUN apt-get; running 1 · passed 2 · failed 0 · other 0 · skipped 0 · a::x"
+        );
+    }
 
     #[test]
     fn counts_follow_scenarios_and_a_hidden_view_stays_quiet() {

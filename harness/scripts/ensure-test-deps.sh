@@ -6,13 +6,11 @@
 #   xmllint (libxml2-utils)  junit.xml against the JUnit XSD (harness/tests/output_schemas.rs)
 #   chromium                 report.html rendered headless (scenarios/tests/report_html.rs)
 #   jq                       harness/scripts/record-kube-fixtures.sh (test-support recorder_script.rs)
-#   python3-kubernetes       the official Kubernetes Python client against the cluster double
-#                            (test-support real_clients.rs; Debian's, for /usr/bin/python3)
 #   Kubernetes (ensure-kind.sh)  etcd, kube-apiserver, its controller manager and scheduler,
 #                            built from pinned Go modules (kind/pins.env): the real_api_server
 #                            tests start them; kind and a Kind node image: the on_real_kind
 #                            tests' cluster. Cached, so only the first call builds
-# kubectl, which recorder_script.rs and real_clients.rs also run, is not in Debian's archive:
+# kubectl, which recorder_script.rs also runs, is not in Debian's archive:
 # the one ensure-kind.sh builds is linked onto PATH where none is.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,7 +43,6 @@ need=()
 command -v xmllint >/dev/null || need+=(libxml2-utils)
 command -v chromium >/dev/null || need+=(chromium)
 command -v jq >/dev/null || need+=(jq)
-/usr/bin/python3 -c 'import kubernetes' 2>/dev/null || need+=(python3-kubernetes)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     log "missing ${need[*]}: install them (Debian: apt-get install ${need[*]}), then retry"
@@ -78,7 +75,7 @@ grep -E '^ensure-kind: (built|programs|linked)' "$kube_log" >&2 || true
 bash harness/scripts/ensure-kind.sh
 # kubectl is in no registry these machines reach: ensure-kind.sh links the one it built.
 if ! command -v kubectl >/dev/null; then
-  log "kubectl is missing (the cluster double's tests drive it): install kubectl v1.32 or later, or run as root (ensure-kind.sh links its own), then retry"
+  log "kubectl is missing (the recorder script's test drives it): install kubectl v1.32 or later, or run as root (ensure-kind.sh links its own), then retry"
   exit 3
 fi
 

@@ -1,9 +1,11 @@
-//! Serves the wire-level cluster double until interrupted, for trying it with any client:
-//! prints `export KUBECONFIG=...` and the context; `--engine` runs its Pods on the engine
+//! Serves the wire-level cluster double until interrupted, for trying it by hand: prints
+//! `export KUBECONFIG=...` and the context; `--engine` runs its Pods on the engine
 //! `DOCKER_HOST` names (the local backend), as the engine tests do.
 //!
 //! `cargo run -q -p kandev-test-support --example kube-double [-- --engine]`, then
-//! `kubectl --context kube-double get ns`. Ctrl-C ends it (and removes its kubeconfig).
+//! `kubectl --context kube-double get --raw /api/v1/namespaces` (raw requests only: the double
+//! serves no discovery documents but `/version`, so kubectl's typed commands find no
+//! resources). Ctrl-C ends it (and removes its kubeconfig).
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -2,9 +2,8 @@
 //! carries no harness run label stamped with the harness's `managed` label and this test
 //! process's own run id ([`test_run_id`]) before it reaches the engine.
 //!
-//! A test that posts a Pod of its own through the double (kubectl's `pf-*` Pod in
-//! `real_clients`) and panics before it deletes it, or is killed, leaves that Pod's containers
-//! on the engine. A panic ends the test's runtime, which drops the double's tasks and with them
+//! A test that posts a Pod of its own through the double and panics before it deletes it, or
+//! is killed, leaves that Pod's containers on the engine. A panic ends the test's runtime, which drops the double's tasks and with them
 //! this backend: its drop removes every Pod created through it and not deleted since (from a
 //! thread of its own with an engine client of its own: a drop cannot await, and the dying
 //! runtime no longer serves its client; testcontainers' `async_drop` keeps a drop-worker

@@ -1,6 +1,6 @@
 //! What a test leaves on the engine when it panics, or is killed, before its clean-up: a Pod it
-//! posted through the cluster double itself (as `real_clients` posts kubectl's `pf-*` Pod)
-//! keeps its containers on the engine once the double is gone. A test that panics has them
+//! posted through the cluster double itself keeps its containers on the engine once the double
+//! is gone. A test that panics has them
 //! removed as its runtime ends (the double's labelled runtime is dropped with its tasks); for a
 //! killed one, the engine's copy of such a Pod carries the harness's `managed` label and the
 //! test process's run id (`kandev_test_support::labelled`), so that the local backend's

@@ -46,13 +46,9 @@ fn pod(name: &str, spec: Value) -> Pod {
     .unwrap()
 }
 
-/// What the harness asked of the double is what a real API server answers the same way the
-/// double does: JSON bodies (kube-rs never sends protobuf, which the double decodes only for
-/// kubectl's typed commands), JSON accepted, no server-side apply, and no watch. Before issue
-/// 26 the double answered a watch with a plain list and read every body as JSON whatever its
-/// `Content-Type`; `kubectl` and the Python client showed both wrong. The harness could have
-/// relied on either without noticing: it does neither (Kandev's executor Role grants watch
-/// for Kandev's own use; the harness polls).
+/// What the harness asked of the double: JSON bodies (the double answers YAML, protobuf and
+/// every patch type but JSON merge patch 415), JSON accepted, and no watch (Kandev's executor
+/// Role grants watch for Kandev's own use; the harness polls).
 fn assert_the_harness_asked_plain_json(double: &KubeDouble) {
     let requests = double.state.requests();
     assert!(!requests.is_empty());

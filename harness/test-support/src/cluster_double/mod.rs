@@ -59,20 +59,19 @@
 //! saying which remain).
 //!
 //! Held to a real kube-apiserver, request for request, by `tests/real_api_server/corpus.rs`
-//! (names and labels at their limits, immutable fields, conflicts, dry runs, patches,
+//! (names and labels at their limits, immutable fields, conflicts, dry runs, merge patches,
 //! selectors, watches and their bookmarks, a watch cache that has dropped a version): what it
 //! still answers otherwise is listed there, each with the upstream reason.
 //!
-//! Refereed by clients its authors did not write (`tests/real_clients.rs`: kubectl 1.32 and
-//! the official Python client): legacy discovery (`/version`, `/api`, `/apis`, each group
-//! version's resources, the OpenAPI v3 stubs kubectl's validation asks for), content
-//! negotiation (JSON answered, 406 for a client accepting only what the double does not
-//! write, 415 for a body it does not decode; protobuf bodies decoded for the kinds
-//! kubectl's typed commands send), watches streamed from the store's changes, PUT and
-//! PATCH (JSON, merge and strategic merge patches), `kubectl exec` and `logs`, and `kubectl
-//! port-forward` (SPDY/3.1 as a kubelet serves it, tunnelled through a websocket or over a
-//! plain upgrade: `spdy.rs`). The in-Pod path is refereed by Python's `ssl` and `urllib` in
-//! a Pod (the mounted CA, the IP SAN and the token, `tests/kube_double/main.rs` of the harness).
+//! **It serves the harness's own client** (kube-rs, JSON), not every client: `/version` is
+//! its one discovery document (`/api`, `/apis` and OpenAPI are 404, so kubectl's typed
+//! commands find nothing; `--raw` requests work), request bodies are JSON and patches JSON
+//! merge patches (YAML, protobuf, JSON Patch, strategic merge patch and server-side apply
+//! are 415; an `Accept` without JSON is 406), and exec and port-forward are websockets (SPDY
+//! is 400). Each refusal's `Status` says so. Third-party clients (kubectl, the Python client)
+//! no longer referee it: the real API server does. The in-Pod path is refereed by Python's
+//! `ssl` and `urllib` in a Pod (the mounted CA, the IP SAN and the token,
+//! `tests/kube_double/main.rs` of the harness).
 //!
 //! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
 //! `podPidsLimit`, housekeeping timing, restart backoff), real admission plugins (Pod
@@ -114,7 +113,7 @@
 //! handlers refuse before its registry (options, bodies of another kind or namespace, fields
 //! an update may not change), `validation` checks names, labels and annotations,
 //! `serviceaccount`, `quota`, `secrets` and `leases` admit what is written) or to the exec and
-//! port-forward streams (`streams`, `spdy`, `tunnel`); `runtime` runs the stored Pods once
+//! port-forward streams (`streams`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
 //! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
 //! `store` holds the state, `route`
@@ -137,7 +136,6 @@ mod mounts;
 mod negotiation;
 mod objects;
 mod patch;
-mod protobuf;
 mod quota;
 mod rbac;
 pub mod recorded;
@@ -148,12 +146,10 @@ mod runtime;
 mod scheduler;
 mod secrets;
 mod serviceaccount;
-mod spdy;
 mod status;
 mod storage;
 pub(crate) mod store;
 mod streams;
-mod tunnel;
 pub mod validation;
 mod watch;
 

@@ -17,17 +17,6 @@ use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
 
-/// The patch formats the double applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Patch {
-    /// RFC 6902.
-    Json,
-    /// RFC 7386.
-    Merge,
-    /// Kubernetes' strategic merge patch.
-    StrategicMerge,
-}
-
 impl Ctx<'_> {
     /// Removes a volume provisioned for a claim that was then refused.
     fn discard(&self, volume: Option<kandev_harness::backend::WorkspaceRef>) {
@@ -473,72 +462,28 @@ impl Ctx<'_> {
         self.commit(name, existing, object, false).await
     }
 
-    /// A PATCH applied to the stored object, then stored as an update; refused as the API
-    /// server's patch handler refuses it (apiserver `pkg/endpoints/handlers/patch.go`): a
-    /// body that is no patch of its type is 400 (`error decoding patch`), a JSON Patch that
-    /// does not apply 422 (`applyJSPatch`), a strategic merge patch of an unknown `$patch`
-    /// 500 (`interpretStrategicMergePatchError` passes it on), a patched object that does
-    /// not decode 422 (`field.Invalid` of `patch`), one of another name 400.
-    pub(crate) async fn patch(&self, name: &str, kind: Patch, patch: Value) -> Reply {
+    /// A JSON merge patch (the one format `negotiation` lets through) applied to the stored
+    /// object, then stored as an update; refused as the API server's patch handler refuses
+    /// it (apiserver `pkg/endpoints/handlers/patch.go`): a body that is no object is 400
+    /// (`error decoding patch`), a patched object that does not decode 422 (`field.Invalid`
+    /// of `patch`), one of another name 400.
+    pub(crate) async fn patch(&self, name: &str, patch: Value) -> Reply {
         let Some(existing) = self.state.store().objects.get(&self.key(name)).cloned() else {
             return not_found(self.route, name);
         };
-        let not_decoded = match (kind, &patch) {
-            (Patch::Json, Value::Array(_))
-            | (Patch::Merge | Patch::StrategicMerge, Value::Object(_)) => None,
-            (Patch::Json, other) => Some(format!(
-                "error decoding patch: json: cannot unmarshal {} into Go value of type []handlers.jsonPatchOp",
-                json_type(other)
-            )),
-            (Patch::Merge, other) => Some(format!(
-                "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-                json_type(other)
-            )),
-            (Patch::StrategicMerge, other) => Some(format!(
-                "json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-                json_type(other)
-            )),
-        };
-        if let Some(message) = not_decoded {
-            return status(StatusCode::BAD_REQUEST, "BadRequest", &message, json!({}));
-        }
-        let mut object = existing.clone();
-        let applied = match kind {
-            Patch::Json => patch::json_patch(&mut object, &patch),
-            Patch::Merge => {
-                patch::merge(&mut object, &patch);
-                Ok(())
-            }
-            Patch::StrategicMerge => patch::strategic(&mut object, &patch),
-        };
-        match applied {
-            Ok(()) => {}
-            Err(e) if e.starts_with("unknown patch type") => {
-                return unknown_status(StatusCode::INTERNAL_SERVER_ERROR, &e);
-            }
-            Err(e) => {
-                return status(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid",
-                    &format!(
-                        "the patch does not apply to {} \"{name}\": {e}",
-                        self.route.resource
-                    ),
-                    json!({"name": name, "kind": self.route.resource}),
-                );
-            }
-        }
-        if !object.is_object() {
+        if !patch.is_object() {
             return status(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "Invalid",
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
                 &format!(
-                    " \"\" is invalid: patch: Invalid value: {}: the patched object is not an object",
-                    json!(object.to_string())
+                    "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                    json_type(&patch)
                 ),
-                json!({"causes": [{"reason": "FieldValueInvalid", "field": "patch"}]}),
+                json!({}),
             );
         }
+        let mut object = existing.clone();
+        patch::merge(&mut object, &patch);
         if let Some(problem) = checks::decode_error(&mut object, self.api_version, self.kind) {
             let problem = match problem.split_once(" cannot be handled as a ") {
                 Some((_, rest)) => rest

@@ -1,9 +1,10 @@
 //! The double's router: every request recorded, authenticated, negotiated, routed to what
-//! serves it (discovery, RBAC's gate, the stored objects' verbs, watches, exec and
-//! port-forward streams).
+//! serves it (`/version`, RBAC's gate, the stored objects' verbs, watches, exec and
+//! port-forward streams). What the harness's client never asks (discovery documents beyond
+//! `/version`, OpenAPI, SPDY streams, other bodies than JSON) is refused with a `Status`
+//! saying so.
 
-use super::negotiation::{decode_body, media_type, negotiate};
-use super::objects::Patch;
+use super::negotiation::{decode_body, negotiate};
 use super::rbac::{Attributes, allowed};
 use super::request::Ctx;
 use super::route::{param, parse_route, query_pairs};
@@ -41,8 +42,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     {
         // Readable without credentials, as `system:anonymous` (the `system:public-info-viewer`
         // ClusterRole); a request with a token the server does not know is still 401, as
-        // authentication comes first. The Python client asks for `/version/` (a go-restful
-        // route, "/" under "/version").
+        // authentication comes first.
         return json_reply(StatusCode::OK, &discovery::version());
     }
     // The health endpoints answer every client (kube-apiserver's
@@ -97,21 +97,23 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     // and port-forward are websockets.
     let json_answer = !(req.method() == Method::GET
         && (path.ends_with("/log") || req.headers().contains_key(hyper::header::UPGRADE)));
-    if req.method() == Method::GET
-        && let Some(document) = discovery::document(&path)
-    {
+    if req.method() == Method::GET && path.trim_end_matches('/') == "/version" {
+        // Any authenticated caller reads it (the `system:public-info-viewer` ClusterRole).
         if let Err(refused) = negotiate(req.headers()) {
             return *refused;
         }
-        // Any authenticated caller reads discovery (the `system:discovery` ClusterRole).
-        return json_reply(StatusCode::OK, &document);
+        return json_reply(StatusCode::OK, &discovery::version());
     }
     let query = query_pairs(req.uri().query());
     let Some(route) = parse_route(&path) else {
+        // `/api`, `/apis`, a group version's resource list, `/openapi/...`: what kubectl and
+        // other clients discover a server by; the harness's client asks only `/version`.
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
-            &format!("the server could not find the requested resource ({path})"),
+            &format!(
+                "the server could not find the requested resource ({path}): the kube double serves no discovery documents but /version, only what the harness's client asks"
+            ),
             json!({}),
         );
     };
@@ -235,15 +237,6 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             );
         }
     }
-    let spdy_upgrade = req
-        .headers()
-        .get(hyper::header::UPGRADE)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|u| u.eq_ignore_ascii_case("SPDY/3.1"));
-    if spdy_upgrade && route.resource == "pods" && route.sub.as_deref() == Some("portforward") {
-        // kubectl's fallback when the tunnelled websocket is refused (or turned off).
-        return streams::portforward_spdy(state, req, route).await;
-    }
     if !upgrade
         && route.resource == "pods"
         && matches!(
@@ -251,20 +244,14 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             Some("exec" | "portforward" | "attach")
         )
     {
-        // SPDY exec and attach (`Upgrade: SPDY/3.1`, what kubectl falls back to when a
-        // websocket is refused) are not served: said in kubectl's own error ("error
-        // upgrading connection: ...").
+        // SPDY (`Upgrade: SPDY/3.1`, kubectl's and client-go's older transport) and attach are
+        // not served: kube-rs, the harness's client, uses websockets.
         return status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             &format!(
-                "the kube double serves pods/{} over websockets only ({}), not over SPDY",
+                "the kube double serves pods/exec and pods/portforward over websockets only (v5.channel.k8s.io, v4.channel.k8s.io), what the harness's client uses; not pods/{} over SPDY",
                 route.sub.as_deref().unwrap_or_default(),
-                if route.sub.as_deref() == Some("portforward") {
-                    "v4.channel.k8s.io and SPDY/3.1+portforward.k8s.io, or an upgrade to SPDY/3.1"
-                } else {
-                    "v5.channel.k8s.io, v4.channel.k8s.io"
-                }
             ),
             json!({}),
         );
@@ -373,14 +360,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         (Method::GET, Some(name), Some("log")) if route.resource == "pods" => ctx.log(name).await,
         (Method::DELETE, Some(name), None) => ctx.delete(name, body),
         (Method::PUT, Some(name), None) => ctx.update(name, body).await,
-        (Method::PATCH, Some(name), None) => {
-            let patch = match content_type.as_deref().map(media_type).unwrap_or_default() {
-                "application/json-patch+json" => Patch::Json,
-                "application/merge-patch+json" => Patch::Merge,
-                _ => Patch::StrategicMerge,
-            };
-            ctx.patch(name, patch, body).await
-        }
+        (Method::PATCH, Some(name), None) => ctx.patch(name, body).await,
         _ => status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",

@@ -21,16 +21,14 @@
 //! which stops the writer in the Pod; and the other way round.
 
 use super::route::Route;
-use super::spdy;
 use super::status::{Reply, full, status};
 use super::store::{DoubleState, Running};
-use super::tunnel::{FRAME, pod_side};
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use kandev_harness::backend::PodRef;
-use kandev_harness::backend::local::attach::{Attached, Output, PodStreams};
+use kandev_harness::backend::local::attach::{Attached, Exit, Output, PodStreams};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +43,11 @@ const V4: &str = "v4.channel.k8s.io";
 const EXEC_LIMIT: Duration = Duration::from_secs(3600);
 /// How long port tunnels may take to finish once the client has gone.
 const TUNNEL_GRACE: Duration = Duration::from_secs(30);
+
+/// The largest frame the double sends.
+const FRAME: usize = 32 * 1024;
+/// At most this much of a tunnel's stderr goes into its error message.
+const MAX_ERROR: usize = 4096;
 
 /// An error answer before the upgrade (boxed: a Response is large).
 type Refused = Box<Reply>;
@@ -94,7 +97,10 @@ fn upgrade(
         return Err(Box::new(status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
-            &format!("no supported websocket subprotocol among {offered:?}"),
+            &format!(
+                "no supported websocket subprotocol among {offered:?}: the kube double serves {} only (what the harness's client uses; no SPDY)",
+                preferred.join(", ")
+            ),
             json!({}),
         )));
     };
@@ -310,19 +316,6 @@ pub(crate) async fn portforward(
         Ok(t) => t,
         Err(reply) => return *reply,
     };
-    let offered = offered(&req);
-    if !offered.iter().any(|p| p == V4 || p == V5) && offered.iter().any(|p| p == spdy::TUNNEL) {
-        // kubectl's form: SPDY tunnelled through the websocket, the ports in its streams.
-        let (reply, _, on) = match upgrade(&mut req, &[spdy::TUNNEL]) {
-            Ok(u) => u,
-            Err(reply) => return *reply,
-        };
-        tokio::spawn(async move {
-            let Some(ws) = socket(on).await else { return };
-            spdy_over_websocket(ws, streams, running).await;
-        });
-        return reply;
-    }
     let ports: Result<Vec<u16>, _> = query
         .iter()
         .filter(|(k, _)| k == "ports")
@@ -363,7 +356,7 @@ async fn from_pod(
     port: u16,
     pod: PodRef,
     output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
-    exit: kandev_harness::backend::local::attach::Exit,
+    exit: Exit,
     to_client: tokio::sync::mpsc::Sender<Message>,
 ) {
     let (data, error) = channels(index);
@@ -480,97 +473,38 @@ async fn serve_portforward(ws: Socket, streams: PodStreams, pod: PodRef, ports: 
     aborts.iter().for_each(tokio::task::AbortHandle::abort);
 }
 
-/// kubectl's port-forward tunnelled through a websocket: each binary message carries SPDY
-/// bytes, each SPDY frame the double writes is one message (client-go
-/// `tools/portforward/tunneling_connection.go`).
-async fn spdy_over_websocket(ws: Socket, streams: PodStreams, pod: PodRef) {
-    let (mut sink, stream) = ws.split();
-    let (to_client, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
-    let writer = tokio::spawn(async move {
-        while let Some(frame) = queued.recv().await {
-            if sink.send(Message::binary(frame)).await.is_err() {
-                return;
+/// The Pod side of one port-forward tunnel: each chunk the bridge reads from the Pod's port
+/// goes to `relay` as it comes (`false`: the client is gone, and so is the tunnel: `None`);
+/// then why the connection failed, if it did (the bridge's error, or its stderr when it
+/// exited non-zero).
+async fn pod_side<Relayed: std::future::Future<Output = bool>>(
+    mut output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
+    exit: Exit,
+    mut relay: impl FnMut(Vec<u8>) -> Relayed,
+) -> Option<Option<String>> {
+    let mut stderr = Vec::new();
+    let mut failure = None;
+    while let Some(chunk) = output.next().await {
+        match chunk {
+            Ok(Output::Stdout(bytes)) => {
+                if !relay(bytes).await {
+                    return None;
+                }
+            }
+            Ok(Output::Stderr(bytes)) => {
+                let room = MAX_ERROR.saturating_sub(stderr.len());
+                stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            Err(e) => {
+                failure = Some(format!("{e:#}"));
+                break;
             }
         }
-        let _ = sink.send(normal_close()).await;
-    });
-    // Reading also answers the client's websocket pings and close.
-    let incoming = stream
-        .take_while(|m| std::future::ready(matches!(m, Ok(m) if !m.is_close())))
-        .filter_map(|m| {
-            std::future::ready(match m {
-                Ok(Message::Binary(bytes)) => Some(bytes.to_vec()),
-                _ => None,
-            })
-        });
-    spdy::serve(incoming, to_client, streams, pod).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
-}
-
-/// kubectl's fallback: a plain HTTP/1.1 upgrade to SPDY/3.1 (`X-Stream-Protocol-Version:
-/// portforward.k8s.io`), answered as the kubelet's `httpstream.Handshake` and
-/// `spdy.NewResponseUpgrader` answer it.
-pub(crate) async fn portforward_spdy(
-    state: Arc<DoubleState>,
-    mut req: Request<Incoming>,
-    route: Route,
-) -> Reply {
-    let (_, running, streams) = match target(&state, &route) {
-        Ok(t) => t,
-        Err(reply) => return *reply,
-    };
-    let versions: Vec<String> = req
-        .headers()
-        .get_all("x-stream-protocol-version")
-        .iter()
-        .filter_map(|h| h.to_str().ok())
-        .flat_map(|h| h.split(',').map(|p| p.trim().to_owned()))
-        .collect();
-    if !versions.iter().any(|v| v == spdy::PROTOCOL) {
-        // The kubelet's handshake refuses a protocol it does not serve with 403.
-        return status(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            &format!(
-                "unable to upgrade: unable to negotiate protocol: client supports {versions:?}, server accepts [\"{}\"]",
-                spdy::PROTOCOL
-            ),
-            json!({}),
-        );
     }
-    let on = hyper::upgrade::on(&mut req);
-    let mut reply = Response::new(full(Bytes::new()));
-    *reply.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let headers = reply.headers_mut();
-    let value = hyper::header::HeaderValue::from_static;
-    headers.insert(hyper::header::CONNECTION, value("Upgrade"));
-    headers.insert(hyper::header::UPGRADE, value("SPDY/3.1"));
-    headers.insert("x-stream-protocol-version", value(spdy::PROTOCOL));
-    tokio::spawn(async move {
-        use tokio::io::AsyncReadExt;
-        let Ok(upgraded) = on.await else { return };
-        let (read, mut write) = tokio::io::split(TokioIo::new(upgraded));
-        let (to_client, mut queued) = tokio::sync::mpsc::channel::<Vec<u8>>(8);
-        let writer = tokio::spawn(async move {
-            while let Some(frame) = queued.recv().await {
-                if write.write_all(&frame).await.is_err() {
-                    return;
-                }
-            }
-            let _ = write.shutdown().await;
-        });
-        let incoming = futures_util::stream::unfold(read, |mut read| async move {
-            let mut buffer = vec![0u8; FRAME];
-            match read.read(&mut buffer).await {
-                Ok(0) | Err(_) => None,
-                Ok(n) => {
-                    buffer.truncate(n);
-                    Some((buffer, read))
-                }
-            }
-        });
-        spdy::serve(incoming, to_client, streams, running).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
-    });
-    reply
+    Some(match (failure, exit.code().await) {
+        (Some(e), _) => Some(e),
+        (None, Ok(Some(0))) => None,
+        (None, Ok(_)) => Some(String::from_utf8_lossy(&stderr).trim().to_owned()),
+        (None, Err(e)) => Some(format!("{e:#}")),
+    })
 }

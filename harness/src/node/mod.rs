@@ -59,9 +59,15 @@ pub trait NodeView: Send + Sync {
     /// levels deep, leaving out Pods' cgroups (`pod<uid>`, `*-pod<u_i_d>.slice`) and the
     /// folder Pods are made under (a host view's scope), with what is below them: the leak
     /// ledger compares it before a scenario and after its teardown.
-    /// None when this view cannot list them.
+    /// None when this view cannot list them, or could not this time (see
+    /// [`lists_cgroup_folders`](Self::lists_cgroup_folders)).
     async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
         None
+    }
+    /// Whether this view lists the node's cgroup folders at all: when it does, a listing that
+    /// failed is an error of the ledger, not a view that cannot look.
+    fn lists_cgroup_folders(&self) -> bool {
+        false
     }
     /// One cgroup folder as [`cgroup_folders`](Self::cgroup_folders) names it: when it was
     /// made and its processes' `HOSTNAME`s. None when it is gone (or cannot be read).
@@ -167,6 +173,10 @@ impl NodeView for HostNode {
 
     async fn pod_processes(&self, pod_name: &str) -> anyhow::Result<Vec<NodeProcess>> {
         Ok(pod_processes(&self.proc_root, pod_name))
+    }
+
+    fn lists_cgroup_folders(&self) -> bool {
+        true
     }
 
     async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {

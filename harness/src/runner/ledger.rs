@@ -243,6 +243,12 @@ pub async fn cgroups_left(
     nested_ids: &[String],
 ) -> Result<CgroupsLeft, String> {
     let Some(before) = &baseline.folders else {
+        if node.lists_cgroup_folders() {
+            return Err(format!(
+                "{} could not list the node's cgroup folders when the scenario started: no folder it made can be ruled out",
+                node.describe()
+            ));
+        }
         return Ok(CgroupsLeft::NotCompared(format!(
             "{} listed no cgroup folders when the scenario started, so a cgroup it made outside its Pods' is not looked for (its Pods' own cgroups are)",
             node.describe()
@@ -359,15 +365,14 @@ mod tests {
             cgroups_left(&node, &baseline, &[], &[]).await.unwrap(),
             CgroupsLeft::Compared(Vec::new())
         );
-        // A view that listed nothing when the scenario started says so: never "nothing left".
+        // A view that lists folders but could not when the scenario started: an error, never
+        // "nothing left".
         let unlisted = CgroupBaseline {
             folders: None,
             started: SystemTime::now(),
         };
-        match cgroups_left(&node, &unlisted, &[], &[]).await.unwrap() {
-            CgroupsLeft::NotCompared(why) => assert!(why.contains("not looked for"), "{why}"),
-            other => panic!("{other:?}"),
-        }
+        let why = cgroups_left(&node, &unlisted, &[], &[]).await.unwrap_err();
+        assert!(why.contains("when the scenario started"), "{why}");
         // A tree that cannot be listed again is an error, not "nothing new".
         std::fs::remove_dir_all(&root).unwrap();
         let why = cgroups_left(&node, &baseline, &[], &[]).await.unwrap_err();

@@ -49,6 +49,9 @@ impl NodeView for MeteredNode {
     async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
         self.inner.cgroup_folders().await
     }
+    fn lists_cgroup_folders(&self) -> bool {
+        self.inner.lists_cgroup_folders()
+    }
     async fn cgroup_folder(&self, folder: &str) -> Option<crate::node::CgroupFolder> {
         self.inner.cgroup_folder(folder).await
     }

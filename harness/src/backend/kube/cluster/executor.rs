@@ -201,6 +201,17 @@ pub(in crate::backend::kube) async fn can_i(
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
+/// The username the API server knows `client` by (a SelfSubjectReview); None when the
+/// server does not serve the review (before v1.28) or refuses it.
+pub(super) async fn who_am_i(client: &Client) -> Option<String> {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .ok()?;
+    review.status?.user_info?.username
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -172,12 +172,10 @@ pub fn operator_needs(
                 RBAC
             };
             for verb in ["get", "delete"] {
-                needs.push(Need::new(
-                    verb,
-                    group,
-                    resource,
-                    "teardown removes the executor's",
-                ));
+                needs.push(
+                    Need::new(verb, group, resource, "teardown removes the executor's")
+                        .named(EXECUTOR),
+                );
             }
         }
     }
@@ -259,8 +257,13 @@ pub async fn operator_preflight(
     const RBAC: &str = "rbac.authorization.k8s.io";
     let unchecked = |e: kube::Error| json!({"checked": false, "why": format!("SelfSubjectAccessReviews are not answered: {}", crate::error_chain(&e))});
     let mut escalate = true;
-    for verb in ["escalate", "bind"] {
-        match allowed(client, namespace, &Need::new(verb, RBAC, "roles", "")).await {
+    // Creating a Role is judged unnamed; binding it, by the Role's name (the RBAC plugin's
+    // escalation check asks `bind` on `roleRef.name`).
+    for need in [
+        Need::new("escalate", RBAC, "roles", ""),
+        Need::new("bind", RBAC, "roles", "").named(EXECUTOR),
+    ] {
+        match allowed(client, namespace, &need).await {
             Ok(yes) => escalate &= yes,
             Err(e) if refused_review(&e) => return Ok(unchecked(e)),
             Err(e) => return Err(setup("SelfSubjectAccessReview of your identity")(e)),
@@ -286,7 +289,7 @@ pub async fn operator_preflight(
     }
     if !missing.is_empty() {
         return Err(ClusterError::OperatorForbidden {
-            identity: super::run::who_am_i(client)
+            identity: super::executor::who_am_i(client)
                 .await
                 .unwrap_or_else(|| "your identity".into()),
             namespace: namespace.to_owned(),
@@ -345,8 +348,8 @@ mod tests {
         let named = needs(Some("team-a"), true, true);
         for need in [
             "get namespaces team-a",
-            "delete roles.rbac.authorization.k8s.io",
-            "get rolebindings.rbac.authorization.k8s.io",
+            "delete roles.rbac.authorization.k8s.io kandev-acceptance-executor",
+            "get rolebindings.rbac.authorization.k8s.io kandev-acceptance-executor",
             "create pods",
             "create pods/exec",
         ] {

@@ -4,7 +4,7 @@
 //! everything else is gone).
 
 use super::connect::{ClientBounds, Reached, RefreshedToken, client_with_token, open};
-use super::executor::{EXECUTOR, executor_role, executor_role_file};
+use super::executor::{EXECUTOR, executor_role, executor_role_file, who_am_i};
 use super::lease::{Holder, RunLease};
 use super::operator::operator_preflight;
 use crate::backend::kube::errors::{ClusterError, namespace_create, setup};
@@ -509,17 +509,6 @@ fn cleanup_record(object: String, started: Instant, result: Result<(), String>) 
         duration_ms: started.elapsed().as_millis() as u64,
         error: result.err(),
     }
-}
-
-/// The username the API server knows `client` by (a SelfSubjectReview); None when the
-/// server does not serve the review (before v1.28) or refuses it.
-pub(super) async fn who_am_i(client: &Client) -> Option<String> {
-    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let review = Api::<SelfSubjectReview>::all(client.clone())
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await
-        .ok()?;
-    review.status?.user_info?.username
 }
 
 /// Deletes `name` by its UID (read first: a precondition makes the delete safe to repeat

@@ -49,6 +49,14 @@ const PATH_SETTINGS: [(&str, PathSetting); 8] = [
     ("/cluster/kind/config", PathSetting::Content),
 ];
 
+/// The settings (as `cluster.kubeconfig`) that name where files lie: `report diff` does not
+/// list a change of them as a changed setting (the files' contents are compared apart).
+pub fn path_setting_names() -> impl Iterator<Item = String> {
+    PATH_SETTINGS
+        .iter()
+        .map(|(pointer, _)| pointer.trim_start_matches('/').replace('/', "."))
+}
+
 #[derive(Clone, Copy)]
 enum PathSetting {
     /// Not part of the digest.

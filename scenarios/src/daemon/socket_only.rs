@@ -158,28 +158,32 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         )?;
 
         ctx.step("every socket file the agent and the daemon share");
-        // Searched in both views: the agent's, and the daemon's, which is what every container
-        // it starts with the workspace bound sees (a mount made in the companion shows there,
-        // not in the agent's mount namespace).
+        // Searched in the agent's view and in every dockerd's own mount namespace, which is
+        // what every container it starts with the workspace bound sees: a mount made in the
+        // companion, or in a namespace only the daemon has, shows there and not to the agent
+        // (nor to an exec into the companion).
         let in_agent = session
             .agent_sh(&sockets::socket_files_probe(), Duration::from_secs(60))
             .await?;
-        let in_daemon = session
+        let in_daemons = session
             .in_daemon(
-                &["sh", "-c", &sockets::socket_files_probe()],
-                Duration::from_secs(60),
+                &[
+                    "sh",
+                    "-c",
+                    sockets::PER_DAEMON_PROBE,
+                    "sh",
+                    &sockets::socket_files_probe(),
+                ],
+                Duration::from_secs(90),
             )
             .await?;
-        let daemon_text = in_daemon.stdout_text();
+        let daemon_text = in_daemons.stdout_text();
         ctx.evidence(
             "socket_files",
-            json!({"agent": in_agent.stdout.lines().collect::<Vec<_>>(), "daemon": daemon_text.lines().collect::<Vec<_>>()}),
+            json!({"agent": in_agent.stdout.lines().collect::<Vec<_>>(), "daemons": daemon_text.lines().collect::<Vec<_>>()}),
         );
         let mut wrong = sockets::judge_socket_files("the agent's view", &in_agent.stdout);
-        wrong.extend(sockets::judge_socket_files(
-            "the daemon's view",
-            &daemon_text,
-        ));
+        wrong.extend(sockets::judge_daemon_socket_files(&daemon_text));
         promise(wrong.is_empty(), &ONE_SOCKET, || wrong.join("; "))?;
 
         ctx.step("every listening socket in the Pod's network namespace");

@@ -246,8 +246,9 @@ fn environment(old: &Report, new: &Report) -> Vec<EnvironmentChange> {
         .collect()
 }
 
-/// A report's recorded settings as `name: value` pairs (`cluster.namespace`), but where the
-/// report folder lies (no run's behaviour).
+/// A report's recorded settings as `name: value` pairs (`cluster.namespace`), but those that
+/// name where files lie (the report folder, the kubeconfig, the template's path: their
+/// contents are compared apart, as the configuration digest counts them).
 fn flat_settings(settings: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
     fn walk(
         value: &serde_json::Value,
@@ -272,7 +273,9 @@ fn flat_settings(settings: &serde_json::Value) -> std::collections::BTreeMap<Str
     }
     let mut out = std::collections::BTreeMap::new();
     walk(settings, String::new(), &mut out);
-    out.remove("report_dir");
+    for name in crate::runner::assemble::path_setting_names() {
+        out.remove(&name);
+    }
     out
 }
 

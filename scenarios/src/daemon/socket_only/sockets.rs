@@ -225,6 +225,34 @@ echo "== end""#,
     )
 }
 
+/// The script that runs [`socket_files_probe`] (its `$1`) in every dockerd's own mount
+/// namespace (`nsenter -m`): what that daemon, and every container it starts with the
+/// workspace bound, sees, which an exec into its container need not (a daemon started under
+/// `unshare -m`). A `=== dockerd PID` section each, then `=== all`.
+pub const PER_DAEMON_PROBE: &str = r#"for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = dockerd ] || continue; echo "=== dockerd ${p#/proc/}"; nsenter -t "${p#/proc/}" -m -- sh -c "$1"; done; echo "=== all""#;
+
+/// What [`PER_DAEMON_PROBE`] printed, judged: each dockerd's view as [`judge_socket_files`]
+/// judges one, and at least one dockerd found. Returns what is wrong.
+pub fn judge_daemon_socket_files(text: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    if !text.lines().any(|l| l.trim() == "=== all") {
+        wrong.push("the daemons' socket search did not reach its end".to_owned());
+    }
+    let mut daemons = 0;
+    for section in text.split("=== dockerd ").skip(1) {
+        daemons += 1;
+        let (pid, body) = section.split_once('\n').unwrap_or((section, ""));
+        wrong.extend(judge_socket_files(
+            &format!("dockerd {}'s mount namespace", pid.trim()),
+            body,
+        ));
+    }
+    if daemons == 0 {
+        wrong.push("no dockerd process was found to search its view".to_owned());
+    }
+    wrong
+}
+
 /// What [`socket_files_probe`] printed in `view` (`the agent's view`, ...), judged: the
 /// private socket must be found answering, and nothing else may answer. Returns what is wrong.
 pub fn judge_socket_files(view: &str, text: &str) -> Vec<String> {
@@ -573,6 +601,21 @@ mod tests {
         assert!(
             judge_socket_files("agent", "api /run/docker/docker.sock\n")[0]
                 .contains("did not reach its end")
+        );
+    }
+
+    #[test]
+    fn every_daemons_own_view_is_judged_and_one_must_be_found() {
+        let good = "=== dockerd 7\napi /run/docker/docker.sock\n== end\n=== all\n";
+        assert_eq!(judge_daemon_socket_files(good), Vec::<String>::new());
+        let hidden = "=== dockerd 7\napi /workspace/.engine/docker.sock\napi /run/docker/docker.sock\n== end\n=== all\n";
+        assert_eq!(
+            judge_daemon_socket_files(hidden),
+            vec!["dockerd 7's mount namespace: a Docker API answers on /workspace/.engine/docker.sock".to_owned()]
+        );
+        assert_eq!(
+            judge_daemon_socket_files("=== all\n"),
+            vec!["no dockerd process was found to search its view".to_owned()]
         );
     }
 

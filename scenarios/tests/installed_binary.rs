@@ -298,14 +298,7 @@ async fn with_no_checkout_and_no_cargo_it_runs_a_scenario_on_the_local_engine() 
         .filter_map(|p| p.strip_prefix(folder))
         .collect();
     let mut expected = Vec::new();
-    for carried in [
-        "fixtures/templates",
-        "fixtures/prepare",
-        "fixtures/images",
-        "fixtures/rbac",
-        "kind/cluster.yaml",
-        "kind/pins.env",
-    ] {
+    for carried in kandev_harness::paths::CARRIED {
         expected.extend(files_below(&common::root(), carried));
     }
     expected.sort();

@@ -1372,3 +1372,92 @@ async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_
         "{missing:#}"
     );
 }
+
+/// Issue 40, item 9: a create the API server answered 504 (its request timeout: the write may
+/// have been done) is sent again by kube-rs's own retry policy (`kube::client::retry`, below
+/// the harness's layers), and the repeat is answered 409 AlreadyExists. The object of that
+/// name carries this create's nonce, so this create made it: taken as created, for the task
+/// Pod and for the workspace claim. One without it (someone else's) leaves the 409 standing.
+/// The double answers a fault without serving the request, so the object the first attempt
+/// made is created beforehand, from the same body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_answered_504_then_409_is_taken_when_the_object_carries_its_nonce() {
+    use kandev_harness::backend::kube::cluster::{self, Cluster};
+    use kandev_harness::pod::template::WorkspaceMode;
+    use kandev_test_support::cluster_double::{self, Fault};
+    use kandev_test_support::on_double::session_backend;
+    use kube::ResourceExt;
+    use kube::api::{Api, PostParams};
+
+    let double = cluster_double::start(None).await.unwrap();
+    // Set up as a managed-claim run (the executor may create claims).
+    let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap();
+    let run = format!("nonce-{}", kandev_harness::pod::identity::random_hex(4));
+    let cluster = Cluster::set_up(reached, None, None, WorkspaceMode::ManagedPvc, &run)
+        .await
+        .unwrap();
+    let ns = cluster.namespace.clone();
+    let backend = session_backend(&cluster, "kandev-agent");
+    let faults = double.state.faults();
+    let timeout = || Fault::Status {
+        code: 504,
+        retry_after: None,
+    };
+    let id = SessionIdentity::new("20261130t000000-abcdef", "lifecycle::nonce", 1);
+
+    // The claim.
+    let claim = id.workspace_claim_name();
+    let annotations = BTreeMap::from([("kandev.ai/create-nonce".to_owned(), create_nonce())]);
+    let desired = backend.managed_pvc(&claim, &id.all_labels(), &annotations);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(cluster.admin.clone(), &ns);
+    let made = claims
+        .create(&PostParams::default(), &desired)
+        .await
+        .unwrap();
+    faults.inject(
+        Some("POST"),
+        "/persistentvolumeclaims?&fieldManager",
+        timeout(),
+        1,
+    );
+    let workspace = backend
+        .create_workspace(&claim, &id.all_labels(), &annotations)
+        .await
+        .unwrap();
+    assert_eq!(Some(workspace.uid.clone()), made.uid());
+    assert!(workspace.created_by_run);
+
+    // The task Pod.
+    let pod = task_pod(TaskPod::new(&ns, &id)).unwrap();
+    let pods: Api<Pod> = Api::namespaced(cluster.admin.clone(), &ns);
+    let made = pods.create(&PostParams::default(), &pod).await.unwrap();
+    faults.inject(Some("POST"), "/pods?&fieldManager", timeout(), 1);
+    let created = backend.create_pod(&pod).await.unwrap();
+    assert_eq!(Some(created.uid.clone()), made.uid());
+
+    // Someone else's Pod of the name (another nonce): the 409 stands.
+    let other = SessionIdentity::new("20261130t000000-abcdef", "lifecycle::other", 1);
+    let pod = task_pod(TaskPod::new(&ns, &other)).unwrap();
+    let mut theirs = pod.clone();
+    theirs
+        .annotations_mut()
+        .insert("kandev.ai/create-nonce".into(), create_nonce());
+    pods.create(&PostParams::default(), &theirs).await.unwrap();
+    faults.inject(Some("POST"), "/pods?&fieldManager", timeout(), 1);
+    let refused = kandev_harness::error_chain(&backend.create_pod(&pod).await.unwrap_err());
+    assert!(
+        refused.contains("already exists (without this create's nonce)"),
+        "{refused}"
+    );
+
+    // Each create was answered 504 once, and sent again.
+    let fired: Vec<String> = faults
+        .injected()
+        .into_iter()
+        .filter(|f| f.contains("code: 504"))
+        .collect();
+    assert_eq!(fired.len(), 3, "{fired:?}");
+    cluster.teardown().await;
+}

@@ -5,9 +5,10 @@
 use super::backend::KubeBackend;
 use super::deletes::delete_exact;
 use super::errors::other;
+use super::pods::made_by_this_create;
 use crate::backend::{BackendError, Result, WorkspaceRef};
 use crate::pod::admission::{self, AdmissionMismatch, AdmissionMutated};
-use crate::pod::identity::LABEL_MANAGED;
+use crate::pod::identity::{ANNOTATION_CREATE_NONCE, LABEL_MANAGED};
 use crate::pod::template::is_owned_label;
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
@@ -223,15 +224,31 @@ pub(super) async fn create(
     annotations: &BTreeMap<String, String>,
 ) -> Result<WorkspaceRef> {
     let desired = backend.managed_pvc(name, labels, annotations);
-    let admitted = backend
+    let admitted = match backend
         .pvcs()
         .create(&KubeBackend::post_params(), &desired)
         .await
-        .map_err(|e| BackendError::Create {
-            what: "workspace claim",
-            name: name.into(),
-            source: e.into(),
-        })?;
+    {
+        Ok(admitted) => admitted,
+        // As a Pod's create: a claim carrying this create's nonce is the one it made (a 504
+        // retried by kube-rs and answered 409, a timeout).
+        Err(e) => match made_by_this_create(
+            &backend.pvcs(),
+            name,
+            annotations.get(ANNOTATION_CREATE_NONCE),
+        )
+        .await
+        {
+            Some(found) => found,
+            None => {
+                return Err(BackendError::Create {
+                    what: "workspace claim",
+                    name: name.into(),
+                    source: e.into(),
+                });
+            }
+        },
+    };
     let uid = admitted.uid().unwrap_or_default();
     let mismatches = compare_pvc(&desired, &admitted);
     if !mismatches.is_empty() {

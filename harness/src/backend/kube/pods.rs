@@ -39,6 +39,30 @@ pub(super) async fn create_helper(backend: &KubeBackend, pod: &Pod) -> Result<Po
     })
 }
 
+/// The object at `name` when it carries `nonce`, the create nonce a failed create sent: that
+/// create made it, whatever its client heard. The answer may be an error though the write was
+/// done: a timeout, a 5xx, or a 409 to kube-rs's own repeat of a create answered 504
+/// (`kube::client::retry`, `RetryPolicy`, below the harness's layers: `resilience` never sees
+/// the 504). A nonce is drawn per create (`identity::create_nonce`): no other create's object
+/// carries it.
+pub(super) async fn made_by_this_create<K>(
+    api: &Api<K>,
+    name: &str,
+    nonce: Option<&String>,
+) -> Option<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let nonce = nonce.filter(|n| !n.is_empty())?;
+    let found = api.get_opt(name).await.ok()??;
+    (found.meta().annotations.as_ref()?.get(ANNOTATION_CREATE_NONCE) == Some(nonce)).then(|| {
+        tracing::info!(
+            "create of {name} was answered with an error, but the object of that name carries its create nonce: that create made it"
+        );
+        found
+    })
+}
+
 /// Creates a Kandev task Pod and compares the admitted Pod with it.
 pub(super) async fn create(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
     let name = pod.metadata.name.clone().unwrap_or_default();
@@ -48,25 +72,22 @@ pub(super) async fn create(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
         .await
     {
         Ok(admitted) => admitted,
-        Err(e) if is_status(&e, 409) => {
-            return Err(BackendError::Create {
-                what: "pod",
-                name,
-                source: anyhow!("a Pod of that name already exists: {e}"),
-            });
-        }
         Err(e) => {
-            // An ambiguous create (timeout, 5xx): the exact name is ours only if it
-            // carries this create's nonce.
+            // An ambiguous create (timeout, 5xx, or 409 after a retry): the exact name is
+            // ours only if it carries this create's nonce.
             let nonce = pod.annotations().get(ANNOTATION_CREATE_NONCE);
-            match backend.pods().get_opt(&name).await {
-                Ok(Some(found))
-                    if nonce.is_some()
-                        && found.annotations().get(ANNOTATION_CREATE_NONCE) == nonce =>
-                {
-                    found
+            match made_by_this_create(&backend.pods(), &name, nonce).await {
+                Some(found) => found,
+                None if is_status(&e, 409) => {
+                    return Err(BackendError::Create {
+                        what: "pod",
+                        name,
+                        source: anyhow!(
+                            "a Pod of that name already exists (without this create's nonce): {e}"
+                        ),
+                    });
                 }
-                _ => {
+                None => {
                     return Err(BackendError::Create {
                         what: "pod",
                         name,

@@ -26,6 +26,11 @@
 //!   is read, and when it carries every label and annotation the create asked for (the run's
 //!   label, the session's create nonce), it is the one the lost create made: answered as
 //!   created. Otherwise the 409 stands (someone else's object).
+//! - **A create answered 504 and repeated by kube-rs, then answered 409**: kube-rs's retry
+//!   is below these layers, so they see only the 409. A 504 may come after the write was
+//!   done (the API server's request timeout); the Pod and claim creates, which carry a
+//!   create nonce, read the object back and take it when it carries theirs
+//!   (`pods::made_by_this_create`).
 //!
 //! Built from tower's retry machinery (`tower::retry::Policy`, the trait kube-rs's
 //! `RetryPolicy` implements) over a buffered service, inside the client's answer bound, so a

@@ -1,5 +1,6 @@
 //! How many task Pods a cluster can hold at once, for `--jobs` when it is not given: each
-//! schedulable node of the run's architecture offers its allocatable CPU, memory and Pod
+//! node the task Pod can be placed on (`placement`: the run's architecture, the template's
+//! tolerations, `nodeSelector` and required affinity) offers its allocatable CPU, memory and Pod
 //! slots less what the Pods bound there (and not ended) already request, as the scheduler's
 //! `NodeResourcesFit` counts them; a session's Pod needs what the template requests (summed
 //! as the scheduler sums a Pod's requests). More scenarios at once than that would only leave
@@ -41,28 +42,21 @@ fn fits(allocatable: Amounts, pods: i64, requested: Amounts, bound: i64, per: Am
     .min(slots)
 }
 
-/// How many Pods requesting `per` the `nodes` hold beside the bound `pods` (pure).
-pub fn sessions_that_fit(nodes: &[Node], pods: &[Pod], arch: Arch, per: Amounts) -> Capacity {
+/// How many Pods of `template` (requesting `per`) the `nodes` it can be placed on
+/// (`placement::excluded`) hold beside the bound `pods` (pure).
+pub fn sessions_that_fit(
+    nodes: &[Node],
+    pods: &[Pod],
+    arch: Arch,
+    template: &PodSpec,
+    per: Amounts,
+) -> Capacity {
     let mut total: i64 = 0;
     let mut shown = Vec::new();
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let spec = node.spec.clone().unwrap_or_default();
-        let tainted = spec
-            .taints
-            .iter()
-            .flatten()
-            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
-        let node_arch = node
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("kubernetes.io/arch"))
-            .cloned()
-            .unwrap_or_default();
-        if spec.unschedulable == Some(true) || tainted || node_arch != arch.as_str() {
-            shown.push(json!({"node": name, "counted": false,
-                "why": "cordoned, tainted NoSchedule/NoExecute, or of another architecture"}));
+        if let Some(why) = super::placement::excluded(node, template, Some(arch)) {
+            shown.push(json!({"node": name, "counted": false, "why": why}));
             continue;
         }
         let list = node
@@ -118,7 +112,13 @@ pub async fn read(admin: &kube::Client, arch: Arch, template: &PodSpec) -> kube:
     let lp = ListParams::default();
     let nodes = Api::<Node>::all(admin.clone()).list(&lp).await?.items;
     let pods = Api::<Pod>::all(admin.clone()).list(&lp).await?.items;
-    Ok(sessions_that_fit(&nodes, &pods, arch, requests(template)))
+    Ok(sessions_that_fit(
+        &nodes,
+        &pods,
+        arch,
+        template,
+        requests(template),
+    ))
 }
 
 #[cfg(test)]
@@ -126,7 +126,7 @@ mod tests {
     use super::*;
 
     fn node(name: &str, cpu: &str, memory: &str, extra: Value) -> Node {
-        let mut value = json!({"metadata": {"name": name, "labels": {"kubernetes.io/arch": "amd64"}},
+        let mut value = json!({"metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}},
             "spec": {}, "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}}});
         if let (Some(spec), Some(extra)) = (value["spec"].as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
@@ -163,11 +163,57 @@ mod tests {
             cpu_millis: 500,
             memory_bytes: 1 << 30,
         };
-        let capacity = sessions_that_fit(&nodes, &pods, Arch::Amd64, per);
+        let capacity = sessions_that_fit(&nodes, &pods, Arch::Amd64, &PodSpec::default(), per);
         assert_eq!(capacity.sessions, 6, "{}", capacity.evidence);
         assert_eq!(
-            sessions_that_fit(&nodes, &pods, Arch::Arm64, per).sessions,
+            sessions_that_fit(&nodes, &pods, Arch::Arm64, &PodSpec::default(), per).sessions,
             0
         );
+    }
+
+    /// A control plane that admits tolerating Pods, and a node the template's selector leaves
+    /// out: `--jobs` counts what the task Pod can really be placed on.
+    #[test]
+    fn taints_tolerations_and_the_node_selector_decide_which_nodes_count() {
+        let control_plane = json!({"taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]});
+        let mut other_pool = node("batch", "4", "16Gi", json!({}));
+        other_pool
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("pool".into(), "batch".into());
+        let mut agents = node("agents", "2", "16Gi", json!({}));
+        agents
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("pool".into(), "agents".into());
+        let mut cp = node("cp", "4", "16Gi", control_plane);
+        cp.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("pool".into(), "agents".into());
+        let nodes = [other_pool, agents, cp];
+        let per = Amounts {
+            cpu_millis: 1000,
+            memory_bytes: 1 << 30,
+        };
+        let counted = |template: Value| {
+            let template: PodSpec = serde_json::from_value(template).unwrap_or_default();
+            sessions_that_fit(&nodes, &[], Arch::Amd64, &template, per)
+        };
+        // No selector, no toleration: the two untainted nodes.
+        assert_eq!(counted(json!({"containers": []})).sessions, 6);
+        // The agents pool only.
+        let selected = counted(json!({"containers": [], "nodeSelector": {"pool": "agents"}}));
+        assert_eq!(selected.sessions, 2, "{}", selected.evidence);
+        assert_eq!(
+            selected.evidence["nodes"][0]["why"],
+            json!("nodeSelector pool=agents does not match (batch)")
+        );
+        // The agents pool, its control plane tolerated.
+        let tolerating = counted(json!({"containers": [], "nodeSelector": {"pool": "agents"},
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]}));
+        assert_eq!(tolerating.sessions, 6, "{}", tolerating.evidence);
     }
 }

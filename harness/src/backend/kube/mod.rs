@@ -28,6 +28,7 @@ mod connection;
 mod deletes;
 mod errors;
 mod evidence;
+mod placement;
 mod pods;
 mod status;
 mod streams;

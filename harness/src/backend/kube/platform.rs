@@ -6,7 +6,7 @@
 //! does not schedule) could not see it.
 
 use crate::pod::compose::Arch;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PodSpec};
 use kube::api::{Api, ListParams};
 use std::collections::BTreeMap;
 
@@ -17,7 +17,7 @@ pub struct Platform {
     /// `--platform`, `nodes`, or `this Pod's node` (in the cluster, when the nodes cannot
     /// be read: the harness runs on one of them).
     pub from: &'static str,
-    /// Each schedulable node's `kubernetes.io/arch`, when they were read.
+    /// Each counted node's `kubernetes.io/arch`, when they were read.
     pub nodes: BTreeMap<String, String>,
 }
 
@@ -69,22 +69,15 @@ pub fn check_agent_runs_on(agent: &[u8], platform: &Platform) -> Result<(), Stri
     }
 }
 
-/// Whether the scheduler places ordinary Pods on `node`: not cordoned and without a
-/// `NoSchedule`/`NoExecute` taint (a control plane's, a node going away).
-fn schedulable(node: &Node) -> bool {
-    let spec = node.spec.clone().unwrap_or_default();
-    spec.unschedulable != Some(true)
-        && !spec
-            .taints
-            .iter()
-            .flatten()
-            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-}
-
-/// The architecture `nodes` agree on: that of the schedulable ones (all of them when none
-/// is), each counted by its `kubernetes.io/arch` label.
-pub fn arch_of_nodes(nodes: &[Node]) -> Result<Platform, PlatformError> {
-    let schedulable: Vec<&Node> = nodes.iter().filter(|n| schedulable(n)).collect();
+/// The architecture `nodes` agree on: that of the nodes the template's Pod can be placed on
+/// (`placement::excluded`: not cordoned, its taints tolerated, its `nodeSelector` and
+/// required affinity matched; all nodes when none is), each counted by its
+/// `kubernetes.io/arch` label.
+pub fn arch_of_nodes(nodes: &[Node], template: &PodSpec) -> Result<Platform, PlatformError> {
+    let schedulable: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| super::placement::excluded(n, template, None).is_none())
+        .collect();
     let counted: Vec<&Node> = if schedulable.is_empty() {
         nodes.iter().collect()
     } else {
@@ -131,12 +124,14 @@ pub fn arch_of_nodes(nodes: &[Node]) -> Result<Platform, PlatformError> {
     }
 }
 
-/// The run's platform: `--platform`, else the nodes' (read with `admin`); in the cluster,
-/// nodes the run may not read leave the architecture of the node it runs on.
+/// The run's platform: `--platform`, else that of the nodes (read with `admin`) the
+/// template's Pod can be placed on; in the cluster, nodes the run may not read leave the
+/// architecture of the node it runs on.
 pub async fn resolve(
     admin: &kube::Client,
     platform: Option<Arch>,
     in_cluster: bool,
+    template: &PodSpec,
 ) -> Result<Platform, PlatformError> {
     if let Some(arch) = platform {
         return Ok(Platform {
@@ -149,7 +144,7 @@ pub async fn resolve(
         .list(&ListParams::default())
         .await
     {
-        Ok(list) => arch_of_nodes(&list.items),
+        Ok(list) => arch_of_nodes(&list.items, template),
         Err(_) if in_cluster => Ok(Platform {
             arch: Arch::of_this_machine(),
             from: "this Pod's node",
@@ -165,7 +160,7 @@ mod tests {
 
     fn node(name: &str, arch: &str, extra: serde_json::Value) -> Node {
         let mut value = serde_json::json!({"metadata": {"name": name,
-            "labels": {"kubernetes.io/arch": arch}}, "spec": {}});
+            "labels": {"kubernetes.io/os": "linux", "kubernetes.io/arch": arch}}, "spec": {}});
         if let (Some(spec), Some(extra)) = (value["spec"].as_object_mut(), extra.as_object()) {
             spec.extend(extra.clone());
         }
@@ -216,11 +211,36 @@ mod tests {
                 serde_json::json!({"unschedulable": true}),
             ),
         ];
-        let platform = arch_of_nodes(&nodes).map_err(|e| e.to_string());
+        let platform = arch_of_nodes(&nodes, &PodSpec::default()).map_err(|e| e.to_string());
         assert_eq!(
             platform.map(|p| (p.arch, p.from)),
             Ok((Arch::Arm64, "nodes"))
         );
+    }
+
+    /// A template tolerating a dedicated pool's taint and selecting it: the pool's nodes
+    /// name the architecture, not the untainted nodes its Pods never go to.
+    #[test]
+    fn the_nodes_the_templates_pod_can_be_placed_on_name_the_arch() {
+        let dedicated = serde_json::json!({"taints": [{"key": "dedicated", "value": "agents", "effect": "NoSchedule"}]});
+        let mut pool = node("pool", "arm64", dedicated);
+        pool.metadata
+            .labels
+            .get_or_insert_default()
+            .insert("pool".into(), "agents".into());
+        let nodes = [pool, node("general", "amd64", serde_json::json!({}))];
+        let template: PodSpec = serde_json::from_value(serde_json::json!({"containers": [],
+            "nodeSelector": {"pool": "agents"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "agents", "effect": "NoSchedule"}]}))
+        .unwrap_or_default();
+        let platform = arch_of_nodes(&nodes, &template).map_err(|e| e.to_string());
+        assert_eq!(
+            platform.map(|p| (p.arch, p.nodes.into_keys().collect::<Vec<_>>())),
+            Ok((Arch::Arm64, vec!["pool".to_owned()]))
+        );
+        // Without the toleration and selector, the general node is where Pods go.
+        let platform = arch_of_nodes(&nodes, &PodSpec::default()).map_err(|e| e.to_string());
+        assert_eq!(platform.map(|p| p.arch), Ok(Arch::Amd64));
     }
 
     #[test]
@@ -229,7 +249,7 @@ mod tests {
             node("a", "arm64", serde_json::json!({})),
             node("b", "amd64", serde_json::json!({})),
         ];
-        let refused = arch_of_nodes(&nodes)
+        let refused = arch_of_nodes(&nodes, &PodSpec::default())
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -237,7 +257,7 @@ mod tests {
             refused.contains("a: arm64, b: amd64") && refused.contains("--platform linux/amd64"),
             "{refused}"
         );
-        let none = arch_of_nodes(&[])
+        let none = arch_of_nodes(&[], &PodSpec::default())
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();

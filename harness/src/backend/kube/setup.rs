@@ -322,6 +322,7 @@ async fn finish(
         &cluster.admin,
         settings.platform,
         settings.in_cluster,
+        &template_spec(input),
     )
     .await
     {
@@ -398,6 +399,18 @@ async fn finish(
     })
 }
 
+/// The Pod spec of the run's template (its tolerations, `nodeSelector` and affinity decide
+/// which nodes its Pods can be placed on).
+fn template_spec(input: &PrepareInput<'_>) -> k8s_openapi::api::core::v1::PodSpec {
+    input
+        .template
+        .parsed()
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.clone())
+        .unwrap_or_default()
+}
+
 /// `--jobs` not given: no more scenarios at once than the cluster holds task Pods (what its
 /// nodes can still allocate against the template's requests), at most the host's default and
 /// at least 1, recorded as the `jobs` set-up step (derived or not, and why). Given: as given.
@@ -413,14 +426,7 @@ async fn derive_jobs(input: &PrepareInput<'_>, cluster: &Cluster, arch: Arch) ->
         );
         return None;
     }
-    let spec = input
-        .template
-        .parsed()
-        .template
-        .as_ref()
-        .and_then(|t| t.spec.clone())
-        .unwrap_or_default();
-    let read = super::capacity::read(&cluster.admin, arch, &spec).await;
+    let read = super::capacity::read(&cluster.admin, arch, &template_spec(input)).await;
     let (jobs, evidence) = match read {
         Ok(capacity) => {
             // A scenario may hold two task Pods at once: a second session, the MTU peer, or a

@@ -172,4 +172,35 @@ mod tests {
         });
         assert!(event_line(&e).contains(" x4: "), "{}", event_line(&e));
     }
+
+    /// As the API server serves an events/v1 event in core/v1: `lastTimestamp` and `count`
+    /// null, the time in `eventTime`; an old-style event keeps its `lastTimestamp`.
+    #[test]
+    fn event_time_stands_in_for_a_null_last_timestamp() {
+        let served: Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p.1", "namespace": "n"},
+            "involvedObject": {"kind": "Pod", "name": "p", "uid": "u"},
+            "reason": "Scheduled", "message": "assigned n/p to node", "type": "Normal",
+            "firstTimestamp": null, "lastTimestamp": null, "count": null,
+            "eventTime": "2026-12-06T05:06:07.123456Z",
+            "reportingComponent": "default-scheduler", "reportingInstance": "default-scheduler-cp",
+        }))
+        .unwrap();
+        assert_eq!(
+            event_line(&served),
+            "2026-12-06T05:06:07.123456Z Normal Scheduled x1: assigned n/p to node"
+        );
+        let old: Event = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p.2", "namespace": "n"},
+            "involvedObject": {"kind": "Pod", "name": "p", "uid": "u"},
+            "reason": "BackOff", "message": "back-off", "type": "Warning",
+            "firstTimestamp": "2026-12-06T05:00:00Z", "lastTimestamp": "2026-12-06T05:09:00Z",
+            "count": 3, "eventTime": null,
+        }))
+        .unwrap();
+        assert_eq!(
+            event_line(&old),
+            "2026-12-06T05:09:00Z Warning BackOff x3: back-off"
+        );
+    }
 }

@@ -170,8 +170,9 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) keep_cluster: bool,
     /// The platform the sessions' Pods are pinned to (Kandev's profile `platform`:
-    /// linux/amd64 or linux/arm64); default: the cluster nodes' own architecture
-    /// (kubernetes.io/arch), refused when they disagree. The local backend runs this host's.
+    /// linux/amd64 or linux/arm64); default: the architecture (kubernetes.io/arch) of the
+    /// nodes the template's Pods can be placed on, refused when they disagree. The local
+    /// backend runs this host's.
     #[arg(long, value_name = "OS/ARCH", value_parser = crate::pod::compose::Arch::from_platform)]
     pub(crate) platform: Option<crate::pod::compose::Arch>,
     /// Size of a managed workspace claim (`workspace.size`).
@@ -299,7 +300,9 @@ pub(crate) struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = crate::config::RECIPE_OPTIONAL_TOOLS)]
     pub(crate) optional_tools: Vec<String>,
     /// Scenarios (and so sessions) at once; default: twice the cores, at most 8 (scenarios
-    /// mostly wait on the engine). `--test-threads` wins when both are given.
+    /// mostly wait on the engine), and on kind and kube at most half the task Pods the nodes
+    /// the template's Pods can be placed on (taints tolerated, nodeSelector matched) still
+    /// hold. `--test-threads` wins when both are given.
     #[arg(long, value_name = "N")]
     pub(crate) jobs: Option<usize>,
     /// Run a failed, errored or timed-out scenario again up to N times; a later pass is

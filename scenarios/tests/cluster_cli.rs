@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use kandev_report::Report;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
@@ -20,7 +19,7 @@ fn kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
 
 fn acceptance(args: &[&str]) -> (Option<i32>, String, Duration) {
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let out = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(args)
         .output()
         .unwrap();
@@ -260,23 +259,25 @@ async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
         .await
         .unwrap();
     let proxy = kandev_test_support::connect_proxy::start().await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args([
-            "gc",
-            "--backend",
-            "kube",
-            "--all",
-            "--dry-run",
-            "--kubeconfig",
-        ])
-        .arg(&double.kubeconfig)
-        .args(["--context", &double.context])
-        .env("HTTPS_PROXY", &proxy.url)
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
-        .output()
-        .await
-        .unwrap();
+    let out = tokio::process::Command::from(kandev_test_support::harness_env::harness(env!(
+        "CARGO_BIN_EXE_kandev-acceptance"
+    )))
+    .args([
+        "gc",
+        "--backend",
+        "kube",
+        "--all",
+        "--dry-run",
+        "--kubeconfig",
+    ])
+    .arg(&double.kubeconfig)
+    .args(["--context", &double.context])
+    .env("HTTPS_PROXY", &proxy.url)
+    .env_remove("NO_PROXY")
+    .env_remove("no_proxy")
+    .output()
+    .await
+    .unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -291,20 +292,22 @@ async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
     config["clusters"][0]["cluster"]["proxy-url"] = serde_json::json!(proxy.url);
     let through = dir.path().join("kubeconfig");
     std::fs::write(&through, serde_json::to_vec(&config).unwrap()).unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args([
-            "gc",
-            "--backend",
-            "kube",
-            "--all",
-            "--dry-run",
-            "--kubeconfig",
-        ])
-        .arg(&through)
-        .args(["--context", &double.context])
-        .output()
-        .await
-        .unwrap();
+    let out = tokio::process::Command::from(kandev_test_support::harness_env::harness(env!(
+        "CARGO_BIN_EXE_kandev-acceptance"
+    )))
+    .args([
+        "gc",
+        "--backend",
+        "kube",
+        "--all",
+        "--dry-run",
+        "--kubeconfig",
+    ])
+    .arg(&through)
+    .args(["--context", &double.context])
+    .output()
+    .await
+    .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(proxy.targets().len(), 1, "{:?}", proxy.targets());
 }

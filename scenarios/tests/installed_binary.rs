@@ -16,7 +16,7 @@ mod common;
 
 use kandev_test_support::engine::FixtureEngine;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 /// Runs in a new mount namespace: hides the checkout (`$1`), checks that it is hidden and that
 /// the binary's PATH has no cargo (each a positive control, with its own exit code), then runs
@@ -60,7 +60,7 @@ impl Installed {
     /// The installed binary with `args`, the checkout hidden; its output (exit code checked
     /// by the caller, the controls' here).
     fn run(&self, args: &[&str]) -> Output {
-        let output = Command::new("unshare")
+        let output = kandev_test_support::harness_env::harness("unshare")
             .args(["--mount", "--propagation", "private", "--"])
             .args(["sh", "-c", NAMESPACE_SCRIPT, "sh"])
             .arg(common::root())
@@ -194,7 +194,7 @@ fn with_no_checkout_an_unwritable_cache_refuses_the_run_naming_the_fix() {
 #[test]
 fn a_root_without_fixtures_is_refused_naming_the_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--exact", "template::grant_rules", "--report"])
         .arg(dir.path().join("reports"))
         .env("KANDEV_ACCEPTANCE_ROOT", dir.path())
@@ -359,15 +359,16 @@ async fn kandev_mock_agent_bin_names_the_agent_a_run_uploads() {
     std::fs::copy(&engine.mock_agent_binary, &agent).unwrap();
     let run = |agent: &Path| {
         let reports = tempfile::tempdir().unwrap();
-        let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-            .args(["run", "--exact", "template::grant_rules", "--report"])
-            .arg(reports.path())
-            .env("KANDEV_ACCEPTANCE_ROOT", common::root())
-            .env("KANDEV_MOCK_AGENT_BIN", agent)
-            .env_remove("GITHUB_STEP_SUMMARY")
-            .env_remove("GITHUB_ACTIONS")
-            .output()
-            .unwrap();
+        let output =
+            kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
+                .args(["run", "--exact", "template::grant_rules", "--report"])
+                .arg(reports.path())
+                .env("KANDEV_ACCEPTANCE_ROOT", common::root())
+                .env("KANDEV_MOCK_AGENT_BIN", agent)
+                .env_remove("GITHUB_STEP_SUMMARY")
+                .env_remove("GITHUB_ACTIONS")
+                .output()
+                .unwrap();
         let text = common::output_text(&output);
         let (_, report) = common::written_report(reports.path(), &text);
         (output.status.code(), text, report)

@@ -152,12 +152,13 @@ fn the_full_worker_fixture_passes_every_scenario_and_leaves_nothing() {
         "{out}"
     );
     // The template the release ships is bound, or said not to be.
-    let unbound = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["gate", "--report"])
-        .arg(&run.report_path)
-        .args(["--worker-image", &worker, "--daemon-image", &daemon])
-        .output()
-        .unwrap();
+    let unbound =
+        kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
+            .args(["gate", "--report"])
+            .arg(&run.report_path)
+            .args(["--worker-image", &worker, "--daemon-image", &daemon])
+            .output()
+            .unwrap();
     let text = output_text(&unbound);
     assert!(
         unbound.status.code() == Some(2) && text.contains("fix: pass --template FILE"),
@@ -332,7 +333,7 @@ fn an_invalid_template_is_refused_before_anything_is_created() {
         .replace("    containers:", "    restartPolicy: Never\n    containers:")
         .replace("        imagePullPolicy: IfNotPresent\n        securityContext:\n          runAsUser: 1000", "        imagePullPolicy: IfNotPresent\n        command: [sh]\n        securityContext:\n          runAsUser: 1000");
     std::fs::write(&template, text).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--report"])
         .arg(dir.path())
         .arg("--template")
@@ -372,7 +373,7 @@ fn an_image_flag_the_template_ignores_is_refused_before_anything_is_created() {
             "registry.example/own-worker:1",
         );
     std::fs::write(&template, text).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--report"])
         .arg(dir.path())
         .arg("--template")
@@ -410,7 +411,7 @@ fn an_image_flag_the_template_ignores_is_refused_before_anything_is_created() {
 #[test]
 fn a_filtered_release_run_is_refused_before_anything_is_created() {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args([
             "run",
             "--gate",
@@ -435,7 +436,7 @@ fn a_filtered_release_run_is_refused_before_anything_is_created() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // `launch` refuses it too, before it reaches a cluster (the context here is dead).
     let digest = |name: &str| format!("r.example/{name}@sha256:{}", "1".repeat(64));
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["launch", "--backend", "kube", "--context", "dead"])
         .args(["--harness-image", &digest("harness")])
         .args([
@@ -484,7 +485,7 @@ fn a_report_of_a_newer_schema_is_named_as_such() {
                 .contains("fix: read it with the kandev-acceptance that wrote it, or a newer one"),
         "{out}"
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["report", "show"])
         .arg(&path)
         .output()
@@ -496,7 +497,7 @@ fn a_report_of_a_newer_schema_is_named_as_such() {
 #[test]
 fn a_filter_that_selects_nothing_exits_5_and_touches_no_engine() {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--exact", "no::such_scenario", "--report"])
         .arg(dir.path())
         .env("DOCKER_HOST", "unix:///nonexistent.sock")
@@ -517,7 +518,7 @@ fn a_filter_that_selects_nothing_exits_5_and_touches_no_engine() {
 
 #[test]
 fn list_touches_nothing() {
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--list"])
         .env("DOCKER_HOST", "unix:///nonexistent.sock")
         .output()
@@ -540,7 +541,7 @@ fn a_listing_whose_reader_stops_early_exits_quietly() {
     // as `| head -1`'s does once head has exited.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let child = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let child = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--list"])
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
@@ -552,7 +553,7 @@ fn a_listing_whose_reader_stops_early_exits_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
 
     // And the same listing, read whole, as JSON for tools.
-    let json = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let json = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--list", "--format", "json", "daemon::"])
         .output()
         .unwrap();
@@ -581,7 +582,7 @@ fn a_listing_whose_reader_stops_early_exits_quietly() {
 /// and what breaks it: the same facts as the Markdown table, for tools.
 #[test]
 fn checks_print_as_json_for_tools() {
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["checks", "--format", "json"])
         .output()
         .unwrap();
@@ -644,7 +645,7 @@ fn a_run_on_this_hosts_engine_by_anyone_but_root_is_refused_first() {
 #[test]
 fn an_unreachable_engine_is_a_clear_environment_error() {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--exact", "image::build_run", "--report"])
         .arg(dir.path())
         .env("DOCKER_HOST", "unix:///nonexistent.sock")
@@ -844,7 +845,7 @@ fn a_step_past_the_step_timeout_times_the_scenario_out_naming_the_step() {
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 fn repeat_runs_the_selection_n_times_and_writes_pass_rates() {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args([
             "run",
             "--repeat",
@@ -895,7 +896,7 @@ fn repeat_runs_the_selection_n_times_and_writes_pass_rates() {
 fn a_given_run_id_names_the_report_folder() {
     let dir = tempfile::tempdir().unwrap();
     let id = format!("ci-{}-1", std::process::id());
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args([
             "run",
             "--run-id",
@@ -924,7 +925,7 @@ fn a_run_whose_stdout_closed_still_tears_down_and_reports() {
     let dir = tempfile::tempdir().unwrap();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--exact", "daemon::socket_only", "--report"])
         .arg(dir.path())
         .stdout(writer)
@@ -946,7 +947,7 @@ fn a_run_whose_stdout_closed_still_tears_down_and_reports() {
 
     // Its report, for tools: `report show` and `gate` as JSON say what their text says.
     let folder = dir.path().join(&report.run_id);
-    let shown = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let shown = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["report", "show", "--format", "json"])
         .arg(&folder)
         .output()
@@ -957,7 +958,7 @@ fn a_run_whose_stdout_closed_still_tears_down_and_reports() {
     assert_eq!(shown["scenarios"][0]["name"], "daemon::socket_only");
     assert_eq!(shown["scenarios"][0]["outcome"], "passed");
     let digest = |c: char| format!("fixture@sha256:{}", c.to_string().repeat(64));
-    let gated = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let gated = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gate", "--format", "json", "--report"])
         .arg(&folder)
         .args([
@@ -1179,14 +1180,15 @@ fn a_worker_without_docker_fails_the_gate_or_is_incompatible_with_the_fix() {
     reason = "the child is returned to the caller, which waits for it"
 )]
 fn start_run_until_containers(dir: &Path) -> (std::process::Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["run", "--report"])
-        .arg(dir)
-        .args(["--skip", "template::grant_rules"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
+            .args(["run", "--report"])
+            .arg(dir)
+            .args(["--skip", "template::grant_rules"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
     let started = std::time::Instant::now();
     loop {
         if started.elapsed() > std::time::Duration::from_secs(300) {
@@ -1296,10 +1298,11 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
         1,
         "the live run's lease container"
     );
-    let refused = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["gc", "--run", &id])
-        .output()
-        .unwrap();
+    let refused =
+        kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
+            .args(["gc", "--run", &id])
+            .output()
+            .unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&refused.stdout),
@@ -1310,7 +1313,7 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
         text.contains("is still alive") && text.contains("lease container"),
         "{text}"
     );
-    let all = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let all = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gc", "--dry-run"])
         .output()
         .unwrap();
@@ -1340,7 +1343,7 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
         1,
         "the killed run's Pod network"
     );
-    let dry = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let dry = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gc", "--run", &id, "--dry-run"])
         .output()
         .unwrap();
@@ -1353,7 +1356,7 @@ fn gc_removes_what_a_killed_run_left_and_only_that() {
         !docker_lines(&["ps", "-aq", "--filter", &label]).is_empty(),
         "a dry run removed something"
     );
-    let gc = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let gc = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gc", "--run", &id])
         .output()
         .unwrap();
@@ -1427,7 +1430,7 @@ fn gc_finds_an_unlabelled_emptydir_volume_of_a_task_pod() {
             String::from_utf8_lossy(&made.stderr)
         );
     }
-    let dry = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let dry = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gc", "--dry-run"])
         .output()
         .unwrap();
@@ -1547,7 +1550,7 @@ fn compose_cleanup_passes_on_the_compose_v1_worker() {
 
 /// `kandev-acceptance image harness` (with `args`): its exit status, stdout and stderr.
 fn image_harness(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["image", "harness"])
         .args(args)
         .env("KANDEV_ACCEPTANCE_ROOT", root())
@@ -1581,10 +1584,11 @@ fn the_harness_image_runs_this_binary_as_non_root_without_a_toolchain() {
     let id = docker_lines(&["image", "inspect", "--format", "{{.Id}}", reference]);
 
     // The image holds this very binary, and it lists the whole catalogue as the host's does.
-    let host_list = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(["run", "--list"])
-        .output()
-        .unwrap();
+    let host_list =
+        kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
+            .args(["run", "--list"])
+            .output()
+            .unwrap();
     let list = docker_run(&[], reference, &["run", "--list"]);
     assert!(list.status.success(), "{}", output_text(&list));
     assert_eq!(
@@ -1707,7 +1711,7 @@ fn gc_of_kind_clusters_spares_a_run_whose_engine_lease_runs() {
         .unwrap()
     });
     let gc = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+        kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
             .args(["gc", "--backend", "kind", "--kind-bin"])
             .arg(&kind)
             .args(args)

@@ -91,7 +91,7 @@ fn the_whole_catalogue_on_real_kind() {
     // Nothing the run created is left: its ledger, its cluster, and gc finds nothing.
     assert!(report.leftovers.is_empty(), "{:?}", report.leftovers);
     assert_eq!(clusters_of(&pins, &report.run_id), Vec::<String>::new());
-    let gc = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let gc = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["gc", "--backend", "kind", "--run", &report.run_id])
         .env("KANDEV_ACCEPTANCE_ROOT", root())
         .output()

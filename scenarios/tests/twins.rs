@@ -593,7 +593,7 @@ fn the_template_breaking_kandevs_rules_is_refused_naming_its_rule() {
 /// What is wrong with how `run` treated the template that breaks [`REFUSED_BY_RULES`].
 fn refused_by_rules(path: &str) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(["run", "--report"])
         .arg(dir.path())
         .arg("--template")

@@ -11,18 +11,19 @@ fn validate_command_follows_the_verdict_of_every_case_file() {
     for entry in std::fs::read_dir(&dir).unwrap().flatten() {
         let text = std::fs::read_to_string(entry.path()).unwrap();
         let accepted = text.lines().next() == Some("# expect: accepted");
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-            .args([
-                "validate",
-                "--format",
-                "json",
-                "--workspace-claim",
-                "kandev-0011223344556677-workspace",
-                "--template",
-            ])
-            .arg(entry.path())
-            .output()
-            .unwrap();
+        let out =
+            kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
+                .args([
+                    "validate",
+                    "--format",
+                    "json",
+                    "--workspace-claim",
+                    "kandev-0011223344556677-workspace",
+                    "--template",
+                ])
+                .arg(entry.path())
+                .output()
+                .unwrap();
         let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(
             verdict["valid"],
@@ -44,10 +45,11 @@ fn validate_command_follows_the_verdict_of_every_case_file() {
 #[test]
 fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-            .args(args)
-            .output()
-            .unwrap();
+        let out =
+            kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
+                .args(args)
+                .output()
+                .unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -171,7 +173,7 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
 }
 
 fn acceptance(args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let out = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .args(args)
         .output()
         .unwrap();

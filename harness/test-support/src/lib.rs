@@ -15,6 +15,7 @@ pub mod cluster_double;
 pub mod connect_proxy;
 pub mod engine;
 pub mod fake_apiserver;
+pub mod harness_env;
 pub mod import_circles;
 pub mod labelled;
 pub mod node;

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 /// `kandev-acceptance <subcommand>` against the double (kubeconfig and context), with `args`.
 pub fn command(double: &cluster_double::KubeDouble, subcommand: &str) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"));
+    let mut command = tokio::process::Command::from(kandev_test_support::harness_env::harness(
+        env!("CARGO_BIN_EXE_kandev-acceptance"),
+    ));
     command
         .env_remove("GITHUB_STEP_SUMMARY")
         .env_remove("GITHUB_ACTIONS")

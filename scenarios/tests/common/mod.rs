@@ -30,7 +30,7 @@ pub struct Run {
 /// Runs `kandev-acceptance run` with `args` into a fresh report folder.
 pub fn run(args: &[&str]) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .arg("run")
         .arg("--report")
         .arg(dir.path())
@@ -331,7 +331,7 @@ pub fn only(names: &[&str]) -> Vec<String> {
 /// `--template` in `args`, `--no-template` (the gate requires one of them).
 pub fn gate(report: &Path, args: &[&str]) -> (i32, String) {
     let unbound = (!args.contains(&"--template")).then_some("--no-template");
-    let output = Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
+    let output = kandev_test_support::harness_env::harness(env!("CARGO_BIN_EXE_kandev-acceptance"))
         .arg("gate")
         .arg("--report")
         .arg(report)

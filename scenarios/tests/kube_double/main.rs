@@ -1305,11 +1305,13 @@ async fn an_aborted_runs_hint_is_the_gc_command_that_removes_it_on_kube_double()
         ],
         "{text}"
     );
-    let gc = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(&words[2..])
-        .output()
-        .await
-        .unwrap();
+    let gc = tokio::process::Command::from(kandev_test_support::harness_env::harness(env!(
+        "CARGO_BIN_EXE_kandev-acceptance"
+    )))
+    .args(&words[2..])
+    .output()
+    .await
+    .unwrap();
     let gc_text = common::output_text(&gc);
     assert!(gc.status.success(), "the printed command: {gc_text}");
     assert!(!gc_text.contains("spared"), "{gc_text}");
@@ -1370,11 +1372,13 @@ async fn keep_hints_print_the_gc_command_that_removes_what_was_kept_on_kube_doub
         "--keep always kept no Pod"
     );
     let words: Vec<&str> = expected.split_whitespace().collect();
-    let gc = tokio::process::Command::new(env!("CARGO_BIN_EXE_kandev-acceptance"))
-        .args(&words[2..])
-        .output()
-        .await
-        .unwrap();
+    let gc = tokio::process::Command::from(kandev_test_support::harness_env::harness(env!(
+        "CARGO_BIN_EXE_kandev-acceptance"
+    )))
+    .args(&words[2..])
+    .output()
+    .await
+    .unwrap();
     let gc_text = common::output_text(&gc);
     assert!(gc.status.success(), "the printed command: {gc_text}");
     let remaining = left_in_double(&double, &id).await;

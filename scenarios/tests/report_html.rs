@@ -189,6 +189,32 @@ fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> 
     }
 }
 
+/// A report of `scenarios` as a local run writes it, its environment empty.
+fn assembled_report(scenarios: Vec<ScenarioReport>) -> Report {
+    Report {
+        schema_version: kandev_report::SCHEMA_VERSION,
+        run_id: "assembled".into(),
+        harness_version: "0.1.0".into(),
+        started_at: "2026-11-29T00:00:00.000Z".into(),
+        finished_at: "2026-11-29T00:00:20.000Z".into(),
+        duration_ms: 20_000,
+        interrupted: false,
+        deadline_exceeded: false,
+        backend: "local".into(),
+        gate: Default::default(),
+        environment: Default::default(),
+        configuration: Default::default(),
+        summary: Summary::of(&scenarios),
+        setup: Vec::new(),
+        scenarios,
+        leftovers: Vec::new(),
+        teardown: Vec::new(),
+        cost: None,
+        selection: None,
+        verdict: None,
+    }
+}
+
 #[test]
 #[ignore = "needs Debian's chromium: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
 fn an_assembled_report_renders_in_chromium() {
@@ -214,31 +240,10 @@ fn an_assembled_report_renders_in_chromium() {
         assembled_scenario("c::skips", Outcome::Incompatible, Some("no browser")),
         unjudged,
     ];
-    let report = Report {
-        schema_version: kandev_report::SCHEMA_VERSION,
-        run_id: "assembled".into(),
-        harness_version: "0.1.0".into(),
-        started_at: "2026-11-29T00:00:00.000Z".into(),
-        finished_at: "2026-11-29T00:00:20.000Z".into(),
-        duration_ms: 20_000,
-        interrupted: false,
-        deadline_exceeded: false,
-        backend: "local".into(),
-        gate: Default::default(),
-        environment: Default::default(),
-        configuration: Default::default(),
-        summary: Summary::of(&scenarios),
-        setup: Vec::new(),
-        scenarios,
-        leftovers: Vec::new(),
-        teardown: Vec::new(),
-        cost: None,
-        selection: None,
-        verdict: None,
-    };
+    let report = assembled_report(scenarios);
     let json = dir.path().join("report.json");
     kandev_report::write(&report, &json).unwrap();
-    let out = Command::new(BIN)
+    let out = kandev_test_support::harness_env::harness(BIN)
         .args(["report", "show", "--html"])
         .arg(&json)
         .output()
@@ -305,9 +310,126 @@ fn an_assembled_report_renders_in_chromium() {
     assert!(dom.contains("0 of 4 scenarios, 0 checks shown"), "{dom}");
 }
 
+/// Where Chromium laid `html` out in a window `width` px wide: the page's own script is
+/// followed by one that writes the measures into the DOM it dumps (`data-*` of `<body>`).
+fn layout(html: &Path, width: u32) -> std::collections::BTreeMap<String, i64> {
+    const MEASURE: &str = r#"<script>document.addEventListener('DOMContentLoaded',function(){
+var b=document.body,d=document.documentElement;
+function right(id){var e=document.getElementById(id);return e?Math.ceil(e.getBoundingClientRect().right):-1;}
+function top(id){var e=document.getElementById(id);return e?Math.round(e.getBoundingClientRect().top+window.scrollY):-1;}
+b.setAttribute('data-scroll-width',d.scrollWidth);b.setAttribute('data-client-width',d.clientWidth);
+b.setAttribute('data-images-right',right('images'));b.setAttribute('data-environment-right',right('environment'));
+b.setAttribute('data-scenarios-top',top('scenarios'));b.setAttribute('data-timeline-top',top('timeline-section'));
+b.setAttribute('data-environment-top',top('environment-section'));});</script>"#;
+    let page = html.with_file_name("measured.html");
+    let text = std::fs::read_to_string(html).unwrap();
+    std::fs::write(&page, text.replace("</body>", &format!("{MEASURE}</body>"))).unwrap();
+    let dom = String::from_utf8(
+        chromium(
+            &page,
+            &["--dump-dom".into(), format!("--window-size={width},1000")],
+        )
+        .stdout,
+    )
+    .unwrap();
+    let body = tag_of(&dom, "<body");
+    body.split_whitespace()
+        .filter_map(|attribute| attribute.strip_prefix("data-"))
+        .filter_map(|pair| pair.trim_end_matches('>').split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.trim_matches('"').parse().unwrap()))
+        .collect()
+}
+
+/// The opening tag that starts with `start`.
+fn tag_of<'a>(dom: &'a str, start: &str) -> &'a str {
+    let at = dom
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start} in {dom}"));
+    &dom[at..=at + dom[at..].find('>').unwrap()]
+}
+
+/// The report people open: the scenarios right after the verdict and the counts, the
+/// environment and the images after them, and nothing wider than a 1400-px window, even with
+/// an operator's long registry references and digests in the Images table.
+#[test]
+#[ignore = "needs Debian's chromium: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
+fn the_report_shows_the_scenarios_first_and_fits_1400_px() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenarios = (0..6)
+        .map(|i| assembled_scenario(&format!("s::n{i}"), Outcome::Passed, None))
+        .collect();
+    let mut report = assembled_report(scenarios);
+    let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let long = |role: &str| {
+        format!(
+            "registry.internal.example.com:5000/platform-engineering/kandev/{role}-with-the-team-toolchain-and-language-servers:2026.12.06-build.48213@{}",
+            digest('e')
+        )
+    };
+    report.environment.images = ["worker", "daemon", "mock-agent", "harness"]
+        .iter()
+        .map(|role| kandev_report::ImageRecord {
+            role: (*role).into(),
+            reference: long(role),
+            id: Some(digest('a')),
+            built: false,
+            ran: vec![
+                kandev_report::RanImage {
+                    image: long(role),
+                    image_id: long(role),
+                    containers: 12,
+                },
+                kandev_report::RanImage {
+                    image: format!("docker.io/library/{role}:latest"),
+                    image_id: format!("docker-pullable://docker.io/library/{role}@{}", digest('b')),
+                    containers: 1,
+                },
+            ],
+        })
+        .collect();
+    report.environment.kernel = Some(format!("6.1.0-{}-cloud-amd64", "9".repeat(80)));
+    let json = dir.path().join("report.json");
+    kandev_report::write(&report, &json).unwrap();
+    let out = kandev_test_support::harness_env::harness(BIN)
+        .args(["report", "show", "--html"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let html = dir.path().join("report.html");
+    render(&html, "wide-values.png");
+    let at = layout(&html, 1400);
+    for measure in [
+        "scroll-width",
+        "client-width",
+        "images-right",
+        "environment-right",
+        "scenarios-top",
+        "timeline-top",
+        "environment-top",
+    ] {
+        assert!(at.get(measure).is_some_and(|v| *v > 0), "{measure}: {at:?}");
+    }
+    assert!(at["client-width"] <= 1400, "{at:?}");
+    assert!(
+        at["scroll-width"] <= at["client-width"],
+        "the page is wider than a 1400-px window: {at:?}"
+    );
+    for table in ["images-right", "environment-right"] {
+        assert!(at[table] <= at["client-width"], "{table}: {at:?}");
+    }
+    assert!(
+        at["scenarios-top"] < at["timeline-top"] && at["timeline-top"] < at["environment-top"],
+        "the scenarios come first: {at:?}"
+    );
+}
+
 /// `kandev-acceptance` with `args`, its exit code and stdout.
 fn harness(args: &[&str]) -> (i32, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    let out = kandev_test_support::harness_env::harness(BIN)
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -316,7 +438,7 @@ fn harness(args: &[&str]) -> (i32, String) {
 
 /// A run into `dir`, under GitHub Actions' conventions (step summary into `summary`).
 fn github_run(dir: &Path, summary: &Path, args: &[String]) -> (i32, String, PathBuf) {
-    let out = Command::new(BIN)
+    let out = kandev_test_support::harness_env::harness(BIN)
         .arg("run")
         .arg("--report")
         .arg(dir)

@@ -1,10 +1,11 @@
 //! `report.html`: the run for people, one self-contained file beside `report.json`.
 //!
-//! A summary (environment, images, template, gate, counts, what the exit code means), a
-//! timeline (inline SVG: scenarios as bars on the run's time axis, their steps and launch
-//! stages inside), and one row per scenario that expands to its checks, steps, findings,
-//! sessions, cleanup records and evidence files; the report's own verdict with every reason
-//! first. The scenarios filter by outcome (a check's or its scenario's) and by kind, and search
+//! In the order people read it: the report's own verdict with every reason (what the exit
+//! code means), the counts, one row per scenario that expands to its checks, steps, findings,
+//! sessions, cleanup records and evidence files, the screenshots, a timeline (inline SVG:
+//! scenarios as bars on the run's time axis, their steps and launch stages inside), the
+//! environment (engine, cluster, template, gate, images) and the run's own steps. It fits a
+//! 1400-px window: long values wrap. The scenarios filter by outcome (a check's or its scenario's) and by kind, and search
 //! check ids, promises and reasons, client-side (the URL's fragment keeps the filter). Inline
 //! CSS and a few lines of inline script; nothing is fetched. PNG evidence (the browser scenario's screenshot) is embedded as a
 //! `data:` URI when the file is beside the report, and linked relatively either way. Every
@@ -25,7 +26,8 @@ const STYLE: &str = r#"
 [hidden]{display:none!important}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1200px;padding:16px 24px;color:#1f2328;background:#fff}
 h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:22px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}h3{font-size:14px;margin:12px 0 4px}
-table{border-collapse:collapse;margin:4px 0 8px}th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f6f8fa}
+table{border-collapse:collapse;margin:4px 0 8px}th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f6f8fa}
+table#environment,table#images{table-layout:fixed;width:100%}table#environment th{width:150px}#images col.role{width:90px}#images col.reference{width:30%}#images col.id{width:24%}#images col.built{width:80px}
 code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px}pre{white-space:pre-wrap;word-break:break-word;margin:0}
 .badge{display:inline-block;min-width:64px;text-align:center;border-radius:10px;padding:0 8px;color:#fff;font-size:12px;font-weight:600;background:#6e7781}
 .badge.not_judged{background:var(--not_judged)}.badge.passed{background:var(--passed)}.badge.failed,.badge.timed_out{background:var(--failed)}.badge.errored{background:var(--errored)}.badge.leaked{background:var(--leaked)}.badge.incompatible{background:var(--incompatible)}
@@ -118,10 +120,13 @@ pub fn render(report: &Report, folder: Option<&Path>) -> String {
         }
         h.push_str("</ul>\n");
     }
-    summary::summary(&mut h, report);
-    timeline::timeline(&mut h, report);
-    scenarios::pictures(&mut h, report, folder);
+    // What people open the report for comes first: the verdict, the counts, the scenarios;
+    // then the screenshots, the timeline, the environment and the run's own steps.
+    summary::counts(&mut h, report);
     scenarios::scenarios(&mut h, report);
+    scenarios::pictures(&mut h, report, folder);
+    timeline::timeline(&mut h, report);
+    summary::environment(&mut h, report);
     summary::run_level(&mut h, report);
     let _ = write!(
         h,

@@ -1,11 +1,14 @@
-//! The run's own sections of `report.html`: the summary (counts, checks, resources, cost,
-//! environment, gate, images) and the run level (setup steps, run teardown, leftovers).
+//! The run's own sections of `report.html`: the counts (scenarios, checks, a filtered or cut
+//! short run), which come before the scenarios; the environment (resources, cost, engine,
+//! cluster, template, gate, images), after them; and the run level (setup steps, run teardown,
+//! leftovers).
 
 use super::markup::{badge, cleanup_table, escape, or_dash, secs, step_class};
 use kandev_report::Report;
 use std::fmt::Write as _;
 
-pub(super) fn summary(h: &mut String, report: &Report) {
+/// The counts, first after the verdict: a line each, so that the scenarios follow at once.
+pub(super) fn counts(h: &mut String, report: &Report) {
     let s = &report.summary;
     h.push_str("<section id=\"summary\">\n<h2>Summary</h2>\n<p class=\"counts\">");
     let _ = write!(
@@ -49,7 +52,20 @@ pub(super) fn summary(h: &mut String, report: &Report) {
             escape(&selection.left_out.join(", "))
         );
     }
-    if let Some(used) = &s.resources {
+    if report.interrupted {
+        h.push_str("<p class=\"verdict bad\">The run was interrupted before every scenario finished.</p>\n");
+    }
+    if report.deadline_exceeded {
+        h.push_str("<p class=\"verdict bad\">The run's --deadline passed before every scenario finished.</p>\n");
+    }
+    h.push_str("</section>\n");
+}
+
+/// What the run ran on and with, after the scenarios: resources, cost, the environment and
+/// the images. Long values (digests, registry references) wrap: the page fits 1400 px.
+pub(super) fn environment(h: &mut String, report: &Report) {
+    h.push_str("<section id=\"environment-section\">\n<h2>Environment</h2>\n");
+    if let Some(used) = &report.summary.resources {
         let _ = writeln!(
             h,
             "<p id=\"resources\">Resources of {} Pods: {} (CPU summed over the scenarios, memory the largest scenario's peak)</p>",
@@ -63,12 +79,6 @@ pub(super) fn summary(h: &mut String, report: &Report) {
             "<p id=\"cost\">Cost of the run itself: {}</p>",
             escape(&crate::outputs::console::console_line(cost))
         );
-    }
-    if report.interrupted {
-        h.push_str("<p class=\"verdict bad\">The run was interrupted before every scenario finished.</p>\n");
-    }
-    if report.deadline_exceeded {
-        h.push_str("<p class=\"verdict bad\">The run's --deadline passed before every scenario finished.</p>\n");
     }
     let e = &report.environment;
     let gate = &report.gate;
@@ -142,7 +152,7 @@ pub(super) fn summary(h: &mut String, report: &Report) {
     }
     h.push_str("</table>\n");
     if !e.images.is_empty() {
-        h.push_str("<h3>Images</h3>\n<table id=\"images\"><tr><th>role</th><th>reference</th><th>id</th><th>built by this run</th><th>what the Pods' containers ran</th></tr>\n");
+        h.push_str("<h3>Images</h3>\n<table id=\"images\"><colgroup><col class=\"role\"><col class=\"reference\"><col class=\"id\"><col class=\"built\"><col class=\"ran\"></colgroup><tr><th>role</th><th>reference</th><th>id</th><th>built by this run</th><th>what the Pods' containers ran</th></tr>\n");
         for image in &e.images {
             let ran = image
                 .ran

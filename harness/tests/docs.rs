@@ -462,11 +462,21 @@ fn variants(args: &[String]) -> Result<Vec<Vec<String>>, String> {
 /// What `<run-id>` in a documented command is read as: a run id as the harness makes them.
 const EXAMPLE_RUN_ID: &str = "20261203t141500-3fa9c1";
 
-/// Why a documented command does not parse (none: it does).
+/// What `<digest>` in a documented command is read as: a sha256 digest's hex.
+const EXAMPLE_DIGEST: &str = "3fa9c1d2e4b5a6978f0e1d2c3b4a59687f6e5d4c3b2a19087f6e5d4c3b2a1908";
+
+/// What an image reference a workflow takes from its inputs is read as.
+const EXAMPLE_IMAGE: &str = "registry.example/image@sha256:3fa9c1d2e4b5a6978f0e1d2c3b4a59687f6e5d4c3b2a19087f6e5d4c3b2a1908";
+
+/// Why a documented command does not parse, or parses and is refused before any work (none:
+/// it would run).
 fn command_problems(args: &[String]) -> Vec<String> {
     let args: Vec<String> = args
         .iter()
-        .map(|arg| arg.replace("<run-id>", EXAMPLE_RUN_ID))
+        .map(|arg| {
+            arg.replace("<run-id>", EXAMPLE_RUN_ID)
+                .replace("<digest>", EXAMPLE_DIGEST)
+        })
         .collect();
     let variants = match variants(&args) {
         Ok(v) => v,
@@ -474,8 +484,20 @@ fn command_problems(args: &[String]) -> Vec<String> {
     };
     let mut problems = Vec::new();
     for variant in variants {
-        let argv = std::iter::once("kandev-acceptance".to_owned()).chain(variant.iter().cloned());
-        if let Err(e) = kandev_harness::cli::command().try_get_matches_from(argv) {
+        let argv: Vec<String> = std::iter::once("kandev-acceptance".to_owned())
+            .chain(variant.iter().cloned())
+            .collect();
+        let parsed = kandev_harness::cli::command().try_get_matches_from(&argv);
+        if parsed.is_ok()
+            && let Err(refusal) = kandev_harness::cli::refused_at_once(&argv)
+        {
+            let first = refusal.lines().next().unwrap_or_default().to_owned();
+            problems.push(format!(
+                "`kandev-acceptance {}`: refused: {first}",
+                variant.join(" ")
+            ));
+        }
+        if let Err(e) = parsed {
             use clap::error::ErrorKind::*;
             if !matches!(
                 e.kind(),
@@ -675,7 +697,16 @@ fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
             let value = value.as_str().unwrap_or_default();
             (
                 name.as_str().unwrap_or_default().to_owned(),
-                with_expressions_as(value, "1"),
+                // An image is a release's (pinned by digest, as `gate` requires); the rest
+                // are numbers and names.
+                with_expressions_as(
+                    value,
+                    if name.as_str().is_some_and(|n| n.ends_with("_IMAGE")) {
+                        EXAMPLE_IMAGE
+                    } else {
+                        "1"
+                    },
+                ),
             )
         })
         .collect();
@@ -758,6 +789,8 @@ fn the_checker_finds_a_bad_flag_a_missing_file_and_a_missing_anchor() {
         ref=$(target/release/kandev-acceptance image harness) && kandev-acceptance gc --run <run-id> > out.txt\n\
         kandev-acceptance run --no-such-flag --run-id <run-id>\n\
         cargo acceptance run [--keep sometimes]\n\
+        cargo acceptance gc --backend kind [--dry-run]\n\
+        kandev-acceptance gate --report r --worker-image w@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa --daemon-image d@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n\
         ```\n";
     std::fs::write(dir.path().join(doc), text).unwrap();
 
@@ -767,10 +800,25 @@ fn the_checker_finds_a_bad_flag_a_missing_file_and_a_missing_anchor() {
     assert!(links[1].contains("#nowhere"), "{links:#?}");
 
     let (count, problems) = markdown_command_problems(doc, text);
-    assert_eq!(count, 5, "run, image harness, gc, and the two bad runs");
-    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert_eq!(
+        count, 7,
+        "run, image harness, gc, the two bad runs, and the two that parse but are refused"
+    );
+    assert_eq!(problems.len(), 5, "{problems:#?}");
     assert!(problems[0].contains("--no-such-flag"), "{problems:#?}");
     assert!(problems[1].contains("sometimes"), "{problems:#?}");
+    // Parsed, then refused before any work, as the binary would (each variant of the gc).
+    for problem in &problems[2..4] {
+        assert!(
+            problem.contains("gc --backend kind")
+                && problem.contains("refused: gc --backend kind removes"),
+            "{problems:#?}"
+        );
+    }
+    assert!(
+        problems[4].contains("refused: gate binds the template"),
+        "{problems:#?}"
+    );
 
     assert_eq!(
         variants(&["a".into(), "[--b".into(), "x|y]".into(), "...".into()]).unwrap(),

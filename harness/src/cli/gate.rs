@@ -11,27 +11,14 @@ use crate::runner::Scenario;
 use kandev_report::{Capability, exit};
 
 pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
-    for (flag, image) in [
-        ("--worker-image", &args.worker_image),
-        ("--daemon-image", &args.daemon_image),
-    ] {
-        if !is_immutable(image) {
-            eprintln!(
-                "error: {flag} {image:?} is not name@sha256:<digest>\n  fix: a release gates exactly one image: pass its digest reference"
-            );
-            return exit::USAGE;
-        }
+    if let Err(problem) = refused(args) {
+        eprintln!("error: {problem}");
+        return exit::USAGE;
     }
     let report = match super::report::read(&super::report::report_file(&args.report)) {
         Ok(report) => report,
         Err(code) => return code,
     };
-    if args.template.is_none() && !args.no_template {
-        eprintln!(
-            "error: gate binds the template the release ships, and none was given\n  fix: pass --template FILE (the run must have used exactly it), or --no-template when the release ships none (the PASS line then says the template is not bound)"
-        );
-        return exit::USAGE;
-    }
     let digest_of = |path: &std::path::PathBuf, what: &str| {
         read_input(path, what).map(|text| crate::pod::template::sha256_hex(&text))
     };
@@ -146,4 +133,23 @@ pub(crate) fn gate(args: &GateArgs, registry: &[Scenario]) -> u8 {
     } else {
         exit::GATE_REFUSED
     }
+}
+
+/// What `gate` refuses before it reads anything: an image not pinned by digest, and no word
+/// on the template.
+pub(super) fn refused(args: &GateArgs) -> Result<(), String> {
+    for (flag, image) in [
+        ("--worker-image", &args.worker_image),
+        ("--daemon-image", &args.daemon_image),
+    ] {
+        if !is_immutable(image) {
+            return Err(format!(
+                "{flag} {image:?} is not name@sha256:<digest>\n  fix: a release gates exactly one image: pass its digest reference"
+            ));
+        }
+    }
+    if args.template.is_none() && !args.no_template {
+        return Err("gate binds the template the release ships, and none was given\n  fix: pass --template FILE (the run must have used exactly it), or --no-template when the release ships none (the PASS line then says the template is not bound)".into());
+    }
+    Ok(())
 }

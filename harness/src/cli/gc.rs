@@ -67,7 +67,7 @@ pub(crate) async fn gc(args: &GcArgs) -> u8 {
 }
 
 /// What `gc` refuses before it reaches anything.
-fn refused(args: &GcArgs) -> Result<(), String> {
+pub(super) fn refused(args: &GcArgs) -> Result<(), String> {
     if args.backend != BackendKind::Local && args.run.is_none() && !args.all {
         return Err(format!(
             "gc --backend {} removes runs' namespaces and objects on a shared cluster: name what to remove\n  fix: pass --run ID (one run: its id is its report folder's name), or --all (every run there that is not alive)",

@@ -16,25 +16,15 @@ pub(crate) fn launch(
     registry: Vec<Scenario>,
     runtime: &tokio::runtime::Runtime,
 ) -> u8 {
-    // Its only backend: --backend kube may be given, and is assumed when it is not.
-    match args.run.backend {
-        None => args.run.backend = Some(BackendKind::Kube),
-        Some(BackendKind::Kube) => {}
-        Some(other) => {
-            eprintln!(
-                "error: launch runs in an existing cluster, not on --backend {}\n  fix: drop --backend (launch needs none) and pass --context NAME",
-                other.name()
-            );
-            return exit::USAGE;
-        }
+    if let Err(problem) = refused_at_once(&args) {
+        eprintln!("error: {problem}");
+        return exit::USAGE;
     }
+    // Its only backend: --backend kube may be given, and is assumed when it is not.
+    args.run.backend = Some(BackendKind::Kube);
     let run = &args.run;
     if run.scenarios.list {
         return super::run::run(args.run, registry, runtime);
-    }
-    if let Err(problem) = refused(&args) {
-        eprintln!("error: {problem}");
-        return exit::USAGE;
     }
     // Everything `run` refuses before it creates anything, refused here too: the template
     // against Kandev's rules, the gate, the image references and flags, the report folder,
@@ -184,6 +174,21 @@ pub(crate) fn launch(
 }
 
 /// What `launch` refuses before creating anything.
+/// What `launch` refuses before it reads anything: another backend, and for a run (not
+/// `--list`) the options it needs or sets itself.
+pub(super) fn refused_at_once(args: &LaunchArgs) -> Result<(), String> {
+    if let Some(other) = args.run.backend.filter(|b| *b != BackendKind::Kube) {
+        return Err(format!(
+            "launch runs in an existing cluster, not on --backend {}\n  fix: drop --backend (launch needs none) and pass --context NAME",
+            other.name()
+        ));
+    }
+    if args.run.scenarios.list {
+        return Ok(());
+    }
+    refused(args)
+}
+
 fn refused(args: &LaunchArgs) -> Result<(), String> {
     let run = &args.run;
     if run.cluster.context.is_none() {

@@ -89,6 +89,26 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
+/// Why the harness would refuse `argv` (program name first) once parsed, before it reads a
+/// file or reaches an engine or a cluster; Ok: it would go on. `harness/tests/docs.rs` holds
+/// every documented command to it: a quoted command that parses but is refused (`gc
+/// --backend kind` without `--run` or `--all`) is as wrong as one that does not parse.
+pub fn refused_at_once<I, T>(argv: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    match Cli::try_parse_from(argv)
+        .map_err(|e| e.to_string())?
+        .command
+    {
+        Command::Gc(args) => gc::refused(&args),
+        Command::Gate(args) => gate::refused(&args),
+        Command::Launch(args) => launch::refused_at_once(&args),
+        _ => Ok(()),
+    }
+}
+
 /// Old spellings `run` and `launch` still take, each with its new one: `--report DIR`
 /// (`--report` names one report elsewhere, as in `gate`) and `--gate PROFILE` (the `gate`
 /// command is another thing).

@@ -1,5 +1,5 @@
 //! What the API server refuses in a request before its registry stores anything, in its
-//! words: the request's options (`dryRun`, a list's or a watch's), a body that does not
+//! words: the request's options (`dryRun`, a list's), a body that does not
 //! decode as the resource's kind (another kind, another namespace, labels or annotations that
 //! are not strings), and the fields an update may not change (a Pod's spec but for what
 //! `ValidatePodUpdate` lets change, a RoleBinding's `roleRef`, `metadata.uid`). Held to a
@@ -57,12 +57,10 @@ pub(crate) fn refused_dry_run(options: &str, values: &[String]) -> Option<Reply>
 }
 
 /// `ValidateListOptions` (apimachinery `pkg/apis/meta/internalversion/validation/
-/// validation.go`): a watch's `sendInitialEvents` needs `resourceVersionMatch=NotOlderThan`,
-/// and `resourceVersionMatch` needs `sendInitialEvents` and is `NotOlderThan` only; a list's
-/// `resourceVersionMatch` needs a `resourceVersion` and is `Exact` (not with `0`) or
-/// `NotOlderThan`, and a list takes no `sendInitialEvents`.
+/// validation.go`) of a list (the double serves no watch): `resourceVersionMatch` needs a
+/// `resourceVersion` and is `Exact` (not with `0`) or `NotOlderThan`, and a list takes no
+/// `sendInitialEvents`.
 pub(crate) fn refused_list_options(
-    watch: bool,
     resource_version: Option<&str>,
     resource_version_match: Option<&str>,
     send_initial_events: Option<&str>,
@@ -71,62 +69,35 @@ pub(crate) fn refused_list_options(
         |field, detail: &str| (field, "FieldValueForbidden", format!("Forbidden: {detail}"));
     let mut errors = Vec::new();
     let matching = resource_version_match.filter(|m| !m.is_empty());
-    if watch {
-        if send_initial_events.is_some() && matching != Some("NotOlderThan") {
+    if let Some(matching) = matching {
+        if resource_version.is_none_or(str::is_empty) {
             errors.push(forbidden(
                 "resourceVersionMatch",
-                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
             ));
         }
-        if let Some(matching) = matching {
-            if send_initial_events.is_none() {
-                errors.push(forbidden(
-                    "resourceVersionMatch",
-                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-                ));
-            }
-            if matching != "NotOlderThan" {
-                errors.push((
-                    "resourceVersionMatch",
-                    "FieldValueNotSupported",
-                    format!(
-                        "Unsupported value: {}: supported values: \"NotOlderThan\"",
-                        json!(matching)
-                    ),
-                ));
-            }
+        if matching != "Exact" && matching != "NotOlderThan" {
+            errors.push((
+                "resourceVersionMatch",
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: {}: supported values: \"Exact\", \"NotOlderThan\", \"\"",
+                    json!(matching)
+                ),
+            ));
         }
-    } else {
-        if let Some(matching) = matching {
-            if resource_version.is_none_or(str::is_empty) {
-                errors.push(forbidden(
-                    "resourceVersionMatch",
-                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
-                ));
-            }
-            if matching != "Exact" && matching != "NotOlderThan" {
-                errors.push((
-                    "resourceVersionMatch",
-                    "FieldValueNotSupported",
-                    format!(
-                        "Unsupported value: {}: supported values: \"Exact\", \"NotOlderThan\", \"\"",
-                        json!(matching)
-                    ),
-                ));
-            }
-            if matching == "Exact" && resource_version == Some("0") {
-                errors.push(forbidden(
-                    "resourceVersionMatch",
-                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
-                ));
-            }
-        }
-        if send_initial_events.is_some() {
+        if matching == "Exact" && resource_version == Some("0") {
             errors.push(forbidden(
-                "sendInitialEvents",
-                "sendInitialEvents is forbidden for list",
+                "resourceVersionMatch",
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
             ));
         }
+    }
+    if send_initial_events.is_some() {
+        errors.push(forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents is forbidden for list",
+        ));
     }
     (!errors.is_empty()).then(|| invalid_options("ListOptions", &errors))
 }
@@ -516,8 +487,7 @@ mod tests {
                 .status(),
             StatusCode::UNPROCESSABLE_ENTITY
         );
-        assert!(refused_list_options(true, None, None, Some("true")).is_some());
-        assert!(refused_list_options(true, None, Some("NotOlderThan"), Some("true")).is_none());
-        assert!(refused_list_options(false, None, None, Some("true")).is_some());
+        assert!(refused_list_options(None, None, Some("true")).is_some());
+        assert!(refused_list_options(Some("5"), Some("NotOlderThan"), None).is_none());
     }
 }

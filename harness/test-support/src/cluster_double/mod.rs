@@ -60,15 +60,15 @@
 //!
 //! Held to a real kube-apiserver, request for request, by `tests/real_api_server/corpus.rs`
 //! (names and labels at their limits, immutable fields, conflicts, dry runs, merge patches,
-//! selectors, watches and their bookmarks, a watch cache that has dropped a version): what it
-//! still answers otherwise is listed there, each with the upstream reason.
+//! selectors): what it still answers otherwise is listed there, each with the upstream reason.
 //!
 //! **It serves the harness's own client** (kube-rs, JSON), not every client: `/version` is
 //! its one discovery document (`/api`, `/apis` and OpenAPI are 404, so kubectl's typed
 //! commands find nothing; `--raw` requests work), request bodies are JSON and patches JSON
 //! merge patches (YAML, protobuf, JSON Patch, strategic merge patch and server-side apply
-//! are 415; an `Accept` without JSON is 406), and exec and port-forward are websockets (SPDY
-//! is 400). Each refusal's `Status` says so. Third-party clients (kubectl, the Python client)
+//! are 415; an `Accept` without JSON is 406), exec and port-forward are websockets (SPDY
+//! is 400), and nothing is watched (the harness polls with GETs; a watch is 405
+//! `MethodNotAllowed`). Each refusal's `Status` says so. Third-party clients (kubectl, the Python client)
 //! no longer referee it: the real API server does. The in-Pod path is refereed by Python's
 //! `ssl` and `urllib` in a Pod (the mounted CA, the IP SAN and the token,
 //! `tests/kube_double/main.rs` of the harness).
@@ -108,7 +108,7 @@
 //!
 //! A request goes through `faults` (the connection's activity watched, a fault applied),
 //! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
-//! the verbs on stored objects (`objects`, `watch`, `rbac`'s reviews and tokens, `jobs`'
+//! the verbs on stored objects (`objects`, `rbac`'s reviews and tokens, `jobs`'
 //! create and delete, each on a `request::Ctx`; `checks` refuses what the API server's
 //! handlers refuse before its registry (options, bodies of another kind or namespace, fields
 //! an update may not change), `validation` checks names, labels and annotations,
@@ -151,7 +151,6 @@ mod storage;
 pub(crate) mod store;
 mod streams;
 pub mod validation;
-mod watch;
 
 pub use behaviours::Behaviour;
 pub use faults::{Fault, Faults};

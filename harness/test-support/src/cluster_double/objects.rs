@@ -408,7 +408,7 @@ impl Ctx<'_> {
         let (items, rv): (Vec<Value>, u64) = {
             let store = self.state.store();
             let items = self
-                .selected(&store, &by_store, None)
+                .selected(&store, &by_store)
                 .into_iter()
                 .map(|(_, o)| o)
                 .collect();
@@ -771,7 +771,7 @@ impl Ctx<'_> {
         };
         let mut left =
             number("limitBytes").map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        // Pumped through a bounded queue (a slow client slows the reading), as a watch is.
+        // Pumped through a bounded queue (a slow client slows the reading).
         let (tx, rx) = tokio::sync::mpsc::channel::<hyper::body::Bytes>(16);
         let log = containers::log(&docker, &id, &query);
         tokio::spawn(async move {
@@ -873,7 +873,7 @@ impl Ctx<'_> {
             }
             "pods" => {
                 // No node runs it: a graceful delete of grace 0, so marked (a change of its
-                // own, `MODIFIED` to a watch) and then removed at once
+                // own, a resourceVersion the answer shows) and then removed at once
                 // (`Store.updateForGracefulDeletionAndFinalizers`, then `deleteImmediately`
                 // in apiserver `pkg/registry/generic/registry/store.go`).
                 shown = store.put(key.clone(), shown);

@@ -1,5 +1,5 @@
 //! One request to a stored resource as its handlers see it ([`Ctx`]): who asks, the route,
-//! the query, and which stored objects a list or watch selects.
+//! the query, and which stored objects a list selects.
 
 use super::route::{Route, matches_selector, param, parse_selector};
 use super::status::{Reply, status};
@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 /// A request to a stored resource: who asks, where, with what query, and the apiVersion and
-/// kind of the resource it names (what the verbs in `objects`, `watch` and `rbac` work on).
+/// kind of the resource it names (what the verbs in `objects` and `rbac` work on).
 pub(crate) struct Ctx<'a> {
     pub state: &'a Arc<DoubleState>,
     pub identity: &'a Identity,
@@ -93,34 +93,23 @@ impl Ctx<'_> {
         })
     }
 
-    /// Whether this list or watch selects the object (the route's resource and namespace,
-    /// `labelSelector`, `fieldSelector`, and `name` for a watch of one object).
-    pub(crate) fn matches(
-        &self,
-        (r, ns, n): &Key,
-        object: &Value,
-        fields: &[(String, bool, String)],
-        name: Option<&str>,
-    ) -> bool {
-        let labels = param(self.query, "labelSelector").unwrap_or("");
-        *r == self.route.key()
-            && self.route.namespace.as_ref().is_none_or(|want| want == ns)
-            && name.is_none_or(|want| want == n)
-            && matches_selector(&object["metadata"]["labels"], labels)
-            && self.fields_match(object, fields)
-    }
-
-    /// The stored objects this list or watch selects.
+    /// The stored objects this list selects: the route's resource and namespace,
+    /// `labelSelector` and `fieldSelector`.
     pub(crate) fn selected(
         &self,
         store: &Store,
         fields: &[(String, bool, String)],
-        name: Option<&str>,
     ) -> Vec<(Key, Value)> {
+        let labels = param(self.query, "labelSelector").unwrap_or("");
         store
             .objects
             .iter()
-            .filter(|(k, o)| self.matches(k, o, fields, name))
+            .filter(|((r, ns, _), o)| {
+                *r == self.route.key()
+                    && self.route.namespace.as_ref().is_none_or(|want| want == ns)
+                    && matches_selector(&o["metadata"]["labels"], labels)
+                    && self.fields_match(o, fields)
+            })
             .map(|(k, o)| (k.clone(), o.clone()))
             .collect()
     }

@@ -1,8 +1,8 @@
 //! The double's router: every request recorded, authenticated, negotiated, routed to what
-//! serves it (`/version`, RBAC's gate, the stored objects' verbs, watches, exec and
-//! port-forward streams). What the harness's client never asks (discovery documents beyond
-//! `/version`, OpenAPI, SPDY streams, other bodies than JSON) is refused with a `Status`
-//! saying so.
+//! serves it (`/version`, RBAC's gate, the stored objects' verbs, exec and port-forward
+//! streams). What the harness's client never asks (discovery documents beyond `/version`,
+//! OpenAPI, watches, SPDY streams, other bodies than JSON) is refused with a `Status` saying
+//! so.
 
 use super::negotiation::{decode_body, negotiate};
 use super::rbac::{Attributes, allowed};
@@ -142,9 +142,24 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         (resource.api_version(), resource.kind, resource.namespaced);
     // `watch=1`, `watch=true`, `watch=True`: the API server reads a bool query parameter as
     // true unless it is `0` or `false` in any case (apimachinery `runtime/conversion.go`,
-    // `Convert_Slice_string_To_bool`).
-    let watching =
-        param(&query, "watch").is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false"));
+    // `Convert_Slice_string_To_bool`). The harness never watches (it polls with GETs), so
+    // the double serves no watch: 405, as the API server answers a watch of a resource whose
+    // storage cannot watch (`ListResource` in apiserver `pkg/endpoints/handlers/get.go`,
+    // `errors.NewMethodNotSupported(..., "watch")`), saying why.
+    if req.method() == Method::GET
+        && route.sub.is_none()
+        && param(&query, "watch").is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false"))
+    {
+        return status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            &format!(
+                "watch is not supported on resources of kind {}: the kube double serves only what the harness's client sends, and it never watches (the real API server's tests referee watches)",
+                json!(route.resource_with_sub())
+            ),
+            json!({"group": route.group, "kind": route.resource}),
+        );
+    }
     let upgrade = req
         .headers()
         .get(hyper::header::UPGRADE)
@@ -155,7 +170,6 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             // A websocket upgrade is a GET; the API server also asks for `create` since 1.30.
             "create"
         }
-        (Method::GET, _, None) if watching => "watch",
         (Method::GET, Some(_), _) => "get",
         (Method::GET, None, _) => "list",
         (Method::POST, _, _) => "create",
@@ -181,14 +195,14 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             .namespace
             .clone()
             .or_else(|| (route.resource == "namespaces").then(|| route.name.clone())?);
-        // A list or watch of one object by `metadata.name` names it, as the API server's
-        // request info does (so `resourceNames` can grant it).
+        // A list of one object by `metadata.name` names it, as the API server's request
+        // info does (so `resourceNames` can grant it).
         let selected = param(&query, "fieldSelector")
             .and_then(|f| f.strip_prefix("metadata.name="))
             .filter(|n| !n.contains(','))
             .map(str::to_owned);
         let name = match verb {
-            "list" | "watch" => selected,
+            "list" => selected,
             _ => route.name.clone(),
         };
         let asked = Attributes {
@@ -228,7 +242,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     }
     if namespaced != route.namespace.is_some() && route.resource != "namespaces" {
         // A namespaced resource listed across namespaces is fine; anything else is not served.
-        if !(namespaced && route.name.is_none() && (verb == "list" || verb == "watch")) {
+        if !(namespaced && route.name.is_none() && verb == "list") {
             return status(
                 StatusCode::NOT_FOUND,
                 "NotFound",
@@ -291,7 +305,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     };
     // The request's options, as the handlers validate them before reading anything
     // (`checks`): a write's `dryRun` (the query's, a DELETE's DeleteOptions' too), a list's
-    // or a watch's `resourceVersionMatch` and `sendInitialEvents`.
+    // `resourceVersionMatch` and `sendInitialEvents`.
     let options = match method {
         Method::POST => Some("CreateOptions"),
         Method::PUT => Some("UpdateOptions"),
@@ -319,10 +333,9 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         }
     }
     if method == Method::GET
-        && (watching || route.name.is_none())
+        && route.name.is_none()
         && route.sub.is_none()
         && let Some(refused) = checks::refused_list_options(
-            watching,
             param(&query, "resourceVersion"),
             param(&query, "resourceVersionMatch"),
             param(&query, "sendInitialEvents"),
@@ -347,7 +360,6 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         (Method::DELETE, Some(name), None) if route.resource == "jobs" => {
             ctx.delete_job(name, body).await
         }
-        (Method::GET, name, None) if watching => ctx.watch(name),
         (Method::POST, None, None) if route.resource == "selfsubjectaccessreviews" => {
             ctx.access_review(body)
         }

@@ -29,8 +29,8 @@ fn mount_problem(message: &str) -> bool {
 }
 
 /// One look of the scheduler at the Pod of `uid`: Some(true) bound to the node, Some(false)
-/// not yet (each new reason, `last`, is a `FailedScheduling` Event and a status update a
-/// watch sees), None gone.
+/// not yet (each new reason, `last`, is a `FailedScheduling` Event and a status update),
+/// None gone.
 fn schedule(state: &DoubleState, uid: &str, last: &mut String) -> Option<bool> {
     let mut store = state.store();
     let Some((key, mut stored)) = live_pod(&store, uid) else {
@@ -259,10 +259,10 @@ fn status_fingerprint(pod: &Value) -> String {
     )
 }
 
-/// The kubelet's status updates, as far as a watch sees them: while the Pod is stored, its
-/// status (read from the runtime) is compared every half second, and a change stores the
-/// Pod again with a new `resourceVersion` (a `MODIFIED` event, as a kubelet's status update
-/// is), so `kubectl wait` and `get -w` see it become ready and its containers end.
+/// The kubelet's status updates: while the Pod is stored, its status (read from the
+/// runtime) is compared every half second, and a change stores the Pod again with a new
+/// `resourceVersion`, as a kubelet's status update does; a Pod whose containers all ended
+/// is marked so (what it requested no longer counts on the node).
 async fn kubelet(state: Arc<DoubleState>, uid: String) {
     let mut last = String::new();
     loop {
@@ -291,7 +291,7 @@ async fn kubelet(state: Arc<DoubleState>, uid: String) {
                 && current["metadata"]["uid"].as_str() == Some(&uid)
             {
                 // The first look too: the scheduler's binding was stored before the
-                // containers existed, so a watch has not seen them yet.
+                // containers existed.
                 store.put(key, current);
             } else {
                 return;

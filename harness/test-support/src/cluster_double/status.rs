@@ -7,7 +7,7 @@ use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
-/// Every answer's body: whole (`Full`) or streamed (a watch).
+/// Every answer's body: whole (`Full`) or streamed (a Pod's log).
 pub(crate) type Body = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 pub(crate) type Reply = Response<Body>;
 

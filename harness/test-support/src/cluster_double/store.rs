@@ -1,6 +1,5 @@
-//! What the double holds: the object store (UIDs, resourceVersions, the changes a watch
-//! reports), tokens, the runtime's Pods and claim volumes, and what tests read back
-//! ([`DoubleState`]).
+//! What the double holds: the object store (UIDs, resourceVersions), tokens, the runtime's
+//! Pods and claim volumes, and what tests read back ([`DoubleState`]).
 
 use super::faults::Faults;
 use kandev_harness::backend::local::attach::PodStreams;
@@ -8,7 +7,6 @@ use kandev_harness::backend::{Backend, PodRef};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Who a request is from (its bearer token).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +57,7 @@ pub struct Seen {
     pub uri: String,
     pub content_type: Option<String>,
     pub accept: Option<String>,
-    /// A list asked as a watch (`watch` set and not `0`/`false`).
+    /// A list asked as a watch (`watch` set and not `0`/`false`), which the double refuses.
     pub watch: bool,
 }
 
@@ -96,93 +94,6 @@ pub(crate) struct Bound {
 /// (resource key `group/resource`, namespace or "", name)
 pub(crate) type Key = (String, String, String);
 
-/// A change to the stored objects, as a watch reports it.
-#[derive(Debug, Clone)]
-pub(crate) struct Change {
-    /// The store's `resourceVersion` once the change was made.
-    pub resource_version: u64,
-    pub key: Key,
-    /// Before the change (None: it was created).
-    pub before: Option<Value>,
-    /// After the change (None: it was deleted).
-    pub after: Option<Value>,
-}
-
-/// How many changes the store keeps for watches; a watch from an older `resourceVersion`
-/// is 410 Gone, as from an API server whose watch cache has moved on.
-pub(crate) const KEPT_CHANGES: usize = 10_000;
-
-/// The watch cache's history of one resource's changes, as kube-apiserver keeps it
-/// (apiserver `pkg/storage/cacher/watch_cache_history.go`): a ring of at least
-/// [`HISTORY_LOWER_CAPACITY`] changes that doubles (up to [`HISTORY_UPPER_CAPACITY`]) while
-/// its oldest change is younger than [`EVENT_FRESH_DURATION`] when it fills, halves when the
-/// newest quarter has aged past it, and otherwise drops its oldest change to take a new one
-/// (`updateCache`, `resizeCacheLocked`). Until it has dropped one, a watch may resume from
-/// any version after the cache's initial list (`GetIntervalLocked`: the list's version,
-/// which on a fresh etcd is its first revision, here 0); after, only from the version before
-/// its oldest change: an older one is `too old resource version` (410 `Expired`). So a
-/// client that resumes a watch more than 75 s after a version, on a resource that changed
-/// more than the ring holds since, is told to list again, as a real API server tells it.
-#[derive(Debug)]
-pub(crate) struct History {
-    /// (resourceVersion, when recorded), oldest first.
-    events: std::collections::VecDeque<(u64, Instant)>,
-    capacity: usize,
-    /// `removedEventSinceRelist`.
-    dropped: bool,
-}
-
-/// `defaultLowerBoundCapacity`.
-const HISTORY_LOWER_CAPACITY: usize = 100;
-/// `defaultUpperBoundCapacity`.
-const HISTORY_UPPER_CAPACITY: usize = 100 * 1024;
-/// `DefaultEventFreshDuration` (apiserver `pkg/storage/cacher/cacher.go`): the bookmark
-/// frequency (a minute) and 15 s.
-pub(crate) const EVENT_FRESH_DURATION: Duration = Duration::from_secs(75);
-
-impl Default for History {
-    fn default() -> Self {
-        History {
-            events: std::collections::VecDeque::new(),
-            capacity: HISTORY_LOWER_CAPACITY,
-            dropped: false,
-        }
-    }
-}
-
-impl History {
-    /// `updateCache` with `resizeCacheLocked`.
-    fn record(&mut self, resource_version: u64, now: Instant) {
-        let full = self.events.len() >= self.capacity;
-        let age = |i: usize| {
-            self.events
-                .get(i)
-                .map_or(Duration::ZERO, |(_, at)| now.duration_since(*at))
-        };
-        if full && age(0) < EVENT_FRESH_DURATION {
-            self.capacity = (self.capacity * 2).min(HISTORY_UPPER_CAPACITY);
-        } else if full && age(self.capacity - self.capacity / 4) > EVENT_FRESH_DURATION {
-            let capacity = (self.capacity / 2).max(HISTORY_LOWER_CAPACITY);
-            while self.events.len() > capacity {
-                self.events.pop_front();
-            }
-            self.capacity = capacity;
-        }
-        if self.events.len() >= self.capacity {
-            self.events.pop_front();
-            self.dropped = true;
-        }
-        self.events.push_back((resource_version, now));
-    }
-
-    /// The version a watch from `since` is too old for (`oldest - 1` in
-    /// `GetIntervalLocked`'s words), if it is.
-    fn too_old(&self, since: u64) -> Option<u64> {
-        let oldest = self.events.front()?.0;
-        (self.dropped && since + 1 < oldest).then(|| oldest - 1)
-    }
-}
-
 /// Where a new object's UID comes from.
 #[derive(Default)]
 enum Uids {
@@ -199,10 +110,8 @@ enum Uids {
 #[derive(Default)]
 pub(crate) struct Store {
     /// Read freely; written only through [`Store::create`], [`Store::put`] and
-    /// [`Store::delete`] (which record the [`Change`] a watch reports).
+    /// [`Store::delete`] (each a new `resourceVersion`).
     pub objects: BTreeMap<Key, Value>,
-    /// The latest changes, oldest first (at most [`KEPT_CHANGES`]).
-    pub changes: std::collections::VecDeque<Change>,
     pub resource_version: u64,
     pub tokens: HashMap<String, Identity>,
     /// Tokens bound to an object (a Pod's projected token, a token Secret's), by token.
@@ -217,10 +126,6 @@ pub(crate) struct Store {
     pub deletions: Vec<Deletion>,
     pub refusals: Vec<Refusal>,
     pub seen: Vec<Seen>,
-    /// The watch cache's history of each resource (`group/resource`) but Events, which
-    /// kube-apiserver watches from etcd (`DefaultWatchCacheSizes` in kubernetes
-    /// `pkg/kubeapiserver/default_storage_factory_builder.go`: no cache for them).
-    histories: HashMap<String, History>,
     uids: Uids,
 }
 
@@ -329,41 +234,11 @@ impl Store {
             .map(|(_, v)| v)
     }
 
-    /// The version a watch of `resource` (`group/resource`) from `since` is too old for, if
-    /// it is: the watch cache no longer holds the changes after it ([`History`]), or the
-    /// double no longer does ([`KEPT_CHANGES`]).
-    pub fn too_old(&self, resource: &str, since: u64) -> Option<u64> {
-        if let Some(oldest) = self.histories.get(resource).and_then(|h| h.too_old(since)) {
-            return Some(oldest);
-        }
-        let oldest = self.changes.front()?.resource_version;
-        (self.changes.len() >= KEPT_CHANGES && oldest > since + 1).then(|| oldest - 1)
-    }
-
-    fn record(&mut self, key: Key, before: Option<Value>, after: Option<Value>) {
-        if !matches!(key.0.as_str(), "/events" | "events.k8s.io/events") {
-            self.histories
-                .entry(key.0.clone())
-                .or_default()
-                .record(self.resource_version, Instant::now());
-        }
-        if self.changes.len() >= KEPT_CHANGES {
-            self.changes.pop_front();
-        }
-        self.changes.push_back(Change {
-            resource_version: self.resource_version,
-            key,
-            before,
-            after,
-        });
-    }
-
     /// Stores `object` (created or changed) with a resourceVersion of its own, as the API
     /// server versions every write; returns it as stored.
     pub fn put(&mut self, key: Key, mut object: Value) -> Value {
         object["metadata"]["resourceVersion"] = json!(self.next_version());
-        let before = self.objects.insert(key.clone(), object.clone());
-        self.record(key, before, Some(object.clone()));
+        self.objects.insert(key, object.clone());
         object
     }
 
@@ -372,7 +247,6 @@ impl Store {
     pub fn delete(&mut self, key: &Key) -> Option<Value> {
         let before = self.objects.remove(key)?;
         self.next_version();
-        self.record(key.clone(), Some(before.clone()), None);
         Some(before)
     }
 
@@ -605,36 +479,5 @@ impl Preconditions {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_watch_cache_history_drops_a_change_only_once_full_and_stale() {
-        let start = Instant::now();
-        let mut history = History::default();
-        for rv in 1..=100 {
-            history.record(rv, start);
-        }
-        // Full, but the oldest is fresh: the ring doubles instead of dropping.
-        history.record(101, start + Duration::from_secs(10));
-        assert_eq!(history.too_old(1), None);
-        assert_eq!(history.capacity, 200);
-        // Full again after 75 s: the oldest is dropped, and a watch from before it is too
-        // old (`too old resource version: 1 (1)`, the version before the oldest kept).
-        let later = start + EVENT_FRESH_DURATION + Duration::from_secs(5);
-        for rv in 102..=200 {
-            history.record(rv, later);
-        }
-        assert_eq!(history.too_old(0), None, "version 0 is never resumed");
-        history.record(201, later);
-        assert_eq!(history.too_old(0), Some(1));
-        assert_eq!(history.too_old(1), None);
-        history.record(202, later);
-        assert_eq!(history.too_old(1), Some(2));
-        assert_eq!(history.too_old(2), None);
     }
 }

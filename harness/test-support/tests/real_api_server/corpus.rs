@@ -1154,6 +1154,26 @@ async fn dry_runs(side: Side) {
         &answer,
         &["/status/phase"],
     );
+    // A Job's DELETE is its own handler in the double (its Pods by propagation policy).
+    let jobs = format!("/apis/batch/v1/namespaces/{}/jobs", side.ns);
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "kept"},
+        "spec": {"template": {"spec": {"schedulerName": NO_SCHEDULER, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox:1.36"}]}}}});
+    let answer = side.post(&jobs, &job).await;
+    side.note("create a Job", &answer, &[]);
+    let answer = side
+        .delete(
+            &format!("{jobs}/kept"),
+            Some(&json!({"dryRun": ["All"], "propagationPolicy": "Background"})),
+        )
+        .await;
+    side.note("dry-run delete of a Job, in the background", &answer, &[]);
+    let answer = side.get(&format!("{jobs}/kept")).await;
+    side.note(
+        "get after a dry-run delete of a Job",
+        &answer,
+        &["/metadata/deletionTimestamp"],
+    );
     let answer = side.delete(&format!("{accounts}/missing{dry}"), None).await;
     side.note("dry-run delete of a missing object", &answer, &[]);
     let answer = side

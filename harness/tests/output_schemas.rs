@@ -57,6 +57,7 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
                 _ => CheckOutcome::NotReached,
             },
             reason: None,
+            lacking: None,
             twin: "fixtures/templates/broken/x.yaml".into(),
         })
         // A passed scenario with a check it could not judge: skipped, with the reason.
@@ -66,6 +67,7 @@ fn scenario(i: usize, outcome: Outcome) -> ScenarioReport {
             kind: CheckKind::System,
             outcome: CheckOutcome::NotJudged,
             reason: Some("no <node> view & \"more\"".into()),
+            lacking: None,
             twin: "fixtures/templates/broken/y.yaml".into(),
         }))
         .collect(),

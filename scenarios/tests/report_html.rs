@@ -156,6 +156,7 @@ fn assembled_scenario(name: &str, outcome: Outcome, diagnosis: Option<&str>) -> 
             CheckOutcome::Failed
         },
         reason: None,
+        lacking: None,
         twin: "fixtures/templates/broken/agent-readonly-rootfs.yaml".into(),
     };
     ScenarioReport {
@@ -232,6 +233,7 @@ fn an_assembled_report_renders_in_chromium() {
         kind: CheckKind::Mirror,
         outcome: CheckOutcome::NotJudged,
         reason: Some("no node view on this backend".into()),
+        lacking: None,
         twin: "mirror: none".into(),
     });
     let scenarios = vec![

@@ -84,6 +84,7 @@ mod tests {
             kind,
             outcome: CheckOutcome::Passed,
             reason: None,
+            lacking: None,
             twin: "fixtures/templates/broken/x.yaml".into(),
         };
         let scenarios = vec![ScenarioReport {

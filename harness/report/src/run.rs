@@ -15,8 +15,9 @@ use serde_json::Value;
 ///
 /// 1: the first. 2: a check may be `not_judged` (with its `reason`, counted apart), and a
 /// report carries its own `verdict`, its `selection` (a filtered run says so) and, per image
-/// role, the image ids its Pods' containers `ran`.
-pub const SCHEMA_VERSION: u32 = 2;
+/// role, the image ids its Pods' containers `ran`. 3: a check not judged names the capability
+/// whose lack left it so (`lacking`), which the release gate excuses as a skipped scenario's.
+pub const SCHEMA_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

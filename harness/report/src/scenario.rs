@@ -112,6 +112,12 @@ pub struct CheckReport {
     /// Why a `not_judged` check could not be judged (absent for every other outcome).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The capability whose lack left a `not_judged` check unjudged: the run's backend does not
+    /// have it (`cluster` on the local backend). The release gate excuses it unless the gate
+    /// requires it, as it does a skipped scenario's lack, and says what the verdict does not
+    /// cover. Absent otherwise, and in reports before schema 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lacking: Option<Capability>,
     /// The broken twin that proves this check can fail: a fixture (`fixtures/...`) or a
     /// cluster twin ([`CLUSTER_TWIN`] and its test); else `exempt: <reason>` (a system check
     /// only a cluster can break, no twin yet) or `mirror: <reason>`.

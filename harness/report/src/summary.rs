@@ -164,6 +164,7 @@ mod tests {
             kind,
             outcome,
             reason: None,
+            lacking: None,
             twin: "fixtures/templates/broken/x.yaml".into(),
         };
         let scenario = ScenarioReport {

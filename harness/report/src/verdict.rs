@@ -122,10 +122,16 @@ pub fn judge(report: &Report, rules: &Rules) -> Verdict {
                 format!("{} passed only on attempt {} (flaky)", s.name, s.attempts),
             ));
         }
+        // A check the backend could not judge for want of a capability the gate does not
+        // require is excused, as a skipped scenario's lack is; the verdict's lines name it.
+        let excused = |c: &&crate::CheckReport| {
+            c.outcome == CheckOutcome::NotJudged
+                && c.lacking.is_some_and(|cap| !rules.requires.contains(&cap))
+        };
         for c in s
             .checks
             .iter()
-            .filter(|c| c.outcome != CheckOutcome::Passed)
+            .filter(|c| c.outcome != CheckOutcome::Passed && !excused(c))
         {
             let why = c
                 .reason
@@ -214,6 +220,7 @@ mod tests {
                 kind: Default::default(),
                 outcome: CheckOutcome::Passed,
                 reason: None,
+                lacking: None,
                 twin: "t".into(),
             }],
             ..Default::default()
@@ -338,7 +345,17 @@ mod tests {
         skipped.lacking = Some(Capability::NodeView);
         let mut excused = scenario("d::w", Outcome::Skipped);
         excused.lacking = Some(Capability::Cluster);
-        let mut r = report(vec![unjudged, flaky, skipped, excused]);
+        // A check a lacking cluster left unjudged is excused as the skipped scenario is; one
+        // a lacking node view left so is not (the release requires the node view).
+        let mut lacked = scenario("f::u", Outcome::Passed);
+        lacked.checks[0].outcome = CheckOutcome::NotJudged;
+        lacked.checks[0].reason = Some("only the harness labels them here".into());
+        lacked.checks[0].lacking = Some(Capability::Cluster);
+        let mut required = scenario("g::t", Outcome::Passed);
+        required.checks[0].outcome = CheckOutcome::NotJudged;
+        required.checks[0].reason = Some("no node view".into());
+        required.checks[0].lacking = Some(Capability::NodeView);
+        let mut r = report(vec![unjudged, flaky, skipped, excused, lacked, required]);
         r.selection = Some(Selection {
             filtered: true,
             left_out: vec!["e::v".into()],
@@ -373,6 +390,7 @@ mod tests {
                 "check a::x/holds not judged: no host engine",
                 "b::y passed only on attempt 2 (flaky)",
                 "c::z skipped: c::z broke",
+                "check g::t/holds not judged: no node view",
                 "the worker containers ran r/other:1 (id sha256:bbb), not the worker image the report records (k/worker:abc, id sha256:aaa)",
             ]
         );

@@ -127,19 +127,28 @@ pub fn verdict_lines(report: &Report) -> String {
 }
 
 /// Under a passed release verdict, one line per scenario the run's backend or images could not
-/// hold (skipped or incompatible for a lacking capability): the gate accepts them, as it
-/// requires only what the backend can offer, so the line says what the verdict does not cover.
+/// hold (skipped or incompatible for a lacking capability, or with checks the lack left not
+/// judged): the gate accepts them, as it requires only what the backend can offer, so the line
+/// says what the verdict does not cover.
 pub fn unjudged_for_lack(report: &Report) -> String {
     if verdict_of(report).profile != GateProfile::Release {
         return String::new();
     }
     let mut out = String::new();
     for s in &report.scenarios {
-        let Some(lacking) = s.lacking else { continue };
+        // A scenario skipped for a lack (all its checks), or a check its backend's lack left
+        // unjudged (`launch::contract`'s labels and exposure on the local backend).
+        let Some(lacking) = s
+            .lacking
+            .or_else(|| s.checks.iter().find_map(|c| c.lacking))
+        else {
+            continue;
+        };
         let system = s
             .checks
             .iter()
             .filter(|c| c.kind == CheckKind::System && c.outcome == CheckOutcome::NotJudged)
+            .filter(|c| s.lacking.is_some() || c.lacking == Some(lacking))
             .count();
         let fix = if lacking == Capability::Cluster {
             "a release verdict on them needs a cluster: run with --backend kind or kube"
@@ -218,6 +227,20 @@ mod tests {
         assert!(
             text.contains("but 1 system check of launch::connection not judged (")
                 && text.contains("lacks cluster): a release verdict on them needs a cluster: run with --backend kind or kube"),
+            "{text}"
+        );
+        // As does one that accepts checks a lacking cluster left unjudged in a scenario that
+        // passed (launch::contract on the local backend).
+        let mut contract = scenario("launch::contract", Outcome::Passed, None);
+        contract.checks[0].outcome = CheckOutcome::NotJudged;
+        contract.checks[0].lacking = Some(Capability::Cluster);
+        let mut r3 = report(vec![contract]);
+        r3.gate.profile = kandev_report::GateProfile::Release;
+        r3.verdict = Some(judge(&r3, &Rules::release(Vec::new())));
+        let text = verdict_lines(&r3);
+        assert!(
+            text.contains("verdict (release gate): passed")
+                && text.contains("but 1 system check of launch::contract not judged ("),
             "{text}"
         );
         r.verdict = None;

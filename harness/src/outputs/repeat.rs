@@ -279,6 +279,7 @@ mod tests {
             kind: Default::default(),
             outcome,
             reason: None,
+            lacking: None,
             twin: "t".into(),
         }
     }

@@ -78,6 +78,7 @@ pub(crate) mod tests {
                     _ => CheckOutcome::NotReached,
                 },
                 reason: None,
+                lacking: None,
                 twin: "fixtures/templates/broken/x.yaml".into(),
             }],
             duration_ms: 1500,

@@ -117,12 +117,17 @@ impl BodyEnd {
     }
 
     /// Under the release profile a check the body could not judge ([`super::not_judged`])
-    /// fails the scenario: a release must not pass on what it never saw. Other gates keep the
+    /// fails the scenario: a release must not pass on what it never saw; one the backend's
+    /// lack of a capability the gate does not require left unjudged
+    /// ([`super::not_judged_lacking`]) is excused there, as a skipped scenario's lack is. Other gates keep the
     /// body's end (the check stays `not judged` in every report, counted apart).
     pub fn unless_unjudged_under(self, gate: &Gate, checks: &[CheckReport]) -> Self {
         let unjudged: Vec<String> = checks
             .iter()
-            .filter(|c| c.outcome == CheckOutcome::NotJudged)
+            .filter(|c| {
+                c.outcome == CheckOutcome::NotJudged
+                    && c.lacking.is_none_or(|lack| gate.requires.contains(&lack))
+            })
             .map(|c| format!("{} ({})", c.id, c.reason.as_deref().unwrap_or("no reason")))
             .collect();
         match self {
@@ -264,6 +269,11 @@ pub fn check_reports(
                 .filter(|(id, _)| *id == check.id)
                 .map(|(_, reason)| reason.as_str())
                 .collect();
+            let lacking = judged
+                .lacking
+                .iter()
+                .find(|(id, _)| *id == check.id)
+                .map(|(_, capability)| *capability);
             let (outcome, reason) = if broke == Some(check.id) {
                 (CheckOutcome::Failed, None)
             } else if !unjudged.is_empty() {
@@ -279,6 +289,7 @@ pub fn check_reports(
                 kind: check.twin.kind(),
                 outcome,
                 reason,
+                lacking: lacking.filter(|_| outcome == CheckOutcome::NotJudged),
                 twin: check.twin.describe(),
             }
         })
@@ -372,6 +383,7 @@ mod tests {
         let judged = Judged {
             held: vec!["holds", "breaks"],
             not_judged: Vec::new(),
+            lacking: Vec::new(),
         };
         let checks = check_reports(&scenario, &judged, broke.broken_check());
         assert_eq!(
@@ -398,6 +410,7 @@ mod tests {
             kind: Default::default(),
             outcome,
             reason: None,
+            lacking: None,
             twin: "t".into(),
         };
         let judged = [check(CheckOutcome::Passed)];
@@ -424,6 +437,7 @@ mod tests {
             kind: Default::default(),
             outcome,
             reason: None,
+            lacking: None,
             twin: "t".into(),
         };
         let lacks = BodyEnd::Lacks(Capability::NodeView, "no node view".into());
@@ -465,6 +479,7 @@ mod tests {
         let judged = Judged {
             held: vec!["seen", "unseen"],
             not_judged: vec![("unseen", "no host engine".into())],
+            lacking: Vec::new(),
         };
         let checks = check_reports(&scenario, &judged, None);
         assert_eq!(checks[0].outcome, CheckOutcome::Passed);
@@ -485,6 +500,49 @@ mod tests {
                     .reason()
                     .is_some_and(|r| r.contains("a::x/unseen (no host engine)")),
             "{refused:?}"
+        );
+    }
+
+    /// A check the backend's lack of a capability left unjudged says so in the report, and
+    /// the release gate excuses it where the backend cannot have the capability (local lacks
+    /// a cluster), as it does a skipped scenario's lack; where it can (kind), it fails.
+    #[test]
+    fn a_check_unjudged_for_a_lack_is_excused_only_where_the_gate_does_not_require_it() {
+        const LABELS: Check = Check {
+            id: "labels",
+            promise: "labels",
+            twin: Twin::Exempt("test"),
+        };
+        fn run(_: &mut Ctx) -> crate::runner::ScenarioFuture<'_> {
+            Box::pin(async { Ok(Verdict::Passed) })
+        }
+        let scenario = Scenario {
+            name: "a::x",
+            promise: "p",
+            timeout: Duration::from_secs(1),
+            starts_first: false,
+            checks: &[LABELS],
+            run,
+        };
+        let judged = Judged {
+            held: vec!["labels"],
+            not_judged: vec![("labels", "only the harness labels them here".into())],
+            lacking: vec![("labels", Capability::Cluster)],
+        };
+        let checks = check_reports(&scenario, &judged, None);
+        assert_eq!(checks[0].outcome, CheckOutcome::NotJudged);
+        assert_eq!(checks[0].lacking, Some(Capability::Cluster));
+        let on_local = Gate::resolve(GateProfile::Release, None, &[], "local");
+        assert_eq!(
+            BodyEnd::Passed.unless_unjudged_under(&on_local, &checks),
+            BodyEnd::Passed
+        );
+        let on_kind = Gate::resolve(GateProfile::Release, None, &[], "kind");
+        assert_eq!(
+            BodyEnd::Passed
+                .unless_unjudged_under(&on_kind, &checks)
+                .outcome(),
+            Outcome::Failed
         );
     }
 

@@ -224,6 +224,20 @@ pub fn not_judged(check: &Check, reason: impl Into<String>) {
     });
 }
 
+/// Records that `check` could not be judged because the run's backend lacks `capability` (the
+/// local backend has no API server: what a cluster stands between, only the harness writes
+/// there). As [`not_judged`], and the report names the lack: the release gate excuses it as it
+/// does a skipped scenario's, unless the gate requires the capability, and says in one line
+/// what the verdict does not cover.
+pub fn not_judged_lacking(check: &Check, capability: Capability, reason: impl Into<String>) {
+    not_judged(check, reason);
+    let _ = HELD.try_with(|judged| {
+        if let Ok(mut judged) = judged.lock() {
+            judged.lacking.push((check.id, capability));
+        }
+    });
+}
+
 /// What a scenario body judged of its checks, as [`promise`] and [`not_judged`] record it.
 #[derive(Debug, Default)]
 pub struct Judged {
@@ -231,6 +245,8 @@ pub struct Judged {
     pub held: Vec<&'static str>,
     /// The checks the body could not judge, and why.
     pub not_judged: Vec<(&'static str, String)>,
+    /// Of those, the ones the backend's lack of a capability left unjudged.
+    pub lacking: Vec<(&'static str, Capability)>,
 }
 
 tokio::task_local! {

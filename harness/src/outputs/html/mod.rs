@@ -167,6 +167,7 @@ pub(crate) mod tests {
                         CheckOutcome::Failed
                     },
                     reason: None,
+                    lacking: None,
                     twin: "fixtures/templates/broken/x.yaml".into(),
                 },
                 CheckReport {
@@ -179,6 +180,7 @@ pub(crate) mod tests {
                         CheckOutcome::NotReached
                     },
                     reason: None,
+                    lacking: None,
                     twin: "mirror: none".into(),
                 },
             ],

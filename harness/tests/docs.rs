@@ -612,14 +612,51 @@ fn readme_lists_exactly_the_exit_codes_the_harness_defines() {
 /// The example workflow: `docs/ci.md` quotes it whole, and it does what `docs/ci.md` says.
 #[test]
 fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
-    let path = "docs/examples/github-workflow.yml";
+    example_workflow(
+        "docs/examples/github-workflow.yml",
+        "workflow",
+        &[
+            "run --gate-profile release",
+            "gc --run",
+            "report diff",
+            "gate",
+        ],
+    );
+}
+
+/// The variant a newcomer copies first: the fixture images, nothing to configure (no
+/// repository variable, no input), no release gate.
+#[test]
+fn the_fixture_workflow_needs_no_variables_and_ci_md_quotes_it() {
+    let path = "docs/examples/github-workflow-fixtures.yml";
+    example_workflow(
+        path,
+        "workflow-fixtures",
+        &["run", "gc --run", "report diff"],
+    );
+    let file = std::fs::read_to_string(root().join(path)).unwrap();
+    for configured in [
+        "vars.",
+        "inputs.",
+        "secrets.",
+        "--worker-image",
+        "--daemon-image",
+    ] {
+        assert!(!file.contains(configured), "{path} uses {configured}");
+    }
+}
+
+/// An example workflow: `docs/ci.md` quotes it exactly between its `<!-- MARKER:begin -->`
+/// and `<!-- MARKER:end -->`, it publishes on a hang, and every `kandev-acceptance` command in
+/// it parses and is not refused; `wanted` are the commands it must run.
+fn example_workflow(path: &str, marker: &str, wanted: &[&str]) {
     let file = std::fs::read_to_string(root().join(path)).unwrap();
     let ci = std::fs::read_to_string(root().join("docs/ci.md")).unwrap();
     let quoted = ci
-        .split_once("<!-- workflow:begin -->\n```yaml\n")
-        .and_then(|(_, rest)| rest.split_once("```\n<!-- workflow:end -->"))
+        .split_once(&format!("<!-- {marker}:begin -->\n```yaml\n"))
+        .and_then(|(_, rest)| rest.split_once(&format!("```\n<!-- {marker}:end -->")))
         .map(|(quoted, _)| quoted)
-        .expect("docs/ci.md quotes the workflow between its workflow markers");
+        .unwrap_or_else(|| panic!("docs/ci.md quotes the workflow between its {marker} markers"));
     assert_eq!(quoted, file, "docs/ci.md quotes {path} exactly");
 
     let workflow: serde_yaml::Value = serde_yaml::from_str(&file).unwrap();
@@ -732,6 +769,7 @@ fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
                 Some("run") if args.windows(2).any(|w| w == ["--gate-profile", "release"]) => {
                     "run --gate-profile release"
                 }
+                Some("run") => "run",
                 Some("report") if args.get(1).map(String::as_str) == Some("diff") => "report diff",
                 Some("gc") if args.iter().any(|a| a == "--run") => "gc --run",
                 Some("gate") => "gate",
@@ -741,12 +779,7 @@ fn the_example_workflow_is_the_one_ci_md_quotes_and_its_commands_parse() {
         }
     }
     assert!(problems.is_empty(), "{path}:\n{}", problems.join("\n"));
-    for wanted in [
-        "run --gate-profile release",
-        "gc --run",
-        "report diff",
-        "gate",
-    ] {
+    for wanted in wanted {
         assert!(
             subcommands.contains(wanted),
             "{path} runs no `kandev-acceptance {wanted}`"

@@ -1765,37 +1765,3 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
     }
     live.teardown().await;
 }
-
-/// A Lease the API server refuses (a duration of 0) is refused by the double as by a real
-/// one (`ValidateLeaseSpec`), with the field named.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_double_validates_leases_as_the_api_server_does() {
-    use k8s_openapi::api::coordination::v1::Lease;
-    let double = cluster_double::start(None).await.unwrap();
-    let admin = admin_client(&double).await;
-    let leases: Api<Lease> = Api::namespaced(admin, "default");
-    let refused = leases
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0}})),
-        )
-        .await;
-    match refused {
-        Err(kube::Error::Api(status)) => {
-            assert_eq!(status.code, 422);
-            assert!(
-                status.message.contains("spec.leaseDurationSeconds"),
-                "{}",
-                status.message
-            );
-        }
-        other => panic!("not refused: {other:?}"),
-    }
-    leases
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 1}})),
-        )
-        .await
-        .unwrap();
-}

@@ -50,8 +50,9 @@
 //! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
 //! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
-//! SelfSubjectReviews (`rbac`), coordination.k8s.io/v1 Leases validated as the API server
-//! validates their spec (`leases`: what a run holds while it is alive, which `gc` spares),
+//! SelfSubjectReviews (`rbac`), coordination.k8s.io/v1 Leases stored as any object is (what
+//! a run holds while it is alive, which `gc` spares; their validation is the real API
+//! server's, which the harness's own Leases meet in `tests/real_api_server/operator.rs`),
 //! namespaces that stop taking new objects while they terminate, and finalizers
 //! (`finalizers`: a DELETE marks an object that has some and keeps it,
 //! `deletionGracePeriodSeconds` 0 once a Pod's kubelet is done; no new one while it is being
@@ -112,7 +113,7 @@
 //! create and delete, each on a `request::Ctx`; `checks` refuses what the API server's
 //! handlers refuse before its registry (options, bodies of another kind or namespace, fields
 //! an update may not change), `validation` checks names, labels and annotations,
-//! `serviceaccount`, `quota`, `secrets` and `leases` admit what is written) or to the exec and
+//! `serviceaccount`, `quota` and `secrets` admit what is written) or to the exec and
 //! port-forward streams (`streams`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
 //! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
@@ -131,7 +132,6 @@ pub(crate) mod discovery;
 mod faults;
 mod finalizers;
 mod jobs;
-mod leases;
 mod mounts;
 mod negotiation;
 mod objects;

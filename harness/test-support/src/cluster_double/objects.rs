@@ -9,8 +9,8 @@ use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
 use super::{
-    checks, containers, defaults, finalizers, leases, patch, quota, secrets, serviceaccount,
-    storage, validation,
+    checks, containers, defaults, finalizers, patch, quota, secrets, serviceaccount, storage,
+    validation,
 };
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
@@ -353,17 +353,6 @@ impl Ctx<'_> {
                     "Invalid",
                     &message,
                     json!({"name": name, "group": "rbac.authorization.k8s.io", "kind": "Role",
-                        "causes": causes}),
-                ))
-            }
-            "leases" => {
-                let (message, causes) = leases::invalid(object)?;
-                let name = object["metadata"]["name"].clone();
-                Some(status(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid",
-                    &message,
-                    json!({"name": name, "group": "coordination.k8s.io", "kind": "Lease",
                         "causes": causes}),
                 ))
             }

@@ -11,7 +11,7 @@ use crate::daemon::socket_only::sockets;
 use crate::support::{build_workload, daemon_id, probe_tag, require_success};
 use kandev_harness::pod::template::AGENTCTL_PORT;
 use kandev_harness::runner::{
-    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, promise,
 };
 use kandev_harness::session::SessionOptions;
 use serde_json::json;
@@ -43,6 +43,56 @@ const WORKSPACES: Check = Check {
 /// network filesystem's attribute cache) shows it late.
 const MARKER_WINDOW: Duration = Duration::from_secs(2);
 const MARKER_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What the Docker CLI prints when an HTTP server answered its request with an error: a
+/// daemon refusing it (an authorization plugin's "authorization denied"), or any other HTTP
+/// server (its 404 page).
+const ANSWERED: &str = "Error response from daemon";
+
+/// Asks `GET /_ping` of `ip:port` with the first HTTP client the agent's image has (curl,
+/// python3, wget), printing the status line, the headers and the body; exit 127 and a line
+/// saying so when it has none.
+fn ping_script(ip: &str, port: u16) -> String {
+    format!(
+        r#"h='{ip}'; p={port}
+if command -v curl >/dev/null 2>&1; then exec timeout 8 curl -sS -i -m 5 "http://$h:$p/_ping"
+elif command -v python3 >/dev/null 2>&1; then exec timeout 8 python3 -c 'import sys, http.client as c
+x = c.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=5); x.request("GET", "/_ping"); r = x.getresponse()
+print("HTTP/1.1", r.status); [print(k + ": " + v) for k, v in r.getheaders()]; print(); print(r.read(256).decode("latin-1"))' "$h" "$p"
+elif command -v wget >/dev/null 2>&1; then exec timeout 8 wget -S -q -O - -T 5 "http://$h:$p/_ping" 2>&1
+else echo "no HTTP client (curl, python3 or wget) in the agent's image"; exit 127; fi"#
+    )
+}
+
+/// What a `/_ping` answered.
+#[derive(Debug, PartialEq)]
+enum Ping {
+    /// A Docker API: `OK` with an `Api-Version` header (its value).
+    DockerApi(String),
+    /// Something else answered, or nothing did.
+    Other,
+    /// The agent's image has no client to ask with.
+    NoClient(String),
+}
+
+/// Reads [`ping_script`]'s output: a Docker API answers `/_ping` with the body `OK` and an
+/// `Api-Version` header (moby's `api/server/router/system` ping handler), whatever its
+/// authorization plugins say of other requests.
+fn ping_answer(exit_code: Option<i32>, text: &str) -> Ping {
+    if exit_code == Some(127) {
+        return Ping::NoClient(text.trim().to_owned());
+    }
+    let version = text.lines().find_map(|line| {
+        let (name, value) = line.trim().split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("api-version")
+            .then(|| value.trim().to_owned())
+    });
+    match version {
+        Some(version) if text.lines().any(|line| line.trim() == "OK") => Ping::DockerApi(version),
+        _ => Ping::Other,
+    }
+}
 
 pub fn scenario() -> Scenario {
     Scenario {
@@ -192,6 +242,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             json!({"a": peer_ports[0], "b": peer_ports[1]}),
         );
         let mut reached = Vec::new();
+        let mut unasked = Vec::new();
         let mut attempts = Vec::new();
         for (from, to_ip, ports) in [(&b, &ips[0], &peer_ports[0]), (&a, &ips[1], &peer_ports[1])] {
             for &port in ports {
@@ -212,6 +263,29 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                             .collect::<Vec<_>>()
                             .join(" ")
                     ));
+                    continue;
+                }
+                // Something answered the CLI over HTTP with an error: a daemon that refuses
+                // this identity (an authorization plugin) is as reachable as one that lists,
+                // so its /_ping decides, not the CLI's exit.
+                if attempt.stderr.contains(ANSWERED) {
+                    let ping = from
+                        .agent_sh(&ping_script(to_ip, port), Duration::from_secs(20))
+                        .await?;
+                    let text = format!("{}{}", ping.stdout, ping.stderr);
+                    attempts.push(json!({"from": from.pod.name, "to": format!("{to_ip}:{port}"), "ping": text.trim()}));
+                    match ping_answer(ping.exit_code, &text) {
+                        Ping::DockerApi(version) => reached.push(format!(
+                            "{} reached tcp://{to_ip}:{port}: a Docker API (/_ping answered OK, Api-Version {version}) that refused the listing ({})",
+                            from.pod.name,
+                            attempt.stderr.lines().find(|l| l.contains(ANSWERED)).unwrap_or_default().trim()
+                        )),
+                        Ping::Other => {}
+                        Ping::NoClient(why) => unasked.push(format!(
+                            "tcp://{to_ip}:{port} answered the Docker CLI from {} with an HTTP error, and its /_ping could not be asked: {why}",
+                            from.pod.name
+                        )),
+                    }
                     continue;
                 }
                 // Not a Docker API there: the CLI tried and was refused, dropped (the 5 s
@@ -241,7 +315,13 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             );
         }
         ctx.evidence("probes", &attempts);
-        promise(reached.is_empty(), &UNREACHABLE, || reached.join("; "))?;
+        if reached.is_empty() && !unasked.is_empty() {
+            // Nothing seen reached, but a listener that answered could not be told apart
+            // from a Docker API: no pass on what was not seen.
+            not_judged(&UNREACHABLE, unasked.join("; "));
+        } else {
+            promise(reached.is_empty(), &UNREACHABLE, || reached.join("; "))?;
+        }
 
         ctx.step("workspaces are separate: session B looks for session A's marker");
         // Sharing can be asynchronous (a sync loop, a network filesystem's attribute cache):
@@ -285,4 +365,107 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         })?;
         Ok(Verdict::Passed)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn a_ping_is_a_docker_apis_only_with_ok_and_its_api_version() {
+        let curl = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\nDocker-Experimental: false\r\n\r\nOK";
+        assert_eq!(ping_answer(Some(0), curl), Ping::DockerApi("1.41".into()));
+        // wget -S: the headers indented on stderr, the body on stdout.
+        let wget = "  HTTP/1.1 200 OK\n  Api-Version: 1.43\n  Content-Length: 2\nOK";
+        assert_eq!(ping_answer(Some(0), wget), Ping::DockerApi("1.43".into()));
+        let not_found =
+            "HTTP/1.1 404 Not Found\nContent-Type: text/html\n\n<html>File not found</html>";
+        assert_eq!(ping_answer(Some(0), not_found), Ping::Other);
+        // OK alone (any health endpoint) is not a Docker API.
+        assert_eq!(ping_answer(Some(0), "HTTP/1.1 200 OK\n\nOK"), Ping::Other);
+        assert_eq!(
+            ping_answer(
+                Some(127),
+                "no HTTP client (curl, python3 or wget) in the agent's image\n"
+            ),
+            Ping::NoClient("no HTTP client (curl, python3 or wget) in the agent's image".into())
+        );
+    }
+
+    /// An HTTP server on this host: a daemon behind an authorization plugin (`/_ping` answers,
+    /// everything else is denied) or a plain file server (404 everywhere); its port.
+    fn server(authz: bool) -> (std::process::Child, u16) {
+        let script = r#"
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if sys.argv[1] == "authz" and self.path.endswith("/_ping"):
+            self.send_response(200); self.send_header("Api-Version", "1.41"); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"OK"); return
+        if sys.argv[1] == "authz":
+            body = json.dumps({"message": "authorization denied by plugin authz-broker: no listing"}).encode()
+            self.send_response(403); self.send_header("Content-Type", "application/json")
+        else:
+            body = b"<html>File not found</html>"
+            self.send_response(404); self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_HEAD = do_GET
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+        let mut child = Command::new("python3")
+            .args(["-c", script, if authz { "authz" } else { "files" }])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        (child, line.trim().parse().unwrap())
+    }
+
+    /// The probe as the scenario runs it, through a real shell with the real Docker CLI: a
+    /// daemon that refuses the listing is still a Docker API by its /_ping, a file server that
+    /// answers the CLI with its 404 page is not.
+    #[test]
+    #[ignore = "needs python3 and the Docker CLI: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
+    fn a_daemon_refusing_the_listing_is_reached_and_a_file_server_is_not() {
+        for (authz, expect_api) in [(true, true), (false, false)] {
+            let (mut child, port) = server(authz);
+            let cli = Command::new("sh")
+                .args([
+                    "-c",
+                    &format!("DOCKER_HOST=tcp://127.0.0.1:{port} timeout 5 docker ps -aq"),
+                ])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&cli.stderr);
+            assert!(
+                !cli.status.success() && stderr.contains(ANSWERED),
+                "{stderr}"
+            );
+            let ping = Command::new("sh")
+                .args(["-c", &ping_script("127.0.0.1", port)])
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&ping.stdout),
+                String::from_utf8_lossy(&ping.stderr)
+            );
+            let answer = ping_answer(ping.status.code(), &text);
+            let _ = child.kill();
+            let _ = child.wait();
+            assert_eq!(
+                answer == Ping::DockerApi("1.41".into()),
+                expect_api,
+                "authz {authz}: {answer:?} from {text}"
+            );
+        }
+    }
 }

@@ -7,6 +7,8 @@
 //! - `admission`: every fixture template's composed Pod, dry-run created under each Pod
 //!   Security level (AC-001.3), the harness's admission comparison on the real defaulting,
 //!   and the double's answers to the same requests.
+//! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
+//!   expired run's namespace removed, a young one spared).
 //! - `start`: the control plane's own refusals (a missing program, a taken port).
 
 // A test file: failing loudly with unwrap/panic is the point here.
@@ -15,6 +17,7 @@
 mod admission;
 mod corpus;
 mod defaults;
+mod gc;
 mod operator;
 mod scheduling;
 mod start;

@@ -72,6 +72,10 @@ pub struct RunConfig {
     pub docker_ready_timeout_seconds: u32,
     /// Launch stage pod_ready's bound: the main container running (`--pod-ready-timeout`).
     pub pod_ready_timeout: Duration,
+    /// The cluster's warm-up bound (`--warm-up-timeout`): every node the task Pod can be
+    /// placed on pulls its images before the first scenario. None: skipped
+    /// (`--no-warm-up` or `--warm-up-timeout 0s`).
+    pub warm_up_timeout: Option<Duration>,
     pub pod_pids_limit: i64,
     /// MTU of the local backend's per-run Pod network (`--pod-mtu`).
     pub pod_mtu: u32,

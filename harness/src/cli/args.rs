@@ -283,6 +283,16 @@ pub(crate) struct RunArgs {
     /// about 4 minutes raise --scenario-timeout too (most scenarios end at 300 s).
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = seconds_in(1, 3600))]
     pub(crate) pod_ready_timeout: u64,
+    /// On a cluster (kind, kube): before the first scenario, every node the task Pod can be
+    /// placed on pulls the worker and daemon images (one short-lived Pod per node), within
+    /// this bound (0s to 2h; 0s skips it), so that a cold pull is spent there, reported as
+    /// the `warm_up` set-up step, and not in a scenario's pod_ready.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = seconds_in(0, 7200))]
+    pub(crate) warm_up_timeout: u64,
+    /// Skip the cluster warm-up (the report says so): each scenario's first Pod on a cold
+    /// node then pulls the images within --pod-ready-timeout.
+    #[arg(long, conflicts_with = "warm_up_timeout")]
+    pub(crate) no_warm_up: bool,
     /// The Pod-level pids limit (the kubelet's podPidsLimit).
     #[arg(long, default_value_t = 4096)]
     pub(crate) pod_pids_limit: i64,
@@ -710,6 +720,24 @@ mod tests {
         };
         assert_eq!(run.pod_ready_timeout, 600);
         assert!(parse("kandev-acceptance run --pod-ready-timeout 2h").is_err());
+        // The cluster warm-up: 10 minutes unless given; 0s or --no-warm-up skips it.
+        let Ok(Cli {
+            command: Command::Run(run),
+        }) = parse("kandev-acceptance run")
+        else {
+            panic!("run")
+        };
+        assert_eq!((run.warm_up_timeout, run.no_warm_up), (600, false));
+        let Ok(Cli {
+            command: Command::Run(run),
+        }) = parse("kandev-acceptance run --warm-up-timeout 0s")
+        else {
+            panic!("--warm-up-timeout 0s")
+        };
+        assert_eq!(run.warm_up_timeout, 0);
+        assert!(parse("kandev-acceptance run --no-warm-up").is_ok());
+        assert!(parse("kandev-acceptance run --no-warm-up --warm-up-timeout 5m").is_err());
+        assert!(parse("kandev-acceptance run --warm-up-timeout 3h").is_err());
         let Ok(Cli {
             command: Command::Launch(launch),
         }) = parse("kandev-acceptance launch --harness-image h --hold 15m")

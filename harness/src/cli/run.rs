@@ -162,6 +162,8 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
         // At most 120 (its parser's bound).
         docker_ready_timeout_seconds: u32::try_from(args.docker_ready_timeout).unwrap_or(120),
         pod_ready_timeout: Duration::from_secs(args.pod_ready_timeout),
+        warm_up_timeout: (!args.no_warm_up && args.warm_up_timeout > 0)
+            .then(|| Duration::from_secs(args.warm_up_timeout)),
         pod_pids_limit: args.pod_pids_limit,
         pod_mtu: args.pod_mtu,
         scenario_timeout: args.scenario_timeout.map(Duration::from_secs),

@@ -20,6 +20,7 @@ mod kind_cgroup;
 pub mod launch;
 pub mod platform;
 pub mod setup;
+pub mod warm_up;
 
 mod backend;
 pub mod capacity;

@@ -3,7 +3,8 @@
 //!
 //! Order matters: an existing cluster's API server is reached before anything is built or
 //! created (an unreachable one fails in seconds); then the namespace and executor identity,
-//! images (Kind: built here and loaded), the preflight, the node view.
+//! images (Kind: built here and loaded), the preflight, the node view, `--jobs`, and the
+//! warm-up (every placeable node pulls the images before the first scenario).
 
 use super::KubeBackend;
 use super::cluster::{self, Cluster};
@@ -362,6 +363,10 @@ async fn finish(
         return Err(e);
     }
     let jobs = derive_jobs(input, &cluster, platform.arch).await;
+    if let Err(e) = warm_up(input, &cluster, &images, platform.arch).await {
+        cluster.teardown().await;
+        return Err(e);
+    }
     let name = if cluster.kind.is_some() {
         "kind"
     } else {
@@ -482,21 +487,9 @@ async fn preflight(
         )?;
     }
     let started = Instant::now();
-    let template = input
-        .template
-        .with_images(&images.worker, &images.daemon)?
-        .template;
     let probe_identity = SessionIdentity::new(input.run_id, "preflight", 0);
-    let mut probe = compose_pod(&ComposeInput {
-        template: &template,
-        identity: &probe_identity,
-        namespace: &cluster.namespace,
-        main_container: &input.config.main_container,
-        arch,
-        workspace: WorkspaceSource::EmptyDir,
-        create_nonce: &create_nonce(),
-    })
-    .context("compose the preflight Pod")?;
+    let mut probe = task_pod(input, &cluster.namespace, images, arch, &probe_identity)
+        .context("compose the preflight Pod")?;
     probe
         .metadata
         .labels
@@ -516,6 +509,70 @@ async fn preflight(
             .step("storage_class", started, class, Clone::clone)?;
     }
     Ok(())
+}
+
+/// The task Pod as a session of `identity` would compose it, with the run's images.
+fn task_pod(
+    input: &PrepareInput<'_>,
+    namespace: &str,
+    images: &ImageSet,
+    arch: Arch,
+    identity: &SessionIdentity,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    let template = input
+        .template
+        .with_images(&images.worker, &images.daemon)?
+        .template;
+    Ok(compose_pod(&ComposeInput {
+        template: &template,
+        identity,
+        namespace,
+        main_container: &input.config.main_container,
+        arch,
+        workspace: WorkspaceSource::EmptyDir,
+        create_nonce: &create_nonce(),
+    })?)
+}
+
+/// Before the first scenario, every node the task Pod can be placed on pulls its images
+/// (`warm_up`), recorded as the `warm_up` set-up step: its time is kept apart from every
+/// scenario's `pod_ready`. `--no-warm-up` or `--warm-up-timeout 0s`: recorded as skipped.
+async fn warm_up(
+    input: &PrepareInput<'_>,
+    cluster: &Cluster,
+    images: &ImageSet,
+    arch: Arch,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let Some(timeout) = input.config.warm_up_timeout else {
+        let why = "turned off (--no-warm-up or --warm-up-timeout 0s): a cold node pulls the images within a scenario's pod_ready bound";
+        let _ = input
+            .setup
+            .step("warm_up", started, Ok::<_, anyhow::Error>(()), |()| {
+                super::warm_up::skipped(why)
+            });
+        return Ok(());
+    };
+    let identity = SessionIdentity::new(input.run_id, "warm-up", 0);
+    let warmed = match task_pod(input, &cluster.namespace, images, arch, &identity) {
+        Ok(task) => {
+            super::warm_up::run(
+                &cluster.admin,
+                &cluster.namespace,
+                input.run_id,
+                &task.spec.unwrap_or_default(),
+                &template_spec(input),
+                arch,
+                timeout,
+            )
+            .await
+        }
+        Err(e) => Err(e.context("compose the task Pod the warm-up pulls for")),
+    };
+    input
+        .setup
+        .step("warm_up", started, warmed, Clone::clone)
+        .map(|_| ())
 }
 
 #[async_trait]

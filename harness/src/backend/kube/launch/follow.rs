@@ -156,13 +156,8 @@ pub(super) async fn follow(
             .get_opt(&job_name)
             .await
             .map_err(read(format!("get job {job_name}")))?;
-        if let Some(reason) = job.as_ref().and_then(failed_condition)
-            && reason.0 == "DeadlineExceeded"
-        {
-            return Err(LaunchError::JobTimedOut {
-                timeout: plan.job_timeout + plan.hold,
-                state: format!("{}: {}; last lines:\n{}", reason.0, reason.1, joined(&tail)),
-            });
+        if let Some(timed_out) = past_deadline(job.as_ref(), plan, &tail) {
+            return Err(timed_out);
         }
         let pod = pods
             .list(&selector)
@@ -260,6 +255,15 @@ pub(super) async fn follow(
             });
         }
         if phase != "Running" && log_ended {
+            // The Job controller may have killed the Pod for its deadline after the Job was
+            // read above: read it again before calling this the harness's own end.
+            let job = jobs
+                .get_opt(&job_name)
+                .await
+                .map_err(read(format!("get job {job_name}")))?;
+            if let Some(timed_out) = past_deadline(job.as_ref(), plan, &tail) {
+                return Err(timed_out);
+            }
             let terminated = pod
                 .status
                 .as_ref()
@@ -366,13 +370,34 @@ async fn signal_run(pods: &Api<Pod>, name: &str) {
 }
 
 /// The Job's `Failed` condition (reason, message), when it has one.
+/// The Job ended for its deadline (`--job-timeout` and `--hold`), with the last lines.
+fn past_deadline(
+    job: Option<&Job>,
+    plan: &LaunchPlan,
+    tail: &VecDeque<String>,
+) -> Option<LaunchError> {
+    let (reason, message) = job.and_then(failed_condition)?;
+    (reason == "DeadlineExceeded").then(|| LaunchError::JobTimedOut {
+        timeout: plan.job_timeout + plan.hold,
+        state: format!("{reason}: {message}; last lines:\n{}", joined(tail)),
+    })
+}
+
+/// The Job's failure, reason and message: its `Failed` condition, or the interim
+/// `FailureTarget` the Job controller writes first. Since Kubernetes 1.31 a Job past its
+/// deadline gets `FailureTarget` (reason `DeadlineExceeded`), then its Pods are killed, and
+/// only after their finalizers are gone `Failed` (`pkg/controller/job/job_controller.go`:
+/// `newFailureCondition`, `newFailedConditionForFailureTarget`): read alone, `Failed` comes
+/// after the Pod has already ended.
 fn failed_condition(job: &Job) -> Option<(String, String)> {
-    job.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    ["Failed", "FailureTarget"]
         .iter()
-        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .find_map(|kind| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == *kind && c.status == "True")
+        })
         .map(|c| {
             (
                 c.reason.clone().unwrap_or_default(),
@@ -401,5 +426,36 @@ mod tests {
         );
         assert_eq!(parse_holding(line, "other"), None);
         assert_eq!(parse_holding("holding run x exit 0", "x"), None);
+    }
+
+    /// As a 1.31+ Job controller writes them past the deadline: `FailureTarget` first (the
+    /// Pod is then killed), `Failed` once its finalizers are gone; either names the deadline.
+    #[test]
+    fn a_jobs_deadline_is_read_from_failure_target_before_failed() {
+        let job = |conditions: &[(&str, &str)]| -> Job {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "j"},
+                "status": {"conditions": conditions.iter().map(|(kind, status)| serde_json::json!({
+                    "type": kind, "status": status, "reason": "DeadlineExceeded",
+                    "message": "Job was active longer than specified deadline"
+                })).collect::<Vec<_>>()}
+            }))
+            .unwrap()
+        };
+        for conditions in [
+            &[("FailureTarget", "True")][..],
+            &[("FailureTarget", "True"), ("Failed", "True")][..],
+        ] {
+            assert_eq!(
+                failed_condition(&job(conditions)),
+                Some((
+                    "DeadlineExceeded".into(),
+                    "Job was active longer than specified deadline".into()
+                )),
+                "{conditions:?}"
+            );
+        }
+        assert_eq!(failed_condition(&job(&[("FailureTarget", "False")])), None);
+        assert_eq!(failed_condition(&job(&[])), None);
     }
 }

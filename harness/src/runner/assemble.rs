@@ -21,6 +21,8 @@ pub struct RunParts {
     /// The run's settings as recorded (their digest, less where files lie, identifies the
     /// configuration: [`behaviour_settings`]).
     pub settings: serde_json::Value,
+    /// What the configuration digest covers ([`behaviour_settings`]), taken at the run's start.
+    pub behaviour: serde_json::Value,
     pub setup: Vec<StepReport>,
     /// In the order the report lists them.
     pub scenarios: Vec<ScenarioReport>,
@@ -65,8 +67,14 @@ enum PathSetting {
     Content,
 }
 
-/// The settings the configuration digest covers ([`PATH_SETTINGS`]).
-pub fn behaviour_settings(settings: &serde_json::Value) -> serde_json::Value {
+/// The settings the configuration digest covers ([`PATH_SETTINGS`]), a file the run reads by
+/// its content: the text in `read` where the run already read it (the template and the
+/// prepare script, read once at its start: a file changed later does not change what the run
+/// ran with), else the file as it is now.
+pub fn behaviour_settings(
+    settings: &serde_json::Value,
+    read: &[(&str, &[u8])],
+) -> serde_json::Value {
     let mut settings = settings.clone();
     for (pointer, how) in PATH_SETTINGS {
         let Some((parent, key)) = pointer.rsplit_once('/') else {
@@ -83,10 +91,13 @@ pub fn behaviour_settings(settings: &serde_json::Value) -> serde_json::Value {
                 object.remove(key);
             }
             (PathSetting::Content, Some(path)) => {
-                let digest = std::fs::read(path).map_or_else(
-                    |e| format!("unreadable: {}", e.kind()),
-                    |bytes| format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
-                );
+                let digest = match read.iter().find(|(at, _)| *at == pointer) {
+                    Some((_, bytes)) => format!("sha256:{}", hex::encode(Sha256::digest(bytes))),
+                    None => std::fs::read(path).map_or_else(
+                        |e| format!("unreadable: {}", e.kind()),
+                        |bytes| format!("sha256:{}", hex::encode(Sha256::digest(&bytes))),
+                    ),
+                };
                 object.insert(key.to_owned(), serde_json::Value::String(digest));
             }
             (PathSetting::Content, None) => {}
@@ -96,9 +107,7 @@ pub fn behaviour_settings(settings: &serde_json::Value) -> serde_json::Value {
 }
 
 pub fn assemble(parts: RunParts) -> Report {
-    let sha = hex::encode(Sha256::digest(
-        behaviour_settings(&parts.settings).to_string().as_bytes(),
-    ));
+    let sha = hex::encode(Sha256::digest(parts.behaviour.to_string().as_bytes()));
     let rules = Rules {
         profile: parts.gate.profile,
         requires: parts.gate.requires.clone(),
@@ -145,10 +154,13 @@ mod tests {
             std::fs::write(path, "kind: PodTemplate\n").unwrap_or_else(|e| unreachable!("{e}"));
         }
         let settings = |template: &std::path::Path, reports: &str, namespace: &str| {
-            behaviour_settings(&serde_json::json!({
-                "template": template, "report_dir": reports,
-                "cluster": {"kubeconfig": "/home/me/.kube/config", "namespace": namespace},
-            }))
+            behaviour_settings(
+                &serde_json::json!({
+                    "template": template, "report_dir": reports,
+                    "cluster": {"kubeconfig": "/home/me/.kube/config", "namespace": namespace},
+                }),
+                &[],
+            )
         };
         // The same template's bytes in another folder, another report folder and kubeconfig:
         // the same configuration.
@@ -163,5 +175,19 @@ mod tests {
         std::fs::write(&b, "kind: PodTemplate\nmetadata: {}\n")
             .unwrap_or_else(|e| unreachable!("{e}"));
         assert_ne!(settings(&a, "/x", "n"), settings(&b, "/x", "n"));
+        // The text the run read at its start counts, not the file as it is at the end.
+        let as_read = |template: &std::path::Path| {
+            behaviour_settings(
+                &serde_json::json!({"template": template}),
+                &[("/template", b"kind: PodTemplate\n".as_slice())],
+            )
+        };
+        assert_eq!(
+            as_read(&b),
+            settings(&a, "/x", "n")
+                .as_object()
+                .map(|o| { serde_json::json!({"template": o["template"]}) })
+                .unwrap_or_default()
+        );
     }
 }

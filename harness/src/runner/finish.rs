@@ -60,6 +60,7 @@ impl Run {
                 .map(|e| self.ran_into(e.environment.clone()))
                 .unwrap_or_default(),
             settings: serde_json::to_value(&self.config).unwrap_or_default(),
+            behaviour: self.behaviour.clone(),
             setup: self.setup_steps(),
             scenarios,
             leftovers,

@@ -77,6 +77,9 @@ pub struct Run {
     ran_images: ran_images::RanImages,
     /// Which scenarios of the catalogue the run selected (None: not said, e.g. a test's run).
     selection: Option<Selection>,
+    /// What the configuration digest covers, taken at the start with the files as the run
+    /// read them (`assemble::behaviour_settings`).
+    behaviour: serde_json::Value,
 }
 
 /// Where the engine's processes can be read: on this machine for the local backend.
@@ -96,6 +99,13 @@ impl Run {
     ) -> Self {
         let started = Instant::now();
         let cost_start = cost::cpu::CostStart::now(engine_host(&config).as_ref());
+        let behaviour = assemble::behaviour_settings(
+            &serde_json::to_value(&config).unwrap_or_default(),
+            &[
+                ("/template", template.text().as_bytes()),
+                ("/prepare_script", prepare_text.as_bytes()),
+            ],
+        );
         Self {
             id,
             config,
@@ -115,6 +125,7 @@ impl Run {
             cost_start,
             ran_images: Default::default(),
             selection: None,
+            behaviour,
         }
     }
 

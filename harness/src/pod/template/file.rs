@@ -34,6 +34,11 @@ impl TemplateFile {
         &self.parsed
     }
 
+    /// The file's text, as read.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
     /// `sha256:<hex>` of the file as read (what `gate --template` compares).
     pub fn source_sha256(&self) -> String {
         sha256_hex(&self.text)

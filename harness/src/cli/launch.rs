@@ -173,7 +173,6 @@ pub(crate) fn launch(
     code
 }
 
-/// What `launch` refuses before creating anything.
 /// What `launch` refuses before it reads anything: another backend, and for a run (not
 /// `--list`) the options it needs or sets itself.
 pub(super) fn refused_at_once(args: &LaunchArgs) -> Result<(), String> {
@@ -189,6 +188,7 @@ pub(super) fn refused_at_once(args: &LaunchArgs) -> Result<(), String> {
     refused(args)
 }
 
+/// What `launch` refuses of a run's options: those it needs, and those it sets itself.
 fn refused(args: &LaunchArgs) -> Result<(), String> {
     let run = &args.run;
     if run.cluster.context.is_none() {

@@ -67,32 +67,55 @@ else echo "no HTTP client (curl, python3 or wget) in the agent's image"; exit 12
 /// What a `/_ping` answered.
 #[derive(Debug, PartialEq)]
 enum Ping {
-    /// A Docker API: `OK` with an `Api-Version` header (its value).
+    /// A Docker API (what showed it: its `Api-Version`, its `Server: Docker/...`, or an
+    /// authorization plugin's refusal).
     DockerApi(String),
-    /// Something else answered, or nothing did.
+    /// An HTTP server that is not a Docker API answered.
     Other,
-    /// The agent's image has no client to ask with.
-    NoClient(String),
+    /// No HTTP answer was read (no client in the image, a reset, a timeout): no evidence
+    /// either way.
+    Unanswered(String),
 }
 
-/// Reads [`ping_script`]'s output: a Docker API answers `/_ping` with the body `OK` and an
-/// `Api-Version` header (moby's `api/server/router/system` ping handler), whatever its
-/// authorization plugins say of other requests.
+/// Reads [`ping_script`]'s output. A Docker API sets `Api-Version` on its answers (moby's
+/// `api/server/middleware/version.go`) and `/_ping` answers `OK`; an authorization plugin
+/// runs before that middleware and may refuse `/_ping` itself ("authorization denied by
+/// plugin", `api/server/middleware/authorization.go`): a daemon all the same. Only an HTTP
+/// status line with none of these is another server; no status line is no answer.
 fn ping_answer(exit_code: Option<i32>, text: &str) -> Ping {
-    if exit_code == Some(127) {
-        return Ping::NoClient(text.trim().to_owned());
+    let header = |wanted: &str| {
+        text.lines().find_map(|line| {
+            let (name, value) = line.trim().split_once(':')?;
+            name.trim()
+                .eq_ignore_ascii_case(wanted)
+                .then(|| value.trim().to_owned())
+        })
+    };
+    if let Some(version) = header("api-version") {
+        return Ping::DockerApi(format!("Api-Version {version}"));
     }
-    let version = text.lines().find_map(|line| {
-        let (name, value) = line.trim().split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("api-version")
-            .then(|| value.trim().to_owned())
+    if let Some(server) = header("server").filter(|s| s.starts_with("Docker/")) {
+        return Ping::DockerApi(format!("Server {server}"));
+    }
+    if text.contains(DENIED_BY_PLUGIN) {
+        return Ping::DockerApi(format!("its /_ping was refused: {DENIED_BY_PLUGIN} ..."));
+    }
+    let status_line = text.lines().any(|line| {
+        line.trim_start().starts_with("HTTP/1.") || line.trim_start().starts_with("HTTP/2")
     });
-    match version {
-        Some(version) if text.lines().any(|line| line.trim() == "OK") => Ping::DockerApi(version),
-        _ => Ping::Other,
+    if status_line && exit_code != Some(127) {
+        Ping::Other
+    } else {
+        Ping::Unanswered(format!(
+            "no HTTP answer read (exit {}): {}",
+            exit_code.map_or("none".into(), |c| c.to_string()),
+            text.trim()
+        ))
     }
 }
+
+/// What moby's authorization middleware answers a request a plugin refuses.
+const DENIED_BY_PLUGIN: &str = "authorization denied by plugin";
 
 pub fn scenario() -> Scenario {
     Scenario {
@@ -274,15 +297,22 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                         .await?;
                     let text = format!("{}{}", ping.stdout, ping.stderr);
                     attempts.push(json!({"from": from.pod.name, "to": format!("{to_ip}:{port}"), "ping": text.trim()}));
-                    match ping_answer(ping.exit_code, &text) {
-                        Ping::DockerApi(version) => reached.push(format!(
-                            "{} reached tcp://{to_ip}:{port}: a Docker API (/_ping answered OK, Api-Version {version}) that refused the listing ({})",
+                    let answer = if attempt.stderr.contains(DENIED_BY_PLUGIN) {
+                        Ping::DockerApi(format!(
+                            "the CLI's requests were refused: {DENIED_BY_PLUGIN} ..."
+                        ))
+                    } else {
+                        ping_answer(ping.exit_code, &text)
+                    };
+                    match answer {
+                        Ping::DockerApi(sign) => reached.push(format!(
+                            "{} reached tcp://{to_ip}:{port}: a Docker API ({sign}) that refused the listing ({})",
                             from.pod.name,
                             attempt.stderr.lines().find(|l| l.contains(ANSWERED)).unwrap_or_default().trim()
                         )),
                         Ping::Other => {}
-                        Ping::NoClient(why) => unasked.push(format!(
-                            "tcp://{to_ip}:{port} answered the Docker CLI from {} with an HTTP error, and its /_ping could not be asked: {why}",
+                        Ping::Unanswered(why) => unasked.push(format!(
+                            "tcp://{to_ip}:{port} answered the Docker CLI from {} with an HTTP error, and its /_ping gave no answer to judge: {why}",
                             from.pod.name
                         )),
                     }
@@ -373,36 +403,62 @@ mod tests {
     use std::process::{Command, Stdio};
 
     #[test]
-    fn a_ping_is_a_docker_apis_only_with_ok_and_its_api_version() {
+    fn a_ping_is_a_docker_apis_by_its_version_server_or_plugin_and_no_answer_is_unjudged() {
         let curl = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\nDocker-Experimental: false\r\n\r\nOK";
-        assert_eq!(ping_answer(Some(0), curl), Ping::DockerApi("1.41".into()));
+        assert_eq!(
+            ping_answer(Some(0), curl),
+            Ping::DockerApi("Api-Version 1.41".into())
+        );
         // wget -S: the headers indented on stderr, the body on stdout.
         let wget = "  HTTP/1.1 200 OK\n  Api-Version: 1.43\n  Content-Length: 2\nOK";
-        assert_eq!(ping_answer(Some(0), wget), Ping::DockerApi("1.43".into()));
+        assert_eq!(
+            ping_answer(Some(0), wget),
+            Ping::DockerApi("Api-Version 1.43".into())
+        );
+        // A plugin refusing /_ping itself, before the version middleware: still a daemon.
+        let refused = "HTTP/1.1 403 Forbidden\nContent-Type: application/json\n\n{\"message\":\"authorization denied by plugin opa: denied\"}";
+        assert!(matches!(ping_answer(Some(22), refused), Ping::DockerApi(_)));
+        let server = "HTTP/1.1 500 Internal Server Error\nServer: Docker/28.2.2 (linux)\n\n";
+        assert!(matches!(ping_answer(Some(0), server), Ping::DockerApi(_)));
         let not_found =
             "HTTP/1.1 404 Not Found\nContent-Type: text/html\n\n<html>File not found</html>";
         assert_eq!(ping_answer(Some(0), not_found), Ping::Other);
         // OK alone (any health endpoint) is not a Docker API.
         assert_eq!(ping_answer(Some(0), "HTTP/1.1 200 OK\n\nOK"), Ping::Other);
-        assert_eq!(
-            ping_answer(
-                Some(127),
-                "no HTTP client (curl, python3 or wget) in the agent's image\n"
+        // No status line: a reset, a timeout, no client. No evidence either way.
+        for (code, text) in [
+            (
+                Some(56),
+                "curl: (56) Recv failure: Connection reset by peer",
             ),
-            Ping::NoClient("no HTTP client (curl, python3 or wget) in the agent's image".into())
-        );
+            (Some(124), ""),
+            (
+                Some(1),
+                "Traceback (most recent call last):\nConnectionResetError",
+            ),
+            (
+                Some(127),
+                "no HTTP client (curl, python3 or wget) in the agent's image",
+            ),
+        ] {
+            assert!(
+                matches!(ping_answer(code, text), Ping::Unanswered(_)),
+                "{code:?} {text}"
+            );
+        }
     }
 
-    /// An HTTP server on this host: a daemon behind an authorization plugin (`/_ping` answers,
-    /// everything else is denied) or a plain file server (404 everywhere); its port.
-    fn server(authz: bool) -> (std::process::Child, u16) {
+    /// An HTTP server on this host: a daemon behind an authorization plugin (`authz`: `/_ping`
+    /// answers, everything else is denied; `deny-all`: `/_ping` denied too) or a plain file
+    /// server (`files`: 404 everywhere); its port.
+    fn server(mode: &str) -> (std::process::Child, u16) {
         let script = r#"
 import http.server, json, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if sys.argv[1] == "authz" and self.path.endswith("/_ping"):
             self.send_response(200); self.send_header("Api-Version", "1.41"); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"OK"); return
-        if sys.argv[1] == "authz":
+        if sys.argv[1] in ("authz", "deny-all"):
             body = json.dumps({"message": "authorization denied by plugin authz-broker: no listing"}).encode()
             self.send_response(403); self.send_header("Content-Type", "application/json")
         else:
@@ -416,7 +472,7 @@ print(s.server_address[1], flush=True)
 s.serve_forever()
 "#;
         let mut child = Command::new("python3")
-            .args(["-c", script, if authz { "authz" } else { "files" }])
+            .args(["-c", script, mode])
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3");
@@ -435,8 +491,9 @@ s.serve_forever()
     #[test]
     #[ignore = "needs python3 and the Docker CLI: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
     fn a_daemon_refusing_the_listing_is_reached_and_a_file_server_is_not() {
-        for (authz, expect_api) in [(true, true), (false, false)] {
-            let (mut child, port) = server(authz);
+        // A plugin that lets /_ping through, one that refuses it too (default deny), none.
+        for (mode, expect_api) in [("authz", true), ("deny-all", true), ("files", false)] {
+            let (mut child, port) = server(mode);
             let cli = Command::new("sh")
                 .args([
                     "-c",
@@ -462,9 +519,9 @@ s.serve_forever()
             let _ = child.kill();
             let _ = child.wait();
             assert_eq!(
-                answer == Ping::DockerApi("1.41".into()),
+                matches!(answer, Ping::DockerApi(_)),
                 expect_api,
-                "authz {authz}: {answer:?} from {text}"
+                "{mode}: {answer:?} from {text}"
             );
         }
     }

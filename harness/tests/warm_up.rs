@@ -12,13 +12,15 @@ use kandev_harness::backend::kube::cluster::Cluster;
 use kandev_harness::backend::kube::warm_up;
 use kandev_harness::pod::compose::Arch;
 use kandev_harness::pod::identity::SessionIdentity;
+use kandev_test_support::cluster_double::Behaviour;
 use kandev_test_support::cluster_double::KubeDouble;
 use kandev_test_support::engine::engine_double;
 use kandev_test_support::on_double::set_up_sessions;
 use kandev_test_support::pod::{TaskPod, task_pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// The containers and volumes the engine still holds for `run_id`'s Pods.
 async fn left_on_engine(run_id: &str) -> Vec<String> {
@@ -77,6 +79,16 @@ async fn warm_up(
     daemon: &str,
     timeout: Duration,
 ) -> anyhow::Result<serde_json::Value> {
+    warm_up_until(cluster, worker, daemon, timeout, &AtomicBool::new(false)).await
+}
+
+async fn warm_up_until(
+    cluster: &Cluster,
+    worker: &str,
+    daemon: &str,
+    timeout: Duration,
+    stopped: &AtomicBool,
+) -> anyhow::Result<serde_json::Value> {
     let identity = SessionIdentity::new(&cluster.run_id, "warm-up", 0);
     let arch = Arch::of_this_machine();
     let task = task_pod(TaskPod {
@@ -94,7 +106,7 @@ async fn warm_up(
         &spec,
         &spec,
         arch,
-        timeout,
+        warm_up::Until { timeout, stopped },
     )
     .await
 }
@@ -172,6 +184,45 @@ async fn an_image_the_node_cannot_pull_fails_the_warm_up_naming_node_and_image()
     ] {
         assert!(text.contains(named), "{named} not in: {text}");
     }
+    assert!(warm_up_pods(&cluster).await.is_empty());
+    assert_eq!(left_on_engine(&cluster.run_id).await, Vec::<String>::new());
+    cluster.teardown().await;
+}
+
+/// A run stopped (Ctrl-C, SIGTERM, `--deadline`) while a node still pulls (a registry that
+/// never answers): the warm-up ends within a poll or two, not at its timeout, names the
+/// stop, and its Pods are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_stopped_run_ends_the_warm_up_and_leaves_no_warm_up_pod() {
+    let (double, images) = engine_double().await;
+    let (cluster, _) = set_up_sessions(&double, "warm").await;
+    double.state.enable(Behaviour::UnreachableRegistry {
+        host: "registry.invalid".into(),
+    });
+    const HANGING: &str = "registry.invalid/kandev-acceptance/slow:1";
+    let stopped = AtomicBool::new(false);
+    let started = Instant::now();
+    let (result, ()) = tokio::join!(
+        warm_up_until(
+            &cluster,
+            &images.worker,
+            HANGING,
+            Duration::from_secs(300),
+            &stopped
+        ),
+        async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            stopped.store(true, Ordering::SeqCst);
+        }
+    );
+    let text = format!("{:#}", result.unwrap_err());
+    assert!(text.contains("the run was stopped"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "ended {:?} after the start, not at the 300-s timeout",
+        started.elapsed()
+    );
     assert!(warm_up_pods(&cluster).await.is_empty());
     assert_eq!(left_on_engine(&cluster.run_id).await, Vec::<String>::new());
     cluster.teardown().await;

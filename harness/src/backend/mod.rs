@@ -51,6 +51,9 @@ pub struct PrepareInput<'a> {
     /// The run's template, parsed once; a preflight puts the images the backend will run into
     /// it ([`TemplateFile::with_images`]).
     pub template: &'a TemplateFile,
+    /// Set when the run is stopped (Ctrl-C, SIGTERM, `--deadline`): a long preparation step
+    /// (the cluster warm-up) ends on it and removes what it made.
+    pub stopped: &'a std::sync::atomic::AtomicBool,
 }
 
 impl PrepareInput<'_> {

@@ -292,6 +292,9 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
 
 /// One run of the selected scenarios: its own id, report folder, signal and deadline
 /// watchers; returns the exit code and the report (None when nothing ran).
+/// How long a preparation stopped by Ctrl-C or SIGTERM is waited on to remove what it made.
+const PREPARE_STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn run_once(
     config: &RunConfig,
     libtest: &libtest_mimic::Arguments,
@@ -365,11 +368,28 @@ fn run_once(
                     None => std::future::pending::<()>().await,
                 }
             };
+            let prepare = run.env();
+            tokio::pin!(prepare);
+            let signal = tokio::select! {
+                env = &mut prepare => return env.map(|_| ()).map_err(|e| (e, false)),
+                _ = tokio::signal::ctrl_c() => "interrupted while preparing the cluster",
+                () = terminated => "terminated (SIGTERM) while preparing the cluster",
+            };
+            // Stopped: a step that watches the stop (the warm-up) removes what it made and
+            // fails, and the failed preparation tears the rest down; a step that does not is
+            // waited on a while, then left (a second Ctrl-C leaves it at once) for gc.
+            run.cancel();
+            eprintln!(
+                "{signal}: stopping the preparation and removing what it made (up to {}s; Ctrl-C again to leave it to `{}`)",
+                PREPARE_STOP_BOUND.as_secs(),
+                run.config.gc_command(&run.id)
+            );
             tokio::select! {
-                env = run.env() => env.map(|_| ()).map_err(|e| (e, false)),
-                _ = tokio::signal::ctrl_c() => Err(("interrupted while preparing the cluster".to_owned(), true)),
-                () = terminated => Err(("terminated (SIGTERM) while preparing the cluster".to_owned(), true)),
+                _ = &mut prepare => {}
+                _ = tokio::time::sleep(PREPARE_STOP_BOUND) => {}
+                _ = tokio::signal::ctrl_c() => {}
             }
+            Err((signal.to_owned(), true))
         });
         if let Err((e, interrupted)) = prepared {
             run.live.finish();

@@ -63,6 +63,7 @@ impl Run {
             setup: &self.setup,
             progress: &self.progress,
             template: &self.template,
+            stopped: &self.cancelled,
         };
         let prepared = crate::backend::provider(self.config.backend)
             .prepare(&input)

@@ -563,7 +563,10 @@ async fn warm_up(
                 &task.spec.unwrap_or_default(),
                 &template_spec(input),
                 arch,
-                timeout,
+                super::warm_up::Until {
+                    timeout,
+                    stopped: input.stopped,
+                },
             )
             .await
         }

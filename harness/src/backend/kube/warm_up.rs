@@ -28,6 +28,16 @@ pub const ROLE: &str = "warm-up";
 /// How often a warm-up Pod is read while its images are pulled.
 const POLL: Duration = Duration::from_millis(500);
 
+/// How long the warm-up may take: its `--warm-up-timeout`, and the run's stop flag (set by
+/// Ctrl-C, SIGTERM or `--deadline`), on which it ends early.
+pub struct Until<'a> {
+    pub timeout: Duration,
+    pub stopped: &'a std::sync::atomic::AtomicBool,
+}
+
+/// The fix a refused warm-up Pod names: the create, not a pull, failed.
+const CREATE_FIX: &str = "the namespace must admit a small unprivileged Pod of the run's images (quota, LimitRange, admission) and your identity create, get and delete Pods there; or skip the warm-up with --no-warm-up";
+
 /// The fix a failed warm-up names.
 const FIX: &str = "make the image pullable from that node (its reference, the registry's reachability, an imagePullSecret in the template), raise --warm-up-timeout for a slow registry, or skip the warm-up with --no-warm-up";
 
@@ -209,15 +219,32 @@ async fn on_node(
     images: &[Image],
     deadline: Instant,
     created: &std::sync::Mutex<Vec<PodRef>>,
+    stopped: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<Value> {
     let started = Instant::now();
-    let made = backend.create_helper_pod(pod).await.map_err(|e| {
-        anyhow::anyhow!(
-            "warm-up on node {}: its Pod was not created: {}; {FIX}",
-            target.node,
-            crate::error_chain(&e)
-        )
-    })?;
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let made = match backend.create_helper_pod(pod).await {
+        Ok(made) => made,
+        Err(e) => {
+            // An answer lost after the write (a timeout, a 504 retried into a 409) may
+            // still have made it: the name is this run's and node's, so one found is ours
+            // to delete with the rest.
+            if let Ok(Some(uid)) = backend.pod_uid(&backend.namespace, &name).await
+                && let Ok(mut all) = created.lock()
+            {
+                all.push(PodRef {
+                    namespace: backend.namespace.clone(),
+                    name: name.clone(),
+                    uid,
+                });
+            }
+            anyhow::bail!(
+                "warm-up on node {}: its Pod was not created: {}; {CREATE_FIX}",
+                target.node,
+                crate::error_chain(&e)
+            );
+        }
+    };
     if let Ok(mut all) = created.lock() {
         all.push(made.clone());
     }
@@ -260,6 +287,14 @@ async fn on_node(
         }
         if seen.iter().all(Option::is_some) {
             break;
+        }
+        // Ctrl-C, SIGTERM (launch's Job deadline) or --deadline: the Pods are deleted on the
+        // way out, and the set-up's failure tears the rest down.
+        if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            anyhow::bail!(
+                "warm-up on node {}: the run was stopped (Ctrl-C, SIGTERM or --deadline) before its images were pulled",
+                target.node
+            );
         }
         if Instant::now() >= deadline {
             let waiting: Vec<String> = images
@@ -310,8 +345,9 @@ pub async fn run(
     task: &PodSpec,
     template: &PodSpec,
     arch: Arch,
-    timeout: Duration,
+    until: Until<'_>,
 ) -> anyhow::Result<Value> {
+    let Until { timeout, stopped } = until;
     // An identity that cannot list nodes (inside the cluster, the bookkeeper may not):
     // skipped, saying why, as `--jobs` falls back.
     let nodes = match Api::<Node>::all(admin.clone())
@@ -339,7 +375,7 @@ pub async fn run(
     let warmed = futures_util::future::join_all(chosen.iter().map(|target| {
         let pod = warm_up_pod(run_id, namespace, target, task, &images);
         let (backend, images, created) = (&backend, &images, &created);
-        async move { on_node(backend, target, &pod, images, deadline, created).await }
+        async move { on_node(backend, target, &pod, images, deadline, created, stopped).await }
     }))
     .await;
     let made: Vec<PodRef> = created.lock().map(|all| all.clone()).unwrap_or_default();

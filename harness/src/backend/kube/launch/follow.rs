@@ -208,7 +208,9 @@ pub(super) async fn follow(
             if interrupts.count() > 0 {
                 return Err(LaunchError::Interrupted);
             }
-            if started.elapsed() > plan.start_timeout {
+            // The start bound is for a Pod that never started: one already followed that
+            // reads Pending for a moment (a node slow to report) is still the same run.
+            if following.is_none() && started.elapsed() > plan.start_timeout {
                 return Err(LaunchError::StartTimedOut {
                     waited: plan.start_timeout,
                     state: KubeBackend::waiting_reason(&pod, CONTAINER),
@@ -369,7 +371,6 @@ async fn signal_run(pods: &Api<Pod>, name: &str) {
     }
 }
 
-/// The Job's `Failed` condition (reason, message), when it has one.
 /// The Job ended for its deadline (`--job-timeout` and `--hold`), with the last lines.
 fn past_deadline(
     job: Option<&Job>,

@@ -634,11 +634,11 @@ fn a_run_on_this_hosts_engine_by_anyone_but_root_is_refused_first() {
             .lines()
             .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
         let mut command = if root {
-            let mut c = Command::new("setpriv");
+            let mut c = kandev_test_support::harness_env::harness("setpriv");
             c.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin]);
             c
         } else {
-            Command::new(bin)
+            kandev_test_support::harness_env::harness(bin)
         };
         let output = command
             .args(args)
@@ -1004,7 +1004,7 @@ fn a_terminal_gets_the_live_view_and_libtest_lines_go_to_a_log() {
         dir.path().display()
     );
     // `script` gives the run a pseudo-terminal, as an operator's shell would.
-    let output = Command::new("script")
+    let output = kandev_test_support::harness_env::harness("script")
         .args(["-qec", &command, "/dev/null"])
         .output()
         .unwrap();

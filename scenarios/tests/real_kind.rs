@@ -255,7 +255,7 @@ fn launch_runs_the_suite_as_a_job_inside_the_cluster_on_real_kind() {
     .unwrap();
     let context = format!("kind-{}", cluster.name);
     let reports = dir.path().join("reports");
-    let out = Command::new(binary)
+    let out = kandev_test_support::harness_env::harness(binary)
         .args([
             "launch",
             "--kubeconfig",
@@ -309,7 +309,7 @@ fn launch_runs_the_suite_as_a_job_inside_the_cluster_on_real_kind() {
     );
 
     // Nothing the launch created is left in the cluster.
-    let gc = Command::new(binary)
+    let gc = kandev_test_support::harness_env::harness(binary)
         .args([
             "gc",
             "--backend",

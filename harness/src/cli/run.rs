@@ -334,6 +334,9 @@ fn run_once(
                 .to_string(),
         );
     }
+    // The run's --deadline holds from its start: a preparation still going then (a warm-up
+    // waiting on a slow registry) is stopped like the scenarios. Ends with this function.
+    let _deadline = AbortOnDrop(runtime.spawn(run.clone().enforce_deadline()));
     // No live view (a CI log): a line every 30 s while images build and scenarios run, so a
     // long quiet stretch is not taken for a hang. Ends with this function.
     let _heartbeat = (!std::io::stderr().is_terminal()).then(|| {
@@ -417,10 +420,7 @@ fn run_once(
         );
     }
     let handle = runtime.handle().clone();
-    let watchers = [
-        handle.spawn(watch_signals(run.clone())),
-        handle.spawn(run.clone().enforce_deadline()),
-    ];
+    let watchers = [handle.spawn(watch_signals(run.clone()))];
     // The longest scenarios start first (libtest-mimic starts trials in the order given;
     // `--list` returned earlier, in the catalogue's order).
     let mut start_order: Vec<usize> = (0..registry.len()).collect();

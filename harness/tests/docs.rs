@@ -537,6 +537,48 @@ fn markdown_command_problems(doc: &Path, text: &str) -> (usize, Vec<String>) {
     (count, problems)
 }
 
+/// The scenarios of the catalogue, as `docs/catalogue.md`'s checks table lists them (a test in
+/// `scenarios/tests/twins.rs` keeps that table equal to the registry).
+fn catalogue_scenarios(catalogue: &str) -> BTreeSet<String> {
+    catalogue
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('/'))
+        .map(|(scenario, _)| scenario.to_owned())
+        .filter(|scenario| scenario.contains("::"))
+        .collect()
+}
+
+/// Every evidence folder a text names (`reports/<run-id>/NAME/` or `<run>/NAME/`) that is not a
+/// scenario's: the run writes a scenario's evidence under its name with `::` written `-`
+/// (`runner/evidence.rs`).
+fn evidence_folder_problems(doc: &Path, text: &str, scenarios: &BTreeSet<String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    for prefix in ["reports/<run-id>/", "<run>/"] {
+        for (at, _) in text.match_indices(prefix) {
+            let rest = &text[at + prefix.len()..];
+            let Some((folder, _)) = rest.split_once('/') else {
+                continue;
+            };
+            if folder.is_empty()
+                || !folder
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                continue;
+            }
+            if !scenarios.contains(&folder.replacen('-', "::", 1)) {
+                let line = text[..at].lines().count().max(1);
+                problems.push(format!(
+                    "{}:{line}: {prefix}{folder}/ is no scenario's evidence folder (a scenario's is its name with :: written -)",
+                    doc.display()
+                ));
+            }
+        }
+    }
+    problems
+}
+
 // ---------------------------------------------------------------------------------------
 // The tests
 
@@ -574,6 +616,32 @@ fn every_command_the_docs_quote_parses() {
         );
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The evidence folders the docs name are folders a run writes.
+#[test]
+fn every_evidence_folder_the_docs_name_is_a_scenarios() {
+    let catalogue = std::fs::read_to_string(root().join("docs/catalogue.md")).unwrap();
+    let scenarios = catalogue_scenarios(&catalogue);
+    assert!(scenarios.len() >= 20, "{scenarios:?}");
+    let mut named = 0;
+    let mut problems = Vec::new();
+    for (doc, text) in documents() {
+        named += text.matches("reports/<run-id>/").count() + text.matches("<run>/").count();
+        problems.extend(evidence_folder_problems(&doc, &text, &scenarios));
+    }
+    assert!(
+        named > 0,
+        "no evidence folder named in the docs: the scan is broken"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // What it is there to find.
+    let planted = "under `reports/<run-id>/pods/` and `<run>/browser-launch/screenshot.png`";
+    let found = evidence_folder_problems(Path::new("x.md"), planted, &scenarios);
+    assert!(
+        found.len() == 1 && found[0].contains("reports/<run-id>/pods/"),
+        "{found:?}"
+    );
 }
 
 #[test]

@@ -383,14 +383,19 @@ fn run_once(
             // waited on a while, then left (a second Ctrl-C leaves it at once) for gc.
             run.cancel();
             eprintln!(
-                "{signal}: stopping the preparation and removing what it made (up to {}s; Ctrl-C again to leave it to `{}`)",
-                PREPARE_STOP_BOUND.as_secs(),
-                run.config.gc_command(&run.id)
+                "{signal}: stopping the preparation and removing what it made (up to {}s; Ctrl-C again to leave it)",
+                PREPARE_STOP_BOUND.as_secs()
             );
-            tokio::select! {
-                _ = &mut prepare => {}
-                _ = tokio::time::sleep(PREPARE_STOP_BOUND) => {}
-                _ = tokio::signal::ctrl_c() => {}
+            let left = tokio::select! {
+                _ = &mut prepare => false,
+                _ = tokio::time::sleep(PREPARE_STOP_BOUND) => true,
+                _ = tokio::signal::ctrl_c() => true,
+            };
+            if left {
+                eprintln!(
+                    "leaving the preparation without its teardown; remove leftovers with: {}",
+                    run.config.gc_command(&run.id)
+                );
             }
             Err((signal.to_owned(), true))
         });

@@ -29,7 +29,7 @@ use common::kube::{
 };
 use common::{REFUSED_BEFORE_THE_RUN, fixture, twin_failures};
 use kandev_harness::host::images::ImageSet;
-use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN};
+use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_ROLE, LABEL_RUN};
 use kandev_harness::runner::Twin;
 use kandev_report::Capability;
 use kandev_report::Outcome;
@@ -741,7 +741,9 @@ async fn cluster_twin_run(
 ) -> (Run, String) {
     let (scenario, check) = catalogue_check(id);
     twin_test_of(&check);
-    let run = run(double, images, &["--exact", scenario.name]).await;
+    // Without the set-up's warm-up: a twin that breaks every Pod on the node (a finalizer
+    // that holds them) would fail its Pods in the set-up, before the check it breaks.
+    let run = run(double, images, &["--exact", scenario.name, "--no-warm-up"]).await;
     assert_eq!(run.report.scenarios.len(), 1, "{}", run.text);
     let wrong = twin_failures(&run.report, &scenario, &check);
     assert!(wrong.is_empty(), "{}\n{}", wrong.join("\n"), run.text);
@@ -1255,9 +1257,12 @@ async fn an_aborted_runs_hint_is_the_gc_command_that_removes_it_on_kube_double()
             .flatten()
             .next()
             .map(|e| e.file_name().to_string_lossy().into_owned());
+        // A session's Pod, running: not the set-up's warm-up Pods.
         if let Some(id) = id
             && double.state.objects("pods").iter().any(|pod| {
                 pod["metadata"]["labels"][LABEL_RUN] == id.as_str()
+                    && pod["metadata"]["labels"][LABEL_ROLE]
+                        != kandev_harness::backend::kube::warm_up::ROLE
                     && pod["metadata"]["uid"]
                         .as_str()
                         .and_then(|uid| double.state.runtime_pod(uid))
@@ -1435,9 +1440,12 @@ async fn gc_after_a_killed_run_on_kube_double() {
             .flatten()
             .next()
             .map(|e| e.file_name().to_string_lossy().into_owned());
+        // A session's Pod, running: not the set-up's warm-up Pods.
         if let Some(id) = id
             && double.state.objects("pods").iter().any(|pod| {
                 pod["metadata"]["labels"][LABEL_RUN] == id.as_str()
+                    && pod["metadata"]["labels"][LABEL_ROLE]
+                        != kandev_harness::backend::kube::warm_up::ROLE
                     && pod["metadata"]["uid"]
                         .as_str()
                         .and_then(|uid| double.state.runtime_pod(uid))

@@ -95,7 +95,7 @@ async fn pods_are_pinned_to_the_clusters_architecture_not_the_hosts() {
         "nodes",
         "",
         json!({"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "second-node", "labels": {"kubernetes.io/arch": here.as_str()}},
+            "metadata": {"name": "second-node", "labels": {"kubernetes.io/arch": here.as_str(), "kubernetes.io/os": "linux"}},
             "spec": {}}),
     );
     let Run { code, text, .. } = run(&double, &images, &["--exact", "launch::contract"]).await;

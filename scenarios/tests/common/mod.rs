@@ -296,12 +296,15 @@ pub fn broken_worker(name: &str) -> String {
     };
     // Twins build side by side FROM the same worker: the legacy builder shares their cached
     // first layer, and a concurrent removal of another twin's image can take that layer
-    // away mid-build ("failed to get digest ...: no such file or directory", seen in CI).
-    // Built again, it is made anew; any other failure stands.
+    // away mid-build ("failed to get digest ...: no such file or directory", or "unknown
+    // parent image ID" at the next step, both seen in CI). Built again, it is made anew; any
+    // other failure stands.
     let mut build_output = build();
     for _ in 0..2 {
         let stderr = String::from_utf8_lossy(&build_output.stderr);
-        if build_output.status.success() || !stderr.contains("failed to get digest") {
+        let layer_taken =
+            stderr.contains("failed to get digest") || stderr.contains("unknown parent image ID");
+        if build_output.status.success() || !layer_taken {
             break;
         }
         build_output = build();

@@ -312,6 +312,55 @@ async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
     assert_eq!(proxy.targets().len(), 1, "{:?}", proxy.targets());
 }
 
+/// `NO_PROXY` with an empty entry (`a,,b` or a trailing comma, as shells and `.env` files
+/// leave it) is read as kubectl reads it, skipping the entry; kube-rs alone refused it
+/// ("comma-separated value is empty") whenever a proxy was set, and every client failed.
+/// An entry the client cannot read at all is named, with the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_proxy_with_an_empty_entry_is_read_as_kubectl_reads_it() {
+    let double = kandev_test_support::cluster_double::start(None)
+        .await
+        .unwrap();
+    let proxy = kandev_test_support::connect_proxy::start().await;
+    let gc = |no_proxy: &str| {
+        tokio::process::Command::from(kandev_test_support::harness_env::harness(env!(
+            "CARGO_BIN_EXE_kandev-acceptance"
+        )))
+        .args([
+            "gc",
+            "--backend",
+            "kube",
+            "--all",
+            "--dry-run",
+            "--kubeconfig",
+        ])
+        .arg(&double.kubeconfig)
+        .args(["--context", &double.context])
+        .env("HTTPS_PROXY", &proxy.url)
+        .env("NO_PROXY", no_proxy)
+        .env_remove("no_proxy")
+        .output()
+    };
+    let out = gc("example.invalid,,10.0.0.0/8,").await.unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(!text.contains("NO_PROXY"), "{text}");
+    assert!(proxy.targets().is_empty(), "{:?}", proxy.targets());
+    let out = gc("example.invalid,exa mple.com").await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("NO_PROXY (or no_proxy) has an entry the Kubernetes client cannot read")
+            && stderr.contains("exa mple.com")
+            && stderr.contains("fix: correct or remove that entry"),
+        "{stderr}"
+    );
+}
+
 /// `launch` runs on kube only: it needs no `--backend` (it reaches the cluster, which here
 /// does not answer: exit 3 with the cause), and refuses another backend, naming the fix.
 #[test]

@@ -17,6 +17,7 @@ mod run;
 mod shell;
 mod validate;
 
+use crate::backend::kube::cluster::tolerant_no_proxy;
 use crate::runner::Scenario;
 use args::{Cli, Command};
 use clap::Parser;
@@ -26,6 +27,7 @@ use std::process::ExitCode;
 
 /// Entry point of the `kandev-acceptance` binary.
 pub fn main(registry: Vec<Scenario>) -> ExitCode {
+    run_again_with_a_tolerant_no_proxy();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -81,6 +83,40 @@ pub fn main(registry: Vec<Scenario>) -> ExitCode {
         Command::Man { dir } => shell::man(dir.as_deref()),
     };
     ExitCode::from(code)
+}
+
+/// `NO_PROXY` (or `no_proxy`) with an empty entry (`a,b,`), which kube-rs refuses before the
+/// harness decides on a proxy and Go (kubectl) skips: the harness runs itself again, in this
+/// process (`exec`, so the pid, signals and exit status stay the caller's), with those
+/// entries dropped ([`tolerant_no_proxy`]). Done first, before a thread starts: the
+/// environment cannot be changed in place without `unsafe`. Once dropped there is nothing
+/// left to drop, so it runs again at most once.
+fn run_again_with_a_tolerant_no_proxy() {
+    use std::os::unix::process::CommandExt;
+    let fixes = tolerant_no_proxy(|name| std::env::var(name).ok());
+    if fixes.is_empty() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut argv = std::env::args_os();
+    let mut again = std::process::Command::new(exe);
+    if let Some(arg0) = argv.next() {
+        again.arg0(arg0);
+    }
+    again.args(argv);
+    for (name, value) in fixes {
+        match value {
+            Some(value) => again.env(name, value),
+            None => again.env_remove(name),
+        };
+    }
+    // Returns only if the exec failed; the run goes on with the environment as it is.
+    let error = again.exec();
+    eprintln!(
+        "note: NO_PROXY has an empty entry, and running again without it failed ({error}): remove the empty entry (a doubled or trailing comma) if a cluster client refuses NO_PROXY"
+    );
 }
 
 /// The command line as clap builds it, for what checks documented commands

@@ -84,6 +84,10 @@ pub enum ClusterError {
         problem: String,
     },
     #[error(
+        "NO_PROXY (or no_proxy) has an entry the Kubernetes client cannot read: {problem}\n  fix: correct or remove that entry; entries are comma-separated hosts or domains (with an optional :PORT; .example.com for subdomains), IP addresses, CIDRs, or * alone"
+    )]
+    NoProxy { problem: String },
+    #[error(
         "--in-cluster, but this is not a Pod with a service account: {cause}\n  fix: run inside a Pod whose service account token is mounted (automountServiceAccountToken: true; `kandev-acceptance launch` makes such a Job), or drop --in-cluster and pass --context"
     )]
     NotInCluster { cause: String },

@@ -7,7 +7,7 @@
 use super::proxy::proxy_for;
 use super::resilience;
 use crate::backend::kube::errors::ClusterError;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 use std::future::Future;
 use std::path::Path;
@@ -232,9 +232,16 @@ pub async fn client_for_bounded(
     };
     let mut config = Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
-        .map_err(|e| ClusterError::Kubeconfig {
-            path: shown,
-            cause: crate::error_chain(&e),
+        .map_err(|e| match e {
+            // kube-rs reads NO_PROXY here whenever a proxy is set, and refuses what it cannot
+            // parse; an empty entry never gets here (`cli::main` drops it, as Go does).
+            KubeconfigError::ParseNoProxy(cause) => ClusterError::NoProxy {
+                problem: crate::error_chain(&cause),
+            },
+            e => ClusterError::Kubeconfig {
+                path: shown,
+                cause: crate::error_chain(&e),
+            },
         })?;
     config.connect_timeout = Some(bounds.connect);
     set_proxy(&mut config, kubeconfig_proxy.as_deref())?;

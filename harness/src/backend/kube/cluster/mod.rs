@@ -47,5 +47,5 @@ pub use lease::{
     Holder, Judged, LEASE_SECONDS, RENEW_EVERY, RunLease, judge, lease_name, leases_in,
 };
 pub use operator::{Need, bookkeeper_rules, operator_needs, operator_preflight};
-pub use proxy::{ProxySource, proxy_for};
+pub use proxy::{ProxySource, proxy_for, tolerant_no_proxy};
 pub use run::{Cluster, SETTLE, run_labels, run_namespace};

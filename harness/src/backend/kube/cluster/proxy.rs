@@ -165,6 +165,39 @@ fn use_proxy(server: &Uri, no_proxy: &str) -> bool {
     true
 }
 
+/// `NO_PROXY` and `no_proxy` as Go reads them, where kube-rs 5 would refuse them: Go skips an
+/// empty entry (`httpproxy.config.init`: `if len(p) == 0 { continue }`), so `a,b,` or `a,,b`
+/// is what shells and `.env` files often leave behind; kube-rs's `NoProxy::from_str` fails
+/// with "comma-separated value is empty" whenever any proxy is set (`ConfigLoader::proxy_url`,
+/// inside `Config::from_custom_kubeconfig`, before the harness decides with [`proxy_for`]),
+/// and every client fails. Each variable whose value has an empty entry, with that value
+/// without its empty entries (`None`: unset it, nothing is left); the caller hands them to
+/// the harness's own process again (`cli::main`), as the environment cannot be changed
+/// without `unsafe` once threads may read it. Nothing else is rewritten: an entry is
+/// matched as Go matches it, by [`proxy_for`].
+pub fn tolerant_no_proxy(
+    env: impl Fn(&str) -> Option<String>,
+) -> Vec<(&'static str, Option<String>)> {
+    let mut fixes = Vec::new();
+    for name in ["NO_PROXY", "no_proxy"] {
+        let Some(value) = env(name) else { continue };
+        // kube-rs, like Go, ignores a variable that is empty or all blanks.
+        if value.trim().is_empty() {
+            continue;
+        }
+        let entries: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        if entries.len() == value.split(',').count() {
+            continue;
+        }
+        fixes.push((name, (!entries.is_empty()).then(|| entries.join(","))));
+    }
+    fixes
+}
+
 /// `host:port`, `[v6]:port` or a bare host (Go's `net.SplitHostPort`, falling back to the
 /// whole entry as the host).
 fn split_host_port(entry: &str) -> (&str, Option<&str>) {
@@ -319,5 +352,40 @@ mod tests {
         .err()
         .unwrap();
         assert_eq!(source, ProxySource::Kubeconfig);
+    }
+
+    #[test]
+    fn no_proxy_loses_only_its_empty_entries_and_is_left_alone_without_them() {
+        let fixes = |env: &[(&str, &str)]| {
+            let env: HashMap<String, String> = env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            tolerant_no_proxy(|name| env.get(name).cloned())
+        };
+        // A trailing comma, a doubled one, blanks between: the entries stay, in order.
+        assert_eq!(
+            fixes(&[
+                ("NO_PROXY", "example.com, 10.0.0.0/8,"),
+                ("no_proxy", " a,, b ")
+            ]),
+            vec![
+                ("NO_PROXY", Some("example.com,10.0.0.0/8".to_owned())),
+                ("no_proxy", Some("a,b".to_owned()))
+            ]
+        );
+        // Nothing left: unset.
+        assert_eq!(fixes(&[("NO_PROXY", ", ,")]), vec![("NO_PROXY", None)]);
+        // Nothing to drop, an empty or unset variable: nothing done, so the harness runs
+        // itself again at most once.
+        assert!(fixes(&[("NO_PROXY", "example.com,.internal:6443")]).is_empty());
+        assert!(fixes(&[("NO_PROXY", "  "), ("no_proxy", "")]).is_empty());
+        assert!(fixes(&[]).is_empty());
+        // What it leaves is decided as before: Go skips an empty entry too.
+        let server: Uri = "https://api.example.com:6443".parse().unwrap();
+        for (given, cleaned) in [("example.com,", "example.com"), (",,*", "*")] {
+            assert_eq!(use_proxy(&server, given), use_proxy(&server, cleaned));
+            assert!(!use_proxy(&server, cleaned));
+        }
     }
 }

@@ -169,18 +169,84 @@ async fn set_up_through(code: u16, retry_after: Option<u64>, path: &str) {
     cluster.teardown().await;
 }
 
-/// 429 with Retry-After (API Priority and Fairness throttling) is waited out (kube-rs's own
-/// retry policy).
+/// 429 with Retry-After (API Priority and Fairness throttling) is waited out (`resilience`,
+/// as kube-rs's own retry policy would).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_with_retry_after_is_waited_out() {
     set_up_through(429, Some(1), "/namespaces?").await;
 }
 
-/// 503 (an API server restarting, or its aggregated API unavailable) is retried (kube-rs's
-/// own retry policy).
+/// 503 (an API server restarting, or its aggregated API unavailable) is retried
+/// (`resilience`, as kube-rs's own retry policy would).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_from_a_restarting_api_server_is_retried() {
     set_up_through(503, None, "/roles?").await;
+}
+
+/// A set-up create answered 504 (the API server's request timeout: the write may have been
+/// done) is sent again, and the repeat's 409 AlreadyExists is resolved as after a lost
+/// connection: the run's namespace, made by the first attempt (the double answers a fault
+/// without serving the request, so it is created beforehand, as that attempt would have),
+/// carries the create's labels, so it is the run's. Before, kube-rs repeated the create below
+/// the harness's layers and the set-up failed on the 409. A namespace of that name without
+/// them (someone else's) leaves the 409 standing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_up_create_answered_504_then_409_is_taken_when_the_object_is_the_runs() {
+    use kandev_harness::pod::template::WorkspaceMode;
+    use kube::api::PostParams;
+    let double = cluster_double::start(None).await.unwrap();
+    let admin = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap()
+        .admin;
+    let namespaces: Api<Namespace> = Api::all(admin);
+    let set_up_after_504 = |run: String, labels: std::collections::BTreeMap<String, String>| {
+        let (double, namespaces) = (&double, namespaces.clone());
+        async move {
+            let mut made = Namespace::default();
+            made.metadata.name = Some(cluster::run_namespace(&run));
+            made.metadata.labels = Some(labels);
+            namespaces
+                .create(&PostParams::default(), &made)
+                .await
+                .unwrap();
+            double.state.faults().inject(
+                Some("POST"),
+                "/namespaces?",
+                Fault::Status {
+                    code: 504,
+                    retry_after: None,
+                },
+                1,
+            );
+            let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+                .await
+                .unwrap();
+            Cluster::set_up(reached, None, None, WorkspaceMode::EmptyDir, &run).await
+        }
+    };
+    let privileged = || {
+        (
+            "pod-security.kubernetes.io/enforce".to_owned(),
+            "privileged".to_owned(),
+        )
+    };
+
+    let run = format!("t504-{}", random_hex(4));
+    let mut labels = cluster::run_labels(&run);
+    labels.extend([privileged()]);
+    let cluster = set_up_after_504(run.clone(), labels).await.unwrap();
+    assert_eq!(cluster.namespace, cluster::run_namespace(&run));
+    fired(&double, 1);
+    cluster.teardown().await;
+
+    let other = format!("t504-{}", random_hex(4));
+    let refused = set_up_after_504(other, [privileged()].into())
+        .await
+        .err()
+        .map(|e| kandev_harness::error_chain(&e))
+        .unwrap_or_default();
+    assert!(refused.contains("already exists"), "{refused}");
 }
 
 /// 500 with Retry-After (an API server shutting down says when to come back) is retried as

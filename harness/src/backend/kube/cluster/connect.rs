@@ -41,21 +41,23 @@ impl Default for ClientBounds {
 }
 
 /// The client of `config`, every request bounded by `bounds.answer` (a tower timeout around
-/// the request future, which ends at the response head), its retries included: kube-rs's own
-/// for 429, 503 and 504, and `resilience`'s for lost connections, 500 with Retry-After and
-/// 410 Gone, as client-go retries them.
+/// the request future, which ends at the response head), its retries included:
+/// `resilience`'s, for 429, 503 and 504 as kube-rs's own policy would retry them, and for lost
+/// connections, 500 with Retry-After and 410 Gone, as client-go retries them.
 pub fn client_of(config: Config, bounds: ClientBounds) -> Result<Client, kube::Error> {
     build(config, bounds, None)
 }
 
-/// The stack every client of the harness has, on kube-rs's own (base URI, its 429/503/504
-/// retries, credentials, HTTP): `resilience`'s retries, the bearer token of `token` when
-/// given, and the answer bound around them all, its expiry named.
+/// The stack every client of the harness has, on kube-rs's own (base URI, credentials,
+/// HTTP): `resilience`'s retries (429/503/504 among them: kube-rs's own retry layer is off, as
+/// it would hide a 504 from the layers that resolve a create's 409 after it), the bearer
+/// token of `token` when given, and the answer bound around them all, its expiry named.
 fn build(
-    config: Config,
+    mut config: Config,
     bounds: ClientBounds,
     token: Option<RefreshedToken>,
 ) -> Result<Client, kube::Error> {
+    config.default_retry = false;
     let bearer = token.map(|token| {
         tower::util::MapRequestLayer::new(move |mut req: http::Request<kube::client::Body>| {
             let header = format!("Bearer {}", token.current());

@@ -1,9 +1,13 @@
 //! What a client does when the control plane fails a request: the retries every client of the
 //! harness makes, as client-go makes them, on top of kube-rs's own.
 //!
-//! - **429, 503, 504**: kube-rs's own `RetryPolicy` (`kube::client::retry`, in its default
-//!   stack: `Config::default_retry`), honouring `Retry-After`, any request (the server says it
-//!   did not process it).
+//! - **429, 503, 504**: sent again, any request, honouring `Retry-After`, as kube-rs's own
+//!   `RetryPolicy` (`kube::client::retry`, `server_retry`) would (429 and 503: the server says
+//!   it did not process it). Here, not there (`connect::build` turns `Config::default_retry`
+//!   off): kube-rs's retry sits below these layers, so what came after a 504 was invisible to
+//!   them, and a 504 may come after the write was done (the API server's request timeout
+//!   answers while the storage write goes on: `staging/src/k8s.io/apiserver/pkg/endpoints/
+//!   handlers/finisher`). An answer after a 504 is marked as one after a lost connection.
 //! - **500 with `Retry-After`**: any request, as client-go's `checkWait`
 //!   (`staging/src/k8s.io/client-go/rest/request.go`: any 5xx and 429 with the header); 500
 //!   without it is the server's answer and stands.
@@ -26,11 +30,11 @@
 //!   is read, and when it carries every label and annotation the create asked for (the run's
 //!   label, the session's create nonce), it is the one the lost create made: answered as
 //!   created. Otherwise the 409 stands (someone else's object).
-//! - **A create answered 504 and repeated by kube-rs, then answered 409**: kube-rs's retry
-//!   is below these layers, so they see only the 409. A 504 may come after the write was
-//!   done (the API server's request timeout); the Pod and claim creates, which carry a
-//!   create nonce, read the object back and take it when it carries theirs
-//!   (`pods::made_by_this_create`).
+//! - **A create answered 504, sent again, then answered 409**: resolved as after a lost
+//!   connection (above): every create of a named object (the set-up's namespace, account,
+//!   Role and binding among them) is taken when the object carries its labels and
+//!   annotations. The Pod and claim creates carry a create nonce, so the object is theirs only
+//!   when it carries that (`pods::made_by_this_create` reads it again at its level).
 //!
 //! Built from tower's retry machinery (`tower::retry::Policy`, the trait kube-rs's
 //! `RetryPolicy` implements) over a buffered service, inside the client's answer bound, so a
@@ -54,6 +58,10 @@ pub const RESET_RETRIES: u32 = 6;
 /// connection: a restarting API server (its static Pod's container killed: real Kind took
 /// about 10 s to listen again) refuses until it listens; about 30 s with the backoff capped.
 pub const REFUSED_RETRIES: u32 = 18;
+
+/// How many times a request answered 429, 503 or 504 is sent again (kube-rs's
+/// `RetryPolicy::server_retry`: 15), within the answer bound.
+pub const THROTTLED_RETRIES: u32 = 15;
 
 /// The first wait before sending again; doubled each time, up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -207,12 +215,15 @@ pub fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
 struct AfterLostConnection;
 
 /// The retry policy: per request (tower clones it for each), how often its connection was
-/// lost and the 500s and 410s it was answered.
+/// lost, the 500s and 410s it was answered, and the 429s, 503s and 504s.
 #[derive(Debug, Clone)]
 pub struct Policy {
     repeat: Option<Repeat>,
     lost: u32,
     answered: u32,
+    throttled: u32,
+    /// A 504 was answered: the write may have been done before the API server gave up.
+    timed_out: bool,
     backoff: Duration,
 }
 
@@ -222,13 +233,16 @@ impl Default for Policy {
             repeat: None,
             lost: 0,
             answered: 0,
+            throttled: 0,
+            timed_out: false,
             backoff: FIRST_BACKOFF,
         }
     }
 }
 
-/// `Retry-After` in whole seconds, when present and honoured.
-fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
+/// `Retry-After` in whole seconds, whatever its length (a 429's or 503's: the answer bound
+/// holds the wait and its retries together).
+fn retry_after_any<B>(response: &Response<B>) -> Option<Duration> {
     let seconds: u64 = response
         .headers()
         .get(http::header::RETRY_AFTER)?
@@ -237,8 +251,12 @@ fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
         .trim()
         .parse()
         .ok()?;
-    let wait = Duration::from_secs(seconds);
-    (wait <= MAX_RETRY_AFTER).then_some(wait)
+    Some(Duration::from_secs(seconds))
+}
+
+/// A 500's `Retry-After`, when present and honoured (up to `MAX_RETRY_AFTER`).
+fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
+    retry_after_any(response).filter(|wait| *wait <= MAX_RETRY_AFTER)
 }
 
 /// `uri` without the query parameters that pin a read to an old state.
@@ -275,6 +293,19 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
         match result {
             Ok(response) => {
                 let status = response.status();
+                if matches!(
+                    status,
+                    StatusCode::TOO_MANY_REQUESTS
+                        | StatusCode::SERVICE_UNAVAILABLE
+                        | StatusCode::GATEWAY_TIMEOUT
+                ) && self.throttled < THROTTLED_RETRIES
+                {
+                    self.throttled += 1;
+                    self.timed_out |= status == StatusCode::GATEWAY_TIMEOUT;
+                    let wait = retry_after_any(response).unwrap_or(self.backoff);
+                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                    return Some(tokio::time::sleep(wait));
+                }
                 if status == StatusCode::INTERNAL_SERVER_ERROR
                     && self.answered < RESET_RETRIES
                     && let Some(wait) = retry_after(response)
@@ -298,7 +329,7 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
                     *req.uri_mut() = uri;
                     return Some(tokio::time::sleep(FIRST_BACKOFF));
                 }
-                if self.lost > 0 {
+                if self.lost > 0 || self.timed_out {
                     response.extensions_mut().insert(AfterLostConnection);
                 }
                 None

@@ -1,9 +1,12 @@
 //! `daemon::socket_only` — the Pod's daemon answers only on `/run/docker/docker.sock`
-//! (group 1000, not world-accessible), and no other socket file in the workspace or the socket
-//! folder answers as a Docker API, as the agent or the daemon sees them; nothing listens on TCP or UDP in the Pod's network
+//! (group 1000, not world-accessible), and no other socket file answers as a Docker API: none
+//! the agent can see, none under the workspace, the socket folder or a mount the daemon shares
+//! with the agent, as the daemon sees them; nothing listens on TCP or UDP in the Pod's network
 //! namespace but the loopback control port (every socket table read whole, the control port
-//! seen in the same listing); every dockerd of the companion holds only unix sockets, its own
-//! socket among them, and is configured with no other host; the agent stays UID/GID 1000 with
+//! seen in the same listing); every daemon of the companion (found by the socket it holds,
+//! whatever its name) holds only unix sockets, its own socket among them, and is configured
+//! with no other host, and no TCP listener of the companion's processes, in whatever network
+//! namespace, answers as a Docker API; the agent stays UID/GID 1000 with
 //! no capabilities (bounding set included), no privilege escalation, a seccomp filter and no
 //! service-account token; the running Pod (as the backend runs it, not as requested) has no
 //! host path or host namespace, and the daemon the agent reaches is the Pod's own: the one the
@@ -11,7 +14,9 @@
 //! that runs the Pod.
 //!
 //! Can fail when the daemon also listens on TCP (the DinD image's default entrypoint does),
-//! when its socket is also reachable inside the workspace (a bind mount of its folder there),
+//! when its socket is also reachable inside the workspace (a bind mount of its folder there)
+//! or through another socket file on a folder the agent shares (a proxy), when a renamed daemon
+//! binary serves TCP,
 //! when the socket is world-accessible or owned by another group, when a daemon is configured
 //! with a tcp:// host the listener scan cannot see, when the agent keeps capabilities, or when
 //! the Pod shares a host path or namespace or reaches a host daemon.
@@ -41,7 +46,7 @@ const SOCKET: Check = Check {
 };
 const ONE_SOCKET: Check = Check {
     id: "one_socket_only",
-    promise: "no socket file under /workspace or /run/docker but the private one answers as a Docker API, as the agent sees them and as the daemon (and every container it starts with the workspace bound) sees them; the private socket, found the same way, answers in both",
+    promise: "no socket file but the private one answers as a Docker API: none the agent can see (its whole view searched), none under /workspace, /run/docker or any mount the daemon shares with the agent (read from both mount tables) as each daemon (and every container it starts with the workspace bound) sees them; the private socket, found the same way, answers in both",
     twin: Twin::Template("daemon-socket-in-workspace"),
 };
 const NO_TCP: Check = Check {
@@ -51,7 +56,7 @@ const NO_TCP: Check = Check {
 };
 const NO_TCP_CONFIG: Check = Check {
     id: "no_tcp_host",
-    promise: "every daemon process holds only unix sockets, its own /run/docker/docker.sock among them, and is configured with no other host (no tcp://, fd:// or host:port, on its command line or in daemon.json)",
+    promise: "every daemon process (named dockerd, or holding /run/docker/docker.sock whatever its name) holds only unix sockets, its own socket among them, and is configured with no other host (no tcp://, fd:// or host:port, on its command line or in daemon.json); no TCP listener any process of the daemon's container holds, in whatever network namespace, answers as a Docker API",
     twin: Twin::Template("daemon-tcp-host-unseen"),
 };
 const AGENT: Check = Check {
@@ -157,32 +162,100 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             || format!("stat {:?}, DOCKER_HOST={docker_host:?}", stat.stdout.trim()),
         )?;
 
-        ctx.step("every socket file the agent and the daemon share");
-        // Searched in the agent's view and in every dockerd's own mount namespace, which is
-        // what every container it starts with the workspace bound sees: a mount made in the
-        // companion, or in a namespace only the daemon has, shows there and not to the agent
-        // (nor to an exec into the companion).
-        let in_agent = session
-            .agent_sh(&sockets::socket_files_probe(), Duration::from_secs(60))
-            .await?;
-        let in_daemons = session
+        ctx.step("every process of the daemon's container and the sockets it holds");
+        // Every process, not only those named dockerd: a daemon is one that holds the
+        // private socket, whatever its executable is called.
+        let probe = session
             .in_daemon(
-                &[
-                    "sh",
-                    "-c",
-                    sockets::PER_DAEMON_PROBE,
-                    "sh",
-                    &sockets::socket_files_probe(),
-                ],
-                Duration::from_secs(90),
+                &["sh", "-c", &sockets::daemon_probe()],
+                Duration::from_secs(30),
             )
             .await?;
-        let daemon_text = in_daemons.stdout_text();
+        let (processes, complete) = sockets::parse_processes(&probe.stdout_text());
+        let daemons: Vec<sockets::DaemonProcess> = processes
+            .iter()
+            .filter(|p| p.is_daemon())
+            .cloned()
+            .collect();
+
+        ctx.step("every socket file the agent sees, and what each daemon shares with it");
+        // The agent's view whole (every socket file it can see, whichever volume put it
+        // there); each daemon's in its own mount namespace (nsenter -m), which is what every
+        // container it starts with the workspace bound sees: a mount made in a namespace only
+        // the daemon has shows there and not to the agent (nor to an exec into the
+        // companion). There, the workspace, the socket folder and every mount it shares with
+        // the agent, enumerated from the two mount tables.
+        let roots: Vec<String> = sockets::AGENT_ROOTS
+            .iter()
+            .map(|r| (*r).to_owned())
+            .collect();
+        let in_agent = session
+            .agent_sh(
+                &sockets::socket_files_probe(&roots),
+                Duration::from_secs(120),
+            )
+            .await?;
+        let agent_mounts = session
+            .agent_sh("cat /proc/self/mountinfo", Duration::from_secs(20))
+            .await?;
+        let agent_mounts_parsed = sockets::parse_mountinfo(&agent_mounts.stdout);
+        let mut wrong = sockets::judge_socket_files("the agent's view", &in_agent.stdout);
+        if !agent_mounts.success() || agent_mounts_parsed.is_empty() {
+            wrong.push(format!(
+                "the agent's mount table could not be read, so what it shares with the daemon is unknown: {}",
+                agent_mounts.summary()
+            ));
+        }
+        let mut daemon_text = String::new();
+        let mut daemon_roots = BTreeMap::new();
+        for daemon in &daemons {
+            let pid = daemon.pid.to_string();
+            let mounts = session
+                .in_daemon(
+                    &["cat", &format!("/proc/{pid}/mountinfo")],
+                    Duration::from_secs(20),
+                )
+                .await?;
+            let shared = sockets::shared_paths(
+                &agent_mounts_parsed,
+                &sockets::parse_mountinfo(&mounts.stdout_text()),
+            );
+            if !mounts.success() || shared.is_empty() {
+                wrong.push(format!(
+                    "{}: its mount table shows nothing it shares with the agent ({}): its view of what they share is unknown",
+                    daemon.describe(),
+                    mounts.exit_text()
+                ));
+            }
+            let roots = sockets::outermost(
+                sockets::SHARED_ROOTS
+                    .iter()
+                    .map(|r| (*r).to_owned())
+                    .chain(shared),
+            );
+            let found = session
+                .in_daemon(
+                    &[
+                        "nsenter",
+                        "-t",
+                        &pid,
+                        "-m",
+                        "--",
+                        "sh",
+                        "-c",
+                        &sockets::socket_files_probe(&roots),
+                    ],
+                    Duration::from_secs(90),
+                )
+                .await?;
+            daemon_text.push_str(&format!("=== dockerd {pid}\n{}", found.stdout_text()));
+            daemon_roots.insert(daemon.describe(), roots);
+        }
+        daemon_text.push_str("=== all\n");
         ctx.evidence(
             "socket_files",
-            json!({"agent": in_agent.stdout.lines().collect::<Vec<_>>(), "daemons": daemon_text.lines().collect::<Vec<_>>()}),
+            json!({"agent": in_agent.stdout.lines().collect::<Vec<_>>(), "daemons": daemon_text.lines().collect::<Vec<_>>(), "daemon_roots": daemon_roots}),
         );
-        let mut wrong = sockets::judge_socket_files("the agent's view", &in_agent.stdout);
         wrong.extend(sockets::judge_daemon_socket_files(&daemon_text));
         promise(wrong.is_empty(), &ONE_SOCKET, || wrong.join("; "))?;
 
@@ -206,14 +279,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         }
         promise(wrong.is_empty(), &NO_TCP, || wrong.join("; "))?;
 
-        ctx.step("the daemon's sockets and configured hosts");
-        let probe = session
-            .in_daemon(
-                &["sh", "-c", &sockets::daemon_probe()],
-                Duration::from_secs(30),
-            )
-            .await?;
-        let (daemons, complete) = sockets::parse_daemons(&probe.stdout_text());
+        ctx.step(
+            "the daemon's sockets and configured hosts, and every TCP listener of its container",
+        );
         // Each daemon's configuration file, as it names it (absent: the default file, which
         // dockerd does without; a file named on its command line must be there).
         let mut config_hosts = BTreeMap::new();
@@ -251,6 +319,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 .map(|d| {
                     json!({
                         "pid": d.pid,
+                        "comm": d.comm,
                         "argv": d.argv,
                         "configured_hosts": d.configured().0,
                         "config_file": d.configured().1,
@@ -264,7 +333,24 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 })
                 .collect::<Vec<_>>(),
         );
+        // Every TCP listener a process of the container holds, in whatever network namespace
+        // (one of its own: `unshare --net`), asked whether it is a Docker API.
+        let listeners = sockets::held_tcp_listeners(&processes);
+        let asked = session
+            .in_daemon(
+                &["sh", "-c", &sockets::ask_listeners_probe(&listeners)],
+                Duration::from_secs(30 + 10 * listeners.len() as u64),
+            )
+            .await?;
+        ctx.evidence(
+            "daemon_container_tcp_listeners",
+            json!({"held": listeners.iter().map(|l| format!("{} ({}) tcp {}", l.pid, l.comm, l.local)).collect::<Vec<_>>(), "asked": asked.stdout_text().lines().collect::<Vec<_>>()}),
+        );
         let mut wrong = sockets::judge_daemons(&daemons, complete, &config_hosts);
+        wrong.extend(sockets::judge_asked_listeners(
+            &listeners,
+            &asked.stdout_text(),
+        ));
         if !probe.success() {
             wrong.push(format!(
                 "the daemon's socket listing failed ({}): {}",

@@ -208,31 +208,160 @@ impl Tables {
     }
 }
 
-/// The folders every socket file is looked for in: the workspace and the socket folder, the
-/// two the recipe shares between the agent and the companion (and the workspace also with
-/// every container the daemon starts with it bound).
+/// The folders every daemon's view is searched in whatever its mounts: the workspace and the
+/// socket folder, the two the recipe shares between the agent and the companion (and the
+/// workspace also with every container the daemon starts with it bound). The mounts the
+/// daemon's namespace shares with the agent's are added to them ([`shared_paths`]).
 pub const SHARED_ROOTS: [&str; 2] = ["/workspace", "/run/docker"];
 
-/// The script that finds every socket file under [`SHARED_ROOTS`] and asks each whether a
-/// Docker API answers there (`docker version` on it, 5 s): `api PATH` or `other PATH` a line,
-/// then `== end`. What the walk cannot read (a nested container's private folder) is not
-/// judged by its exit status: the private socket found answering is the probe's control.
-pub fn socket_files_probe() -> String {
+/// The agent's view is searched whole: every socket file it can see is one it could reach,
+/// whichever volume (a folder it shares with the companion, a host path it shares with
+/// another session's Pod) put it there.
+pub const AGENT_ROOTS: [&str; 1] = ["/"];
+
+/// `path` quoted for sh.
+fn sh_quote(path: &str) -> String {
+    format!("'{}'", path.replace('\'', r"'\''"))
+}
+
+/// The script that finds every socket file under `roots` (`/proc` and `/sys` left out: no
+/// socket file lives there) and asks each whether a Docker API answers there (`docker
+/// version` on it, 5 s): `api PATH` or `other PATH` a line, then `== end`. What the walk
+/// cannot read (a nested container's private folder) is not judged by its exit status: the
+/// private socket found answering is the probe's control.
+pub fn socket_files_probe(roots: &[String]) -> String {
+    let roots: Vec<String> = roots.iter().map(|r| sh_quote(r)).collect();
     format!(
-        r#"find {} -type s -exec sh -c 'for s; do if timeout 5 docker -H "unix://$s" version --format "{{{{.Server.Version}}}}" >/dev/null 2>&1; then echo "api $s"; else echo "other $s"; fi; done' sh {{}} + 2>/dev/null
+        r#"find {} \( -path /proc -o -path /sys \) -prune -o -type s -exec sh -c 'for s; do if timeout 5 docker -H "unix://$s" version --format "{{{{.Server.Version}}}}" >/dev/null 2>&1; then echo "api $s"; else echo "other $s"; fi; done' sh {{}} + 2>/dev/null
 echo "== end""#,
-        SHARED_ROOTS.join(" ")
+        roots.join(" ")
     )
 }
 
-/// The script that runs [`socket_files_probe`] (its `$1`) in every dockerd's own mount
-/// namespace (`nsenter -m`): what that daemon, and every container it starts with the
-/// workspace bound, sees, which an exec into its container need not (a daemon started under
-/// `unshare -m`). A `=== dockerd PID` section each, then `=== all`.
-pub const PER_DAEMON_PROBE: &str = r#"for p in /proc/[0-9]*; do [ "$(cat "$p/comm" 2>/dev/null)" = dockerd ] || continue; echo "=== dockerd ${p#/proc/}"; nsenter -t "${p#/proc/}" -m -- sh -c "$1"; done; echo "=== all""#;
+/// `roots` without any that lies under another (each socket file found once).
+pub fn outermost(roots: impl IntoIterator<Item = String>) -> Vec<String> {
+    let roots: BTreeSet<String> = roots.into_iter().collect();
+    let under = |inner: &str, outer: &str| {
+        inner != outer
+            && (outer == "/"
+                || inner
+                    .strip_prefix(outer)
+                    .is_some_and(|rest| rest.starts_with('/')))
+    };
+    roots
+        .iter()
+        .filter(|r| !roots.iter().any(|o| under(r, o)))
+        .cloned()
+        .collect()
+}
 
-/// What [`PER_DAEMON_PROBE`] printed, judged: each dockerd's view as [`judge_socket_files`]
-/// judges one, and at least one dockerd found. Returns what is wrong.
+/// One line of `/proc/<pid>/mountinfo`: the filesystem (`major:minor`), the folder of it
+/// mounted (`root`), where (`point`), and its type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub device: String,
+    pub root: String,
+    pub point: String,
+    pub fstype: String,
+}
+
+/// A mountinfo path with the kernel's octal escapes (`\040` for a space) undone.
+fn unescape_mount_path(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+            std::str::from_utf8(d)
+                .ok()
+                .and_then(|d| u8::from_str_radix(d, 8).ok())
+        });
+        match (bytes[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mounts of a `/proc/<pid>/mountinfo` text.
+pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|line| {
+            let (head, tail) = line.split_once(" - ")?;
+            let fields: Vec<&str> = head.split_whitespace().collect();
+            Some(Mount {
+                device: (*fields.get(2)?).to_owned(),
+                root: unescape_mount_path(fields.get(3)?),
+                point: unescape_mount_path(fields.get(4)?),
+                fstype: tail.split_whitespace().next()?.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Kernel filesystems no socket file can be created on, and which every container mounts
+/// afresh: not sharing.
+const NO_SOCKET_FILESYSTEMS: [&str; 13] = [
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "devpts",
+    "mqueue",
+    "securityfs",
+    "debugfs",
+    "tracefs",
+    "bpf",
+    "pstore",
+    "configfs",
+    "fusectl",
+];
+
+/// Where, in the daemon's mount namespace, it sees a folder the agent sees too: a mount of
+/// the same filesystem (`major:minor`) whose folder overlaps one the agent has mounted (the
+/// same volume, host path or subtree of either), as the daemon's path of the overlap. What
+/// the two share, enumerated from their own mount tables rather than from the recipe's
+/// volume names.
+pub fn shared_paths(agent: &[Mount], daemon: &[Mount]) -> BTreeSet<String> {
+    let within = |inner: &str, outer: &str| {
+        outer == "/"
+            || inner == outer
+            || inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.starts_with('/'))
+    };
+    let mut paths = BTreeSet::new();
+    for d in daemon
+        .iter()
+        .filter(|m| !NO_SOCKET_FILESYSTEMS.contains(&m.fstype.as_str()))
+    {
+        for a in agent.iter().filter(|a| a.device == d.device) {
+            if within(&d.root, &a.root) {
+                paths.insert(d.point.clone());
+            } else if within(&a.root, &d.root) {
+                let rest = a.root[d.root.len()..].trim_start_matches('/');
+                let point = d.point.trim_end_matches('/');
+                paths.insert(if rest.is_empty() {
+                    d.point.clone()
+                } else {
+                    format!("{point}/{rest}")
+                });
+            }
+        }
+    }
+    paths
+}
+
+/// What the per-daemon searches printed, judged: each daemon's view as
+/// [`judge_socket_files`] judges one (a `=== dockerd PID` section each, `=== all` at the end),
+/// and at least one daemon found. Returns what is wrong.
 pub fn judge_daemon_socket_files(text: &str) -> Vec<String> {
     let mut wrong = Vec::new();
     if !text.lines().any(|l| l.trim() == "=== all") {
@@ -243,12 +372,12 @@ pub fn judge_daemon_socket_files(text: &str) -> Vec<String> {
         daemons += 1;
         let (pid, body) = section.split_once('\n').unwrap_or((section, ""));
         wrong.extend(judge_socket_files(
-            &format!("dockerd {}'s mount namespace", pid.trim()),
+            &format!("daemon {}'s mount namespace", pid.trim()),
             body,
         ));
     }
     if daemons == 0 {
-        wrong.push("no dockerd process was found to search its view".to_owned());
+        wrong.push("no daemon process was found to search its view".to_owned());
     }
     wrong
 }
@@ -260,11 +389,11 @@ pub fn judge_socket_files(view: &str, text: &str) -> Vec<String> {
     if !text.lines().any(|l| l.trim() == "== end") {
         wrong.push(format!("{view}: the socket search did not reach its end"));
     }
-    let answering: Vec<&str> = text
+    let answering: BTreeSet<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("api "))
         .collect();
-    if !answering.contains(&DAEMON_SOCKET) {
+    if !answering.contains(DAEMON_SOCKET) {
         wrong.push(format!(
             "{view}: the private socket {DAEMON_SOCKET} was not found answering, so the search is no evidence that no other socket does"
         ));
@@ -320,38 +449,61 @@ pub fn judge_pod_listeners(tables: &Tables, control: &str, plumbing: &[String]) 
     wrong
 }
 
-/// The script the daemon's container runs: for each `dockerd` process, its argv (a line
-/// each), the socket inodes its descriptors hold, and its network namespace's tables; then
-/// `== end`.
+/// The script the daemon's container runs: for every process (not only those named
+/// `dockerd`: a renamed daemon binary is a daemon all the same), its argv (a line each), its
+/// `comm`, the socket inodes its descriptors hold, and, for one that holds any or is named
+/// `dockerd`, its network namespace's tables; then `=== end`.
 pub fn daemon_probe() -> String {
     format!(
         r#"for p in /proc/[0-9]*; do
-  [ "$(cat $p/comm 2>/dev/null)" = dockerd ] || continue
   pid=${{p#/proc/}}
+  comm=$(cat $p/comm 2>/dev/null) || continue
+  socks=$(for fd in $p/fd/*; do readlink "$fd"; done 2>/dev/null | grep '^socket:')
   echo "=== process $pid"
   tr '\0' '\n' < $p/cmdline
+  echo "=== comm $pid"
+  echo "$comm"
   echo "=== fds $pid"
-  for fd in $p/fd/*; do readlink "$fd"; done 2>/dev/null | grep '^socket:' || true
+  [ -z "$socks" ] || echo "$socks"
   echo "=== tables $pid"
+  if [ -n "$socks" ] || [ "$comm" = dockerd ]; then
   {}
+  fi
 done
 echo "=== end""#,
         netns_probe("$p/net")
     )
 }
 
-/// One daemon process as [`daemon_probe`] showed it.
+/// One process of the daemon's container as [`daemon_probe`] showed it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DaemonProcess {
     pub pid: u32,
+    /// Its `comm` (the executable's name, as renamed).
+    pub comm: String,
     pub argv: Vec<String>,
     /// The socket inodes its descriptors hold.
     pub inodes: BTreeSet<u64>,
-    /// Its network namespace's tables.
+    /// Its network namespace's tables (empty for a process that holds no socket).
     pub tables: Tables,
 }
 
 impl DaemonProcess {
+    /// A Docker daemon, whatever its executable is called: one that holds the listening
+    /// private socket (a renamed `dockerd` does), or one named `dockerd`.
+    pub fn is_daemon(&self) -> bool {
+        self.comm == "dockerd"
+            || self
+                .held()
+                .iter()
+                .any(|s| s.family == "unix" && s.listening && s.local == DAEMON_SOCKET)
+    }
+
+    /// As a diagnosis names it: `daemon 7 (dockerd)`.
+    pub fn describe(&self) -> String {
+        format!("daemon {} ({})", self.pid, self.comm)
+    }
+
     /// The sockets it holds, as its network namespace lists them.
     pub fn held(&self) -> Vec<&Socket> {
         self.tables
@@ -391,8 +543,22 @@ impl DaemonProcess {
     }
 }
 
-/// The daemon processes [`daemon_probe`] printed, and whether it reached its end.
+/// The daemon processes [`daemon_probe`] printed ([`DaemonProcess::is_daemon`]), and whether it
+/// reached its end.
+#[cfg(test)]
 pub fn parse_daemons(text: &str) -> (Vec<DaemonProcess>, bool) {
+    let (processes, complete) = parse_processes(text);
+    (
+        processes
+            .into_iter()
+            .filter(DaemonProcess::is_daemon)
+            .collect(),
+        complete,
+    )
+}
+
+/// Every process [`daemon_probe`] printed, and whether it reached its end.
+pub fn parse_processes(text: &str) -> (Vec<DaemonProcess>, bool) {
     let mut daemons: Vec<DaemonProcess> = Vec::new();
     let mut section = "";
     let mut tables = String::new();
@@ -420,6 +586,7 @@ pub fn parse_daemons(text: &str) -> (Vec<DaemonProcess>, bool) {
                     });
                     section = "argv";
                 }
+                (Some("comm"), Some(_)) => section = "comm",
                 (Some("fds"), Some(_)) => section = "fds",
                 (Some("tables"), Some(_)) => section = "tables",
                 (Some("end"), _) => {
@@ -436,6 +603,7 @@ pub fn parse_daemons(text: &str) -> (Vec<DaemonProcess>, bool) {
         };
         match section {
             "argv" if !line.is_empty() => daemon.argv.push(line.to_owned()),
+            "comm" if daemon.comm.is_empty() => daemon.comm = line.trim().to_owned(),
             "fds" => {
                 if let Some(inode) = line
                     .trim()
@@ -500,16 +668,17 @@ pub fn judge_daemons(
         wrong.push("the daemon's socket listing did not reach its end".to_owned());
     }
     if daemons.is_empty() {
-        wrong.push("no dockerd process in the daemon's container".to_owned());
+        wrong.push(format!("no daemon process (named dockerd, or holding {DAEMON_SOCKET} whatever its name) in the daemon's container"));
     }
     for daemon in daemons {
         let pid = daemon.pid;
+        let name = daemon.describe();
         wrong.extend(
             daemon
                 .tables
                 .incomplete()
                 .into_iter()
-                .map(|w| format!("dockerd {pid}: {w}")),
+                .map(|w| format!("{name}: {w}")),
         );
         let held = daemon.held();
         if !held
@@ -517,33 +686,142 @@ pub fn judge_daemons(
             .any(|s| s.family == "unix" && s.listening && s.local == DAEMON_SOCKET)
         {
             wrong.push(format!(
-                "dockerd {pid}: its own socket {DAEMON_SOCKET} is not among the unix listeners it holds: the listing is no evidence of what else it holds"
+                "{name}: its own socket {DAEMON_SOCKET} is not among the unix listeners it holds: the listing is no evidence of what else it holds"
             ));
         }
         for socket in &held {
             match socket.family.as_str() {
                 "unix" if socket.listening && socket.local.starts_with('@') => wrong.push(format!(
-                    "dockerd {pid} listens on the abstract unix socket {}",
+                    "{name} listens on the abstract unix socket {}",
                     socket.local
                 )),
                 "unix" => {}
-                _ => wrong.push(format!("dockerd {pid} holds {}", socket.describe())),
+                _ => wrong.push(format!("{name} holds {}", socket.describe())),
             }
         }
         let (hosts, config) = daemon.configured();
         for host in hosts.iter().filter(|h| foreign_host(h)) {
-            wrong.push(format!(
-                "dockerd {pid} is configured with the host {host:?}"
-            ));
+            wrong.push(format!("{name} is configured with the host {host:?}"));
         }
         match config_hosts.get(&pid) {
             Some(Ok(hosts)) => {
                 for host in hosts.iter().filter(|h| foreign_host(h)) {
-                    wrong.push(format!("dockerd {pid}: {config} names the host {host:?}"));
+                    wrong.push(format!("{name}: {config} names the host {host:?}"));
                 }
             }
-            Some(Err(why)) => wrong.push(format!("dockerd {pid}: {config}: {why}")),
-            None => wrong.push(format!("dockerd {pid}: {config} was not read")),
+            Some(Err(why)) => wrong.push(format!("{name}: {config}: {why}")),
+            None => wrong.push(format!("{name}: {config} was not read")),
+        }
+    }
+    wrong
+}
+
+/// A TCP listener a process of the daemon's container holds, to ask in that process's own
+/// network namespace whether it is a Docker API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldListener {
+    pub pid: u32,
+    pub comm: String,
+    /// As its table lists it: `0.0.0.0:2375`, `[::]:2375`.
+    pub local: String,
+}
+
+impl HeldListener {
+    /// The address a client in the same namespace connects to: the wildcard as loopback.
+    pub fn dial(&self) -> String {
+        let (addr, port) = self.local.rsplit_once(':').unwrap_or((&self.local, ""));
+        let addr = match addr {
+            "0.0.0.0" => "127.0.0.1",
+            "[::]" => "[::1]",
+            other => other,
+        };
+        format!("{addr}:{port}")
+    }
+}
+
+/// Every TCP listener any process of `processes` holds (each socket once): whatever process
+/// holds it, a listener may serve a Docker API (a renamed daemon, a proxy).
+pub fn held_tcp_listeners(processes: &[DaemonProcess]) -> Vec<HeldListener> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for process in processes {
+        for socket in process.held() {
+            if socket.listening
+                && (socket.family == "tcp" || socket.family == "tcp6")
+                && seen.insert(socket.inode)
+            {
+                out.push(HeldListener {
+                    pid: process.pid,
+                    comm: process.comm.clone(),
+                    local: socket.local.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The script that asks, in the daemon's container, the private socket (the control: the
+/// CLI and `nsenter` work there) and then each of `listeners` in its holder's network
+/// namespace (`nsenter -n`), whether a Docker API answers (`docker version`, 5 s): `control
+/// ANSWER`, then `ANSWER PID ADDR` a line, ANSWER one of `api`, `answered` (an HTTP error
+/// came back, as from a daemon that refuses this client), `unasked` (nsenter failed) or
+/// `other`; then `== end`.
+pub fn ask_listeners_probe(listeners: &[HeldListener]) -> String {
+    let mut script = String::from(
+        r#"ask() { out=$("$@" version --format '{{.Server.Version}}' 2>&1); rc=$?; if [ $rc -eq 0 ]; then echo api; elif printf '%s' "$out" | grep -q '^nsenter:'; then echo unasked; elif printf '%s' "$out" | grep -q 'Error response from daemon'; then echo answered; else echo other; fi; }
+echo "control $(ask nsenter -t $$ -n timeout 5 docker -H unix:///run/docker/docker.sock)"
+"#,
+    );
+    for l in listeners {
+        // The address as printed is the kernel table's, made of digits, dots, colons and
+        // brackets only (see `inet_address`): safe inside the double quotes unquoted.
+        script.push_str(&format!(
+            "echo \"$(ask nsenter -t {pid} -n timeout 5 docker -H {host}) {pid} {local}\"\n",
+            pid = l.pid,
+            host = sh_quote(&format!("tcp://{}", l.dial())),
+            local = l.local,
+        ));
+    }
+    script.push_str("echo '== end'\n");
+    script
+}
+
+/// What [`ask_listeners_probe`] printed for `listeners`, judged: the control answered, every
+/// listener was asked, and none answered as a Docker API (nor with an HTTP error a daemon
+/// gives a client it refuses). Returns what is wrong.
+pub fn judge_asked_listeners(listeners: &[HeldListener], text: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    if !text.lines().any(|l| l.trim() == "== end") {
+        wrong.push(
+            "the asking of the daemon container's TCP listeners did not reach its end".to_owned(),
+        );
+    }
+    if !text.lines().any(|l| l.trim() == "control api") {
+        wrong.push(format!(
+            "the daemon's container could not ask even its private socket {DAEMON_SOCKET} (no Docker CLI or nsenter?): its TCP listeners were not asked"
+        ));
+    }
+    for l in listeners {
+        let answer = text.lines().find_map(|line| {
+            let mut words = line.split_whitespace();
+            let answer = words.next()?;
+            (words.next()? == l.pid.to_string() && words.next()? == l.local).then_some(answer)
+        });
+        match answer {
+            Some("api") => wrong.push(format!(
+                "a Docker API answers on tcp {} in the network namespace of process {} ({})",
+                l.local, l.pid, l.comm
+            )),
+            Some("answered") => wrong.push(format!(
+                "tcp {} in the network namespace of process {} ({}) answers the Docker CLI with an HTTP error, as a daemon refusing this client does",
+                l.local, l.pid, l.comm
+            )),
+            Some("other") => {}
+            _ => wrong.push(format!(
+                "tcp {} of process {} ({}) was not asked (its network namespace could not be entered)",
+                l.local, l.pid, l.comm
+            )),
         }
     }
     wrong
@@ -611,11 +889,11 @@ mod tests {
         let hidden = "=== dockerd 7\napi /workspace/.engine/docker.sock\napi /run/docker/docker.sock\n== end\n=== all\n";
         assert_eq!(
             judge_daemon_socket_files(hidden),
-            vec!["dockerd 7's mount namespace: a Docker API answers on /workspace/.engine/docker.sock".to_owned()]
+            vec!["daemon 7's mount namespace: a Docker API answers on /workspace/.engine/docker.sock".to_owned()]
         );
         assert_eq!(
             judge_daemon_socket_files("=== all\n"),
-            vec!["no dockerd process was found to search its view".to_owned()]
+            vec!["no daemon process was found to search its view".to_owned()]
         );
     }
 
@@ -724,7 +1002,7 @@ mod tests {
 
     fn daemon_text(argv: &str, fds: &str, tcp: &str) -> String {
         format!(
-            "=== process 7\n{argv}=== fds 7\n{fds}=== tables 7\n{}=== end\n",
+            "=== process 7\n{argv}=== comm 7\ndockerd\n=== fds 7\n{fds}=== tables 7\n{}=== end\n",
             listing(tcp, UDP, TCP6)
         )
     }
@@ -765,7 +1043,7 @@ mod tests {
         ));
         assert_eq!(
             judge_daemons(&daemons, complete, &config(&[])),
-            vec!["dockerd 7 holds tcp 0.0.0.0:2375".to_owned()]
+            vec!["daemon 7 (dockerd) holds tcp 0.0.0.0:2375".to_owned()]
         );
         // Every spelling of a host that is not the socket.
         for argv in [
@@ -795,7 +1073,10 @@ mod tests {
         let wrong = judge_daemons(&daemons, complete, &config(&["tcp://127.0.0.1:2376"]));
         assert_eq!(
             wrong,
-            vec!["dockerd 7: /etc/d.json names the host \"tcp://127.0.0.1:2376\"".to_owned()]
+            vec![
+                "daemon 7 (dockerd): /etc/d.json names the host \"tcp://127.0.0.1:2376\""
+                    .to_owned()
+            ]
         );
         assert_eq!(
             config_hosts(r#"{"hosts": ["unix:///run/docker/docker.sock", "tcp://0.0.0.0:2375"]}"#),
@@ -833,8 +1114,239 @@ mod tests {
         let (daemons, complete) = parse_daemons(&abstract_listener);
         assert_eq!(
             judge_daemons(&daemons, complete, &config(&[])),
-            vec!["dockerd 7 listens on the abstract unix socket @dockerd-debug".to_owned()]
+            vec![
+                "daemon 7 (dockerd) listens on the abstract unix socket @dockerd-debug".to_owned()
+            ]
         );
+    }
+
+    /// A daemon is the process that holds the private socket, whatever its executable is
+    /// called: a renamed dockerd serving TCP is judged as one, named by its pid and comm; a
+    /// process that holds neither that socket nor the name is not one.
+    #[test]
+    fn a_renamed_daemon_holding_the_private_socket_is_a_daemon() {
+        let tcp = format!(
+            "{HEADER}   0: 00000000:0947 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 9001 1\n"
+        );
+        let renamed = daemon_text(GOOD_ARGV, "socket:[8001]\nsocket:[9001]\n", &tcp)
+            .replace("=== comm 7\ndockerd\n", "=== comm 7\nengine-api\n");
+        let (daemons, complete) = parse_daemons(&renamed);
+        assert_eq!(daemons.len(), 1);
+        assert_eq!(
+            judge_daemons(&daemons, complete, &config(&[])),
+            vec!["daemon 7 (engine-api) holds tcp 0.0.0.0:2375".to_owned()]
+        );
+        // A proxy holding a TCP listener but not the private socket: no daemon, but its
+        // listener is one to ask.
+        let proxy = daemon_text(GOOD_ARGV, "socket:[9001]\n", &tcp)
+            .replace("=== comm 7\ndockerd\n", "=== comm 7\nperl\n");
+        let (processes, _) = parse_processes(&proxy);
+        assert!(!processes[0].is_daemon());
+        assert_eq!(
+            held_tcp_listeners(&processes),
+            vec![HeldListener {
+                pid: 7,
+                comm: "perl".into(),
+                local: "0.0.0.0:2375".into()
+            }]
+        );
+        assert_eq!(held_tcp_listeners(&processes)[0].dial(), "127.0.0.1:2375");
+    }
+
+    #[test]
+    fn every_held_listener_is_asked_and_a_docker_api_or_an_unasked_one_fails() {
+        let listeners = vec![
+            HeldListener {
+                pid: 7,
+                comm: "engine-api".into(),
+                local: "0.0.0.0:2375".into(),
+            },
+            HeldListener {
+                pid: 9,
+                comm: "web".into(),
+                local: "[::]:8080".into(),
+            },
+        ];
+        let good = "control api\nother 7 0.0.0.0:2375\nother 9 [::]:8080\n== end\n";
+        assert_eq!(
+            judge_asked_listeners(&listeners, good),
+            Vec::<String>::new()
+        );
+        let api = "control api\napi 7 0.0.0.0:2375\nother 9 [::]:8080\n== end\n";
+        assert_eq!(
+            judge_asked_listeners(&listeners, api),
+            vec!["a Docker API answers on tcp 0.0.0.0:2375 in the network namespace of process 7 (engine-api)".to_owned()]
+        );
+        // No control (no CLI), a listener left unasked or not entered, the probe cut short.
+        let blind = "control other\nother 7 0.0.0.0:2375\nunasked 9 [::]:8080\n";
+        let wrong = judge_asked_listeners(&listeners, blind);
+        assert_eq!(wrong.len(), 3, "{wrong:?}");
+        assert!(
+            wrong
+                .iter()
+                .any(|w| w.contains("could not ask even its private socket"))
+        );
+        assert!(
+            wrong
+                .iter()
+                .any(|w| w.contains("[::]:8080 of process 9 (web) was not asked"))
+        );
+        assert!(wrong.iter().any(|w| w.contains("did not reach its end")));
+        assert!(ask_listeners_probe(&listeners).contains("-H 'tcp://[::1]:8080'"));
+    }
+
+    /// The mounts two mount tables share: the same filesystem and an overlapping folder (a
+    /// volume both mount, a subfolder of one the other mounts whole), at the daemon's path;
+    /// per-container files and kernel filesystems are not shared.
+    #[test]
+    fn what_the_daemon_shares_with_the_agent_is_read_from_both_mount_tables() {
+        let agent = parse_mountinfo(
+            "1 0 0:50 / / rw - overlay overlay rw\n\
+             2 1 0:5 / /proc rw - proc proc rw\n\
+             3 1 0:20 / /sys ro - sysfs sysfs ro\n\
+             4 1 8:1 /var/lib/docker/volumes/p-workspace/_data /workspace rw - ext4 /dev/sda1 rw\n\
+             5 1 0:60 / /run/docker rw - tmpfs tmpfs rw\n\
+             6 1 8:1 /var/lib/docker/containers/agent/hosts /etc/hosts rw - ext4 /dev/sda1 rw\n\
+             7 1 8:1 /srv/shared/engine\\040proxy /opt/engine rw - ext4 /dev/sda1 rw\n",
+        );
+        let daemon = parse_mountinfo(
+            "1 0 0:51 / / rw - overlay overlay rw\n\
+             2 1 0:5 / /proc rw - proc proc rw\n\
+             3 1 0:20 / /sys ro - sysfs sysfs ro\n\
+             4 1 8:1 /var/lib/docker/volumes/p-workspace/_data /workspace rw - ext4 /dev/sda1 rw\n\
+             5 1 0:60 / /run/docker rw - tmpfs tmpfs rw\n\
+             6 1 8:1 /var/lib/docker/containers/daemon/hosts /etc/hosts rw - ext4 /dev/sda1 rw\n\
+             7 1 8:1 /srv/shared /mnt/shared rw - ext4 /dev/sda1 rw\n\
+             8 1 0:60 / /workspace/.engine rw - tmpfs tmpfs rw\n",
+        );
+        assert_eq!(agent[6].point, "/opt/engine");
+        assert_eq!(agent[6].root, "/srv/shared/engine proxy");
+        assert_eq!(
+            shared_paths(&agent, &daemon)
+                .into_iter()
+                .collect::<Vec<_>>(),
+            [
+                "/mnt/shared/engine proxy",
+                "/run/docker",
+                "/workspace",
+                "/workspace/.engine"
+            ]
+        );
+        assert_eq!(
+            outermost(
+                shared_paths(&agent, &daemon)
+                    .into_iter()
+                    .chain(SHARED_ROOTS.iter().map(|r| (*r).to_owned()))
+            ),
+            ["/mnt/shared/engine proxy", "/run/docker", "/workspace"]
+        );
+        assert_eq!(outermost(["/".to_owned(), "/workspace".to_owned()]), ["/"]);
+    }
+
+    /// The socket search as a container runs it (sh, find, the Docker CLI), on this host: a
+    /// socket file under a quoted root with a space is found and asked; /proc is left out.
+    #[test]
+    fn the_socket_search_finds_every_socket_file_under_its_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("a b");
+        std::fs::create_dir(&folder).unwrap();
+        let path = folder.join("x.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &socket_files_probe(&[dir.path().display().to_string()]),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines()
+                .any(|l| l == format!("other {}", path.display())),
+            "{text}"
+        );
+        assert!(text.lines().any(|l| l == "== end"), "{text}");
+    }
+
+    /// Every process's TCP listeners, whatever it is called, as the probe enumerates them
+    /// through a real shell on this host; then asked in its own network namespace through
+    /// nsenter and the Docker CLI: a server that answers as a Docker API is named, a plain
+    /// listener is not.
+    #[test]
+    #[ignore = "needs root (nsenter), python3 and the Docker CLI: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
+    fn a_listener_of_any_process_answering_as_a_docker_api_is_found_and_named() {
+        use std::process::{Command, Stdio};
+        let script = r#"
+import http.server, json, sys, socket
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.endswith("/_ping"):
+            body = b"OK"
+        else:
+            body = json.dumps({"Version": "0.0-renamed", "ApiVersion": "1.41", "MinAPIVersion": "1.12", "Os": "linux", "Arch": "amd64"}).encode()
+        self.send_response(200); self.send_header("Api-Version", "1.41"); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_HEAD = do_GET
+    def log_message(self, *a): pass
+if sys.argv[1] == "api":
+    s = http.server.HTTPServer(("127.0.0.1", 0), H); port = s.server_address[1]
+else:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); port = s.getsockname()[1]
+print(port, flush=True)
+if sys.argv[1] == "api":
+    s.serve_forever()
+while True:
+    c, _ = s.accept(); c.close()
+"#;
+        let mut children = Vec::new();
+        for mode in ["api", "plain"] {
+            let mut child = Command::new("python3")
+                .args(["-c", script, mode])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("python3");
+            let mut line = String::new();
+            std::io::BufRead::read_line(
+                &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+                &mut line,
+            )
+            .unwrap();
+            let port: u16 = line.trim().parse().unwrap();
+            children.push((child, port));
+        }
+        let out = Command::new("sh")
+            .args(["-c", &daemon_probe()])
+            .output()
+            .unwrap();
+        let (processes, complete) = parse_processes(&String::from_utf8_lossy(&out.stdout));
+        assert!(complete);
+        let listeners: Vec<HeldListener> = held_tcp_listeners(&processes)
+            .into_iter()
+            .filter(|l| children.iter().any(|(c, _)| c.id() == l.pid))
+            .collect();
+        let asked = Command::new("sh")
+            .args(["-c", &ask_listeners_probe(&listeners)])
+            .output()
+            .unwrap();
+        let wrong = judge_asked_listeners(&listeners, &String::from_utf8_lossy(&asked.stdout));
+        for (mut child, _) in std::mem::take(&mut children) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(listeners.len(), 2, "{listeners:?}");
+        // This host has no private socket: the control is missing, and said so.
+        assert!(
+            wrong
+                .iter()
+                .any(|w| w.contains("could not ask even its private socket")),
+            "{wrong:?}"
+        );
+        let api: Vec<&String> = wrong
+            .iter()
+            .filter(|w| w.starts_with("a Docker API answers on tcp 127.0.0.1:"))
+            .collect();
+        assert_eq!(api.len(), 1, "{wrong:?}");
+        assert_eq!(wrong.len(), 2, "{wrong:?}");
     }
 
     /// The daemon probe as the companion runs it (sh), on this host: whatever dockerd

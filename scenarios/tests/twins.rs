@@ -45,6 +45,25 @@ const TABLE_END: &str = "<!-- checks:end -->";
 const CGROUP_TABLE_BEGIN: &str = "<!-- cgroup-twins:begin -->";
 const CGROUP_TABLE_END: &str = "<!-- cgroup-twins:end -->";
 
+/// Twins beyond a check's own (a check names one; each of these breaks it another way, which
+/// the first does not show): the fixture and the check it must fail, exactly, in its run.
+/// `docs/catalogue.md`'s section under [`DOC_MORE_TWINS`] lists them.
+const MORE_TWINS: [(Twin, &str); 2] = [
+    // A proxy of the private socket on a folder the agent shares with the companion that is
+    // neither the workspace nor the socket folder.
+    (
+        Twin::Template("daemon-socket-proxied"),
+        "daemon::socket_only/one_socket_only",
+    ),
+    // A renamed daemon binary (not `dockerd` by comm) serving TCP out of the Pod's network
+    // namespace: found by the socket it holds, not by its name.
+    (
+        Twin::Template("daemon-renamed-tcp-host"),
+        "daemon::socket_only/no_tcp_host",
+    ),
+];
+const DOC_MORE_TWINS: &str = "## More twins of one check";
+
 fn catalogue_doc() -> String {
     std::fs::read_to_string(root().join(CATALOGUE_DOC)).unwrap()
 }
@@ -159,6 +178,63 @@ fn every_system_check_has_a_twin_and_every_mirror_check_is_listed_in_the_catalog
         if !matches!(catalogue.get(id), Some(Twin::Mirror(_))) {
             problems.push(format!(
                 "{CATALOGUE_DOC}'s \"{DOC_MIRRORS}\" lists {id}, which is no mirror check of the catalogue"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Each of [`MORE_TWINS`] exists, twins a check of the catalogue that has a fixture twin of its
+/// own (not this one), is no twin of another check of that scenario (one run per fixture
+/// breaks one check of each scenario), and `docs/catalogue.md` lists it with its check.
+#[test]
+fn every_further_twin_names_a_check_and_is_documented() {
+    let registry = kandev_scenarios::registry();
+    let doc = catalogue_doc();
+    let section = doc
+        .split_once(DOC_MORE_TWINS)
+        .map(|(_, rest)| rest.split("\n## ").next().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    let mut problems = Vec::new();
+    for (twin, id) in MORE_TWINS {
+        let path = twin.fixture().unwrap();
+        if !root().join("fixtures").join(&path).exists() {
+            problems.push(format!(
+                "{id}: its further twin fixtures/{path} does not exist"
+            ));
+        }
+        let found = registry.iter().find_map(|s| {
+            s.checks
+                .iter()
+                .find(|c| s.check_id(c) == id)
+                .map(|c| (s, c))
+        });
+        match found {
+            None => problems.push(format!(
+                "fixtures/{path} twins {id}, no check of the catalogue"
+            )),
+            Some((scenario, check)) => {
+                if check.twin.fixture().is_none() || check.twin.fixture() == Some(path.clone()) {
+                    problems.push(format!(
+                        "{id}: fixtures/{path} is its own twin or the check has no fixture twin of its own"
+                    ));
+                }
+                for other in scenario.checks.iter().filter(|c| c.id != check.id) {
+                    if other.twin.fixture() == Some(path.clone()) {
+                        problems.push(format!(
+                            "fixtures/{path} twins both {id} and {} of the same scenario",
+                            scenario.check_id(other)
+                        ));
+                    }
+                }
+            }
+        }
+        if !section
+            .lines()
+            .any(|l| l.contains(&format!("`fixtures/{path}`")) && l.contains(&format!("`{id}`")))
+        {
+            problems.push(format!(
+                "{CATALOGUE_DOC}'s \"{DOC_MORE_TWINS}\" does not list `fixtures/{path}` with `{id}` on one line"
             ));
         }
     }
@@ -411,6 +487,22 @@ fn every_twin_fails_exactly_its_check() {
                     .push((scenario, *check));
             }
         }
+    }
+    for (twin, id) in MORE_TWINS {
+        let (scenario, check) = registry
+            .iter()
+            .find_map(|s| {
+                s.checks
+                    .iter()
+                    .find(|c| s.check_id(c) == id)
+                    .map(|c| (s, c))
+            })
+            .unwrap_or_else(|| panic!("{id}: no check of the catalogue"));
+        by_fixture
+            .entry(twin.fixture().unwrap())
+            .or_insert_with(|| (twin, Vec::new()))
+            .1
+            .push((scenario, *check));
     }
     // Refused before the run: the preflight's, on the cluster double with the other Role
     // twins, which need RBAC (kube_double/main.rs,

@@ -2,8 +2,8 @@
 //! for, wherever the harness depends on them, and the harness meeting those rules. Object
 //! names and label syntax (422 `Invalid` in the API server's words), defaulting as the API
 //! server does it, node capacity against requests (the scheduler's `Unschedulable`, then the
-//! Pod placed once capacity frees), claims bound `Immediate` or `WaitForFirstConsumer`, and a
-//! ResourceQuota that requires limits (403 `must specify`).
+//! Pod placed once capacity frees), and claims bound `Immediate` or `WaitForFirstConsumer`
+//! (quota admission is judged on the real API server: `real_api_server/quota.rs`).
 //!
 //! Tests without a runtime need no engine; those with Pods on the local engine are
 //! `#[ignore]`d (`bash harness/scripts/ensure-engine.sh`, then `--include-ignored`).

@@ -20,7 +20,6 @@ mod faults;
 mod jobs;
 mod launch;
 mod platform;
-mod quota;
 mod storage;
 
 use common::kube::{

@@ -44,8 +44,6 @@ pub(crate) const RESOURCES: &[Resource] = &[
     resource("", "services", "Service", true),
     resource("", "secrets", "Secret", true),
     resource("", "nodes", "Node", false),
-    resource("", "resourcequotas", "ResourceQuota", true),
-    resource("", "limitranges", "LimitRange", true),
     resource("storage.k8s.io", "storageclasses", "StorageClass", false),
     resource("", "events", "Event", true),
     resource("events.k8s.io", "events", "Event", true),

@@ -23,9 +23,8 @@
 //! `Unschedulable` in a v1.36 scheduler's words, until it fits. Claims are volumes there,
 //! bound `Immediate` or `WaitForFirstConsumer` by their StorageClass (`storage`). Every
 //! written object's name and labels are held to apimachinery's syntax (`validation`: 422
-//! `Invalid` in the API server's words); Pods are admitted through a namespace's LimitRanges
-//! and ResourceQuotas (`quota`: 403 `must specify ...`, `exceeded quota`), defaulted as an
-//! API server defaults them, and run as stored (the local node accepts the defaulted fields,
+//! `Invalid` in the API server's words); Pods are defaulted as an API server defaults them,
+//! and run as stored (the local node accepts the defaulted fields,
 //! and records what it does not do as a kubelet would as `NotEnforced` Events).
 //!
 //! **In the cluster** (for a harness that runs as a Job Pod with kube-rs's
@@ -90,8 +89,9 @@
 //! isolation (Pod names share the one local engine), more than one node (and so the
 //! scheduler's spreading, taints and preemption), the kubelet's own admission of what it is
 //! asked to run (`OutOfcpu`), real provisioners (a claim of no StorageClass is bound at once to
-//! a volume on the runtime, as no cluster without a provisioner would), and quota resources
-//! other than Pods' CPU, memory and count.
+//! a volume on the runtime, as no cluster without a provisioner would), and ResourceQuotas and
+//! LimitRanges (not served: their admission is judged on the real API server,
+//! `harness/test-support/tests/real_api_server/quota.rs`).
 //!
 //! **What a test switches on** (`DoubleState::enable`, none by default: `behaviours`, carried
 //! out by `controllers`): what an operator's cluster may do beside the API server's rules, so
@@ -113,7 +113,7 @@
 //! create and delete, each on a `request::Ctx`; `checks` refuses what the API server's
 //! handlers refuse before its registry (options, bodies of another kind or namespace, fields
 //! an update may not change), `validation` checks names, labels and annotations,
-//! `serviceaccount`, `quota` and `secrets` admit what is written) or to the exec and
+//! `serviceaccount` and `secrets` admit what is written) or to the exec and
 //! port-forward streams (`streams`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
 //! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
@@ -136,7 +136,6 @@ mod mounts;
 mod negotiation;
 mod objects;
 mod patch;
-mod quota;
 mod rbac;
 pub mod recorded;
 mod request;

@@ -9,8 +9,7 @@ use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
 use super::{
-    checks, containers, defaults, finalizers, patch, quota, secrets, serviceaccount, storage,
-    validation,
+    checks, containers, defaults, finalizers, patch, secrets, serviceaccount, storage, validation,
 };
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
@@ -190,7 +189,6 @@ impl Ctx<'_> {
                     _ => name.clone(),
                 };
                 let ns = ns.clone().unwrap_or_default();
-                quota::apply_limit_ranges(&store, &ns, &mut object);
                 if let Err(message) = serviceaccount::admit(&store, &ns, &shown, &mut object) {
                     return status(
                         StatusCode::FORBIDDEN,
@@ -200,15 +198,6 @@ impl Ctx<'_> {
                     );
                 }
                 defaults::default_pod(&mut object);
-                // The ResourceQuota plugin validates last, the Pod as it would be stored.
-                if let Some(message) = quota::refused(&store, &ns, &object) {
-                    return status(
-                        StatusCode::FORBIDDEN,
-                        "Forbidden",
-                        &format!("pods \"{shown}\" is forbidden: {message}"),
-                        json!({"name": shown, "kind": "pods"}),
-                    );
-                }
                 // The node runs the Pod as stored: defaulted, as a kubelet receives it.
                 for_runtime = Some(object.clone());
             }
@@ -229,9 +218,6 @@ impl Ctx<'_> {
             }
             if self.route.resource == "namespaces" {
                 object["status"] = json!({"phase": "Active"});
-            }
-            if self.route.resource == "resourcequotas" {
-                quota::initial_status(&mut object);
             }
             object["apiVersion"] = json!(self.api_version);
             object["kind"] = json!(self.kind);

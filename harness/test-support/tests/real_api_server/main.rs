@@ -9,6 +9,8 @@
 //!   and the double's answers to the same requests.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
+//! - `quota`: the Pods the harness creates (task, inspector, peer, warm-up) under a
+//!   ResourceQuota that constrains CPU and memory and beside a LimitRange, with controls.
 //! - `start`: the control plane's own refusals (a missing program, a taken port).
 
 // A test file: failing loudly with unwrap/panic is the point here.
@@ -19,6 +21,7 @@ mod corpus;
 mod defaults;
 mod gc;
 mod operator;
+mod quota;
 mod scheduling;
 mod start;
 

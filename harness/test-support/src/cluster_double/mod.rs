@@ -43,8 +43,8 @@
 //! by their containers' exit codes and restart policy (the kubelet's `getPhase`), with each
 //! container's `terminated` state and times read from the engine (`containers`); pods/log is
 //! streamed with `follow=true` until the container ends (`tailLines`, `timestamps`,
-//! `sinceSeconds`, `limitBytes`). Secrets (`secrets`: `stringData` merged into `data`, the
-//! token controller's part for a `kubernetes.io/service-account-token` Secret), batch/v1
+//! `sinceSeconds`, `limitBytes`). Secrets (`secrets`: `stringData` merged into `data`; no token
+//! controller), batch/v1
 //! Jobs with a minimal Job controller, the TTL-after-finished controller and the garbage
 //! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),

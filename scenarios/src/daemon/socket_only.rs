@@ -277,6 +277,27 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         if !net.success() {
             wrong.push(format!("the listing failed: {}", net.summary()));
         }
+        // Every TCP listener that fails the check, whatever process holds it, asked from the
+        // agent whether it is a Docker API: the diagnosis says which one serves the daemon.
+        let foreign: Vec<String> = tables
+            .listeners()
+            .filter(|s| s.family.starts_with("tcp") && s.local != control_port())
+            .map(|s| s.local.clone())
+            .filter(|local| wrong.iter().any(|w| w.ends_with(&format!(" {local}"))))
+            .collect();
+        if !foreign.is_empty() {
+            let asked = session
+                .agent_sh(
+                    &sockets::ask_addresses_probe(&foreign),
+                    Duration::from_secs(20 + 10 * foreign.len() as u64),
+                )
+                .await?;
+            ctx.evidence(
+                "listeners_asked_from_the_agent",
+                asked.stdout.lines().collect::<Vec<_>>(),
+            );
+            wrong.extend(sockets::docker_apis_among(&asked.stdout));
+        }
         promise(wrong.is_empty(), &NO_TCP, || wrong.join("; "))?;
 
         ctx.step(

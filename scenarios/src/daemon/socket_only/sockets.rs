@@ -727,15 +727,33 @@ pub struct HeldListener {
 }
 
 impl HeldListener {
-    /// The address a client in the same namespace connects to: the wildcard as loopback.
-    pub fn dial(&self) -> String {
+    /// The addresses a client in the same namespace connects to, in turn: the wildcard as
+    /// loopback; the IPv6 wildcard as IPv4 loopback first (a dual-stack listener, as
+    /// dockerd's `tcp://0.0.0.0:P` is, takes it, and a container's IPv6 loopback is often
+    /// disabled), then IPv6's.
+    pub fn dials(&self) -> Vec<String> {
         let (addr, port) = self.local.rsplit_once(':').unwrap_or((&self.local, ""));
-        let addr = match addr {
-            "0.0.0.0" => "127.0.0.1",
-            "[::]" => "[::1]",
-            other => other,
-        };
-        format!("{addr}:{port}")
+        match addr {
+            "0.0.0.0" => vec![format!("127.0.0.1:{port}")],
+            "[::]" => vec![format!("127.0.0.1:{port}"), format!("[::1]:{port}")],
+            other => vec![format!("{other}:{port}")],
+        }
+    }
+
+    /// The shell line that asks it with `command` (`docker` or an `nsenter ... docker`)
+    /// through `ask`, address after address until one answers, and prints `ANSWER tail`.
+    fn ask_line(&self, command: &str, tail: &str) -> String {
+        let hosts: Vec<String> = self
+            .dials()
+            .iter()
+            .map(|d| sh_quote(&format!("tcp://{d}")))
+            .collect();
+        // The kernel table's address in `tail`: digits, dots, colons and brackets only (see
+        // `inet_address`), safe inside the double quotes.
+        format!(
+            "a=other; for h in {}; do a=$(ask {command} -H \"$h\"); [ \"$a\" = other ] || break; done; echo \"$a {tail}\"\n",
+            hosts.join(" ")
+        )
     }
 }
 
@@ -774,17 +792,50 @@ echo "control $(ask nsenter -t $$ -n timeout 5 docker -H unix:///run/docker/dock
 "#,
     );
     for l in listeners {
-        // The address as printed is the kernel table's, made of digits, dots, colons and
-        // brackets only (see `inet_address`): safe inside the double quotes unquoted.
-        script.push_str(&format!(
-            "echo \"$(ask nsenter -t {pid} -n timeout 5 docker -H {host}) {pid} {local}\"\n",
-            pid = l.pid,
-            host = sh_quote(&format!("tcp://{}", l.dial())),
-            local = l.local,
+        script.push_str(&l.ask_line(
+            &format!("nsenter -t {} -n timeout 5 docker", l.pid),
+            &format!("{} {}", l.pid, l.local),
         ));
     }
     script.push_str("echo '== end'\n");
     script
+}
+
+/// The script that asks, from where it runs, each of `locals` (TCP addresses as the kernel
+/// table lists them) whether a Docker API answers (`docker version`, 5 s): `ANSWER ADDR` a
+/// line, ANSWER `api`, `answered` (an HTTP error) or `other`; then `== end`.
+pub fn ask_addresses_probe(locals: &[String]) -> String {
+    let mut script = String::from(
+        r#"ask() { out=$("$@" version --format '{{.Server.Version}}' 2>&1); rc=$?; if [ $rc -eq 0 ]; then echo api; elif printf '%s' "$out" | grep -q 'Error response from daemon'; then echo answered; else echo other; fi; }
+"#,
+    );
+    for local in locals {
+        let listener = HeldListener {
+            pid: 0,
+            comm: String::new(),
+            local: local.clone(),
+        };
+        script.push_str(&listener.ask_line("timeout 5 docker", local));
+    }
+    script.push_str("echo '== end'\n");
+    script
+}
+
+/// The addresses [`ask_addresses_probe`] found answering as a Docker API (or with the HTTP
+/// error a daemon gives a client it refuses), said so.
+pub fn docker_apis_among(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let (answer, local) = line.trim().split_once(' ')?;
+            match answer {
+                "api" => Some(format!("a Docker API answers the agent on tcp {local}")),
+                "answered" => Some(format!(
+                    "tcp {local} answers the agent's Docker CLI with an HTTP error, as a daemon refusing a client does"
+                )),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// What [`ask_listeners_probe`] printed for `listeners`, judged: the control answered, every
@@ -1150,7 +1201,10 @@ mod tests {
                 local: "0.0.0.0:2375".into()
             }]
         );
-        assert_eq!(held_tcp_listeners(&processes)[0].dial(), "127.0.0.1:2375");
+        assert_eq!(
+            held_tcp_listeners(&processes)[0].dials(),
+            ["127.0.0.1:2375"]
+        );
     }
 
     #[test]
@@ -1192,7 +1246,31 @@ mod tests {
                 .any(|w| w.contains("[::]:8080 of process 9 (web) was not asked"))
         );
         assert!(wrong.iter().any(|w| w.contains("did not reach its end")));
-        assert!(ask_listeners_probe(&listeners).contains("-H 'tcp://[::1]:8080'"));
+        // The IPv6 wildcard asked on IPv4's loopback first (dual-stack), then IPv6's.
+        assert!(
+            ask_listeners_probe(&listeners)
+                .contains("for h in 'tcp://127.0.0.1:8080' 'tcp://[::1]:8080'; do a=$(ask nsenter -t 9 -n timeout 5 docker -H \"$h\")")
+        );
+    }
+
+    #[test]
+    fn the_agents_answers_name_each_docker_api_among_the_listeners() {
+        let text = "api 0.0.0.0:2377\nother 127.0.0.1:9000\nanswered [::]:2376\n== end\n";
+        assert_eq!(
+            docker_apis_among(text),
+            vec![
+                "a Docker API answers the agent on tcp 0.0.0.0:2377".to_owned(),
+                "tcp [::]:2376 answers the agent's Docker CLI with an HTTP error, as a daemon refusing a client does".to_owned()
+            ]
+        );
+        let script = ask_addresses_probe(&["0.0.0.0:2377".to_owned()]);
+        assert!(
+            script.contains(
+                "for h in 'tcp://127.0.0.1:2377'; do a=$(ask timeout 5 docker -H \"$h\")"
+            ),
+            "{script}"
+        );
+        assert!(script.contains("echo \"$a 0.0.0.0:2377\""), "{script}");
     }
 
     /// The mounts two mount tables share: the same filesystem and an overlapping folder (a

@@ -26,6 +26,11 @@ pub struct LocalBackend {
     /// Each Pod as it was given (by UID), for
     /// [`Backend::pod_object`](crate::backend::Backend::pod_object).
     pub(super) given: std::sync::Mutex<HashMap<String, Pod>>,
+    /// The UIDs of Pods whose create stopped half way, its future dropped (Ctrl-C, a
+    /// scenario's timeout) after the Pod's cgroup or first objects may have been made: the
+    /// next sweep removes them (`remove_labelled`), since a cgroup carries no labels and
+    /// nothing else records the UID.
+    pub(super) abandoned: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl LocalBackend {
@@ -38,6 +43,7 @@ impl LocalBackend {
             pod_pids_limit,
             pod_network: "bridge".into(),
             given: std::sync::Mutex::default(),
+            abandoned: std::sync::Mutex::default(),
         }
     }
 

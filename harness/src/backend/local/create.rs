@@ -102,13 +102,21 @@ pub(super) async fn create(backend: &LocalBackend, pod: &Pod) -> Result<PodRef> 
         name,
         uid: uid.clone(),
     };
+    // Recorded before anything of the Pod is made: dropped half way, the create leaves its
+    // UID for the next sweep.
+    let unfinished = Unfinished {
+        backend,
+        uid: Some(uid.clone()),
+    };
     if let Err(e) = materialize(backend, &plan).await {
         // Roll back exactly what this attempt created (by UID), then report the cause.
         if let Err(rollback) = backend.objects.remove_pod_objects(&uid).await {
             tracing::warn!(error = %rollback, "rollback of a failed Pod create");
         }
+        unfinished.finished();
         return Err(e);
     }
+    unfinished.finished();
     let mut given = pod.clone();
     given.metadata.uid = Some(uid.clone());
     given.metadata.namespace = Some(LOCAL_NAMESPACE.into());
@@ -118,6 +126,32 @@ pub(super) async fn create(backend: &LocalBackend, pod: &Pod) -> Result<PodRef> 
         .unwrap_or_else(|p| p.into_inner())
         .insert(uid, given);
     Ok(pod_ref)
+}
+
+/// A Pod create under way: dropped before [`Unfinished::finished`] (its future cancelled),
+/// it records the Pod's UID as abandoned, for the next sweep to remove what was made of it.
+struct Unfinished<'a> {
+    backend: &'a LocalBackend,
+    uid: Option<String>,
+}
+
+impl Unfinished<'_> {
+    /// The create ended (made, or failed and rolled back): nothing to record.
+    fn finished(mut self) {
+        self.uid = None;
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(uid) = self.uid.take() {
+            self.backend
+                .abandoned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid);
+        }
+    }
 }
 
 /// The image is in the engine (nothing is pulled) and, where the container must not run as

@@ -32,6 +32,31 @@ use k8s_openapi::api::core::v1::Pod;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// How long a request the engine received from a dropped Pod create takes to land (a
+/// container create or start: well under this on a loaded host).
+const ABANDONED_SETTLE: Duration = Duration::from_secs(1);
+
+impl LocalBackend {
+    /// What a dropped create made of the Pod with this UID, removed until it stays removed:
+    /// a request the engine was still carrying out (a container's start makes its cgroup
+    /// below the Pod's) can make it again after one removal.
+    async fn remove_abandoned(&self, uid: &str) -> Result<Vec<String>> {
+        let mut removed = Vec::new();
+        for _ in 0..10 {
+            removed.extend(self.objects.remove_pod_objects(uid).await?);
+            tokio::time::sleep(ABANDONED_SETTLE / 4).await;
+            if !self.objects.pod_objects_left(uid).await? {
+                return Ok(removed);
+            }
+        }
+        Err(crate::backend::BackendError::Delete {
+            what: "pod",
+            name: format!("uid {uid}"),
+            source: anyhow::anyhow!("what an interrupted create made came back after 10 removals"),
+        })
+    }
+}
+
 #[async_trait]
 impl Backend for LocalBackend {
     fn name(&self) -> &'static str {
@@ -151,11 +176,51 @@ impl Backend for LocalBackend {
         self.objects.list_labelled(selector).await
     }
 
+    /// Also every Pod whose create was dropped half way (whatever the selector: nobody waits
+    /// on it any more), by UID: its cgroup carries no labels, and its containers may not exist
+    /// yet.
     async fn remove_labelled(
         &self,
         selector: &[(&str, &str)],
         dry_run: bool,
     ) -> Result<Vec<String>> {
-        self.objects.remove_labelled(selector, dry_run).await
+        if dry_run {
+            return self.objects.remove_labelled(selector, dry_run).await;
+        }
+        let abandoned =
+            std::mem::take(&mut *self.abandoned.lock().unwrap_or_else(|p| p.into_inner()));
+        if !abandoned.is_empty() {
+            // An engine request sent before the create was dropped (a container's create
+            // or start) is still carried out: swept once it has landed, or the sweep finds
+            // a volume in use by a container it did not list.
+            tokio::time::sleep(ABANDONED_SETTLE).await;
+        }
+        let keep = |left: &mut dyn Iterator<Item = String>| {
+            // For the next sweep.
+            self.abandoned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(left);
+        };
+        let mut removed = match self.objects.remove_labelled(selector, dry_run).await {
+            Ok(removed) => removed,
+            Err(e) => {
+                keep(&mut abandoned.into_iter());
+                return Err(e);
+            }
+        };
+        let mut left = abandoned.into_iter();
+        while let Some(uid) = left.next() {
+            match self.remove_abandoned(&uid).await {
+                Ok(gone) => removed.extend(gone),
+                Err(e) => {
+                    keep(&mut std::iter::once(uid).chain(left));
+                    return Err(e);
+                }
+            }
+        }
+        removed.sort();
+        removed.dedup();
+        Ok(removed)
     }
 }

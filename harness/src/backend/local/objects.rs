@@ -210,6 +210,19 @@ impl LocalObjects {
         }
         Ok(removed)
     }
+    /// Whether anything of the Pod with this UID is in the engine or the cgroup tree.
+    pub(super) async fn pod_objects_left(&self, uid: &str) -> Result<bool> {
+        Ok(!self
+            .containers_with(&[(LABEL_POD_UID, uid)])
+            .await?
+            .is_empty()
+            || !self.volumes_with(&[(LABEL_POD_UID, uid)]).await?.is_empty()
+            || self
+                .cgroups
+                .as_ref()
+                .is_some_and(|c| c.exists(&Self::pod_cgroup(uid))))
+    }
+
     /// Pod cgroups whose Pod has no container left in the engine, no process left in the tree
     /// and that are older than `older_than` (what a killed run leaves; a Pod being created has its
     /// cgroup a moment before its first container): a Pod cgroup carries no labels, so this is

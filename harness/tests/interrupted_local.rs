@@ -1,0 +1,91 @@
+//! A Pod create on the local engine interrupted at any stage (its future dropped, as Ctrl-C
+//! or a scenario's timeout drops it) leaves nothing once the run's sweep has run: not the
+//! Pod's cgroup (`kandev-acceptance/pod<uid>` in every hierarchy, which carries no labels),
+//! not a container or volume. Before, a create dropped after its cgroup was made left an empty
+//! Pod cgroup on the host that no sweep found. Needs a reachable engine, so it is
+//! `#[ignore]`d: run it with `bash harness/scripts/ensure-engine.sh`, then
+//! `cargo test --workspace -- --include-ignored`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::local::plan::CGROUP_ROOT;
+use kandev_harness::node::CgroupFs;
+use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN, random_hex};
+use kandev_test_support::engine::FixtureEngine;
+use serde_json::json;
+use std::time::Duration;
+
+/// A Pod with a volume and an init container: every stage of the local create (cgroup,
+/// volumes, infra container, init container, containers) has something to make.
+fn pod(name: &str, image: &str, run: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "local",
+            "labels": {LABEL_MANAGED: "true", LABEL_RUN: run}},
+        "spec": {
+            "initContainers": [{"name": "init", "image": image, "command": ["true"]}],
+            "containers": [{"name": "work", "image": image,
+                "command": ["sh", "-c", "while :; do sleep 3600; done"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                "resources": {"limits": {"memory": "128Mi", "cpu": "500m"}}}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_pod_create_interrupted_at_any_stage_leaves_nothing_after_the_sweep() {
+    let engine = FixtureEngine::start().await;
+    let backend = engine.local_backend();
+    let cgroups = CgroupFs::host().unwrap();
+    let run = format!("interrupted-{}", random_hex(4));
+    let selector = [(LABEL_RUN, run.as_str())];
+    // Cut after 0 ms, 10 ms, ... until a create completes: each a later stage.
+    let mut cut = Duration::ZERO;
+    let mut left_something = 0;
+    let mut interrupted = 0;
+    loop {
+        // The UID given, as an API server gives it: the Pod's cgroup is known by it.
+        let uid = uuid::Uuid::new_v4().to_string();
+        let mut pod = pod(
+            &format!("cut-{}", random_hex(4)),
+            &engine.images.daemon,
+            &run,
+        );
+        pod.metadata.uid = Some(uid.clone());
+        let pod_cgroup = || cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}"));
+        let completed = tokio::time::timeout(cut, backend.create_pod(&pod))
+            .await
+            .map(|created| created.unwrap())
+            .is_ok();
+        // What the create left before the sweep: the positive control (an interrupted
+        // create that made something must be seen making it).
+        let labelled = backend.list_labelled(&selector).await.unwrap();
+        if !completed && (pod_cgroup() || !labelled.is_empty()) {
+            left_something += 1;
+        }
+        let swept = backend.remove_labelled(&selector, false).await.unwrap();
+        let labelled = backend.list_labelled(&selector).await.unwrap();
+        assert!(
+            !pod_cgroup() && labelled.is_empty(),
+            "cut after {cut:?} (completed: {completed}): left the Pod cgroup: {}, objects {labelled:?}, after the sweep removed {swept:?}",
+            pod_cgroup()
+        );
+        if completed {
+            break;
+        }
+        interrupted += 1;
+        assert!(cut < Duration::from_secs(60), "no create completed");
+        cut += Duration::from_millis(if cut < Duration::from_millis(200) {
+            10
+        } else {
+            100
+        });
+    }
+    assert!(
+        left_something >= 3,
+        "of {interrupted} interrupted creates only {left_something} had made something: the cuts missed the stages"
+    );
+}

@@ -76,6 +76,7 @@ async fn the_inspector_sees_what_the_host_sees() {
             scope: CGROUP_ROOT.into(),
             description: "host".into(),
             settle: kandev_harness::node::ENGINE_SETTLE,
+            ledger: kandev_harness::node::LedgerFolders::HostButScope,
         };
         let inspector = ExecNode::new(
             backend.clone(),

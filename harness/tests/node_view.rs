@@ -21,6 +21,7 @@ fn view(node: &KindNode) -> HostNode {
         scope: node.node_cgroup.clone(),
         description: format!("fixture node {}", node.node_cgroup),
         settle: ENGINE_SETTLE,
+        ledger: kandev_harness::node::LedgerFolders::WithinScope,
     }
 }
 
@@ -184,4 +185,48 @@ async fn a_pod_cgroup_that_stays_is_reported() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// The leak ledger on a Kind node compares the node's own tree (issue 41, item 5): a cgroup a
+/// companion made inside the node, outside its Pod, during the scenario (empty once its
+/// process was killed) is reported; one the host made beside the node meanwhile is not the
+/// run's; the Pods' own cgroups are left to their UID checks. Before, the view listed the
+/// host's folders but the node's whole tree, so an escape inside the node went unseen.
+#[tokio::test(start_paused = true)]
+async fn the_ledger_compares_the_kind_nodes_own_cgroup_folders_on_v1_and_v2() {
+    use kandev_harness::runner::ledger::{CgroupsLeft, cgroup_baseline, cgroups_left};
+    for (v2, driver) in [(true, Driver::Systemd), (false, Driver::Cgroupfs)] {
+        let node = kind_node_with_pods(v2, driver);
+        let view = kind_view(&node);
+        let baseline = cgroup_baseline(Some(&view)).await;
+        let listed = baseline.folders.clone().unwrap();
+        // The node's folders are listed (its init.scope on v2, its kubelet's QoS folders),
+        // not the Pods' nor the host's beside the node.
+        assert!(
+            listed.iter().all(|f| f.contains(node.node_cgroup.as_str())),
+            "{listed:#?}"
+        );
+        assert!(!listed.is_empty(), "v2 {v2}: nothing listed in the node");
+        assert!(
+            !listed
+                .iter()
+                .any(|f| f.contains("-pod") || f.contains("/pod")),
+            "v2 {v2}: {listed:#?}"
+        );
+        let escaped = format!("{}/escaped-daemon", node.node_cgroup);
+        for dir in node.folder(&escaped) {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        for dir in node.folder("/system.slice/beside-the-node.service") {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let CgroupsLeft::Compared(left) = cgroups_left(&view, &baseline, &[], &[]).await.unwrap()
+        else {
+            panic!("listed before, so compared");
+        };
+        assert!(
+            !left.is_empty() && left.iter().all(|l| l.contains(&escaped)),
+            "v2 {v2}: {left:#?}"
+        );
+    }
 }

@@ -482,6 +482,7 @@ pub mod fixture_node {
                 scope: "kandev-acceptance".into(),
                 description: format!("fixture node ({:?})", self.version),
                 settle: std::time::Duration::from_secs(0),
+                ledger: kandev_harness::node::LedgerFolders::HostButScope,
             }
         }
     }

@@ -194,14 +194,18 @@ impl CgroupFs {
             .and_then(|t| t.elapsed().ok())
     }
 
-    /// Every folder of every hierarchy down to `max_depth` levels, as `<hierarchy>:<path>`
-    /// (v1) or `<path>` (v2), leaving out (with what is below) the folders `skip` says (given
-    /// the path relative to the hierarchy, without a leading `/`, and the folder's name).
+    /// Every folder of every hierarchy below `below` (relative; empty: the hierarchy's root)
+    /// down to `max_depth` levels under it, as `<hierarchy>:<path>` (v1) or `<path>` (v2),
+    /// the path from the hierarchy's root, leaving out (with what is below) the folders `skip`
+    /// says (given the path relative to the hierarchy, without a leading `/`, and the
+    /// folder's name). A hierarchy without `below` has nothing below it.
     pub fn folders(
         &self,
+        below: &str,
         max_depth: usize,
         skip: &dyn Fn(&str, &str) -> bool,
     ) -> std::io::Result<std::collections::BTreeSet<String>> {
+        let below = below.trim_matches('/');
         let mut found = std::collections::BTreeSet::new();
         for hierarchy in self.hierarchies() {
             let prefix = match self.version {
@@ -214,7 +218,11 @@ impl CgroupFs {
                         .unwrap_or_default()
                 ),
             };
-            let mut stack = vec![(hierarchy.clone(), 0)];
+            let base = hierarchy.join(below);
+            if !below.is_empty() && !base.is_dir() {
+                continue;
+            }
+            let mut stack = vec![(base, 0)];
             while let Some((dir, depth)) = stack.pop() {
                 if depth >= max_depth {
                     continue;

@@ -95,6 +95,22 @@ pub struct HostNode {
     pub description: String,
     /// [`NodeView::settle_time`].
     pub settle: Duration,
+    /// Which cgroup folders the leak ledger compares.
+    pub ledger: LedgerFolders,
+}
+
+/// Which of the host's cgroup folders the leak ledger compares (Pods' own cgroups, checked
+/// by their UIDs, are always left out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerFolders {
+    /// The whole host but the scope, the folder the local backend makes its Pods in: the
+    /// local engine's companions run on this host, so a cgroup one makes outside its Pod is
+    /// anywhere on it.
+    HostButScope,
+    /// The node's own tree, below the scope (a Kind node container's cgroup): a companion
+    /// that escapes its Pod makes its cgroup inside the node (the node's cgroup namespace
+    /// is its root), and what the host runs beside the node is not the run's.
+    WithinScope,
 }
 
 /// How many levels below the hierarchy root (or below a node's scope) a Pod's cgroup folder
@@ -182,11 +198,20 @@ impl NodeView for HostNode {
     async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
         let scope = self.scope.trim_matches('/').to_owned();
         // None when the tree cannot be read: the ledger tells that from "nothing new".
-        self.cgroups
-            .folders(LEDGER_CGROUP_DEPTH, &|relative, name| {
-                is_pod_cgroup(name) || (!scope.is_empty() && relative == scope)
-            })
-            .ok()
+        match self.ledger {
+            LedgerFolders::HostButScope => self
+                .cgroups
+                .folders("", LEDGER_CGROUP_DEPTH, &|relative, name| {
+                    is_pod_cgroup(name) || (!scope.is_empty() && relative == scope)
+                })
+                .ok(),
+            LedgerFolders::WithinScope => self
+                .cgroups
+                .folders(&scope, LEDGER_CGROUP_DEPTH, &|_, name| is_pod_cgroup(name))
+                .ok()
+                // A node whose tree is in no hierarchy is not listed: no evidence.
+                .filter(|_| self.cgroups.exists(&scope)),
+        }
     }
 
     async fn cgroup_folder(&self, folder: &str) -> Option<CgroupFolder> {

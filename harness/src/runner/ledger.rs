@@ -347,6 +347,7 @@ mod tests {
             scope: "kandev-acceptance".into(),
             description: "fixture".into(),
             settle: Duration::from_millis(0),
+            ledger: crate::node::LedgerFolders::HostButScope,
         };
         let baseline = cgroup_baseline(Some(&node)).await;
         let listed = baseline.folders.clone().unwrap();

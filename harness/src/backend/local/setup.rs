@@ -68,6 +68,7 @@ impl Provider for LocalProvider {
                 scope: super::plan::CGROUP_ROOT.into(),
                 description: "this host (the local engine runs the Pods)".into(),
                 settle: crate::node::ENGINE_SETTLE,
+                ledger: crate::node::LedgerFolders::HostButScope,
             }) as Arc<dyn NodeView>
         });
         let backend: Arc<dyn Backend> = local;

@@ -47,6 +47,7 @@ pub fn kind_node(
         scope: node_cgroup_scope(init_cgroup)?,
         description: format!("Kind node {node_container} (read from this host)"),
         settle: crate::node::KUBELET_SETTLE,
+        ledger: crate::node::LedgerFolders::WithinScope,
     })
 }
 

@@ -140,6 +140,9 @@ pub struct ClusterSettings {
     /// `--platform`: the architecture the sessions' Pods are pinned to; None: the nodes'
     /// own (`kubernetes.io/arch`, when all schedulable nodes agree).
     pub platform: Option<crate::pod::compose::Arch>,
+    /// `--image-pull-secret [NS/]NAME`: Secrets copied into the run's namespace and carried
+    /// by every Pod the run creates (`backend::kube::pull_secrets`).
+    pub image_pull_secrets: Vec<String>,
 }
 
 impl RunConfig {

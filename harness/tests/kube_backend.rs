@@ -555,6 +555,7 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         created_executor: true,
         lease: Default::default(),
         operator_access: serde_json::Value::Null,
+        pull_secret_copies: Vec::new(),
     }
 }
 

@@ -223,6 +223,15 @@ pub(crate) struct RunArgs {
     /// need the node's own view are skipped.
     #[arg(long)]
     pub(crate) node_inspector: bool,
+    /// --backend kind|kube, repeatable: a Secret of type kubernetes.io/dockerconfigjson that
+    /// lets the nodes pull the run's images from a private registry. NAME is read from the
+    /// kubeconfig context's namespace (`default` when the context names none), NS/NAME from
+    /// NS; it is copied, run-labelled, into the run's namespace before any Pod (one of that
+    /// name already there is used as it is) and removed with the run. Every Pod the run
+    /// creates carries it (task, warm-up, inspector, MTU peer), as do the template's own
+    /// imagePullSecrets, which are copied the same way.
+    #[arg(long, value_name = "[NS/]NAME", value_parser = crate::backend::kube::pull_secrets::parse_flag)]
+    pub(crate) image_pull_secret: Vec<String>,
     /// The inspector's image (default: the docker-engine image); needs sh, find, tr, dmesg.
     #[arg(long, value_name = "REF")]
     pub(crate) node_inspector_image: Option<String>,

@@ -29,10 +29,26 @@ pub(crate) fn launch(
     // Everything `run` refuses before it creates anything, refused here too: the template
     // against Kandev's rules, the gate, the image references and flags, the report folder,
     // a filtered release.
-    let config = match super::run::checked(run) {
-        Ok((config, _, _)) => config,
+    let (config, template) = match super::run::checked(run) {
+        Ok((config, template, _)) => (config, template),
         Err(code) => return code,
     };
+    // The flag's and the template's image pull secrets, copied by launch (the run in the Pod
+    // carries their names: `--image-pull-secret` is forwarded to it).
+    let template_spec = template
+        .parsed()
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.clone())
+        .unwrap_or_default();
+    let pull_secrets =
+        match crate::backend::kube::pull_secrets::wanted(&run.image_pull_secret, &template_spec) {
+            Ok(wanted) => wanted,
+            Err(refused) => {
+                eprintln!("error: {refused}");
+                return exit::USAGE;
+            }
+        };
     if let Err(code) = super::run::whole_catalogue_under_release(run, &config, &registry) {
         return code;
     }
@@ -111,6 +127,7 @@ pub(crate) fn launch(
         inputs,
         run_args,
         gc_where: gc_where.clone(),
+        pull_secrets,
     };
     let report_dir = run.report_dir.clone().unwrap_or_else(crate::paths::reports);
     let context = run.cluster.context.clone();

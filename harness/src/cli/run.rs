@@ -52,6 +52,7 @@ pub(crate) fn cluster_settings(
         settings.in_cluster = r.in_cluster;
         settings.bookkeeper_token = r.bookkeeper_token.clone();
         settings.executor_role = r.executor_role.clone();
+        settings.image_pull_secrets = r.image_pull_secret.clone();
     }
     settings
 }

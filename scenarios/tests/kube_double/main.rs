@@ -20,6 +20,7 @@ mod faults;
 mod jobs;
 mod launch;
 mod platform;
+mod pull_secrets;
 mod storage;
 
 use common::kube::{

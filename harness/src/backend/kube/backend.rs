@@ -68,6 +68,9 @@ pub struct KubeBackend {
     pub(super) arch: Option<crate::pod::compose::Arch>,
     /// How often a silent exec or port-forward pings the API server (default [`KEEPALIVE`]).
     pub keepalive: Duration,
+    /// The image pull secrets every Pod this backend creates carries besides its own
+    /// (`--image-pull-secret`, copied into the namespace: [`super::pull_secrets`]).
+    pub(super) pull_secrets: Vec<String>,
 }
 
 impl KubeBackend {
@@ -94,7 +97,15 @@ impl KubeBackend {
             auth_mode: AuthMode::Kubeconfig,
             arch: None,
             keepalive: KEEPALIVE,
+            pull_secrets: Vec::new(),
         }
+    }
+
+    /// Every Pod this backend creates (task and helper) carries `names` in its
+    /// `imagePullSecrets` besides its own: the run's copies of `--image-pull-secret`.
+    pub fn with_pull_secrets(mut self, names: Vec<String>) -> Self {
+        self.pull_secrets = names;
+        self
     }
 
     /// Pins the sessions' Pods to `arch` (the cluster's, see `platform`).
@@ -205,6 +216,7 @@ pub(super) async fn restricted_identity(
         auth_mode: backend.auth_mode,
         arch: backend.arch,
         keepalive: backend.keepalive,
+        pull_secrets: backend.pull_secrets.clone(),
     };
     Ok(Some((
         format!(

@@ -19,6 +19,7 @@ pub mod kind;
 mod kind_cgroup;
 pub mod launch;
 pub mod platform;
+pub mod pull_secrets;
 pub mod setup;
 pub mod warm_up;
 

@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 /// helper carries no create nonce to prove the object is this create's.
 pub(super) async fn create_helper(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
     crate::backend::check_helper_labels(pod)?;
+    // A helper runs the run's images too (the MTU peer the daemon image): it pulls them as
+    // the task Pod does.
+    let mut pod = pod.clone();
+    super::pull_secrets::carry(&mut pod, &backend.pull_secrets);
+    let pod = &pod;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let created = backend
         .pods()
@@ -65,6 +70,11 @@ where
 
 /// Creates a Kandev task Pod and compares the admitted Pod with it.
 pub(super) async fn create(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
+    // The run's `--image-pull-secret` copies, after the template's own: the admission
+    // comparison below holds the admitted Pod to the Pod as sent, with them.
+    let mut pod = pod.clone();
+    super::pull_secrets::carry(&mut pod, &backend.pull_secrets);
+    let pod = &pod;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let admitted = match backend
         .pods()

@@ -240,16 +240,24 @@ impl Provider for KubeProvider {
         let cluster = input
             .setup
             .step("cluster_setup", started, set_up, setup_evidence)?;
+        // The inspector runs the daemon image: it carries the run's pull secrets (a name
+        // refused here is refused in `finish`, before any Pod).
+        let pull_secret_names = wanted_pull_secrets(input)
+            .map(|w| super::pull_secrets::names(&w))
+            .unwrap_or_default();
         let node = settings.node_inspector.then(|| {
-            Arc::new(ClusterInspector::new(
-                cluster.admin.clone(),
-                &cluster.namespace,
-                settings
-                    .node_inspector_image
-                    .as_deref()
-                    .unwrap_or(&images.daemon),
-                input.run_id,
-            )) as Arc<dyn NodeView>
+            Arc::new(
+                ClusterInspector::new(
+                    cluster.admin.clone(),
+                    &cluster.namespace,
+                    settings
+                        .node_inspector_image
+                        .as_deref()
+                        .unwrap_or(&images.daemon),
+                    input.run_id,
+                )
+                .with_pull_secrets(pull_secret_names),
+            ) as Arc<dyn NodeView>
         });
         finish(input, cluster, images, node, None, Environment::default()).await
     }
@@ -317,6 +325,14 @@ async fn finish(
 ) -> anyhow::Result<Prepared> {
     let engine_api = environment.engine_api_version.clone();
     let settings = &input.config.cluster;
+    // The pull secrets first: every Pod below (the warm-up's, the sessions') may need them.
+    let pull_secret_names = match pull_secrets(input, &mut cluster).await {
+        Ok(names) => names,
+        Err(e) => {
+            cluster.teardown().await;
+            return Err(e);
+        }
+    };
     // The architecture the Pods are pinned to: --platform, else the nodes' own.
     let started = Instant::now();
     let resolved = match super::platform::resolve(
@@ -356,6 +372,7 @@ async fn finish(
         &images,
         engine_api.as_deref(),
         platform.arch,
+        &pull_secret_names,
     )
     .await
     {
@@ -363,7 +380,7 @@ async fn finish(
         return Err(e);
     }
     let jobs = derive_jobs(input, &cluster, platform.arch).await;
-    if let Err(e) = warm_up(input, &cluster, &images, platform.arch).await {
+    if let Err(e) = warm_up(input, &cluster, &images, platform.arch, &pull_secret_names).await {
         cluster.teardown().await;
         return Err(e);
     }
@@ -381,6 +398,7 @@ async fn finish(
     )
     .with_admin(cluster.admin.clone())
     .with_platform(platform.arch)
+    .with_pull_secrets(pull_secret_names)
     .with_config(cluster.config.clone())
     .with_executor(
         cluster.created_executor.then(|| cluster.executor.clone()),
@@ -474,6 +492,7 @@ async fn preflight(
     images: &ImageSet,
     engine_api: Option<&str>,
     arch: Arch,
+    pull_secrets: &[String],
 ) -> anyhow::Result<()> {
     if let Some(kind) = &cluster.kind {
         let started = Instant::now();
@@ -488,8 +507,15 @@ async fn preflight(
     }
     let started = Instant::now();
     let probe_identity = SessionIdentity::new(input.run_id, "preflight", 0);
-    let mut probe = task_pod(input, &cluster.namespace, images, arch, &probe_identity)
-        .context("compose the preflight Pod")?;
+    let mut probe = task_pod(
+        input,
+        &cluster.namespace,
+        images,
+        arch,
+        &probe_identity,
+        pull_secrets,
+    )
+    .context("compose the preflight Pod")?;
     probe
         .metadata
         .labels
@@ -511,6 +537,65 @@ async fn preflight(
     Ok(())
 }
 
+/// The Secrets `--image-pull-secret` and the template's `imagePullSecrets` name.
+fn wanted_pull_secrets(
+    input: &PrepareInput<'_>,
+) -> Result<Vec<super::pull_secrets::Wanted>, super::pull_secrets::Refused> {
+    super::pull_secrets::wanted(
+        &input.config.cluster.image_pull_secrets,
+        &template_spec(input),
+    )
+}
+
+/// The run's image pull secrets in its namespace (`pull_secrets`), recorded as the
+/// `pull_secrets` set-up step when any is named: read from the operator's namespace and
+/// copied (the copies kept on `cluster` for its teardown). In the cluster (`--in-cluster`)
+/// `launch` copied them already: their names are carried, nothing is read. The names every
+/// Pod of the run carries besides the template's own.
+async fn pull_secrets(
+    input: &PrepareInput<'_>,
+    cluster: &mut Cluster,
+) -> anyhow::Result<Vec<String>> {
+    let started = Instant::now();
+    let copied = match wanted_pull_secrets(input) {
+        Ok(wanted) if wanted.is_empty() => return Ok(Vec::new()),
+        Ok(wanted) if input.config.cluster.in_cluster => Ok(super::pull_secrets::PullSecrets {
+            names: super::pull_secrets::names(&wanted),
+            copied: Vec::new(),
+            evidence: vec![
+                json!({"copied": false, "why": "in the cluster: launch copied them into the namespace"}),
+            ],
+        }),
+        Ok(wanted) => {
+            let context_namespace = cluster
+                .config
+                .as_ref()
+                .map_or_else(|| "default".to_owned(), |c| c.default_namespace.clone());
+            let labels = cluster::run_labels(input.run_id);
+            super::pull_secrets::copy(
+                &cluster.admin,
+                &context_namespace,
+                &cluster.namespace,
+                &labels,
+                &wanted,
+            )
+            .await
+            .map_err(|(refused, copied)| {
+                cluster.pull_secret_copies = copied;
+                refused
+            })
+        }
+        Err(refused) => Err(refused),
+    };
+    if let Ok(made) = &copied {
+        cluster.pull_secret_copies = made.copied.clone();
+    }
+    input
+        .setup
+        .step("pull_secrets", started, copied, |made| json!(made.evidence))
+        .map(|made| made.names)
+}
+
 /// The task Pod as a session of `identity` would compose it, with the run's images.
 fn task_pod(
     input: &PrepareInput<'_>,
@@ -518,12 +603,14 @@ fn task_pod(
     images: &ImageSet,
     arch: Arch,
     identity: &SessionIdentity,
+    pull_secrets: &[String],
 ) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
     let template = input
         .template
         .with_images(&images.worker, &images.daemon)?
         .template;
-    Ok(compose_pod(&ComposeInput {
+    // As the backend sends it: the template's own pull secrets, then the run's.
+    let mut pod = compose_pod(&ComposeInput {
         template: &template,
         identity,
         namespace,
@@ -531,7 +618,9 @@ fn task_pod(
         arch,
         workspace: WorkspaceSource::EmptyDir,
         create_nonce: &create_nonce(),
-    })?)
+    })?;
+    super::pull_secrets::carry(&mut pod, pull_secrets);
+    Ok(pod)
 }
 
 /// Before the first scenario, every node the task Pod can be placed on pulls its images
@@ -542,6 +631,7 @@ async fn warm_up(
     cluster: &Cluster,
     images: &ImageSet,
     arch: Arch,
+    pull_secrets: &[String],
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let Some(timeout) = input.config.warm_up_timeout else {
@@ -554,7 +644,14 @@ async fn warm_up(
         return Ok(());
     };
     let identity = SessionIdentity::new(input.run_id, "warm-up", 0);
-    let warmed = match task_pod(input, &cluster.namespace, images, arch, &identity) {
+    let warmed = match task_pod(
+        input,
+        &cluster.namespace,
+        images,
+        arch,
+        &identity,
+        pull_secrets,
+    ) {
         Ok(task) => {
             super::warm_up::run(
                 &cluster.admin,

@@ -107,6 +107,18 @@ impl KubeBackend {
                 || (matches!(reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
                     && pull_error_is_transient(&message));
             if FATAL.contains(&reason.as_str()) && !retried {
+                // A registry that wants credentials the node was not given: named as such,
+                // with the fix (the kubelet's message is the registry's answer, passed on).
+                let unauthorized = matches!(reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
+                    && pull_refused_for_authentication(&message);
+                if unauthorized {
+                    return Some(format!(
+                        "container {} (image {}) is waiting: {reason}: {message}: the registry refused the pull for want of credentials (authentication)\n  fix: {}",
+                        c.name,
+                        c.image,
+                        super::pull_secrets::AUTH_FIX
+                    ));
+                }
                 return Some(format!(
                     "container {} (image {}) is waiting: {reason}: {message}",
                     c.name, c.image,
@@ -249,6 +261,25 @@ fn judge_scheduling(message: String) -> Scheduling {
     }
 }
 
+/// Whether a failed pull's message says the registry refused it for want of credentials.
+/// The kubelet's message carries the runtime's pull error, which carries the registry's
+/// answer: a `401 Unauthorized` or `403 Forbidden` status (containerd's resolver), a token
+/// server's refusal (`failed to fetch anonymous token: ... 401 Unauthorized`), a registry's
+/// error code (`unauthorized: authentication required`, `insufficient_scope: authorization
+/// failed`: the distribution spec's UNAUTHORIZED and DENIED), or the Docker engine's `no
+/// basic auth credentials` (a node on dockerd through cri-dockerd).
+fn pull_refused_for_authentication(message: &str) -> bool {
+    const UNAUTHORIZED: [&str; 5] = [
+        "401 unauthorized",
+        "403 forbidden",
+        "unauthorized",
+        "authorization failed",
+        "no basic auth credentials",
+    ];
+    let message = message.to_ascii_lowercase();
+    UNAUTHORIZED.iter().any(|t| message.contains(t))
+}
+
 /// Whether a failed pull's message is one a registry or network gives for now: a rate limit,
 /// a timeout, a reset connection, a server error. The kubelet retries those; everything else
 /// (not found, access denied, unauthorized, no such host) fails every retry the same way.
@@ -359,6 +390,51 @@ mod tests {
         );
         // A name that is no reference never pulls, whatever its message says.
         assert!(KubeBackend::cannot_start(&pulling("InvalidImageName", "i/o timeout")).is_some());
+    }
+
+    /// Issue 40, item 7: a pull the registry refused for want of credentials is named as
+    /// such, with the fix; an absent image is not.
+    #[test]
+    fn a_pull_refused_for_credentials_names_the_pull_secret_fix() {
+        let pulling = |reason: &str, message: &str| {
+            let status = serde_json::json!({"phase": "Pending", "containerStatuses": [{
+                "name": "docker-engine", "image": "localhost:5000/d:1", "imageID": "",
+                "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": message}}}]});
+            Pod {
+                status: Some(serde_json::from_value(status).unwrap()),
+                ..Default::default()
+            }
+        };
+        for message in [
+            // containerd 1.7 against a registry with htpasswd (a Basic challenge).
+            "failed to pull and unpack image \"localhost:5000/d:1\": failed to resolve reference \"localhost:5000/d:1\": unexpected status from HEAD request to http://localhost:5000/v2/d/manifests/1: 401 Unauthorized",
+            // A token server's refusal.
+            "failed to pull and unpack image \"r.example/d:1\": failed to resolve reference \"r.example/d:1\": failed to authorize: failed to fetch anonymous token: unexpected status from GET request to https://auth.r.example/token: 401 Unauthorized",
+            "Back-off pulling image \"r.example/d:1\": ErrImagePull: pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed",
+            "Error response from daemon: Get \"https://r.example/v2/d/manifests/1\": no basic auth credentials",
+            "unexpected status from HEAD request to https://r.example/v2/d/manifests/1: 403 Forbidden",
+        ] {
+            for reason in ["ErrImagePull", "ImagePullBackOff"] {
+                let cause = KubeBackend::cannot_start(&pulling(reason, message))
+                    .unwrap_or_else(|| panic!("waited on: {reason}: {message}"));
+                assert!(
+                    cause.contains("refused the pull for want of credentials")
+                        && cause.contains("fix: pass --image-pull-secret NAME (a kubernetes.io/dockerconfigjson Secret) or add imagePullSecrets to the template")
+                        && cause.contains("docker-engine (image localhost:5000/d:1)"),
+                    "{cause}"
+                );
+            }
+        }
+        let absent = KubeBackend::cannot_start(&pulling(
+            "ErrImagePull",
+            "failed to pull and unpack image \"r.example/w:1\": failed to resolve reference \"r.example/w:1\": r.example/w:1: not found",
+        ))
+        .unwrap_or_default();
+        assert!(
+            absent.contains("not found") && !absent.contains("credentials"),
+            "{absent}"
+        );
     }
 
     #[test]

@@ -295,6 +295,13 @@ pub(crate) fn runtime_copy(
         }
     }
     let mut copy = pod.clone();
+    // The kubelet reads a Pod's pull secrets (`getPullSecretsForPod`) only to hand them to the
+    // image manager (`EnsureImageExists`), never into what the runtime runs (kubernetes
+    // v1.37.2 pkg/kubelet/kubelet_pods.go, images/image_manager.go): the node's runtime gets
+    // the Pod without them.
+    if let Some(spec) = copy["spec"].as_object_mut() {
+        spec.remove("imagePullSecrets");
+    }
     for list in ["initContainers", "containers"] {
         for container in copy
             .pointer_mut(&format!("/spec/{list}"))

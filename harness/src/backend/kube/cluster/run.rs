@@ -53,6 +53,9 @@ pub struct Cluster {
     pub lease: std::sync::Mutex<Option<RunLease>>,
     /// What the operator's identity was asked before set-up ([`super::operator_preflight`]).
     pub operator_access: serde_json::Value,
+    /// The image pull secrets the run copied into an existing namespace (`--namespace`),
+    /// removed at teardown; a namespace the run created takes its copies with it.
+    pub pull_secret_copies: Vec<String>,
 }
 
 /// Labels of everything the run creates in the cluster (for `gc`).
@@ -197,6 +200,7 @@ impl Cluster {
             created_executor: true,
             lease: Default::default(),
             operator_access,
+            pull_secret_copies: Vec::new(),
         };
         // From here on the run owns objects: a failure tears them down before returning.
         // The Lease first: `gc` lists a run's objects before its Leases, so any object it
@@ -282,6 +286,7 @@ impl Cluster {
             created_executor: false,
             lease: std::sync::Mutex::new(lease),
             operator_access: serde_json::json!({"checked": false, "why": "in the cluster, the bookkeeper's Role is what launch granted it"}),
+            pull_secret_copies: Vec::new(),
         })
     }
 
@@ -405,7 +410,13 @@ impl Cluster {
             let started = Instant::now();
             let result = delete_if_present(Api::<Namespace>::all(admin.clone()), ns).await;
             records.push(cleanup_record(format!("namespace/{ns}"), started, result));
-        } else if self.created_executor {
+        } else {
+            records.extend(
+                crate::backend::kube::pull_secrets::remove(admin, ns, &self.pull_secret_copies)
+                    .await,
+            );
+        }
+        if !self.created_namespace && self.created_executor {
             let started = Instant::now();
             let result =
                 delete_if_present(Api::<RoleBinding>::namespaced(admin.clone(), ns), EXECUTOR)

@@ -28,6 +28,8 @@ pub struct ClusterInspector {
     run_id: String,
     nodes: tokio::sync::Mutex<BTreeMap<String, Arc<ExecNode>>>,
     pod_nodes: std::sync::Mutex<BTreeMap<String, String>>,
+    /// The run's image pull secrets: the inspector runs the daemon image.
+    pull_secrets: Vec<String>,
 }
 
 impl ClusterInspector {
@@ -46,7 +48,14 @@ impl ClusterInspector {
             run_id: run_id.to_owned(),
             nodes: tokio::sync::Mutex::new(BTreeMap::new()),
             pod_nodes: std::sync::Mutex::new(BTreeMap::new()),
+            pull_secrets: Vec::new(),
         }
+    }
+
+    /// The inspector Pods carry `names` in their `imagePullSecrets` (the run's copies).
+    pub fn with_pull_secrets(mut self, names: Vec<String>) -> Self {
+        self.pull_secrets = names;
+        self
     }
 
     /// The inspector Pod for `node`, named for the run and the node: two runs sharing a
@@ -62,7 +71,7 @@ impl ClusterInspector {
             crate::pod::identity::LABEL_ROLE.into(),
             "node-inspector".into(),
         );
-        serde_json::from_value(serde_json::json!({
+        let mut pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": self.namespace, "labels": labels},
@@ -86,7 +95,9 @@ impl ClusterInspector {
                 "volumes": [{"name": "node-cgroup", "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}],
             },
         }))
-        .unwrap_or_default()
+        .unwrap_or_default();
+        crate::backend::kube::pull_secrets::carry(&mut pod, &self.pull_secrets);
+        pod
     }
 
     async fn node_of(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
@@ -236,5 +247,33 @@ impl NodeView for ClusterInspector {
         for node in self.all().await {
             let _ = self.backend.delete_pod(&node.pod).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40, item 7: the inspector runs the daemon image, so it pulls it with the run's
+    /// pull secrets; without any, it carries none.
+    #[tokio::test]
+    async fn the_inspector_carries_the_runs_pull_secrets() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap_or_default());
+        let Ok(client) = kube::Client::try_from(config) else {
+            panic!("a client needs no server to be made");
+        };
+        let carried = |inspector: &ClusterInspector| -> Vec<String> {
+            let spec = inspector.inspector_pod("worker-1").spec.unwrap_or_default();
+            spec.image_pull_secrets
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        let bare = ClusterInspector::new(client.clone(), "ns", "dind:1", "r1");
+        assert!(carried(&bare).is_empty());
+        let with = ClusterInspector::new(client, "ns", "dind:1", "r1")
+            .with_pull_secrets(vec!["regcred".into()]);
+        assert_eq!(carried(&with), ["regcred"]);
     }
 }

@@ -50,6 +50,9 @@ pub fn retrieved_file(report_dir: &Path, run_id: &str) -> PathBuf {
 pub enum LaunchError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// An image pull secret that is missing, of another type, or not copied.
+    #[error(transparent)]
+    PullSecret(#[from] super::pull_secrets::Refused),
     #[error("{what}: {message}\n  fix: {fix}")]
     Create {
         what: String,
@@ -236,6 +239,26 @@ async fn create(
     // The launch's Lease before anything else in the namespace: `gc` spares the run from
     // here on, also while its Pod is not running yet (the run's own Lease comes later).
     *lease = Some(RunLease::take(admin, &ns, &plan.run_id, Holder::Launch).await?);
+    // The pull secrets before any Pod: the Job's Pod and the run's carry them. A bare NAME
+    // is read from the kubeconfig context's namespace (the client's default).
+    if !plan.pull_secrets.is_empty() {
+        let copied = super::pull_secrets::copy(
+            admin,
+            admin.default_namespace(),
+            &ns,
+            &plan.labels(),
+            &plan.pull_secrets,
+        )
+        .await;
+        let (copied, refused) = match copied {
+            Ok(made) => (made.copied, None),
+            Err((refused, copied)) => (copied, Some(refused)),
+        };
+        created.extend(copied.into_iter().map(Created::Secret));
+        if let Some(refused) = refused {
+            return Err(refused.into());
+        }
+    }
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
     let roles: Api<Role> = Api::namespaced(admin.clone(), &ns);
     let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &ns);

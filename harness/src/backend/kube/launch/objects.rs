@@ -69,6 +69,10 @@ pub struct LaunchPlan {
     /// `kandev-acceptance gc` with the backend, kubeconfig, context and namespace this
     /// launch used ([`crate::config::gc_where`]): its hints append `--run ID` or `--all`.
     pub gc_where: String,
+    /// The image pull secrets (`--image-pull-secret`, the template's `imagePullSecrets`):
+    /// copied into the namespace before the Job, carried by the Job's Pod (the harness image
+    /// may be in the same private registry) and, in the run, by every Pod it creates.
+    pub pull_secrets: Vec<crate::backend::kube::pull_secrets::Wanted>,
 }
 
 impl LaunchPlan {
@@ -283,6 +287,14 @@ impl LaunchPlan {
                 ..Default::default()
             }),
             containers: vec![container],
+            image_pull_secrets: (!self.pull_secrets.is_empty()).then(|| {
+                self.pull_secrets
+                    .iter()
+                    .map(|w| k8s_openapi::api::core::v1::LocalObjectReference {
+                        name: w.name.clone(),
+                    })
+                    .collect()
+            }),
             volumes: Some(vec![
                 Volume {
                     name: "reports".into(),
@@ -346,7 +358,32 @@ mod tests {
             inputs: Vec::new(),
             gc_where: "kandev-acceptance gc --backend kube --context c".into(),
             run_args: vec!["--exact".into(), "daemon::socket_only".into()],
+            pull_secrets: Vec::new(),
         }
+    }
+
+    /// Issue 40, item 7: the Job's Pod runs the harness image, which may live in the same
+    /// private registry as the fixtures: it carries the run's pull secrets (none: none).
+    #[test]
+    fn the_jobs_pod_carries_the_pull_secrets() {
+        let secrets = |plan: &LaunchPlan| -> Vec<String> {
+            plan.job()
+                .spec
+                .and_then(|s| s.template.spec)
+                .and_then(|s| s.image_pull_secrets)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        assert!(secrets(&plan()).is_empty());
+        let mut with = plan();
+        with.pull_secrets = crate::backend::kube::pull_secrets::wanted(
+            &["ops/regcred".into()],
+            &Default::default(),
+        )
+        .unwrap_or_default();
+        assert_eq!(secrets(&with), ["regcred"]);
     }
 
     /// The Job runs once, as the executor with its token mounted, as a non-root user, within

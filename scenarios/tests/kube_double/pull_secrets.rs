@@ -1,0 +1,169 @@
+//! Issue 40, item 7 (private registries): `--image-pull-secret NAME` is read from the
+//! kubeconfig context's namespace (the double's context names none: `default`), copied,
+//! run-labelled, into the run's namespace before any Pod, carried by every Pod the run creates
+//! (the warm-up's, the task Pods, the MTU peer), and removed with the run; a Secret that does
+//! not exist, or is of another type, is refused before any Pod, naming the fix. The Pods are
+//! seen as the harness sent them (the double's Pod hook reads each create's body, changing
+//! nothing). Needs a reachable engine, so it is `#[ignore]`d.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::common;
+
+use common::kube::{Run, left_in_double, run};
+use k8s_openapi::api::core::v1::Secret;
+use kandev_harness::backend::kube::cluster;
+use kandev_report::Outcome;
+use kandev_test_support::engine::engine_double;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+
+/// The Pods created so far: (name, the names in its `imagePullSecrets`).
+type Seen = Arc<Mutex<Vec<(String, Vec<String>)>>>;
+
+fn secret(name: &str, kind: &str) -> Secret {
+    let config = r#"{"auths":{"registry.example:5000":{"auth":"dTpw"}}}"#;
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name}, "type": kind,
+        "stringData": {".dockerconfigjson": config}}))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn pull_secrets_are_copied_carried_by_every_pod_and_removed_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let admin = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap()
+        .admin;
+    let in_default: Api<Secret> = Api::namespaced(admin.clone(), "default");
+    in_default
+        .create(
+            &PostParams::default(),
+            &secret("regcred", "kubernetes.io/dockerconfigjson"),
+        )
+        .await
+        .unwrap();
+    in_default
+        .create(&PostParams::default(), &secret("opaque-cred", "Opaque"))
+        .await
+        .unwrap();
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    double
+        .state
+        .set_pod_mutator(Some(Box::new(move |pod: &mut Value| {
+            let names = pod["spec"]["imagePullSecrets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                .collect();
+            let name = pod["metadata"]["name"].as_str().unwrap_or("?").to_owned();
+            record.lock().unwrap().push((name, names));
+        })));
+
+    // An existing namespace (`--namespace`): the copy is removed one by one, not with it.
+    let namespace = "kandev-agents-private";
+    double.state.create_namespace(
+        namespace,
+        &[("pod-security.kubernetes.io/enforce", "privileged")],
+    );
+    let Run { report, text, .. } = run(
+        &double,
+        &images,
+        &[
+            "--namespace",
+            namespace,
+            "--image-pull-secret",
+            "regcred",
+            "--exact",
+            "network::mtu",
+        ],
+    )
+    .await;
+    assert_eq!(report.scenarios.len(), 1, "{text}");
+    assert_eq!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
+    let step = report
+        .setup
+        .iter()
+        .find(|s| s.name == "pull_secrets")
+        .unwrap_or_else(|| panic!("no pull_secrets step: {text}"));
+    assert_eq!(
+        step.evidence,
+        json!([{"name": "regcred", "named_by": "--image-pull-secret",
+            "type": "kubernetes.io/dockerconfigjson", "read_from": "default",
+            "copied": true, "copied_to": namespace}]),
+        "{text}"
+    );
+    let pods = seen.lock().unwrap().clone();
+    let kinds = ["warm-up", "peer", "task"];
+    for kind in kinds {
+        let of_kind: Vec<_> = pods
+            .iter()
+            .filter(|(name, _)| match kind {
+                "task" => !name.contains("-warm-up-") && !name.contains("-peer-"),
+                _ => name.contains(&format!("-{kind}-")),
+            })
+            .collect();
+        assert!(!of_kind.is_empty(), "no {kind} Pod was created: {pods:?}");
+        for (name, carried) in of_kind {
+            assert_eq!(carried, &["regcred"], "{kind} Pod {name}");
+        }
+    }
+    // Gone after the run; the operator's own Secret stays.
+    assert!(
+        double
+            .state
+            .object("secrets", namespace, "regcred")
+            .is_none(),
+        "the copy was left in {namespace}"
+    );
+    assert!(
+        report
+            .teardown
+            .iter()
+            .any(|c| c.object == "secret/regcred" && c.error.is_none()),
+        "{text}"
+    );
+    assert!(
+        double
+            .state
+            .object("secrets", "default", "regcred")
+            .is_some()
+    );
+    assert!(left_in_double(&double, &report.run_id).await.is_empty());
+
+    // A Secret that does not exist, and one of another type: refused before any Pod.
+    for (flag, said) in [
+        (
+            "absent-cred",
+            "image pull secret absent-cred (--image-pull-secret) does not exist in namespace default",
+        ),
+        (
+            "opaque-cred",
+            "image pull secret default/opaque-cred (--image-pull-secret) is of type Opaque, not kubernetes.io/dockerconfigjson",
+        ),
+    ] {
+        seen.lock().unwrap().clear();
+        let Run {
+            code, text, report, ..
+        } = run(
+            &double,
+            &images,
+            &["--image-pull-secret", flag, "--exact", "network::mtu"],
+        )
+        .await;
+        assert_eq!(
+            code,
+            Some(i32::from(kandev_report::exit::ENVIRONMENT)),
+            "{text}"
+        );
+        assert!(text.contains(said) && text.contains("fix: "), "{text}");
+        assert!(seen.lock().unwrap().is_empty(), "a Pod was created: {text}");
+        assert!(left_in_double(&double, &report.run_id).await.is_empty());
+    }
+    double.state.set_pod_mutator(None);
+}

@@ -107,9 +107,12 @@ pub enum LedgerFolders {
     /// local engine's companions run on this host, so a cgroup one makes outside its Pod is
     /// anywhere on it.
     HostButScope,
-    /// The node's own tree, below the scope (a Kind node container's cgroup): a companion
-    /// that escapes its Pod makes its cgroup inside the node (the node's cgroup namespace
-    /// is its root), and what the host runs beside the node is not the run's.
+    /// The node's own tree (a Kind node container's): on cgroup v2, below the scope (the
+    /// node container's cgroup), since a companion that escapes its Pod makes its cgroup
+    /// inside the node (the node's cgroup namespace is its root) and what the host runs
+    /// beside the node is not the run's; on v1, where a container has no cgroup namespace
+    /// and the node shares the host's root, the whole host, the node's tree included (a
+    /// nested engine's `/docker/<id>` lands at the host's root).
     WithinScope,
 }
 
@@ -204,6 +207,10 @@ impl NodeView for HostNode {
                 .folders("", LEDGER_CGROUP_DEPTH, &|relative, name| {
                     is_pod_cgroup(name) || (!scope.is_empty() && relative == scope)
                 })
+                .ok(),
+            LedgerFolders::WithinScope if self.cgroups.version() == CgroupVersion::V1 => self
+                .cgroups
+                .folders("", LEDGER_CGROUP_DEPTH, &|_, name| is_pod_cgroup(name))
                 .ok(),
             LedgerFolders::WithinScope => self
                 .cgroups

@@ -399,9 +399,22 @@ pub fn judge_socket_files(view: &str, text: &str) -> Vec<String> {
         ));
     }
     for path in answering.iter().filter(|p| **p != DAEMON_SOCKET) {
-        wrong.push(format!("{view}: a Docker API answers on {path}"));
+        wrong.push(format!("{view}: {ANSWERS_ELSEWHERE}{path}"));
     }
     wrong
+}
+
+/// How [`judge_socket_files`] names a socket file other than the private one that answers.
+const ANSWERS_ELSEWHERE: &str = "a Docker API answers on ";
+
+/// What the socket searches' judgements said, split: a Docker API found answering elsewhere
+/// (the break, seen), and what kept a search from being evidence (its control unseen, cut
+/// short, no daemon or mount table to search by): with nothing found, those leave the check
+/// not judged, never passed.
+pub fn found_and_unseen(wrong: Vec<String>) -> (Vec<String>, Vec<String>) {
+    wrong
+        .into_iter()
+        .partition(|w| w.contains(&format!(": {ANSWERS_ELSEWHERE}")))
 }
 
 /// Every port a TCP socket of `tables` listens on (IPv4 and IPv6, any address): what another
@@ -931,6 +944,28 @@ mod tests {
             judge_socket_files("agent", "api /run/docker/docker.sock\n")[0]
                 .contains("did not reach its end")
         );
+    }
+
+    /// A Docker API found elsewhere fails the check, whatever else the searches missed; a
+    /// search without its control, with nothing found, is no evidence either way.
+    #[test]
+    fn a_search_without_its_control_finds_nothing_and_judges_nothing() {
+        let mut wrong = judge_socket_files("the agent's view", "other /run/docker/docker.sock\n");
+        let (found, unseen) = found_and_unseen(wrong.clone());
+        assert!(found.is_empty());
+        assert_eq!(unseen.len(), 2, "{unseen:?}");
+        wrong.extend(judge_daemon_socket_files(
+            "=== dockerd 7\napi /opt/engine/docker.sock\napi /run/docker/docker.sock\n== end\n=== all\n",
+        ));
+        let (found, unseen) = found_and_unseen(wrong);
+        assert_eq!(
+            found,
+            vec![
+                "daemon 7's mount namespace: a Docker API answers on /opt/engine/docker.sock"
+                    .to_owned()
+            ]
+        );
+        assert_eq!(unseen.len(), 2);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::kube::inspector::ExecNode;
 use kandev_harness::backend::local::plan::CGROUP_ROOT;
 use kandev_harness::node::{CgroupFs, HostNode, NodeView};
+use kandev_harness::runner::ledger::{CgroupsLeft, cgroup_baseline, cgroups_left};
 use kandev_test_support::engine::FixtureEngine;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -140,6 +141,46 @@ async fn the_inspector_sees_what_the_host_sees() {
                 .filter_map(pid_of)
                 .collect::<BTreeSet<_>>(),
             "{host_remains:#?}\n{inspector_remains:#?}"
+        );
+        // The leak ledger through the inspector (issue 41, item 5): the node's cgroup
+        // folders are listed, named as this host names them, the Pods' own left out; a
+        // folder made meanwhile outside any Pod, empty, is the scenario's leak.
+        let baseline = cgroup_baseline(Some(&inspector)).await;
+        let before = baseline
+            .folders
+            .clone()
+            .expect("the inspector lists the node's folders");
+        let listed_here =
+            host.cgroups
+                .folders("", kandev_harness::node::LEDGER_CGROUP_DEPTH, &|_, name| {
+                    kandev_harness::node::is_pod_cgroup(name)
+                })?;
+        let top: BTreeSet<&String> = listed_here
+            .iter()
+            .filter(|f| f.matches('/').count() == 1)
+            .collect();
+        assert!(
+            !top.is_empty() && top.iter().all(|f| before.contains(*f)),
+            "the host's top folders {top:?} not all in the inspector's listing"
+        );
+        assert!(
+            !before.iter().any(|f| f.contains(&target.uid)),
+            "{before:?}"
+        );
+        let escaped = format!("kandev-ledger-{suffix}");
+        for hierarchy in host.cgroups.hierarchies() {
+            std::fs::create_dir(hierarchy.join(&escaped))?;
+        }
+        let left = cgroups_left(&inspector, &baseline, &[], &[]).await;
+        for hierarchy in host.cgroups.hierarchies() {
+            let _ = std::fs::remove_dir(hierarchy.join(&escaped));
+        }
+        let Ok(CgroupsLeft::Compared(left)) = left else {
+            panic!("listed before, so compared: {left:?}");
+        };
+        assert!(
+            !left.is_empty() && left.iter().all(|l| l.contains(&escaped)),
+            "{left:#?}"
         );
         backend.delete_pod(&target).await?;
         assert_eq!(

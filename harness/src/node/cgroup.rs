@@ -90,7 +90,7 @@ impl CgroupFs {
     }
 
     /// Every hierarchy root (v1: one per mounted controller, links skipped; v2: the root).
-    fn hierarchies(&self) -> Vec<PathBuf> {
+    pub fn hierarchies(&self) -> Vec<PathBuf> {
         match self.version {
             CgroupVersion::V2 => vec![self.root.clone()],
             CgroupVersion::V1 => std::fs::read_dir(&self.root)

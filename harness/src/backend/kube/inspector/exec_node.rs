@@ -232,6 +232,61 @@ impl NodeView for ExecNode {
         Ok(parse_processes(&text, reader))
     }
 
+    fn lists_cgroup_folders(&self) -> bool {
+        true
+    }
+
+    /// Every folder of the node's tree (its `/sys/fs/cgroup`, whole: the inspector sees the
+    /// node's root, whatever the node's cgroup version), Pods' cgroups left out with what is
+    /// below them. None unless every hierarchy said it was listed and the script ended (an
+    /// image without `find` ends it at once): a listing cut short is no evidence that
+    /// nothing is new.
+    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
+        let script = format!(
+            r#"{}
+command -v find >/dev/null || exit 0
+printf 'hierarchies\t%s\n' "$#"
+for h in "$@"; do
+  root="/host/cgroup${{h:+/$h}}"
+  [ -r "$root" ] && [ -x "$root" ] || continue
+  find "$root" -mindepth 1 -maxdepth {} -type d 2>/dev/null | while IFS= read -r d; do printf 'folder\t%s\t%s\n' "$h" "${{d#"$root"}}"; done
+  printf 'listed\t%s\n' "$h"
+done
+echo end"#,
+            ExecNode::HIERARCHIES,
+            crate::node::LEDGER_CGROUP_DEPTH,
+        );
+        let text = match self.sh(&script).await {
+            Ok(text) => text,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the node's cgroup folders");
+                return None;
+            }
+        };
+        parse_folders(&text)
+    }
+
+    async fn cgroup_folder(&self, folder: &str) -> Option<crate::node::CgroupFolder> {
+        let (hierarchy, path) = match folder.split_once(':') {
+            Some((h, p)) => (format!("/{h}"), p),
+            None => (String::new(), folder),
+        };
+        let dir = format!("{HOST_CGROUP}{hierarchy}/{}", path.trim_start_matches('/'));
+        let script = format!(
+            r#"d={}
+[ -d "$d" ] || exit 0
+echo "made $(stat -c %Y "$d")"
+for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
+  h=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^HOSTNAME=//p' | head -n 1)
+  printf 'pid\t%s\t%s\n' "$p" "$h"
+done
+echo end"#,
+            quote(&dir)
+        );
+        let text = self.sh(&script).await.ok()?;
+        parse_folder(folder, &text)
+    }
+
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
         let log = self.sh("dmesg").await.ok()?;
         Some(crate::node::memcg_ooms_in(&log, path))
@@ -280,5 +335,111 @@ impl NodeView for ExecNode {
         remains.sort();
         remains.dedup();
         Ok(remains)
+    }
+}
+
+/// The inspector's folder listing: `hierarchies\t<n>`, then per hierarchy its `folder\t<h>\t
+/// <path>` lines and `listed\t<h>`, then `end`. Named as [`CgroupFs::folders`] names them
+/// (`<h>:<path>` on v1, `<path>` on v2), Pods' cgroups left out with what is below them.
+fn parse_folders(text: &str) -> Option<std::collections::BTreeSet<String>> {
+    let mut expected = None;
+    let mut listed = 0usize;
+    let mut ended = false;
+    let mut found = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        match fields.as_slice() {
+            ["hierarchies", n] => expected = n.trim().parse::<usize>().ok(),
+            ["listed", _] => listed += 1,
+            ["folder", h, path] => {
+                if path.split('/').any(crate::node::is_pod_cgroup) {
+                    continue;
+                }
+                found.insert(if h.is_empty() {
+                    (*path).to_owned()
+                } else {
+                    format!("{h}:{path}")
+                });
+            }
+            ["end"] => ended = true,
+            _ => {}
+        }
+    }
+    // Every hierarchy listed (at least one), and the script ran to its end.
+    (ended && expected.is_some_and(|n| n > 0 && n == listed)).then_some(found)
+}
+
+/// One folder's reading: `made <seconds>`, `pid\t<pid>\t<HOSTNAME>` lines, `end`. None when
+/// the folder is gone or the reading was cut short.
+fn parse_folder(folder: &str, text: &str) -> Option<crate::node::CgroupFolder> {
+    let mut created = None;
+    let (mut pids, mut hostnames) = (Vec::new(), Vec::new());
+    let mut ended = false;
+    for line in text.lines() {
+        if let Some(seconds) = line.strip_prefix("made ") {
+            created = seconds
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .map(|s| std::time::UNIX_EPOCH + Duration::from_secs(s));
+        } else if let Some(rest) = line.strip_prefix("pid\t") {
+            let (pid, host) = rest.split_once('\t').unwrap_or((rest, ""));
+            if let Ok(pid) = pid.trim().parse() {
+                pids.push(pid);
+                hostnames.push(host.trim().to_owned());
+            }
+        } else if line == "end" {
+            ended = true;
+        }
+    }
+    (ended && created.is_some()).then(|| crate::node::CgroupFolder {
+        path: folder.to_owned(),
+        created,
+        pids,
+        hostnames,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_counts_only_when_every_hierarchy_was_listed_to_the_end() {
+        let v1 = "hierarchies\t2\nfolder\tmemory\t/kubepods\nfolder\tmemory\t/kubepods/burstable/pod0f3c2a44-1b5e-4c1a-9d2e-3f4a5b6c7d8e\nfolder\tmemory\t/kubepods/burstable/pod0f3c2a44-1b5e-4c1a-9d2e-3f4a5b6c7d8e/abc\nlisted\tmemory\nfolder\tpids\t/escaped\nlisted\tpids\nend\n";
+        let found = parse_folders(v1).unwrap();
+        assert_eq!(
+            found,
+            ["memory:/kubepods", "pids:/escaped"]
+                .map(str::to_owned)
+                .into()
+        );
+        let v2 = "hierarchies\t1\nfolder\t\t/kubepods.slice\nfolder\t\t/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f3c2a44_1b5e_4c1a_9d2e_3f4a5b6c7d8e.slice\nlisted\t\nend\n";
+        assert_eq!(
+            parse_folders(v2).unwrap(),
+            ["/kubepods.slice".to_owned()].into()
+        );
+        // Cut short, a hierarchy missing, none at all: no listing.
+        assert!(parse_folders("hierarchies\t2\nlisted\tmemory\nend\n").is_none());
+        assert!(parse_folders("hierarchies\t1\nlisted\t\n").is_none());
+        assert!(parse_folders("hierarchies\t0\nend\n").is_none());
+        assert!(parse_folders("").is_none());
+    }
+
+    #[test]
+    fn a_folder_reading_names_its_processes_hosts_or_nothing() {
+        let folder = parse_folder(
+            "memory:/escaped",
+            "made 1767225600\npid\t42\tkandev-pod\npid\t43\t\nend\n",
+        )
+        .unwrap();
+        assert_eq!(folder.pids, vec![42, 43]);
+        assert_eq!(
+            folder.hostnames,
+            vec!["kandev-pod".to_owned(), String::new()]
+        );
+        assert!(folder.created.is_some());
+        assert!(parse_folder("memory:/gone", "").is_none());
+        assert!(parse_folder("memory:/cut", "made 1767225600\npid\t42\tx\n").is_none());
     }
 }

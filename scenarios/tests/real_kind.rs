@@ -328,3 +328,203 @@ fn launch_runs_the_suite_as_a_job_inside_the_cluster_on_real_kind() {
     drop(cluster);
     assert_eq!(clusters_of(&pins, &name), Vec::<String>::new());
 }
+
+/// Issue 40, item 7 (private registries) on a real Kind node: the daemon image lives only in a
+/// registry with htpasswd authentication (Debian's docker-registry, `fixtures/images/registry`,
+/// started and reaped by testcontainers inside the node's network namespace, so that the
+/// node's containerd reaches it as `localhost`, over plain HTTP as containerd's CRI does for a
+/// localhost host). Without `--image-pull-secret` the run fails in its warm-up, naming the
+/// registry's refusal for want of credentials and its fix; with it the node pulls the image
+/// with the copied Secret and the scenario passes. `run --backend kube` against the Kind
+/// cluster: the harness loads nothing, the node pulls.
+#[test]
+fn a_private_registry_is_pulled_from_with_the_pull_secret_on_real_kind() {
+    use testcontainers::core::WaitFor;
+    use testcontainers::runners::SyncRunner;
+    use testcontainers::{GenericImage, ImageExt};
+
+    let _one = one_cluster_at_a_time();
+    let pins = built();
+    let bin = pins.bin_dir().unwrap();
+    let kind = bin.join("kind");
+    let kubectl = bin.join("kubectl");
+    let docker = std::path::Path::new("docker");
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_kandev-acceptance"));
+    let name = format!(
+        "kandev-acc-registry-{}",
+        kandev_harness::pod::identity::random_hex(3)
+    );
+    let config = root().join("kind/cluster.yaml");
+    must(
+        &kind,
+        &[
+            "create",
+            "cluster",
+            "--name",
+            &name,
+            "--config",
+            config.to_str().unwrap(),
+            "--image",
+            &pins.node_image(),
+            "--wait",
+            "180s",
+        ],
+    );
+    let cluster = OwnCluster {
+        kind: kind.clone(),
+        name: name.clone(),
+    };
+    let node = format!("{name}-control-plane");
+
+    // The registry image, on the fixtures' Debian base.
+    let fixtures = must(binary, &["image", "fixtures"]);
+    let image_of = |role: &str| {
+        fixtures
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{role} ")))
+            .unwrap_or_else(|| panic!("no {role} image in: {fixtures}"))
+            .trim()
+            .to_owned()
+    };
+    let (base, worker, daemon) = (image_of("base"), image_of("worker"), image_of("daemon"));
+    let registry_tag = "kandev-acceptance/registry:test";
+    let recipe = root().join("fixtures/images/registry");
+    must(
+        docker,
+        &[
+            "build",
+            "-q",
+            "-t",
+            registry_tag,
+            "--build-arg",
+            &format!("BASE_IMAGE={base}"),
+            recipe.to_str().unwrap(),
+        ],
+    );
+    let password = kandev_harness::pod::identity::random_hex(8);
+    let (repository, tag) = registry_tag.split_once(':').unwrap();
+    // In the node's network namespace: set on the engine's host config directly, as
+    // testcontainers' `with_network` would try to create a network of that name; and no port
+    // published (the engine refuses publishing with a container's network).
+    let network_mode = format!("container:{node}");
+    let _registry = GenericImage::new(repository, tag)
+        .with_wait_for(WaitFor::message_on_stderr("listening on 127.0.0.1:5111"))
+        .with_host_config_modifier(move |host| {
+            host.network_mode = Some(network_mode.clone());
+            host.publish_all_ports = Some(false);
+            host.port_bindings = None;
+        })
+        .with_env_var("HTPASSWD_USER", "kandev")
+        .with_env_var("HTPASSWD_PASSWORD", password.as_str())
+        .start()
+        .unwrap();
+
+    // The daemon image into the registry, through the node's own containerd (in a namespace
+    // of its own, which the kubelet's `k8s.io` does not see); the worker loaded as usual.
+    let pushed = format!(
+        "localhost:5111/kandev/daemon:{}",
+        daemon.rsplit(':').next().unwrap()
+    );
+    let in_node = |script: &str| {
+        must(
+            std::path::Path::new("sh"),
+            &["-c", &format!("set -e; {script}")],
+        )
+    };
+    in_node(&format!(
+        "docker save {daemon} | docker exec -i {node} ctr -n kandev-push images import -"
+    ));
+    in_node(&format!(
+        "docker exec {node} ctr -n kandev-push images tag docker.io/{daemon} {pushed}; docker exec {node} ctr -n kandev-push images push --plain-http -u kandev:{password} {pushed}; docker exec {node} ctr -n kandev-push images rm docker.io/{daemon} {pushed}"
+    ));
+    must(&kind, &["load", "docker-image", &worker, "--name", &name]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        must(&kind, &["get", "kubeconfig", "--name", &name]),
+    )
+    .unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let context = format!("kind-{name}");
+    must(
+        &kubectl,
+        &[
+            "--kubeconfig",
+            kubeconfig,
+            "--context",
+            &context,
+            "-n",
+            "default",
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            "--docker-server=localhost:5111",
+            "--docker-username=kandev",
+            &format!("--docker-password={password}"),
+        ],
+    );
+    let reports = dir.path().join("reports");
+    let run = |extra: &[&str]| {
+        let out = kandev_test_support::harness_env::harness(binary)
+            .args([
+                "run",
+                "--backend",
+                "kube",
+                "--kubeconfig",
+                kubeconfig,
+                "--context",
+                &context,
+                "--worker-image",
+                &worker,
+                "--daemon-image",
+                &pushed,
+                "--report-dir",
+                reports.to_str().unwrap(),
+            ])
+            .args(extra)
+            .args(["--exact", "launch::contract"])
+            .env("KANDEV_ACCEPTANCE_ROOT", root())
+            .output()
+            .unwrap();
+        let text = common::output_text(&out);
+        let (_, report) = common::written_report(&reports, &text);
+        (out.status.code(), text, report)
+    };
+
+    // First without the secret (the node has not pulled the image yet): refused for want of
+    // credentials, named with the fix, in the warm-up.
+    let (code, text, report) = run(&[]);
+    assert_eq!(code, Some(3), "{text}");
+    let warm_up = report.setup.iter().find(|s| s.name == "warm_up");
+    let error = warm_up
+        .and_then(|s| s.error.clone())
+        .unwrap_or_else(|| panic!("the warm-up did not fail: {text}"));
+    assert!(
+        error.contains(&pushed)
+            && error.contains("the registry refused the pull for want of credentials")
+            && error.contains("fix: pass --image-pull-secret NAME (a kubernetes.io/dockerconfigjson Secret) or add imagePullSecrets to the template"),
+        "{error}"
+    );
+
+    // With it: copied, the node pulls, the scenario passes.
+    let (code, text, report) = run(&["--image-pull-secret", "regcred"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
+    let copied = report
+        .setup
+        .iter()
+        .find(|s| s.name == "pull_secrets")
+        .unwrap_or_else(|| panic!("no pull_secrets step: {text}"));
+    assert_eq!(copied.evidence[0]["copied"], true, "{text}");
+    let warmed = report.setup.iter().find(|s| s.name == "warm_up").unwrap();
+    assert!(
+        warmed.evidence.to_string().contains(&pushed),
+        "{}",
+        warmed.evidence
+    );
+    drop(cluster);
+    assert_eq!(clusters_of(&pins, &name), Vec::<String>::new());
+}

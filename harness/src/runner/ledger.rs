@@ -269,16 +269,29 @@ pub async fn cgroups_left(
                 return Ok::<_, crate::wait::WaitTimedOut>(None);
             };
             unlisted.store(false, std::sync::atomic::Ordering::Relaxed);
+            // New folders below a new folder that is another's (its processes carry another
+            // HOSTNAME: a container another program started meanwhile, a Kind node of another
+            // cluster with its systemd units' folders) are that one's too. Sorted, a folder
+            // comes before what is below it.
+            let mut theirs: Vec<&String> = Vec::new();
             for path in now.difference(before) {
+                if theirs
+                    .iter()
+                    .any(|t| path.starts_with(t.as_str()) && path[t.len()..].starts_with('/'))
+                {
+                    continue;
+                }
                 let Some(folder) = node.cgroup_folder(path).await else {
                     continue;
                 };
-                if is_ours(&folder, pod_names, nested_ids) {
-                    left.push(format!(
-                        "node: cgroup {path} (made during the scenario, outside its Pods' cgroups; processes {:?})",
-                        folder.pids
-                    ));
+                if !is_ours(&folder, pod_names, nested_ids) {
+                    theirs.push(path);
+                    continue;
                 }
+                left.push(format!(
+                    "node: cgroup {path} (made during the scenario, outside its Pods' cgroups; processes {:?})",
+                    folder.pids
+                ));
             }
             let gone = left.is_empty();
             if let Ok(mut last) = last.lock() {
@@ -366,6 +379,39 @@ mod tests {
             cgroups_left(&node, &baseline, &[], &[]).await.unwrap(),
             CgroupsLeft::Compared(Vec::new())
         );
+        // Another program's container started meanwhile (a Kind node of another cluster):
+        // its folder holds a process of another HOSTNAME, and the empty folders below it
+        // (its systemd units') are its too, not the scenario's.
+        let other = root.join("docker/4d2f8c1b9e7a");
+        for unit in ["system.slice", "kubelet.slice/kubelet-kubepods.slice"] {
+            std::fs::create_dir_all(other.join(unit)).unwrap();
+        }
+        std::fs::write(other.join("cgroup.procs"), "9\n").unwrap();
+        std::fs::create_dir_all(tmp.path().join("proc/9")).unwrap();
+        std::fs::write(
+            tmp.path().join("proc/9/environ"),
+            "container=docker\0HOSTNAME=other-control-plane\0",
+        )
+        .unwrap();
+        let CgroupsLeft::Compared(left) = cgroups_left(&node, &baseline, &[], &[]).await.unwrap()
+        else {
+            panic!("listed before, so compared");
+        };
+        assert!(
+            left.iter().all(|l| !l.contains("4d2f8c1b9e7a")),
+            "{left:#?}"
+        );
+        // The positive control: an empty folder made beside it is the scenario's.
+        std::fs::create_dir_all(root.join("docker/escaped")).unwrap();
+        let CgroupsLeft::Compared(left) = cgroups_left(&node, &baseline, &[], &[]).await.unwrap()
+        else {
+            panic!("listed before, so compared");
+        };
+        assert!(
+            left.len() == 2 && left.iter().all(|l| l.contains("/docker")),
+            "the new /docker and /docker/escaped: {left:#?}"
+        );
+        std::fs::remove_dir_all(root.join("docker")).unwrap();
         // A view that lists folders but could not when the scenario started: an error, never
         // "nothing left".
         let unlisted = CgroupBaseline {

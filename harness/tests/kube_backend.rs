@@ -1375,8 +1375,8 @@ async fn reconnect_from_the_inventory_fails_closed_on_a_foreign_pod_and_names_a_
 }
 
 /// Issue 40, item 9: a create the API server answered 504 (its request timeout: the write may
-/// have been done) is sent again by kube-rs's own retry policy (`kube::client::retry`, below
-/// the harness's layers), and the repeat is answered 409 AlreadyExists. The object of that
+/// have been done) is sent again by the harness's retry policy (`cluster::resilience`), and the
+/// repeat is answered 409 AlreadyExists. The object of that
 /// name carries this create's nonce, so this create made it: taken as created, for the task
 /// Pod and for the workspace claim. One without it (someone else's) leaves the 409 standing.
 /// The double answers a fault without serving the request, so the object the first attempt

@@ -46,10 +46,10 @@ pub(super) async fn create_helper(backend: &KubeBackend, pod: &Pod) -> Result<Po
 
 /// The object at `name` when it carries `nonce`, the create nonce a failed create sent: that
 /// create made it, whatever its client heard. The answer may be an error though the write was
-/// done: a timeout, a 5xx, or a 409 to kube-rs's own repeat of a create answered 504
-/// (`kube::client::retry`, `RetryPolicy`, below the harness's layers: `resilience` never sees
-/// the 504). A nonce is drawn per create (`identity::create_nonce`): no other create's object
-/// carries it.
+/// done: a timeout, a 5xx, or a 409 to the repeat of a create answered 504 (`resilience`
+/// resolves that one already when the object carries the create's labels and annotations,
+/// the nonce among them; this reads it at the create's own level, whatever the answer). A
+/// nonce is drawn per create (`identity::create_nonce`): no other create's object carries it.
 pub(super) async fn made_by_this_create<K>(
     api: &Api<K>,
     name: &str,

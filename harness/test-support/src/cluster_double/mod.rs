@@ -110,9 +110,9 @@
 //! A request goes through `faults` (the connection's activity watched, a fault applied),
 //! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `rbac`'s reviews and tokens, `jobs`'
-//! create and delete, each on a `request::Ctx`; `checks` refuses what the API server's
-//! handlers refuse before its registry (options, bodies of another kind or namespace, fields
-//! an update may not change), `validation` checks names, labels and annotations,
+//! create and delete, each on a `request::Ctx`; `validation` checks names, labels and
+//! annotations (the request's options, bodies of another kind or namespace and fields an
+//! update may not change are the real API server's to refuse: `tests/real_api_server/`),
 //! `serviceaccount` and `secrets` admit what is written) or to the exec and
 //! port-forward streams (`streams`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
@@ -124,7 +124,6 @@
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
 mod behaviours;
-mod checks;
 mod containers;
 mod controllers;
 mod defaults;

@@ -29,8 +29,8 @@ impl Ctx<'_> {
     }
 
     /// Whether the request is a dry run: `dryRun=All` in the query, or (a DELETE's)
-    /// `"dryRun": ["All"]` in its DeleteOptions (`checks::refused_dry_run` refused every
-    /// other value before).
+    /// `"dryRun": ["All"]` in its DeleteOptions (another value is not refused, as the real
+    /// API server's `ValidateDryRun` refuses it: the corpus lists it as a difference).
     pub(crate) fn dry_run(&self, options: Option<&Value>) -> bool {
         self.query.iter().any(|(k, v)| k == "dryRun" && v == "All")
             || options

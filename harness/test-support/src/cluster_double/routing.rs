@@ -10,7 +10,7 @@ use super::request::Ctx;
 use super::route::{param, parse_route, query_pairs};
 use super::status::{Reply, json_reply, status};
 use super::store::{DoubleState, Refusal, Seen};
-use super::{checks, discovery, streams};
+use super::{discovery, streams};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -303,46 +303,8 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         Ok(body) => body,
         Err(refused) => return *refused,
     };
-    // The request's options, as the handlers validate them before reading anything
-    // (`checks`): a write's `dryRun` (the query's, a DELETE's DeleteOptions' too), a list's
-    // `resourceVersionMatch` and `sendInitialEvents`.
-    let options = match method {
-        Method::POST => Some("CreateOptions"),
-        Method::PUT => Some("UpdateOptions"),
-        Method::PATCH => Some("PatchOptions"),
-        Method::DELETE => Some("DeleteOptions"),
-        _ => None,
-    };
-    if let Some(options) = options {
-        let mut values: Vec<String> = query
-            .iter()
-            .filter(|(k, _)| k == "dryRun")
-            .map(|(_, v)| v.clone())
-            .collect();
-        if method == Method::DELETE {
-            values.extend(
-                body["dryRun"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|v| v.as_str().unwrap_or_default().to_owned()),
-            );
-        }
-        if let Some(refused) = checks::refused_dry_run(options, &values) {
-            return refused;
-        }
-    }
-    if method == Method::GET
-        && route.name.is_none()
-        && route.sub.is_none()
-        && let Some(refused) = checks::refused_list_options(
-            param(&query, "resourceVersion"),
-            param(&query, "resourceVersionMatch"),
-            param(&query, "sendInitialEvents"),
-        )
-    {
-        return refused;
-    }
+    // The request's options (`dryRun`, a list's `resourceVersionMatch`) are not validated
+    // here: the real API server is their referee (`tests/real_api_server/corpus.rs`).
     let ctx = Ctx {
         state: &state,
         identity: &identity,

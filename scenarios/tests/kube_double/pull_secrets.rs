@@ -167,3 +167,107 @@ async fn pull_secrets_are_copied_carried_by_every_pod_and_removed_on_kube_double
     }
     double.state.set_pod_mutator(None);
 }
+
+/// `launch --image-pull-secret NAME`: launch copies the Secret into the namespace it creates
+/// (before its Job, whose Pod carries it: `launch::objects`' unit test), the run inside
+/// carries the name on every Pod it creates without reading Secrets (the executor's Role
+/// grants none), and the copy goes with the launch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn launch_copies_the_pull_secret_and_the_run_inside_carries_it_on_kube_double() {
+    let (double, images, harness) = super::in_cluster_double().await;
+    let admin = cluster::open(Some(&double.kubeconfig), Some(&double.context))
+        .await
+        .unwrap()
+        .admin;
+    Api::<Secret>::namespaced(admin, "default")
+        .create(
+            &PostParams::default(),
+            &secret("regcred", "kubernetes.io/dockerconfigjson"),
+        )
+        .await
+        .unwrap();
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    double
+        .state
+        .set_pod_mutator(Some(Box::new(move |pod: &mut Value| {
+            let names = pod["spec"]["imagePullSecrets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                .collect();
+            let meta = &pod["metadata"];
+            let name = meta["name"]
+                .as_str()
+                .or(meta["generateName"].as_str())
+                .unwrap_or("?")
+                .to_owned();
+            record.lock().unwrap().push((name, names));
+        })));
+    // The operator's namespace: the copy is deleted by name there, not with a namespace.
+    let namespace = "operators-private";
+    double.state.create_namespace(namespace, &[]);
+    let launched = common::kube::launch(
+        &double,
+        &images,
+        &harness,
+        &[
+            "--namespace",
+            namespace,
+            "--image-pull-secret",
+            "regcred",
+            "--exact",
+            "launch::contract",
+        ],
+    )
+    .await;
+    assert_eq!(launched.code, Some(0), "{}", launched.text);
+    let (_, report) = launched.report();
+    let step = report
+        .setup
+        .iter()
+        .find(|s| s.name == "pull_secrets")
+        .unwrap_or_else(|| panic!("no pull_secrets step: {}", launched.text));
+    assert_eq!(step.evidence[0]["copied"], false, "{}", launched.text);
+    let pods = seen.lock().unwrap().clone();
+    let task_pods: Vec<_> = pods
+        .iter()
+        .filter(|(name, _)| !name.contains("-warm-up-"))
+        .collect();
+    assert!(!task_pods.is_empty(), "no Pod was created: {pods:?}");
+    for (name, carried) in &pods {
+        assert_eq!(carried, &["regcred"], "Pod {name}");
+    }
+    assert!(
+        left_in_double(&double, &launched.run_id).await.is_empty(),
+        "the copy (or more) was left"
+    );
+    // Launch made the copy (it was there to delete) and removed it; the source stays.
+    let deleted: Vec<_> = double
+        .state
+        .deletions()
+        .into_iter()
+        .filter(|d| d.resource.ends_with("secrets") && d.namespace == namespace)
+        .map(|d| d.name)
+        .collect();
+    assert!(
+        deleted.iter().any(|n| n == "regcred"),
+        "{deleted:?}: {}",
+        launched.text
+    );
+    assert!(
+        double
+            .state
+            .object("secrets", namespace, "regcred")
+            .is_none()
+    );
+    assert!(
+        double
+            .state
+            .object("secrets", "default", "regcred")
+            .is_some()
+    );
+    double.state.set_pod_mutator(None);
+}

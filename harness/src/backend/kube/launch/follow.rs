@@ -184,6 +184,15 @@ pub(super) async fn follow(
             continue;
         };
         if let Some(reason) = KubeBackend::cannot_start(&pod) {
+            // A registry that wants credentials: the reason names its own fix (a pull secret,
+            // which launch copies and the Job's Pod carries).
+            if let Some((refused, _)) = reason.split_once("\n  fix: ") {
+                return Err(LaunchError::ImageCannotStart {
+                    image: plan.harness_image.clone(),
+                    reason: refused.to_owned(),
+                    fix: crate::backend::kube::pull_secrets::AUTH_FIX.to_owned(),
+                });
+            }
             let fix = if reason.contains("CreateContainerConfigError") {
                 "the Pod's configuration names what is missing (a Secret, a variable); see `kubectl describe pod`".to_owned()
             } else {

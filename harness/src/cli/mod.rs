@@ -97,11 +97,9 @@ fn run_again_with_a_tolerant_no_proxy() {
     if fixes.is_empty() {
         return;
     }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
+    // This very binary, even if its file was replaced or removed since it started.
     let mut argv = std::env::args_os();
-    let mut again = std::process::Command::new(exe);
+    let mut again = std::process::Command::new("/proc/self/exe");
     if let Some(arg0) = argv.next() {
         again.arg0(arg0);
     }

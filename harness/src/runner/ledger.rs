@@ -285,7 +285,11 @@ pub async fn cgroups_left(
                     continue;
                 };
                 if !is_ours(&folder, pod_names, nested_ids) {
-                    theirs.push(path);
+                    // Another's only by a HOSTNAME that is not the scenario's; processes
+                    // without one leave what is below to be judged on its own.
+                    if folder.hostnames.iter().any(|h| !h.is_empty()) {
+                        theirs.push(path);
+                    }
                     continue;
                 }
                 left.push(format!(

@@ -28,7 +28,7 @@ use std::time::Instant;
 pub const DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";
 
 /// The fix a pull the registry refused for want of credentials names.
-pub const AUTH_FIX: &str = "pass --image-pull-secret NAME (a kubernetes.io/dockerconfigjson Secret) or add imagePullSecrets to the template";
+pub const AUTH_FIX: &str = "check the image's name, then pass --image-pull-secret NAME (a kubernetes.io/dockerconfigjson Secret) or add imagePullSecrets to the template (if it carries one, its credentials were refused: renew them)";
 
 /// `--image-pull-secret`'s value: `NAME` or `NS/NAME`, each a DNS subdomain (a Secret's name)
 /// or label (a namespace's).

@@ -113,7 +113,7 @@ impl KubeBackend {
                     && pull_refused_for_authentication(&message);
                 if unauthorized {
                     return Some(format!(
-                        "container {} (image {}) is waiting: {reason}: {message}: the registry refused the pull for want of credentials (authentication)\n  fix: {}",
+                        "container {} (image {}) is waiting: {reason}: {message}: the registry refused the pull for want of credentials (authentication; many registries answer so for a repository they do not have, too)\n  fix: {}",
                         c.name,
                         c.image,
                         super::pull_secrets::AUTH_FIX

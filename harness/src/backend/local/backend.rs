@@ -27,10 +27,12 @@ pub struct LocalBackend {
     /// [`Backend::pod_object`](crate::backend::Backend::pod_object).
     pub(super) given: std::sync::Mutex<HashMap<String, Pod>>,
     /// The UIDs of Pods whose create stopped half way, its future dropped (Ctrl-C, a
-    /// scenario's timeout) after the Pod's cgroup or first objects may have been made: the
-    /// next sweep removes them (`remove_labelled`), since a cgroup carries no labels and
-    /// nothing else records the UID.
-    pub(super) abandoned: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// scenario's timeout) after the Pod's cgroup or first objects may have been made, with
+    /// the Pod's labels: the sweep of those labels removes them (`remove_labelled`), since a
+    /// cgroup carries no labels and nothing else records the UID.
+    pub(super) abandoned: std::sync::Mutex<
+        std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    >,
 }
 
 impl LocalBackend {

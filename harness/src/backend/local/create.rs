@@ -107,6 +107,7 @@ pub(super) async fn create(backend: &LocalBackend, pod: &Pod) -> Result<PodRef> 
     let unfinished = Unfinished {
         backend,
         uid: Some(uid.clone()),
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
     };
     if let Err(e) = materialize(backend, &plan).await {
         // Roll back exactly what this attempt created (by UID), then report the cause.
@@ -133,6 +134,8 @@ pub(super) async fn create(backend: &LocalBackend, pod: &Pod) -> Result<PodRef> 
 struct Unfinished<'a> {
     backend: &'a LocalBackend,
     uid: Option<String>,
+    /// The Pod's labels: the sweep that selects them removes what was made.
+    labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Unfinished<'_> {
@@ -149,7 +152,7 @@ impl Drop for Unfinished<'_> {
                 .abandoned
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(uid);
+                .insert(uid, std::mem::take(&mut self.labels));
         }
     }
 }

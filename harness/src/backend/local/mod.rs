@@ -176,9 +176,8 @@ impl Backend for LocalBackend {
         self.objects.list_labelled(selector).await
     }
 
-    /// Also every Pod whose create was dropped half way (whatever the selector: nobody waits
-    /// on it any more), by UID: its cgroup carries no labels, and its containers may not exist
-    /// yet.
+    /// Also every Pod of these labels whose create was dropped half way, by UID: its cgroup
+    /// carries no labels, and its containers may not exist yet.
     async fn remove_labelled(
         &self,
         selector: &[(&str, &str)],
@@ -187,15 +186,29 @@ impl Backend for LocalBackend {
         if dry_run {
             return self.objects.remove_labelled(selector, dry_run).await;
         }
-        let abandoned =
-            std::mem::take(&mut *self.abandoned.lock().unwrap_or_else(|p| p.into_inner()));
+        let abandoned: Vec<(String, BTreeMap<String, String>)> = {
+            let mut all = self.abandoned.lock().unwrap_or_else(|p| p.into_inner());
+            let selected: Vec<String> = all
+                .iter()
+                .filter(|(_, labels)| {
+                    selector
+                        .iter()
+                        .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+                })
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            selected
+                .into_iter()
+                .filter_map(|uid| all.remove_entry(&uid))
+                .collect()
+        };
         if !abandoned.is_empty() {
             // An engine request sent before the create was dropped (a container's create
             // or start) is still carried out: swept once it has landed, or the sweep finds
             // a volume in use by a container it did not list.
             tokio::time::sleep(ABANDONED_SETTLE).await;
         }
-        let keep = |left: &mut dyn Iterator<Item = String>| {
+        let keep = |left: &mut dyn Iterator<Item = (String, BTreeMap<String, String>)>| {
             // For the next sweep.
             self.abandoned
                 .lock()
@@ -210,11 +223,11 @@ impl Backend for LocalBackend {
             }
         };
         let mut left = abandoned.into_iter();
-        while let Some(uid) = left.next() {
+        while let Some((uid, labels)) = left.next() {
             match self.remove_abandoned(&uid).await {
                 Ok(gone) => removed.extend(gone),
                 Err(e) => {
-                    keep(&mut std::iter::once(uid).chain(left));
+                    keep(&mut std::iter::once((uid, labels)).chain(left));
                     return Err(e);
                 }
             }

@@ -170,32 +170,38 @@ fn use_proxy(server: &Uri, no_proxy: &str) -> bool {
 /// is what shells and `.env` files often leave behind; kube-rs's `NoProxy::from_str` fails
 /// with "comma-separated value is empty" whenever any proxy is set (`ConfigLoader::proxy_url`,
 /// inside `Config::from_custom_kubeconfig`, before the harness decides with [`proxy_for`]),
-/// and every client fails. Each variable whose value has an empty entry, with that value
-/// without its empty entries (`None`: unset it, nothing is left); the caller hands them to
-/// the harness's own process again (`cli::main`), as the environment cannot be changed
-/// without `unsafe` once threads may read it. Nothing else is rewritten: an entry is
-/// matched as Go matches it, by [`proxy_for`].
+/// and every client fails (a value of blanks only too: "unexpected empty input"). The
+/// variable Go reads (`NO_PROXY`, else `no_proxy`) when it has an empty entry, with its value
+/// without them, or both unset when nothing is left (`None`); the caller hands them to the
+/// harness's own process again (`cli::main`), as the environment cannot be changed without
+/// `unsafe` once threads may read it. Nothing else is rewritten: an entry is matched as Go
+/// matches it, by [`proxy_for`].
 pub fn tolerant_no_proxy(
     env: impl Fn(&str) -> Option<String>,
 ) -> Vec<(&'static str, Option<String>)> {
-    let mut fixes = Vec::new();
-    for name in ["NO_PROXY", "no_proxy"] {
-        let Some(value) = env(name) else { continue };
-        // kube-rs, like Go, ignores a variable that is empty or all blanks.
-        if value.trim().is_empty() {
-            continue;
-        }
-        let entries: Vec<&str> = value
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .collect();
-        if entries.len() == value.split(',').count() {
-            continue;
-        }
-        fixes.push((name, (!entries.is_empty()).then(|| entries.join(","))));
+    // Go reads the first of NO_PROXY, no_proxy that is not empty (`getEnvAny`), blanks and
+    // all; kube-rs too, but it refuses a blank one ("unexpected empty input").
+    let (name, value) = match env("NO_PROXY").filter(|v| !v.is_empty()) {
+        Some(value) => ("NO_PROXY", value),
+        None => match env("no_proxy").filter(|v| !v.is_empty()) {
+            Some(value) => ("no_proxy", value),
+            None => return Vec::new(),
+        },
+    };
+    let entries: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    if !entries.is_empty() && entries.len() == value.split(',').count() {
+        return Vec::new();
     }
-    fixes
+    if !entries.is_empty() {
+        return vec![(name, Some(entries.join(",")))];
+    }
+    // Nothing left: unset, and so the other spelling too, which Go ignored while this one
+    // was set (it would otherwise be read in its place).
+    vec![("NO_PROXY", None), ("no_proxy", None)]
 }
 
 /// `host:port`, `[v6]:port` or a bare host (Go's `net.SplitHostPort`, falling back to the
@@ -365,21 +371,26 @@ mod tests {
         };
         // A trailing comma, a doubled one, blanks between: the entries stay, in order.
         assert_eq!(
-            fixes(&[
-                ("NO_PROXY", "example.com, 10.0.0.0/8,"),
-                ("no_proxy", " a,, b ")
-            ]),
-            vec![
-                ("NO_PROXY", Some("example.com,10.0.0.0/8".to_owned())),
-                ("no_proxy", Some("a,b".to_owned()))
-            ]
+            fixes(&[("NO_PROXY", "example.com, 10.0.0.0/8,"), ("no_proxy", "a")]),
+            vec![("NO_PROXY", Some("example.com,10.0.0.0/8".to_owned()))]
         );
-        // Nothing left: unset.
-        assert_eq!(fixes(&[("NO_PROXY", ", ,")]), vec![("NO_PROXY", None)]);
+        // no_proxy only where NO_PROXY is unset or empty, as Go reads them.
+        assert_eq!(
+            fixes(&[("NO_PROXY", ""), ("no_proxy", " a,, b ")]),
+            vec![("no_proxy", Some("a,b".to_owned()))]
+        );
+        // Nothing left (or blanks only, which kube-rs refuses): both unset, so that no_proxy,
+        // which Go ignored, is not read in NO_PROXY's place.
+        for nothing in [", ,", "  "] {
+            assert_eq!(
+                fixes(&[("NO_PROXY", nothing), ("no_proxy", "api.example.com")]),
+                vec![("NO_PROXY", None), ("no_proxy", None)]
+            );
+        }
         // Nothing to drop, an empty or unset variable: nothing done, so the harness runs
         // itself again at most once.
         assert!(fixes(&[("NO_PROXY", "example.com,.internal:6443")]).is_empty());
-        assert!(fixes(&[("NO_PROXY", "  "), ("no_proxy", "")]).is_empty());
+        assert!(fixes(&[("NO_PROXY", ""), ("no_proxy", "")]).is_empty());
         assert!(fixes(&[]).is_empty());
         // What it leaves is decided as before: Go skips an empty entry too.
         let server: Uri = "https://api.example.com:6443".parse().unwrap();

@@ -1,9 +1,10 @@
 //! What a client does when the control plane fails a request: the retries every client of the
 //! harness makes, as client-go makes them, on top of kube-rs's own.
 //!
-//! - **429, 503, 504**: sent again, any request, honouring `Retry-After`, as kube-rs's own
-//!   `RetryPolicy` (`kube::client::retry`, `server_retry`) would (429 and 503: the server says
-//!   it did not process it). Here, not there (`connect::build` turns `Config::default_retry`
+//! - **429, 503, 504**: sent again, honouring `Retry-After` up to `MAX_RETRY_AFTER` (a longer
+//!   wait: the answer stands), as kube-rs's own `RetryPolicy` (`kube::client::retry`,
+//!   `server_retry`) would: 429 and 503 any request (the server says it did not process it),
+//!   504 only a request safe to repeat after a lost connection (below). Here, not there (`connect::build` turns `Config::default_retry`
 //!   off): kube-rs's retry sits below these layers, so what came after a 504 was invisible to
 //!   them, and a 504 may come after the write was done (the API server's request timeout
 //!   answers while the storage write goes on: `staging/src/k8s.io/apiserver/pkg/endpoints/
@@ -33,7 +34,7 @@
 //! - **A create answered 504, sent again, then answered 409**: resolved as after a lost
 //!   connection (above): every create of a named object (the set-up's namespace, account,
 //!   Role and binding among them) is taken when the object carries its labels and
-//!   annotations. The Pod and claim creates carry a create nonce, so the object is theirs only
+//!   annotations and is not being deleted. The Pod and claim creates carry a create nonce, so the object is theirs only
 //!   when it carries that (`pods::made_by_this_create` reads it again at its level).
 //!
 //! Built from tower's retry machinery (`tower::retry::Policy`, the trait kube-rs's
@@ -293,16 +294,26 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
         match result {
             Ok(response) => {
                 let status = response.status();
+                // A 504 may come after the write was done: repeated only what is safe to
+                // repeat after a lost connection. A wait longer than `MAX_RETRY_AFTER` is
+                // not waited out: the answer stands (the answer bound would end it unanswered).
+                let timed_out = status == StatusCode::GATEWAY_TIMEOUT;
+                let wait = match retry_after_any(response) {
+                    Some(asked) if asked > MAX_RETRY_AFTER => None,
+                    Some(asked) => Some(asked),
+                    None => Some(self.backoff),
+                };
                 if matches!(
                     status,
                     StatusCode::TOO_MANY_REQUESTS
                         | StatusCode::SERVICE_UNAVAILABLE
                         | StatusCode::GATEWAY_TIMEOUT
                 ) && self.throttled < THROTTLED_RETRIES
+                    && !(timed_out && self.repeat.as_ref().is_none_or(|r| *r == Repeat::Never))
+                    && let Some(wait) = wait
                 {
                     self.throttled += 1;
-                    self.timed_out |= status == StatusCode::GATEWAY_TIMEOUT;
-                    let wait = retry_after_any(response).unwrap_or(self.backoff);
+                    self.timed_out |= timed_out;
                     self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
                     return Some(tokio::time::sleep(wait));
                 }
@@ -535,7 +546,9 @@ where
                     .iter()
                     .all(|(k, v)| object["metadata"][field].get(k) == Some(v))
             };
-            if !(carries("labels", &labels) && carries("annotations", &annotations)) {
+            // One being deleted is an earlier one's (a killed run's of the same id, say).
+            let deleting = !object["metadata"]["deletionTimestamp"].is_null();
+            if deleting || !(carries("labels", &labels) && carries("annotations", &annotations)) {
                 return Ok(response);
             }
             tracing::info!(

@@ -21,9 +21,9 @@
 //! selector the node does not match, whose claim is missing or unbound, or whose requests do
 //! not fit beside the Pods already there stays `Pending`, `PodScheduled=False`
 //! `Unschedulable` in a v1.36 scheduler's words, until it fits. Claims are volumes there,
-//! bound `Immediate` or `WaitForFirstConsumer` by their StorageClass (`storage`). Every
-//! written object's name and labels are held to apimachinery's syntax (`validation`: 422
-//! `Invalid` in the API server's words); Pods are defaulted as an API server defaults them,
+//! bound `Immediate` or `WaitForFirstConsumer` by their StorageClass (`storage`). Names and
+//! labels are not validated (the real API server is their referee:
+//! `tests/real_api_server/names.rs`); Pods are defaulted as an API server defaults them,
 //! and run as stored (the local node accepts the defaulted fields,
 //! and records what it does not do as a kubelet would as `NotEnforced` Events).
 //!
@@ -110,9 +110,10 @@
 //! A request goes through `faults` (the connection's activity watched, a fault applied),
 //! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
 //! the verbs on stored objects (`objects`, `rbac`'s reviews and tokens, `jobs`'
-//! create and delete, each on a `request::Ctx`; `validation` checks names, labels and
-//! annotations (the request's options, bodies of another kind or namespace and fields an
-//! update may not change are the real API server's to refuse: `tests/real_api_server/`),
+//! create and delete, each on a `request::Ctx`; names, labels, the request's options, bodies
+//! of another kind or namespace and fields an update may not change are the real API
+//! server's to refuse: `tests/real_api_server/`; `validation` keeps apimachinery's label
+//! syntax for `route`'s label selectors,
 //! `serviceaccount` and `secrets` admit what is written) or to the exec and
 //! port-forward streams (`streams`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,

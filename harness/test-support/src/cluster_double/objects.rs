@@ -7,9 +7,7 @@ use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{
-    containers, defaults, finalizers, patch, secrets, serviceaccount, storage, validation,
-};
+use super::{containers, defaults, finalizers, patch, secrets, serviceaccount, storage};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -89,9 +87,6 @@ impl Ctx<'_> {
             if let Some(mutate) = mutator.as_ref() {
                 mutate(&mut object);
             }
-        }
-        if let Some(refused) = self.invalid_metadata(&name, &object) {
-            return refused;
         }
         // What the runtime is asked to run: the Pod as admitted and defaulted (set below).
         let mut for_runtime = None;
@@ -310,23 +305,6 @@ impl Ctx<'_> {
         reply
     }
 
-    /// The 422 an API server answers a written object whose name or labels break
-    /// `ValidateObjectMeta`'s syntax rules (`validation`), in its words.
-    fn invalid_metadata(&self, name: &str, object: &Value) -> Option<Reply> {
-        let errors = validation::metadata_errors(&self.route.resource, name, object);
-        if errors.is_empty() {
-            return None;
-        }
-        let (message, details) =
-            validation::invalid_status(self.kind, self.api_version, name, &errors);
-        Some(status(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Invalid",
-            &message,
-            details,
-        ))
-    }
-
     /// What decoding and validation refuse in a written object (a create's, an update's, a
     /// patched one), by resource: a Role's rules, a Secret's data (`stringData` merged in).
     fn refused_content(&self, object: &mut Value) -> Option<Reply> {
@@ -536,9 +514,6 @@ impl Ctx<'_> {
             _ => {}
         }
         self.clear_cluster_namespace(&mut object);
-        if let Some(refused) = self.invalid_metadata(name, &object) {
-            return refused;
-        }
         if let Some(refused) = self.refused_content(&mut object) {
             return refused;
         }

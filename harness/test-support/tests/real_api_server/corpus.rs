@@ -285,6 +285,22 @@ const KNOWN: &[Known] = &[
     },
 ];
 
+/// The double no longer validates an object's metadata (issue 39): a write the real API
+/// server refuses 422 `Invalid` for its name, `generateName`, labels or annotations alone
+/// (every cause's field under `metadata.`) and the double stores is a known difference, as
+/// [`KNOWN`] would list each case with [`NOT_VALIDATED`]. `ValidateObjectMeta` (apimachinery
+/// `pkg/api/validation/objectmeta.go`) on the real API server is the referee; the harness's
+/// own names and labels are judged there (`names.rs`).
+fn metadata_not_validated(real: &Seen, double: &Seen) -> bool {
+    real.class == "422 Invalid"
+        && !real.invalid_fields.is_empty()
+        && real
+            .invalid_fields
+            .iter()
+            .all(|f| f.starts_with("metadata."))
+        && double.class.starts_with('2')
+}
+
 /// The scheduler no Pod of the corpus names: the real API server's scheduler leaves them
 /// alone (no status update, no event races a test's update), as the double does without a
 /// runtime; both keep them `Pending` and unbound.
@@ -346,6 +362,8 @@ struct Seen {
     class: String,
     /// Shown only.
     message: String,
+    /// The fields a 422 `Invalid` names (its `details.causes[].field`).
+    invalid_fields: Vec<String>,
 }
 
 /// One server as a section sees it: its client, its namespace, the run's suffix, and what it
@@ -504,7 +522,7 @@ impl Side {
                 class.push_str(&format!("; {pointer}={value}"));
             }
         }
-        self.record(case, class, answer.message());
+        self.record(case, class, answer);
     }
 
     /// Records a list's answer: its items' names (those starting with `prefix`), sorted.
@@ -521,7 +539,7 @@ impl Side {
             names.sort_unstable();
             class.push_str(&format!("; names [{}]", names.join(", ")));
         }
-        self.record(case, class, answer.message());
+        self.record(case, class, answer);
     }
 
     /// Records a watch's answer: each event's type and object's name.
@@ -542,10 +560,10 @@ impl Side {
                 .collect();
             class.push_str(&format!("; events [{}]", events.join(", ")));
         }
-        self.record(case, class, answer.message());
+        self.record(case, class, answer);
     }
 
-    fn record(&self, case: &str, class: String, message: String) {
+    fn record(&self, case: &str, class: String, answer: &Answer) {
         let mut seen = self.seen.lock().unwrap();
         assert!(
             seen.iter().all(|s| s.case != case),
@@ -554,7 +572,13 @@ impl Side {
         seen.push(Seen {
             case: case.to_owned(),
             class,
-            message,
+            message: answer.message(),
+            invalid_fields: answer.body["details"]["causes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["field"].as_str().map(str::to_owned))
+                .collect(),
         });
     }
 }
@@ -608,11 +632,13 @@ where
     for (real, double) in on_real.iter().zip(&on_double) {
         let known = KNOWN.iter().find(|k| k.case == real.case);
         let same = real.class == double.class;
+        let unvalidated = metadata_not_validated(real, double);
         report.push(format!(
             "{} {}: real {} | double {}",
             match (same, known) {
                 (true, _) => "  ",
                 (false, Some(_)) => "~~",
+                (false, None) if unvalidated => "~~",
                 (false, None) => "!!",
             },
             real.case,
@@ -626,6 +652,7 @@ where
                 real.case, real.class
             )),
             (false, Some(k)) if k.real == real.class && k.double == double.class => {}
+            (false, None) if unvalidated => {}
             (false, known) => failures.push(format!(
                 "{}:\n    the real API server: {} ({})\n    the double:          {} ({}){}",
                 real.case,

@@ -505,7 +505,10 @@ fn a_private_registry_is_pulled_from_with_the_pull_secret_on_real_kind() {
     assert!(
         error.contains(&pushed)
             && error.contains("the registry refused the pull for want of credentials")
-            && error.contains("fix: pass --image-pull-secret NAME (a kubernetes.io/dockerconfigjson Secret) or add imagePullSecrets to the template"),
+            && error.contains(&format!(
+                "fix: {}",
+                kandev_harness::backend::kube::pull_secrets::AUTH_FIX
+            )),
         "{error}"
     );
 

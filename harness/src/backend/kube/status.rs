@@ -420,7 +420,8 @@ mod tests {
                     .unwrap_or_else(|| panic!("waited on: {reason}: {message}"));
                 assert!(
                     cause.contains("refused the pull for want of credentials")
-                        && cause.contains("fix: pass --image-pull-secret NAME (a kubernetes.io/dockerconfigjson Secret) or add imagePullSecrets to the template")
+                        && cause
+                            .contains(&format!("fix: {}", super::super::pull_secrets::AUTH_FIX))
                         && cause.contains("docker-engine (image localhost:5000/d:1)"),
                     "{cause}"
                 );

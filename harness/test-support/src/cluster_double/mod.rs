@@ -48,7 +48,7 @@
 //! Jobs with a minimal Job controller, the TTL-after-finished controller and the garbage
 //! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
-//! RBAC's `resourceNames` (Roles stored unvalidated), SelfSubjectRulesReviews and
+//! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
 //! SelfSubjectReviews (`rbac`), coordination.k8s.io/v1 Leases stored as any object is (what
 //! a run holds while it is alive, which `gc` spares; their validation is the real API
 //! server's, which the harness's own Leases meet in `tests/real_api_server/operator.rs`),

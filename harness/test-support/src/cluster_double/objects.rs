@@ -1,6 +1,7 @@
 //! The verbs on stored objects: create (with the double's admission and defaulting), get,
 //! list, update, patch, delete, and pods/log.
 
+use super::rbac::invalid_rules;
 use super::request::Ctx;
 use super::route::param;
 use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
@@ -304,22 +305,33 @@ impl Ctx<'_> {
         reply
     }
 
-    /// What decoding refuses in a written object (a create's, an update's, a patched one): a
-    /// Secret's data (`stringData` merged in).
+    /// What decoding and validation refuse in a written object (a create's, an update's, a
+    /// patched one), by resource: a Role's rules, a Secret's data (`stringData` merged in).
     fn refused_content(&self, object: &mut Value) -> Option<Reply> {
-        if self.route.resource != "secrets" {
-            return None;
+        match self.route.resource.as_str() {
+            "roles" => {
+                let (message, causes) = invalid_rules(object)?;
+                let name = object["metadata"]["name"].clone();
+                Some(status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &message,
+                    json!({"name": name, "group": "rbac.authorization.k8s.io", "kind": "Role",
+                        "causes": causes}),
+                ))
+            }
+            "secrets" => secrets::prepare(object).err().map(|refused| {
+                let code =
+                    StatusCode::from_u16(refused.code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
+                let details = if refused.code == 422 {
+                    json!({"name": object["metadata"]["name"], "kind": "Secret"})
+                } else {
+                    json!({})
+                };
+                status(code, refused.reason, &refused.message, details)
+            }),
+            _ => None,
         }
-        secrets::prepare(object).err().map(|refused| {
-            let code =
-                StatusCode::from_u16(refused.code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
-            let details = if refused.code == 422 {
-                json!({"name": object["metadata"]["name"], "kind": "Secret"})
-            } else {
-                json!({})
-            };
-            status(code, refused.reason, &refused.message, details)
-        })
     }
 
     pub(crate) async fn get(&self, name: &str) -> Reply {

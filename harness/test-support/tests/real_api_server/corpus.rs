@@ -171,15 +171,6 @@ const KNOWN: &[Known] = &[
         why: NOT_VALIDATED,
     },
     Known {
-        case: "create a Role with a rule without verbs",
-        real: "422 Invalid",
-        double: "201",
-        why: "the double no longer validates Roles (ValidatePolicyRule, kubernetes \
-              pkg/apis/rbac/validation/validation.go); the real API server is the referee, \
-              and the harness checks the executor Role it is given before a run \
-              (backend/kube/cluster/executor.rs)",
-    },
-    Known {
         case: "update a RoleBinding's roleRef",
         real: "422 Invalid",
         double: "200",
@@ -1113,14 +1104,6 @@ async fn updates_and_conflicts(side: Side) {
         )
         .await;
     }
-    let answer = side
-        .post(
-            &roles,
-            &json!({"metadata": {"name": "corpus-no-verbs"},
-                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": []}]}),
-        )
-        .await;
-    side.note("create a Role with a rule without verbs", &answer, &[]);
     let binding = |name: &str| {
         json!({"metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "corpus-a"},

@@ -7,6 +7,8 @@ use kandev_harness::session::Session;
 use kandev_harness::session::agent::{AgentExecResult, FileDigest};
 use std::time::Duration;
 
+pub mod docker_ping;
+
 /// The named container of a template (mutable, for variants).
 pub fn container_mut<'a>(
     template: &'a mut PodTemplate,

@@ -8,6 +8,7 @@
 //! `/workspace` with a host folder: session B looks for A's marker over a short window).
 
 use crate::daemon::socket_only::sockets;
+use crate::support::docker_ping::{ANSWERED, Ping, ping_answer, ping_script};
 use crate::support::{build_workload, daemon_id, probe_tag, require_success};
 use kandev_harness::pod::template::AGENTCTL_PORT;
 use kandev_harness::runner::{
@@ -43,79 +44,6 @@ const WORKSPACES: Check = Check {
 /// network filesystem's attribute cache) shows it late.
 const MARKER_WINDOW: Duration = Duration::from_secs(2);
 const MARKER_INTERVAL: Duration = Duration::from_millis(200);
-
-/// What the Docker CLI prints when an HTTP server answered its request with an error: a
-/// daemon refusing it (an authorization plugin's "authorization denied"), or any other HTTP
-/// server (its 404 page).
-const ANSWERED: &str = "Error response from daemon";
-
-/// Asks `GET /_ping` of `ip:port` with the first HTTP client the agent's image has (curl,
-/// python3, wget), printing the status line, the headers and the body; exit 127 and a line
-/// saying so when it has none.
-fn ping_script(ip: &str, port: u16) -> String {
-    format!(
-        r#"h='{ip}'; p={port}
-if command -v curl >/dev/null 2>&1; then exec timeout 8 curl -sS -i -m 5 "http://$h:$p/_ping"
-elif command -v python3 >/dev/null 2>&1; then exec timeout 8 python3 -c 'import sys, http.client as c
-x = c.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=5); x.request("GET", "/_ping"); r = x.getresponse()
-print("HTTP/1.1", r.status); [print(k + ": " + v) for k, v in r.getheaders()]; print(); print(r.read(256).decode("latin-1"))' "$h" "$p"
-elif command -v wget >/dev/null 2>&1; then exec timeout 8 wget -S -q -O - -T 5 "http://$h:$p/_ping" 2>&1
-else echo "no HTTP client (curl, python3 or wget) in the agent's image"; exit 127; fi"#
-    )
-}
-
-/// What a `/_ping` answered.
-#[derive(Debug, PartialEq)]
-enum Ping {
-    /// A Docker API (what showed it: its `Api-Version`, its `Server: Docker/...`, or an
-    /// authorization plugin's refusal).
-    DockerApi(String),
-    /// An HTTP server that is not a Docker API answered.
-    Other,
-    /// No HTTP answer was read (no client in the image, a reset, a timeout): no evidence
-    /// either way.
-    Unanswered(String),
-}
-
-/// Reads [`ping_script`]'s output. A Docker API sets `Api-Version` on its answers (moby's
-/// `api/server/middleware/version.go`) and `/_ping` answers `OK`; an authorization plugin
-/// runs before that middleware and may refuse `/_ping` itself ("authorization denied by
-/// plugin", `api/server/middleware/authorization.go`): a daemon all the same. Only an HTTP
-/// status line with none of these is another server; no status line is no answer.
-fn ping_answer(exit_code: Option<i32>, text: &str) -> Ping {
-    let header = |wanted: &str| {
-        text.lines().find_map(|line| {
-            let (name, value) = line.trim().split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case(wanted)
-                .then(|| value.trim().to_owned())
-        })
-    };
-    if let Some(version) = header("api-version") {
-        return Ping::DockerApi(format!("Api-Version {version}"));
-    }
-    if let Some(server) = header("server").filter(|s| s.starts_with("Docker/")) {
-        return Ping::DockerApi(format!("Server {server}"));
-    }
-    if text.contains(DENIED_BY_PLUGIN) {
-        return Ping::DockerApi(format!("its /_ping was refused: {DENIED_BY_PLUGIN} ..."));
-    }
-    let status_line = text.lines().any(|line| {
-        line.trim_start().starts_with("HTTP/1.") || line.trim_start().starts_with("HTTP/2")
-    });
-    if status_line && exit_code != Some(127) {
-        Ping::Other
-    } else {
-        Ping::Unanswered(format!(
-            "no HTTP answer read (exit {}): {}",
-            exit_code.map_or("none".into(), |c| c.to_string()),
-            text.trim()
-        ))
-    }
-}
-
-/// What moby's authorization middleware answers a request a plugin refuses.
-const DENIED_BY_PLUGIN: &str = "authorization denied by plugin";
 
 pub fn scenario() -> Scenario {
     Scenario {
@@ -297,14 +225,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                         .await?;
                     let text = format!("{}{}", ping.stdout, ping.stderr);
                     attempts.push(json!({"from": from.pod.name, "to": format!("{to_ip}:{port}"), "ping": text.trim()}));
-                    let answer = if attempt.stderr.contains(DENIED_BY_PLUGIN) {
-                        Ping::DockerApi(format!(
-                            "the CLI's requests were refused: {DENIED_BY_PLUGIN} ..."
-                        ))
-                    } else {
-                        ping_answer(ping.exit_code, &text)
-                    };
-                    match answer {
+                    match ping_answer(&attempt.stderr, ping.exit_code, &text) {
                         Ping::DockerApi(sign) => reached.push(format!(
                             "{} reached tcp://{to_ip}:{port}: a Docker API ({sign}) that refused the listing ({})",
                             from.pod.name,
@@ -400,58 +321,13 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::{Command, Stdio};
-
-    #[test]
-    fn a_ping_is_a_docker_apis_by_its_version_server_or_plugin_and_no_answer_is_unjudged() {
-        let curl = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\nDocker-Experimental: false\r\n\r\nOK";
-        assert_eq!(
-            ping_answer(Some(0), curl),
-            Ping::DockerApi("Api-Version 1.41".into())
-        );
-        // wget -S: the headers indented on stderr, the body on stdout.
-        let wget = "  HTTP/1.1 200 OK\n  Api-Version: 1.43\n  Content-Length: 2\nOK";
-        assert_eq!(
-            ping_answer(Some(0), wget),
-            Ping::DockerApi("Api-Version 1.43".into())
-        );
-        // A plugin refusing /_ping itself, before the version middleware: still a daemon.
-        let refused = "HTTP/1.1 403 Forbidden\nContent-Type: application/json\n\n{\"message\":\"authorization denied by plugin opa: denied\"}";
-        assert!(matches!(ping_answer(Some(22), refused), Ping::DockerApi(_)));
-        let server = "HTTP/1.1 500 Internal Server Error\nServer: Docker/28.2.2 (linux)\n\n";
-        assert!(matches!(ping_answer(Some(0), server), Ping::DockerApi(_)));
-        let not_found =
-            "HTTP/1.1 404 Not Found\nContent-Type: text/html\n\n<html>File not found</html>";
-        assert_eq!(ping_answer(Some(0), not_found), Ping::Other);
-        // OK alone (any health endpoint) is not a Docker API.
-        assert_eq!(ping_answer(Some(0), "HTTP/1.1 200 OK\n\nOK"), Ping::Other);
-        // No status line: a reset, a timeout, no client. No evidence either way.
-        for (code, text) in [
-            (
-                Some(56),
-                "curl: (56) Recv failure: Connection reset by peer",
-            ),
-            (Some(124), ""),
-            (
-                Some(1),
-                "Traceback (most recent call last):\nConnectionResetError",
-            ),
-            (
-                Some(127),
-                "no HTTP client (curl, python3 or wget) in the agent's image",
-            ),
-        ] {
-            assert!(
-                matches!(ping_answer(code, text), Ping::Unanswered(_)),
-                "{code:?} {text}"
-            );
-        }
-    }
+    use crate::support::docker_ping::PythonServer;
+    use std::process::Command;
 
     /// An HTTP server on this host: a daemon behind an authorization plugin (`authz`: `/_ping`
     /// answers, everything else is denied; `deny-all`: `/_ping` denied too) or a plain file
     /// server (`files`: 404 everywhere); its port.
-    fn server(mode: &str) -> (std::process::Child, u16) {
+    fn server(mode: &str) -> PythonServer {
         let script = r#"
 import http.server, json, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -471,18 +347,7 @@ s = http.server.HTTPServer(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
 s.serve_forever()
 "#;
-        let mut child = Command::new("python3")
-            .args(["-c", script, mode])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        (child, line.trim().parse().unwrap())
+        PythonServer::start(script, mode)
     }
 
     /// The probe as the scenario runs it, through a real shell with the real Docker CLI: a
@@ -493,7 +358,8 @@ s.serve_forever()
     fn a_daemon_refusing_the_listing_is_reached_and_a_file_server_is_not() {
         // A plugin that lets /_ping through, one that refuses it too (default deny), none.
         for (mode, expect_api) in [("authz", true), ("deny-all", true), ("files", false)] {
-            let (mut child, port) = server(mode);
+            let server = server(mode);
+            let port = server.port;
             let cli = Command::new("sh")
                 .args([
                     "-c",
@@ -515,9 +381,8 @@ s.serve_forever()
                 String::from_utf8_lossy(&ping.stdout),
                 String::from_utf8_lossy(&ping.stderr)
             );
-            let answer = ping_answer(ping.status.code(), &text);
-            let _ = child.kill();
-            let _ = child.wait();
+            let answer = ping_answer(&stderr, ping.status.code(), &text);
+            drop(server);
             assert_eq!(
                 matches!(answer, Ping::DockerApi(_)),
                 expect_api,

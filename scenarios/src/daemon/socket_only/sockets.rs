@@ -8,6 +8,7 @@
 //! "nothing listens": the loopback control port in the Pod's listing, the daemon's own
 //! socket among the unix listeners it holds.
 
+use crate::support::docker_ping::{ANSWERED, PING_FUNCTION, Ping, ping_answer};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The socket tables read, in the order the probes print them.
@@ -753,9 +754,10 @@ impl HeldListener {
         }
     }
 
-    /// The shell line that asks it with `command` (`docker` or an `nsenter ... docker`)
-    /// through `ask`, address after address until one answers, and prints `ANSWER tail`.
-    fn ask_line(&self, command: &str, tail: &str) -> String {
+    /// The shell line that asks it through `ask`, each command run after `prefix` (`timeout
+    /// 5` or `nsenter -t PID -n timeout 5`), address after address until one answers, and
+    /// prints `ANSWER tail`, then (for `answered`) what followed, each line after `| `.
+    fn ask_line(&self, prefix: &str, tail: &str) -> String {
         let hosts: Vec<String> = self
             .dials()
             .iter()
@@ -764,7 +766,7 @@ impl HeldListener {
         // The kernel table's address in `tail`: digits, dots, colons and brackets only (see
         // `inet_address`), safe inside the double quotes.
         format!(
-            "a=other; for h in {}; do a=$(ask {command} -H \"$h\"); [ \"$a\" = other ] || break; done; echo \"$a {tail}\"\n",
+            "a=other; for h in {}; do a=$(ask '{prefix}' \"$h\"); [ \"$a\" = other ] || break; done; printf '%s\\n' \"$a\" | sed '1s/$/ {tail}/; 1!s/^/| /'\n",
             hosts.join(" ")
         )
     }
@@ -792,21 +794,39 @@ pub fn held_tcp_listeners(processes: &[DaemonProcess]) -> Vec<HeldListener> {
     out
 }
 
+/// The shell functions both probes below share: `ask PREFIX HOST` runs the Docker CLI's
+/// `docker -H HOST version` (5 s) after PREFIX (word-split) and prints `api` when it
+/// succeeds, `unasked` when `nsenter` failed, `other` when nothing HTTP answered; on an HTTP
+/// error back ([`ANSWERED`]: a daemon refusing this client, or any web server's 404) it
+/// prints `answered`, then the CLI's error line (`cli ...`), what a raw `/_ping`
+/// ([`PING_FUNCTION`]) printed, and `exit N`: [`ping_answer`] judges them.
+fn ask_functions() -> String {
+    format!(
+        r#"{PING_FUNCTION}ask() {{
+  out=$($1 docker -H "$2" version --format '{{{{.Server.Version}}}}' 2>&1); rc=$?
+  if [ $rc -eq 0 ]; then echo api
+  elif printf '%s' "$out" | grep -q '^nsenter:'; then echo unasked
+  elif printf '%s' "$out" | grep -q '{ANSWERED}'; then
+    echo answered; printf '%s\n' "$out" | grep '{ANSWERED}' | sed 's/^/cli /'
+    hp=${{2#tcp://}}; docker_ping "$1" "${{hp%:*}}" "${{hp##*:}}" 2>&1; echo "exit $?"
+  else echo other; fi
+}}
+"#
+    )
+}
+
 /// The script that asks, in the daemon's container, the private socket (the control: the
 /// CLI and `nsenter` work there) and then each of `listeners` in its holder's network
-/// namespace (`nsenter -n`), whether a Docker API answers (`docker version`, 5 s): `control
-/// ANSWER`, then `ANSWER PID ADDR` a line, ANSWER one of `api`, `answered` (an HTTP error
-/// came back, as from a daemon that refuses this client), `unasked` (nsenter failed) or
-/// `other`; then `== end`.
+/// namespace (`nsenter -n`), whether a Docker API answers ([`ask_functions`]): `control
+/// ANSWER`, then `ANSWER PID ADDR` a line; then `== end`.
 pub fn ask_listeners_probe(listeners: &[HeldListener]) -> String {
-    let mut script = String::from(
-        r#"ask() { out=$("$@" version --format '{{.Server.Version}}' 2>&1); rc=$?; if [ $rc -eq 0 ]; then echo api; elif printf '%s' "$out" | grep -q '^nsenter:'; then echo unasked; elif printf '%s' "$out" | grep -q 'Error response from daemon'; then echo answered; else echo other; fi; }
-echo "control $(ask nsenter -t $$ -n timeout 5 docker -H unix:///run/docker/docker.sock)"
-"#,
+    let mut script = ask_functions();
+    script.push_str(
+        "echo \"control $(ask \"nsenter -t $$ -n timeout 5\" unix:///run/docker/docker.sock | head -n 1)\"\n",
     );
     for l in listeners {
         script.push_str(&l.ask_line(
-            &format!("nsenter -t {} -n timeout 5 docker", l.pid),
+            &format!("nsenter -t {} -n timeout 5", l.pid),
             &format!("{} {}", l.pid, l.local),
         ));
     }
@@ -815,35 +835,70 @@ echo "control $(ask nsenter -t $$ -n timeout 5 docker -H unix:///run/docker/dock
 }
 
 /// The script that asks, from where it runs, each of `locals` (TCP addresses as the kernel
-/// table lists them) whether a Docker API answers (`docker version`, 5 s): `ANSWER ADDR` a
-/// line, ANSWER `api`, `answered` (an HTTP error) or `other`; then `== end`.
+/// table lists them) whether a Docker API answers ([`ask_functions`]): `ANSWER ADDR` a line;
+/// then `== end`.
 pub fn ask_addresses_probe(locals: &[String]) -> String {
-    let mut script = String::from(
-        r#"ask() { out=$("$@" version --format '{{.Server.Version}}' 2>&1); rc=$?; if [ $rc -eq 0 ]; then echo api; elif printf '%s' "$out" | grep -q 'Error response from daemon'; then echo answered; else echo other; fi; }
-"#,
-    );
+    let mut script = ask_functions();
     for local in locals {
         let listener = HeldListener {
             pid: 0,
             comm: String::new(),
             local: local.clone(),
         };
-        script.push_str(&listener.ask_line("timeout 5 docker", local));
+        script.push_str(&listener.ask_line("timeout 5", local));
     }
     script.push_str("echo '== end'\n");
     script
 }
 
-/// The addresses [`ask_addresses_probe`] found answering as a Docker API (or with the HTTP
-/// error a daemon gives a client it refuses), said so.
+/// One answer in an asking probe's output: its word (`api`, `answered`, ...), the rest of its
+/// line, and for `answered` what its `/_ping` showed.
+struct Answer<'a> {
+    word: &'a str,
+    rest: &'a str,
+    ping: Option<Ping>,
+}
+
+/// The answers of [`ask_listeners_probe`] or [`ask_addresses_probe`], in order.
+fn answers(text: &str) -> Vec<Answer<'_>> {
+    let mut out: Vec<Answer> = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some((word, rest)) = line.trim().split_once(' ') else {
+            continue;
+        };
+        let (mut cli, mut code, mut ping) = (String::new(), None, String::new());
+        while let Some(more) = lines.peek().and_then(|l| l.strip_prefix("| ")) {
+            if let Some(error) = more.strip_prefix("cli ") {
+                cli.push_str(error);
+            } else if let Some(status) = more.strip_prefix("exit ") {
+                code = status.trim().parse().ok();
+            } else {
+                ping.push_str(more);
+                ping.push('\n');
+            }
+            lines.next();
+        }
+        let ping = (word == "answered").then(|| ping_answer(&cli, code, &ping));
+        out.push(Answer { word, rest, ping });
+    }
+    out
+}
+
+/// The addresses [`ask_addresses_probe`] found answering as a Docker API, or with an HTTP
+/// error whose `/_ping` could not be read, said so.
 pub fn docker_apis_among(text: &str) -> Vec<String> {
-    text.lines()
-        .filter_map(|line| {
-            let (answer, local) = line.trim().split_once(' ')?;
-            match answer {
-                "api" => Some(format!("a Docker API answers the agent on tcp {local}")),
-                "answered" => Some(format!(
-                    "tcp {local} answers the agent's Docker CLI with an HTTP error, as a daemon refusing a client does"
+    answers(text)
+        .into_iter()
+        .filter_map(|answer| {
+            let local = answer.rest;
+            match (answer.word, answer.ping) {
+                ("api", _) => Some(format!("a Docker API answers the agent on tcp {local}")),
+                (_, Some(Ping::DockerApi(sign))) => Some(format!(
+                    "a Docker API ({sign}) answers the agent on tcp {local}, refusing its Docker CLI"
+                )),
+                (_, Some(Ping::Unanswered(why))) => Some(format!(
+                    "tcp {local} answers the agent's Docker CLI with an HTTP error, and its /_ping gave no answer to judge: {why}"
                 )),
                 _ => None,
             }
@@ -852,10 +907,12 @@ pub fn docker_apis_among(text: &str) -> Vec<String> {
 }
 
 /// What [`ask_listeners_probe`] printed for `listeners`, judged: the control answered, every
-/// listener was asked, and none answered as a Docker API (nor with an HTTP error a daemon
-/// gives a client it refuses). Returns what is wrong.
-pub fn judge_asked_listeners(listeners: &[HeldListener], text: &str) -> Vec<String> {
-    let mut wrong = Vec::new();
+/// listener was asked, and none answered as a Docker API (by the CLI, or by its `/_ping`
+/// when it refused the CLI). Returns what is wrong, and apart the listeners that answered
+/// the CLI with an HTTP error and whose `/_ping` could not be read (no evidence either way:
+/// with nothing wrong, the check is not judged).
+pub fn judge_asked_listeners(listeners: &[HeldListener], text: &str) -> (Vec<String>, Vec<String>) {
+    let (mut wrong, mut untold) = (Vec::new(), Vec::new());
     if !text.lines().any(|l| l.trim() == "== end") {
         wrong.push(
             "the asking of the daemon container's TCP listeners did not reach its end".to_owned(),
@@ -866,29 +923,31 @@ pub fn judge_asked_listeners(listeners: &[HeldListener], text: &str) -> Vec<Stri
             "the daemon's container could not ask even its private socket {DAEMON_SOCKET} (no Docker CLI or nsenter?): its TCP listeners were not asked"
         ));
     }
+    let answers = answers(text);
     for l in listeners {
-        let answer = text.lines().find_map(|line| {
-            let mut words = line.split_whitespace();
-            let answer = words.next()?;
-            (words.next()? == l.pid.to_string() && words.next()? == l.local).then_some(answer)
-        });
-        match answer {
-            Some("api") => wrong.push(format!(
+        let tail = format!("{} {}", l.pid, l.local);
+        let answer = answers.iter().find(|a| a.rest == tail);
+        match answer.map(|a| (a.word, a.ping.as_ref())) {
+            Some(("api", _)) => wrong.push(format!(
                 "a Docker API answers on tcp {} in the network namespace of process {} ({})",
                 l.local, l.pid, l.comm
             )),
-            Some("answered") => wrong.push(format!(
-                "tcp {} in the network namespace of process {} ({}) answers the Docker CLI with an HTTP error, as a daemon refusing this client does",
+            Some((_, Some(Ping::DockerApi(sign)))) => wrong.push(format!(
+                "a Docker API ({sign}) answers on tcp {} in the network namespace of process {} ({}), refusing the Docker CLI",
                 l.local, l.pid, l.comm
             )),
-            Some("other") => {}
+            Some((_, Some(Ping::Unanswered(why)))) => untold.push(format!(
+                "tcp {} in the network namespace of process {} ({}) answers the Docker CLI with an HTTP error, and its /_ping gave no answer to judge: {why}",
+                l.local, l.pid, l.comm
+            )),
+            Some(("other", _) | (_, Some(Ping::Other))) => {}
             _ => wrong.push(format!(
                 "tcp {} of process {} ({}) was not asked (its network namespace could not be entered)",
                 l.local, l.pid, l.comm
             )),
         }
     }
-    wrong
+    (wrong, untold)
 }
 
 #[cfg(test)]
@@ -1256,19 +1315,34 @@ mod tests {
                 local: "[::]:8080".into(),
             },
         ];
-        let good = "control api\nother 7 0.0.0.0:2375\nother 9 [::]:8080\n== end\n";
+        let none = (Vec::<String>::new(), Vec::<String>::new());
+        // Nothing HTTP, or a web server whose /_ping carries no Api-Version: nothing wrong.
+        let good = "control api\nother 7 0.0.0.0:2375\nanswered 9 [::]:8080\n| cli Error response from daemon: page not found\n| HTTP/1.0 404 Not Found\n| Server: BaseHTTP/0.6\n| exit 0\n== end\n";
+        assert_eq!(judge_asked_listeners(&listeners, good), none);
+        // A daemon refusing the CLI: its /_ping carries Api-Version.
+        let refusing = good.replace("Server: BaseHTTP/0.6", "Api-Version: 1.41");
         assert_eq!(
-            judge_asked_listeners(&listeners, good),
-            Vec::<String>::new()
+            judge_asked_listeners(&listeners, &refusing).0,
+            vec!["a Docker API (Api-Version 1.41) answers on tcp [::]:8080 in the network namespace of process 9 (web), refusing the Docker CLI".to_owned()]
         );
         let api = "control api\napi 7 0.0.0.0:2375\nother 9 [::]:8080\n== end\n";
         assert_eq!(
-            judge_asked_listeners(&listeners, api),
+            judge_asked_listeners(&listeners, api).0,
             vec!["a Docker API answers on tcp 0.0.0.0:2375 in the network namespace of process 7 (engine-api)".to_owned()]
+        );
+        // An HTTP error back with no client to read /_ping raw: untold, not wrong.
+        let untold = "control api\nother 7 0.0.0.0:2375\nanswered 9 [::]:8080\n| cli Error response from daemon: page not found\n| no HTTP client (curl, python3, perl or wget) here\n| exit 127\n== end\n";
+        let (wrong, untold) = judge_asked_listeners(&listeners, untold);
+        assert!(wrong.is_empty(), "{wrong:?}");
+        assert!(
+            untold.len() == 1
+                && untold[0].contains("[::]:8080")
+                && untold[0].contains("no HTTP client"),
+            "{untold:?}"
         );
         // No control (no CLI), a listener left unasked or not entered, the probe cut short.
         let blind = "control other\nother 7 0.0.0.0:2375\nunasked 9 [::]:8080\n";
-        let wrong = judge_asked_listeners(&listeners, blind);
+        let (wrong, _) = judge_asked_listeners(&listeners, blind);
         assert_eq!(wrong.len(), 3, "{wrong:?}");
         assert!(
             wrong
@@ -1284,28 +1358,29 @@ mod tests {
         // The IPv6 wildcard asked on IPv4's loopback first (dual-stack), then IPv6's.
         assert!(
             ask_listeners_probe(&listeners)
-                .contains("for h in 'tcp://127.0.0.1:8080' 'tcp://[::1]:8080'; do a=$(ask nsenter -t 9 -n timeout 5 docker -H \"$h\")")
+                .contains("for h in 'tcp://127.0.0.1:8080' 'tcp://[::1]:8080'; do a=$(ask 'nsenter -t 9 -n timeout 5' \"$h\")")
         );
     }
 
     #[test]
     fn the_agents_answers_name_each_docker_api_among_the_listeners() {
-        let text = "api 0.0.0.0:2377\nother 127.0.0.1:9000\nanswered [::]:2376\n== end\n";
+        let text = "api 0.0.0.0:2377\nother 127.0.0.1:9000\nanswered 127.0.0.1:3000\n| cli Error response from daemon: 404 page not found\n| HTTP/1.1 404 Not Found\n| exit 0\nanswered [::]:2376\n| cli Error response from daemon: x\n| exit 124\n== end\n";
         assert_eq!(
             docker_apis_among(text),
             vec![
                 "a Docker API answers the agent on tcp 0.0.0.0:2377".to_owned(),
-                "tcp [::]:2376 answers the agent's Docker CLI with an HTTP error, as a daemon refusing a client does".to_owned()
+                "tcp [::]:2376 answers the agent's Docker CLI with an HTTP error, and its /_ping gave no answer to judge: no HTTP answer read (exit 124): ".to_owned()
             ]
         );
         let script = ask_addresses_probe(&["0.0.0.0:2377".to_owned()]);
         assert!(
-            script.contains(
-                "for h in 'tcp://127.0.0.1:2377'; do a=$(ask timeout 5 docker -H \"$h\")"
-            ),
+            script.contains("for h in 'tcp://127.0.0.1:2377'; do a=$(ask 'timeout 5' \"$h\")"),
             "{script}"
         );
-        assert!(script.contains("echo \"$a 0.0.0.0:2377\""), "{script}");
+        assert!(
+            script.contains("sed '1s/$/ 0.0.0.0:2377/; 1!s/^/| /'"),
+            "{script}"
+        );
     }
 
     /// The mounts two mount tables share: the same filesystem and an overlapping folder (a
@@ -1383,50 +1458,49 @@ mod tests {
 
     /// Every process's TCP listeners, whatever it is called, as the probe enumerates them
     /// through a real shell on this host; then asked in its own network namespace through
-    /// nsenter and the Docker CLI: a server that answers as a Docker API is named, a plain
-    /// listener is not.
+    /// nsenter and the Docker CLI: a server that answers as a Docker API is named, and so is
+    /// one that refuses this client its `/version` (403) while its `/_ping` carries
+    /// `Api-Version`; a web server answering 404 (the CLI's `Error response from daemon`
+    /// too) and a plain listener are not.
     #[test]
     #[ignore = "needs root (nsenter), python3 and the Docker CLI: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
     fn a_listener_of_any_process_answering_as_a_docker_api_is_found_and_named() {
-        use std::process::{Command, Stdio};
+        use std::process::Command;
         let script = r#"
 import http.server, json, sys, socket
+mode = sys.argv[1]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        if self.path.endswith("/_ping"):
-            body = b"OK"
+        ping = self.path.endswith("/_ping")
+        if mode == "web":
+            code, body = 404, b"404 page not found"
+        elif ping:
+            code, body = 200, b"OK"
+        elif mode == "refusing":
+            code, body = 403, json.dumps({"message": "forbidden"}).encode()
         else:
-            body = json.dumps({"Version": "0.0-renamed", "ApiVersion": "1.41", "MinAPIVersion": "1.12", "Os": "linux", "Arch": "amd64"}).encode()
-        self.send_response(200); self.send_header("Api-Version", "1.41"); self.send_header("Content-Type", "application/json")
+            code, body = 200, json.dumps({"Version": "0.0-renamed", "ApiVersion": "1.41", "MinAPIVersion": "1.12", "Os": "linux", "Arch": "amd64"}).encode()
+        self.send_response(code)
+        if mode != "web":
+            self.send_header("Api-Version", "1.41")
+        self.send_header("Content-Type", "application/json" if mode != "web" else "text/plain")
         self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
     do_HEAD = do_GET
     def log_message(self, *a): pass
-if sys.argv[1] == "api":
+if mode != "plain":
     s = http.server.HTTPServer(("127.0.0.1", 0), H); port = s.server_address[1]
 else:
     s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); port = s.getsockname()[1]
 print(port, flush=True)
-if sys.argv[1] == "api":
+if mode != "plain":
     s.serve_forever()
 while True:
     c, _ = s.accept(); c.close()
 "#;
-        let mut children = Vec::new();
-        for mode in ["api", "plain"] {
-            let mut child = Command::new("python3")
-                .args(["-c", script, mode])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("python3");
-            let mut line = String::new();
-            std::io::BufRead::read_line(
-                &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-                &mut line,
-            )
-            .unwrap();
-            let port: u16 = line.trim().parse().unwrap();
-            children.push((child, port));
-        }
+        let servers: Vec<_> = ["api", "refusing", "web", "plain"]
+            .into_iter()
+            .map(|mode| crate::support::docker_ping::PythonServer::start(script, mode))
+            .collect();
         let out = Command::new("sh")
             .args(["-c", &daemon_probe()])
             .output()
@@ -1435,18 +1509,19 @@ while True:
         assert!(complete);
         let listeners: Vec<HeldListener> = held_tcp_listeners(&processes)
             .into_iter()
-            .filter(|l| children.iter().any(|(c, _)| c.id() == l.pid))
+            .filter(|l| servers.iter().any(|server| server.pid() == l.pid))
             .collect();
         let asked = Command::new("sh")
             .args(["-c", &ask_listeners_probe(&listeners)])
             .output()
             .unwrap();
-        let wrong = judge_asked_listeners(&listeners, &String::from_utf8_lossy(&asked.stdout));
-        for (mut child, _) in std::mem::take(&mut children) {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        assert_eq!(listeners.len(), 2, "{listeners:?}");
+        let text = String::from_utf8_lossy(&asked.stdout);
+        let (wrong, untold) = judge_asked_listeners(&listeners, &text);
+        let ports: Vec<u16> = servers.iter().map(|server| server.port).collect();
+        drop(servers);
+        assert_eq!(listeners.len(), 4, "{listeners:?}");
+        // The web server's /_ping was read (curl, python3 or perl here): told apart.
+        assert!(untold.is_empty(), "{untold:?}\n{text}");
         // This host has no private socket: the control is missing, and said so.
         assert!(
             wrong
@@ -1454,12 +1529,14 @@ while True:
                 .any(|w| w.contains("could not ask even its private socket")),
             "{wrong:?}"
         );
-        let api: Vec<&String> = wrong
-            .iter()
-            .filter(|w| w.starts_with("a Docker API answers on tcp 127.0.0.1:"))
-            .collect();
-        assert_eq!(api.len(), 1, "{wrong:?}");
-        assert_eq!(wrong.len(), 2, "{wrong:?}");
+        for port in &ports[..2] {
+            assert!(
+                wrong.iter().any(|w| w.starts_with("a Docker API")
+                    && w.contains(&format!(" answers on tcp 127.0.0.1:{port} "))),
+                "{port}: {wrong:?}"
+            );
+        }
+        assert_eq!(wrong.len(), 3, "{wrong:?}");
     }
 
     /// The daemon probe as the companion runs it (sh), on this host: whatever dockerd

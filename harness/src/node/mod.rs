@@ -55,23 +55,17 @@ pub trait NodeView: Send + Sync {
         pod_uid: &str,
         nested_ids: &[String],
     ) -> anyhow::Result<Vec<String>>;
-    /// Every cgroup folder of the node (`<hierarchy>:<path>` on v1, `<path>` on v2), a few
-    /// levels deep, leaving out Pods' cgroups (`pod<uid>`, `*-pod<u_i_d>.slice`) and the
-    /// folder Pods are made under (a host view's scope), with what is below them: the leak
-    /// ledger compares it before a scenario and after its teardown.
-    /// None when this view cannot list them, or could not this time (see
-    /// [`lists_cgroup_folders`](Self::lists_cgroup_folders)).
-    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
-        None
+    /// Every cgroup folder of each node this view sees ([`NodeFolders`]), a few levels deep,
+    /// leaving out Pods' cgroups (`pod<uid>`, `*-pod<u_i_d>.slice`) and the folder Pods are
+    /// made under (a host view's scope), with what is below them: the leak ledger compares it
+    /// before a scenario and after its teardown. Err: this view lists none, and why.
+    async fn cgroup_folders(&self) -> Result<NodeFolders, String> {
+        Err(format!("{} lists no cgroup folders", self.describe()))
     }
-    /// Whether this view lists the node's cgroup folders at all: when it does, a listing that
-    /// failed is an error of the ledger, not a view that cannot look.
-    fn lists_cgroup_folders(&self) -> bool {
-        false
-    }
-    /// One cgroup folder as [`cgroup_folders`](Self::cgroup_folders) names it: when it was
-    /// made and its processes' `HOSTNAME`s. None when it is gone (or cannot be read).
-    async fn cgroup_folder(&self, _folder: &str) -> Option<CgroupFolder> {
+    /// One cgroup folder of `node` (a key of [`NodeFolders`]) as
+    /// [`cgroup_folders`](Self::cgroup_folders) names it: when it was made and its processes'
+    /// `HOSTNAME`s. None when it is gone (or cannot be read).
+    async fn cgroup_folder(&self, _node: &str, _folder: &str) -> Option<CgroupFolder> {
         None
     }
     /// How long this node may still show a deleted Pod (its processes dying, its cgroup
@@ -132,6 +126,12 @@ pub const NESTED_CGROUP_DEPTH: usize = 14;
 /// outside its Pod made it where it could write, at the top of a hierarchy or a few levels
 /// down (a Kind node's own cgroup is 2 levels down on a v2 host).
 pub const LEDGER_CGROUP_DEPTH: usize = 6;
+
+/// One listing of a node view's cgroup folders, each node's apart so that two nodes' folders
+/// never merge: per node (`""` for a view of one node, else the node's name), its folders
+/// (`<hierarchy>:<path>` on v1, `<path>` on v2), or why they could not be listed this time.
+pub type NodeFolders =
+    std::collections::BTreeMap<String, Result<std::collections::BTreeSet<String>, String>>;
 
 /// A cgroup folder of a Pod (the cgroupfs driver's `pod<uid>`, the systemd driver's
 /// `...-pod<u_i_d>.slice`): the ledger checks each Pod's own cgroups by its UID.
@@ -194,34 +194,33 @@ impl NodeView for HostNode {
         Ok(pod_processes(&self.proc_root, pod_name))
     }
 
-    fn lists_cgroup_folders(&self) -> bool {
-        true
-    }
-
-    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
+    async fn cgroup_folders(&self) -> Result<NodeFolders, String> {
         let scope = self.scope.trim_matches('/').to_owned();
-        // None when the tree cannot be read: the ledger tells that from "nothing new".
-        match self.ledger {
+        // Err when the tree cannot be read: the ledger tells that from "nothing new".
+        let listed = match self.ledger {
             LedgerFolders::HostButScope => self
                 .cgroups
                 .folders("", LEDGER_CGROUP_DEPTH, &|relative, name| {
                     is_pod_cgroup(name) || (!scope.is_empty() && relative == scope)
                 })
-                .ok(),
+                .map_err(|e| format!("the cgroup tree could not be read: {e}")),
             LedgerFolders::WithinScope if self.cgroups.version() == CgroupVersion::V1 => self
                 .cgroups
                 .folders("", LEDGER_CGROUP_DEPTH, &|_, name| is_pod_cgroup(name))
-                .ok(),
+                .map_err(|e| format!("the cgroup tree could not be read: {e}")),
+            // A node whose tree is in no hierarchy is not listed: no evidence.
+            LedgerFolders::WithinScope if !self.cgroups.exists(&scope) => Err(format!(
+                "the node's cgroup {scope} is in no hierarchy of this host's cgroup tree"
+            )),
             LedgerFolders::WithinScope => self
                 .cgroups
                 .folders(&scope, LEDGER_CGROUP_DEPTH, &|_, name| is_pod_cgroup(name))
-                .ok()
-                // A node whose tree is in no hierarchy is not listed: no evidence.
-                .filter(|_| self.cgroups.exists(&scope)),
-        }
+                .map_err(|e| format!("the node's cgroup tree could not be read: {e}")),
+        };
+        Ok(NodeFolders::from([(String::new(), listed)]))
     }
 
-    async fn cgroup_folder(&self, folder: &str) -> Option<CgroupFolder> {
+    async fn cgroup_folder(&self, _node: &str, folder: &str) -> Option<CgroupFolder> {
         let (created, pids) = self.cgroups.folder(folder)?;
         let hostnames = pids
             .iter()

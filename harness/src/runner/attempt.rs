@@ -226,15 +226,18 @@ impl Run {
                 .flat_map(|n| n.containers.iter().cloned())
                 .collect();
             match super::ledger::cgroups_left(node, cgroups, &names, &nested).await {
-                Ok(super::ledger::CgroupsLeft::Compared(left)) => report.leaks.extend(left),
-                // Said, never taken for "nothing left": the report shows what was not looked for.
-                Ok(super::ledger::CgroupsLeft::NotCompared(why)) => {
-                    report.findings.push(kandev_report::Finding {
-                        level: kandev_report::FindingLevel::Info,
-                        code: "ledger.cgroups_not_compared".into(),
-                        message: why,
-                        evidence: serde_json::json!({"node_view": node.describe()}),
-                    })
+                Ok(cgroups) => {
+                    report.leaks.extend(cgroups.left);
+                    // Said, never taken for "nothing left": the report shows what was not
+                    // looked for.
+                    if let Some(why) = cgroups.not_compared {
+                        report.findings.push(kandev_report::Finding {
+                            level: kandev_report::FindingLevel::Info,
+                            code: "ledger.cgroups_not_compared".into(),
+                            message: why,
+                            evidence: serde_json::json!({"node_view": node.describe()}),
+                        });
+                    }
                 }
                 // The ledger could not judge the node's cgroups: "nothing left" is unproven.
                 // Leaks found otherwise still show (below); with none, the scenario errs.

@@ -22,7 +22,7 @@
 //!   folder says whose it is.
 
 use crate::backend::{Backend, ExecRequest, PodRef};
-use crate::node::{CgroupFolder, NodeView};
+use crate::node::{CgroupFolder, NodeFolders, NodeView};
 use kandev_report::NestedInventory;
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
@@ -193,18 +193,46 @@ async fn node_inventory(
 /// The node's cgroup folders when a scenario starts, and when that was.
 #[derive(Debug, Clone)]
 pub struct CgroupBaseline {
-    /// None: the node view cannot list them (or there is none).
-    pub folders: Option<BTreeSet<String>>,
+    /// Per node its folders, or why they were not listed; Err: the view lists none, and why.
+    pub folders: Result<NodeFolders, String>,
     pub started: SystemTime,
 }
 
-/// Lists the node's cgroup folders as the scenario starts.
+/// How many times the baseline is listed while a node's listing fails (a folder removed while
+/// it was read, an exec cut short), and the pause between: bounded, since every scenario
+/// waits for it.
+const BASELINE_LISTINGS: usize = 3;
+const BASELINE_PAUSE: Duration = Duration::from_secs(1);
+
+/// Lists the node's cgroup folders as the scenario starts: a node whose listing failed is
+/// listed again (up to `BASELINE_LISTINGS` times in all), each node keeping its first listing.
 pub async fn cgroup_baseline(node: Option<&dyn NodeView>) -> CgroupBaseline {
     let started = SystemTime::now();
-    let folders = match node {
-        Some(node) => node.cgroup_folders().await,
-        None => None,
+    let Some(node) = node else {
+        return CgroupBaseline {
+            folders: Err("there is no node view".into()),
+            started,
+        };
     };
+    let mut folders = node.cgroup_folders().await;
+    for _ in 1..BASELINE_LISTINGS {
+        let Ok(listed) = &mut folders else { break };
+        if listed.values().all(Result::is_ok) {
+            break;
+        }
+        tokio::time::sleep(BASELINE_PAUSE).await;
+        let Ok(again) = node.cgroup_folders().await else {
+            continue;
+        };
+        for (name, listing) in again {
+            match listed.get(&name) {
+                Some(Ok(_)) => {}
+                _ => {
+                    listed.insert(name, listing);
+                }
+            }
+        }
+    }
     CgroupBaseline { folders, started }
 }
 
@@ -223,98 +251,188 @@ pub fn is_ours(folder: &CgroupFolder, pod_names: &[String], nested_ids: &[String
 
 /// What the ledger made of the node's cgroup folders.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CgroupsLeft {
-    /// Compared: the folders made while the scenario ran that outlived its teardown and are
-    /// its, as `node: cgroup <folder> ...` lines (empty: none).
-    Compared(Vec<String>),
-    /// Not compared, and why: the node view lists no cgroup folders (a view that cannot, or a
-    /// tree it could not read when the scenario started). Never "nothing left".
-    NotCompared(String),
+pub struct CgroupsLeft {
+    /// The folders made while the scenario ran that outlived its teardown and are its, on the
+    /// nodes compared, as `node: cgroup <folder> ...` lines (empty: none).
+    pub left: Vec<String>,
+    /// What was not compared, and why (None: every node was): a view that lists no cgroup
+    /// folders, a node whose folders could not be listed when the scenario started. Never
+    /// "nothing left".
+    pub not_compared: Option<String>,
 }
 
-/// The cgroup folders made while the scenario ran that outlived its teardown and are its.
+/// ` on node <name>`, for a view of several nodes (a view of one names none).
+fn on_node(node: &str) -> String {
+    if node.is_empty() {
+        String::new()
+    } else {
+        format!(" on node {node}")
+    }
+}
+
+/// `node <name>: `, for a view of several nodes (a view of one names none).
+fn node_prefix(node: &str) -> String {
+    if node.is_empty() {
+        String::new()
+    } else {
+        format!("node {node}: ")
+    }
+}
+
+/// The cgroup folders made while the scenario ran that outlived its teardown and are its,
+/// on every node listed when it started (each node's folders compared with its own).
 /// Asked again until none is left, for up to the node's settle time (processes die and
-/// folders go asynchronously). Err when the folders were listed before the scenario and
-/// cannot be after it.
+/// folders go asynchronously). Err when a node's folders were listed before the scenario and
+/// cannot be after it: a failed re-listing is no evidence that nothing is new.
 pub async fn cgroups_left(
     node: &dyn NodeView,
     baseline: &CgroupBaseline,
     pod_names: &[String],
     nested_ids: &[String],
 ) -> Result<CgroupsLeft, String> {
-    let Some(before) = &baseline.folders else {
-        if node.lists_cgroup_folders() {
-            return Err(format!(
-                "{} could not list the node's cgroup folders when the scenario started: no folder it made can be ruled out",
-                node.describe()
-            ));
+    const NOT_LOOKED_FOR: &str = "so a cgroup the scenario made outside its Pods' is not looked for there (its Pods' own cgroups are)";
+    let before = match &baseline.folders {
+        Ok(nodes) => nodes,
+        Err(why) => {
+            return Ok(CgroupsLeft {
+                left: Vec::new(),
+                not_compared: Some(format!("{why}, {NOT_LOOKED_FOR}")),
+            });
         }
-        return Ok(CgroupsLeft::NotCompared(format!(
-            "{} listed no cgroup folders when the scenario started, so a cgroup it made outside its Pods' is not looked for (its Pods' own cgroups are)",
-            node.describe()
-        )));
     };
+    let mut compared = Vec::new();
+    let mut unlisted = Vec::new();
+    for (name, listing) in before {
+        match listing {
+            Ok(folders) => compared.push((name.as_str(), folders)),
+            Err(why) => unlisted.push(format!("the cgroup folders{} ({why})", on_node(name))),
+        }
+    }
+    let not_compared = if unlisted.is_empty() && compared.is_empty() {
+        Some(format!(
+            "{} listed the cgroup folders of no node when the scenario started, {NOT_LOOKED_FOR}",
+            node.describe()
+        ))
+    } else {
+        (!unlisted.is_empty()).then(|| {
+            format!(
+                "{} could not list {} when the scenario started (listed {BASELINE_LISTINGS} times), {NOT_LOOKED_FOR}",
+                node.describe(),
+                unlisted.join("; ")
+            )
+        })
+    };
+    if compared.is_empty() {
+        return Ok(CgroupsLeft {
+            left: Vec::new(),
+            not_compared,
+        });
+    }
     let last = std::sync::Mutex::new(Vec::new());
-    let unlisted = std::sync::atomic::AtomicBool::new(false);
+    // The nodes listed before the scenario whose last listing after it failed, and why.
+    let relisting_failed = std::sync::Mutex::new(Vec::new());
     let settled = crate::wait::until(
         "the scenario's cgroup folders to go",
         node.settle_time(),
         SETTLE_POLL,
         || async {
+            let now = node.cgroup_folders().await;
             let mut left = Vec::new();
-            // Listed before the scenario but not now: no evidence that nothing is left.
-            // Asked again until the settle time is up; only a last listing that failed counts.
-            let Some(now) = node.cgroup_folders().await else {
-                unlisted.store(true, std::sync::atomic::Ordering::Relaxed);
-                return Ok::<_, crate::wait::WaitTimedOut>(None);
-            };
-            unlisted.store(false, std::sync::atomic::Ordering::Relaxed);
-            // New folders below a new folder that is another's (its processes carry another
-            // HOSTNAME: a container another program started meanwhile, a Kind node of another
-            // cluster with its systemd units' folders) are that one's too. Sorted, a folder
-            // comes before what is below it.
-            let mut theirs: Vec<&String> = Vec::new();
-            for path in now.difference(before) {
-                if theirs
-                    .iter()
-                    .any(|t| path.starts_with(t.as_str()) && path[t.len()..].starts_with('/'))
-                {
-                    continue;
-                }
-                let Some(folder) = node.cgroup_folder(path).await else {
-                    continue;
-                };
-                if !is_ours(&folder, pod_names, nested_ids) {
-                    // Another's only by a HOSTNAME that is not the scenario's; processes
-                    // without one leave what is below to be judged on its own.
-                    if folder.hostnames.iter().any(|h| !h.is_empty()) {
-                        theirs.push(path);
+            let mut failed = Vec::new();
+            for (name, before) in &compared {
+                // Listed before the scenario but not now: no evidence that nothing is left.
+                // Asked again until the settle time is up; only a last listing that failed
+                // counts.
+                let now = match &now {
+                    Ok(nodes) => match nodes.get(*name) {
+                        Some(Ok(folders)) => folders,
+                        Some(Err(why)) => {
+                            failed.push(format!("{}{why}", node_prefix(name)));
+                            continue;
+                        }
+                        None => {
+                            failed.push(format!("{}not listed", node_prefix(name)));
+                            continue;
+                        }
+                    },
+                    Err(why) => {
+                        failed.push(why.clone());
+                        continue;
                     }
-                    continue;
-                }
-                left.push(format!(
-                    "node: cgroup {path} (made during the scenario, outside its Pods' cgroups; processes {:?})",
-                    folder.pids
-                ));
+                };
+                left.extend(new_and_ours(node, name, before, now, pod_names, nested_ids).await);
             }
-            let gone = left.is_empty();
+            let done = left.is_empty() && failed.is_empty();
             if let Ok(mut last) = last.lock() {
                 *last = left;
             }
-            Ok::<_, crate::wait::WaitTimedOut>(gone.then_some(()))
+            if let Ok(mut last) = relisting_failed.lock() {
+                *last = failed;
+            }
+            Ok::<_, crate::wait::WaitTimedOut>(done.then_some(()))
         },
     )
     .await;
-    if settled.is_err() && unlisted.load(std::sync::atomic::Ordering::Relaxed) {
+    let left = last.into_inner().unwrap_or_default();
+    let failed = relisting_failed.into_inner().unwrap_or_default();
+    if settled.is_err() && !failed.is_empty() {
         return Err(format!(
-            "the node's cgroup folders were listed before the scenario but could not be listed after its teardown ({}): no folder it made can be ruled out",
-            node.describe()
+            "the node's cgroup folders were listed before the scenario but could not be listed after its teardown ({}: {}): no folder it made can be ruled out{}",
+            node.describe(),
+            failed.join("; "),
+            if left.is_empty() {
+                String::new()
+            } else {
+                format!("; elsewhere: {}", left.join("; "))
+            }
         ));
     }
-    match settled {
-        Ok(()) => Ok(CgroupsLeft::Compared(Vec::new())),
-        Err(_) => Ok(CgroupsLeft::Compared(last.into_inner().unwrap_or_default())),
+    Ok(CgroupsLeft {
+        left: if settled.is_ok() { Vec::new() } else { left },
+        not_compared,
+    })
+}
+
+/// The folders of `node_name` listed `now` but not `before` that are the scenario's, as leak
+/// lines. New folders below a new folder that is another's (its processes carry another
+/// HOSTNAME: a container another program started meanwhile, a Kind node of another cluster
+/// with its systemd units' folders) are that one's too. Sorted, a folder comes before what is
+/// below it.
+async fn new_and_ours(
+    node: &dyn NodeView,
+    node_name: &str,
+    before: &BTreeSet<String>,
+    now: &BTreeSet<String>,
+    pod_names: &[String],
+    nested_ids: &[String],
+) -> Vec<String> {
+    let mut left = Vec::new();
+    let mut theirs: Vec<&String> = Vec::new();
+    for path in now.difference(before) {
+        if theirs
+            .iter()
+            .any(|t| path.starts_with(t.as_str()) && path[t.len()..].starts_with('/'))
+        {
+            continue;
+        }
+        let Some(folder) = node.cgroup_folder(node_name, path).await else {
+            continue;
+        };
+        if !is_ours(&folder, pod_names, nested_ids) {
+            // Another's only by a HOSTNAME that is not the scenario's; processes without one
+            // leave what is below to be judged on its own.
+            if folder.hostnames.iter().any(|h| !h.is_empty()) {
+                theirs.push(path);
+            }
+            continue;
+        }
+        left.push(format!(
+            "node: cgroup {path}{} (made during the scenario, outside its Pods' cgroups; processes {:?})",
+            on_node(node_name),
+            folder.pids
+        ));
     }
+    left
 }
 
 #[cfg(test)]
@@ -367,21 +485,22 @@ mod tests {
             ledger: crate::node::LedgerFolders::HostButScope,
         };
         let baseline = cgroup_baseline(Some(&node)).await;
-        let listed = baseline.folders.clone().unwrap();
+        let listed = baseline.folders.clone().unwrap()[""].clone().unwrap();
         // Neither the folder Pods are made under (the view's scope) nor Pod cgroups.
         assert_eq!(listed, BTreeSet::from(["/system.slice".to_owned()]));
         // Made by the companion during the scenario, empty once its process was killed.
         std::fs::create_dir_all(root.join("kandev-acceptance-escaped")).unwrap();
-        let CgroupsLeft::Compared(left) = cgroups_left(&node, &baseline, &[], &[]).await.unwrap()
-        else {
-            panic!("listed before, so compared");
+        let compared = |left: CgroupsLeft| {
+            assert_eq!(left.not_compared, None, "listed before, so compared");
+            left.left
         };
+        let left = compared(cgroups_left(&node, &baseline, &[], &[]).await.unwrap());
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(left[0].contains("/kandev-acceptance-escaped"));
         std::fs::remove_dir(root.join("kandev-acceptance-escaped")).unwrap();
         assert_eq!(
-            cgroups_left(&node, &baseline, &[], &[]).await.unwrap(),
-            CgroupsLeft::Compared(Vec::new())
+            compared(cgroups_left(&node, &baseline, &[], &[]).await.unwrap()),
+            Vec::<String>::new()
         );
         // Another program's container started meanwhile (a Kind node of another cluster):
         // its folder holds a process of another HOSTNAME, and the empty folders below it
@@ -397,38 +516,174 @@ mod tests {
             "container=docker\0HOSTNAME=other-control-plane\0",
         )
         .unwrap();
-        let CgroupsLeft::Compared(left) = cgroups_left(&node, &baseline, &[], &[]).await.unwrap()
-        else {
-            panic!("listed before, so compared");
-        };
+        let left = compared(cgroups_left(&node, &baseline, &[], &[]).await.unwrap());
         assert!(
             left.iter().all(|l| !l.contains("4d2f8c1b9e7a")),
             "{left:#?}"
         );
         // The positive control: an empty folder made beside it is the scenario's.
         std::fs::create_dir_all(root.join("docker/escaped")).unwrap();
-        let CgroupsLeft::Compared(left) = cgroups_left(&node, &baseline, &[], &[]).await.unwrap()
-        else {
-            panic!("listed before, so compared");
-        };
+        let left = compared(cgroups_left(&node, &baseline, &[], &[]).await.unwrap());
         assert!(
             left.len() == 2 && left.iter().all(|l| l.contains("/docker")),
             "the new /docker and /docker/escaped: {left:#?}"
         );
         std::fs::remove_dir_all(root.join("docker")).unwrap();
-        // A view that lists folders but could not when the scenario started: an error, never
-        // "nothing left".
+        // A view that lists folders but could not when the scenario started: not compared,
+        // saying why, never "nothing left".
         let unlisted = CgroupBaseline {
-            folders: None,
+            folders: Ok(NodeFolders::from([(
+                String::new(),
+                Err("unreadable".into()),
+            )])),
             started: SystemTime::now(),
         };
-        let why = cgroups_left(&node, &unlisted, &[], &[]).await.unwrap_err();
-        assert!(why.contains("when the scenario started"), "{why}");
+        let left = cgroups_left(&node, &unlisted, &[], &[]).await.unwrap();
+        let why = left.not_compared.unwrap_or_default();
+        assert!(
+            why.contains("when the scenario started") && why.contains("unreadable"),
+            "{why}"
+        );
         // A tree that cannot be listed again is an error, not "nothing new".
         std::fs::remove_dir_all(&root).unwrap();
         let why = cgroups_left(&node, &baseline, &[], &[]).await.unwrap_err();
         assert!(
             why.contains("could not be listed after its teardown"),
+            "{why}"
+        );
+    }
+
+    /// Nodes as a cluster's view shows them: each a host view of its own tree, keyed by its
+    /// name; a node `down` is not listed (why), for the listings `down` still counts.
+    struct Nodes {
+        nodes: std::collections::BTreeMap<String, crate::node::HostNode>,
+        down: std::sync::Mutex<std::collections::BTreeMap<String, (String, usize)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl NodeView for Nodes {
+        fn describe(&self) -> String {
+            "the test's nodes".into()
+        }
+        fn settle_time(&self) -> Duration {
+            Duration::ZERO
+        }
+        async fn pod_cgroup(&self, _: &str) -> anyhow::Result<Option<String>> {
+            Ok(None)
+        }
+        async fn read_cgroup(&self, _: &str) -> anyhow::Result<crate::node::PodCgroupReading> {
+            Ok(Default::default())
+        }
+        async fn processes_matching(
+            &self,
+            _: &str,
+        ) -> anyhow::Result<Vec<crate::node::NodeProcess>> {
+            Ok(Vec::new())
+        }
+        async fn kernel_memcg_ooms(&self, _: &str) -> Option<Vec<String>> {
+            None
+        }
+        async fn pod_remains(&self, _: &str, _: &str, _: &[String]) -> anyhow::Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        async fn cgroup_folders(&self) -> Result<NodeFolders, String> {
+            let mut listed = NodeFolders::new();
+            for (name, node) in &self.nodes {
+                let down = match self.down.lock().unwrap().get_mut(name) {
+                    Some((why, listings)) if *listings > 0 => {
+                        *listings -= 1;
+                        Some(why.clone())
+                    }
+                    _ => None,
+                };
+                let listing = match down {
+                    Some(why) => Err(why),
+                    None => node.cgroup_folders().await?.remove("").unwrap(),
+                };
+                listed.insert(name.clone(), listing);
+            }
+            Ok(listed)
+        }
+        async fn cgroup_folder(&self, node: &str, folder: &str) -> Option<CgroupFolder> {
+            self.nodes.get(node)?.cgroup_folder("", folder).await
+        }
+    }
+
+    /// Issue 41, item 5, on a view of several nodes (`--node-inspector`): each node's folders
+    /// are compared with its own (a folder one node had before is new on another, and named
+    /// with its node); a node not listed when the scenario started, after the retries, is not
+    /// compared and is named with why, the others still are; one listed then that cannot be
+    /// listed after the scenario is an error, not "nothing new"; a listing that failed once
+    /// at the start is retried.
+    #[tokio::test(start_paused = true)]
+    async fn each_node_is_compared_with_its_own_folders() {
+        use crate::node::{CgroupFs, HostNode};
+        let tmp = tempfile::tempdir().unwrap();
+        let tree = |name: &str| {
+            let root = tmp.path().join(name);
+            std::fs::create_dir_all(root.join("system.slice")).unwrap();
+            std::fs::write(root.join("cgroup.controllers"), "memory").unwrap();
+            HostNode {
+                cgroups: CgroupFs::at(&root).unwrap(),
+                proc_root: tmp.path().join("proc"),
+                scope: String::new(),
+                description: name.into(),
+                settle: Duration::ZERO,
+                ledger: crate::node::LedgerFolders::HostButScope,
+            }
+        };
+        let view = Nodes {
+            nodes: [("node-a", tree("a")), ("node-b", tree("b"))]
+                .map(|(n, t)| (n.to_owned(), t))
+                .into(),
+            down: Default::default(),
+        };
+        std::fs::create_dir_all(tmp.path().join("a/escaped")).unwrap();
+        // Down for the first listing only: the baseline's retry lists it.
+        view.down
+            .lock()
+            .unwrap()
+            .insert("node-b".into(), ("an exec cut short".into(), 1));
+        let baseline = cgroup_baseline(Some(&view)).await;
+        let listed = baseline.folders.clone().unwrap();
+        assert!(listed.values().all(Result::is_ok), "{listed:?}");
+        std::fs::create_dir_all(tmp.path().join("b/escaped")).unwrap();
+        let left = cgroups_left(&view, &baseline, &[], &[]).await.unwrap();
+        assert_eq!(left.not_compared, None);
+        assert_eq!(left.left.len(), 1, "{left:?}");
+        assert!(
+            left.left[0].starts_with("node: cgroup /escaped on node node-b "),
+            "{left:?}"
+        );
+        // node-b's inspector did not start: not compared, named; node-a still is.
+        std::fs::remove_dir(tmp.path().join("b/escaped")).unwrap();
+        view.down.lock().unwrap().insert(
+            "node-b".into(),
+            ("its inspector Pod did not start".into(), BASELINE_LISTINGS),
+        );
+        let baseline = cgroup_baseline(Some(&view)).await;
+        std::fs::create_dir_all(tmp.path().join("a/made")).unwrap();
+        let left = cgroups_left(&view, &baseline, &[], &[]).await.unwrap();
+        let why = left.not_compared.unwrap_or_default();
+        assert!(
+            why.contains("on node node-b (its inspector Pod did not start)")
+                && !why.contains("node-a"),
+            "{why}"
+        );
+        assert!(
+            left.left.len() == 1 && left.left[0].contains("/made on node node-a"),
+            "{:?}",
+            left.left
+        );
+        // node-a listed before the scenario, not after it: an error naming it.
+        view.down
+            .lock()
+            .unwrap()
+            .insert("node-a".into(), ("exec refused".into(), usize::MAX));
+        let why = cgroups_left(&view, &baseline, &[], &[]).await.unwrap_err();
+        assert!(
+            why.contains("could not be listed after its teardown")
+                && why.contains("node node-a: exec refused"),
             "{why}"
         );
     }

@@ -19,6 +19,7 @@ mod common;
 mod faults;
 mod jobs;
 mod launch;
+mod node_ledger;
 mod platform;
 mod pull_secrets;
 mod storage;

@@ -3,8 +3,10 @@
 //!
 //! Order matters: an existing cluster's API server is reached before anything is built or
 //! created (an unreachable one fails in seconds); then the namespace and executor identity,
-//! images (Kind: built here and loaded), the preflight, the node view, `--jobs`, and the
-//! warm-up (every placeable node pulls the images before the first scenario).
+//! images (Kind: built here and loaded), the preflight, the node view, `--jobs`, the warm-up
+//! (every placeable node pulls the images before the first scenario), and `--node-inspector`'s
+//! inspectors on those nodes (the leak ledger lists their cgroup folders from the first
+//! scenario on).
 
 use super::KubeBackend;
 use super::cluster::{self, Cluster};
@@ -110,7 +112,11 @@ impl Provider for KindProvider {
             .setup
             .step("cluster_setup", started, connected, setup_evidence)?;
         let node = cluster.node_view(Some(engine.docker())).await;
-        let mut prepared = finish(input, cluster, images, node, Some(engine), environment).await?;
+        let views = NodeViews {
+            node,
+            inspector: None,
+        };
+        let mut prepared = finish(input, cluster, images, views, Some(engine), environment).await?;
         prepared.teardown = prepared
             .teardown
             .map(|t| Box::new(Leased::new(t, lease)) as Box<dyn RunTeardown>);
@@ -245,7 +251,7 @@ impl Provider for KubeProvider {
         let pull_secret_names = wanted_pull_secrets(input)
             .map(|w| super::pull_secrets::names(&w))
             .unwrap_or_default();
-        let node = settings.node_inspector.then(|| {
+        let inspector = settings.node_inspector.then(|| {
             Arc::new(
                 ClusterInspector::new(
                     cluster.admin.clone(),
@@ -257,9 +263,11 @@ impl Provider for KubeProvider {
                     input.run_id,
                 )
                 .with_pull_secrets(pull_secret_names),
-            ) as Arc<dyn NodeView>
+            )
         });
-        finish(input, cluster, images, node, None, Environment::default()).await
+        let node = inspector.clone().map(|i| i as Arc<dyn NodeView>);
+        let views = NodeViews { node, inspector };
+        finish(input, cluster, images, views, None, Environment::default()).await
     }
 
     /// Labelled namespaces, and in `--namespace` the labelled Pods, claims and executor
@@ -313,13 +321,20 @@ fn setup_evidence(c: &Cluster) -> serde_json::Value {
     json!({"context": c.context, "server": c.server, "version": c.server_version, "namespace": c.namespace, "executor": c.executor, "executor_created_by_run": c.created_executor, "operator_access": c.operator_access})
 }
 
+/// The run's node view, and the `--node-inspector` inspectors behind it (started in
+/// [`finish`], once the nodes' architecture is known and they hold the images).
+struct NodeViews {
+    node: Option<Arc<dyn NodeView>>,
+    inspector: Option<Arc<ClusterInspector>>,
+}
+
 /// With the cluster set up: load the images (Kind), the preflight, the backend. A failure
 /// tears down what the run created in the cluster.
 async fn finish(
     input: &PrepareInput<'_>,
     mut cluster: Cluster,
     images: ImageSet,
-    node: Option<Arc<dyn NodeView>>,
+    NodeViews { node, inspector }: NodeViews,
     host_engine: Option<crate::host::HostEngine>,
     mut environment: Environment,
 ) -> anyhow::Result<Prepared> {
@@ -383,6 +398,18 @@ async fn finish(
     if let Err(e) = warm_up(input, &cluster, &images, platform.arch, &pull_secret_names).await {
         cluster.teardown().await;
         return Err(e);
+    }
+    if let Some(inspector) = inspector {
+        // Before the first scenario's baseline: the leak ledger lists every placeable node's
+        // cgroup folders. A node whose inspector did not start is named, not a failed run.
+        let started = Instant::now();
+        let evidence = inspector.start(&template_spec(input), platform.arch).await;
+        let _ = input.setup.step(
+            "node_inspector",
+            started,
+            Ok::<_, anyhow::Error>(evidence),
+            Clone::clone,
+        );
     }
     let name = if cluster.kind.is_some() {
         "kind"

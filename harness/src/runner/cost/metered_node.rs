@@ -46,14 +46,11 @@ impl NodeView for MeteredNode {
         let call = self.inner.pod_processes(pod_name);
         metered(&self.meter, "node_process_scan", call).await
     }
-    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
+    async fn cgroup_folders(&self) -> Result<crate::node::NodeFolders, String> {
         self.inner.cgroup_folders().await
     }
-    fn lists_cgroup_folders(&self) -> bool {
-        self.inner.lists_cgroup_folders()
-    }
-    async fn cgroup_folder(&self, folder: &str) -> Option<crate::node::CgroupFolder> {
-        self.inner.cgroup_folder(folder).await
+    async fn cgroup_folder(&self, node: &str, folder: &str) -> Option<crate::node::CgroupFolder> {
+        self.inner.cgroup_folder(node, folder).await
     }
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
         metered(

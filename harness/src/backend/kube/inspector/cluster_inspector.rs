@@ -1,11 +1,14 @@
-//! `--node-inspector`: the inspector Pods on the nodes the sessions landed on, each an
-//! [`ExecNode`], together one [`NodeView`].
+//! `--node-inspector`: the inspector Pods on the nodes a session may be placed on (made at the
+//! run's start) and on those the sessions landed on, each an [`ExecNode`], together one
+//! [`NodeView`].
 
 use super::exec_node::{ExecNode, HOST_CGROUP};
 use crate::backend::Backend;
 use crate::backend::kube::backend::KubeBackend;
-use crate::node::{NodeProcess, NodeView, PodCgroupReading};
+use crate::node::{CgroupFolder, NodeFolders, NodeProcess, NodeView, PodCgroupReading};
+use crate::pod::compose::Arch;
 use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, PodSpec};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +20,11 @@ static INSPECTOR_RESOURCES: std::sync::LazyLock<serde_json::Value> =
             "limits": {"cpu": "500m", "memory": "256Mi"}})
     });
 
-/// `--node-inspector` on a cluster: one inspector Pod per node a session landed on, created
-/// on first use with the operator's identity (it is harness tooling, not a session), pinned
-/// to the node by `nodeName`, removed when the run ends.
+/// `--node-inspector` on a cluster: one inspector Pod per node a session may be placed on,
+/// made at the run's start ([`start`](Self::start)) so that the leak ledger lists every such
+/// node's cgroup folders before the first scenario, and one on any other node a session
+/// landed on, made on first use; each created with the operator's identity (it is harness
+/// tooling, not a session), pinned to the node by `nodeName`, removed when the run ends.
 pub struct ClusterInspector {
     backend: Arc<KubeBackend>,
     admin: kube::Client,
@@ -28,6 +33,9 @@ pub struct ClusterInspector {
     run_id: String,
     nodes: tokio::sync::Mutex<BTreeMap<String, Arc<ExecNode>>>,
     pod_nodes: std::sync::Mutex<BTreeMap<String, String>>,
+    /// The nodes a session may be placed on, each with why its inspector did not start (None:
+    /// it did), as [`start`](Self::start) found them; Err: why they are not known.
+    placeable: std::sync::OnceLock<Result<BTreeMap<String, Option<String>>, String>>,
     /// The run's image pull secrets: the inspector runs the daemon image.
     pull_secrets: Vec<String>,
 }
@@ -48,6 +56,7 @@ impl ClusterInspector {
             run_id: run_id.to_owned(),
             nodes: tokio::sync::Mutex::new(BTreeMap::new()),
             pod_nodes: std::sync::Mutex::new(BTreeMap::new()),
+            placeable: std::sync::OnceLock::new(),
             pull_secrets: Vec::new(),
         }
     }
@@ -124,11 +133,19 @@ impl ClusterInspector {
         Ok(found)
     }
 
+    /// The inspector on `node`, made now if there is none.
     async fn on(&self, node: &str) -> anyhow::Result<Arc<ExecNode>> {
         let mut nodes = self.nodes.lock().await;
         if let Some(found) = nodes.get(node) {
             return Ok(found.clone());
         }
+        let view = self.launch(node).await?;
+        nodes.insert(node.to_owned(), view.clone());
+        Ok(view)
+    }
+
+    /// Creates the inspector Pod on `node` and waits until it runs.
+    async fn launch(&self, node: &str) -> anyhow::Result<Arc<ExecNode>> {
         let pod = self
             .backend
             .create_helper_pod(&self.inspector_pod(node))
@@ -143,14 +160,63 @@ impl ClusterInspector {
             let _ = self.backend.delete_pod(&pod).await;
             return Err(e.into());
         }
-        let view = Arc::new(ExecNode::new(
+        Ok(Arc::new(ExecNode::new(
             self.backend.clone(),
             pod,
             "inspector",
             format!("inspector Pod on node {node}"),
-        ));
-        nodes.insert(node.to_owned(), view.clone());
-        Ok(view)
+        )))
+    }
+
+    /// At the run's start: an inspector on every node the task Pod of `template` (pinned to
+    /// `arch`) may be placed on, judged as the warm-up judges them
+    /// ([`targets`](crate::backend::kube::warm_up::targets)), all at once. A node whose
+    /// inspector does not start is named with why, and its cgroup folders are not compared;
+    /// nodes that cannot be listed leave every node's not compared, saying why. Its evidence
+    /// (the `node_inspector` set-up step).
+    pub async fn start(&self, template: &PodSpec, arch: Arch) -> serde_json::Value {
+        let listed = kube::Api::<Node>::all(self.admin.clone())
+            .list(&kube::api::ListParams::default())
+            .await;
+        let nodes = match listed {
+            Ok(list) => list.items,
+            Err(e) => {
+                let why = format!(
+                    "the nodes a session may be placed on could not be listed at the run's start ({e}): grant your identity list on nodes to have their cgroup folders compared"
+                );
+                let evidence = serde_json::json!({"why": why});
+                let _ = self.placeable.set(Err(why));
+                return evidence;
+            }
+        };
+        let (targets, left_out) = crate::backend::kube::warm_up::targets(&nodes, template, arch);
+        let launched =
+            futures_util::future::join_all(targets.iter().map(|target| self.launch(&target.node)))
+                .await;
+        let mut placeable = BTreeMap::new();
+        let mut evidence = Vec::new();
+        let mut running = self.nodes.lock().await;
+        for (target, launched) in targets.iter().zip(launched) {
+            let node = target.node.clone();
+            match launched {
+                Ok(view) => {
+                    evidence.push(serde_json::json!({"node": node, "inspector": view.pod.name}));
+                    running.insert(node.clone(), view);
+                    placeable.insert(node, None);
+                }
+                Err(e) => {
+                    let why = format!("its inspector Pod did not start: {e:#}");
+                    evidence.push(serde_json::json!({"node": node, "why": why}));
+                    placeable.insert(node, Some(why));
+                }
+            }
+        }
+        let _ = self.placeable.set(if placeable.is_empty() {
+            Err("no node a session may be placed on was found at the run's start".into())
+        } else {
+            Ok(placeable)
+        });
+        serde_json::json!({"nodes": evidence, "left_out": left_out})
     }
 
     async fn all(&self) -> Vec<Arc<ExecNode>> {
@@ -168,7 +234,7 @@ impl ClusterInspector {
 #[async_trait]
 impl NodeView for ClusterInspector {
     fn describe(&self) -> String {
-        "inspector Pods on the sessions' nodes (--node-inspector)".into()
+        "inspector Pods on the nodes a session may be placed on (--node-inspector)".into()
     }
 
     fn settle_time(&self) -> Duration {
@@ -241,6 +307,35 @@ impl NodeView for ClusterInspector {
             remains.extend(node.pod_remains(pod_name, pod_uid, nested_ids).await?);
         }
         Ok(remains)
+    }
+
+    /// Every node a session may be placed on, keyed by its name, each listed by its own
+    /// inspector; a node whose inspector did not start is not listed, saying why.
+    async fn cgroup_folders(&self) -> Result<NodeFolders, String> {
+        let placeable = match self.placeable.get() {
+            Some(Ok(placeable)) => placeable,
+            Some(Err(why)) => return Err(why.clone()),
+            None => return Err("the inspectors were not started at the run's start".into()),
+        };
+        let running = self.nodes.lock().await.clone();
+        let listings = futures_util::future::join_all(placeable.iter().map(|(node, why)| {
+            let view = running.get(node).cloned();
+            async move {
+                let listing = match (view, why) {
+                    (Some(view), _) => view.list_cgroup_folders().await,
+                    (None, Some(why)) => Err(why.clone()),
+                    (None, None) => Err("its inspector Pod is gone".into()),
+                };
+                (node.clone(), listing)
+            }
+        }))
+        .await;
+        Ok(listings.into_iter().collect())
+    }
+
+    async fn cgroup_folder(&self, node: &str, folder: &str) -> Option<CgroupFolder> {
+        let view = self.nodes.lock().await.get(node).cloned()?;
+        view.read_cgroup_folder(folder).await
     }
 
     async fn shutdown(&self) {

@@ -2,7 +2,7 @@
 //! read with the same [`CgroupFs`] code as on this host), its processes and their cgroups,
 //! the kernel's OOM records, and what is left of a Pod.
 
-use super::script::{CgroupReader, READER_PROBE, cgroup_reader, parse_processes, quote, sections};
+use super::script::{CgroupReader, cgroup_reader, parse_processes, quote, reader_probe, sections};
 use crate::backend::{Backend, ExecRequest, PodRef};
 use crate::node::{
     CgroupFs, NESTED_CGROUP_DEPTH, NodeProcess, NodeView, POD_CGROUP_DEPTH, PodCgroupReading,
@@ -78,7 +78,7 @@ impl ExecNode {
     async fn reader(&self) -> anyhow::Result<&CgroupReader> {
         self.reader
             .get_or_try_init(|| async {
-                let reader = cgroup_reader(&self.sh(READER_PROBE).await?);
+                let reader = cgroup_reader(&self.sh(&reader_probe()).await?);
                 if let CgroupReader::Own { why, root } = &reader {
                     tracing::warn!(
                         inspector = %self.pod.name,
@@ -127,8 +127,41 @@ impl ExecNode {
         Ok(out.stdout_text())
     }
 
-    /// The hierarchy folders below `/host/cgroup` (v2: the root itself, as "").
-    const HIERARCHIES: &str = r#"if [ -f /host/cgroup/cgroup.controllers ]; then set -- ""; else set --; for h in /host/cgroup/*/; do [ -L "${h%/}" ] || set -- "$@" "$(basename "$h")"; done; fi"#;
+    /// Every folder of the node's tree (its `/sys/fs/cgroup`, whole: the inspector sees the
+    /// node's root, whatever the node's cgroup version), Pods' cgroups left out with what is
+    /// below them. Err unless every hierarchy was listed by a `find` that exited 0 and listed
+    /// the hierarchy's root, and the script ended: a listing cut short is no evidence that
+    /// nothing is new.
+    pub async fn list_cgroup_folders(&self) -> Result<std::collections::BTreeSet<String>, String> {
+        let text = self
+            .sh(&folders_script(HOST_CGROUP))
+            .await
+            .map_err(|e| format!("the listing did not run: {e:#}"))?;
+        parse_folders(&text)
+    }
+
+    /// One folder as [`list_cgroup_folders`](Self::list_cgroup_folders) names it: when it was
+    /// made and its processes' `HOSTNAME`s. None when it is gone or the reading was cut short.
+    pub async fn read_cgroup_folder(&self, folder: &str) -> Option<crate::node::CgroupFolder> {
+        let (hierarchy, path) = match folder.split_once(':') {
+            Some((h, p)) => (format!("/{h}"), p),
+            None => (String::new(), folder),
+        };
+        let dir = format!("{HOST_CGROUP}{hierarchy}/{}", path.trim_start_matches('/'));
+        let script = format!(
+            r#"d={}
+[ -d "$d" ] || exit 0
+echo "made $(stat -c %Y "$d")"
+for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
+  h=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^HOSTNAME=//p' | head -n 1)
+  printf 'pid\t%s\t%s\n' "$p" "$h"
+done
+echo end"#,
+            quote(&dir)
+        );
+        let text = self.sh(&script).await.ok()?;
+        parse_folder(folder, &text)
+    }
 }
 
 #[async_trait]
@@ -154,8 +187,8 @@ impl NodeView for ExecNode {
     async fn pod_cgroup(&self, pod_uid: &str) -> anyhow::Result<Option<String>> {
         let [plain, slice] = pod_cgroup_patterns(pod_uid);
         let script = format!(
-            "{}\nfor h in \"$@\"; do d=$(find \"/host/cgroup/$h\" -maxdepth {} -type d \\( -name {} -o -name {} \\) -print 2>/dev/null | head -n 1); if [ -n \"$d\" ]; then echo \"${{d#/host/cgroup/$h}}\"; exit 0; fi; done",
-            ExecNode::HIERARCHIES,
+            "{}\nfor h in \"$@\"; do d=$(find \"{HOST_CGROUP}/$h\" -maxdepth {} -type d \\( -name {} -o -name {} \\) -print 2>/dev/null | head -n 1); if [ -n \"$d\" ]; then echo \"${{d#{HOST_CGROUP}/$h}}\"; exit 0; fi; done",
+            hierarchies(HOST_CGROUP),
             POD_CGROUP_DEPTH,
             quote(&plain),
             quote(&slice)
@@ -176,8 +209,8 @@ impl NodeView for ExecNode {
         }
         let names: Vec<String> = CGROUP_FILES.iter().map(|f| format!("-name {f}")).collect();
         let script = format!(
-            "{}\n[ -f /host/cgroup/cgroup.controllers ] && echo '=== file cgroup.controllers'\nfor h in \"$@\"; do base=\"/host/cgroup/$h\"; [ -d \"$base{path}\" ] || continue; find \"$base{path}\" -type d | while read -r d; do echo \"=== dir ${{d#/host/cgroup/}}\"; done; find \"$base{path}\" -type f \\( {} \\) | while read -r f; do echo \"=== file ${{f#/host/cgroup/}}\"; cat \"$f\" 2>/dev/null; done; done",
-            ExecNode::HIERARCHIES,
+            "{}\n[ -f {HOST_CGROUP}/cgroup.controllers ] && echo '=== file cgroup.controllers'\nfor h in \"$@\"; do base=\"{HOST_CGROUP}/$h\"; [ -d \"$base{path}\" ] || continue; find \"$base{path}\" -type d | while read -r d; do echo \"=== dir ${{d#{HOST_CGROUP}/}}\"; done; find \"$base{path}\" -type f \\( {} \\) | while read -r f; do echo \"=== file ${{f#{HOST_CGROUP}/}}\"; cat \"$f\" 2>/dev/null; done; done",
+            hierarchies(HOST_CGROUP),
             names.join(" -o ")
         );
         let text = self.sh(&script).await?;
@@ -232,59 +265,15 @@ impl NodeView for ExecNode {
         Ok(parse_processes(&text, reader))
     }
 
-    fn lists_cgroup_folders(&self) -> bool {
-        true
+    async fn cgroup_folders(&self) -> Result<crate::node::NodeFolders, String> {
+        Ok(crate::node::NodeFolders::from([(
+            String::new(),
+            self.list_cgroup_folders().await,
+        )]))
     }
 
-    /// Every folder of the node's tree (its `/sys/fs/cgroup`, whole: the inspector sees the
-    /// node's root, whatever the node's cgroup version), Pods' cgroups left out with what is
-    /// below them. None unless every hierarchy said it was listed and the script ended (an
-    /// image without `find` ends it at once): a listing cut short is no evidence that
-    /// nothing is new.
-    async fn cgroup_folders(&self) -> Option<std::collections::BTreeSet<String>> {
-        let script = format!(
-            r#"{}
-command -v find >/dev/null || exit 0
-printf 'hierarchies\t%s\n' "$#"
-for h in "$@"; do
-  root="/host/cgroup${{h:+/$h}}"
-  [ -r "$root" ] && [ -x "$root" ] || continue
-  find "$root" -mindepth 1 -maxdepth {} -type d 2>/dev/null | while IFS= read -r d; do printf 'folder\t%s\t%s\n' "$h" "${{d#"$root"}}"; done
-  printf 'listed\t%s\n' "$h"
-done
-echo end"#,
-            ExecNode::HIERARCHIES,
-            crate::node::LEDGER_CGROUP_DEPTH,
-        );
-        let text = match self.sh(&script).await {
-            Ok(text) => text,
-            Err(e) => {
-                tracing::warn!(error = %e, "listing the node's cgroup folders");
-                return None;
-            }
-        };
-        parse_folders(&text)
-    }
-
-    async fn cgroup_folder(&self, folder: &str) -> Option<crate::node::CgroupFolder> {
-        let (hierarchy, path) = match folder.split_once(':') {
-            Some((h, p)) => (format!("/{h}"), p),
-            None => (String::new(), folder),
-        };
-        let dir = format!("{HOST_CGROUP}{hierarchy}/{}", path.trim_start_matches('/'));
-        let script = format!(
-            r#"d={}
-[ -d "$d" ] || exit 0
-echo "made $(stat -c %Y "$d")"
-for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
-  h=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^HOSTNAME=//p' | head -n 1)
-  printf 'pid\t%s\t%s\n' "$p" "$h"
-done
-echo end"#,
-            quote(&dir)
-        );
-        let text = self.sh(&script).await.ok()?;
-        parse_folder(folder, &text)
+    async fn cgroup_folder(&self, _node: &str, folder: &str) -> Option<crate::node::CgroupFolder> {
+        self.read_cgroup_folder(folder).await
     }
 
     async fn kernel_memcg_ooms(&self, path: &str) -> Option<Vec<String>> {
@@ -317,7 +306,7 @@ echo end"#,
                 .map(|i| format!("-name {}", quote(&format!("*{i}*")))),
         );
         let script = format!(
-            "host={}\nfor p in /proc/[0-9]*; do cg=$(cat \"$p/cgroup\" 2>/dev/null) || continue; hit=; case \"$cg\" in {cases}) hit=1 ;; esac; if [ -z \"$hit\" ] && tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"$host\"; then hit=1; fi; [ -n \"$hit\" ] && echo \"process/${{p#/proc/}} \\`$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null)\\`\"; done\nfind /host/cgroup -maxdepth {} -type d \\( {} \\) 2>/dev/null | sed 's#^/host/cgroup/#cgroup/#'",
+            "host={}\nfor p in /proc/[0-9]*; do cg=$(cat \"$p/cgroup\" 2>/dev/null) || continue; hit=; case \"$cg\" in {cases}) hit=1 ;; esac; if [ -z \"$hit\" ] && tr '\\0' '\\n' < \"$p/environ\" 2>/dev/null | grep -qx \"$host\"; then hit=1; fi; [ -n \"$hit\" ] && echo \"process/${{p#/proc/}} \\`$(tr '\\0' ' ' < \"$p/cmdline\" 2>/dev/null)\\`\"; done\nfind {HOST_CGROUP} -maxdepth {} -type d \\( {} \\) 2>/dev/null | sed 's#^{HOST_CGROUP}/#cgroup/#'",
             quote(&format!("HOSTNAME={pod_name}")),
             // One more level on v1: the hierarchy's folder.
             NESTED_CGROUP_DEPTH + 1,
@@ -338,20 +327,75 @@ echo end"#,
     }
 }
 
-/// The inspector's folder listing: `hierarchies\t<n>`, then per hierarchy its `folder\t<h>\t
-/// <path>` lines and `listed\t<h>`, then `end`. Named as [`CgroupFs::folders`] names them
-/// (`<h>:<path>` on v1, `<path>` on v2), Pods' cgroups left out with what is below them.
-fn parse_folders(text: &str) -> Option<std::collections::BTreeSet<String>> {
+/// Sets the script's arguments to the hierarchy folders below `root` (the inspector's
+/// [`HOST_CGROUP`]; v2: the root itself, as "").
+fn hierarchies(root: &str) -> String {
+    format!(
+        r#"if [ -f {root}/cgroup.controllers ]; then set -- ""; else set --; for h in {root}/*/; do [ -L "${{h%/}}" ] || set -- "$@" "$(basename "$h")"; done; fi"#
+    )
+}
+
+/// The script that lists every folder of the tree at `root` (see [`parse_folders`]): per
+/// hierarchy, each folder `find` printed (the hierarchy's root among them, the positive
+/// control), then `find`'s exit status.
+fn folders_script(root: &str) -> String {
+    // GNU find's -ignore_readdir_race: a folder removed between its parent's reading and its
+    // own (a container stopped meanwhile) is gone, not an error, as the host's listing takes
+    // it (`CgroupFs::folders`); busybox find has no such option.
+    format!(
+        r#"{}
+command -v find >/dev/null || {{ echo 'missing find'; exit 0; }}
+race=
+find {root} -maxdepth 0 -ignore_readdir_race >/dev/null 2>&1 && race=-ignore_readdir_race
+printf 'hierarchies\t%s\n' "$#"
+for h in "$@"; do
+  top="{root}${{h:+/$h}}"
+  {{ find "$top" $race -maxdepth {} -type d 2>&1; echo "exit $?"; }} | while IFS= read -r d; do
+    case "$d" in
+      "$top"|"$top"/*) printf 'folder\t%s\t%s\n' "$h" "${{d#"$top"}}" ;;
+      "exit "*) printf 'listed\t%s\t%s\n' "$h" "${{d#exit }}" ;;
+      *) printf 'said\t%s\t%s\n' "$h" "$d" ;;
+    esac
+  done
+done
+echo end"#,
+        hierarchies(root),
+        crate::node::LEDGER_CGROUP_DEPTH,
+    )
+}
+
+/// The inspector's folder listing ([`folders_script`]): `hierarchies\t<n>`, then per
+/// hierarchy the `folder\t<h>\t<path>` lines of what its `find` printed (`said\t<h>\t<line>`
+/// for anything else it said) and `listed\t<h>\t<find's exit status>`, then `end`. Named as
+/// [`CgroupFs::folders`] names them (`<h>:<path>` on v1, `<path>` on v2), Pods' cgroups left
+/// out with what is below them. A hierarchy counts only when its `find` exited 0 and listed
+/// its root (`folder\t<h>\t`): Err, saying which did not, unless every one did.
+fn parse_folders(text: &str) -> Result<std::collections::BTreeSet<String>, String> {
+    #[derive(Default)]
+    struct Hierarchy<'a> {
+        exit: Option<&'a str>,
+        root_listed: bool,
+        said: Vec<&'a str>,
+    }
     let mut expected = None;
-    let mut listed = 0usize;
     let mut ended = false;
+    let mut hierarchies: std::collections::BTreeMap<&str, Hierarchy> = Default::default();
     let mut found = std::collections::BTreeSet::new();
     for line in text.lines() {
         let fields: Vec<&str> = line.split('\t').collect();
         match fields.as_slice() {
+            ["missing find"] => {
+                return Err("the inspector's image has no `find`: pass --node-inspector-image with one (it needs sh, find, tr, dmesg)".into());
+            }
             ["hierarchies", n] => expected = n.trim().parse::<usize>().ok(),
-            ["listed", _] => listed += 1,
+            ["listed", h, exit] => hierarchies.entry(h).or_default().exit = Some(exit.trim()),
+            ["said", h, said] => hierarchies.entry(h).or_default().said.push(said),
             ["folder", h, path] => {
+                let hierarchy = hierarchies.entry(h).or_default();
+                if path.is_empty() {
+                    hierarchy.root_listed = true;
+                    continue;
+                }
                 if path.split('/').any(crate::node::is_pod_cgroup) {
                     continue;
                 }
@@ -365,8 +409,45 @@ fn parse_folders(text: &str) -> Option<std::collections::BTreeSet<String>> {
             _ => {}
         }
     }
-    // Every hierarchy listed (at least one), and the script ran to its end.
-    (ended && expected.is_some_and(|n| n > 0 && n == listed)).then_some(found)
+    let name = |h: &str| {
+        if h.is_empty() {
+            "the cgroup tree".to_owned()
+        } else {
+            format!("hierarchy {h}")
+        }
+    };
+    let mut wrong = Vec::new();
+    for (h, hierarchy) in &hierarchies {
+        match hierarchy.exit {
+            Some("0") if hierarchy.root_listed => {}
+            Some("0") => wrong.push(format!("{}: find did not list its root", name(h))),
+            Some(exit) => wrong.push(format!(
+                "{}: find exited {exit}{}",
+                name(h),
+                hierarchy
+                    .said
+                    .first()
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default()
+            )),
+            None => wrong.push(format!("{}: not listed to its end", name(h))),
+        }
+    }
+    let listed = hierarchies.values().filter(|h| h.exit.is_some()).count();
+    match expected {
+        None => wrong.insert(0, "the listing did not start".into()),
+        Some(0) => wrong.insert(0, format!("no cgroup hierarchy under {HOST_CGROUP}")),
+        Some(n) if n != listed => wrong.insert(0, format!("{listed} of {n} hierarchies listed")),
+        Some(_) => {}
+    }
+    if !ended {
+        wrong.push("the listing was cut short".into());
+    }
+    if wrong.is_empty() {
+        Ok(found)
+    } else {
+        Err(wrong.join("; "))
+    }
 }
 
 /// One folder's reading: `made <seconds>`, `pid\t<pid>\t<HOSTNAME>` lines, `end`. None when
@@ -406,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_listing_counts_only_when_every_hierarchy_was_listed_to_the_end() {
-        let v1 = "hierarchies\t2\nfolder\tmemory\t/kubepods\nfolder\tmemory\t/kubepods/burstable/pod0f3c2a44-1b5e-4c1a-9d2e-3f4a5b6c7d8e\nfolder\tmemory\t/kubepods/burstable/pod0f3c2a44-1b5e-4c1a-9d2e-3f4a5b6c7d8e/abc\nlisted\tmemory\nfolder\tpids\t/escaped\nlisted\tpids\nend\n";
+        let v1 = "hierarchies\t2\nfolder\tmemory\t\nfolder\tmemory\t/kubepods\nfolder\tmemory\t/kubepods/burstable/pod0f3c2a44-1b5e-4c1a-9d2e-3f4a5b6c7d8e\nfolder\tmemory\t/kubepods/burstable/pod0f3c2a44-1b5e-4c1a-9d2e-3f4a5b6c7d8e/abc\nlisted\tmemory\t0\nfolder\tpids\t\nfolder\tpids\t/escaped\nlisted\tpids\t0\nend\n";
         let found = parse_folders(v1).unwrap();
         assert_eq!(
             found,
@@ -414,16 +495,87 @@ mod tests {
                 .map(str::to_owned)
                 .into()
         );
-        let v2 = "hierarchies\t1\nfolder\t\t/kubepods.slice\nfolder\t\t/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f3c2a44_1b5e_4c1a_9d2e_3f4a5b6c7d8e.slice\nlisted\t\nend\n";
+        let v2 = "hierarchies\t1\nfolder\t\t\nfolder\t\t/kubepods.slice\nfolder\t\t/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f3c2a44_1b5e_4c1a_9d2e_3f4a5b6c7d8e.slice\nlisted\t\t0\nend\n";
         assert_eq!(
             parse_folders(v2).unwrap(),
             ["/kubepods.slice".to_owned()].into()
         );
-        // Cut short, a hierarchy missing, none at all: no listing.
-        assert!(parse_folders("hierarchies\t2\nlisted\tmemory\nend\n").is_none());
-        assert!(parse_folders("hierarchies\t1\nlisted\t\n").is_none());
-        assert!(parse_folders("hierarchies\t0\nend\n").is_none());
-        assert!(parse_folders("").is_none());
+        // Cut short, a hierarchy missing, none at all: no listing, saying why.
+        let why = |text: &str| parse_folders(text).unwrap_err();
+        assert!(
+            why("hierarchies\t2\nfolder\tmemory\t\nlisted\tmemory\t0\nend\n")
+                .contains("1 of 2 hierarchies listed")
+        );
+        assert!(why("hierarchies\t1\nfolder\t\t\nlisted\t\t0\n").contains("cut short"));
+        assert!(why("hierarchies\t0\nend\n").contains("no cgroup hierarchy"));
+        assert!(why("").contains("did not start"));
+        assert!(why("missing find\n").contains("--node-inspector-image"));
+    }
+
+    /// Issue 41, item 5: a hierarchy counts only when its `find` exited 0, and, the positive
+    /// control, listed the hierarchy's root: a `find` that failed part-way printed some folders
+    /// and left others out, which is no evidence that nothing is new.
+    #[test]
+    fn a_hierarchy_whose_find_failed_or_missed_its_root_is_no_listing() {
+        let failed = "hierarchies\t2\nfolder\tmemory\t\nfolder\tmemory\t/a\nsaid\tmemory\tfind: '/host/cgroup/memory/b': Input/output error\nlisted\tmemory\t1\nfolder\tpids\t\nlisted\tpids\t0\nend\n";
+        let why = parse_folders(failed).unwrap_err();
+        assert!(
+            why.contains("hierarchy memory: find exited 1")
+                && why.contains("Input/output error")
+                && !why.contains("pids"),
+            "{why}"
+        );
+        let rootless = "hierarchies\t1\nfolder\t\t/a\nlisted\t\t0\nend\n";
+        let why = parse_folders(rootless).unwrap_err();
+        assert!(
+            why.contains("the cgroup tree: find did not list its root"),
+            "{why}"
+        );
+        // The same listings with the status and the root: counted.
+        assert!(parse_folders(&failed.replace("listed\tmemory\t1", "listed\tmemory\t0")).is_ok());
+        assert!(
+            parse_folders(&rootless.replace("folder\t\t/a", "folder\t\t\nfolder\t\t/a")).is_ok()
+        );
+    }
+
+    /// The listing script itself, run here on a v1 and a v2 tree: it names every folder as
+    /// this host's own listing does (`CgroupFs::folders`, Pods' cgroups left out), and
+    /// counts.
+    #[test]
+    fn the_listing_script_lists_a_tree_as_the_host_does() {
+        for v2 in [true, false] {
+            let tmp = tempfile::tempdir().unwrap();
+            let root = tmp.path().join("cgroup");
+            let hierarchies: &[&str] = if v2 { &[""] } else { &["memory", "pids"] };
+            for h in hierarchies {
+                let base = root.join(h);
+                for dir in [
+                    "kubepods/burstable/pod0f3c2a44-1b5e-4c1a-9d2e-3f4a5b6c7d8e/abc",
+                    "system.slice/a/b/c/d/e/f/g",
+                    "escaped",
+                ] {
+                    std::fs::create_dir_all(base.join(dir)).unwrap();
+                }
+            }
+            if v2 {
+                std::fs::write(root.join("cgroup.controllers"), "memory pids").unwrap();
+            } else {
+                std::os::unix::fs::symlink(root.join("memory"), root.join("memory,x")).unwrap();
+            }
+            let out = std::process::Command::new("sh")
+                .args(["-c", &folders_script(root.to_str().unwrap())])
+                .output()
+                .unwrap();
+            let listed = parse_folders(&String::from_utf8_lossy(&out.stdout)).unwrap();
+            let host = CgroupFs::at(&root)
+                .unwrap()
+                .folders("", crate::node::LEDGER_CGROUP_DEPTH, &|_, name| {
+                    crate::node::is_pod_cgroup(name)
+                })
+                .unwrap();
+            assert_eq!(listed, host, "v2 {v2}");
+            assert!(listed.iter().any(|f| f.ends_with("/escaped")), "{listed:?}");
+        }
     }
 
     #[test]

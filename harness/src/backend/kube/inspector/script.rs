@@ -1,6 +1,7 @@
 //! The inspector's shell side, pure and unit-tested: quoting what goes into its scripts, the
 //! probe of how it reads `/proc/<pid>/cgroup`, and parsing what its scripts print.
 
+use super::exec_node::HOST_CGROUP;
 use crate::node::NodeProcess;
 use std::collections::BTreeMap;
 
@@ -73,11 +74,13 @@ pub fn node_cgroup_path(read: &str, reader: &CgroupReader) -> String {
 /// (PID 1's, through `nsenter`) when it can; otherwise in its own, and then where its own
 /// namespace root lies in the node's tree (the folder whose `cgroup.procs` lists this shell:
 /// host PID namespace), and where its own cgroup is inside its namespace.
-pub(super) const READER_PROBE: &str = r#"if ! command -v nsenter >/dev/null 2>&1; then why='nsenter is missing'
+pub(super) fn reader_probe() -> String {
+    format!(
+        r#"if ! command -v nsenter >/dev/null 2>&1; then why='nsenter is missing'
 elif ! nsenter -t 1 -C -- true 2>/dev/null; then why='nsenter -t 1 -C is refused'
 else echo '=== reader node'; exit 0; fi
 echo '=== reader own'; echo "why $why"
-if [ -f /host/cgroup/cgroup.controllers ]; then v2=1; base=/host/cgroup; else v2=; base=/host/cgroup/memory; fi
+if [ -f {HOST_CGROUP}/cgroup.controllers ]; then v2=1; base={HOST_CGROUP}; else v2=; base={HOST_CGROUP}/memory; fi
 own=
 while IFS=: read -r id ctl path; do
   if [ -n "$v2" ]; then [ "$id" = 0 ] && own=$path
@@ -85,9 +88,11 @@ while IFS=: read -r id ctl path; do
 done < /proc/self/cgroup
 echo "self $own"
 echo "base $base"
-echo "at $(grep -rlx --include=cgroup.procs "$$" "$base" 2>/dev/null | head -n 1)""#;
+echo "at $(grep -rlx --include=cgroup.procs "$$" "$base" 2>/dev/null | head -n 1)""#
+    )
+}
 
-/// The reader that `READER_PROBE`'s output describes.
+/// The reader that `reader_probe`'s output describes.
 pub fn cgroup_reader(probe: &str) -> CgroupReader {
     let parsed = sections(probe);
     let Some((key, body)) = parsed.first() else {
@@ -290,7 +295,8 @@ mod tests {
     #[test]
     fn the_reader_probe_is_valid_shell() {
         let checked = std::process::Command::new("sh")
-            .args(["-n", "-c", READER_PROBE])
+            .args(["-n", "-c"])
+            .arg(reader_probe())
             .status()
             .unwrap();
         assert!(checked.success());

@@ -560,6 +560,7 @@ impl Ctx<'_> {
             "uid",
             "creationTimestamp",
             "deletionTimestamp",
+            "deletionGracePeriodSeconds",
         ] {
             match existing["metadata"].get(field) {
                 Some(v) => object["metadata"][field] = v.clone(),
@@ -569,15 +570,6 @@ impl Ctx<'_> {
                     }
                 }
             }
-        }
-        if let Some(refused) = finalizers::check_update(
-            &existing,
-            &mut object,
-            &self.route.resource,
-            self.kind,
-            name,
-        ) {
-            return refused;
         }
         if !self.dry_run(None) {
             if self.route.resource == "pods" && object["spec"] != existing["spec"] {

@@ -102,41 +102,24 @@ mod tests {
         assert_eq!(names.len(), registry.len());
     }
 
-    /// Issue 32, defect 1: every session identity the catalogue makes is one a real API
-    /// server admits. Each registered scenario (and the preflight's probe) at ordinal 99, with
-    /// a run id as long as `--run-id` allows (40): its Pod and claim names, the run's
-    /// namespace, and every label key and value, judged by the cluster double's rules
-    /// (apimachinery's `IsDNS1123Subdomain`, `IsQualifiedName`, `IsValidLabelValue`). Before
-    /// the fix `lifecycle::replacement_snapshot`'s environment id was 68 bytes with a
-    /// 22-byte run id.
+    /// Issue 32, defect 1: every session identity the catalogue makes names its run and
+    /// ordinal and is unique. Each registered scenario (and the preflight's probe) at ordinals
+    /// 0, 1 and 99, with a run id as long as `--run-id` allows (40). Whether an API server
+    /// admits its names and labels is the real API server's judgement
+    /// (`harness/test-support/tests/real_api_server/names.rs`: every scenario's Pod and claim
+    /// at ordinal 99 with a 40-byte run id, dry-run created).
     #[test]
-    fn every_scenarios_identity_at_ordinal_99_is_one_an_api_server_admits() {
+    fn every_scenarios_identity_names_its_run_and_ordinal_and_is_unique() {
         use kandev_harness::pod::identity::{SessionIdentity, new_run_id};
-        use kandev_test_support::cluster_double::validation;
         let run_ids = [new_run_id(), format!("{}-{}", new_run_id(), "x".repeat(17))];
         let mut names: Vec<&str> = super::registry().iter().map(|s| s.name).collect();
         names.push("preflight");
         for run_id in &run_ids {
             assert!(run_id.len() <= 40, "{run_id}");
-            let namespace = format!("kandev-acceptance-{run_id}");
-            let ns_errors = validation::name_errors("namespaces", &namespace);
-            assert!(ns_errors.is_empty(), "{namespace}: {ns_errors:?}");
             let mut environments = std::collections::BTreeSet::new();
             for name in &names {
                 for ordinal in [0, 1, 99] {
                     let id = SessionIdentity::new(run_id, name, ordinal);
-                    let object = serde_json::json!({"metadata": {"labels": id.all_labels()}});
-                    let mut errors = validation::metadata_errors("pods", &id.pod_name(), &object);
-                    errors.extend(validation::metadata_errors(
-                        "persistentvolumeclaims",
-                        &id.workspace_claim_name(),
-                        &object,
-                    ));
-                    let texts: Vec<String> = errors.iter().map(|e| e.text()).collect();
-                    assert!(
-                        texts.is_empty(),
-                        "{name} #{ordinal} in {run_id}: {texts:#?}"
-                    );
                     assert!(
                         id.environment_id.contains(run_id.as_str())
                             && id.environment_id.contains(&format!("-{ordinal}-")),

@@ -1,8 +1,8 @@
 //! Finalizers, as the API server and the namespace controller keep them: a DELETE of an
 //! object whose `metadata.finalizers` is not empty marks it (`deletionTimestamp`,
-//! `deletionGracePeriodSeconds`) and keeps it until an update removes the last one; an
-//! object being deleted may not gain one; a namespace being deleted waits for the finalized
-//! content it holds. Whoever put a finalizer there (a Pod's creator, a controller, a node
+//! `deletionGracePeriodSeconds`) and keeps it until an update removes the last one (that an
+//! object being deleted may not gain one is the real API server's to refuse: the corpus); a
+//! namespace being deleted waits for the finalized content it holds. Whoever put a finalizer there (a Pod's creator, a controller, a node
 //! agent: `controllers`) is the only one expected to remove it.
 //!
 //! Kubernetes' rules, followed here:
@@ -19,18 +19,13 @@
 //!   takes no shorter grace period).
 //! - `Store.Update` with `ShouldDeleteDuringUpdate` (store.go): the update that leaves no
 //!   finalizer on an object being deleted, its grace period 0 or unset, deletes it.
-//! - `ValidateObjectMetaUpdate` and `ValidateNoNewFinalizers`
-//!   (staging/src/k8s.io/apimachinery/pkg/api/validation/objectmeta.go): "no new finalizers
-//!   can be added if the object is being deleted" (422).
 //! - The namespace controller (pkg/controller/namespace/deletion/
 //!   namespaced_resources_deleter.go and status_condition_utils.go): the namespace stays
 //!   `Terminating` while content with finalizers remains, with the condition
 //!   `NamespaceFinalizersRemaining` ("Some content in the namespace has finalizers
 //!   remaining: `<finalizer>` in `<n>` resource instances").
 
-use super::status::{Reply, status};
 use super::store::{DoubleState, Key, Store, now};
-use hyper::StatusCode;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -129,54 +124,6 @@ pub(crate) fn kubelet_done(store: &mut Store, key: &Key, uid: &str) {
         mark(&mut held);
         store.put(key.clone(), held);
     }
-}
-
-/// An update's (or patch's) part that finalizers decide, before it is stored: the stored
-/// deletion grace period is kept (as the deletion time is), and an object being deleted may
-/// not gain a finalizer (422, in the API server's words).
-pub(crate) fn check_update(
-    existing: &Value,
-    object: &mut Value,
-    resource: &str,
-    kind: &str,
-    name: &str,
-) -> Option<Reply> {
-    match existing["metadata"].get("deletionGracePeriodSeconds") {
-        Some(grace) => object["metadata"]["deletionGracePeriodSeconds"] = grace.clone(),
-        None => {
-            if let Some(meta) = object["metadata"].as_object_mut() {
-                meta.remove("deletionGracePeriodSeconds");
-            }
-        }
-    }
-    if !deleting(existing) {
-        return None;
-    }
-    let old = of(existing);
-    let mut new: Vec<String> = of(object)
-        .into_iter()
-        .filter(|f| !old.contains(f))
-        .collect();
-    if new.is_empty() {
-        return None;
-    }
-    new.sort();
-    new.dedup();
-    let message = format!(
-        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
-        new.iter()
-            .map(|f| format!("{f:?}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    Some(status(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "Invalid",
-        &format!("{kind} \"{name}\" is invalid: {message}"),
-        json!({"name": name, "kind": resource, "causes": [{"reason": "FieldValueForbidden",
-            "message": message.trim_start_matches("metadata.finalizers: "),
-            "field": "metadata.finalizers"}]}),
-    ))
 }
 
 /// After an update is stored: an object being deleted whose grace period is over (0 or
@@ -339,15 +286,9 @@ mod tests {
             store.objects[&key]["metadata"]["deletionGracePeriodSeconds"],
             0
         );
-        // Adding a finalizer now is refused; removing one keeps it, the last deletes it.
-        let existing = store.objects[&key].clone();
-        let mut added = existing.clone();
-        added["metadata"]["finalizers"] = json!(["a/x", "b/y", "c/z"]);
-        let refused = check_update(&existing, &mut added, "pods", "Pod", "held").unwrap();
-        assert_eq!(refused.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        let mut one = existing.clone();
+        // Removing one keeps it; the last deletes it.
+        let mut one = store.objects[&key].clone();
         one["metadata"]["finalizers"] = json!(["a/x"]);
-        assert!(check_update(&existing, &mut one, "pods", "Pod", "held").is_none());
         store.put(key.clone(), one);
         assert!(!delete_if_finalized(&mut store, &key));
         let mut none = store.objects[&key].clone();

@@ -112,9 +112,8 @@
 //! the verbs on stored objects (`objects`, `rbac`'s reviews and tokens, `jobs`'
 //! create and delete, each on a `request::Ctx`; names, labels, the request's options, bodies
 //! of another kind or namespace and fields an update may not change are the real API
-//! server's to refuse: `tests/real_api_server/`; `validation` keeps apimachinery's label
-//! syntax for `route`'s label selectors,
-//! `serviceaccount` and `secrets` admit what is written) or to the exec and
+//! server's to refuse, and so are a label selector's keys and values:
+//! `tests/real_api_server/`; `serviceaccount` and `secrets` admit what is written) or to the exec and
 //! port-forward streams (`streams`); `runtime` runs the stored Pods once
 //! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
 //! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
@@ -149,7 +148,6 @@ mod status;
 mod storage;
 pub(crate) mod store;
 mod streams;
-pub mod validation;
 
 pub use behaviours::Behaviour;
 pub use faults::{Fault, Faults};

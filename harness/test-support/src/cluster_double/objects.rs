@@ -305,8 +305,8 @@ impl Ctx<'_> {
         reply
     }
 
-    /// What decoding and validation refuse in a written object (a create's, an update's, a
-    /// patched one), by resource: a Role's rules, a Secret's data (`stringData` merged in).
+    /// What validation refuses in a written object (a create's, an update's, a patched one),
+    /// by resource: a Role's rules; a Secret is prepared (`stringData` merged in).
     fn refused_content(&self, object: &mut Value) -> Option<Reply> {
         match self.route.resource.as_str() {
             "roles" => {
@@ -320,16 +320,10 @@ impl Ctx<'_> {
                         "causes": causes}),
                 ))
             }
-            "secrets" => secrets::prepare(object).err().map(|refused| {
-                let code =
-                    StatusCode::from_u16(refused.code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY);
-                let details = if refused.code == 422 {
-                    json!({"name": object["metadata"]["name"], "kind": "Secret"})
-                } else {
-                    json!({})
-                };
-                status(code, refused.reason, &refused.message, details)
-            }),
+            "secrets" => {
+                secrets::prepare(object);
+                None
+            }
             _ => None,
         }
     }
@@ -560,6 +554,7 @@ impl Ctx<'_> {
             "uid",
             "creationTimestamp",
             "deletionTimestamp",
+            "deletionGracePeriodSeconds",
         ] {
             match existing["metadata"].get(field) {
                 Some(v) => object["metadata"][field] = v.clone(),
@@ -569,15 +564,6 @@ impl Ctx<'_> {
                     }
                 }
             }
-        }
-        if let Some(refused) = finalizers::check_update(
-            &existing,
-            &mut object,
-            &self.route.resource,
-            self.kind,
-            name,
-        ) {
-            return refused;
         }
         if !self.dry_run(None) {
             if self.route.resource == "pods" && object["spec"] != existing["spec"] {

@@ -50,6 +50,12 @@ const ONLY_MERGE_PATCHES: &str = "the harness's client patches with JSON merge p
 const NOT_VALIDATED: &str = "the double no longer validates this; the real API server is the \
     referee (the harness sends no such request)";
 
+/// Why the double parses a label selector without judging its keys and values.
+const SELECTOR_NOT_VALIDATED: &str = "the double parses a label selector without \
+    NewRequirement's IsQualifiedName and IsValidLabelValue checks (apimachinery \
+    pkg/labels/selector.go): the harness selects on its own labels, which the real API server \
+    admits on its objects (names.rs); the real API server is the referee";
+
 /// A case that differs only because an earlier one of the section was stored by the double
 /// and refused by the real API server ([`NOT_VALIDATED`]).
 const STORED_WHAT_REAL_REFUSED: &str = "follows from an earlier case the double admitted and \
@@ -225,12 +231,40 @@ const KNOWN: &[Known] = &[
         why: NOT_VALIDATED,
     },
     Known {
+        case: "list Pods with labelSelector tier=a/b",
+        real: "400 BadRequest",
+        double: "200; names []",
+        why: SELECTOR_NOT_VALIDATED,
+    },
+    Known {
+        case: "list Pods with labelSelector -tier=a",
+        real: "400 BadRequest",
+        double: "200; names []",
+        why: SELECTOR_NOT_VALIDATED,
+    },
+    Known {
+        case: "a JSON merge patch adding a finalizer to a Pod being deleted",
+        real: "422 Invalid",
+        double: r#"200; /metadata/finalizers=["corpus.example.com/hold","corpus.example.com/more"]"#,
+        why: "the double does not refuse a new finalizer on an object being deleted \
+              (ValidateNoNewFinalizers, apimachinery pkg/api/validation/objectmeta.go): the \
+              harness adds no finalizers; the real API server is the referee",
+    },
+    Known {
         case: "create a Lease with leaseDurationSeconds 0",
         real: "422 Invalid",
         double: "201; /spec/leaseDurationSeconds=0",
         why: "the double stores Leases as any object, without ValidateLeaseSpec (kubernetes \
               pkg/apis/coordination/validation/validation.go): the harness's own Leases are \
               created and removed on the real API server (operator.rs), which referees them",
+    },
+    Known {
+        case: "create a Secret whose data is not base64",
+        real: "400 BadRequest",
+        double: "201",
+        why: "the double stores a Secret's data as sent; the real API server's JSON decoder \
+              refuses data that is not base64 (k8s-openapi's ByteString encodes the \
+              harness's): the real API server is the referee",
     },
     Known {
         case: "create a service-account-token Secret naming no ServiceAccount",
@@ -287,17 +321,23 @@ const KNOWN: &[Known] = &[
 
 /// The double no longer validates an object's metadata (issue 39): a write the real API
 /// server refuses 422 `Invalid` for its name, `generateName`, labels or annotations alone
-/// (every cause's field under `metadata.`) and the double stores is a known difference, as
+/// (every cause's field one of theirs; `metadata.finalizers` is not) and the double stores is a known difference, as
 /// [`KNOWN`] would list each case with [`NOT_VALIDATED`]. `ValidateObjectMeta` (apimachinery
 /// `pkg/api/validation/objectmeta.go`) on the real API server is the referee; the harness's
 /// own names and labels are judged there (`names.rs`).
 fn metadata_not_validated(real: &Seen, double: &Seen) -> bool {
+    const JUDGED: [&str; 4] = [
+        "metadata.name",
+        "metadata.generateName",
+        "metadata.labels",
+        "metadata.annotations",
+    ];
     real.class == "422 Invalid"
         && !real.invalid_fields.is_empty()
         && real
             .invalid_fields
             .iter()
-            .all(|f| f.starts_with("metadata."))
+            .all(|f| JUDGED.iter().any(|j| f.starts_with(j)))
         && double.class.starts_with('2')
 }
 
@@ -1634,6 +1674,8 @@ async fn selectors(side: Side) {
         "tier=a b",
         "Tier=a",
         "tier=",
+        "tier=a/b",
+        "-tier=a",
     ] {
         let answer = side
             .get(&format!("{pods}?labelSelector={}", encode(selector)))
@@ -1792,13 +1834,13 @@ async fn leases(side: Side) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn secrets_as_on_a_real_api_server_but_for_token_secrets() {
+async fn secrets_as_on_a_real_api_server_but_for_data_not_base64_and_token_secrets() {
     differential("corpus-secrets", secrets).await;
 }
 
 /// Secrets, which carry a launched run's inputs: `stringData` merged into `data`, `type`
-/// defaulted, `data` that is not base64 refused; and a service-account-token Secret without
-/// its account, which the double stores ([`KNOWN`]).
+/// defaulted; `data` that is not base64 and a service-account-token Secret without its
+/// account, which the double stores ([`KNOWN`]).
 async fn secrets(side: Side) {
     let secrets = side.at("secrets");
     let answer = side
@@ -1832,6 +1874,63 @@ async fn secrets(side: Side) {
         &answer,
         &["/type"],
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizers_as_on_a_real_api_server_but_for_a_new_one_while_deleting() {
+    differential("corpus-finalizers", finalizers).await;
+}
+
+/// Finalizers, which the twins' stuck node agent puts on a Pod: a DELETE marks the Pod and
+/// keeps it, a finalizer added meanwhile (which the double stores: [`KNOWN`]), and the
+/// update that removes the last deletes it.
+async fn finalizers(side: Side) {
+    const MERGE: &str = "application/merge-patch+json";
+    let pods = side.at("pods");
+    let mut held = pod("held");
+    held["metadata"]["finalizers"] = json!(["corpus.example.com/hold"]);
+    let answer = side.post(&pods, &held).await;
+    side.note(
+        "create a Pod with a finalizer",
+        &answer,
+        &["/metadata/finalizers"],
+    );
+    let answer = side.delete(&format!("{pods}/held"), None).await;
+    side.note(
+        "delete a Pod with a finalizer",
+        &answer,
+        &[
+            "/metadata/finalizers",
+            "/metadata/deletionGracePeriodSeconds",
+        ],
+    );
+    let answer = side
+        .patch(
+            &format!("{pods}/held"),
+            MERGE,
+            &json!({"metadata": {"finalizers":
+                ["corpus.example.com/hold", "corpus.example.com/more"]}}),
+        )
+        .await;
+    side.note(
+        "a JSON merge patch adding a finalizer to a Pod being deleted",
+        &answer,
+        &["/metadata/finalizers"],
+    );
+    let answer = side
+        .patch(
+            &format!("{pods}/held"),
+            MERGE,
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    side.note(
+        "a JSON merge patch removing the finalizers of a Pod being deleted",
+        &answer,
+        &[],
+    );
+    let answer = side.get(&format!("{pods}/held")).await;
+    side.note("get after its last finalizer went", &answer, &[]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

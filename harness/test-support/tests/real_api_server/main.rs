@@ -9,6 +9,8 @@
 //!   and the double's answers to the same requests.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
+//! - `launch`: the Job, Roles and RoleBinding `launch` creates, dry-run created (with
+//!   controls: a Job and a Role the API server refuses).
 //! - `names`: every scenario's task Pod and claim at ordinal 99 with the longest run id, and
 //!   the run's namespace, admitted (with controls one byte over).
 //! - `quota`: the Pods the harness creates (task, inspector, peer, warm-up) under a
@@ -22,6 +24,7 @@ mod admission;
 mod corpus;
 mod defaults;
 mod gc;
+mod launch;
 mod names;
 mod operator;
 mod quota;

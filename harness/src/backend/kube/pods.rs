@@ -140,6 +140,16 @@ pub(super) async fn create(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
 /// unable to start: the scheduler's informer may not have seen a claim created a moment ago.
 pub const CLAIM_GRACE: Duration = Duration::from_secs(15);
 
+/// Whether the API server holds `claim` (and is not deleting it).
+async fn claim_exists(backend: &KubeBackend, claim: &str) -> Result<bool> {
+    let found = backend
+        .pvcs()
+        .get_opt(claim)
+        .await
+        .map_err(|e| other(format!("get persistentvolumeclaim {claim}"), e))?;
+    Ok(found.is_some_and(|c| c.metadata.deletion_timestamp.is_none()))
+}
+
 /// Polls until `container` runs, or the Pod's status says it will not start. A Pod the
 /// scheduler has not placed is waited on (capacity frees, a claim is provisioned, a node is
 /// added), its latest message kept for the timeout's diagnosis; a selector no node matches is
@@ -174,8 +184,19 @@ pub(super) async fn wait_running(
             Some(p) => {
                 let mut cause = KubeBackend::cannot_start(p);
                 let scheduling = KubeBackend::scheduling(p);
+                // The API server holds the claim the scheduler calls missing: its informer
+                // lags behind (seen on real Kind after the API server's restart: `not found`
+                // for a minute while the claim existed), which no grace judges; only the
+                // Pod's own bound ends that wait.
+                let lagging = match &scheduling {
+                    Some(Scheduling::MissingClaim { claim, .. }) => {
+                        claim_exists(backend, claim).await?
+                    }
+                    _ => false,
+                };
                 let mut since = claim_missing_since.lock().unwrap_or_else(|e| e.into_inner());
                 match &scheduling {
+                    Some(Scheduling::MissingClaim { .. }) if lagging => *since = None,
                     Some(Scheduling::MissingClaim { claim, message }) => {
                         let first = *since.get_or_insert_with(Instant::now);
                         if first.elapsed() >= CLAIM_GRACE {

@@ -21,6 +21,7 @@ mod jobs;
 mod launch;
 mod platform;
 mod pull_secrets;
+mod shared_pull_secrets;
 mod storage;
 
 use common::kube::{

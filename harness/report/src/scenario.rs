@@ -275,6 +275,24 @@ pub struct CleanupRecord {
     pub error: Option<String>,
 }
 
+impl CleanupRecord {
+    /// One removal that began at `started`: removed when `result` is Ok, else failed with
+    /// its error.
+    pub fn timed(object: String, started: std::time::Instant, result: Result<(), String>) -> Self {
+        let outcome = if result.is_ok() {
+            CleanupOutcome::Removed
+        } else {
+            CleanupOutcome::Failed
+        };
+        Self {
+            object,
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            error: result.err(),
+        }
+    }
+}
+
 /// A scenario judged nothing on its one attempt and recorded nothing: a base for
 /// `ScenarioReport { name, outcome, .., ..Default::default() }`. Its outcome is `Errored`,
 /// so a report that forgets to say how its scenario ended fails rather than passes.

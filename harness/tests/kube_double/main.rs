@@ -17,6 +17,7 @@
 // tests mostly wait (on a Pod, a bound, an idle cut), and libtest runs the tests of one binary
 // side by side.
 mod connection;
+mod operator_secrets;
 mod rules;
 
 use k8s_openapi::api::core::v1::Pod;

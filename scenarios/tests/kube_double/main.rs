@@ -22,6 +22,7 @@ mod launch;
 mod node_ledger;
 mod platform;
 mod pull_secrets;
+mod shared_pull_secrets;
 mod storage;
 
 use common::kube::{

@@ -1,8 +1,9 @@
 //! Issue 40, item 7 (private registries): `--image-pull-secret NAME` is read from the
 //! kubeconfig context's namespace (the double's context names none: `default`), copied,
-//! run-labelled, into the run's namespace before any Pod, carried by every Pod the run creates
-//! (the warm-up's, the task Pods, the MTU peer), and removed with the run; a Secret that does
-//! not exist, or is of another type, is refused before any Pod, naming the fix. The Pods are
+//! run-labelled, into the run's namespace under a name of the run's own before any Pod,
+//! carried by every Pod the run creates (the warm-up's, the task Pods, the MTU peer), and
+//! removed with the run; a Secret that does not exist, or is of another type, is refused
+//! before any Pod, naming the fix. The Pods are
 //! seen as the harness sent them (the double's Pod hook reads each create's body, changing
 //! nothing). Needs a reachable engine, so it is `#[ignore]`d.
 
@@ -12,7 +13,7 @@ use crate::common;
 
 use common::kube::{Run, left_in_double, run};
 use k8s_openapi::api::core::v1::Secret;
-use kandev_harness::backend::kube::cluster;
+use kandev_harness::backend::kube::{cluster, pull_secrets};
 use kandev_report::Outcome;
 use kandev_test_support::engine::engine_double;
 use kube::api::{Api, PostParams};
@@ -86,6 +87,7 @@ async fn pull_secrets_are_copied_carried_by_every_pod_and_removed_on_kube_double
     .await;
     assert_eq!(report.scenarios.len(), 1, "{text}");
     assert_eq!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
+    let copy = pull_secrets::copy_name("regcred", &report.run_id);
     let step = report
         .setup
         .iter()
@@ -95,7 +97,7 @@ async fn pull_secrets_are_copied_carried_by_every_pod_and_removed_on_kube_double
         step.evidence,
         json!([{"name": "regcred", "named_by": "--image-pull-secret",
             "type": "kubernetes.io/dockerconfigjson", "read_from": "default",
-            "copied": true, "copied_to": namespace}]),
+            "copied": true, "copied_to": namespace, "copy": copy}]),
         "{text}"
     );
     let pods = seen.lock().unwrap().clone();
@@ -110,22 +112,19 @@ async fn pull_secrets_are_copied_carried_by_every_pod_and_removed_on_kube_double
             .collect();
         assert!(!of_kind.is_empty(), "no {kind} Pod was created: {pods:?}");
         for (name, carried) in of_kind {
-            assert_eq!(carried, &["regcred"], "{kind} Pod {name}");
+            assert_eq!(carried, std::slice::from_ref(&copy), "{kind} Pod {name}");
         }
     }
     // Gone after the run; the operator's own Secret stays.
     assert!(
-        double
-            .state
-            .object("secrets", namespace, "regcred")
-            .is_none(),
+        double.state.object("secrets", namespace, &copy).is_none(),
         "the copy was left in {namespace}"
     );
     assert!(
         report
             .teardown
             .iter()
-            .any(|c| c.object == "secret/regcred" && c.error.is_none()),
+            .any(|c| c.object == format!("secret/{copy}") && c.error.is_none()),
         "{text}"
     );
     assert!(
@@ -237,8 +236,10 @@ async fn launch_copies_the_pull_secret_and_the_run_inside_carries_it_on_kube_dou
         .filter(|(name, _)| !name.contains("-warm-up-"))
         .collect();
     assert!(!task_pods.is_empty(), "no Pod was created: {pods:?}");
+    // Launch's copy, under the run's own name: the Job's Pod and the run's carry it.
+    let copy = pull_secrets::copy_name("regcred", &launched.run_id);
     for (name, carried) in &pods {
-        assert_eq!(carried, &["regcred"], "Pod {name}");
+        assert_eq!(carried, std::slice::from_ref(&copy), "Pod {name}");
     }
     assert!(
         left_in_double(&double, &launched.run_id).await.is_empty(),
@@ -253,16 +254,11 @@ async fn launch_copies_the_pull_secret_and_the_run_inside_carries_it_on_kube_dou
         .map(|d| d.name)
         .collect();
     assert!(
-        deleted.iter().any(|n| n == "regcred"),
+        deleted.contains(&copy) && !deleted.iter().any(|n| n == "regcred"),
         "{deleted:?}: {}",
         launched.text
     );
-    assert!(
-        double
-            .state
-            .object("secrets", namespace, "regcred")
-            .is_none()
-    );
+    assert!(double.state.object("secrets", namespace, &copy).is_none());
     assert!(
         double
             .state

@@ -70,7 +70,7 @@ pub struct KubeBackend {
     pub keepalive: Duration,
     /// The image pull secrets every Pod this backend creates carries besides its own
     /// (`--image-pull-secret`, copied into the namespace: [`super::pull_secrets`]).
-    pub(super) pull_secrets: Vec<String>,
+    pub(super) pull_secrets: Vec<super::pull_secrets::Planned>,
 }
 
 impl KubeBackend {
@@ -101,10 +101,10 @@ impl KubeBackend {
         }
     }
 
-    /// Every Pod this backend creates (task and helper) carries `names` in its
+    /// Every Pod this backend creates (task and helper) carries `planned` in its
     /// `imagePullSecrets` besides its own: the run's copies of `--image-pull-secret`.
-    pub fn with_pull_secrets(mut self, names: Vec<String>) -> Self {
-        self.pull_secrets = names;
+    pub fn with_pull_secrets(mut self, planned: Vec<super::pull_secrets::Planned>) -> Self {
+        self.pull_secrets = planned;
         self
     }
 

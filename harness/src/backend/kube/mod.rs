@@ -42,7 +42,7 @@ pub use claims::compare_pvc;
 pub use deletes::DeletePolicy;
 pub use kind_cgroup::cgroup_v1_refusal;
 pub use pods::CLAIM_GRACE;
-pub use status::Scheduling;
+pub use status::{CannotStart, Scheduling};
 pub use streams::EXEC_DEADLINE;
 pub use sweeps::{label_selector, list_labelled, remove_labelled};
 

@@ -25,7 +25,7 @@ pub(super) async fn create_helper(backend: &KubeBackend, pod: &Pod) -> Result<Po
     // A helper runs the run's images too (the MTU peer the daemon image): it pulls them as
     // the task Pod does.
     let mut pod = pod.clone();
-    super::pull_secrets::carry(&mut pod, &backend.pull_secrets);
+    super::pull_secrets::carry_planned(&mut pod, &backend.pull_secrets);
     let pod = &pod;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let created = backend
@@ -73,7 +73,7 @@ pub(super) async fn create(backend: &KubeBackend, pod: &Pod) -> Result<PodRef> {
     // The run's `--image-pull-secret` copies, after the template's own: the admission
     // comparison below holds the admitted Pod to the Pod as sent, with them.
     let mut pod = pod.clone();
-    super::pull_secrets::carry(&mut pod, &backend.pull_secrets);
+    super::pull_secrets::carry_planned(&mut pod, &backend.pull_secrets);
     let pod = &pod;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let admitted = match backend

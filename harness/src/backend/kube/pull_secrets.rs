@@ -3,13 +3,18 @@
 //! The Secrets named by `--image-pull-secret [NS/]NAME` and by the template's own
 //! `imagePullSecrets` are read with the operator's identity, NAME from the kubeconfig context's
 //! namespace (`default` when the context names none: kube-rs `Config::default_namespace`),
-//! NS/NAME from NS, and copied, run-labelled, into the run's namespace before any Pod is
-//! created. A Secret of that name already in the run's namespace (`--namespace`) is used as it
-//! is, neither copied nor removed. A missing Secret, or one of another type than
-//! `kubernetes.io/dockerconfigjson`, is refused before anything is copied. The copies are
-//! removed at teardown (with the run's namespace when the run created it; else one by one) and
-//! by `gc` (they carry the run's labels). Every Pod the run creates carries the names
-//! ([`carry`]): the task Pod, the warm-up, the inspector and the MTU peer.
+//! NS/NAME from NS ([`plan`]). One read from the run's own namespace is the operator's own
+//! there: used as it is, neither copied nor removed. Every other is copied, run-labelled, into
+//! the run's namespace before any Pod is created, under a name of the run's own
+//! ([`copy_name`]): runs sharing a namespace (`--namespace`) never share a copy nor race for
+//! one. A missing Secret, or one of another type than `kubernetes.io/dockerconfigjson`, is
+//! refused before anything is copied; the operator preflight asks beforehand for every grant
+//! this takes ([`needs`]). A copy is removed at teardown (with the run's namespace when the run
+//! created it; else by the UID its create returned) and by `gc` (it carries the run's labels).
+//! Every Pod the run creates carries the names, a copy's in place of the name it copies
+//! ([`carry_planned`]): the task Pod, the warm-up, the inspector and the MTU peer; `launch`'s
+//! Job's Pod too, and the run inside it carries the copies `launch` made
+//! ([`LAUNCH_CONTEXT_NAMESPACE_ENV`]).
 //!
 //! Only `kubernetes.io/dockerconfigjson` is accepted: the kubelet reads `.dockerconfigjson`
 //! of that type and `.dockercfg` of `kubernetes.io/dockercfg` and ignores every other Secret
@@ -17,11 +22,14 @@
 //! `secretsToTrackedDockerConfigs`); the second is the legacy format `kubectl create secret
 //! docker-registry` no longer writes.
 
+use super::cluster::Need;
+use crate::pod::identity::{LABEL_RUN, short_digest};
 use k8s_openapi::api::core::v1::{LocalObjectReference, Pod, PodSpec, Secret};
-use kandev_report::{CleanupOutcome, CleanupRecord};
+use kandev_report::CleanupRecord;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// The one Secret type the harness copies (see the module docs).
@@ -117,9 +125,128 @@ pub fn wanted(flags: &[String], template: &PodSpec) -> Result<Vec<Wanted>, Refus
     Ok(all)
 }
 
-/// The names a Pod carries for `wanted`.
-pub fn names(wanted: &[Wanted]) -> Vec<String> {
-    wanted.iter().map(|w| w.name.clone()).collect()
+/// The longest name a Secret may have (a DNS subdomain: apimachinery's `IsDNS1123Subdomain`).
+const NAME_MAX: usize = 253;
+
+/// The name of the run's copy of Secret `name`: `<name>-<digest>`, the digest of the run id
+/// and the name (so that two long names cut to the same head still differ), within
+/// 253 bytes (a Secret name's limit). Another run's copy in a shared namespace never has it.
+pub fn copy_name(name: &str, run_id: &str) -> String {
+    let digest = short_digest(&format!("{run_id}/{name}"));
+    let room = NAME_MAX - digest.len() - 1;
+    // A cut may end on '.' or '-', which may not precede the '-'.
+    let head = name
+        .get(..room.min(name.len()))
+        .unwrap_or(name)
+        .trim_end_matches(['.', '-']);
+    format!("{head}-{digest}")
+}
+
+/// The environment variable `launch` gives the run inside its Job: the namespace a bare NAME
+/// was read from (launch's kubeconfig context's), so that the run inside names the copies
+/// `launch` made as it made them ([`plan`]).
+pub const LAUNCH_CONTEXT_NAMESPACE_ENV: &str = "KANDEV_ACCEPTANCE_PULL_SECRET_NAMESPACE";
+
+/// One wanted Secret as the run holds it: read from `source`, carried by the Pods as
+/// `carried` in the run's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// The name it was named by.
+    pub name: String,
+    pub named_by: &'static str,
+    /// The namespace it is read from.
+    pub source: String,
+    /// True: copied into the run's namespace as `carried`; false: the run's namespace's own,
+    /// used as it is (`carried` is `name`).
+    pub copied: bool,
+    pub carried: String,
+}
+
+/// Where each wanted Secret is read (`context_namespace` for a bare NAME) and the name its
+/// Pods carry in `run_namespace`: its own when read from there, else the run's copy's.
+pub fn plan(
+    wanted: &[Wanted],
+    context_namespace: &str,
+    run_namespace: &str,
+    run_id: &str,
+) -> Vec<Planned> {
+    wanted
+        .iter()
+        .map(|w| {
+            let source = w.source.as_deref().unwrap_or(context_namespace).to_owned();
+            let copied = source != run_namespace;
+            Planned {
+                carried: if copied {
+                    copy_name(&w.name, run_id)
+                } else {
+                    w.name.clone()
+                },
+                name: w.name.clone(),
+                named_by: w.named_by,
+                source,
+                copied,
+            }
+        })
+        .collect()
+}
+
+/// What the operator's identity must be allowed for `planned` in `run_namespace` (asked by
+/// the operator preflight): each Secret read where it is; a copy created, read back when its
+/// create was answered 409 after a lost connection (`cluster::resilience` takes the object
+/// as the create's when it carries the run's labels), and, in a namespace the run did not
+/// create (`namespace_given`), deleted at teardown (a namespace the run created takes it).
+pub fn needs(planned: &[Planned], run_namespace: &str, namespace_given: bool) -> Vec<Need> {
+    let mut needs = Vec::new();
+    for p in planned {
+        let why = if p.copied {
+            "image pull secret: read to be copied"
+        } else {
+            "image pull secret: the run's namespace's own, its type checked"
+        };
+        needs.push(
+            Need::new("get", "", "secrets", why)
+                .named(&p.name)
+                .in_namespace(&p.source, run_namespace),
+        );
+        if !p.copied {
+            continue;
+        }
+        // A create is authorized without its object's name (a POST to the collection: k8s.io/
+        // apiserver v0.37.2 pkg/endpoints/request/requestinfo.go), which no resourceNames
+        // rule matches (kubernetes v1.37.2 plugin/pkg/auth/authorizer/rbac/rbac.go).
+        needs.push(Need::new(
+            "create",
+            "",
+            "secrets",
+            "image pull secret: the run's copy",
+        ));
+        needs.push(
+            Need::new(
+                "get",
+                "",
+                "secrets",
+                "image pull secret: the run's copy, read back after a lost connection",
+            )
+            .named(&p.carried),
+        );
+        if namespace_given {
+            needs.push(
+                Need::new(
+                    "delete",
+                    "",
+                    "secrets",
+                    "image pull secret: teardown removes the run's copy",
+                )
+                .named(&p.carried),
+            );
+        }
+    }
+    needs
+}
+
+/// The names a Pod carries for `planned`.
+pub fn names(planned: &[Planned]) -> Vec<String> {
+    planned.iter().map(|p| p.carried.clone()).collect()
 }
 
 /// Adds to `spec`'s `imagePullSecrets` each of `names` it does not carry yet (the template's
@@ -144,69 +271,81 @@ pub fn carry(pod: &mut Pod, names: &[String]) {
     carry_in_spec(pod.spec.get_or_insert_default(), names);
 }
 
-/// What the run holds in its namespace: every name its Pods carry, and the copies it made
+/// [`carry`] of `planned`, after the Pod's own reference to a Secret the run copied is
+/// turned into the copy's name: in the run's namespace only the copy is there to read.
+pub fn carry_planned(pod: &mut Pod, planned: &[Planned]) {
+    if let Some(own) = pod
+        .spec
+        .as_mut()
+        .and_then(|s| s.image_pull_secrets.as_mut())
+    {
+        for reference in own.iter_mut() {
+            if let Some(p) = planned
+                .iter()
+                .find(|p| p.copied && p.name == reference.name)
+            {
+                reference.name = p.carried.clone();
+            }
+        }
+    }
+    carry(pod, &names(planned));
+}
+
+/// One copy the run made: removed by the UID its create returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copy {
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// What the run holds in its namespace: every Secret its Pods carry, and the copies it made
 /// (removed at teardown).
 #[derive(Debug, Clone, Default)]
 pub struct PullSecrets {
-    pub names: Vec<String>,
-    pub copied: Vec<String>,
-    /// Per Secret: where it was read, its type, and whether it was copied or found there.
+    pub carried: Vec<Planned>,
+    pub copies: Vec<Copy>,
+    /// Per Secret: where it was read, its type, and whether it was copied or used as it is.
     pub evidence: Vec<Value>,
 }
 
-/// Reads every wanted Secret (all before any copy: a missing one is refused with nothing
-/// made), then copies those the run's namespace lacks, labelled `labels`. `context_namespace`
-/// is where a bare NAME is read. A copy made before a later one failed is in the error's
-/// `copied`, so the caller's teardown removes it.
+/// Reads every planned Secret (all before any copy: a missing one is refused with nothing
+/// made), then makes the copies in `run_namespace`, labelled `labels` (the run's). A copy
+/// made before a later one failed is in the error's list, so the caller's teardown removes it.
 pub async fn copy(
     admin: &Client,
-    context_namespace: &str,
     run_namespace: &str,
-    labels: &std::collections::BTreeMap<String, String>,
-    wanted: &[Wanted],
-) -> Result<PullSecrets, (Refused, Vec<String>)> {
-    let in_run: Api<Secret> = Api::namespaced(admin.clone(), run_namespace);
+    labels: &BTreeMap<String, String>,
+    planned: &[Planned],
+) -> Result<PullSecrets, (Refused, Vec<Copy>)> {
     let mut found = Vec::new();
-    for w in wanted {
-        let source = w.source.as_deref().unwrap_or(context_namespace);
-        // One already where the Pods run (the operator's `--namespace`) is used as it is.
-        let here = in_run
-            .get_opt(&w.name)
+    for p in planned {
+        let source = p.source.as_str();
+        let read = Api::<Secret>::namespaced(admin.clone(), source)
+            .get_opt(&p.name)
             .await
-            .map_err(|e| (read_refused(w, run_namespace, &e), Vec::new()))?;
-        let (secret, copy_it) = match here {
-            Some(secret) => (secret, false),
-            None => {
-                let read = Api::<Secret>::namespaced(admin.clone(), source)
-                    .get_opt(&w.name)
-                    .await
-                    .map_err(|e| (read_refused(w, source, &e), Vec::new()))?;
-                let Some(secret) = read else {
-                    return Err((
-                        Refused {
-                            problem: format!(
-                                "image pull secret {} ({}) does not exist in namespace {source}",
-                                w.name, w.named_by
-                            ),
-                            fix: format!(
-                                "create it there (kubectl -n {source} create secret docker-registry {} --docker-server=R --docker-username=U --docker-password=P), or name its namespace: --image-pull-secret NS/{}",
-                                w.name, w.name
-                            ),
-                        },
-                        Vec::new(),
-                    ));
-                };
-                (secret, true)
-            }
+            .map_err(|e| (read_refused(p, &e), Vec::new()))?;
+        let Some(secret) = read else {
+            return Err((
+                Refused {
+                    problem: format!(
+                        "image pull secret {} ({}) does not exist in namespace {source}",
+                        p.name, p.named_by
+                    ),
+                    fix: format!(
+                        "create it there (kubectl -n {source} create secret docker-registry {} --docker-server=R --docker-username=U --docker-password=P), or name its namespace: --image-pull-secret NS/{}",
+                        p.name, p.name
+                    ),
+                },
+                Vec::new(),
+            ));
         };
         let kind = secret.type_.clone().unwrap_or_else(|| "Opaque".into());
-        let at = if copy_it { source } else { run_namespace };
         if kind != DOCKER_CONFIG_JSON {
             return Err((
                 Refused {
                     problem: format!(
-                        "image pull secret {at}/{} ({}) is of type {kind}, not {DOCKER_CONFIG_JSON}",
-                        w.name, w.named_by
+                        "image pull secret {source}/{} ({}) is of type {kind}, not {DOCKER_CONFIG_JSON}",
+                        p.name, p.named_by
                     ),
                     fix: format!(
                         "name a Secret made by `kubectl create secret docker-registry` (type {DOCKER_CONFIG_JSON}, key .dockerconfigjson)"
@@ -215,19 +354,22 @@ pub async fn copy(
                 Vec::new(),
             ));
         }
-        found.push((w, secret, copy_it, at.to_owned()));
+        found.push((p, secret));
     }
-    let mut made = PullSecrets::default();
-    for (w, secret, copy_it, at) in found {
-        made.names.push(w.name.clone());
-        if !copy_it {
-            made.evidence.push(json!({"name": w.name, "named_by": w.named_by, "type": DOCKER_CONFIG_JSON,
-                "found_in": at, "copied": false, "why": "the run's namespace holds it already: used as it is, not removed"}));
+    let in_run: Api<Secret> = Api::namespaced(admin.clone(), run_namespace);
+    let mut made = PullSecrets {
+        carried: planned.to_vec(),
+        ..Default::default()
+    };
+    for (p, secret) in found {
+        if !p.copied {
+            made.evidence.push(json!({"name": p.name, "named_by": p.named_by, "type": DOCKER_CONFIG_JSON,
+                "found_in": p.source, "copied": false, "why": "the run's namespace's own: used as it is, not removed"}));
             continue;
         }
         let copy = Secret {
             metadata: ObjectMeta {
-                name: Some(w.name.clone()),
+                name: Some(p.carried.clone()),
                 namespace: Some(run_namespace.to_owned()),
                 labels: Some(labels.clone()),
                 ..Default::default()
@@ -241,35 +383,34 @@ pub async fn copy(
             dry_run: false,
             field_manager: Some(super::FIELD_MANAGER.into()),
         };
-        if let Err(e) = in_run.create(&params, &copy).await {
-            return Err((
-                Refused {
-                    problem: format!(
-                        "copy image pull secret {at}/{} into the run's namespace {run_namespace}: {}",
-                        w.name,
-                        crate::error_chain(&e)
-                    ),
-                    fix: "your identity needs create on secrets in the run's namespace (docs/operators.md lists every grant)".into(),
-                },
-                made.copied,
-            ));
-        }
-        made.copied.push(w.name.clone());
+        // A 409 after a lost connection is answered as the create's by `cluster::resilience`
+        // when the object carries the run's labels; one that stands is another object's.
+        let created = match in_run.create(&params, &copy).await {
+            Ok(created) => created,
+            Err(e) => {
+                return Err((copy_refused(p, run_namespace, labels, &e), made.copies));
+            }
+        };
+        made.copies.push(Copy {
+            name: p.carried.clone(),
+            uid: created.metadata.uid,
+        });
         made.evidence.push(
-            json!({"name": w.name, "named_by": w.named_by, "type": DOCKER_CONFIG_JSON,
-            "read_from": at, "copied": true, "copied_to": run_namespace}),
+            json!({"name": p.name, "named_by": p.named_by, "type": DOCKER_CONFIG_JSON,
+            "read_from": p.source, "copied": true, "copied_to": run_namespace, "copy": p.carried}),
         );
     }
     Ok(made)
 }
 
-fn read_refused(w: &Wanted, namespace: &str, e: &kube::Error) -> Refused {
+fn read_refused(p: &Planned, e: &kube::Error) -> Refused {
     let forbidden = matches!(e, kube::Error::Api(s) if s.code == 403);
+    let namespace = &p.source;
     Refused {
         problem: format!(
             "read image pull secret {namespace}/{} ({}): {}",
-            w.name,
-            w.named_by,
+            p.name,
+            p.named_by,
             crate::error_chain(e)
         ),
         fix: if forbidden {
@@ -282,40 +423,62 @@ fn read_refused(w: &Wanted, namespace: &str, e: &kube::Error) -> Refused {
     }
 }
 
-/// Removes the copies the run made in `namespace` (each by its UID; absent is fine).
-pub async fn remove(admin: &Client, namespace: &str, copied: &[String]) -> Vec<CleanupRecord> {
+fn copy_refused(
+    p: &Planned,
+    run_namespace: &str,
+    labels: &BTreeMap<String, String>,
+    e: &kube::Error,
+) -> Refused {
+    let run_id = labels.get(LABEL_RUN).map_or("ID", String::as_str);
+    let fix = match e {
+        kube::Error::Api(s) if s.code == 403 => format!(
+            "your identity needs create on secrets in namespace {run_namespace} (docs/operators.md lists every grant)"
+        ),
+        // The name is this run's own: an earlier run of the same id (a killed one) left it.
+        kube::Error::Api(s) if s.code == 409 => format!(
+            "remove what an earlier run of id {run_id} left (`kandev-acceptance gc --run {run_id}` with this run's --context and --namespace), or give this run another --run-id"
+        ),
+        _ => "check that the cluster answers (`kubectl --context C get ns`)".into(),
+    };
+    Refused {
+        problem: format!(
+            "copy image pull secret {}/{} into the run's namespace {run_namespace} as {}: {}",
+            p.source,
+            p.name,
+            p.carried,
+            crate::error_chain(e)
+        ),
+        fix,
+    }
+}
+
+/// Removes the run's copies from `namespace`, each by the UID its create returned: absent is
+/// fine, and so is an object of that name with another UID (not the run's: left as it is).
+pub async fn remove(admin: &Client, namespace: &str, copies: &[Copy]) -> Vec<CleanupRecord> {
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), namespace);
     let mut records = Vec::new();
-    for name in copied {
+    for copy in copies {
         let started = Instant::now();
-        let result = async {
-            let Some(found) = secrets.get_opt(name).await? else {
-                return Ok(());
-            };
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: found.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match secrets.delete(name, &params).await {
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                other => other.map(|_| ()),
-            }
-        }
-        .await
-        .map_err(|e: kube::Error| crate::error_chain(&e));
-        records.push(CleanupRecord {
-            object: format!("secret/{name}"),
-            outcome: if result.is_ok() {
-                CleanupOutcome::Removed
-            } else {
-                CleanupOutcome::Failed
-            },
-            duration_ms: started.elapsed().as_millis() as u64,
-            error: result.err(),
-        });
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: copy.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        // A failed UID precondition is answered 409 (k8s.io/apiserver v0.37.2
+        // pkg/storage/interfaces.go `Preconditions.Check`, pkg/storage/errors/storage.go
+        // `InterpretDeleteError`).
+        let result = match secrets.delete(&copy.name, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(crate::error_chain(&e)),
+        };
+        records.push(CleanupRecord::timed(
+            format!("secret/{}", copy.name),
+            started,
+            result,
+        ));
     }
     records
 }
@@ -364,6 +527,67 @@ mod tests {
             twice.is_err_and(|e| e.to_string().contains("named twice")
                 && e.to_string().contains("fix: name x once"))
         );
+    }
+
+    #[test]
+    fn a_copy_has_a_name_of_the_runs_own_within_the_limit() {
+        let copy = copy_name("regcred", "run-a");
+        assert!(copy.starts_with("regcred-") && copy.len() == "regcred-".len() + 16);
+        assert_ne!(copy, copy_name("regcred", "run-b"), "another run's");
+        let long = format!("{}.x", "a".repeat(250));
+        let cut = copy_name(&long, "run-a");
+        assert_eq!(cut.len(), NAME_MAX);
+        assert!(parse_flag(&cut).is_ok(), "{cut}");
+        assert_ne!(cut, copy_name(&format!("{}.y", "a".repeat(250)), "run-a"));
+        let dotted = copy_name(&format!("{}.bb", "a".repeat(235)), "r");
+        assert!(!dotted.contains(".-"), "{dotted}");
+    }
+
+    #[test]
+    fn only_a_secret_of_the_runs_own_namespace_is_used_as_it_is() {
+        let wanted = wanted(
+            &["ops/a".into(), "team/b".into(), "c".into()],
+            &PodSpec::default(),
+        )
+        .unwrap_or_default();
+        let planned = plan(&wanted, "ctx", "team", "r");
+        let seen: Vec<(&str, &str, bool, String)> = planned
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.source.as_str(),
+                    p.copied,
+                    p.carried.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("a", "ops", true, copy_name("a", "r")),
+                ("b", "team", false, "b".to_owned()),
+                ("c", "ctx", true, copy_name("c", "r")),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pods_own_reference_to_a_copied_secret_names_the_copy() {
+        let wanted = wanted(&["ops/tmpl".into()], &PodSpec::default()).unwrap_or_default();
+        let planned = plan(&wanted, "default", "run-ns", "r");
+        let mut pod: Pod = serde_json::from_value(json!({"spec": {"containers": [],
+            "imagePullSecrets": [{"name": "other"}, {"name": "tmpl"}]}}))
+        .unwrap_or_default();
+        carry_planned(&mut pod, &planned);
+        let carried: Vec<String> = pod
+            .spec
+            .and_then(|s| s.image_pull_secrets)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(carried, ["other".to_owned(), copy_name("tmpl", "r")]);
     }
 
     #[test]

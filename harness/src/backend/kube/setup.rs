@@ -106,6 +106,7 @@ impl Provider for KindProvider {
             input.config.workspace_mode,
             settings.executor_role.as_deref(),
             input.run_id,
+            &wanted_pull_secrets(input).unwrap_or_default(),
         )
         .await;
         let cluster = input
@@ -239,6 +240,7 @@ impl Provider for KubeProvider {
                     settings.executor_role.as_deref(),
                     settings.node_inspector,
                     input.run_id,
+                    &wanted_pull_secrets(input).unwrap_or_default(),
                 )
                 .await
             }
@@ -248,8 +250,8 @@ impl Provider for KubeProvider {
             .step("cluster_setup", started, set_up, setup_evidence)?;
         // The inspector runs the daemon image: it carries the run's pull secrets (a name
         // refused here is refused in `finish`, before any Pod).
-        let pull_secret_names = wanted_pull_secrets(input)
-            .map(|w| super::pull_secrets::names(&w))
+        let pull_secret_names = planned_pull_secrets(input, &cluster)
+            .map(|p| super::pull_secrets::names(&p))
             .unwrap_or_default();
         let inspector = settings.node_inspector.then(|| {
             Arc::new(
@@ -341,7 +343,7 @@ async fn finish(
     let engine_api = environment.engine_api_version.clone();
     let settings = &input.config.cluster;
     // The pull secrets first: every Pod below (the warm-up's, the sessions') may need them.
-    let pull_secret_names = match pull_secrets(input, &mut cluster).await {
+    let carried_pull_secrets = match pull_secrets(input, &mut cluster).await {
         Ok(names) => names,
         Err(e) => {
             cluster.teardown().await;
@@ -387,7 +389,7 @@ async fn finish(
         &images,
         engine_api.as_deref(),
         platform.arch,
-        &pull_secret_names,
+        &carried_pull_secrets,
     )
     .await
     {
@@ -395,7 +397,15 @@ async fn finish(
         return Err(e);
     }
     let jobs = derive_jobs(input, &cluster, platform.arch).await;
-    if let Err(e) = warm_up(input, &cluster, &images, platform.arch, &pull_secret_names).await {
+    if let Err(e) = warm_up(
+        input,
+        &cluster,
+        &images,
+        platform.arch,
+        &carried_pull_secrets,
+    )
+    .await
+    {
         cluster.teardown().await;
         return Err(e);
     }
@@ -425,7 +435,7 @@ async fn finish(
     )
     .with_admin(cluster.admin.clone())
     .with_platform(platform.arch)
-    .with_pull_secrets(pull_secret_names)
+    .with_pull_secrets(carried_pull_secrets)
     .with_config(cluster.config.clone())
     .with_executor(
         cluster.created_executor.then(|| cluster.executor.clone()),
@@ -519,7 +529,7 @@ async fn preflight(
     images: &ImageSet,
     engine_api: Option<&str>,
     arch: Arch,
-    pull_secrets: &[String],
+    pull_secrets: &[super::pull_secrets::Planned],
 ) -> anyhow::Result<()> {
     if let Some(kind) = &cluster.kind {
         let started = Instant::now();
@@ -574,53 +584,67 @@ fn wanted_pull_secrets(
     )
 }
 
+/// Where each of the run's image pull secrets is read and the name its Pods carry in the
+/// run's namespace (`pull_secrets::plan`). A bare NAME is read from the kubeconfig context's
+/// namespace; in the cluster (`--in-cluster`), from the one `launch` read it from.
+fn planned_pull_secrets(
+    input: &PrepareInput<'_>,
+    cluster: &Cluster,
+) -> Result<Vec<super::pull_secrets::Planned>, super::pull_secrets::Refused> {
+    let context_namespace = if input.config.cluster.in_cluster {
+        std::env::var(super::pull_secrets::LAUNCH_CONTEXT_NAMESPACE_ENV)
+            .unwrap_or_else(|_| cluster.namespace.clone())
+    } else {
+        cluster
+            .config
+            .as_ref()
+            .map_or_else(|| "default".to_owned(), |c| c.default_namespace.clone())
+    };
+    Ok(super::pull_secrets::plan(
+        &wanted_pull_secrets(input)?,
+        &context_namespace,
+        &cluster.namespace,
+        input.run_id,
+    ))
+}
+
 /// The run's image pull secrets in its namespace (`pull_secrets`), recorded as the
-/// `pull_secrets` set-up step when any is named: read from the operator's namespace and
-/// copied (the copies kept on `cluster` for its teardown). In the cluster (`--in-cluster`)
-/// `launch` copied them already: their names are carried, nothing is read. The names every
-/// Pod of the run carries besides the template's own.
+/// `pull_secrets` set-up step when any is named: read and copied (the copies kept on
+/// `cluster` for its teardown). In the cluster (`--in-cluster`) `launch` copied them
+/// already: their names are carried, nothing is read. What every Pod of the run carries
+/// besides the template's own.
 async fn pull_secrets(
     input: &PrepareInput<'_>,
     cluster: &mut Cluster,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<Vec<super::pull_secrets::Planned>> {
     let started = Instant::now();
-    let copied = match wanted_pull_secrets(input) {
-        Ok(wanted) if wanted.is_empty() => return Ok(Vec::new()),
-        Ok(wanted) if input.config.cluster.in_cluster => Ok(super::pull_secrets::PullSecrets {
-            names: super::pull_secrets::names(&wanted),
-            copied: Vec::new(),
+    let copied = match planned_pull_secrets(input, cluster) {
+        Ok(planned) if planned.is_empty() => return Ok(Vec::new()),
+        Ok(planned) if input.config.cluster.in_cluster => Ok(super::pull_secrets::PullSecrets {
+            carried: planned,
+            copies: Vec::new(),
             evidence: vec![
                 json!({"copied": false, "why": "in the cluster: launch copied them into the namespace"}),
             ],
         }),
-        Ok(wanted) => {
-            let context_namespace = cluster
-                .config
-                .as_ref()
-                .map_or_else(|| "default".to_owned(), |c| c.default_namespace.clone());
+        Ok(planned) => {
             let labels = cluster::run_labels(input.run_id);
-            super::pull_secrets::copy(
-                &cluster.admin,
-                &context_namespace,
-                &cluster.namespace,
-                &labels,
-                &wanted,
-            )
-            .await
-            .map_err(|(refused, copied)| {
-                cluster.pull_secret_copies = copied;
-                refused
-            })
+            super::pull_secrets::copy(&cluster.admin, &cluster.namespace, &labels, &planned)
+                .await
+                .map_err(|(refused, copies)| {
+                    cluster.pull_secret_copies = copies;
+                    refused
+                })
         }
         Err(refused) => Err(refused),
     };
     if let Ok(made) = &copied {
-        cluster.pull_secret_copies = made.copied.clone();
+        cluster.pull_secret_copies = made.copies.clone();
     }
     input
         .setup
         .step("pull_secrets", started, copied, |made| json!(made.evidence))
-        .map(|made| made.names)
+        .map(|made| made.carried)
 }
 
 /// The task Pod as a session of `identity` would compose it, with the run's images.
@@ -630,7 +654,7 @@ fn task_pod(
     images: &ImageSet,
     arch: Arch,
     identity: &SessionIdentity,
-    pull_secrets: &[String],
+    pull_secrets: &[super::pull_secrets::Planned],
 ) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
     let template = input
         .template
@@ -646,7 +670,7 @@ fn task_pod(
         workspace: WorkspaceSource::EmptyDir,
         create_nonce: &create_nonce(),
     })?;
-    super::pull_secrets::carry(&mut pod, pull_secrets);
+    super::pull_secrets::carry_planned(&mut pod, pull_secrets);
     Ok(pod)
 }
 
@@ -658,7 +682,7 @@ async fn warm_up(
     cluster: &Cluster,
     images: &ImageSet,
     arch: Arch,
-    pull_secrets: &[String],
+    pull_secrets: &[super::pull_secrets::Planned],
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let Some(timeout) = input.config.warm_up_timeout else {

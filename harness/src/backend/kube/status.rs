@@ -5,6 +5,45 @@
 use super::backend::KubeBackend;
 use k8s_openapi::api::core::v1::Pod;
 
+/// What keeps a Pod from starting ([`KubeBackend::why_cannot_start`]), by how it is fixed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CannotStart {
+    /// The registry refused the pull for want of credentials: the fix is a pull secret
+    /// ([`super::pull_secrets::AUTH_FIX`]).
+    PullRefusedCredentials(String),
+    /// An image the node cannot pull (absent, a name no resolver knows, never pulled).
+    Image(String),
+    /// A configuration the kubelet cannot create (`CreateContainerConfigError`: a Secret or
+    /// variable the Pod names is missing).
+    Config(String),
+    /// No node matches the Pod's node selector or affinity.
+    NoNodeMatches(String),
+}
+
+impl CannotStart {
+    /// The cause, without a fix.
+    pub fn cause(&self) -> &str {
+        match self {
+            Self::PullRefusedCredentials(cause)
+            | Self::Image(cause)
+            | Self::Config(cause)
+            | Self::NoNodeMatches(cause) => cause,
+        }
+    }
+}
+
+/// The cause; a refused credential with its fix on the next line.
+impl std::fmt::Display for CannotStart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::PullRefusedCredentials(cause) => {
+                write!(f, "{cause}\n  fix: {}", super::pull_secrets::AUTH_FIX)
+            }
+            other => f.write_str(other.cause()),
+        }
+    }
+}
+
 impl KubeBackend {
     /// Why `container` is not running yet (waiting reason and message), for timeouts.
     pub(super) fn waiting_reason(pod: &Pod, container: &str) -> String {
@@ -73,6 +112,11 @@ impl KubeBackend {
     /// `PodInitializing`) are progress, and so is every other `Unschedulable`: a scheduler
     /// places the Pod once capacity frees (see [`KubeBackend::scheduling`]).
     pub fn cannot_start(pod: &Pod) -> Option<String> {
+        Self::why_cannot_start(pod).map(|cause| cause.to_string())
+    }
+
+    /// [`KubeBackend::cannot_start`]'s cause, by kind: each is fixed differently.
+    pub fn why_cannot_start(pod: &Pod) -> Option<CannotStart> {
         const FATAL: [&str; 5] = [
             "ErrImagePull",
             "ImagePullBackOff",
@@ -112,17 +156,20 @@ impl KubeBackend {
                 let unauthorized = matches!(reason.as_str(), "ErrImagePull" | "ImagePullBackOff")
                     && pull_refused_for_authentication(&message);
                 if unauthorized {
-                    return Some(format!(
-                        "container {} (image {}) is waiting: {reason}: {message}: the registry refused the pull for want of credentials (authentication; many registries answer so for a repository they do not have, too)\n  fix: {}",
-                        c.name,
-                        c.image,
-                        super::pull_secrets::AUTH_FIX
-                    ));
+                    return Some(CannotStart::PullRefusedCredentials(format!(
+                        "container {} (image {}) is waiting: {reason}: {message}: the registry refused the pull for want of credentials (authentication; many registries answer so for a repository they do not have, too)",
+                        c.name, c.image,
+                    )));
                 }
-                return Some(format!(
+                let cause = format!(
                     "container {} (image {}) is waiting: {reason}: {message}",
                     c.name, c.image,
-                ));
+                );
+                return Some(if reason == "CreateContainerConfigError" {
+                    CannotStart::Config(cause)
+                } else {
+                    CannotStart::Image(cause)
+                });
             }
         }
         match Self::scheduling(pod)? {
@@ -140,9 +187,9 @@ impl KubeBackend {
                         selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
                     format!(" (the Pod's nodeSelector: {})", pairs.join(", "))
                 };
-                Some(format!(
+                Some(CannotStart::NoNodeMatches(format!(
                     "no node matches the Pod's node selector or affinity (Unschedulable): {message}{selector}"
-                ))
+                )))
             }
             Scheduling::MissingClaim { .. } | Scheduling::Waiting(_) => None,
         }

@@ -26,7 +26,7 @@ use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder, StartContainerOptions,
 };
-use kandev_report::{CleanupOutcome, CleanupRecord};
+use kandev_report::CleanupRecord;
 use std::collections::{BTreeMap, HashMap};
 
 /// Label on a run's lease container: the run id.
@@ -248,16 +248,7 @@ impl Leased {
         let started = std::time::Instant::now();
         let object = format!("container/{}", lease.name);
         let result = lease.release().await;
-        Some(CleanupRecord {
-            object,
-            outcome: if result.is_ok() {
-                CleanupOutcome::Removed
-            } else {
-                CleanupOutcome::Failed
-            },
-            duration_ms: started.elapsed().as_millis() as u64,
-            error: result.err(),
-        })
+        Some(CleanupRecord::timed(object, started, result))
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 /// `describe()`), with `escalate` and `bind` on roles (so the executor's rules need not be held).
 fn operator_role(ns: &str, without: &str) -> Role {
     let executor = executor_role(ns, WorkspaceMode::EmptyDir, &run_labels("r"));
-    let mut rules: Vec<PolicyRule> = operator_needs(ns, true, false, &executor, true)
+    let mut rules: Vec<PolicyRule> = operator_needs(ns, true, false, &executor, true, &[])
         .into_iter()
         .filter(|need| need.describe() != without)
         .map(|need| PolicyRule {
@@ -110,6 +110,7 @@ async fn set_up_as_operator(
         None,
         false,
         run,
+        &[],
     )
     .await
 }

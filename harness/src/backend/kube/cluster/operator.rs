@@ -10,6 +10,7 @@
 
 use super::executor::EXECUTOR;
 use crate::backend::kube::errors::{ClusterError, setup};
+use crate::backend::kube::pull_secrets::{self, Planned};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -78,23 +79,41 @@ pub struct Need {
     pub name: Option<String>,
     /// False for cluster-scoped resources (namespaces).
     pub namespaced: bool,
+    /// Asked in this namespace, not the run's (an image pull secret's own).
+    pub namespace: Option<String>,
     pub why: &'static str,
 }
 
 impl Need {
-    fn new(verb: &str, group: &str, resource: &str, why: &'static str) -> Self {
+    pub(in crate::backend::kube) fn new(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        why: &'static str,
+    ) -> Self {
         Self {
             verb: verb.into(),
             group: group.into(),
             resource: resource.into(),
             name: None,
             namespaced: true,
+            namespace: None,
             why,
         }
     }
 
-    fn named(mut self, name: &str) -> Self {
+    pub(in crate::backend::kube) fn named(mut self, name: &str) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// Asked in `namespace` (nothing changes when it is the run's).
+    pub(in crate::backend::kube) fn in_namespace(
+        mut self,
+        namespace: &str,
+        run_namespace: &str,
+    ) -> Self {
+        self.namespace = (namespace != run_namespace).then(|| namespace.to_owned());
         self
     }
 
@@ -104,8 +123,8 @@ impl Need {
     }
 
     /// `delete pods`, `create leases.coordination.k8s.io`, `create serviceaccounts/token
-    /// kandev-acceptance-executor`, `create namespaces (cluster-wide)`: what kubectl's
-    /// `auth can-i` takes.
+    /// kandev-acceptance-executor`, `create namespaces (cluster-wide)`, `get secrets regcred
+    /// -n ops`: what kubectl's `auth can-i` takes.
     pub fn describe(&self) -> String {
         let (resource, sub) = match self.resource.split_once('/') {
             Some((r, s)) => (r, format!("/{s}")),
@@ -122,21 +141,26 @@ impl Need {
         if !self.namespaced {
             text.push_str(" (cluster-wide)");
         }
+        if let Some(namespace) = &self.namespace {
+            text.push_str(&format!(" -n {namespace}"));
+        }
         text
     }
 }
 
 /// Everything a run from outside does with the operator's identity: the namespace (made and
 /// removed, or read when `--namespace` names it), the executor's account, token, Role and
-/// binding (and their removal from a named namespace), the bookkeeping ([`bookkeeper_rules`])
-/// and, RBAC letting an identity grant only what it holds (or may `escalate` and `bind`),
-/// the executor's rules themselves.
+/// binding (and their removal from a named namespace), the bookkeeping ([`bookkeeper_rules`]),
+/// the image pull secrets' reads and copies ([`pull_secrets::needs`]) and, RBAC letting an
+/// identity grant only what it holds (or may `escalate` and `bind`), the executor's rules
+/// themselves.
 pub fn operator_needs(
     namespace: &str,
     namespace_given: bool,
     node_inspector: bool,
     executor: &Role,
     may_escalate: bool,
+    pull_secrets: &[Planned],
 ) -> Vec<Need> {
     const RBAC: &str = "rbac.authorization.k8s.io";
     // A request on a namespace object is authorized in that namespace (`/namespaces/{name}`
@@ -203,6 +227,11 @@ pub fn operator_needs(
         "the run's bookkeeping (docs/operators.md, the bookkeeper's Role)",
         &mut needs,
     );
+    needs.extend(pull_secrets::needs(
+        pull_secrets,
+        namespace,
+        namespace_given,
+    ));
     if !may_escalate {
         from_rules(
             executor.rules.clone().unwrap_or_default(),
@@ -225,7 +254,9 @@ async fn allowed(client: &Client, namespace: &str, need: &Need) -> Result<bool, 
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
-                namespace: need.namespaced.then(|| namespace.to_owned()),
+                namespace: need
+                    .namespaced
+                    .then(|| need.namespace.as_deref().unwrap_or(namespace).to_owned()),
                 verb: Some(need.verb.clone()),
                 group: Some(need.group.clone()),
                 resource: Some(resource),
@@ -244,7 +275,8 @@ async fn allowed(client: &Client, namespace: &str, need: &Need) -> Result<bool, 
 }
 
 /// Before the run creates anything: asks, as the operator, every [`operator_needs`] in
-/// `namespace`, and refuses naming each one denied. A cluster that answers no
+/// `namespace` (an image pull secret's read in its own), and refuses naming each one denied.
+/// A cluster that answers no
 /// SelfSubjectAccessReview leaves it unchecked, said so in the evidence (the run's own
 /// requests then meet the API server's refusals).
 pub async fn operator_preflight(
@@ -253,6 +285,7 @@ pub async fn operator_preflight(
     namespace_given: bool,
     node_inspector: bool,
     executor: &Role,
+    pull_secrets: &[Planned],
 ) -> Result<Value, ClusterError> {
     const RBAC: &str = "rbac.authorization.k8s.io";
     let unchecked = |e: kube::Error| json!({"checked": false, "why": format!("SelfSubjectAccessReviews are not answered: {}", crate::error_chain(&e))});
@@ -275,6 +308,7 @@ pub async fn operator_preflight(
         node_inspector,
         executor,
         escalate,
+        pull_secrets,
     );
     let answers =
         futures_util::future::join_all(needs.iter().map(|n| allowed(client, namespace, n))).await;
@@ -317,7 +351,7 @@ mod tests {
     fn needs(namespace: Option<&str>, inspector: bool, escalate: bool) -> Vec<String> {
         let role = executor_role("ns", WorkspaceMode::ManagedPvc, &run_labels("r"));
         let name = namespace.unwrap_or("kandev-acceptance-r");
-        operator_needs(name, namespace.is_some(), inspector, &role, escalate)
+        operator_needs(name, namespace.is_some(), inspector, &role, escalate, &[])
             .iter()
             .map(Need::describe)
             .collect()
@@ -359,6 +393,46 @@ mod tests {
             !named
                 .iter()
                 .any(|n| n.contains("namespaces (cluster-wide)") && n.starts_with("create"))
+        );
+    }
+
+    #[test]
+    fn a_pull_secret_is_read_where_it_is_and_its_copy_made_and_removed() {
+        let role = executor_role("team-a", WorkspaceMode::EmptyDir, &run_labels("r"));
+        let wanted = pull_secrets::wanted(
+            &["ops/regcred".into(), "team-a/own".into()],
+            &Default::default(),
+        )
+        .unwrap_or_default();
+        let planned = pull_secrets::plan(&wanted, "default", "team-a", "r");
+        let copy = pull_secrets::copy_name("regcred", "r");
+        let named: Vec<String> = operator_needs("team-a", true, false, &role, true, &planned)
+            .iter()
+            .map(Need::describe)
+            .collect();
+        for need in [
+            "get secrets regcred -n ops".to_owned(),
+            "create secrets".to_owned(),
+            format!("get secrets {copy}"),
+            format!("delete secrets {copy}"),
+            "get secrets own".to_owned(),
+        ] {
+            assert!(named.contains(&need), "{need} not in {named:?}");
+        }
+        assert!(
+            !named.contains(&"delete secrets own".to_owned()),
+            "{named:?}"
+        );
+        // In the run's own namespace the copy goes with it.
+        let planned = pull_secrets::plan(&wanted, "default", "kandev-acceptance-r", "r");
+        let own: Vec<String> =
+            operator_needs("kandev-acceptance-r", false, false, &role, true, &planned)
+                .iter()
+                .map(Need::describe)
+                .collect();
+        assert!(
+            !own.iter().any(|n| n.starts_with("delete secrets")),
+            "{own:?}"
         );
     }
 

@@ -9,12 +9,13 @@ use super::lease::{Holder, RunLease};
 use super::operator::operator_preflight;
 use crate::backend::kube::errors::{ClusterError, namespace_create, setup};
 use crate::backend::kube::kind::{KindCluster, KindOptions};
+use crate::backend::kube::pull_secrets::Wanted;
 use crate::pod::identity::{LABEL_MANAGED, LABEL_RUN};
 use crate::pod::template::WorkspaceMode;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
-use kandev_report::{CleanupOutcome, CleanupRecord};
+use kandev_report::CleanupRecord;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Client, Config};
 use std::collections::BTreeMap;
@@ -55,7 +56,7 @@ pub struct Cluster {
     pub operator_access: serde_json::Value,
     /// The image pull secrets the run copied into an existing namespace (`--namespace`),
     /// removed at teardown; a namespace the run created takes its copies with it.
-    pub pull_secret_copies: Vec<String>,
+    pub pull_secret_copies: Vec<crate::backend::kube::pull_secrets::Copy>,
 }
 
 /// Labels of everything the run creates in the cluster (for `gc`).
@@ -86,6 +87,7 @@ impl Cluster {
         mode: WorkspaceMode,
         role_file: Option<&Path>,
         run_id: &str,
+        pull_secrets: &[Wanted],
     ) -> Result<Self, ClusterError> {
         let kind = KindCluster::up(options.clone())?;
         let context = format!("kind-{}", options.name);
@@ -98,6 +100,7 @@ impl Cluster {
             role_file,
             false,
             run_id,
+            pull_secrets,
         )
         .await
     }
@@ -110,13 +113,14 @@ impl Cluster {
         mode: WorkspaceMode,
         run_id: &str,
     ) -> Result<Self, ClusterError> {
-        Self::set_up_with_role(reached, kind, namespace, mode, None, false, run_id).await
+        Self::set_up_with_role(reached, kind, namespace, mode, None, false, run_id, &[]).await
     }
 
     /// [`Cluster::set_up`], the executor bound to `role_file`'s rules when given
     /// (`--executor-role`), else to Kandev's ([`executor_role`]). Before anything is created,
     /// the operator's identity is asked for all the run will do with it
-    /// ([`super::operator_preflight`]; `node_inspector`: it also runs the inspector's Pods).
+    /// ([`super::operator_preflight`]; `node_inspector`: it also runs the inspector's Pods;
+    /// `pull_secrets`: it also reads and copies them).
     #[allow(clippy::too_many_arguments)]
     pub async fn set_up_with_role(
         reached: Reached,
@@ -126,6 +130,7 @@ impl Cluster {
         role_file: Option<&Path>,
         node_inspector: bool,
         run_id: &str,
+        pull_secrets: &[Wanted],
     ) -> Result<Self, ClusterError> {
         let Reached {
             admin,
@@ -143,8 +148,21 @@ impl Cluster {
         };
 
         let target = namespace.map_or_else(|| run_namespace(run_id), str::to_owned);
-        let operator_access =
-            operator_preflight(&admin, &target, namespace.is_some(), node_inspector, &role).await?;
+        let planned = crate::backend::kube::pull_secrets::plan(
+            pull_secrets,
+            &config.default_namespace,
+            &target,
+            run_id,
+        );
+        let operator_access = operator_preflight(
+            &admin,
+            &target,
+            namespace.is_some(),
+            node_inspector,
+            &role,
+            &planned,
+        )
+        .await?;
 
         let namespaces: Api<Namespace> = Api::all(admin.clone());
         let (namespace, created_namespace) = match namespace {
@@ -303,7 +321,7 @@ impl Cluster {
         let started = Instant::now();
         let object = format!("lease/{}", lease.name);
         let result = lease.release().await;
-        Some(cleanup_record(object, started, result))
+        Some(CleanupRecord::timed(object, started, result))
     }
 
     /// Gives the run's Lease up (once) and leaves it for `gc`: what the run kept (`--keep`,
@@ -316,7 +334,7 @@ impl Cluster {
         let result = lease.give_up().await;
         result
             .is_err()
-            .then(|| cleanup_record(object, started, result))
+            .then(|| CleanupRecord::timed(object, started, result))
     }
 
     async fn set_up_executor(
@@ -409,7 +427,11 @@ impl Cluster {
         if self.created_namespace {
             let started = Instant::now();
             let result = delete_if_present(Api::<Namespace>::all(admin.clone()), ns).await;
-            records.push(cleanup_record(format!("namespace/{ns}"), started, result));
+            records.push(CleanupRecord::timed(
+                format!("namespace/{ns}"),
+                started,
+                result,
+            ));
         } else {
             records.extend(
                 crate::backend::kube::pull_secrets::remove(admin, ns, &self.pull_secret_copies)
@@ -421,7 +443,7 @@ impl Cluster {
             let result =
                 delete_if_present(Api::<RoleBinding>::namespaced(admin.clone(), ns), EXECUTOR)
                     .await;
-            records.push(cleanup_record(
+            records.push(CleanupRecord::timed(
                 format!("rolebinding/{EXECUTOR}"),
                 started,
                 result,
@@ -429,14 +451,18 @@ impl Cluster {
             let started = Instant::now();
             let result =
                 delete_if_present(Api::<Role>::namespaced(admin.clone(), ns), EXECUTOR).await;
-            records.push(cleanup_record(format!("role/{EXECUTOR}"), started, result));
+            records.push(CleanupRecord::timed(
+                format!("role/{EXECUTOR}"),
+                started,
+                result,
+            ));
             let started = Instant::now();
             let result = delete_if_present(
                 Api::<ServiceAccount>::namespaced(admin.clone(), ns),
                 EXECUTOR,
             )
             .await;
-            records.push(cleanup_record(
+            records.push(CleanupRecord::timed(
                 format!("serviceaccount/{EXECUTOR}"),
                 started,
                 result,
@@ -449,7 +475,7 @@ impl Cluster {
         {
             let started = Instant::now();
             let result = kind.delete().map_err(|e| e.to_string());
-            records.push(cleanup_record(
+            records.push(CleanupRecord::timed(
                 format!("kind-cluster/{}", kind.options.name),
                 started,
                 result,
@@ -506,20 +532,6 @@ fn granted_lifetime(
     (left.is_positive() && expires.0 > k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
         .then(|| Duration::try_from(left).ok())
         .flatten()
-}
-
-/// A teardown step's record.
-fn cleanup_record(object: String, started: Instant, result: Result<(), String>) -> CleanupRecord {
-    CleanupRecord {
-        object,
-        outcome: if result.is_ok() {
-            CleanupOutcome::Removed
-        } else {
-            CleanupOutcome::Failed
-        },
-        duration_ms: started.elapsed().as_millis() as u64,
-        error: result.err(),
-    }
 }
 
 /// Deletes `name` by its UID (read first: a precondition makes the delete safe to repeat

@@ -4,8 +4,8 @@
 
 use super::LaunchError;
 use super::objects::{CONTAINER, LaunchPlan};
-use crate::backend::kube::KubeBackend;
 use crate::backend::kube::errors::ClusterError;
+use crate::backend::kube::{CannotStart, KubeBackend};
 use futures_util::AsyncBufReadExt;
 use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -183,27 +183,22 @@ pub(super) async fn follow(
             }
             continue;
         };
-        if let Some(reason) = KubeBackend::cannot_start(&pod) {
-            // A registry that wants credentials: the reason names its own fix (a pull secret,
-            // which launch copies and the Job's Pod carries).
-            if let Some((refused, _)) = reason.split_once("\n  fix: ") {
-                return Err(LaunchError::ImageCannotStart {
-                    image: plan.harness_image.clone(),
-                    reason: refused.to_owned(),
-                    fix: crate::backend::kube::pull_secrets::AUTH_FIX.to_owned(),
-                });
-            }
-            let fix = if reason.contains("CreateContainerConfigError") {
-                "the Pod's configuration names what is missing (a Secret, a variable); see `kubectl describe pod`".to_owned()
-            } else {
-                format!(
+        if let Some(cause) = KubeBackend::why_cannot_start(&pod) {
+            let fix = match &cause {
+                // A registry that wants credentials: a pull secret, which launch copies and
+                // the Job's Pod carries.
+                CannotStart::PullRefusedCredentials(_) => {
+                    crate::backend::kube::pull_secrets::AUTH_FIX.to_owned()
+                }
+                CannotStart::Config(_) => "the Pod's configuration names what is missing (a Secret, a variable); see `kubectl describe pod`".to_owned(),
+                CannotStart::Image(_) | CannotStart::NoNodeMatches(_) => format!(
                     "push it where the cluster's nodes pull from and pass that reference to --harness-image (Kind: `docker save {0} -o h.tar && kind load image-archive h.tar`)",
                     plan.harness_image
-                )
+                ),
             };
             return Err(LaunchError::ImageCannotStart {
                 image: plan.harness_image.clone(),
-                reason,
+                reason: cause.cause().to_owned(),
                 fix,
             });
         }

@@ -158,6 +158,8 @@ enum Created {
     Role(String),
     RoleBinding(String),
     Secret(String),
+    /// An image pull secret's copy, removed by its UID ([`super::pull_secrets::remove`]).
+    PullSecretCopy(super::pull_secrets::Copy),
     Job(String),
 }
 
@@ -241,20 +243,14 @@ async fn create(
     *lease = Some(RunLease::take(admin, &ns, &plan.run_id, Holder::Launch).await?);
     // The pull secrets before any Pod: the Job's Pod and the run's carry them. A bare NAME
     // is read from the kubeconfig context's namespace (the client's default).
-    if !plan.pull_secrets.is_empty() {
-        let copied = super::pull_secrets::copy(
-            admin,
-            admin.default_namespace(),
-            &ns,
-            &plan.labels(),
-            &plan.pull_secrets,
-        )
-        .await;
-        let (copied, refused) = match copied {
-            Ok(made) => (made.copied, None),
-            Err((refused, copied)) => (copied, Some(refused)),
+    let planned = plan.planned_pull_secrets(admin.default_namespace());
+    if !planned.is_empty() {
+        let copied = super::pull_secrets::copy(admin, &ns, &plan.labels(), &planned).await;
+        let (copies, refused) = match copied {
+            Ok(made) => (made.copies, None),
+            Err((refused, copies)) => (copies, Some(refused)),
         };
-        created.extend(copied.into_iter().map(Created::Secret));
+        created.extend(copies.into_iter().map(Created::PullSecretCopy));
         if let Some(refused) = refused {
             return Err(refused.into());
         }
@@ -343,7 +339,7 @@ async fn create(
             "put the bookkeeper's token into secret {job}"
         )))?;
     Api::<Job>::namespaced(admin.clone(), &ns)
-        .create(&pp, &plan.job())
+        .create(&pp, &plan.job(admin.default_namespace()))
         .await
         .map_err(failed(format!("create job {job}")))?;
     created.push(Created::Job(job));
@@ -410,6 +406,16 @@ async fn remove(
                         .await,
                 ),
             ),
+            Created::PullSecretCopy(copy) => {
+                let removed = super::pull_secrets::remove(admin, &ns, std::slice::from_ref(copy))
+                    .await
+                    .into_iter()
+                    .next();
+                match removed {
+                    Some(record) => (record.object, record.error.map_or(Ok(()), Err)),
+                    None => continue,
+                }
+            }
             Created::Job(name) => (
                 format!("job/{name}"),
                 gone(

@@ -3,6 +3,7 @@
 //! and bindings, the Secret with the run's inputs, and the Job running the harness image.
 
 use crate::backend::kube::cluster::{EXECUTOR, bookkeeper_rules, run_namespace};
+use crate::backend::kube::pull_secrets::{self, Planned};
 use crate::pod::identity::{LABEL_LAUNCH, LABEL_MANAGED, LABEL_RUN};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
@@ -72,7 +73,7 @@ pub struct LaunchPlan {
     /// The image pull secrets (`--image-pull-secret`, the template's `imagePullSecrets`):
     /// copied into the namespace before the Job, carried by the Job's Pod (the harness image
     /// may be in the same private registry) and, in the run, by every Pod it creates.
-    pub pull_secrets: Vec<crate::backend::kube::pull_secrets::Wanted>,
+    pub pull_secrets: Vec<pull_secrets::Wanted>,
 }
 
 impl LaunchPlan {
@@ -212,10 +213,23 @@ impl LaunchPlan {
         args
     }
 
+    /// The image pull secrets as `launch` copies them, a bare NAME read from
+    /// `context_namespace` (its kubeconfig context's).
+    pub fn planned_pull_secrets(&self, context_namespace: &str) -> Vec<Planned> {
+        pull_secrets::plan(
+            &self.pull_secrets,
+            context_namespace,
+            &self.namespace(),
+            &self.run_id,
+        )
+    }
+
     /// The Job: one Pod, never retried (a failed run is the answer), as the executor's
     /// service account, its deadline the run's plus the hold; removed an hour after it
-    /// ends should `launch` itself be killed.
-    pub fn job(&self) -> Job {
+    /// ends should `launch` itself be killed. Its Pod carries the image pull secrets as
+    /// launch copies them from `context_namespace`, and tells the run inside where a bare
+    /// NAME was read, so that it carries the same copies.
+    pub fn job(&self, context_namespace: &str) -> Job {
         let mut pod_labels = BTreeMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_LAUNCH.to_owned(), self.run_id.clone()),
@@ -226,11 +240,18 @@ impl LaunchPlan {
             image: Some(self.harness_image.clone()),
             image_pull_policy: Some("IfNotPresent".into()),
             args: Some(self.pod_args()),
-            env: Some(vec![EnvVar {
-                name: crate::backend::kube::setup::HARNESS_IMAGE_ENV.into(),
-                value: Some(self.harness_image.clone()),
-                ..Default::default()
-            }]),
+            env: Some(vec![
+                EnvVar {
+                    name: crate::backend::kube::setup::HARNESS_IMAGE_ENV.into(),
+                    value: Some(self.harness_image.clone()),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: pull_secrets::LAUNCH_CONTEXT_NAMESPACE_ENV.into(),
+                    value: Some(context_namespace.to_owned()),
+                    ..Default::default()
+                },
+            ]),
             security_context: Some(SecurityContext {
                 allow_privilege_escalation: Some(false),
                 capabilities: Some(Capabilities {
@@ -254,7 +275,7 @@ impl LaunchPlan {
             ]),
             ..Default::default()
         };
-        let spec = PodSpec {
+        let mut spec = PodSpec {
             // The harness image is built on the machine `launch` runs on (harness-image.sh),
             // so for its architecture: on a cluster of mixed nodes the Job lands on one that
             // runs it, not on one where it dies with "exec format error"; a cluster with no
@@ -287,14 +308,6 @@ impl LaunchPlan {
                 ..Default::default()
             }),
             containers: vec![container],
-            image_pull_secrets: (!self.pull_secrets.is_empty()).then(|| {
-                self.pull_secrets
-                    .iter()
-                    .map(|w| k8s_openapi::api::core::v1::LocalObjectReference {
-                        name: w.name.clone(),
-                    })
-                    .collect()
-            }),
             volumes: Some(vec![
                 Volume {
                     name: "reports".into(),
@@ -314,6 +327,10 @@ impl LaunchPlan {
             ]),
             ..Default::default()
         };
+        pull_secrets::carry_in_spec(
+            &mut spec,
+            &pull_secrets::names(&self.planned_pull_secrets(context_namespace)),
+        );
         Job {
             metadata: self.meta(&self.job_name()),
             spec: Some(JobSpec {
@@ -367,7 +384,7 @@ mod tests {
     #[test]
     fn the_jobs_pod_carries_the_pull_secrets() {
         let secrets = |plan: &LaunchPlan| -> Vec<String> {
-            plan.job()
+            plan.job("default")
                 .spec
                 .and_then(|s| s.template.spec)
                 .and_then(|s| s.image_pull_secrets)
@@ -378,19 +395,25 @@ mod tests {
         };
         assert!(secrets(&plan()).is_empty());
         let mut with = plan();
-        with.pull_secrets = crate::backend::kube::pull_secrets::wanted(
-            &["ops/regcred".into()],
-            &Default::default(),
-        )
-        .unwrap_or_default();
-        assert_eq!(secrets(&with), ["regcred"]);
+        with.pull_secrets =
+            pull_secrets::wanted(&["ops/regcred".into(), "own".into()], &Default::default())
+                .unwrap_or_default();
+        // Read from ops: the run's copy; `own` from the launch's namespace itself: as it is.
+        with.namespace = Some("default".into());
+        assert_eq!(
+            secrets(&with),
+            [
+                pull_secrets::copy_name("regcred", &with.run_id),
+                "own".to_owned()
+            ]
+        );
     }
 
     /// The Job runs once, as the executor with its token mounted, as a non-root user, within
     /// the run's time and the hold; its Pod carries no run label (the run would count it).
     #[test]
     fn the_job_runs_once_as_the_executor_without_the_run_label() {
-        let job = plan().job();
+        let job = plan().job("default");
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(0));
         assert_eq!(spec.active_deadline_seconds, Some(4200));

@@ -48,6 +48,7 @@ async fn launchs_job_and_roles_are_admitted_by_a_real_api_server() {
     let run_id = new_run_id();
     let ns = format!("kandev-launch-{run_id}");
     namespace(&client, &ns, json!({})).await;
+    // No pull secrets: the context namespace the Job names for them is not read.
     let plan = LaunchPlan {
         run_id: run_id.clone(),
         namespace: Some(ns.clone()),
@@ -66,7 +67,7 @@ async fn launchs_job_and_roles_are_admitted_by_a_real_api_server() {
     let jobs = Api::<Job>::namespaced(client.clone(), &ns);
     let roles = Api::<Role>::namespaced(client.clone(), &ns);
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), &ns);
-    if let Err(e) = jobs.create(&dry(), &plan.job()).await {
+    if let Err(e) = jobs.create(&dry(), &plan.job("default")).await {
         panic!("launch's Job: {e}");
     }
     for role in [plan.executor_role(), plan.bookkeeper_role()] {
@@ -80,7 +81,7 @@ async fn launchs_job_and_roles_are_admitted_by_a_real_api_server() {
 
     // The controls.
     let with_spec = |change: &dyn Fn(&mut serde_json::Value)| -> Job {
-        let mut job = serde_json::to_value(plan.job()).unwrap();
+        let mut job = serde_json::to_value(plan.job("default")).unwrap();
         change(&mut job["spec"]);
         serde_json::from_value(job).unwrap()
     };

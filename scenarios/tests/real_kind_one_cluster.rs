@@ -554,7 +554,7 @@ fn strike(cluster: &Cluster, fault: Fault) -> Result<(), Failed> {
                 &cluster.name,
                 "--run-id",
                 &run_id,
-                "--report",
+                "--report-dir",
                 reports.path().to_str().unwrap(),
                 "--exact",
                 SCENARIO,

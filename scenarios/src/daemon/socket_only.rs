@@ -312,7 +312,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             let asked = session
                 .agent_sh(
                     &sockets::ask_addresses_probe(&foreign),
-                    Duration::from_secs(20 + 10 * foreign.len() as u64),
+                    Duration::from_secs(20 + 20 * foreign.len() as u64),
                 )
                 .await?;
             ctx.evidence(
@@ -383,7 +383,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let asked = session
             .in_daemon(
                 &["sh", "-c", &sockets::ask_listeners_probe(&listeners)],
-                Duration::from_secs(30 + 10 * listeners.len() as u64),
+                Duration::from_secs(30 + 20 * listeners.len() as u64),
             )
             .await?;
         ctx.evidence(

@@ -8,6 +8,9 @@
 /// server (its 404 page).
 pub const ANSWERED: &str = "Error response from daemon";
 
+/// What Go's HTTP server answers plain HTTP on a TLS listener (`net/http`, `server.go`).
+const TLS_LISTENER: &str = "Client sent an HTTP request to an HTTPS server";
+
 /// What moby's authorization middleware answers a request a plugin refuses.
 pub const DENIED_BY_PLUGIN: &str = "authorization denied by plugin";
 
@@ -15,15 +18,16 @@ pub const DENIED_BY_PLUGIN: &str = "authorization denied by plugin";
 /// address, or an IPv6 one in brackets) with the first HTTP client there (curl, python3,
 /// perl — Debian's essential perl-base —, wget), each run after PREFIX (word-split: `''`, or
 /// `nsenter -t PID -n` for another network namespace), printing the status line, the
-/// headers and the body; status 127 and a line saying so when there is none.
+/// headers and the body; status 127 and a line saying so when there is none. No proxy: the
+/// listener itself is asked, whatever the image's `http_proxy` says.
 pub const PING_FUNCTION: &str = r#"docker_ping() {
-  pre=$1; h=$2; p=$3; bare=${h#[}; bare=${bare%]}
-  if command -v curl >/dev/null 2>&1; then $pre timeout 8 curl -sS -i -m 5 "http://$h:$p/_ping"
+  pre=$1; h=$2; p=$3; bare=${h#\[}; bare=${bare%\]}
+  if command -v curl >/dev/null 2>&1; then $pre timeout 8 curl -sS -i -m 5 --noproxy '*' "http://$h:$p/_ping"
   elif command -v python3 >/dev/null 2>&1; then $pre timeout 8 python3 -c 'import sys, http.client as c
 x = c.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=5); x.request("GET", "/_ping"); r = x.getresponse()
 print("HTTP/1.1", r.status); [print(k + ": " + v) for k, v in r.getheaders()]; print(); print(r.read(256).decode("latin-1"))' "$bare" "$p"
   elif command -v perl >/dev/null 2>&1; then $pre timeout 8 perl -MIO::Socket::IP -e '$s = IO::Socket::IP->new(PeerHost => $ARGV[0], PeerPort => $ARGV[1], Timeout => 5) or die "connect: $@\n"; print $s "GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n"; print while <$s>' "$bare" "$p"
-  elif command -v wget >/dev/null 2>&1; then $pre timeout 8 wget -S -q -O - -T 5 "http://$h:$p/_ping" 2>&1
+  elif command -v wget >/dev/null 2>&1; then $pre timeout 8 wget --no-proxy -S -q -O - -T 5 "http://$h:$p/_ping" 2>&1
   else echo "no HTTP client (curl, python3, perl or wget) here"; return 127; fi
 }
 "#;
@@ -57,13 +61,16 @@ pub fn ping_answer(cli: &str, exit_code: Option<i32>, text: &str) -> Ping {
             "the CLI's requests were refused: {DENIED_BY_PLUGIN} ..."
         ));
     }
+    // The headers only: up to the first empty line (a body line never names a header).
     let header = |wanted: &str| {
-        text.lines().find_map(|line| {
-            let (name, value) = line.trim().split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case(wanted)
-                .then(|| value.trim().to_owned())
-        })
+        text.lines()
+            .take_while(|l| !l.trim().is_empty())
+            .find_map(|line| {
+                let (name, value) = line.trim().split_once(':')?;
+                name.trim()
+                    .eq_ignore_ascii_case(wanted)
+                    .then(|| value.trim().to_owned())
+            })
     };
     if let Some(version) = header("api-version") {
         return Ping::DockerApi(format!("Api-Version {version}"));
@@ -73,6 +80,13 @@ pub fn ping_answer(cli: &str, exit_code: Option<i32>, text: &str) -> Ping {
     }
     if text.contains(DENIED_BY_PLUGIN) {
         return Ping::DockerApi(format!("its /_ping was refused: {DENIED_BY_PLUGIN} ..."));
+    }
+    // A TLS listener (dockerd's `--tls` among them) answers plain HTTP with Go's 400 and no
+    // headers: that tells nothing of what it serves.
+    if text.contains(TLS_LISTENER) {
+        return Ping::Unanswered(format!(
+            "a TLS listener (\"{TLS_LISTENER}\"): a plain-HTTP /_ping tells nothing"
+        ));
     }
     let status_line = text.lines().any(|line| {
         line.trim_start().starts_with("HTTP/1.") || line.trim_start().starts_with("HTTP/2")
@@ -168,6 +182,11 @@ mod tests {
         let not_found =
             "HTTP/1.1 404 Not Found\nContent-Type: text/html\n\n<html>File not found</html>";
         assert_eq!(ping_answer("", Some(0), not_found), Ping::Other);
+        // A TLS listener tells nothing; a body line is no header.
+        let tls = "HTTP/1.0 400 Bad Request\n\nClient sent an HTTP request to an HTTPS server.\n";
+        assert!(matches!(ping_answer("", Some(0), tls), Ping::Unanswered(_)));
+        let body = "HTTP/1.1 404 Not Found\nContent-Type: text/plain\n\nApi-Version: 1.41\n";
+        assert_eq!(ping_answer("", Some(0), body), Ping::Other);
         // OK alone (any health endpoint) is not a Docker API.
         assert_eq!(
             ping_answer("", Some(0), "HTTP/1.1 200 OK\n\nOK"),

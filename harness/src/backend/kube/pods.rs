@@ -188,9 +188,10 @@ pub(super) async fn wait_running(
                 // lags behind (seen on real Kind after the API server's restart: `not found`
                 // for a minute while the claim existed), which no grace judges; only the
                 // Pod's own bound ends that wait.
+                // A claim that cannot be read (the API server restarting) starts no grace.
                 let lagging = match &scheduling {
                     Some(Scheduling::MissingClaim { claim, .. }) => {
-                        claim_exists(backend, claim).await?
+                        claim_exists(backend, claim).await.unwrap_or(true)
                     }
                     _ => false,
                 };

@@ -798,20 +798,22 @@ pub fn held_tcp_listeners(processes: &[DaemonProcess]) -> Vec<HeldListener> {
 /// `docker -H HOST version` (5 s) after PREFIX (word-split) and prints `api` when it
 /// succeeds, `unasked` when `nsenter` failed, `other` when nothing HTTP answered; on an HTTP
 /// error back ([`ANSWERED`]: a daemon refusing this client, or any web server's 404) it
-/// prints `answered`, then the CLI's error line (`cli ...`), what a raw `/_ping`
-/// ([`PING_FUNCTION`]) printed, and `exit N`: [`ping_answer`] judges them.
+/// prints `answered`, then the CLI's error line (`#cli ...`), what a raw `/_ping`
+/// ([`PING_FUNCTION`]) printed (each line after `> `, so that no body line reads as ours),
+/// and `#exit N`: [`ping_answer`] judges them.
 fn ask_functions() -> String {
     format!(
-        r#"{PING_FUNCTION}ask() {{
+        r##"{PING_FUNCTION}ask() {{
   out=$($1 docker -H "$2" version --format '{{{{.Server.Version}}}}' 2>&1); rc=$?
   if [ $rc -eq 0 ]; then echo api
   elif printf '%s' "$out" | grep -q '^nsenter:'; then echo unasked
   elif printf '%s' "$out" | grep -q '{ANSWERED}'; then
-    echo answered; printf '%s\n' "$out" | grep '{ANSWERED}' | sed 's/^/cli /'
-    hp=${{2#tcp://}}; docker_ping "$1" "${{hp%:*}}" "${{hp##*:}}" 2>&1; echo "exit $?"
+    echo answered; printf '%s\n' "$out" | grep '{ANSWERED}' | sed 's/^/#cli /'
+    hp=${{2#tcp://}}; ping=$(docker_ping "$1" "${{hp%:*}}" "${{hp##*:}}" 2>&1); rc=$?
+    printf '%s\n' "$ping" | sed 's/^/> /'; echo "#exit $rc"
   else echo other; fi
 }}
-"#
+"##
     )
 }
 
@@ -869,12 +871,12 @@ fn answers(text: &str) -> Vec<Answer<'_>> {
         };
         let (mut cli, mut code, mut ping) = (String::new(), None, String::new());
         while let Some(more) = lines.peek().and_then(|l| l.strip_prefix("| ")) {
-            if let Some(error) = more.strip_prefix("cli ") {
+            if let Some(error) = more.strip_prefix("#cli ") {
                 cli.push_str(error);
-            } else if let Some(status) = more.strip_prefix("exit ") {
+            } else if let Some(status) = more.strip_prefix("#exit ") {
                 code = status.trim().parse().ok();
-            } else {
-                ping.push_str(more);
+            } else if let Some(line) = more.strip_prefix("> ").or(more.strip_prefix(">")) {
+                ping.push_str(line);
                 ping.push('\n');
             }
             lines.next();
@@ -1317,7 +1319,7 @@ mod tests {
         ];
         let none = (Vec::<String>::new(), Vec::<String>::new());
         // Nothing HTTP, or a web server whose /_ping carries no Api-Version: nothing wrong.
-        let good = "control api\nother 7 0.0.0.0:2375\nanswered 9 [::]:8080\n| cli Error response from daemon: page not found\n| HTTP/1.0 404 Not Found\n| Server: BaseHTTP/0.6\n| exit 0\n== end\n";
+        let good = "control api\nother 7 0.0.0.0:2375\nanswered 9 [::]:8080\n| #cli Error response from daemon: page not found\n| > HTTP/1.0 404 Not Found\n| > Server: BaseHTTP/0.6\n| #exit 0\n== end\n";
         assert_eq!(judge_asked_listeners(&listeners, good), none);
         // A daemon refusing the CLI: its /_ping carries Api-Version.
         let refusing = good.replace("Server: BaseHTTP/0.6", "Api-Version: 1.41");
@@ -1331,7 +1333,7 @@ mod tests {
             vec!["a Docker API answers on tcp 0.0.0.0:2375 in the network namespace of process 7 (engine-api)".to_owned()]
         );
         // An HTTP error back with no client to read /_ping raw: untold, not wrong.
-        let untold = "control api\nother 7 0.0.0.0:2375\nanswered 9 [::]:8080\n| cli Error response from daemon: page not found\n| no HTTP client (curl, python3, perl or wget) here\n| exit 127\n== end\n";
+        let untold = "control api\nother 7 0.0.0.0:2375\nanswered 9 [::]:8080\n| #cli Error response from daemon: page not found\n| > no HTTP client (curl, python3, perl or wget) here\n| #exit 127\n== end\n";
         let (wrong, untold) = judge_asked_listeners(&listeners, untold);
         assert!(wrong.is_empty(), "{wrong:?}");
         assert!(
@@ -1364,7 +1366,7 @@ mod tests {
 
     #[test]
     fn the_agents_answers_name_each_docker_api_among_the_listeners() {
-        let text = "api 0.0.0.0:2377\nother 127.0.0.1:9000\nanswered 127.0.0.1:3000\n| cli Error response from daemon: 404 page not found\n| HTTP/1.1 404 Not Found\n| exit 0\nanswered [::]:2376\n| cli Error response from daemon: x\n| exit 124\n== end\n";
+        let text = "api 0.0.0.0:2377\nother 127.0.0.1:9000\nanswered 127.0.0.1:3000\n| #cli Error response from daemon: 404 page not found\n| > HTTP/1.1 404 Not Found\n| #exit 0\nanswered [::]:2376\n| #cli Error response from daemon: x\n| #exit 124\n== end\n";
         assert_eq!(
             docker_apis_among(text),
             vec![

@@ -188,10 +188,12 @@ pub(super) async fn wait_running(
                 // lags behind (seen on real Kind after the API server's restart: `not found`
                 // for a minute while the claim existed), which no grace judges; only the
                 // Pod's own bound ends that wait.
-                // A claim that cannot be read (the API server restarting) starts no grace.
+                // A claim that cannot be read (an identity without `get persistentvolumeclaims`,
+                // as Kandev's in empty-dir mode; the API server restarting) is judged by the
+                // scheduler's words and the grace alone, as before any read.
                 let lagging = match &scheduling {
                     Some(Scheduling::MissingClaim { claim, .. }) => {
-                        claim_exists(backend, claim).await.unwrap_or(true)
+                        claim_exists(backend, claim).await.unwrap_or(false)
                     }
                     _ => false,
                 };

@@ -2,7 +2,8 @@
 //! run's start) and on those the sessions landed on, each an [`ExecNode`], together one
 //! [`NodeView`].
 
-use super::exec_node::{ExecNode, HOST_CGROUP};
+use super::exec_node::ExecNode;
+use super::script::HOST_CGROUP;
 use crate::backend::Backend;
 use crate::backend::kube::backend::KubeBackend;
 use crate::node::{CgroupFolder, NodeFolders, NodeProcess, NodeView, PodCgroupReading};

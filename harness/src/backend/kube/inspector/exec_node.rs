@@ -2,7 +2,9 @@
 //! read with the same [`CgroupFs`] code as on this host), its processes and their cgroups,
 //! the kernel's OOM records, and what is left of a Pod.
 
-use super::script::{CgroupReader, cgroup_reader, parse_processes, quote, reader_probe, sections};
+use super::script::{
+    CgroupReader, HOST_CGROUP, cgroup_reader, parse_processes, quote, reader_probe, sections,
+};
 use crate::backend::{Backend, ExecRequest, PodRef};
 use crate::node::{
     CgroupFs, NESTED_CGROUP_DEPTH, NodeProcess, NodeView, POD_CGROUP_DEPTH, PodCgroupReading,
@@ -11,9 +13,6 @@ use anyhow::{Context, bail};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Where the inspector mounts the node's `/sys/fs/cgroup`.
-pub const HOST_CGROUP: &str = "/host/cgroup";
 
 /// The files [`CgroupFs::read_pod`] reads (v1 and v2).
 const CGROUP_FILES: [&str; 17] = [

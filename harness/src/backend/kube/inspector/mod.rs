@@ -23,5 +23,5 @@ mod exec_node;
 mod script;
 
 pub use cluster_inspector::ClusterInspector;
-pub use exec_node::{ExecNode, HOST_CGROUP};
-pub use script::{CgroupReader, cgroup_reader, node_cgroup_map, node_cgroup_path};
+pub use exec_node::ExecNode;
+pub use script::{CgroupReader, HOST_CGROUP, cgroup_reader, node_cgroup_map, node_cgroup_path};

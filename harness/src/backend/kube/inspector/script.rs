@@ -1,9 +1,11 @@
 //! The inspector's shell side, pure and unit-tested: quoting what goes into its scripts, the
 //! probe of how it reads `/proc/<pid>/cgroup`, and parsing what its scripts print.
 
-use super::exec_node::HOST_CGROUP;
 use crate::node::NodeProcess;
 use std::collections::BTreeMap;
+
+/// Where the inspector mounts the node's `/sys/fs/cgroup`.
+pub const HOST_CGROUP: &str = "/host/cgroup";
 
 /// `text` as one single-quoted shell word.
 pub(super) fn quote(text: &str) -> String {

@@ -572,6 +572,16 @@ mod tests {
         );
     }
 
+    /// The names a Pod carries in its `imagePullSecrets`, in order.
+    fn carried_names(pod: Pod) -> Vec<String> {
+        pod.spec
+            .and_then(|s| s.image_pull_secrets)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.name)
+            .collect()
+    }
+
     #[test]
     fn a_pods_own_reference_to_a_copied_secret_names_the_copy() {
         let wanted = wanted(&["ops/tmpl".into()], &PodSpec::default()).unwrap_or_default();
@@ -580,13 +590,7 @@ mod tests {
             "imagePullSecrets": [{"name": "other"}, {"name": "tmpl"}]}}))
         .unwrap_or_default();
         carry_planned(&mut pod, &planned);
-        let carried: Vec<String> = pod
-            .spec
-            .and_then(|s| s.image_pull_secrets)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| r.name)
-            .collect();
+        let carried = carried_names(pod);
         assert_eq!(carried, ["other".to_owned(), copy_name("tmpl", "r")]);
     }
 
@@ -596,13 +600,7 @@ mod tests {
             "imagePullSecrets": [{"name": "tmpl"}]}}))
         .unwrap_or_default();
         carry(&mut pod, &["tmpl".into(), "flag".into()]);
-        let carried: Vec<String> = pod
-            .spec
-            .and_then(|s| s.image_pull_secrets)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| r.name)
-            .collect();
+        let carried = carried_names(pod);
         assert_eq!(carried, ["tmpl", "flag"]);
         let mut bare = Pod::default();
         carry(&mut bare, &[]);

@@ -626,6 +626,40 @@ async fn a_reset_in_the_middle_of_a_port_forward_is_named() {
     cluster.teardown().await;
 }
 
+/// A restarted kubelet answers exec and port-forward with its own plain-text 404 ("pod does
+/// not exist") until it has read its Pods back (real Kind's kubelet-restart fault ended a run
+/// so): both are asked again, a second apart, and come through once it serves. A kubelet that
+/// never serves the Pod is named as the node's, with the fix, not as a missing Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_restarted_kubelet_that_lacks_the_pod_is_waited_out_else_named() {
+    let (double, images) = engine_double().await;
+    let (cluster, backend) = backend_on(&double, Duration::from_secs(20)).await;
+    let pod = agent_pod(&backend, &images).await;
+    let faults = double.state.faults();
+    faults.inject(Some("GET"), "/exec", Fault::KubeletLacksPod, 3);
+    faults.inject(Some("GET"), "/portforward", Fault::KubeletLacksPod, 3);
+    let served = backend.exec(&pod, shell("echo served")).await.unwrap();
+    assert_eq!(served.stdout_text(), "served\n");
+    let token = agent_token(&backend, &pod).await;
+    assert!(!token.is_empty());
+    fired(&double, 6);
+
+    faults.inject(Some("GET"), "/exec", Fault::KubeletLacksPod, 1000);
+    let error = backend
+        .exec(&pod, shell("echo never"))
+        .await
+        .map(|o| o.stdout_text())
+        .map_err(|e| kandev_harness::error_chain(&e))
+        .unwrap_err();
+    assert!(
+        error.contains("the kubelet of the Pod's node") && error.contains("fix:"),
+        "{error}"
+    );
+    backend.delete_pod(&pod).await.unwrap();
+    cluster.teardown().await;
+}
+
 /// An API server that stays unavailable (503 on every try) exhausts the client's answer
 /// bound, retries included; the error says so and what to check, not "deadline has elapsed".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,13 +71,34 @@ async fn keep_alive(
 }
 
 /// The websocket of `request` (an exec or port-forward upgrade) and whether it speaks v5.
+/// The client's retries (`cluster::resilience`) have asked again while the kubelet could not
+/// serve; a refusal left is named with its cause.
 async fn connect(
     backend: &KubeBackend,
     request: http::Request<Vec<u8>>,
-) -> std::result::Result<(Socket, bool), kube::Error> {
-    let connection = backend.client.connect(request).await?;
+) -> anyhow::Result<(Socket, bool)> {
+    let connection = backend
+        .client
+        .connect(request)
+        .await
+        .map_err(upgrade_refused)?;
     let v5 = connection.supports_stream_close();
     Ok((connection.into_stream(), v5))
+}
+
+/// An upgrade's refusal, with the kubelet's own "pod does not exist" (a plain-text 404 the
+/// API server passes on while it holds the Pod) named as the node's, not the Pod's.
+fn upgrade_refused(e: kube::Error) -> anyhow::Error {
+    match &e {
+        kube::Error::Api(status)
+            if status.code == 404 && status.message == "pod does not exist" =>
+        {
+            anyhow!(
+                "the kubelet of the Pod's node kept answering \"pod does not exist\" while the client asked again, a second apart, and the API server holds the Pod: a restarted kubelet that has not read its Pods back, or a node that lost them\n  fix: check the node (`kubectl get node`, the kubelet's log: `journalctl -u kubelet` on the node), then rerun (the run's summary names the `gc` command that removes what it left)"
+            )
+        }
+        _ => e.into(),
+    }
 }
 
 /// The API path of the backend's Pods.
@@ -103,14 +124,14 @@ pub(super) async fn exec(
         .stdin(request.stdin.is_some())
         .stdout(true)
         .stderr(true);
+    let mut upgrade = pods_path(backend)
+        .exec(&pod.name, request.argv.clone(), &params)
+        .map_err(|e| error(e.into()))?;
+    upgrade.extensions_mut().insert("exec");
+    // Connected before the command's deadline starts: the client's retries wait out a
+    // restarting kubelet within the client's own answer bound, and the command has not run.
+    let (socket, v5) = connect(backend, upgrade).await.map_err(error)?;
     let run = async {
-        let mut upgrade = pods_path(backend)
-            .exec(&pod.name, request.argv.clone(), &params)
-            .map_err(|e| error(e.into()))?;
-        upgrade.extensions_mut().insert("exec");
-        let (socket, v5) = connect(backend, upgrade)
-            .await
-            .map_err(|e| error(e.into()))?;
         let (sink, mut stream) = socket.split();
         let sink = tokio::sync::Mutex::new(sink);
         let feed = async {
@@ -203,14 +224,15 @@ pub(super) async fn port_exchange(
     timeout: Duration,
 ) -> Result<Vec<u8>> {
     let what = format!("port-forward to {}:{port}", pod.name);
+    let mut upgrade = pods_path(backend)
+        .portforward(&pod.name, &[port])
+        .map_err(|e| other(what.clone(), e))?;
+    upgrade.extensions_mut().insert("portforward");
+    // As an exec's: connected before the exchange's deadline starts.
+    let (socket, _) = connect(backend, upgrade)
+        .await
+        .map_err(|e| other(what.clone(), e))?;
     let exchange = async {
-        let mut upgrade = pods_path(backend)
-            .portforward(&pod.name, &[port])
-            .map_err(|e| other(what.clone(), e))?;
-        upgrade.extensions_mut().insert("portforward");
-        let (socket, _) = connect(backend, upgrade)
-            .await
-            .map_err(|e| other(what.clone(), e))?;
         let (sink, mut stream) = socket.split();
         let sink = tokio::sync::Mutex::new(sink);
         let send = async {

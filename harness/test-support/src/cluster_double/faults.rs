@@ -19,7 +19,8 @@
 //! happened, not only that the client came through. A test reaches them through
 //! `DoubleState::faults`.
 
-use super::status::{Reply, status};
+use super::status::{Reply, full, status};
+use hyper::Response;
 use hyper::StatusCode;
 use serde_json::json;
 use std::net::Shutdown;
@@ -43,6 +44,11 @@ pub enum Fault {
     /// Serve the request (an exec or port-forward: the stream starts), and cut the
     /// connection this long after it arrived.
     ResetAfter(Duration),
+    /// Answer an exec or port-forward as a restarted kubelet does until it has read its Pods
+    /// back: the plain-text 404 of its streaming server, which the API server passes on
+    /// (`pkg/kubelet/server/server.go`: `response.WriteError(http.StatusNotFound,
+    /// fmt.Errorf("pod does not exist"))`).
+    KubeletLacksPod,
 }
 
 /// A fault for the next `times` requests of `method` (any when None) whose path and query
@@ -317,6 +323,15 @@ pub(crate) fn before(
                 connection.cut();
             });
             Before::Serve
+        }
+        Some(Fault::KubeletLacksPod) => {
+            let mut reply = Response::new(full("pod does not exist".to_owned()));
+            *reply.status_mut() = StatusCode::NOT_FOUND;
+            reply.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            Before::Answer(reply)
         }
         Some(Fault::Status { code, retry_after }) => {
             let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

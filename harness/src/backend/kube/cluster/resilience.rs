@@ -68,11 +68,14 @@ pub const THROTTLED_RETRIES: u32 = 15;
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// How many times an exec, attach or port-forward whose upgrade was answered with a 5xx is
-/// sent again, a second apart: the stream never started, so nothing ran. A kubelet or
-/// container runtime restarting answers so ("error dialing backend", "dial unix
-/// /run/containerd/containerd.sock": real Kind showed both) for a few seconds.
-const UPGRADE_RETRIES: u32 = 20;
+/// How many times an exec, attach or port-forward whose upgrade was answered with a 5xx, or
+/// with the kubelet's own 404, is sent again, a second apart: the stream never started, so
+/// nothing ran. A kubelet or container runtime restarting answers so ("error dialing
+/// backend", "dial unix /run/containerd/containerd.sock": real Kind showed both) for a few
+/// seconds; a restarted kubelet then answers "pod does not exist" until it has read its Pods
+/// back from the API server (real Kind's kubelet-restart fault showed it; see
+/// [`kubelet_lacks_the_pod`]).
+const UPGRADE_RETRIES: u32 = 30;
 
 /// The longest `Retry-After` honoured for a 500 (longer: the 500 stands).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(20);
@@ -324,7 +327,7 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
                     self.answered += 1;
                     return Some(tokio::time::sleep(wait));
                 }
-                if status.is_server_error()
+                if (status.is_server_error() || kubelet_lacks_the_pod(status, response.headers()))
                     && req.headers().contains_key(http::header::UPGRADE)
                     && self.answered < UPGRADE_RETRIES
                 {
@@ -380,6 +383,20 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
         *copy.extensions_mut() = req.extensions().clone();
         Some(copy)
     }
+}
+
+/// Whether an upgrade's answer is the kubelet's 404 rather than the API server's: the API
+/// server answers a Pod it does not hold with a JSON `Status` (`reason: NotFound`) before it
+/// proxies anything; the kubelet's streaming server answers a Pod its pod manager does not
+/// hold (yet: a restarted kubelet) with a plain-text "pod does not exist"
+/// (`pkg/kubelet/server/server.go`, `getExec`, `getPortForward`: `response.WriteError(
+/// http.StatusNotFound, fmt.Errorf("pod does not exist"))`), which the API server passes on.
+fn kubelet_lacks_the_pod(status: StatusCode, headers: &http::HeaderMap) -> bool {
+    let json = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .is_some_and(|t| t.contains("json"));
+    status == StatusCode::NOT_FOUND && !json
 }
 
 /// The bytes of a whole body (kube-rs's bodies of requests are whole: `Kind::Once`).
@@ -743,6 +760,27 @@ mod tests {
             b"",
         );
         assert_eq!(forward, Repeat::Safe);
+    }
+
+    #[test]
+    fn the_kubelets_404_is_told_from_the_api_servers() {
+        let mut text = http::HeaderMap::new();
+        text.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        let mut status = http::HeaderMap::new();
+        status.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        assert!(kubelet_lacks_the_pod(StatusCode::NOT_FOUND, &text));
+        assert!(kubelet_lacks_the_pod(
+            StatusCode::NOT_FOUND,
+            &http::HeaderMap::new()
+        ));
+        assert!(!kubelet_lacks_the_pod(StatusCode::NOT_FOUND, &status));
+        assert!(!kubelet_lacks_the_pod(StatusCode::FORBIDDEN, &text));
     }
 
     #[test]

@@ -25,7 +25,7 @@
 use super::cluster::Need;
 use crate::pod::identity::{LABEL_RUN, short_digest};
 use k8s_openapi::api::core::v1::{LocalObjectReference, Pod, PodSpec, Secret};
-use kandev_report::CleanupRecord;
+use kandev_report::{CleanupOutcome, CleanupRecord};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
 use serde_json::{Value, json};
@@ -469,16 +469,18 @@ pub async fn remove(admin: &Client, namespace: &str, copies: &[Copy]) -> Vec<Cle
         // A failed UID precondition is answered 409 (k8s.io/apiserver v0.37.2
         // pkg/storage/interfaces.go `Preconditions.Check`, pkg/storage/errors/storage.go
         // `InterpretDeleteError`).
-        let result = match secrets.delete(&copy.name, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(crate::error_chain(&e)),
+        // 404: the copy is gone; 409: so is the copy, and the Secret of its name now is
+        // someone else's (another UID), kept. Either way the run removed nothing.
+        let (result, gone) = match secrets.delete(&copy.name, &params).await {
+            Ok(_) => (Ok(()), false),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => (Ok(()), true),
+            Err(e) => (Err(crate::error_chain(&e)), false),
         };
-        records.push(CleanupRecord::timed(
-            format!("secret/{}", copy.name),
-            started,
-            result,
-        ));
+        let mut record = CleanupRecord::timed(format!("secret/{}", copy.name), started, result);
+        if gone {
+            record.outcome = CleanupOutcome::AlreadyGone;
+        }
+        records.push(record);
     }
     records
 }

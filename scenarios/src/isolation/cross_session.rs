@@ -196,6 +196,11 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let mut unasked = Vec::new();
         let mut attempts = Vec::new();
         for (from, to_ip, ports) in [(&b, &ips[0], &peer_ports[0]), (&a, &ips[1], &peer_ports[1])] {
+            // An IPv6 Pod IP (a single-stack IPv6 cluster) is bracketed in a URL.
+            let to_ip = &match to_ip.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]"),
+                _ => to_ip.to_string(),
+            };
             for &port in ports {
                 let attempt = from
                     .agent_sh(

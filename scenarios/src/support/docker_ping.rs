@@ -22,7 +22,7 @@ pub const DENIED_BY_PLUGIN: &str = "authorization denied by plugin";
 /// listener itself is asked, whatever the image's `http_proxy` says.
 pub const PING_FUNCTION: &str = r#"docker_ping() {
   pre=$1; h=$2; p=$3; bare=${h#\[}; bare=${bare%\]}
-  if command -v curl >/dev/null 2>&1; then $pre timeout 8 curl -sS -i -m 5 --noproxy '*' "http://$h:$p/_ping"
+  if command -v curl >/dev/null 2>&1; then $pre timeout 8 curl -sS -g -i -m 5 --noproxy '*' "http://$h:$p/_ping"
   elif command -v python3 >/dev/null 2>&1; then $pre timeout 8 python3 -c 'import sys, http.client as c
 x = c.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=5); x.request("GET", "/_ping"); r = x.getresponse()
 print("HTTP/1.1", r.status); [print(k + ": " + v) for k, v in r.getheaders()]; print(); print(r.read(256).decode("latin-1"))' "$bare" "$p"

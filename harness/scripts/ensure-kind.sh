@@ -188,7 +188,7 @@ $tail_lines" "read the log above; a full disk (df -h ~/.cache) or an old Go are 
     [ -x "$bin/$p" ] || fail "$bin/$p was not built (log: $build_log)" "remove $cache and retry"
   done
   grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$pins_file" >"$bin/.complete"
-  log "built ${programs[*]} into $bin ($(awk 'NR > 1 { s += $2 } END { print s }' "$times") s; costs: $times)"
+  log "built ${programs[*]} into $bin ($(awk -F'\t' 'NR > 1 { s += $2 } END { print s }' "$times") s; costs: $times)"
 fi
 "$bin/kube-apiserver" --version >&2
 # A kubectl for the cluster, where the machine has none (Debian does not package it).

@@ -125,7 +125,9 @@ impl AgentClient {
 
     /// Runs a command as the agent.
     pub async fn exec(&self, exec: &AgentExec) -> anyhow::Result<AgentExecResult> {
-        let timeout = Duration::from_millis(exec.timeout_ms) + Duration::from_secs(15);
+        // The agent bounds the command; this bounds the exchange, with room for the time
+        // the agent does not count (its node frozen for a while: `AgentExecResult::frozen_ms`).
+        let timeout = Duration::from_millis(exec.timeout_ms) + Duration::from_secs(60);
         let mut exec = exec.clone();
         if exec.env_file.is_none() {
             exec.env_file.clone_from(&self.session_env_file);

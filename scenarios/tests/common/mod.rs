@@ -67,12 +67,22 @@ pub fn output_text(output: &std::process::Output) -> String {
 /// shown when no report was written). `Report` denies unknown fields: this also checks that
 /// the writer and the types agree.
 pub fn written_report(dir: &Path, output: &str) -> (PathBuf, Report) {
-    let run_dir = std::fs::read_dir(dir)
+    // Exactly one: two runs writing to one folder would leave which is read to chance.
+    let mut written: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
-        .find(|e| e.path().join("report.json").is_file())
-        .unwrap_or_else(|| panic!("no report was written; output:\n{output}"))
-        .path();
+        .map(|e| e.path())
+        .filter(|p| p.join("report.json").is_file())
+        .collect();
+    assert!(
+        written.len() <= 1,
+        "{} reports in {}: give each run its own folder; output:\n{output}",
+        written.len(),
+        dir.display()
+    );
+    let run_dir = written
+        .pop()
+        .unwrap_or_else(|| panic!("no report was written; output:\n{output}"));
     let report =
         serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).unwrap()).unwrap();
     (run_dir, report)

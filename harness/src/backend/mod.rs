@@ -284,6 +284,18 @@ pub fn check_helper_labels(pod: &Pod) -> Result<()> {
     })
 }
 
+/// Whether `error` came from the platform under the Pod rather than from the Pod: the API
+/// server's connection lost past the client's retries, or the node's kubelet not knowing the
+/// Pod. Such an error is the cluster's, named with its fix; a check that meets it judged
+/// nothing (the run ends errored, exit 3), however far into the check it came (real Kind's
+/// containerd restarted mid-run cut the API server off for about 20 s).
+pub fn is_platform_fault(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause.is::<kube::cluster::resilience::ConnectionLost>()
+            || cause.is::<kube::KubeletLacksPod>()
+    })
+}
+
 /// Errors of backend operations, each naming the operation and the object.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

@@ -342,6 +342,57 @@ mod tests {
         assert_eq!(BodyEnd::of(Err(plain)).outcome(), Outcome::Errored);
     }
 
+    /// A check that meets the platform's fault (the API server lost past the retries, as
+    /// real Kind's containerd restart did) judged nothing: the scenario errors naming the
+    /// cluster, not the check; any other error within the check breaks it.
+    #[test]
+    fn a_platform_fault_within_a_check_errors_and_anything_else_breaks_it() {
+        const REHANDSHAKE: Check = Check {
+            id: "rehandshake",
+            promise: "the agent answers again",
+            twin: Twin::Exempt("test"),
+        };
+        let lost = crate::backend::kube::cluster::resilience::ConnectionLost {
+            method: "GET".into(),
+            path: "/api/v1/namespaces/n/pods/p/portforward".into(),
+            why: "the connection could not be made, tried 19 times over about 30 s".into(),
+            cause: "client error (Connect): tls handshake eof".into(),
+        };
+        let through_the_client = |source: kube::Error| {
+            anyhow::Error::new(crate::backend::BackendError::Other {
+                operation: "port-forward to p:8765".into(),
+                source: source.into(),
+            })
+            .context("reconnect: instances")
+        };
+        let end = BodyEnd::of(Err(super::super::scenario::broken_by(
+            &REHANDSHAKE,
+            through_the_client(kube::Error::Service(Box::new(lost))),
+        )));
+        let text = end.reason().unwrap_or_default();
+        assert_eq!(end.outcome(), Outcome::Errored, "{text}");
+        assert!(
+            text.contains("the connection to the API server was lost"),
+            "{text}"
+        );
+        assert!(text.contains("fix:"), "{text}");
+
+        let lacks = anyhow::Error::new(crate::backend::kube::KubeletLacksPod).context("exec");
+        let end = BodyEnd::of(Err(super::super::scenario::broken_by(&REHANDSHAKE, lacks)));
+        assert_eq!(end.outcome(), Outcome::Errored);
+
+        let refused = anyhow::anyhow!("the agent refused the bootstrap nonce").context("reconnect");
+        let end = BodyEnd::of(Err(super::super::scenario::broken_by(
+            &REHANDSHAKE,
+            refused,
+        )));
+        assert_eq!(end.outcome(), Outcome::Failed);
+        assert!(
+            matches!(&end, BodyEnd::Broke("rehandshake", why) if why.contains("refused the bootstrap nonce")),
+            "{end:?}"
+        );
+    }
+
     /// One walk of the chain decides: a missing worker tool outranks a broken check, which
     /// outranks a mutated admission; the broken check names the diagnosis and fails its check.
     #[test]

@@ -29,8 +29,8 @@ pub use crate::config::{Keep, RunConfig};
 pub use context::Ctx;
 pub use environment::RunEnv;
 pub use scenario::{
-    Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, not_judged, not_judged_lacking,
-    promise,
+    Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, broken_by, not_judged,
+    not_judged_lacking, promise,
 };
 
 use crate::pod::template::TemplateFile;

@@ -191,6 +191,17 @@ pub fn broken(check: &Check, evidence: impl Into<String>) -> anyhow::Error {
     .into()
 }
 
+/// Fails the scenario with what `error` says: `check` broke, unless the error is the
+/// platform's ([`crate::backend::is_platform_fault`]: a lost API server, a kubelet that lost
+/// the Pod), which breaks no promise of the Pod: then it stays an error of the cluster, and
+/// the scenario ends errored naming it.
+pub fn broken_by(check: &Check, error: anyhow::Error) -> anyhow::Error {
+    if crate::backend::is_platform_fault(&error) {
+        return error;
+    }
+    broken(check, format!("{error:#}"))
+}
+
 /// `Ok(())` when `holds` (recorded as a pass of `check`), else a [`Broken`] with the evidence.
 pub fn promise(
     holds: bool,

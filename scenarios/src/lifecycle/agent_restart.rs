@@ -18,7 +18,7 @@
 use crate::support::{build_workload, daemon_id, or_unknown, probe_tag, require_success};
 use kandev_harness::backend::ContainerState;
 use kandev_harness::runner::{
-    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken_by, promise,
 };
 use kandev_harness::session::{RecordedToken, Session, SessionOptions};
 use serde_json::json;
@@ -141,7 +141,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let (mut session, reattached) = ctx
             .restart_backend(session)
             .await
-            .map_err(|e| broken(&BACKEND_RESTART, format!("{e:#}")))?;
+            .map_err(|e| broken_by(&BACKEND_RESTART, e))?;
         let states = ctx.backend().container_states(&session.pod).await?;
         let restarts_now = main_state(&states, &main).map(|s| s.restarts);
         let uid_now = ctx
@@ -151,7 +151,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let whoami = session
             .agent_sh("id -u", Duration::from_secs(20))
             .await
-            .map_err(|e| broken(&BACKEND_RESTART, format!("{e:#}")))?;
+            .map_err(|e| broken_by(&BACKEND_RESTART, e))?;
         ctx.evidence(
             "after_backend_restart",
             json!({"pod_uid": uid_now, "restarts": restarts_now, "agentctl": reattached.health,
@@ -218,12 +218,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 "waited_ms": killed_at.elapsed().as_millis() as u64}),
         );
         let restarted = restarted.map_err(|e| {
-            broken(
+            broken_by(
                 &RESTARTED,
-                format!(
-                    "the restart count of {main} stayed {restarts_before} for {:?} after `kill 1` ({kill}): {e:#}",
+                e.context(format!(
+                    "the restart count of {main} stayed {restarts_before} for {:?} after `kill 1` ({kill})",
                     killed_at.elapsed(),
-                ),
+                )),
             )
         })?;
         promise(uid.as_deref() == Some(pod.uid.as_str()), &RESTARTED, || {
@@ -239,7 +239,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let reconnected = session
             .reconnect()
             .await
-            .map_err(|e| broken(&REHANDSHAKE, format!("{e:#}")))?;
+            .map_err(|e| broken_by(&REHANDSHAKE, e))?;
         let since_kill = killed_at.elapsed().as_millis() as u64;
         let uptime = uptime(&reconnected.health);
         ctx.evidence(
@@ -264,7 +264,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let instance = session
             .start_agent_process()
             .await
-            .map_err(|e| broken(&REHANDSHAKE, format!("{e:#}")))?;
+            .map_err(|e| broken_by(&REHANDSHAKE, e))?;
         let whoami = session
             .agent_sh(
                 "id -u; echo \"$KANDEV_SESSION_ID\"",

@@ -17,7 +17,7 @@
 
 use anyhow::anyhow;
 use kandev_harness::runner::{
-    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken, promise,
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, broken_by, promise,
 };
 use kandev_harness::session::{
     RecordedToken, Session, SessionHandle, SessionOptions, terminal_cleanup,
@@ -258,9 +258,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let mut joined: Vec<SessionHandle> = Vec::new();
         for result in [joined_b, joined_c] {
             joined.push(result.map_err(|e| {
-                broken(
+                broken_by(
                     &SESSION_HOMES,
-                    format!("a session could not join the task's Pod: {e:#}"),
+                    e.context("a session could not join the task's Pod"),
                 )
             })?);
         }
@@ -391,7 +391,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let (mut first, reattached) = ctx
             .restart_backend(first)
             .await
-            .map_err(|e| broken(&BACKEND_RESTART, format!("{e:#}")))?;
+            .map_err(|e| broken_by(&BACKEND_RESTART, e))?;
         let uid = backend.pod_uid(&pod.namespace, &pod.name).await?;
         let instances = first.agent()?.instances().await?;
         let table = instance_table(&instances);

@@ -86,16 +86,21 @@ async fn connect(
     Ok((connection.into_stream(), v5))
 }
 
-/// An upgrade's refusal, with the kubelet's own "pod does not exist" (a plain-text 404 the
-/// API server passes on while it holds the Pod) named as the node's, not the Pod's.
+/// The kubelet's own "pod does not exist" (a plain-text 404 the API server passes on while
+/// it holds the Pod), lasting through the upgrade's retries: the node's fault, not the Pod's.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the kubelet of the Pod's node kept answering \"pod does not exist\" while the client asked again, a second apart, and the API server holds the Pod: a restarted kubelet that has not read its Pods back, or a node that lost them\n  fix: check the node (`kubectl get node`, the kubelet's log: `journalctl -u kubelet` on the node), then rerun (the run's summary names the `gc` command that removes what it left)"
+)]
+pub struct KubeletLacksPod;
+
+/// An upgrade's refusal, with the kubelet's own "pod does not exist" named as the node's.
 fn upgrade_refused(e: kube::Error) -> anyhow::Error {
     match &e {
         kube::Error::Api(status)
             if status.code == 404 && status.message == "pod does not exist" =>
         {
-            anyhow!(
-                "the kubelet of the Pod's node kept answering \"pod does not exist\" while the client asked again, a second apart, and the API server holds the Pod: a restarted kubelet that has not read its Pods back, or a node that lost them\n  fix: check the node (`kubectl get node`, the kubelet's log: `journalctl -u kubelet` on the node), then rerun (the run's summary names the `gc` command that removes what it left)"
-            )
+            KubeletLacksPod.into()
         }
         _ => e.into(),
     }

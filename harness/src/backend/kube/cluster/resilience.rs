@@ -55,10 +55,14 @@ use tower::{BoxError, Layer, Service};
 /// a second; here a backoff from 100 ms, within the answer bound).
 pub const RESET_RETRIES: u32 = 6;
 
-/// How many times a request is sent again when the API server's address refused the
-/// connection: a restarting API server (its static Pod's container killed: real Kind took
-/// about 10 s to listen again) refuses until it listens; about 30 s with the backoff capped.
-pub const REFUSED_RETRIES: u32 = 18;
+/// How many times a request is sent again when the connection could not be made (it never
+/// reached the API server, so anything may be sent again): a restarting API server refuses
+/// until it listens (its static Pod's container killed: real Kind took about 10 s), and
+/// behind a proxy (Kind's port mapping, a load balancer) the proxy accepts and then ends the
+/// TLS handshake; about 30 s with the backoff capped. Real Kind's containerd restarted showed
+/// the second for about 20 s: the node's containerd 1.7 took the control plane's host-network
+/// sandboxes for leaked shims and the kubelet started them again.
+pub const NOT_CONNECTED_RETRIES: u32 = 18;
 
 /// How many times a request answered 429, 503 or 504 is sent again (kube-rs's
 /// `RetryPolicy::server_retry`: 15), within the answer bound.
@@ -351,8 +355,8 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
             Err(error) => {
                 let never_sent = lost_connection(error.as_ref())?;
                 let repeat = self.repeat.clone().unwrap_or(Repeat::Never);
-                let limit = if refused(error.as_ref()) {
-                    REFUSED_RETRIES
+                let limit = if never_sent {
+                    NOT_CONNECTED_RETRIES
                 } else {
                     RESET_RETRIES
                 };
@@ -490,12 +494,12 @@ where
                     let why = if never_sent && refused(error.as_ref()) {
                         format!(
                             "the API server refused the connection, tried {} times over about 30 s",
-                            REFUSED_RETRIES + 1
+                            NOT_CONNECTED_RETRIES + 1
                         )
                     } else if never_sent {
                         format!(
-                            "the connection could not be made, tried {} times",
-                            RESET_RETRIES + 1
+                            "the connection could not be made, tried {} times over about 30 s",
+                            NOT_CONNECTED_RETRIES + 1
                         )
                     } else if repeat == Repeat::Never {
                         "not repeated: the request is not safe to repeat".to_owned()

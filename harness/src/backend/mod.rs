@@ -285,13 +285,17 @@ pub fn check_helper_labels(pod: &Pod) -> Result<()> {
 }
 
 /// Whether `error` came from the platform under the Pod rather than from the Pod: the API
-/// server's connection lost past the client's retries, or the node's kubelet not knowing the
+/// server's connection lost past the client's retries or silent past its answer bound, an
+/// exec's or port-forward's stream broken in transit, or the node's kubelet not knowing the
 /// Pod. Such an error is the cluster's, named with its fix; a check that meets it judged
 /// nothing (the run ends errored, exit 3), however far into the check it came (real Kind's
-/// containerd restarted mid-run cut the API server off for about 20 s).
+/// containerd restarted mid-run cut the API server off for about 20 s). None of them is an
+/// answer about the Pod, so no broken Pod produces one.
 pub fn is_platform_fault(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.is::<kube::cluster::resilience::ConnectionLost>()
+            || cause.is::<kube::cluster::NoAnswer>()
+            || cause.is::<kube::StreamBroke>()
             || cause.is::<kube::KubeletLacksPod>()
     })
 }

@@ -30,7 +30,7 @@ pub use context::Ctx;
 pub use environment::RunEnv;
 pub use scenario::{
     Broken, Check, Scenario, ScenarioFuture, Twin, Verdict, broken, broken_by, not_judged,
-    not_judged_lacking, promise,
+    not_judged_lacking, promise, raise_platform_fault,
 };
 
 use crate::pod::template::TemplateFile;

@@ -202,6 +202,16 @@ pub fn broken_by(check: &Check, error: anyhow::Error) -> anyhow::Error {
     broken(check, format!("{error:#}"))
 }
 
+/// `result` for the check to judge, unless its error is the platform's
+/// ([`crate::backend::is_platform_fault`]): then that error ends the scenario errored, as
+/// [`broken_by`] does, rather than being judged as an answer about the Pod.
+pub fn raise_platform_fault<T>(result: anyhow::Result<T>) -> anyhow::Result<anyhow::Result<T>> {
+    match result {
+        Err(e) if crate::backend::is_platform_fault(&e) => Err(e),
+        other => Ok(other),
+    }
+}
+
 /// `Ok(())` when `holds` (recorded as a pass of `check`), else a [`Broken`] with the evidence.
 pub fn promise(
     holds: bool,

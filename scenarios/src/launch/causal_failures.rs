@@ -21,7 +21,9 @@ use kandev_harness::backend::{BackendError, BackendKind, WorkspaceRef};
 use kandev_harness::pod::compose::{ComposeInput, WorkspaceSource, compose_pod};
 use kandev_harness::pod::identity::create_nonce;
 use kandev_harness::pod::template::WorkspaceMode;
-use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise, raise_platform_fault,
+};
 use kandev_harness::session::SessionOptions;
 use kandev_harness::session::timing::{COMPLETED_RECORD, LaunchRecord, Outcome};
 use kandev_harness::wait::WaitTimedOut;
@@ -191,7 +193,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             let identity = ctx.identity();
             options.identity = Some(identity.clone());
             let started = Instant::now();
-            let outcome = ctx.launch(options).await;
+            // A lost API server is the cluster's error, not a cause the launch left unnamed.
+            let outcome = raise_platform_fault(ctx.launch(options).await)?;
             let elapsed = started.elapsed();
             let message = match &outcome {
                 Ok(session) => format!("the launch succeeded (pod {})", session.pod.name),

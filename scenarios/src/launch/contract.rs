@@ -18,6 +18,7 @@ use kandev_harness::backend::ExecRequest;
 use kandev_harness::pod::template::is_owned_label;
 use kandev_harness::runner::{
     Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, not_judged_lacking, promise,
+    raise_platform_fault,
 };
 use kandev_harness::session::SessionOptions;
 use kandev_report::Capability;
@@ -230,7 +231,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         }
 
         ctx.step("the control port: forward and loopback listener");
-        let health = session.agent()?.health().await;
+        // A lost API server is the cluster's error, not the forward's.
+        let health = raise_platform_fault(session.agent()?.health().await)?;
         let net = session
             .agent_sh(
                 "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null",

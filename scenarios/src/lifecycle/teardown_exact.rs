@@ -10,7 +10,9 @@
 
 use crate::support::{NO_NODE_VIEW, build_workload, probe_tag, require_success};
 use kandev_harness::pod::template::WorkspaceMode;
-use kandev_harness::runner::{Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise};
+use kandev_harness::runner::{
+    Check, Ctx, Scenario, ScenarioFuture, Twin, Verdict, promise, raise_platform_fault,
+};
 use kandev_harness::session::{RecordMismatch, SessionOptions, terminal_cleanup};
 use kandev_report::Capability;
 use serde_json::json;
@@ -261,7 +263,9 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 ..Default::default()
             })
             .await?;
-        let refused_uid = terminal_cleanup(backend.as_ref(), &recorded).await;
+        // A lost API server is the cluster's error, not a cleanup that failed open.
+        let refused_uid =
+            raise_platform_fault(terminal_cleanup(backend.as_ref(), &recorded).await)?;
         let foreign = ctx
             .create_session(SessionOptions {
                 workspace_mode: Some(WorkspaceMode::EmptyDir),
@@ -272,7 +276,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
                 ..Default::default()
             })
             .await?;
-        let refused_label = terminal_cleanup(backend.as_ref(), &foreign.recorded()).await;
+        let refused_label =
+            raise_platform_fault(terminal_cleanup(backend.as_ref(), &foreign.recorded()).await)?;
         let describe = |r: &anyhow::Result<()>| match r {
             Ok(()) => "deleted".to_owned(),
             Err(e) => kandev_harness::error_chain(e.as_ref()),

@@ -45,6 +45,17 @@ const CLOSE: u8 = 255;
 /// The fix every lost stream names.
 const LOST_FIX: &str = "a load balancer, proxy or restarting API server cut the connection; check the cluster's health and the load balancer's idle timeout, then rerun (the run's summary names the `gc` command that removes what it left)";
 
+/// An exec's or port-forward's stream broken in transit (the websocket's connection to the API
+/// server failed: an I/O or protocol error), as a lost API server or a proxy cutting it does.
+/// Not a stream the API server closed without an exit status: a dying container does that.
+#[derive(Debug, thiserror::Error)]
+#[error("the {what} stream broke before {before}: {cause}\n  fix: {LOST_FIX}")]
+pub struct StreamBroke {
+    pub what: &'static str,
+    pub before: &'static str,
+    pub cause: String,
+}
+
 type Socket = tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
 
 /// Pings `sink` every `period`, for as long as it is polled (the stream's reader decides
@@ -187,9 +198,14 @@ pub(super) async fn exec(
             () = keep_alive(&sink, backend.keepalive) => Ok((Vec::new(), Vec::new(), None)),
         };
         let (stdout, stderr, status) = ended.map_err(|e| {
-            error(anyhow!(
-                "the exec stream broke before the command's exit status: {e}\n  fix: {LOST_FIX}"
-            ))
+            error(
+                StreamBroke {
+                    what: "exec",
+                    before: "the command's exit status",
+                    cause: e.to_string(),
+                }
+                .into(),
+            )
         })?;
         let Some(status) = status else {
             return Err(error(anyhow!(
@@ -288,7 +304,11 @@ pub(super) async fn port_exchange(
         let response = ended.map_err(|e| {
             other(
                 what.clone(),
-                anyhow!("the port-forward stream broke before the answer was whole: {e}\n  fix: {LOST_FIX}"),
+                StreamBroke {
+                    what: "port-forward",
+                    before: "the answer was whole",
+                    cause: e.to_string(),
+                },
             )
         })?;
         let response = response.map_err(|refused| {

@@ -36,7 +36,7 @@ mod settings;
 
 pub use super::errors::{ClusterError, GRANTED_CHECK};
 pub use connect::{
-    ClientBounds, IN_CLUSTER, REACH_TIMEOUT, Reached, RefreshedToken, client_for,
+    ClientBounds, IN_CLUSTER, NoAnswer, REACH_TIMEOUT, Reached, RefreshedToken, client_for,
     client_for_bounded, client_of, client_with_token, open, open_in_cluster, open_with, reach,
 };
 pub(super) use executor::can_i;

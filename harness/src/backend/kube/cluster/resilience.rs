@@ -55,8 +55,10 @@ use tower::{BoxError, Layer, Service};
 /// a second; here a backoff from 100 ms, within the answer bound).
 pub const RESET_RETRIES: u32 = 6;
 
-/// How many times a request is sent again when the connection could not be made (it never
-/// reached the API server, so anything may be sent again): a restarting API server refuses
+/// How many times a request is sent again when the connection could not be made for a
+/// reason that passes ([`transient`]: it never reached the API server, so anything may be
+/// sent again; a certificate refused or a name not found gets `RESET_RETRIES`, so that its
+/// cause is named before the reach bound): a restarting API server refuses
 /// until it listens (its static Pod's container killed: real Kind took about 10 s), and
 /// behind a proxy (Kind's port mapping, a load balancer) the proxy accepts and then ends the
 /// TLS handshake; about 30 s with the backoff capped. Real Kind's containerd restarted showed
@@ -200,6 +202,32 @@ pub fn lost_connection(error: &(dyn std::error::Error + 'static)) -> Option<bool
         current = e.source();
     }
     lost.then_some(false)
+}
+
+/// Whether `error`'s connection failed in a way that passes when the API server is back:
+/// refused (nothing listens), reset, cut during the TLS handshake (a proxy whose backend is
+/// gone: rustls's "tls handshake eof" is an `UnexpectedEof`), or timed out.
+pub fn transient(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            if matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | UnexpectedEof
+                    | TimedOut
+                    | BrokenPipe
+                    | NotConnected
+            ) {
+                return true;
+            }
+        }
+        current = e.source();
+    }
+    false
 }
 
 /// Whether `error` is the API server's address refusing the connection (nothing listens:
@@ -355,7 +383,7 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
             Err(error) => {
                 let never_sent = lost_connection(error.as_ref())?;
                 let repeat = self.repeat.clone().unwrap_or(Repeat::Never);
-                let limit = if never_sent {
+                let limit = if never_sent && transient(error.as_ref()) {
                     NOT_CONNECTED_RETRIES
                 } else {
                     RESET_RETRIES
@@ -496,10 +524,15 @@ where
                             "the API server refused the connection, tried {} times over about 30 s",
                             NOT_CONNECTED_RETRIES + 1
                         )
-                    } else if never_sent {
+                    } else if never_sent && transient(error.as_ref()) {
                         format!(
                             "the connection could not be made, tried {} times over about 30 s",
                             NOT_CONNECTED_RETRIES + 1
+                        )
+                    } else if never_sent {
+                        format!(
+                            "the connection could not be made, tried {} times",
+                            RESET_RETRIES + 1
                         )
                     } else if repeat == Repeat::Never {
                         "not repeated: the request is not safe to repeat".to_owned()
@@ -612,7 +645,11 @@ const NOT_READY_RETRIES: u32 = 40;
 /// `/readyz` fails until then (`informer-sync`, `poststarthook/rbac/bootstrap-roles`:
 /// k8s.io/apiserver `pkg/server/config.go`, `NewInformerSyncHealthz`), and authorization
 /// comes before anything is done, so the request is sent again, once a second, while
-/// `/readyz` fails. A 403 from a ready server stands.
+/// `/readyz` fails. A 401 or 403 from `/readyz` itself is a server not ready too: it always
+/// allows that path (`--authorization-always-allow-paths` defaults to /healthz, /readyz,
+/// /livez), so refusing it is a server not yet itself (after real Kind's containerd restart,
+/// which restarted the API server, a 403 stood that the old rule let through). A 403 from
+/// a ready server stands.
 async fn until_ready<S>(
     inner: &mut S,
     again: &Resend,
@@ -632,11 +669,17 @@ where
                 .insert(http::header::AUTHORIZATION, value.clone());
         }
         tower::ServiceExt::ready(&mut *inner).await?;
-        // Ready (200), or no say (401, 403, 404: a server that does not serve /readyz to this
-        // identity, though kube-apiserver always allows it): the 403 stands. Not ready: its
-        // checks fail (500), or it does not answer.
+        // Ready (200), or no say (404: a server that does not serve /readyz): the 403
+        // stands. Not ready: its checks fail (500), it refuses /readyz itself (401, 403:
+        // above), or it does not answer.
         match inner.call(readyz).await {
-            Ok(r) if !r.status().is_server_error() => return Ok(response),
+            Ok(r)
+                if !(r.status().is_server_error()
+                    || r.status() == StatusCode::UNAUTHORIZED
+                    || r.status() == StatusCode::FORBIDDEN) =>
+            {
+                return Ok(response);
+            }
             _ => {}
         }
         tracing::info!(
@@ -810,5 +853,25 @@ mod tests {
         assert_eq!(lost_connection(&eof), Some(false));
         let other = std::io::Error::other("bad certificate");
         assert_eq!(lost_connection(&other), None);
+    }
+
+    /// What passes once the API server is back is sent again for about 30 s; a certificate
+    /// refused is not waited on so long (its cause is named within the reach bound).
+    #[test]
+    fn a_connection_that_passes_is_told_from_one_that_will_not() {
+        use std::io::{Error, ErrorKind};
+        // rustls's words when a proxy ends the handshake (Kind's port mapping, the API
+        // server gone).
+        assert!(transient(&Error::new(
+            ErrorKind::UnexpectedEof,
+            "tls handshake eof"
+        )));
+        assert!(transient(&Error::from(ErrorKind::ConnectionRefused)));
+        assert!(transient(&Error::from(ErrorKind::TimedOut)));
+        assert!(!transient(&Error::new(
+            ErrorKind::InvalidData,
+            "invalid peer certificate: UnknownIssuer"
+        )));
+        assert!(!transient(&Error::other("failed to lookup address")));
     }
 }

@@ -2,7 +2,8 @@
 # Builds a real Kubernetes on this machine from pinned Go modules (kind/pins.env), with no
 # container registry: the kind command, Kubernetes' programs (kube-apiserver, kubectl, kubelet,
 # kubeadm, kube-controller-manager, kube-scheduler, kube-proxy), etcd, CoreDNS and the
-# local-path provisioner (Kind's default StorageClass), crictl (kind export logs runs it), and then a
+# local-path provisioner (Kind's default StorageClass), crictl (kind export logs runs it), containerd
+# (its daemon, runc shim and ctr: the node's container runtime), and then a
 # Kind node image assembled from them (harness/scripts/kind-node-image.sh).
 #
 #   harness/scripts/ensure-kind.sh [--programs-only]
@@ -67,6 +68,7 @@ coredns=$(pin COREDNS_VERSION)
 pause=$(pin PAUSE_VERSION)
 local_path=$(pin LOCAL_PATH_PROVISIONER_VERSION)
 cri_tools=$(pin CRI_TOOLS_VERSION)
+containerd=$(pin CONTAINERD_VERSION)
 key=$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$pins_file" | sha256sum | cut -c1-16)
 cache=${KANDEV_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kandev-acceptance/kube}/$key
 bin=$cache/bin
@@ -78,7 +80,7 @@ exec 9>"$cache/.lock"
 flock 9
 
 # --- the programs ----------------------------------------------------------------------------
-programs=(kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy etcd kind coredns local-path-provisioner crictl pause)
+programs=(kube-apiserver kubectl kubelet kubeadm kube-controller-manager kube-scheduler kube-proxy etcd kind coredns local-path-provisioner crictl containerd containerd-shim-runc-v2 ctr pause)
 if [ -f "$bin/.complete" ]; then
   log "programs of $pins_file ($key) already built: $bin"
 else
@@ -180,6 +182,22 @@ $tail_lines" "read the log above; a full disk (df -h ~/.cache) or an old Go are 
   step "building crictl $cri_tools" "$cri_tools_dir" \
     env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$cri_tools" \
     -o "$bin/crictl" sigs.k8s.io/cri-tools/cmd/crictl
+
+  # containerd as Kind's base image builds it (its Makefile's tags: no btrfs, zfs or
+  # devmapper snapshotter), but static (CGO_ENABLED=0: nothing else needs cgo); the shim also
+  # without gRPC, as containerd's Makefile builds it.
+  containerd_dir=$(wrapper containerd)
+  containerd_cmds=(containerd containerd-shim-runc-v2 ctr)
+  step "resolving containerd $containerd" "$containerd_dir" \
+    go get -tool "${containerd_cmds[@]/#/github.com/containerd/containerd/v2/cmd/}"
+  containerd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd"
+  containerd_tags="no_btrfs no_zfs no_devmapper urfave_cli_no_docs"
+  step "building containerd and ctr $containerd" "$containerd_dir" \
+    env CGO_ENABLED=0 go build -trimpath -tags "$containerd_tags" -ldflags "$containerd_ldflags" \
+    -o "$bin/" github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/ctr
+  step "building containerd-shim-runc-v2 $containerd" "$containerd_dir" \
+    env CGO_ENABLED=0 go build -trimpath -tags "$containerd_tags no_grpc" -ldflags "$containerd_ldflags" \
+    -o "$bin/containerd-shim-runc-v2" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 
   step "building pause $pause" "$cache" \
     gcc -Os -static -DVERSION="\"$pause\"" -o "$bin/pause" "$k8s_src/build/pause/linux/pause.c"

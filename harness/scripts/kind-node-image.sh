@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Assembles a Kind node image by hand, with no container registry: a Debian base made with
-# debootstrap (systemd, containerd, runc and the CNI plugins from Debian), Kind's own node files
-# (entrypoint, units, kubelet drop-ins) from the kind module, our Kubernetes programs, and the
+# debootstrap (systemd, runc and the CNI plugins from Debian), Kind's own node files
+# (entrypoint, units, kubelet drop-ins) from the kind module, our Kubernetes programs and
+# containerd, and the
 # control-plane images (built here, each a binary on an empty base) preloaded into the node's
 # containerd, as `kind build node-image` would (sigs.k8s.io/kind pkg/build/nodeimage).
 #
 #   harness/scripts/kind-node-image.sh BIN_DIR KIND_MODULE_DIR IMAGE_TAG
 #
 # BIN_DIR          kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler
-#                  kube-proxy etcd; optional: pause (else built with gcc -static), coredns
+#                  kube-proxy etcd containerd containerd-shim-runc-v2 ctr; optional: pause
+#                  (else built with gcc -static), coredns
 #                  (else the cluster has no DNS), local-path-provisioner (else the default
 #                  StorageClass is Kind's legacy host-path one), crictl.
 # KIND_MODULE_DIR  the kind module of the Kind release that will run the image
@@ -23,10 +25,10 @@
 # KIND_NODE_IMAGE_WORK (scratch folder; a fresh one under $TMPDIR, removed afterwards).
 #
 # What differs from Kind's own node image, and why:
-# - containerd 1.7 (Debian) instead of 2.x: the kubelet (<= 1.37) falls back to its own
-#   cgroupDriver when the CRI lacks RuntimeConfig.
+# - containerd built from its module without the btrfs, zfs and devmapper snapshotters (as
+#   Kind's) and static; runc is Debian's.
 # - Sandboxed hosts lack CAP_SYS_RESOURCE in the bounding set, so the node lacks it too.
-#   containerd 1.7 gives privileged Pods (and `capabilities: add: [ALL]`) only the capabilities
+#   containerd gives privileged Pods (and `capabilities: add: [ALL]`) only the capabilities
 #   it holds, but a Pod that names SYS_RESOURCE fails with "unable to apply caps": containerd
 #   runs runc through a wrapper that then drops it from the spec (as ensure-engine.sh does for
 #   dockerd). restrict_oom_score_adj = true for the same reason: without the capability no
@@ -64,7 +66,8 @@ kind_files=$kind_dir/images/base/files
 [ -f "$kind_files/usr/local/bin/entrypoint" ] && [ -f "$kind_files/etc/systemd/system/kubelet.service" ] ||
   fail "$kind_files lacks Kind's node files (usr/local/bin/entrypoint, etc/systemd/system/kubelet.service)" \
     "pass the kind module folder itself (it has images/base/files), e.g. \$(go env GOMODCACHE)/sigs.k8s.io/kind@v0.33.0"
-required=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd)
+required=(kubelet kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd
+  containerd containerd-shim-runc-v2 ctr)
 for p in "${required[@]}"; do
   [ -x "$bin_dir/$p" ] || fail "$bin_dir/$p is missing or not executable" \
     "build the Kubernetes programs first (harness/scripts/ensure-kind.sh --programs-only) and pass their folder"
@@ -144,11 +147,11 @@ run() { # description fix command...: runs the command, its output to a log; on 
 
 # --- 1. the Debian base (debootstrap) ---------------------------------------------------------
 # Kind's base packages (images/base/Dockerfile) minus those for network storage and rootless
-# (nfs-common, open-iscsi, fuse-overlayfs), plus Debian's containerd, runc and CNI plugins (Kind
-# builds those from source) and busybox-static (the small images below use it as their shell).
+# (nfs-common, open-iscsi, fuse-overlayfs), plus Debian's runc and CNI plugins (Kind builds
+# those from source) and busybox-static (the small images below use it as their shell).
 packages=systemd,systemd-sysv,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod
 packages+=,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,curl,jq,procps
-packages+=,containerd,runc,containernetworking-plugins,busybox-static
+packages+=,runc,containernetworking-plugins,busybox-static
 base_image=kind-node-image/base:$suite-$(echo "$suite $mirror $packages" | sha256sum | cut -c1-12)
 if docker image inspect "$base_image" >/dev/null 2>&1; then
   step "Debian base $base_image already built"
@@ -391,6 +394,8 @@ ov=$node_ctx/overlay
 mkdir -p "$ov/etc/containerd" "$ov/usr/local/sbin" "$ov/kind/manifests" "$ov/kind/bin" \
   "$ov/etc/systemd/system/kubelet.service.d" "$ov/etc/cni/net.d" "$ov/usr/local/bin"
 [ ! -x "$bin_dir/crictl" ] || cp "$bin_dir/crictl" "$ov/usr/local/bin/crictl"
+# Where Kind's containerd.service runs it from.
+for p in containerd containerd-shim-runc-v2 ctr; do cp "$bin_dir/$p" "$ov/usr/local/bin/$p"; done
 printf '%s' "$kube_version" >"$ov/kind/version"
 
 # Kind's config.toml with: Debian's plugin folder linked into /opt/cni/bin (below), the runc
@@ -598,8 +603,7 @@ COPY kind-files/kind/ /kind/
 COPY kind-files/etc/ /etc/
 COPY overlay/ /
 COPY bin/ /usr/bin/
-# Kind's base Dockerfile steps, then ours: Debian's containerd is /usr/bin/containerd (Kind's
-# unit runs /usr/local/bin/containerd); Debian's CNI plugins are in /usr/lib/cni (CNIs installed
+# Kind's base Dockerfile steps, then ours: Debian's CNI plugins are in /usr/lib/cni (CNIs installed
 # later expect /opt/cni/bin); no Debian sysctl.d files (global tunables, see the header).
 RUN set -eux; \\
     chmod 0755 /kind /kind/bin /kind/bin/* /usr/local/bin/* /usr/local/sbin/* /usr/bin/kubelet /usr/bin/kubeadm /usr/bin/kubectl; \\
@@ -609,7 +613,6 @@ RUN set -eux; \\
       /lib/systemd/system/sockets.target.wants/*initctl* /lib/systemd/system/basic.target.wants/*; \\
     echo ReadKMsg=no >>/etc/systemd/journald.conf; \\
     ln -sf /usr/lib/systemd/systemd /sbin/init; \\
-    ln -sf /usr/bin/containerd /usr/local/bin/containerd; \\
     mkdir -p /opt/cni/bin /etc/kubernetes/manifests; ln -sf /usr/lib/cni/* /opt/cni/bin/; \\
     rm -f /usr/lib/sysctl.d/*.conf; \\
     systemctl enable kubelet.service containerd.service undo-mount-hacks.service kind-node-host-sysctls.service; \\

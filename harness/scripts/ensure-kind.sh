@@ -188,8 +188,9 @@ $tail_lines" "read the log above; a full disk (df -h ~/.cache) or an old Go are 
   # without gRPC, as containerd's Makefile builds it.
   containerd_dir=$(wrapper containerd)
   containerd_cmds=(containerd containerd-shim-runc-v2 ctr)
+  containerd_tools=("${containerd_cmds[@]/#/github.com/containerd/containerd/v2/cmd/}")
   step "resolving containerd $containerd" "$containerd_dir" \
-    go get -tool "${containerd_cmds[@]/#/github.com/containerd/containerd/v2/cmd/}"
+    go get -tool "${containerd_tools[@]/%/@$containerd}"
   containerd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd"
   containerd_tags="no_btrfs no_zfs no_devmapper urfave_cli_no_docs"
   step "building containerd and ctr $containerd" "$containerd_dir" \
@@ -205,6 +206,11 @@ $tail_lines" "read the log above; a full disk (df -h ~/.cache) or an old Go are 
   for p in "${programs[@]}"; do
     [ -x "$bin/$p" ] || fail "$bin/$p was not built (log: $build_log)" "remove $cache and retry"
   done
+  # The module each pinned program was built from is the pinned one (a `go get` without the
+  # version once took the newest containerd and stamped it with the pin).
+  built_containerd=$(go version -m "$bin/containerd" | awk '$1 == "mod" { print $3 }')
+  [ "$built_containerd" = "$containerd" ] ||
+    fail "containerd was built from $built_containerd, not the pinned $containerd" "remove $cache and retry"
   grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$pins_file" >"$bin/.complete"
   log "built ${programs[*]} into $bin ($(awk -F'\t' 'NR > 1 { s += $2 } END { print s }' "$times") s; costs: $times)"
 fi

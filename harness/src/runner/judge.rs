@@ -380,6 +380,33 @@ mod tests {
         let lacks = anyhow::Error::new(crate::backend::kube::KubeletLacksPod).context("exec");
         let end = BodyEnd::of(Err(super::super::scenario::broken_by(&REHANDSHAKE, lacks)));
         assert_eq!(end.outcome(), Outcome::Errored);
+        let broke = anyhow::Error::new(crate::backend::BackendError::Exec {
+            pod: "p".into(),
+            container: "kandev-agent".into(),
+            argv: vec!["id".into()],
+            source: crate::backend::kube::StreamBroke {
+                what: "exec",
+                before: "the command's exit status",
+                cause: "Connection reset without closing handshake".into(),
+            }
+            .into(),
+        });
+        let end = BodyEnd::of(Err(super::super::scenario::broken_by(&REHANDSHAKE, broke)));
+        assert_eq!(end.outcome(), Outcome::Errored);
+        let silent = anyhow::Error::new(crate::backend::kube::cluster::NoAnswer {
+            waited: std::time::Duration::from_secs(60),
+        });
+        let end = BodyEnd::of(Err(super::super::scenario::broken_by(&REHANDSHAKE, silent)));
+        assert_eq!(end.outcome(), Outcome::Errored);
+
+        // A check that judges an error itself gets every error but the platform's.
+        let raised = super::super::scenario::raise_platform_fault::<()>(Err(anyhow::Error::new(
+            crate::backend::kube::KubeletLacksPod,
+        )));
+        assert!(raised.is_err());
+        let judged =
+            super::super::scenario::raise_platform_fault::<()>(Err(anyhow::anyhow!("refused")));
+        assert!(judged.is_ok_and(|r| r.is_err()));
 
         let refused = anyhow::anyhow!("the agent refused the bootstrap nonce").context("reconnect");
         let end = BodyEnd::of(Err(super::super::scenario::broken_by(

@@ -193,8 +193,15 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             let identity = ctx.identity();
             options.identity = Some(identity.clone());
             let started = Instant::now();
-            // A lost API server is the cluster's error, not a cause the launch left unnamed.
-            let outcome = raise_platform_fault(ctx.launch(options).await)?;
+            // A lost API server is the cluster's error, not a cause the launch left unnamed
+            // (the cases judged so far kept as evidence).
+            let outcome = match raise_platform_fault(ctx.launch(options).await) {
+                Ok(outcome) => outcome,
+                Err(fault) => {
+                    ctx.evidence("cases", &results);
+                    return Err(fault);
+                }
+            };
             let elapsed = started.elapsed();
             let message = match &outcome {
                 Ok(session) => format!("the launch succeeded (pod {})", session.pod.name),

@@ -192,7 +192,16 @@ pub(super) async fn exec(
             }
             Ok::<_, tokio_tungstenite::tungstenite::Error>((stdout, stderr, None))
         };
-        let streamed = async { tokio::try_join!(feed, read).map(|(_, read)| read) };
+        let streamed = async {
+            let (fed, read) = tokio::join!(feed, read);
+            match read {
+                // The command ended: stdin it did not read (it exited first, the send then
+                // failing) is its own business, not a stream broken in transit.
+                Ok(ended @ (_, _, Some(_))) => Ok(ended),
+                Ok(ended) => fed.map(|()| ended),
+                Err(e) => Err(e),
+            }
+        };
         let ended = tokio::select! {
             ended = streamed => ended,
             () = keep_alive(&sink, backend.keepalive) => Ok((Vec::new(), Vec::new(), None)),

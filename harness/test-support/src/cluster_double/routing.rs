@@ -45,9 +45,9 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         // authentication comes first.
         return json_reply(StatusCode::OK, &discovery::version());
     }
-    // The health endpoints answer every client (kube-apiserver's
-    // `--authorization-always-allow-paths` default: /healthz, /readyz, /livez); the double
-    // is ready once it serves. A client reads /readyz to tell a 403 of a server whose
+    // The health endpoints answer every client (kube-apiserver's RBAC allows them to all
+    // through the bootstrap binding `system:public-info-viewer`); the double is ready once
+    // it serves. A client reads /readyz to tell a 403 of a server whose
     // informers have not synced from its answer (`resilience.rs`).
     if matches!(
         path.trim_end_matches('/'),

@@ -56,14 +56,14 @@ use tower::{BoxError, Layer, Service};
 pub const RESET_RETRIES: u32 = 6;
 
 /// How many times a request is sent again when the connection could not be made for a
-/// reason that passes ([`transient`]: it never reached the API server, so anything may be
+/// reason that may pass ([`transient`]: it never reached the API server, so anything may be
 /// sent again; a certificate refused or a name not found gets `RESET_RETRIES`, so that its
 /// cause is named before the reach bound): a restarting API server refuses
 /// until it listens (its static Pod's container killed: real Kind took about 10 s), and
 /// behind a proxy (Kind's port mapping, a load balancer) the proxy accepts and then ends the
 /// TLS handshake; about 30 s with the backoff capped. Real Kind's containerd restarted showed
-/// the second for about 20 s: the node's containerd 1.7 took the control plane's host-network
-/// sandboxes for leaked shims and the kubelet started them again.
+/// the second for about 20 s: the node's containerd 1.7 (then) took the control plane's
+/// host-network sandboxes for leaked shims and the kubelet started them again.
 pub const NOT_CONNECTED_RETRIES: u32 = 18;
 
 /// How many times a request answered 429, 503 or 504 is sent again (kube-rs's
@@ -204,30 +204,24 @@ pub fn lost_connection(error: &(dyn std::error::Error + 'static)) -> Option<bool
     lost.then_some(false)
 }
 
-/// Whether `error`'s connection failed in a way that passes when the API server is back:
-/// refused (nothing listens), reset, cut during the TLS handshake (a proxy whose backend is
-/// gone: rustls's "tls handshake eof" is an `UnexpectedEof`), or timed out.
+/// Whether `error`'s connection failed in a way that may pass when the API server is back:
+/// anything but a certificate refused (rustls's verdicts reach here as `InvalidData`) or a
+/// name not found (hyper-util's "dns error"), which no wait mends. Refused (nothing
+/// listens), reset, cut during the TLS handshake (a proxy whose backend is gone: rustls's
+/// "tls handshake eof" is an `UnexpectedEof`), timed out, unreachable, or a proxy's CONNECT
+/// refused (its own error type) all may.
 pub fn transient(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut current = Some(error);
     while let Some(e) = current {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            if matches!(
-                io.kind(),
-                ConnectionRefused
-                    | ConnectionReset
-                    | ConnectionAborted
-                    | UnexpectedEof
-                    | TimedOut
-                    | BrokenPipe
-                    | NotConnected
-            ) {
-                return true;
-            }
+        let certificate = e
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData);
+        if certificate || e.to_string().starts_with("dns error") {
+            return false;
         }
         current = e.source();
     }
-    false
+    true
 }
 
 /// Whether `error` is the API server's address refusing the connection (nothing listens:
@@ -638,6 +632,10 @@ impl Resend {
 /// How long a 403 from an API server not yet ready is sent again (within the answer bound).
 const NOT_READY_RETRIES: u32 = 40;
 
+/// How long a `/readyz` refused (401, 403) is taken for a server not ready: a cluster that
+/// refuses it for good costs each 403 this much more.
+const READYZ_REFUSED_RETRIES: u32 = 10;
+
 /// A 403 from an API server that says itself it is not ready is not its answer: right after
 /// a start (a restart of its static Pod) it serves requests before its informers have synced,
 /// and its RBAC authorizer, reading them, denies what the executor was granted (real Kind
@@ -645,11 +643,13 @@ const NOT_READY_RETRIES: u32 = 40;
 /// `/readyz` fails until then (`informer-sync`, `poststarthook/rbac/bootstrap-roles`:
 /// k8s.io/apiserver `pkg/server/config.go`, `NewInformerSyncHealthz`), and authorization
 /// comes before anything is done, so the request is sent again, once a second, while
-/// `/readyz` fails. A 401 or 403 from `/readyz` itself is a server not ready too: it always
-/// allows that path (`--authorization-always-allow-paths` defaults to /healthz, /readyz,
-/// /livez), so refusing it is a server not yet itself (after real Kind's containerd restart,
-/// which restarted the API server, a 403 stood that the old rule let through). A 403 from
-/// a ready server stands.
+/// `/readyz` fails. A 401 or 403 from `/readyz` itself may be the same unsynced authorizer
+/// (RBAC allows that path to everyone through the bootstrap binding
+/// `system:public-info-viewer`, which it has not read yet: after real Kind's containerd
+/// restart, which restarted the API server, a 403 stood that a ready server would not have
+/// given), or a cluster that refuses `/readyz` to this identity for good: it is taken as not
+/// ready for `READYZ_REFUSED_RETRIES` seconds, then the 403 stands. A 403 from a ready server
+/// stands.
 async fn until_ready<S>(
     inner: &mut S,
     again: &Resend,
@@ -658,7 +658,7 @@ async fn until_ready<S>(
 where
     S: Service<Request<Body>, Response = Response<Box<DynBody>>, Error = BoxError>,
 {
-    for _ in 0..NOT_READY_RETRIES {
+    for attempt in 0..NOT_READY_RETRIES {
         let mut readyz = Request::builder()
             .method(Method::GET)
             .uri(ready_uri(&again.uri))
@@ -671,16 +671,15 @@ where
         tower::ServiceExt::ready(&mut *inner).await?;
         // Ready (200), or no say (404: a server that does not serve /readyz): the 403
         // stands. Not ready: its checks fail (500), it refuses /readyz itself (401, 403:
-        // above), or it does not answer.
+        // above; for a while), or it does not answer.
         match inner.call(readyz).await {
+            Ok(r) if r.status().is_server_error() => {}
             Ok(r)
-                if !(r.status().is_server_error()
-                    || r.status() == StatusCode::UNAUTHORIZED
-                    || r.status() == StatusCode::FORBIDDEN) =>
-            {
-                return Ok(response);
-            }
-            _ => {}
+                if (r.status() == StatusCode::UNAUTHORIZED
+                    || r.status() == StatusCode::FORBIDDEN)
+                    && attempt < READYZ_REFUSED_RETRIES => {}
+            Ok(_) => return Ok(response),
+            Err(_) => {}
         }
         tracing::info!(
             "{} {}: answered 403 by an API server not ready (/readyz fails): sent again",
@@ -868,10 +867,24 @@ mod tests {
         )));
         assert!(transient(&Error::from(ErrorKind::ConnectionRefused)));
         assert!(transient(&Error::from(ErrorKind::TimedOut)));
+        assert!(transient(&Error::from(ErrorKind::HostUnreachable)));
         assert!(!transient(&Error::new(
             ErrorKind::InvalidData,
             "invalid peer certificate: UnknownIssuer"
         )));
-        assert!(!transient(&Error::other("failed to lookup address")));
+        // hyper-util's connector names a failed lookup so, over the resolver's error.
+        #[derive(Debug)]
+        struct Dns(Error);
+        impl std::fmt::Display for Dns {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("dns error")
+            }
+        }
+        impl std::error::Error for Dns {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        assert!(!transient(&Dns(Error::other("failed to lookup address"))));
     }
 }

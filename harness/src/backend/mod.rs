@@ -287,17 +287,21 @@ pub fn check_helper_labels(pod: &Pod) -> Result<()> {
 /// Whether `error` came from the platform under the Pod rather than from the Pod: the API
 /// server's connection lost past the client's retries or silent past its answer bound, an
 /// exec's or port-forward's stream broken in transit, or the node's kubelet not knowing the
-/// Pod. Such an error is the cluster's, named with its fix; a check that meets it judged
-/// nothing (the run ends errored, exit 3), however far into the check it came (real Kind's
-/// containerd restarted mid-run cut the API server off for about 20 s). None of them is an
-/// answer about the Pod, so no broken Pod produces one.
+/// Pod or out of the API server's reach. Such an error is the cluster's, named with its fix;
+/// a check that meets it judged nothing (the run ends errored, exit 3), however far into the
+/// check it came (real Kind's containerd restarted mid-run cut the API server off for about
+/// 20 s). None of them is an answer about the Pod, so no broken Pod produces one.
 pub fn is_platform_fault(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause.is::<kube::cluster::resilience::ConnectionLost>()
-            || cause.is::<kube::cluster::NoAnswer>()
-            || cause.is::<kube::StreamBroke>()
-            || cause.is::<kube::KubeletLacksPod>()
-    })
+    error.chain().any(is_platform_cause)
+}
+
+/// Whether one cause of an error's chain is the platform's ([`is_platform_fault`]).
+pub fn is_platform_cause(cause: &(dyn std::error::Error + 'static)) -> bool {
+    cause.is::<kube::cluster::resilience::ConnectionLost>()
+        || cause.is::<kube::cluster::NoAnswer>()
+        || cause.is::<kube::StreamBroke>()
+        || cause.is::<kube::KubeletLacksPod>()
+        || cause.is::<kube::KubeletUnreachable>()
 }
 
 /// Errors of backend operations, each naming the operation and the object.

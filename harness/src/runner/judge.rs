@@ -53,8 +53,11 @@ impl From<Verdict> for BodyEnd {
 
 impl BodyEnd {
     /// What the body returned, classified: an error is a missing worker tool (which outranks
-    /// anything else in its chain: the launch judged nothing), else a broken check, else a
-    /// Pod mutated by admission, else an error of the infrastructure.
+    /// anything else in its chain: the launch judged nothing), else the platform's fault (a
+    /// lost API server, a kubelet that lost the Pod: [`crate::backend::is_platform_fault`];
+    /// it breaks no promise of the Pod, whichever check met it, so the scenario errored),
+    /// else a broken check, else a Pod mutated by admission, else an error of the
+    /// infrastructure.
     pub fn of(returned: anyhow::Result<Verdict>) -> Self {
         let error = match returned {
             Ok(verdict) => return verdict.into(),
@@ -63,6 +66,7 @@ impl BodyEnd {
         let text = crate::error_chain(error.as_ref());
         let mut broke = None;
         let mut mutated = false;
+        let mut platform = false;
         for cause in error.chain() {
             if let Some(lacks) = cause.downcast_ref::<WorkerImageLacks>() {
                 let capability = Capability::parse(&lacks.tool).unwrap_or(Capability::Docker);
@@ -72,11 +76,13 @@ impl BodyEnd {
                 broke = broke.or(Some(broken.check));
             }
             mutated |= cause.is::<AdmissionMutated>();
+            platform |= crate::backend::is_platform_cause(cause);
         }
-        match (broke, mutated) {
-            (Some(check), _) => Self::Broke(check, text),
-            (None, true) => Self::Mutated(text),
-            (None, false) => Self::Errored(text),
+        match (platform, broke, mutated) {
+            (true, _, _) => Self::Errored(text),
+            (false, Some(check), _) => Self::Broke(check, text),
+            (false, None, true) => Self::Mutated(text),
+            (false, None, false) => Self::Errored(text),
         }
     }
 
@@ -399,6 +405,31 @@ mod tests {
         let end = BodyEnd::of(Err(super::super::scenario::broken_by(&REHANDSHAKE, silent)));
         assert_eq!(end.outcome(), Outcome::Errored);
 
+        // However deep in the promise's cause: a platform fault is no broken promise.
+        let unreachable = anyhow::Error::new(crate::backend::kube::KubeletUnreachable {
+            cause: "error sending request: dial tcp 10.0.0.7:10250: connect: connection refused"
+                .into(),
+        })
+        .context("exec")
+        .context("reconnect: instances");
+        let wrapped = anyhow::Error::new(Broken {
+            check: "rehandshake",
+            promise: "the agent re-handshakes",
+            evidence: "the exec failed".into(),
+            cause: Some(unreachable),
+        })
+        .context("step");
+        let end = BodyEnd::of(Err(wrapped));
+        assert_eq!(end.outcome(), Outcome::Errored);
+        assert_eq!(end.broken_check(), None);
+        let text = end.reason().unwrap_or_default();
+        assert!(
+            text.contains(
+                "the exec failed: reconnect: instances: exec: the API server could not reach"
+            ),
+            "{text}"
+        );
+
         // A check that judges an error itself gets every error but the platform's.
         let raised = super::super::scenario::raise_platform_fault::<()>(Err(anyhow::Error::new(
             crate::backend::kube::KubeletLacksPod,
@@ -472,6 +503,7 @@ mod tests {
             check: "breaks",
             promise: "it breaks",
             evidence: "e".into(),
+            cause: None,
         })));
         assert!(
             matches!(lacking, BodyEnd::Lacks(Capability::Docker, _)),

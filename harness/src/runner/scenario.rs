@@ -172,13 +172,34 @@ pub enum Verdict {
 }
 
 /// A broken promise: the scenario ran and the design's promise did not hold.
-#[derive(Debug, thiserror::Error)]
-#[error("{promise}: {evidence}")]
+#[derive(Debug)]
 pub struct Broken {
     /// The check's id within its scenario.
     pub check: &'static str,
     pub promise: &'static str,
+    /// What shows it, beside `cause`.
     pub evidence: String,
+    /// The error that shows it ([`broken_by`]), kept whole as this one's source, so the
+    /// judge still sees its causes.
+    pub cause: Option<anyhow::Error>,
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.evidence.is_empty() {
+            f.write_str(self.promise)
+        } else {
+            write!(f, "{}: {}", self.promise, self.evidence)
+        }
+    }
+}
+
+impl std::error::Error for Broken {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_ref()
+            .map(|e| &**e as &(dyn std::error::Error + 'static))
+    }
 }
 
 /// Fails the scenario: `check` broke, `evidence` shows how.
@@ -187,24 +208,31 @@ pub fn broken(check: &Check, evidence: impl Into<String>) -> anyhow::Error {
         check: check.id,
         promise: check.promise,
         evidence: evidence.into(),
+        cause: None,
     }
     .into()
 }
 
-/// Fails the scenario with what `error` says: `check` broke, unless the error is the
-/// platform's ([`crate::backend::is_platform_fault`]: a lost API server, a kubelet that lost
-/// the Pod), which breaks no promise of the Pod: then it stays an error of the cluster, and
-/// the scenario ends errored naming it.
+/// Fails the scenario with what `error` says: `check` broke, `error` (kept whole, so the
+/// judge still sees its causes) shows how. An error of the platform's in its chain
+/// ([`crate::backend::is_platform_fault`]: a lost API server, a kubelet that lost the Pod)
+/// breaks no promise of the Pod: the judge ends the scenario errored naming it
+/// ([`super::judge::BodyEnd::of`]), whatever check it was met in.
 pub fn broken_by(check: &Check, error: anyhow::Error) -> anyhow::Error {
-    if crate::backend::is_platform_fault(&error) {
-        return error;
+    Broken {
+        check: check.id,
+        promise: check.promise,
+        evidence: String::new(),
+        cause: Some(error),
     }
-    broken(check, format!("{error:#}"))
+    .into()
 }
 
 /// `result` for the check to judge, unless its error is the platform's
-/// ([`crate::backend::is_platform_fault`]): then that error ends the scenario errored, as
-/// [`broken_by`] does, rather than being judged as an answer about the Pod.
+/// ([`crate::backend::is_platform_fault`]): then that error ends the scenario errored, rather
+/// than being judged as an answer about the Pod. For checks that judge an error themselves
+/// (a refusal expected, a failure read as evidence): one that propagates the error needs
+/// nothing, the judge sees the platform's fault in its chain.
 pub fn raise_platform_fault<T>(result: anyhow::Result<T>) -> anyhow::Result<anyhow::Result<T>> {
     match result {
         Err(e) if crate::backend::is_platform_fault(&e) => Err(e),

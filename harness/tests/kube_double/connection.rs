@@ -660,6 +660,76 @@ async fn a_restarted_kubelet_that_lacks_the_pod_is_waited_out_else_named() {
     cluster.teardown().await;
 }
 
+/// An API server 1.30+ takes a v5 exec to a node that does not take websockets itself
+/// through its stream translator, which upgrades the client first and dials the kubelet
+/// after: a kubelet that lacks the Pod, or one it cannot reach, is told on the status
+/// channel, not as the upgrade's answer. Both are asked again, a second apart, and come
+/// through once the kubelet serves; a kubelet that never does is named as the node's fault
+/// (a platform fault: the check that met it judged nothing), not as the command's failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_kubelet_refusal_told_on_the_status_channel_is_waited_out_else_named() {
+    let (double, images) = engine_double().await;
+    let (cluster, backend) = backend_on(&double, Duration::from_secs(20)).await;
+    let pod = agent_pod(&backend, &images).await;
+    let faults = double.state.faults();
+    let lacks = "unable to upgrade connection: pod does not exist";
+    let unreachable =
+        "error sending request: dial tcp 172.18.0.2:10250: connect: connection refused";
+    faults.inject(
+        Some("GET"),
+        "/exec",
+        Fault::TranslatedRefusal(lacks.into()),
+        2,
+    );
+    faults.inject(
+        Some("GET"),
+        "/exec",
+        Fault::TranslatedRefusal(unreachable.into()),
+        2,
+    );
+    let served = backend
+        .exec(
+            &pod,
+            ExecRequest {
+                stdin: Some(b"fed once\n".to_vec()),
+                ..shell("cat")
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(served.exit_code, Some(0));
+    assert_eq!(served.stdout_text(), "fed once\n");
+    fired(&double, 4);
+
+    for (cause, named) in [
+        (lacks, "the kubelet of the Pod's node kept answering"),
+        (unreachable, "could not reach the kubelet"),
+    ] {
+        faults.inject(
+            Some("GET"),
+            "/exec",
+            Fault::TranslatedRefusal(cause.into()),
+            1000,
+        );
+        let error = backend
+            .exec(&pod, shell("echo never"))
+            .await
+            .map(|o| o.stdout_text())
+            .map_err(anyhow::Error::new)
+            .unwrap_err();
+        assert!(
+            kandev_harness::backend::is_platform_fault(&error),
+            "{error:#}"
+        );
+        let chain = format!("{error:#}");
+        assert!(chain.contains(named) && chain.contains("fix:"), "{chain}");
+        faults.clear();
+    }
+    backend.delete_pod(&pod).await.unwrap();
+    cluster.teardown().await;
+}
+
 /// An API server that stays unavailable (503 on every try) exhausts the client's answer
 /// bound, retries included; the error says so and what to check, not "deadline has elapsed".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

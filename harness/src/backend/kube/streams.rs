@@ -17,6 +17,7 @@
 //!   have run), a port-forward's HTTP exchange is the caller's to repeat.
 
 use super::backend::KubeBackend;
+use super::cluster::resilience::{UPGRADE_PAUSE, UPGRADE_RETRIES};
 use super::errors::other;
 use crate::backend::{BackendError, ExecOutput, ExecRequest, PodRef, Result};
 use crate::wait::WaitTimedOut;
@@ -105,13 +106,32 @@ async fn connect(
 )]
 pub struct KubeletLacksPod;
 
-/// An upgrade's refusal, with the kubelet's own "pod does not exist" named as the node's.
+/// The API server could not reach the kubelet of the Pod's node, through the exec's retries.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the API server could not reach the kubelet of the Pod's node while the client asked again, a second apart: {cause}\n  fix: check the node (`kubectl get node`, the kubelet's log: `journalctl -u kubelet` on the node) and that the API server reaches the kubelet's port (10250), then rerun (the run's summary names the `gc` command that removes what it left)"
+)]
+pub struct KubeletUnreachable {
+    pub cause: String,
+}
+
+/// An upgrade's refusal, with the kubelet's own "pod does not exist", and a kubelet the API
+/// server could not dial (its proxy's "error dialing backend: <dial error>", k8s.io/
+/// apimachinery `pkg/util/proxy/upgradeaware.go`), named as the node's.
 fn upgrade_refused(e: kube::Error) -> anyhow::Error {
     match &e {
         kube::Error::Api(status)
             if status.code == 404 && status.message == "pod does not exist" =>
         {
             KubeletLacksPod.into()
+        }
+        kube::Error::Api(status)
+            if status.code >= 500 && status.message.contains("error dialing backend: ") =>
+        {
+            KubeletUnreachable {
+                cause: status.message.clone(),
+            }
+            .into()
         }
         _ => e.into(),
     }
@@ -140,107 +160,187 @@ pub(super) async fn exec(
         .stdin(request.stdin.is_some())
         .stdout(true)
         .stderr(true);
-    let mut upgrade = pods_path(backend)
-        .exec(&pod.name, request.argv.clone(), &params)
-        .map_err(|e| error(e.into()))?;
-    upgrade.extensions_mut().insert("exec");
-    // Connected before the command's deadline starts: the client's retries wait out a
-    // restarting kubelet within the client's own answer bound, and the command has not run.
-    let (socket, v5) = connect(backend, upgrade).await.map_err(error)?;
-    let run = async {
-        let (sink, mut stream) = socket.split();
-        let sink = tokio::sync::Mutex::new(sink);
-        let feed = async {
-            let Some(bytes) = &request.stdin else {
-                return Ok(());
-            };
-            for piece in bytes.chunks(FRAME) {
-                let mut frame = Vec::with_capacity(piece.len() + 1);
-                frame.push(STDIN);
-                frame.extend_from_slice(piece);
-                sink.lock().await.send(Message::binary(frame)).await?;
-            }
-            if v5 {
-                sink.lock()
-                    .await
-                    .send(Message::binary(vec![CLOSE, STDIN]))
-                    .await
-            } else {
-                // v4 has no close signal: the socket's end ends stdin (as kube-rs does).
-                sink.lock().await.close().await
-            }
-        };
-        let read = async {
-            let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-            while let Some(message) = stream.next().await {
-                let Message::Binary(bytes) = message? else {
-                    continue;
-                };
-                // A frame of the channel byte alone opens the channel.
-                let Some((&channel, data)) = bytes.split_first() else {
-                    continue;
-                };
-                match channel {
-                    STDOUT => stdout.extend_from_slice(data),
-                    STDERR => stderr.extend_from_slice(data),
-                    STATUS if !data.is_empty() => {
-                        let status = serde_json::from_slice(data).ok();
-                        return Ok((stdout, stderr, Some(status)));
-                    }
-                    _ => {}
-                }
-            }
-            Ok::<_, tokio_tungstenite::tungstenite::Error>((stdout, stderr, None))
-        };
-        let streamed = async {
-            let (fed, read) = tokio::join!(feed, read);
-            match read {
-                // The command ended: stdin it did not read (it exited first, the send then
-                // failing) is its own business, not a stream broken in transit.
-                Ok(ended @ (_, _, Some(_))) => Ok(ended),
-                Ok(ended) => fed.map(|()| ended),
-                Err(e) => Err(e),
-            }
-        };
-        let ended = tokio::select! {
-            ended = streamed => ended,
-            () = keep_alive(&sink, backend.keepalive) => Ok((Vec::new(), Vec::new(), None)),
-        };
-        let (stdout, stderr, status) = ended.map_err(|e| {
-            error(
-                StreamBroke {
-                    what: "exec",
-                    before: "the command's exit status",
-                    cause: e.to_string(),
-                }
-                .into(),
-            )
-        })?;
-        let Some(status) = status else {
-            return Err(error(anyhow!(
-                "the exec stream ended without the command's exit status (the connection was closed after {} bytes of stdout, {} of stderr)\n  fix: {LOST_FIX}",
-                stdout.len(),
-                stderr.len()
-            )));
-        };
-        let _ = sink.lock().await.close().await;
-        Ok(ExecOutput {
-            exit_code: status.as_ref().and_then(exit_code),
-            stdout,
-            stderr,
-            duration: started.elapsed(),
-        })
-    };
     let limit = request.timeout.unwrap_or(EXEC_DEADLINE);
-    tokio::time::timeout(limit, run).await.map_err(|_| {
-        BackendError::from(WaitTimedOut {
-            what: format!(
-                "exec {:?} in {}/{}",
-                request.argv, pod.name, request.container
-            ),
-            waited: limit,
-        })
-    })?
+    let mut not_taken = 0;
+    loop {
+        let mut upgrade = pods_path(backend)
+            .exec(&pod.name, request.argv.clone(), &params)
+            .map_err(|e| error(e.into()))?;
+        upgrade.extensions_mut().insert("exec");
+        // Connected before the command's deadline starts: the client's retries wait out a
+        // restarting kubelet within the client's own answer bound, and the command has not run.
+        let (socket, v5) = connect(backend, upgrade).await.map_err(error)?;
+        let streamed = tokio::time::timeout(limit, stream_exec(backend, socket, v5, &request))
+            .await
+            .map_err(|_| {
+                BackendError::from(WaitTimedOut {
+                    what: format!(
+                        "exec {:?} in {}/{}",
+                        request.argv, pod.name, request.container
+                    ),
+                    waited: limit,
+                })
+            })?
+            .map_err(error)?;
+        match streamed {
+            Streamed::Ended {
+                stdout,
+                stderr,
+                exit_code,
+            } => {
+                return Ok(ExecOutput {
+                    exit_code,
+                    stdout,
+                    stderr,
+                    duration: started.elapsed(),
+                });
+            }
+            // The command never ran: sent again as the client sends a refused upgrade again.
+            Streamed::NotTaken(_) if not_taken < UPGRADE_RETRIES => {
+                not_taken += 1;
+                tokio::time::sleep(UPGRADE_PAUSE).await;
+            }
+            Streamed::NotTaken(refusal) => return Err(error(refusal)),
+        }
+    }
+}
+
+/// How an exec's stream ended.
+enum Streamed {
+    /// The command ran and ended with this output and exit code.
+    Ended {
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+        exit_code: Option<i64>,
+    },
+    /// The API server could not take the exec to the kubelet: the command never ran.
+    NotTaken(anyhow::Error),
+}
+
+/// Feeds `request`'s stdin to the command and reads its output and exit status.
+async fn stream_exec(
+    backend: &KubeBackend,
+    socket: Socket,
+    v5: bool,
+    request: &ExecRequest,
+) -> anyhow::Result<Streamed> {
+    let (sink, mut stream) = socket.split();
+    let sink = tokio::sync::Mutex::new(sink);
+    let feed = async {
+        let Some(bytes) = &request.stdin else {
+            return Ok(());
+        };
+        for piece in bytes.chunks(FRAME) {
+            let mut frame = Vec::with_capacity(piece.len() + 1);
+            frame.push(STDIN);
+            frame.extend_from_slice(piece);
+            sink.lock().await.send(Message::binary(frame)).await?;
+        }
+        if v5 {
+            sink.lock()
+                .await
+                .send(Message::binary(vec![CLOSE, STDIN]))
+                .await
+        } else {
+            // v4 has no close signal: the socket's end ends stdin (as kube-rs does).
+            sink.lock().await.close().await
+        }
+    };
+    let read = async {
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(message) = stream.next().await {
+            let Message::Binary(bytes) = message? else {
+                continue;
+            };
+            // A frame of the channel byte alone opens the channel.
+            let Some((&channel, data)) = bytes.split_first() else {
+                continue;
+            };
+            match channel {
+                STDOUT => stdout.extend_from_slice(data),
+                STDERR => stderr.extend_from_slice(data),
+                STATUS if !data.is_empty() => {
+                    let status = serde_json::from_slice(data).ok();
+                    return Ok((stdout, stderr, Some(status)));
+                }
+                _ => {}
+            }
+        }
+        Ok::<_, tokio_tungstenite::tungstenite::Error>((stdout, stderr, None))
+    };
+    let streamed = async {
+        let (fed, read) = tokio::join!(feed, read);
+        match read {
+            // The command ended: stdin it did not read (it exited first, the send then
+            // failing) is its own business, not a stream broken in transit.
+            Ok(ended @ (_, _, Some(_))) => Ok(ended),
+            Ok(ended) => fed.map(|()| ended),
+            Err(e) => Err(e),
+        }
+    };
+    let ended = tokio::select! {
+        ended = streamed => ended,
+        () = keep_alive(&sink, backend.keepalive) => Ok((Vec::new(), Vec::new(), None)),
+    };
+    let (stdout, stderr, status) = ended.map_err(|e| StreamBroke {
+        what: "exec",
+        before: "the command's exit status",
+        cause: e.to_string(),
+    })?;
+    let Some(status) = status else {
+        return Err(anyhow!(
+            "the exec stream ended without the command's exit status (the connection was closed after {} bytes of stdout, {} of stderr)\n  fix: {LOST_FIX}",
+            stdout.len(),
+            stderr.len()
+        ));
+    };
+    let _ = sink.lock().await.close().await;
+    if stdout.is_empty()
+        && stderr.is_empty()
+        && let Some(refusal) = status.as_ref().and_then(not_taken_to_the_kubelet)
+    {
+        return Ok(Streamed::NotTaken(refusal));
+    }
+    Ok(Streamed::Ended {
+        exit_code: status.as_ref().and_then(exit_code),
+        stdout,
+        stderr,
+    })
+}
+
+/// The API server could not take an exec to the Pod's kubelet, told on the exec's status
+/// channel. A v5 exec reaches the kubelet through the API server's stream translator
+/// (API servers 1.30 and later, for nodes that do not declare `ExtendWebSocketsToKubelet`:
+/// `pkg/registry/core/pod/rest/subresources.go`). The translator upgrades the client's
+/// websocket first and dials the kubelet after, so a kubelet it cannot reach, or one that
+/// refuses the upgrade, is reported as `NewInternalError` on channel 3, not as the upgrade's
+/// answer (k8s.io/apiserver `pkg/util/proxy/streamtranslator.go`, `ServeHTTP`). The words
+/// are client-go's SPDY executor's: "error sending request: <dial error>" (transport/spdy
+/// `Negotiate`), "unable to upgrade connection: <the kubelet's answer>" (k8s.io/streaming
+/// `SpdyRoundTripper.NewConnection`). The command never ran.
+fn not_taken_to_the_kubelet(
+    status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status,
+) -> Option<anyhow::Error> {
+    const INTERNAL: &str = "Internal error occurred: ";
+    if status.reason.as_deref() != Some("InternalError") {
+        return None;
+    }
+    let cause = status.message.as_deref()?.strip_prefix(INTERNAL)?;
+    if let Some(answer) = cause.strip_prefix("unable to upgrade connection: ") {
+        return Some(if answer == "pod does not exist" {
+            KubeletLacksPod.into()
+        } else {
+            anyhow!(
+                "the Pod's kubelet refused the exec, asked again a second apart: {answer}\n  fix: check the Pod's containers (`kubectl describe pod`) and its node's kubelet log (`journalctl -u kubelet` on the node)"
+            )
+        });
+    }
+    cause.starts_with("error sending request: ").then(|| {
+        KubeletUnreachable {
+            cause: cause.to_owned(),
+        }
+        .into()
+    })
 }
 
 /// Writes `request` to `port` in the Pod through a port-forward (`v4.channel.k8s.io`: the
@@ -396,6 +496,71 @@ fn exit_code(status: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Status) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn status(
+        reason: &str,
+        message: &str,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Status {
+        serde_json::from_value(serde_json::json!({
+            "status": "Failure", "reason": reason, "message": message, "code": 500
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_translators_kubelet_refusals_are_told_from_the_commands_own_failures() {
+        let lacks = status(
+            "InternalError",
+            "Internal error occurred: unable to upgrade connection: pod does not exist",
+        );
+        let lacks = not_taken_to_the_kubelet(&lacks).unwrap();
+        assert!(lacks.is::<KubeletLacksPod>(), "{lacks:#}");
+        let dial = status(
+            "InternalError",
+            "Internal error occurred: error sending request: dial tcp 10.0.0.7:10250: connect: connection refused",
+        );
+        let dial = not_taken_to_the_kubelet(&dial).unwrap();
+        assert!(dial.is::<KubeletUnreachable>(), "{dial:#}");
+        let refused = status(
+            "InternalError",
+            "Internal error occurred: unable to upgrade connection: container not found (\"agent\")",
+        );
+        let refused = not_taken_to_the_kubelet(&refused).unwrap();
+        assert!(
+            !refused.is::<KubeletUnreachable>()
+                && format!("{refused}").contains("container not found"),
+            "{refused:#}"
+        );
+        // The command's own ends are the command's.
+        let exited = status(
+            "NonZeroExitCode",
+            "command terminated with non-zero exit code: exit status 1",
+        );
+        assert!(not_taken_to_the_kubelet(&exited).is_none());
+        let lost = status(
+            "InternalError",
+            "Internal error occurred: error reading from error stream",
+        );
+        assert!(not_taken_to_the_kubelet(&lost).is_none());
+    }
+
+    #[test]
+    fn a_kubelet_the_api_server_could_not_dial_is_named_as_the_nodes() {
+        let dial: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "reason": "InternalError", "code": 500,
+            "message": "error dialing backend: dial tcp 172.18.0.2:10250: connect: connection refused"
+        }))
+        .unwrap();
+        let named = upgrade_refused(kube::Error::Api(Box::new(dial)));
+        assert!(named.is::<KubeletUnreachable>(), "{named:#}");
+        let other: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "reason": "NotFound", "code": 404,
+            "message": "pods \"x\" not found"
+        }))
+        .unwrap();
+        let other = upgrade_refused(kube::Error::Api(Box::new(other)));
+        assert!(!other.is::<KubeletUnreachable>() && !other.is::<KubeletLacksPod>());
+    }
 
     #[test]
     fn an_http_answer_is_whole_by_its_content_length_or_the_streams_end() {

@@ -49,6 +49,12 @@ pub enum Fault {
     /// (`pkg/kubelet/server/server.go`: `response.WriteError(http.StatusNotFound,
     /// fmt.Errorf("pod does not exist"))`).
     KubeletLacksPod,
+    /// Answer a v5 exec as the API server's stream translator does when its dial of, or its
+    /// upgrade to, the kubelet failed with this cause: the client's websocket upgraded first,
+    /// then the failure as `NewInternalError` on the status channel, the command never run
+    /// (k8s.io/apiserver `pkg/util/proxy/streamtranslator.go`, `ServeHTTP`; the path of API
+    /// servers 1.30 and later for nodes that do not take websockets themselves).
+    TranslatedRefusal(String),
 }
 
 /// A fault for the next `times` requests of `method` (any when None) whose path and query
@@ -140,6 +146,11 @@ impl Faults {
             fault,
             times,
         });
+    }
+
+    /// Removes every fault not yet fired.
+    pub fn clear(&self) {
+        lock(&self.rules).clear();
     }
 
     /// The faults that fired so far: `<fault> <method> <path and query>`, in order.
@@ -300,6 +311,8 @@ pub(crate) enum Before {
     Answer(Reply),
     /// The connection was cut: nothing to answer.
     Cut,
+    /// Upgrade an exec, then refuse it on its status channel with this cause.
+    Translated(String),
 }
 
 /// The fault for this request, applied to its connection.
@@ -324,6 +337,7 @@ pub(crate) fn before(
             });
             Before::Serve
         }
+        Some(Fault::TranslatedRefusal(cause)) => Before::Translated(cause),
         Some(Fault::KubeletLacksPod) => {
             let mut reply = Response::new(full("pod does not exist".to_owned()));
             *reply.status_mut() = StatusCode::NOT_FOUND;

@@ -361,6 +361,9 @@ fn serve(
                                 reply
                             }
                             faults::Before::Answer(reply) => reply,
+                            faults::Before::Translated(cause) => {
+                                streams::translated_refusal(req, &cause)
+                            }
                             // Never delivered: the socket is shut.
                             faults::Before::Cut => hyper::Response::new(status::full("")),
                         };

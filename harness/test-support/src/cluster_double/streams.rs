@@ -224,6 +224,27 @@ pub(crate) async fn exec(
     reply
 }
 
+/// An exec the stream translator could not take to the kubelet (`Fault::TranslatedRefusal`):
+/// upgraded, then `NewInternalError(cause)` on the status channel (k8s.io/apimachinery
+/// `pkg/api/errors`: code 500, reason InternalError, "Internal error occurred: <cause>").
+pub(crate) fn translated_refusal(mut req: Request<Incoming>, cause: &str) -> Reply {
+    let (reply, _, on) = match upgrade(&mut req, &[V5]) {
+        Ok(u) => u,
+        Err(reply) => return *reply,
+    };
+    let failure = json!({"metadata": {}, "status": "Failure",
+        "message": format!("Internal error occurred: {cause}"), "reason": "InternalError",
+        "details": {"causes": [{"message": cause}]}, "code": 500});
+    tokio::spawn(async move {
+        let Some(mut ws) = socket(on).await else {
+            return;
+        };
+        let _ = ws.send(framed(3, failure.to_string().as_bytes())).await;
+        let _ = ws.send(normal_close()).await;
+    });
+    reply
+}
+
 /// Relays one attached command: the client's stdin to it while it runs, its output to the
 /// client as it comes, then its exit status.
 async fn serve_exec(ws: Socket, v5: bool, attached: Attached, argv: Vec<String>, stdin: bool) {

@@ -81,7 +81,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// seconds; a restarted kubelet then answers "pod does not exist" until it has read its Pods
 /// back from the API server (real Kind's kubelet-restart fault showed it; see
 /// [`kubelet_lacks_the_pod`]).
-const UPGRADE_RETRIES: u32 = 30;
+pub(crate) const UPGRADE_RETRIES: u32 = 30;
+
+/// The wait between two upgrades sent again.
+pub(crate) const UPGRADE_PAUSE: Duration = Duration::from_secs(1);
 
 /// The longest `Retry-After` honoured for a 500 (longer: the 500 stands).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(20);
@@ -358,7 +361,7 @@ impl<B> tower::retry::Policy<Request<Body>, Response<B>, BoxError> for Policy {
                     && self.answered < UPGRADE_RETRIES
                 {
                     self.answered += 1;
-                    return Some(tokio::time::sleep(Duration::from_secs(1)));
+                    return Some(tokio::time::sleep(UPGRADE_PAUSE));
                 }
                 if status == StatusCode::GONE
                     && req.method() == Method::GET

@@ -1564,6 +1564,20 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
         )
         .await
         .unwrap();
+    // Pull-secret copies in the namespace (`pull_secrets::copy_name`: NAME-<digest>): the
+    // killed run's goes with it, the live run's stays.
+    for (name, run) in [("regcred-dead", "dead-run"), ("regcred-live", "live-run")] {
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &typed(json!({"metadata": {"name": name, "labels":
+                    {"acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": run}},
+                    "type": "kubernetes.io/dockerconfigjson",
+                    "data": {".dockerconfigjson": "e30="}})),
+            )
+            .await
+            .unwrap();
+    }
     // Another run's namespace (made without --namespace): not this sweep's to list or remove.
     Api::<Namespace>::all(admin.clone())
         .create(
@@ -1590,6 +1604,7 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
         removed,
         vec![
             "lease/kandev-acceptance-run-dead-run".to_owned(),
+            "secret/regcred-dead".to_owned(),
             "serviceaccount/dead-run-account".to_owned(),
         ]
     );
@@ -1617,6 +1632,7 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
         ("serviceaccounts", "kandev-acceptance-executor"),
         ("roles", "kandev-acceptance-executor"),
         ("leases", "kandev-acceptance-run-live-run"),
+        ("secrets", "regcred-live"),
     ] {
         assert!(
             double.state.object(resource, ns, name).is_some(),
@@ -1624,4 +1640,76 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
         );
     }
     live.teardown().await;
+}
+
+/// Two runs cannot share one `--namespace` at once: the executor's objects have one name
+/// there. The second is refused naming the first run and the fix, and removes nothing of the
+/// first's: its teardown deletes only what its own creates returned, by UID (it once deleted
+/// the live run's binding, Role and account by name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_in_a_live_runs_namespace_is_refused_and_removes_nothing_of_it() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let double = cluster_double::start(None).await.unwrap();
+    let admin = admin_client(&double).await;
+    let ns = "operators";
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": ns}})),
+        )
+        .await
+        .unwrap();
+    let reach = || cluster::open(Some(&double.kubeconfig), Some(&double.context));
+    let first = Cluster::set_up(
+        reach().await.unwrap(),
+        None,
+        Some(ns),
+        WorkspaceMode::EmptyDir,
+        "first-run",
+    )
+    .await
+    .unwrap();
+    let executor = ["serviceaccounts", "roles", "rolebindings"];
+    let uids = |double: &KubeDouble| {
+        executor.map(|resource| {
+            double
+                .state
+                .object(resource, ns, "kandev-acceptance-executor")
+                .map(|o| o["metadata"]["uid"].clone())
+        })
+    };
+    let before = uids(&double);
+    assert!(before.iter().all(Option::is_some), "{before:?}");
+    let error = Cluster::set_up(
+        reach().await.unwrap(),
+        None,
+        Some(ns),
+        WorkspaceMode::EmptyDir,
+        "second-run",
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| kandev_harness::error_chain(&e))
+    .unwrap_err();
+    assert!(
+        error.contains("run first-run's")
+            && error.contains("--namespace of its own")
+            && error.contains("gc --namespace operators --run first-run"),
+        "{error}"
+    );
+    assert_eq!(
+        uids(&double),
+        before,
+        "the first run's executor objects were touched"
+    );
+    assert!(
+        double
+            .state
+            .object("leases", ns, "kandev-acceptance-run-second-run")
+            .is_none(),
+        "the refused run left its Lease"
+    );
+    // The first run's teardown still removes its own, by the UIDs its creates returned.
+    first.teardown().await;
+    assert_eq!(uids(&double), [None, None, None]);
 }

@@ -47,9 +47,13 @@ pub struct Cluster {
     pub settle: Duration,
     /// Who the sessions run as (`system:serviceaccount:<namespace>:<name>`).
     pub executor: String,
-    /// Whether the run created the executor's account, Role and binding (not in-cluster:
+    /// Whether the run creates the executor's account, Role and binding (not in-cluster:
     /// there the Pod's own account is the executor, and whoever launched it removes it).
     pub created_executor: bool,
+    /// What the run made of the executor's, by the UID each create returned: teardown
+    /// removes these and nothing else of their names (in a `--namespace` another run may
+    /// hold objects of the same names).
+    pub executor_objects: Vec<Made>,
     /// The run's Lease (`gc` spares the run while it is renewed), released at teardown.
     pub lease: std::sync::Mutex<Option<RunLease>>,
     /// What the operator's identity was asked before set-up ([`super::operator_preflight`]).
@@ -216,6 +220,7 @@ impl Cluster {
             config: Some(config.clone()),
             executor: format!("system:serviceaccount:{namespace}:{EXECUTOR}"),
             created_executor: true,
+            executor_objects: Vec::new(),
             lease: Default::default(),
             operator_access,
             pull_secret_copies: Vec::new(),
@@ -302,6 +307,7 @@ impl Cluster {
             settle: SETTLE,
             executor,
             created_executor: false,
+            executor_objects: Vec::new(),
             lease: std::sync::Mutex::new(lease),
             operator_access: serde_json::json!({"checked": false, "why": "in the cluster, the bookkeeper's Role is what launch granted it"}),
             pull_secret_copies: Vec::new(),
@@ -337,6 +343,43 @@ impl Cluster {
             .then(|| CleanupRecord::timed(object, started, result))
     }
 
+    fn made(&mut self, kind: &'static str, uid: Option<String>) {
+        if let Some(uid) = uid {
+            self.executor_objects.push(Made { kind, uid });
+        }
+    }
+
+    /// The executor's account exists already: whose it is, and the fix. Two runs cannot
+    /// share one `--namespace` at once (the executor's objects have one name there).
+    async fn executor_taken(&self, accounts: &Api<ServiceAccount>) -> ClusterError {
+        let ns = &self.namespace;
+        let holder = match accounts.get_opt(EXECUTOR).await {
+            Ok(Some(account)) => account
+                .metadata
+                .labels
+                .and_then(|l| l.get(LABEL_RUN).cloned()),
+            _ => None,
+        };
+        let (whose, gc) = match &holder {
+            Some(run) => (
+                format!("run {run}'s"),
+                format!("`kandev-acceptance gc --namespace {ns} --run {run}`"),
+            ),
+            None => (
+                "not a run's (no run label)".to_owned(),
+                format!(
+                    "remove it yourself (`kubectl delete serviceaccount,role,rolebinding {EXECUTOR} -n {ns}`)"
+                ),
+            ),
+        };
+        ClusterError::Setup {
+            what: format!("create service account {EXECUTOR}"),
+            source: anyhow::anyhow!(
+                "namespace {ns} already holds the executor's service account {EXECUTOR}, {whose}: two runs cannot share one --namespace at once, and this run created nothing of the executor's and removes nothing of it\n  fix: give this run a --namespace of its own, or wait for that run to end; if it was killed, {gc} removes what it left once its Lease has run out"
+            ),
+        }
+    }
+
     async fn set_up_executor(
         &mut self,
         config: &Config,
@@ -352,7 +395,7 @@ impl Cluster {
         };
         let pp = PostParams::default();
         let accounts: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), &ns);
-        accounts
+        let account = match accounts
             .create(
                 &pp,
                 &ServiceAccount {
@@ -362,12 +405,23 @@ impl Cluster {
                 },
             )
             .await
-            .map_err(setup(format!("create service account {EXECUTOR}")))?;
-        Api::<Role>::namespaced(self.admin.clone(), &ns)
+        {
+            Ok(account) => account,
+            // Not after a lost connection of ours (the client takes that 409 when the
+            // object carries this run's labels): another's, most likely another run's in
+            // this `--namespace`.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                return Err(self.executor_taken(&accounts).await);
+            }
+            Err(e) => return Err(setup(format!("create service account {EXECUTOR}"))(e)),
+        };
+        self.made("serviceaccount", account.metadata.uid);
+        let role = Api::<Role>::namespaced(self.admin.clone(), &ns)
             .create(&pp, &role)
             .await
             .map_err(setup(format!("create role {EXECUTOR}")))?;
-        Api::<RoleBinding>::namespaced(self.admin.clone(), &ns)
+        self.made("role", role.metadata.uid);
+        let binding = Api::<RoleBinding>::namespaced(self.admin.clone(), &ns)
             .create(
                 &pp,
                 &RoleBinding {
@@ -387,6 +441,7 @@ impl Cluster {
             )
             .await
             .map_err(setup(format!("create role binding {EXECUTOR}")))?;
+        self.made("rolebinding", binding.metadata.uid);
         // The executor's token, renewed before the expiry the API server grants (which may
         // be far below the 4 h asked: `--service-account-max-token-expiration`), so a long
         // run never meets a 401.
@@ -438,35 +493,33 @@ impl Cluster {
                     .await,
             );
         }
-        if !self.created_namespace && self.created_executor {
-            let started = Instant::now();
-            let result =
-                delete_if_present(Api::<RoleBinding>::namespaced(admin.clone(), ns), EXECUTOR)
-                    .await;
-            records.push(CleanupRecord::timed(
-                format!("rolebinding/{EXECUTOR}"),
-                started,
-                result,
-            ));
-            let started = Instant::now();
-            let result =
-                delete_if_present(Api::<Role>::namespaced(admin.clone(), ns), EXECUTOR).await;
-            records.push(CleanupRecord::timed(
-                format!("role/{EXECUTOR}"),
-                started,
-                result,
-            ));
-            let started = Instant::now();
-            let result = delete_if_present(
-                Api::<ServiceAccount>::namespaced(admin.clone(), ns),
-                EXECUTOR,
-            )
-            .await;
-            records.push(CleanupRecord::timed(
-                format!("serviceaccount/{EXECUTOR}"),
-                started,
-                result,
-            ));
+        if !self.created_namespace {
+            // Newest first: the binding, the Role, the account; by the UID each create
+            // returned, never another's of the same name.
+            for made in self.executor_objects.iter().rev() {
+                let started = Instant::now();
+                let result = match made.kind {
+                    "rolebinding" => {
+                        delete_by_uid(Api::<RoleBinding>::namespaced(admin.clone(), ns), &made.uid)
+                            .await
+                    }
+                    "role" => {
+                        delete_by_uid(Api::<Role>::namespaced(admin.clone(), ns), &made.uid).await
+                    }
+                    _ => {
+                        delete_by_uid(
+                            Api::<ServiceAccount>::namespaced(admin.clone(), ns),
+                            &made.uid,
+                        )
+                        .await
+                    }
+                };
+                records.push(CleanupRecord::timed(
+                    format!("{}/{EXECUTOR}", made.kind),
+                    started,
+                    result,
+                ));
+            }
         }
         records.extend(self.release_lease().await);
         if let Some(kind) = &self.kind
@@ -532,6 +585,36 @@ fn granted_lifetime(
     (left.is_positive() && expires.0 > k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
         .then(|| Duration::try_from(left).ok())
         .flatten()
+}
+
+/// One of the executor's objects the run made: its kind (as `kubectl` names it) and the UID
+/// its create returned (its name is [`EXECUTOR`]).
+#[derive(Debug, Clone)]
+pub struct Made {
+    pub kind: &'static str,
+    pub uid: String,
+}
+
+/// Deletes the executor's object of `uid` (a UID precondition: safe to repeat after a lost
+/// connection, and never another's of that name); absent, or another's now, is success: the
+/// run's is gone.
+async fn delete_by_uid<K>(api: Api<K>, uid: &str) -> Result<(), String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(EXECUTOR, &params).await {
+        Ok(_) => Ok(()),
+        // 404: gone; 409: the precondition failed, the name is another's object now.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(e) => Err(crate::error_chain(&e)),
+    }
 }
 
 /// Deletes `name` by its UID (read first: a precondition makes the delete safe to repeat

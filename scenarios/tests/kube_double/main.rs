@@ -145,6 +145,14 @@ async fn catalogue_in_cluster_on_kube_double() {
             scenario.name, scenario.outcome, scenario.duration_ms
         );
     }
+    // The figures to set beside real Kind's (docs/development.md): checks by kind and outcome.
+    let mut tally = std::collections::BTreeMap::<String, usize>::new();
+    for check in report.scenarios.iter().flat_map(|s| &s.checks) {
+        *tally
+            .entry(format!("{:?} {:?}", check.kind, check.outcome))
+            .or_default() += 1;
+    }
+    eprintln!("checks: {tally:?}");
     // `image::recipe` reads the images' config and layers from an engine holding them; the
     // Pod has none (as on any cluster whose images were not built where the harness runs):
     // it is skipped, with that reason, and every other scenario passes.

@@ -48,11 +48,17 @@ const CGROUP_TABLE_END: &str = "<!-- cgroup-twins:end -->";
 /// Twins beyond a check's own (a check names one; each of these breaks it another way, which
 /// the first does not show): the fixture and the check it must fail, exactly, in its run.
 /// `docs/catalogue.md`'s section under [`DOC_MORE_TWINS`] lists them.
-const MORE_TWINS: [(Twin, &str); 2] = [
+const MORE_TWINS: [(Twin, &str); 3] = [
     // A proxy of the private socket on a folder the agent shares with the companion that is
     // neither the workspace nor the socket folder.
     (
         Twin::Template("daemon-socket-proxied"),
+        "daemon::socket_only/one_socket_only",
+    ),
+    // A proxy of the private socket on an abstract unix socket: no file anywhere, reachable
+    // from the whole Pod's network namespace.
+    (
+        Twin::Template("daemon-socket-abstract"),
         "daemon::socket_only/one_socket_only",
     ),
     // A renamed daemon binary (not `dockerd` by comm) serving TCP out of the Pod's network

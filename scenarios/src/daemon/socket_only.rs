@@ -202,6 +202,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .await?;
         let agent_mounts_parsed = sockets::parse_mountinfo(&agent_mounts.stdout);
         let mut wrong = sockets::judge_socket_files("the agent's view", &in_agent.stdout);
+        // No file at all: an abstract unix socket, in the Pod's network namespace, which the
+        // agent shares.
+        let abstract_sockets = session
+            .agent_sh(&sockets::abstract_sockets_probe(), Duration::from_secs(60))
+            .await?;
+        wrong.extend(sockets::judge_abstract_sockets(&abstract_sockets.stdout));
         if !agent_mounts.success() || agent_mounts_parsed.is_empty() {
             wrong.push(format!(
                 "the agent's mount table could not be read, so what it shares with the daemon is unknown: {}",
@@ -256,7 +262,7 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         daemon_text.push_str("=== all\n");
         ctx.evidence(
             "socket_files",
-            json!({"agent": in_agent.stdout.lines().collect::<Vec<_>>(), "daemons": daemon_text.lines().collect::<Vec<_>>(), "daemon_roots": daemon_roots}),
+            json!({"agent": in_agent.stdout.lines().collect::<Vec<_>>(), "abstract": abstract_sockets.stdout.lines().collect::<Vec<_>>(), "daemons": daemon_text.lines().collect::<Vec<_>>(), "daemon_roots": daemon_roots}),
         );
         wrong.extend(sockets::judge_daemon_socket_files(&daemon_text));
         // A Docker API seen elsewhere fails the check. With none seen, a search that did not

@@ -239,6 +239,41 @@ echo "== end""#,
     )
 }
 
+/// The script that asks every listening abstract unix socket of the network namespace it
+/// runs in whether a Docker API answers there (`docker version` on it, 5 s): `api @NAME` or
+/// `other @NAME` a line, then `== abstract end` once the table was read (its header seen: the
+/// read's control). An abstract socket has no file, no mode and no mount to hide it: every
+/// process of the network namespace may connect (`/proc/net/unix` lists the namespace's;
+/// flags `00010000` a listener; the kernel shows an abstract name as `@` and its NUL bytes as
+/// `@`). Run by the agent, it asks what the agent reaches in the Pod's namespace.
+pub fn abstract_sockets_probe() -> String {
+    r#"if names=$(awk 'NR == 1 { head = ($1 == "Num" && $8 == "Path") } NR > 1 && $4 == "00010000" && substr($8, 1, 1) == "@" { print substr($8, 2) } END { exit head ? 0 : 1 }' /proc/net/unix); then
+  printf '%s\n' "$names" | while IFS= read -r n; do
+    [ -n "$n" ] || continue
+    if timeout 5 docker -H "unix://@$n" version --format '{{.Server.Version}}' >/dev/null 2>&1; then echo "api @$n"; else echo "other @$n"; fi
+  done
+  echo "== abstract end"
+fi
+"#
+    .to_owned()
+}
+
+/// What [`abstract_sockets_probe`] printed, judged: nothing may answer as a Docker API, and
+/// the table must have been read (else nothing was asked). Returns what is wrong, worded as
+/// [`judge_socket_files`] words it ([`found_and_unseen`] splits them).
+pub fn judge_abstract_sockets(text: &str) -> Vec<String> {
+    const VIEW: &str = "the Pod's network namespace";
+    if !text.lines().any(|l| l.trim() == "== abstract end") {
+        return vec![format!(
+            "{VIEW}: its unix socket table (/proc/net/unix) was not read, so no abstract socket was asked"
+        )];
+    }
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("api "))
+        .map(|name| format!("{VIEW}: {ANSWERS_ELSEWHERE}the abstract unix socket {name}"))
+        .collect()
+}
+
 /// `roots` without any that lies under another (each socket file found once).
 pub fn outermost(roots: impl IntoIterator<Item = String>) -> Vec<String> {
     let roots: BTreeSet<String> = roots.into_iter().collect();
@@ -1464,6 +1499,72 @@ mod tests {
     /// one that refuses this client its `/version` (403) while its `/_ping` carries
     /// `Api-Version`; a web server answering 404 (the CLI's `Error response from daemon`
     /// too) and a plain listener are not.
+    #[test]
+    fn an_abstract_socket_answering_as_a_docker_api_is_found_and_an_unread_table_judges_nothing() {
+        let read = "other @containerd-shim/abc.sock\napi @kandev-engine\n== abstract end\n";
+        assert_eq!(
+            judge_abstract_sockets(read),
+            vec![
+                "the Pod's network namespace: a Docker API answers on the abstract unix socket @kandev-engine"
+                    .to_owned()
+            ]
+        );
+        let (found, unseen) = found_and_unseen(judge_abstract_sockets(read));
+        assert_eq!((found.len(), unseen.len()), (1, 0));
+        assert!(judge_abstract_sockets("other @x\n== abstract end\n").is_empty());
+        // Cut short, or the table unread: nothing was asked, no evidence either way.
+        let (found, unseen) = found_and_unseen(judge_abstract_sockets("other @x\n"));
+        assert_eq!((found.len(), unseen.len()), (0, 1), "{unseen:?}");
+    }
+
+    /// The abstract-socket probe through a real shell: a Docker API served on an abstract
+    /// socket (no file anywhere) is asked and found, a listener that is not one is not, and
+    /// the table's read is its control.
+    #[test]
+    #[ignore = "needs python3 and the Docker CLI: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
+    fn every_abstract_listener_of_the_namespace_is_asked() {
+        use std::process::Command;
+        let script = r#"
+import http.server, json, os, socketserver, sys, socket
+mode = sys.argv[1]
+name = "\0kandev-probe-test-%s-%d" % (mode, os.getpid())
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"OK" if self.path.endswith("/_ping") else json.dumps({"Version": "0.0-abstract", "ApiVersion": "1.41", "MinAPIVersion": "1.12", "Os": "linux", "Arch": "amd64"}).encode()
+        self.send_response(200); self.send_header("Api-Version", "1.41")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    do_HEAD = do_GET
+    def address_string(self): return "abstract"
+    def log_message(self, *a): pass
+if mode == "api":
+    s = socketserver.UnixStreamServer(name, H)
+    print(0, flush=True)
+    s.serve_forever()
+s = socket.socket(socket.AF_UNIX); s.bind(name); s.listen()
+print(0, flush=True)
+while True:
+    c, _ = s.accept(); c.close()
+"#;
+        let api = crate::support::docker_ping::PythonServer::start(script, "api");
+        let plain = crate::support::docker_ping::PythonServer::start(script, "plain");
+        let out = Command::new("sh")
+            .args(["-c", &abstract_sockets_probe()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let api_name = format!("@kandev-probe-test-api-{}", api.pid());
+        let plain_name = format!("@kandev-probe-test-plain-{}", plain.pid());
+        assert!(text.contains(&format!("api {api_name}\n")), "{text}");
+        assert!(text.contains(&format!("other {plain_name}\n")), "{text}");
+        let wrong = judge_abstract_sockets(&text);
+        assert!(
+            wrong.iter().any(|w| w.ends_with(&api_name))
+                && !wrong.iter().any(|w| w.contains(&plain_name)),
+            "{wrong:?}"
+        );
+    }
+
     #[test]
     #[ignore = "needs root (nsenter), python3 and the Docker CLI: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
     fn a_listener_of_any_process_answering_as_a_docker_api_is_found_and_named() {

@@ -269,28 +269,14 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             "reading the readonly-check service's log failed: {}",
             log.summary()
         );
-        let refused_read_only = log.stdout.contains("Read-only file system");
-        ctx.evidence("readonly_check_exit", exit_of("readonly-check"));
+        let exit = exit_of("readonly-check");
+        ctx.evidence("readonly_check_exit", exit);
         ctx.evidence("readonly_check_log", log.stdout.trim());
         ctx.evidence("file", leaked.stdout.trim());
-        promise(
-            exit_of("readonly-check").is_some_and(|c| c != 0)
-                && refused_read_only
-                && leaked.stdout.trim() == "absent",
-            &READ_ONLY,
-            || {
-                format!(
-                    "the write through the read-only bind ended with {} ({}) and the file is {}",
-                    kandev_harness::backend::exit_text(exit_of("readonly-check")),
-                    if refused_read_only {
-                        "refused as read-only".to_string()
-                    } else {
-                        format!("not a read-only refusal: {:?}", log.stdout.trim())
-                    },
-                    leaked.stdout.trim()
-                )
-            },
-        )?;
+        let judged = judge_read_only_write(exit, &log.stdout, &leaked.stdout);
+        promise(judged.is_ok(), &READ_ONLY, || {
+            judged.err().unwrap_or_default()
+        })?;
 
         ctx.step("down -v");
         // The same listing before and after `down -v`: before, it must show the project's
@@ -332,8 +318,46 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
     })
 }
 
+/// The write through the read-only input bind, judged: the service must end non-zero, for
+/// the read-only reason (EROFS, "Read-only file system" as the workload prints it: a missing
+/// image, a crash or a permission refused also end non-zero, and prove nothing of the bind's
+/// mode), and the file must be absent. Err: the evidence of what went otherwise.
+fn judge_read_only_write(exit: Option<i64>, log: &str, file: &str) -> Result<(), String> {
+    let refused_read_only = log.contains("Read-only file system");
+    if exit.is_some_and(|c| c != 0) && refused_read_only && file.trim() == "absent" {
+        return Ok(());
+    }
+    Err(format!(
+        "the write through the read-only bind ended with {} ({}) and the file is {}",
+        kandev_harness::backend::exit_text(exit),
+        if refused_read_only {
+            "refused as read-only".to_string()
+        } else {
+            format!("not a read-only refusal: {:?}", log.trim())
+        },
+        file.trim()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_read_only_refusal_shows_the_bind_read_only() {
+        use super::judge_read_only_write as judge;
+        let erofs = "touch: cannot touch '/input/must-not-exist.bin': Read-only file system\n";
+        assert!(judge(Some(1), erofs, "absent\n").is_ok());
+        // A write refused for want of permission on a writable bind, a crash, a service never
+        // run, or a file written after all: no evidence of a read-only bind.
+        let eacces = "touch: cannot touch '/input/must-not-exist.bin': Permission denied\n";
+        let refused = judge(Some(1), eacces, "absent").unwrap_err();
+        assert!(refused.contains("not a read-only refusal"), "{refused}");
+        assert!(judge(Some(139), "", "absent").is_err());
+        assert!(judge(None, "no readonly-check container", "absent").is_err());
+        assert!(judge(Some(0), "", "absent").is_err());
+        assert!(judge(Some(1), erofs, "written").is_err());
+        assert!(judge(Some(1), erofs, "").is_err());
+    }
+
     use super::*;
 
     const BEFORE: &str = "containers ok a b c\nnetworks ok n1 n2\nvolumes ok v1\n";

@@ -553,6 +553,7 @@ fn cluster(client: kube::Client) -> kandev_harness::backend::kube::cluster::Clus
         config: None,
         executor: format!("system:serviceaccount:{NS}:kandev-acceptance-executor"),
         created_executor: true,
+        executor_objects: Vec::new(),
         lease: Default::default(),
         operator_access: serde_json::Value::Null,
         pull_secret_copies: Vec::new(),

@@ -2,7 +2,9 @@
 //! or a scenario's timeout drops it) leaves nothing once the run's sweep has run: not the
 //! Pod's cgroup (`kandev-acceptance/pod<uid>` in every hierarchy, which carries no labels),
 //! not a container or volume. Before, a create dropped after its cgroup was made left an empty
-//! Pod cgroup on the host that no sweep found. Needs a reachable engine, so it is
+//! Pod cgroup on the host that no sweep found. A killed run (SIGKILL: no sweep, nothing it
+//! remembered) leaves what its creates made to `gc`, which removes it too. Needs a reachable
+//! engine, so it is
 //! `#[ignore]`d: run it with `bash harness/scripts/ensure-engine.sh`, then
 //! `cargo test --workspace -- --include-ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -87,5 +89,91 @@ async fn a_pod_create_interrupted_at_any_stage_leaves_nothing_after_the_sweep() 
     assert!(
         left_something >= 3,
         "of {interrupted} interrupted creates only {left_something} had made something: the cuts missed the stages"
+    );
+}
+
+/// A run killed (SIGKILL) in the middle of a Pod create runs no sweep and keeps no record:
+/// `gc --run ID` removes what the create made, at any stage, once the Pod cgroup is older
+/// than `--older-than` (a Pod being created has its cgroup a moment before its first
+/// container, and a cgroup carries no labels: an empty Pod cgroup with no container of its
+/// UID in the engine is an orphan). Each cut create here is left as a killed run leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_killed_runs_pod_create_cut_at_any_stage_is_removed_by_gc() {
+    use kandev_harness::backend::{BackendKind, GcRequest, provider};
+    let engine = FixtureEngine::start().await;
+    let backend = engine.local_backend();
+    let cgroups = CgroupFs::host().unwrap();
+    let run = format!("killed-{}", random_hex(4));
+    let selector = [(LABEL_RUN, run.as_str())];
+    let mut uids = Vec::new();
+    let mut cut = Duration::ZERO;
+    let mut made_something = 0;
+    loop {
+        let uid = uuid::Uuid::new_v4().to_string();
+        let mut pod = pod(
+            &format!("killed-{}", random_hex(4)),
+            &engine.images.daemon,
+            &run,
+        );
+        pod.metadata.uid = Some(uid.clone());
+        let completed = tokio::time::timeout(cut, backend.create_pod(&pod))
+            .await
+            .is_ok();
+        if cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}"))
+            || !backend.list_labelled(&selector).await.unwrap().is_empty()
+        {
+            made_something += 1;
+        }
+        uids.push(uid);
+        if completed || cut >= Duration::from_secs(60) {
+            break;
+        }
+        cut += Duration::from_millis(if cut < Duration::from_millis(200) {
+            20
+        } else {
+            150
+        });
+    }
+    assert!(made_something >= 3, "the cuts missed the stages");
+    // The engine finishes what was sent (what it holds of the run reads the same twice, a
+    // second apart); by then the cgroups have passed `--older-than`.
+    let read = || async {
+        let cgroups: Vec<bool> = uids
+            .iter()
+            .map(|uid| cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}")))
+            .collect();
+        (
+            cgroups,
+            format!("{:?}", backend.list_labelled(&selector).await.unwrap()),
+        )
+    };
+    let mut last = read().await;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = read().await;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let request = GcRequest {
+        run: Some(run.clone()),
+        dry_run: false,
+        force: false,
+        older_than: Duration::from_secs(3),
+        cluster: Default::default(),
+    };
+    let outcome = provider(BackendKind::Local).gc(&request).await.unwrap();
+    let left: Vec<&String> = uids
+        .iter()
+        .filter(|uid| cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}")))
+        .collect();
+    let labelled = backend.list_labelled(&selector).await.unwrap();
+    assert!(
+        left.is_empty() && labelled.is_empty(),
+        "gc left Pod cgroups {left:?} and objects {labelled:?}; it removed {:?}",
+        outcome.removed
     );
 }

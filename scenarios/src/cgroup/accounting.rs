@@ -147,6 +147,33 @@ fn judge_inside(
 #[derive(Debug, PartialEq, Eq)]
 struct PeakUnseen(String);
 
+/// What ties an OOM kill to the hog itself (`hog_id`, its container's full id): the nested
+/// daemon's `OOMKilled` (containerd's OOM event for its cgroup), a kernel record whose killed
+/// task's memcg (`task_memcg=`) is the hog's container's, or the hog's own cgroup counting a
+/// kill. None: no kill seen of the hog; a kill counted elsewhere in the Pod is no evidence.
+fn hog_kill_evidence(
+    hog_id: &str,
+    oom_killed: Option<bool>,
+    new_records: &[String],
+    hog_cgroup_kills: Option<u64>,
+) -> Option<String> {
+    if oom_killed == Some(true) {
+        return Some("the nested daemon says OOMKilled".into());
+    }
+    if !hog_id.is_empty()
+        && let Some(record) = new_records.iter().find(|r| {
+            r.split(',')
+                .find_map(|f| f.trim().strip_prefix("task_memcg="))
+                .is_some_and(|memcg| memcg.contains(hog_id))
+        })
+    {
+        return Some(format!("the kernel's record: {record}"));
+    }
+    hog_cgroup_kills
+        .filter(|k| *k > 0)
+        .map(|k| format!("the hog's own cgroup counts {k} OOM kill(s)"))
+}
+
 /// The Pod's memory peak against its limit: the evidence that the Pod stayed inside its
 /// budget. A node that shows no peak (cgroup v2 has `memory.peak` from Linux 5.19) leaves it
 /// unseen, never within.
@@ -333,42 +360,68 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         // the hog too, with an error of its own: that is no kill.
         let state = session
             .agent_sh(
-                &format!("docker inspect --format '{{{{.State.ExitCode}}}} {{{{.State.OOMKilled}}}}' {hog_name}"),
+                &format!("docker inspect --format '{{{{.Id}}}} {{{{.State.ExitCode}}}} {{{{.State.OOMKilled}}}}' {hog_name}"),
                 Duration::from_secs(30),
             )
             .await?;
-        ctx.evidence("hog_state_exit_code_oom_killed", state.stdout.trim());
+        ctx.evidence("hog_state_id_exit_code_oom_killed", state.stdout.trim());
+        let inspected: Vec<&str> = state.stdout.split_whitespace().collect();
+        let (hog_id, hog_exit, oom_killed) = match (state.success(), inspected.as_slice()) {
+            (true, [id, exit, oom]) => (Some(*id), Some(*exit), Some(*oom == "true")),
+            _ => (None, None, None),
+        };
         // The daemon gone (an OOM that took it, pod_unharmed's to judge) leaves only docker
-        // run's own exit code to say how the hog ended; the OOM evidence below still counts.
+        // run's own exit code to say how the hog ended.
         let daemon_gone = !state.success();
-        let exit_137 = hog.exit_code == Some(137)
-            || (state.success() && state.stdout.split_whitespace().next() == Some("137"));
+        let exit_137 = hog.exit_code == Some(137) || hog_exit == Some("137");
         promise(exit_137 || daemon_gone, &KILLED, || {
             format!(
-                "the hog ended but was not killed by SIGKILL (its container's exit code and OOMKilled, docker inspect: {}): {}",
+                "the hog ended but was not killed by SIGKILL (its container's id, exit code and OOMKilled, docker inspect: {}): {}",
                 state.summary(),
                 hog.summary()
             )
         })?;
-        // Counters where the kernel keeps them (v2; v1 on older kernels), and the kernel log,
-        // which names the cgroup whose limit constrained the kill.
+        // The kill must be the hog's own, not one counted elsewhere in the Pod (dockerd's,
+        // the agent's): the nested daemon's OOMKilled, a kernel record whose killed task's
+        // memcg is the hog's container, or the hog's own cgroup counting a kill.
         let logged_after = node.kernel_memcg_ooms(&pod_path).await;
         let new_log_lines: Vec<String> = match (&logged_before, &logged_after) {
             (Some(b), Some(a)) => a.iter().filter(|l| !b.contains(l)).cloned().collect(),
             _ => Vec::new(),
         };
         ctx.evidence("kernel_oom_records", &new_log_lines);
-        let killed_in_pod = after.oom_kills.unwrap_or(0) > before.oom_kills.unwrap_or(0)
-            || after.memory_limit_hits.unwrap_or(0) > before.memory_limit_hits.unwrap_or(0)
-            || !new_log_lines.is_empty();
-        promise(killed_in_pod, &KILLED, || {
-            format!(
-                "no OOM kill, memory-limit hit or kernel OOM record in the Pod's subtree ({} -> {}); hog: {}",
-                figures(&before),
-                figures(&after),
-                hog.summary()
-            )
-        })?;
+        let hog_cgroup_kills =
+            match hog_id.and_then(|id| after.cgroups.iter().find(|c| c.contains(id))) {
+                Some(path) => node.read_cgroup(path).await.ok().and_then(|r| r.oom_kills),
+                None => None,
+            };
+        ctx.evidence("hog_cgroup_oom_kills", hog_cgroup_kills);
+        match hog_id {
+            Some(id) => {
+                let tied = hog_kill_evidence(id, oom_killed, &new_log_lines, hog_cgroup_kills);
+                ctx.evidence("hog_kill_evidence", &tied);
+                promise(tied.is_some(), &KILLED, || {
+                    format!(
+                        "no OOM kill of the hog itself (container {id}): its OOMKilled is false, no new kernel record names its memcg ({} read), and its own cgroup counts none ({hog_cgroup_kills:?}); the Pod's subtree: {} -> {}; hog: {}",
+                        if logged_after.is_some() {
+                            "the log"
+                        } else {
+                            "no log"
+                        },
+                        figures(&before),
+                        figures(&after),
+                        hog.summary()
+                    )
+                })?;
+            }
+            None => not_judged(
+                &KILLED,
+                format!(
+                    "the nested daemon is gone, so the hog's container cannot be named to tie an OOM kill to it (docker inspect: {})",
+                    state.summary()
+                ),
+            ),
+        }
         // The peak is the evidence that the Pod stayed inside its budget: a node that shows
         // none (cgroup v2 before Linux 5.19 has no memory.peak) leaves that half unseen.
         match judge_peak(after.memory_peak_bytes, limit) {
@@ -461,6 +514,23 @@ fn start_time(stat: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_kill_of_the_hog_itself_shows_it_killed() {
+        let id = "4f1c0ffee";
+        let hog = format!(
+            "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/kandev-acceptance/pod1,task_memcg=/kandev-acceptance/pod1/engine/docker/{id},task=probe,pid=9,uid=0"
+        );
+        let dockerd = "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/kandev-acceptance/pod1,task_memcg=/kandev-acceptance/pod1/engine,task=dockerd,pid=7,uid=0".to_owned();
+        assert!(hog_kill_evidence(id, Some(false), std::slice::from_ref(&hog), None).is_some());
+        assert!(hog_kill_evidence(id, Some(true), &[], None).is_some());
+        assert!(hog_kill_evidence(id, None, &[], Some(1)).is_some());
+        // Another process killed in the Pod, or nothing counted: no kill of the hog.
+        assert!(
+            hog_kill_evidence(id, Some(false), std::slice::from_ref(&dockerd), Some(0)).is_none()
+        );
+        assert!(hog_kill_evidence(id, Some(false), &[], None).is_none());
+    }
 
     fn reading(memory: bool, cpu: bool, pids: bool) -> PodCgroupReading {
         PodCgroupReading {

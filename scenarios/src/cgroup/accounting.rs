@@ -58,7 +58,7 @@ pub fn scenario() -> Scenario {
     Scenario {
         name: "cgroup::accounting",
         promise: "every nested process's cgroup lies under the Pod's cgroup; the Pod's limits are finite; a nested memory hog beyond the budget is killed inside the Pod budget; nothing escapes the measured Pod budget",
-        checks: &[FINITE, CHARGED, INSIDE, KILLED, UNHARMED],
+        checks: &[FINITE, CHARGED, INSIDE, UNHARMED, KILLED],
         timeout: Duration::from_secs(300),
         starts_first: false,
         run,
@@ -347,6 +347,33 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         ctx.evidence("hog_mib", hog_mib);
         ctx.evidence("hog", hog.summary());
         ctx.evidence("figures_after_hog", figures(&after));
+        // First: a daemon the hog took (the kernel's victim, or restarted) also takes the
+        // evidence of how the hog ended, which only it can name.
+        ctx.step("the agent and the daemon are unharmed");
+        let processes_after = pod_processes(&session).await;
+        ctx.evidence("pod_processes_after_hog", &processes_after);
+        let readable = |v: &serde_json::Value| {
+            v.as_object().is_some_and(|o| {
+                o.values().all(|s| {
+                    s.as_str()
+                        .is_some_and(|s| s.chars().all(|c| c.is_ascii_digit()))
+                })
+            })
+        };
+        promise(
+            readable(&processes_before) && processes_after == processes_before,
+            &UNHARMED,
+            || {
+                format!(
+                    "the Pod's processes changed across the hog: {processes_before:?} -> {processes_after:?}"
+                )
+            },
+        )?;
+        let alive = session
+            .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
+            .await?;
+        promise(alive.success(), &UNHARMED, || alive.summary())?;
+        ctx.step("the hog was killed, inside the budget");
         let completed = hog
             .stdout
             .contains(&format!("allocated {hog_mib} MiB in total"));
@@ -436,30 +463,6 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             .agent_sh(&format!("docker rm -f {hog_name}"), Duration::from_secs(60))
             .await?;
 
-        ctx.step("the agent and the daemon are unharmed");
-        let processes_after = pod_processes(&session).await;
-        ctx.evidence("pod_processes_after_hog", &processes_after);
-        let readable = |v: &serde_json::Value| {
-            v.as_object().is_some_and(|o| {
-                o.values().all(|s| {
-                    s.as_str()
-                        .is_some_and(|s| s.chars().all(|c| c.is_ascii_digit()))
-                })
-            })
-        };
-        promise(
-            readable(&processes_before) && processes_after == processes_before,
-            &UNHARMED,
-            || {
-                format!(
-                    "the Pod's processes changed across the hog: {processes_before:?} -> {processes_after:?}"
-                )
-            },
-        )?;
-        let alive = session
-            .agent_sh("docker info --format '{{.ID}}'", Duration::from_secs(30))
-            .await?;
-        promise(alive.success(), &UNHARMED, || alive.summary())?;
         Ok(Verdict::Passed)
     })
 }

@@ -17,6 +17,10 @@ use kandev_test_support::engine::FixtureEngine;
 use serde_json::json;
 use std::time::Duration;
 
+/// One test at a time: `gc` removes every orphan Pod cgroup older than its bound, whichever
+/// run made it, and so could remove the other test's cgroup before its first container.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A Pod with a volume and an init container: every stage of the local create (cgroup,
 /// volumes, infra container, init container, containers) has something to make.
 fn pod(name: &str, image: &str, run: &str) -> Pod {
@@ -39,6 +43,7 @@ fn pod(name: &str, image: &str, run: &str) -> Pod {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn a_pod_create_interrupted_at_any_stage_leaves_nothing_after_the_sweep() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let engine = FixtureEngine::start().await;
     let backend = engine.local_backend();
     let cgroups = CgroupFs::host().unwrap();
@@ -100,6 +105,7 @@ async fn a_pod_create_interrupted_at_any_stage_leaves_nothing_after_the_sweep() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn a_killed_runs_pod_create_cut_at_any_stage_is_removed_by_gc() {
+    let _one = ONE_AT_A_TIME.lock().await;
     use kandev_harness::backend::{BackendKind, GcRequest, provider};
     let engine = FixtureEngine::start().await;
     let backend = engine.local_backend();

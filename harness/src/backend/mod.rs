@@ -301,7 +301,7 @@ pub fn is_platform_cause(cause: &(dyn std::error::Error + 'static)) -> bool {
         || cause.is::<kube::cluster::NoAnswer>()
         || cause.is::<kube::StreamBroke>()
         || cause.is::<kube::KubeletLacksPod>()
-        || cause.is::<kube::KubeletUnreachable>()
+        || cause.is::<kube::ContainerUnreachable>()
 }
 
 /// Errors of backend operations, each naming the operation and the object.

@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(end.outcome(), Outcome::Errored);
 
         // However deep in the promise's cause: a platform fault is no broken promise.
-        let unreachable = anyhow::Error::new(crate::backend::kube::KubeletUnreachable {
+        let unreachable = anyhow::Error::new(crate::backend::kube::ContainerUnreachable {
             cause: "error sending request: dial tcp 10.0.0.7:10250: connect: connection refused"
                 .into(),
         })
@@ -425,7 +425,7 @@ mod tests {
         let text = end.reason().unwrap_or_default();
         assert!(
             text.contains(
-                "the exec failed: reconnect: instances: exec: the API server could not reach"
+                "the exec failed: reconnect: instances: exec: the exec never reached the container"
             ),
             "{text}"
         );

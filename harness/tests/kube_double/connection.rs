@@ -704,7 +704,7 @@ async fn a_kubelet_refusal_told_on_the_status_channel_is_waited_out_else_named()
 
     for (cause, named) in [
         (lacks, "the kubelet of the Pod's node kept answering"),
-        (unreachable, "could not reach the kubelet"),
+        (unreachable, "the exec never reached the container"),
     ] {
         faults.inject(
             Some("GET"),

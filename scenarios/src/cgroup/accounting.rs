@@ -397,11 +397,8 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             (true, [id, exit, oom]) => (Some(*id), Some(*exit), Some(*oom == "true")),
             _ => (None, None, None),
         };
-        // The daemon gone (an OOM that took it, pod_unharmed's to judge) leaves only docker
-        // run's own exit code to say how the hog ended.
-        let daemon_gone = !state.success();
         let exit_137 = hog.exit_code == Some(137) || hog_exit == Some("137");
-        promise(exit_137 || daemon_gone, &KILLED, || {
+        promise(exit_137, &KILLED, || {
             format!(
                 "the hog ended but was not killed by SIGKILL (its container's id, exit code and OOMKilled, docker inspect: {}): {}",
                 state.summary(),
@@ -424,6 +421,21 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
             };
         ctx.evidence("hog_cgroup_oom_kills", hog_cgroup_kills);
         match hog_id {
+            // Nothing read that could show a kill: the kernel's log unread, the hog's cgroup
+            // gone with it (runc removes it), and OOMKilled, which containerd may miss, false.
+            Some(id)
+                if logged_after.is_none()
+                    && hog_cgroup_kills.is_none()
+                    && hog_kill_evidence(id, oom_killed, &[], None).is_none() =>
+            {
+                not_judged(
+                    &KILLED,
+                    format!(
+                        "nothing read could show the hog's OOM kill: the node's kernel log was not readable, its cgroup was gone, and the nested daemon's OOMKilled is false (containerd may miss it); hog: {}",
+                        hog.summary()
+                    ),
+                )
+            }
             Some(id) => {
                 let tied = hog_kill_evidence(id, oom_killed, &new_log_lines, hog_cgroup_kills);
                 ctx.evidence("hog_kill_evidence", &tied);

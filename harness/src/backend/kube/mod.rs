@@ -43,7 +43,7 @@ pub use deletes::DeletePolicy;
 pub use kind_cgroup::cgroup_v1_refusal;
 pub use pods::CLAIM_GRACE;
 pub use status::{CannotStart, Scheduling};
-pub use streams::{EXEC_DEADLINE, KubeletLacksPod, KubeletUnreachable, StreamBroke};
+pub use streams::{ContainerUnreachable, EXEC_DEADLINE, KubeletLacksPod, StreamBroke};
 pub use sweeps::{label_selector, list_labelled, remove_labelled};
 
 use crate::backend::{

@@ -13,8 +13,9 @@
 //! - **A stream that breaks is named**: kube-rs's exec ends a lost connection as if the
 //!   command had ended without a status, and its port-forward as if the Pod had closed the
 //!   port (a short answer read as complete). Here each is an error naming the lost
-//!   connection, the command or port, and the fix; an exec is not repeated (its command may
-//!   have run), a port-forward's HTTP exchange is the caller's to repeat.
+//!   connection, the command or port, and the fix; an exec is repeated only when its command
+//!   never ran (a refused upgrade, or a stream a translator could not take on: see
+//!   [`not_taken_to_the_kubelet`]), a port-forward's HTTP exchange is the caller's to repeat.
 
 use super::backend::KubeBackend;
 use super::cluster::resilience::{UPGRADE_PAUSE, UPGRADE_RETRIES};
@@ -106,12 +107,17 @@ async fn connect(
 )]
 pub struct KubeletLacksPod;
 
-/// The API server could not reach the kubelet of the Pod's node, through the exec's retries.
+/// An exec or port-forward could not be taken to the container, through the client's
+/// retries: a hop on the way could not be dialled. Two hops translate a v5 exec's stream: the
+/// API server towards a kubelet that does not take websockets itself, and the 1.37 kubelet
+/// towards its container runtime's streaming server (`pkg/kubelet/server/server.go`); either
+/// tells a failed dial on the status channel, and the API server's proxy tells its own as
+/// "error dialing backend".
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the API server could not reach the kubelet of the Pod's node while the client asked again, a second apart: {cause}\n  fix: check the node (`kubectl get node`, the kubelet's log: `journalctl -u kubelet` on the node) and that the API server reaches the kubelet's port (10250), then rerun (the run's summary names the `gc` command that removes what it left)"
+    "the exec never reached the container: a hop on the way (the API server to the node's kubelet, or the kubelet to its container runtime) could not be dialled while the client asked again, a second apart: {cause}\n  fix: check the node (`kubectl get node`; on the node, the kubelet's and containerd's logs: `journalctl -u kubelet -u containerd`) and that the API server reaches the kubelet's port (10250), then rerun (the run's summary names the `gc` command that removes what it left)"
 )]
-pub struct KubeletUnreachable {
+pub struct ContainerUnreachable {
     pub cause: String,
 }
 
@@ -128,7 +134,7 @@ fn upgrade_refused(e: kube::Error) -> anyhow::Error {
         kube::Error::Api(status)
             if status.code >= 500 && status.message.contains("error dialing backend: ") =>
         {
-            KubeletUnreachable {
+            ContainerUnreachable {
                 cause: status.message.clone(),
             }
             .into()
@@ -161,6 +167,16 @@ pub(super) async fn exec(
         .stdout(true)
         .stderr(true);
     let limit = request.timeout.unwrap_or(EXEC_DEADLINE);
+    let timed_out = || {
+        BackendError::from(WaitTimedOut {
+            what: format!(
+                "exec {:?} in {}/{}",
+                request.argv, pod.name, request.container
+            ),
+            waited: limit,
+        })
+    };
+    let mut deadline = None;
     let mut not_taken = 0;
     loop {
         let mut upgrade = pods_path(backend)
@@ -170,17 +186,14 @@ pub(super) async fn exec(
         // Connected before the command's deadline starts: the client's retries wait out a
         // restarting kubelet within the client's own answer bound, and the command has not run.
         let (socket, v5) = connect(backend, upgrade).await.map_err(error)?;
-        let streamed = tokio::time::timeout(limit, stream_exec(backend, socket, v5, &request))
+        // One deadline from the first connection, whatever attempts it takes to start it.
+        let deadline = *deadline.get_or_insert_with(|| Instant::now() + limit);
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .ok_or_else(timed_out)?;
+        let streamed = tokio::time::timeout(left, stream_exec(backend, socket, v5, &request))
             .await
-            .map_err(|_| {
-                BackendError::from(WaitTimedOut {
-                    what: format!(
-                        "exec {:?} in {}/{}",
-                        request.argv, pod.name, request.container
-                    ),
-                    waited: limit,
-                })
-            })?
+            .map_err(|_| timed_out())?
             .map_err(error)?;
         match streamed {
             Streamed::Ended {
@@ -336,7 +349,7 @@ fn not_taken_to_the_kubelet(
         });
     }
     cause.starts_with("error sending request: ").then(|| {
-        KubeletUnreachable {
+        ContainerUnreachable {
             cause: cause.to_owned(),
         }
         .into()
@@ -520,14 +533,14 @@ mod tests {
             "Internal error occurred: error sending request: dial tcp 10.0.0.7:10250: connect: connection refused",
         );
         let dial = not_taken_to_the_kubelet(&dial).unwrap();
-        assert!(dial.is::<KubeletUnreachable>(), "{dial:#}");
+        assert!(dial.is::<ContainerUnreachable>(), "{dial:#}");
         let refused = status(
             "InternalError",
             "Internal error occurred: unable to upgrade connection: container not found (\"agent\")",
         );
         let refused = not_taken_to_the_kubelet(&refused).unwrap();
         assert!(
-            !refused.is::<KubeletUnreachable>()
+            !refused.is::<ContainerUnreachable>()
                 && format!("{refused}").contains("container not found"),
             "{refused:#}"
         );
@@ -552,14 +565,14 @@ mod tests {
         }))
         .unwrap();
         let named = upgrade_refused(kube::Error::Api(Box::new(dial)));
-        assert!(named.is::<KubeletUnreachable>(), "{named:#}");
+        assert!(named.is::<ContainerUnreachable>(), "{named:#}");
         let other: kube::core::Status = serde_json::from_value(serde_json::json!({
             "status": "Failure", "reason": "NotFound", "code": 404,
             "message": "pods \"x\" not found"
         }))
         .unwrap();
         let other = upgrade_refused(kube::Error::Api(Box::new(other)));
-        assert!(!other.is::<KubeletUnreachable>() && !other.is::<KubeletLacksPod>());
+        assert!(!other.is::<ContainerUnreachable>() && !other.is::<KubeletLacksPod>());
     }
 
     #[test]

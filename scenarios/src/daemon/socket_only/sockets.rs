@@ -240,17 +240,23 @@ echo "== end""#,
 }
 
 /// The script that asks every listening abstract unix socket of the network namespace it
-/// runs in whether a Docker API answers there (`docker version` on it, 5 s): `api @NAME` or
-/// `other @NAME` a line, then `== abstract end` once the table was read (its header seen: the
-/// read's control). An abstract socket has no file, no mode and no mount to hide it: every
-/// process of the network namespace may connect (`/proc/net/unix` lists the namespace's;
-/// flags `00010000` a listener; the kernel shows an abstract name as `@` and its NUL bytes as
-/// `@`). Run by the agent, it asks what the agent reaches in the Pod's namespace.
+/// runs in whether a Docker API answers there (`docker version` on it, 5 s): `api @NAME`,
+/// `other @NAME` (something else answered, or nothing within 5 s) or `unasked @NAME` (no
+/// connection was made: the name as the table shows it is not the socket's, as when it holds
+/// a NUL byte, or the CLI cannot take it, as a name with a space) a line, then
+/// `== abstract end` once the table was read (its header seen: the read's control). An
+/// abstract socket has no file, no mode and no mount to hide it: every process of the
+/// network namespace may connect (`/proc/net/unix` lists the namespace's; flags `00010000` a
+/// listener; the path, spaces and all, is what follows the inode; the kernel shows an
+/// abstract name as `@` and its NUL bytes as `@`). Run by the agent, it asks what the agent
+/// reaches in the Pod's namespace.
 pub fn abstract_sockets_probe() -> String {
-    r#"if names=$(awk 'NR == 1 { head = ($1 == "Num" && $8 == "Path") } NR > 1 && $4 == "00010000" && substr($8, 1, 1) == "@" { print substr($8, 2) } END { exit head ? 0 : 1 }' /proc/net/unix); then
+    r#"if names=$(awk 'NR == 1 { head = ($1 == "Num" && $8 == "Path") } NR > 1 && $4 == "00010000" { p = $0; sub(/^ *[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ /, "", p); if (substr(p, 1, 1) == "@") print substr(p, 2) } END { exit head ? 0 : 1 }' /proc/net/unix); then
   printf '%s\n' "$names" | while IFS= read -r n; do
     [ -n "$n" ] || continue
-    if timeout 5 docker -H "unix://@$n" version --format '{{.Server.Version}}' >/dev/null 2>&1; then echo "api @$n"; else echo "other @$n"; fi
+    if out=$(timeout 5 docker -H "unix://@$n" version --format '{{.Server.Version}}' 2>&1); then echo "api @$n"
+    elif printf '%s' "$out" | grep -q -e 'Failed to initialize' -e 'Cannot connect to the Docker daemon' -e 'connection refused' -e 'no such file or directory'; then echo "unasked @$n"
+    else echo "other @$n"; fi
   done
   echo "== abstract end"
 fi
@@ -259,8 +265,9 @@ fi
 }
 
 /// What [`abstract_sockets_probe`] printed, judged: nothing may answer as a Docker API, and
-/// the table must have been read (else nothing was asked). Returns what is wrong, worded as
-/// [`judge_socket_files`] words it ([`found_and_unseen`] splits them).
+/// the table must have been read and every listener asked (else that one is no evidence).
+/// Returns what is wrong, worded as [`judge_socket_files`] words it ([`found_and_unseen`]
+/// splits them).
 pub fn judge_abstract_sockets(text: &str) -> Vec<String> {
     const VIEW: &str = "the Pod's network namespace";
     if !text.lines().any(|l| l.trim() == "== abstract end") {
@@ -269,8 +276,15 @@ pub fn judge_abstract_sockets(text: &str) -> Vec<String> {
         )];
     }
     text.lines()
-        .filter_map(|l| l.trim().strip_prefix("api "))
-        .map(|name| format!("{VIEW}: {ANSWERS_ELSEWHERE}the abstract unix socket {name}"))
+        .filter_map(|l| {
+            if let Some(name) = l.strip_prefix("api ") {
+                Some(format!("{VIEW}: {ANSWERS_ELSEWHERE}the abstract unix socket {name}"))
+            } else {
+                l.strip_prefix("unasked ").map(|name| {
+                    format!("{VIEW}: the abstract unix socket {name} could not be asked (no connection made to the name the table shows)")
+                })
+            }
+        })
         .collect()
 }
 
@@ -1512,6 +1526,10 @@ mod tests {
         let (found, unseen) = found_and_unseen(judge_abstract_sockets(read));
         assert_eq!((found.len(), unseen.len()), (1, 0));
         assert!(judge_abstract_sockets("other @x\n== abstract end\n").is_empty());
+        // A listener that could not be asked is no evidence either way.
+        let (found, unseen) =
+            found_and_unseen(judge_abstract_sockets("unasked @a@b\n== abstract end\n"));
+        assert_eq!((found.len(), unseen.len()), (0, 1), "{unseen:?}");
         // Cut short, or the table unread: nothing was asked, no evidence either way.
         let (found, unseen) = found_and_unseen(judge_abstract_sockets("other @x\n"));
         assert_eq!((found.len(), unseen.len()), (0, 1), "{unseen:?}");
@@ -1537,7 +1555,7 @@ class H(http.server.BaseHTTPRequestHandler):
     do_HEAD = do_GET
     def address_string(self): return "abstract"
     def log_message(self, *a): pass
-if mode == "api":
+if mode.startswith("api"):
     s = socketserver.UnixStreamServer(name, H)
     print(0, flush=True)
     s.serve_forever()
@@ -1547,6 +1565,7 @@ while True:
     c, _ = s.accept(); c.close()
 "#;
         let api = crate::support::docker_ping::PythonServer::start(script, "api");
+        let spaced = crate::support::docker_ping::PythonServer::start(script, "api spaced");
         let plain = crate::support::docker_ping::PythonServer::start(script, "plain");
         let out = Command::new("sh")
             .args(["-c", &abstract_sockets_probe()])
@@ -1554,6 +1573,9 @@ while True:
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let api_name = format!("@kandev-probe-test-api-{}", api.pid());
+        // The CLI takes no host with a space: asked by no one, so no evidence (not "other").
+        let spaced_name = format!("@kandev-probe-test-api spaced-{}", spaced.pid());
+        assert!(text.contains(&format!("unasked {spaced_name}\n")), "{text}");
         let plain_name = format!("@kandev-probe-test-plain-{}", plain.pid());
         assert!(text.contains(&format!("api {api_name}\n")), "{text}");
         assert!(text.contains(&format!("other {plain_name}\n")), "{text}");

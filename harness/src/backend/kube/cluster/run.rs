@@ -343,7 +343,7 @@ impl Cluster {
             .then(|| CleanupRecord::timed(object, started, result))
     }
 
-    fn made(&mut self, kind: &'static str, uid: Option<String>) {
+    fn made(&mut self, kind: MadeKind, uid: Option<String>) {
         if let Some(uid) = uid {
             self.executor_objects.push(Made { kind, uid });
         }
@@ -353,30 +353,57 @@ impl Cluster {
     /// share one `--namespace` at once (the executor's objects have one name there).
     async fn executor_taken(&self, accounts: &Api<ServiceAccount>) -> ClusterError {
         let ns = &self.namespace;
-        let holder = match accounts.get_opt(EXECUTOR).await {
-            Ok(Some(account)) => account
+        let gc = |run: &str| {
+            format!(
+                "`{} gc --namespace {ns} --run {run}` (with this run's --backend, --kubeconfig and --context)",
+                crate::paths::command()
+            )
+        };
+        let whose = match accounts.get_opt(EXECUTOR).await {
+            Ok(Some(account)) => match account
                 .metadata
                 .labels
-                .and_then(|l| l.get(LABEL_RUN).cloned()),
-            _ => None,
-        };
-        let (whose, gc) = match &holder {
-            Some(run) => (
-                format!("run {run}'s"),
-                format!("`kandev-acceptance gc --namespace {ns} --run {run}`"),
-            ),
-            None => (
-                "not a run's (no run label)".to_owned(),
-                format!(
-                    "remove it yourself (`kubectl delete serviceaccount,role,rolebinding {EXECUTOR} -n {ns}`)"
+                .and_then(|l| l.get(LABEL_RUN).cloned())
+            {
+                Some(run) => format!(
+                    "run {run}'s. Wait for that run to end; if it was killed, {} removes what it left once its Lease has run out",
+                    gc(&run)
                 ),
-            ),
+                None => format!(
+                    "not a run's (no {LABEL_RUN} label): someone else's account of that name"
+                ),
+            },
+            // Gone since, or unreadable: its owner is not known, so nothing is offered to remove.
+            Ok(None) => "gone again since (a run that just ended): rerun".to_owned(),
+            Err(e) => format!("whose could not be read ({})", crate::error_chain(&e)),
         };
         ClusterError::Setup {
             what: format!("create service account {EXECUTOR}"),
             source: anyhow::anyhow!(
-                "namespace {ns} already holds the executor's service account {EXECUTOR}, {whose}: two runs cannot share one --namespace at once, and this run created nothing of the executor's and removes nothing of it\n  fix: give this run a --namespace of its own, or wait for that run to end; if it was killed, {gc} removes what it left once its Lease has run out"
+                "namespace {ns} already holds the executor's service account {EXECUTOR}: two runs cannot share one --namespace at once, and this run created nothing of the executor's and removes nothing of it\n  fix: give this run a --namespace of its own; the account is {whose}"
             ),
+        }
+    }
+
+    /// Records the object of `name` a create that ended in `error` may have made all the same
+    /// (a connection lost after it was served): read back, it is the run's when it carries
+    /// the run's label. Teardown then removes it by its UID.
+    async fn made_despite<K>(&mut self, kind: MadeKind, api: &Api<K>, error: &kube::Error)
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        if matches!(error, kube::Error::Api(_)) {
+            return;
+        }
+        if let Ok(Some(object)) = api.get_opt(EXECUTOR).await
+            && object
+                .meta()
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_RUN))
+                .is_some_and(|run| *run == self.run_id)
+        {
+            self.made(kind, object.meta().uid.clone());
         }
     }
 
@@ -413,15 +440,23 @@ impl Cluster {
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Err(self.executor_taken(&accounts).await);
             }
-            Err(e) => return Err(setup(format!("create service account {EXECUTOR}"))(e)),
+            Err(e) => {
+                self.made_despite(MadeKind::ServiceAccount, &accounts, &e)
+                    .await;
+                return Err(setup(format!("create service account {EXECUTOR}"))(e));
+            }
         };
-        self.made("serviceaccount", account.metadata.uid);
-        let role = Api::<Role>::namespaced(self.admin.clone(), &ns)
-            .create(&pp, &role)
-            .await
-            .map_err(setup(format!("create role {EXECUTOR}")))?;
-        self.made("role", role.metadata.uid);
-        let binding = Api::<RoleBinding>::namespaced(self.admin.clone(), &ns)
+        self.made(MadeKind::ServiceAccount, account.metadata.uid);
+        let roles = Api::<Role>::namespaced(self.admin.clone(), &ns);
+        match roles.create(&pp, &role).await {
+            Ok(role) => self.made(MadeKind::Role, role.metadata.uid),
+            Err(e) => {
+                self.made_despite(MadeKind::Role, &roles, &e).await;
+                return Err(setup(format!("create role {EXECUTOR}"))(e));
+            }
+        }
+        let bindings = Api::<RoleBinding>::namespaced(self.admin.clone(), &ns);
+        let binding = bindings
             .create(
                 &pp,
                 &RoleBinding {
@@ -439,9 +474,15 @@ impl Cluster {
                     }]),
                 },
             )
-            .await
-            .map_err(setup(format!("create role binding {EXECUTOR}")))?;
-        self.made("rolebinding", binding.metadata.uid);
+            .await;
+        match binding {
+            Ok(binding) => self.made(MadeKind::RoleBinding, binding.metadata.uid),
+            Err(e) => {
+                self.made_despite(MadeKind::RoleBinding, &bindings, &e)
+                    .await;
+                return Err(setup(format!("create role binding {EXECUTOR}"))(e));
+            }
+        }
         // The executor's token, renewed before the expiry the API server grants (which may
         // be far below the 4 h asked: `--service-account-max-token-expiration`), so a long
         // run never meets a 401.
@@ -499,14 +540,14 @@ impl Cluster {
             for made in self.executor_objects.iter().rev() {
                 let started = Instant::now();
                 let result = match made.kind {
-                    "rolebinding" => {
+                    MadeKind::RoleBinding => {
                         delete_by_uid(Api::<RoleBinding>::namespaced(admin.clone(), ns), &made.uid)
                             .await
                     }
-                    "role" => {
+                    MadeKind::Role => {
                         delete_by_uid(Api::<Role>::namespaced(admin.clone(), ns), &made.uid).await
                     }
-                    _ => {
+                    MadeKind::ServiceAccount => {
                         delete_by_uid(
                             Api::<ServiceAccount>::namespaced(admin.clone(), ns),
                             &made.uid,
@@ -515,7 +556,7 @@ impl Cluster {
                     }
                 };
                 records.push(CleanupRecord::timed(
-                    format!("{}/{EXECUTOR}", made.kind),
+                    format!("{}/{EXECUTOR}", made.kind.name()),
                     started,
                     result,
                 ));
@@ -587,12 +628,31 @@ fn granted_lifetime(
         .flatten()
 }
 
-/// One of the executor's objects the run made: its kind (as `kubectl` names it) and the UID
-/// its create returned (its name is [`EXECUTOR`]).
+/// One of the executor's objects the run made: its kind and the UID its create returned
+/// (its name is [`EXECUTOR`]).
 #[derive(Debug, Clone)]
 pub struct Made {
-    pub kind: &'static str,
+    pub kind: MadeKind,
     pub uid: String,
+}
+
+/// The kinds of the executor's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MadeKind {
+    ServiceAccount,
+    Role,
+    RoleBinding,
+}
+
+impl MadeKind {
+    /// As `kubectl` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ServiceAccount => "serviceaccount",
+            Self::Role => "role",
+            Self::RoleBinding => "rolebinding",
+        }
+    }
 }
 
 /// Deletes the executor's object of `uid` (a UID precondition: safe to repeat after a lost

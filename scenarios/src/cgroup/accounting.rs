@@ -41,7 +41,7 @@ const INSIDE: Check = Check {
 };
 const KILLED: Check = Check {
     id: "hog_killed",
-    promise: "a nested memory hog beyond the Pod's budget is killed inside the budget",
+    promise: "a nested memory hog beyond the Pod's budget is killed inside the budget: SIGKILL, and an OOM kill of the hog itself (the nested daemon's OOMKilled, a kernel record naming its container's memcg, or its own cgroup's count)",
     twin: Twin::Template("daemon-nested-data-ulimit"),
 };
 const UNHARMED: Check = Check {

@@ -48,7 +48,7 @@ const SOCKET: Check = Check {
 };
 const ONE_SOCKET: Check = Check {
     id: "one_socket_only",
-    promise: "no socket file but the private one answers as a Docker API: none the agent can see (its whole view searched), none under /workspace, /run/docker or any mount the daemon shares with the agent (read from both mount tables) as each daemon (and every container it starts with the workspace bound) sees them; the private socket, found the same way, answers in both",
+    promise: "no socket file but the private one answers as a Docker API: none the agent can see (its whole view searched), none under /workspace, /run/docker or any mount the daemon shares with the agent (read from both mount tables) as each daemon (and every container it starts with the workspace bound) sees them; the private socket, found the same way, answers in both; and no abstract unix socket of the Pod's network namespace answers as one (every listener in its table asked)",
     twin: Twin::Template("daemon-socket-in-workspace"),
 };
 const NO_TCP: Check = Check {

@@ -217,7 +217,7 @@ pub fn broken(check: &Check, evidence: impl Into<String>) -> anyhow::Error {
 /// judge still sees its causes) shows how. An error of the platform's in its chain
 /// ([`crate::backend::is_platform_fault`]: a lost API server, a kubelet that lost the Pod)
 /// breaks no promise of the Pod: the judge ends the scenario errored naming it
-/// ([`super::judge::BodyEnd::of`]), whatever check it was met in.
+/// (`runner::judge::BodyEnd::of`), whatever check it was met in.
 pub fn broken_by(check: &Check, error: anyhow::Error) -> anyhow::Error {
     Broken {
         check: check.id,

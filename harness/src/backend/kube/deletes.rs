@@ -166,3 +166,30 @@ where
         other => other,
     }
 }
+
+/// Deletes `name` if it is still the object of `uid` (what the run's create returned): a UID
+/// precondition, so it is safe to repeat after a lost connection and never removes another
+/// object of that name. Ok(true): the run's object was already gone, answered 404, or 409 when
+/// the name is another object's now (k8s.io/apiserver v0.37.2 pkg/storage/interfaces.go
+/// `Preconditions.Check`, pkg/storage/errors/storage.go `InterpretDeleteError`), which stays.
+pub(crate) async fn delete_recorded<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: Option<String>,
+) -> std::result::Result<bool, String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(true),
+        Err(e) => Err(crate::error_chain(&e)),
+    }
+}

@@ -27,7 +27,7 @@ use crate::pod::identity::{LABEL_RUN, short_digest};
 use k8s_openapi::api::core::v1::{LocalObjectReference, Pod, PodSpec, Secret};
 use kandev_report::{CleanupOutcome, CleanupRecord};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -459,23 +459,13 @@ pub async fn remove(admin: &Client, namespace: &str, copies: &[Copy]) -> Vec<Cle
     let mut records = Vec::new();
     for copy in copies {
         let started = Instant::now();
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: copy.uid.clone(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        // A failed UID precondition is answered 409 (k8s.io/apiserver v0.37.2
-        // pkg/storage/interfaces.go `Preconditions.Check`, pkg/storage/errors/storage.go
-        // `InterpretDeleteError`).
         // 404: the copy is gone; 409: so is the copy, and the Secret of its name now is
         // someone else's (another UID), kept. Either way the run removed nothing.
-        let (result, gone) = match secrets.delete(&copy.name, &params).await {
-            Ok(_) => (Ok(()), false),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => (Ok(()), true),
-            Err(e) => (Err(crate::error_chain(&e)), false),
-        };
+        let (result, gone) =
+            match super::deletes::delete_recorded(&secrets, &copy.name, copy.uid.clone()).await {
+                Ok(gone) => (Ok(()), gone),
+                Err(e) => (Err(e), false),
+            };
         let mut record = CleanupRecord::timed(format!("secret/{}", copy.name), started, result);
         if gone {
             record.outcome = CleanupOutcome::AlreadyGone;

@@ -7,6 +7,7 @@ use super::connect::{ClientBounds, Reached, RefreshedToken, client_with_token, o
 use super::executor::{EXECUTOR, executor_role, executor_role_file, who_am_i};
 use super::lease::{Holder, RunLease};
 use super::operator::operator_preflight;
+use crate::backend::kube::deletes::delete_recorded;
 use crate::backend::kube::errors::{ClusterError, namespace_create, setup};
 use crate::backend::kube::kind::{KindCluster, KindOptions};
 use crate::backend::kube::pull_secrets::Wanted;
@@ -541,16 +542,26 @@ impl Cluster {
                 let started = Instant::now();
                 let result = match made.kind {
                     MadeKind::RoleBinding => {
-                        delete_by_uid(Api::<RoleBinding>::namespaced(admin.clone(), ns), &made.uid)
-                            .await
+                        delete_recorded(
+                            &Api::<RoleBinding>::namespaced(admin.clone(), ns),
+                            EXECUTOR,
+                            Some(made.uid.clone()),
+                        )
+                        .await
                     }
                     MadeKind::Role => {
-                        delete_by_uid(Api::<Role>::namespaced(admin.clone(), ns), &made.uid).await
+                        delete_recorded(
+                            &Api::<Role>::namespaced(admin.clone(), ns),
+                            EXECUTOR,
+                            Some(made.uid.clone()),
+                        )
+                        .await
                     }
                     MadeKind::ServiceAccount => {
-                        delete_by_uid(
-                            Api::<ServiceAccount>::namespaced(admin.clone(), ns),
-                            &made.uid,
+                        delete_recorded(
+                            &Api::<ServiceAccount>::namespaced(admin.clone(), ns),
+                            EXECUTOR,
+                            Some(made.uid.clone()),
                         )
                         .await
                     }
@@ -558,7 +569,7 @@ impl Cluster {
                 records.push(CleanupRecord::timed(
                     format!("{}/{EXECUTOR}", made.kind.name()),
                     started,
-                    result,
+                    result.map(|_gone| ()),
                 ));
             }
         }
@@ -652,28 +663,6 @@ impl MadeKind {
             Self::Role => "role",
             Self::RoleBinding => "rolebinding",
         }
-    }
-}
-
-/// Deletes the executor's object of `uid` (a UID precondition: safe to repeat after a lost
-/// connection, and never another's of that name); absent, or another's now, is success: the
-/// run's is gone.
-async fn delete_by_uid<K>(api: Api<K>, uid: &str) -> Result<(), String>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.to_owned()),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(EXECUTOR, &params).await {
-        Ok(_) => Ok(()),
-        // 404: gone; 409: the precondition failed, the name is another's object now.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
-        Err(e) => Err(crate::error_chain(&e)),
     }
 }
 

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use k8s_openapi::api::core::v1::Pod;
+use kandev_harness::backend::Backend;
 use kandev_harness::backend::local::plan::CGROUP_ROOT;
 use kandev_harness::node::CgroupFs;
 use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_RUN, random_hex};
@@ -40,6 +41,31 @@ fn pod(name: &str, image: &str, run: &str) -> Pod {
     .unwrap()
 }
 
+/// A Pod of `run` created and cut after `cut` (its future dropped): its UID, given as an API
+/// server gives it (the Pod's cgroup is known by it), and whether the create completed (it
+/// must then have succeeded).
+/// The backend is the test's own: what an interrupted create recorded lives in it.
+async fn cut_create(
+    backend: &dyn Backend,
+    image: &str,
+    run: &str,
+    cut: Duration,
+) -> (String, bool) {
+    let uid = uuid::Uuid::new_v4().to_string();
+    let mut pod = pod(&format!("cut-{}", random_hex(4)), image, run);
+    pod.metadata.uid = Some(uid.clone());
+    let completed = tokio::time::timeout(cut, backend.create_pod(&pod))
+        .await
+        .map(|created| created.unwrap())
+        .is_ok();
+    (uid, completed)
+}
+
+/// The Pod cgroup of `uid`, below the hierarchies' roots.
+fn pod_cgroup_of(uid: &str) -> String {
+    format!("{CGROUP_ROOT}/pod{uid}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
 async fn a_pod_create_interrupted_at_any_stage_leaves_nothing_after_the_sweep() {
@@ -54,19 +80,8 @@ async fn a_pod_create_interrupted_at_any_stage_leaves_nothing_after_the_sweep() 
     let mut left_something = 0;
     let mut interrupted = 0;
     loop {
-        // The UID given, as an API server gives it: the Pod's cgroup is known by it.
-        let uid = uuid::Uuid::new_v4().to_string();
-        let mut pod = pod(
-            &format!("cut-{}", random_hex(4)),
-            &engine.images.daemon,
-            &run,
-        );
-        pod.metadata.uid = Some(uid.clone());
-        let pod_cgroup = || cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}"));
-        let completed = tokio::time::timeout(cut, backend.create_pod(&pod))
-            .await
-            .map(|created| created.unwrap())
-            .is_ok();
+        let (uid, completed) = cut_create(backend.as_ref(), &engine.images.daemon, &run, cut).await;
+        let pod_cgroup = || cgroups.exists(&pod_cgroup_of(&uid));
         // What the create left before the sweep: the positive control (an interrupted
         // create that made something must be seen making it).
         let labelled = backend.list_labelled(&selector).await.unwrap();
@@ -116,17 +131,8 @@ async fn a_killed_runs_pod_create_cut_at_any_stage_is_removed_by_gc() {
     let mut cut = Duration::ZERO;
     let mut made_something = 0;
     loop {
-        let uid = uuid::Uuid::new_v4().to_string();
-        let mut pod = pod(
-            &format!("killed-{}", random_hex(4)),
-            &engine.images.daemon,
-            &run,
-        );
-        pod.metadata.uid = Some(uid.clone());
-        let completed = tokio::time::timeout(cut, backend.create_pod(&pod))
-            .await
-            .is_ok();
-        if cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}"))
+        let (uid, completed) = cut_create(backend.as_ref(), &engine.images.daemon, &run, cut).await;
+        if cgroups.exists(&pod_cgroup_of(&uid))
             || !backend.list_labelled(&selector).await.unwrap().is_empty()
         {
             made_something += 1;
@@ -147,7 +153,7 @@ async fn a_killed_runs_pod_create_cut_at_any_stage_is_removed_by_gc() {
     let read = || async {
         let cgroups: Vec<bool> = uids
             .iter()
-            .map(|uid| cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}")))
+            .map(|uid| cgroups.exists(&pod_cgroup_of(uid)))
             .collect();
         (
             cgroups,
@@ -174,7 +180,7 @@ async fn a_killed_runs_pod_create_cut_at_any_stage_is_removed_by_gc() {
     let outcome = provider(BackendKind::Local).gc(&request).await.unwrap();
     let left: Vec<&String> = uids
         .iter()
-        .filter(|uid| cgroups.exists(&format!("{CGROUP_ROOT}/pod{uid}")))
+        .filter(|uid| cgroups.exists(&pod_cgroup_of(uid)))
         .collect();
     let labelled = backend.list_labelled(&selector).await.unwrap();
     assert!(

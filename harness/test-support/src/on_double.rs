@@ -29,6 +29,17 @@ pub async fn admin_client(double: &KubeDouble) -> kube::Client {
         .admin
 }
 
+/// Creates the namespace `ns` with `admin` (an operator's `--namespace`, a test's own).
+pub async fn create_namespace(admin: &kube::Client, ns: &str) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &typed(json!({"metadata": {"name": ns}})),
+        )
+        .await
+        .unwrap();
+}
+
 /// The double's cluster set up as `--backend kube` sets it up for a run `<prefix>-<hex>`, or
 /// the error chain that stopped it.
 pub async fn set_up(double: &KubeDouble, prefix: &str) -> Result<Cluster, String> {

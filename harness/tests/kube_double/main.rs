@@ -30,7 +30,8 @@ use kandev_harness::pod::template::WorkspaceMode;
 use kandev_test_support::cluster_double::{self, KubeDouble};
 use kandev_test_support::engine::engine_double;
 use kandev_test_support::on_double::{
-    admin_client, can_i, client_with, eventually, refusal, session_backend, set_up_sessions, typed,
+    admin_client, can_i, client_with, create_namespace, eventually, refusal, session_backend,
+    set_up_sessions, typed,
 };
 use kandev_test_support::pod::{TaskPod, task_pod};
 use kube::api::{Api, ListParams, PostParams};
@@ -917,13 +918,7 @@ async fn secrets_and_jobs_are_stored_as_the_api_server_stores_them() {
     let double = cluster_double::start(None).await.unwrap();
     let admin = admin_client(&double).await;
     let ns = "stored";
-    Api::<Namespace>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": ns}})),
-        )
-        .await
-        .unwrap();
+    create_namespace(&admin, ns).await;
     let pp = PostParams::default();
 
     // A Secret's stringData is merged into data (base64) and never stored.
@@ -1267,13 +1262,7 @@ async fn a_job_runs_to_completion_with_its_logs_followed_and_a_deadline_fails_on
     let (double, images) = engine_double().await;
     let admin = admin_client(&double).await;
     let ns = "launch";
-    Api::<Namespace>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": ns}})),
-        )
-        .await
-        .unwrap();
+    create_namespace(&admin, ns).await;
     let jobs = Api::<Job>::namespaced(admin.clone(), ns);
     let pods = Api::<Pod>::namespaced(admin.clone(), ns);
     let job = |name: &str, extra: Value, pod: Value| -> Job {
@@ -1528,13 +1517,7 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
     let double = cluster_double::start(None).await.unwrap();
     let admin = admin_client(&double).await;
     let ns = "operators";
-    Api::<Namespace>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": ns}})),
-        )
-        .await
-        .unwrap();
+    create_namespace(&admin, ns).await;
     let reached = cluster::open(Some(&double.kubeconfig), Some(&double.context))
         .await
         .unwrap();
@@ -1648,17 +1631,10 @@ async fn gc_in_an_operators_namespace_spares_a_live_runs_objects() {
 /// the live run's binding, Role and account by name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_run_in_a_live_runs_namespace_is_refused_and_removes_nothing_of_it() {
-    use k8s_openapi::api::core::v1::Namespace;
     let double = cluster_double::start(None).await.unwrap();
     let admin = admin_client(&double).await;
     let ns = "operators";
-    Api::<Namespace>::all(admin.clone())
-        .create(
-            &PostParams::default(),
-            &typed(json!({"metadata": {"name": ns}})),
-        )
-        .await
-        .unwrap();
+    create_namespace(&admin, ns).await;
     let reach = || cluster::open(Some(&double.kubeconfig), Some(&double.context));
     let first = Cluster::set_up(
         reach().await.unwrap(),

@@ -4,12 +4,15 @@
 //! Secret's, as a copy was named before) is neither used nor removed. `gc --run` removes a
 //! killed run's copy there and nothing else. Two runs cannot overlap in one namespace (the
 //! executor's account, Role and binding have fixed names), so the run going on elsewhere is
-//! its copies, made as it would have made them. Needs a reachable engine, so it is
-//! `#[ignore]`d.
+//! its copies, made as it would have made them. A template's own `imagePullSecrets` are read
+//! from that `--namespace`, where its Pods run, and used as they are. Needs a reachable engine,
+//! so it is `#[ignore]`d.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
+
+use common::fixture;
 
 use common::kube::{Run, command, left_in_double, run, run_command};
 use k8s_openapi::api::core::v1::Secret;
@@ -222,4 +225,72 @@ async fn gc_removes_a_killed_runs_pull_secret_copy_in_a_shared_namespace_on_kube
         "gc --run removed another run's copy: {text}"
     );
     assert_eq!(deleted_secrets(&double, shared), [copy], "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_templates_pull_secret_is_read_from_the_namespace_its_pods_run_in_on_kube_double() {
+    let (double, images) = engine_double().await;
+    let shared = "team-private";
+    double.state.create_namespace(
+        shared,
+        &[("pod-security.kubernetes.io/enforce", "privileged")],
+    );
+    // Only in the operator's namespace, as a kubelet reads a Pod's references from its own
+    // namespace; the context's (`default`) holds none of that name.
+    let uid = put_secret(&double, shared, "team-cred", json!({})).await;
+    let worker = std::fs::read_to_string(fixture("templates/full-worker.yaml")).unwrap();
+    let mut template: Value = serde_yaml::from_str(&worker).unwrap();
+    template["template"]["spec"]["imagePullSecrets"] = json!([{"name": "team-cred"}]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("with-pull-secret.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&template).unwrap()).unwrap();
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    double
+        .state
+        .set_pod_mutator(Some(Box::new(move |pod: &mut Value| {
+            let names = pod["spec"]["imagePullSecrets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                .collect();
+            record.lock().unwrap().push((String::new(), names));
+        })));
+    let Run { report, text, .. } = run(
+        &double,
+        &images,
+        &[
+            "--namespace",
+            shared,
+            "--template",
+            &path.display().to_string(),
+            "--exact",
+            "network::mtu",
+        ],
+    )
+    .await;
+    double.state.set_pod_mutator(None);
+    assert_eq!(report.scenarios.len(), 1, "{text}");
+    assert_eq!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
+    let carried = seen.lock().unwrap().clone();
+    assert!(!carried.is_empty(), "no Pod was created: {text}");
+    for (_, names) in carried {
+        assert_eq!(
+            names,
+            ["team-cred"],
+            "the namespace's own, by its name: {text}"
+        );
+    }
+    // Used as it is: neither copied nor removed.
+    assert_eq!(deleted_secrets(&double, shared), Vec::<String>::new());
+    let stays = double.state.object("secrets", shared, "team-cred").unwrap();
+    assert_eq!(stays["metadata"]["uid"], uid.as_str());
+    let copy = pull_secrets::copy_name("team-cred", &report.run_id);
+    assert!(
+        double.state.object("secrets", shared, &copy).is_none(),
+        "{text}"
+    );
+    assert!(left_in_double(&double, &report.run_id).await.is_empty());
 }

@@ -3,7 +3,8 @@
 //! The Secrets named by `--image-pull-secret [NS/]NAME` and by the template's own
 //! `imagePullSecrets` are read with the operator's identity, NAME from the kubeconfig context's
 //! namespace (`default` when the context names none: kube-rs `Config::default_namespace`),
-//! NS/NAME from NS ([`plan`]). One read from the run's own namespace is the operator's own
+//! NS/NAME from NS, and the template's own from `--namespace` when given, as a kubelet reads a
+//! Pod's from the Pod's namespace ([`plan`]). One read from the run's own namespace is the operator's own
 //! there: used as it is, neither copied nor removed. Every other is copied, run-labelled, into
 //! the run's namespace before any Pod is created, under a name of the run's own
 //! ([`copy_name`]): runs sharing a namespace (`--namespace`) never share a copy nor race for
@@ -66,6 +67,9 @@ fn split(value: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// What names a Secret the template's Pod spec carries ([`Wanted::named_by`]).
+const TEMPLATE: &str = "the template's imagePullSecrets";
+
 /// One Secret the run's Pods need: where it is read from and who asked for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wanted {
@@ -92,7 +96,7 @@ pub fn wanted(flags: &[String], template: &PodSpec) -> Result<Vec<Wanted>, Refus
         .image_pull_secrets
         .iter()
         .flatten()
-        .map(|r| (None, r.name.as_str(), "the template's imagePullSecrets"));
+        .map(|r| (None, r.name.as_str(), TEMPLATE));
     let from_flags = flags.iter().map(|f| {
         let (ns, name) = split(f);
         (ns, name, "--image-pull-secret")
@@ -162,18 +166,27 @@ pub struct Planned {
     pub carried: String,
 }
 
-/// Where each wanted Secret is read (`context_namespace` for a bare NAME) and the name its
-/// Pods carry in `run_namespace`: its own when read from there, else the run's copy's.
+/// Where each wanted Secret is read and the name its Pods carry in `run_namespace`: its own
+/// when read from there, else the run's copy's. A bare `--image-pull-secret NAME` is read from
+/// `context_namespace`. A template's own reference is read where the template's Pods run, as
+/// the kubelet resolves it from the Pod's namespace (Kandev creates them in its namespace):
+/// the operator's `--namespace` (`namespace_given`), else the context's, standing in for
+/// Kandev's beside the run's fresh namespace.
 pub fn plan(
     wanted: &[Wanted],
     context_namespace: &str,
     run_namespace: &str,
+    namespace_given: bool,
     run_id: &str,
 ) -> Vec<Planned> {
     wanted
         .iter()
         .map(|w| {
-            let source = w.source.as_deref().unwrap_or(context_namespace).to_owned();
+            let bare = match w.named_by {
+                TEMPLATE if namespace_given => run_namespace,
+                _ => context_namespace,
+            };
+            let source = w.source.as_deref().unwrap_or(bare).to_owned();
             let copied = source != run_namespace;
             Planned {
                 carried: if copied {
@@ -542,7 +555,7 @@ mod tests {
             &PodSpec::default(),
         )
         .unwrap_or_default();
-        let planned = plan(&wanted, "ctx", "team", "r");
+        let planned = plan(&wanted, "ctx", "team", true, "r");
         let seen: Vec<(&str, &str, bool, String)> = planned
             .iter()
             .map(|p| {
@@ -564,6 +577,25 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_templates_own_reference_is_read_where_its_pods_run() {
+        let template: PodSpec =
+            serde_json::from_value(json!({"containers": [], "imagePullSecrets": [{"name": "t"}]}))
+                .unwrap_or_default();
+        let wanted = wanted(&["f".into()], &template).unwrap_or_default();
+        let read = |given: bool| -> Vec<(String, bool)> {
+            plan(&wanted, "ctx", "team", given, "r")
+                .into_iter()
+                .map(|p| (p.source, p.copied))
+                .collect()
+        };
+        // Under --namespace the template's Secret is the namespace's own; a bare flag's is
+        // still the context's.
+        assert_eq!(read(true), [("ctx".into(), true), ("team".into(), false)]);
+        // In the run's own namespace, the context's stands in for Kandev's.
+        assert_eq!(read(false), [("ctx".into(), true), ("ctx".into(), true)]);
+    }
+
     /// The names a Pod carries in its `imagePullSecrets`, in order.
     fn carried_names(pod: Pod) -> Vec<String> {
         pod.spec
@@ -577,7 +609,7 @@ mod tests {
     #[test]
     fn a_pods_own_reference_to_a_copied_secret_names_the_copy() {
         let wanted = wanted(&["ops/tmpl".into()], &PodSpec::default()).unwrap_or_default();
-        let planned = plan(&wanted, "default", "run-ns", "r");
+        let planned = plan(&wanted, "default", "run-ns", false, "r");
         let mut pod: Pod = serde_json::from_value(json!({"spec": {"containers": [],
             "imagePullSecrets": [{"name": "other"}, {"name": "tmpl"}]}}))
         .unwrap_or_default();

@@ -600,10 +600,19 @@ fn planned_pull_secrets(
             .as_ref()
             .map_or_else(|| "default".to_owned(), |c| c.default_namespace.clone())
     };
+    // In the cluster the namespace is always given, by `launch`: it named the operator's
+    // `--namespace` unless it is the one `launch` creates, and the run must name the copies
+    // as `launch` made them.
+    let namespace_given = if input.config.cluster.in_cluster {
+        cluster.namespace != cluster::run_namespace(input.run_id)
+    } else {
+        !cluster.created_namespace
+    };
     Ok(super::pull_secrets::plan(
         &wanted_pull_secrets(input)?,
         &context_namespace,
         &cluster.namespace,
+        namespace_given,
         input.run_id,
     ))
 }

@@ -404,7 +404,7 @@ mod tests {
             &Default::default(),
         )
         .unwrap_or_default();
-        let planned = pull_secrets::plan(&wanted, "default", "team-a", "r");
+        let planned = pull_secrets::plan(&wanted, "default", "team-a", true, "r");
         let copy = pull_secrets::copy_name("regcred", "r");
         let named: Vec<String> = operator_needs("team-a", true, false, &role, true, &planned)
             .iter()
@@ -424,7 +424,7 @@ mod tests {
             "{named:?}"
         );
         // In the run's own namespace the copy goes with it.
-        let planned = pull_secrets::plan(&wanted, "default", "kandev-acceptance-r", "r");
+        let planned = pull_secrets::plan(&wanted, "default", "kandev-acceptance-r", false, "r");
         let own: Vec<String> =
             operator_needs("kandev-acceptance-r", false, false, &role, true, &planned)
                 .iter()

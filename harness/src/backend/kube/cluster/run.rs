@@ -157,6 +157,7 @@ impl Cluster {
             pull_secrets,
             &config.default_namespace,
             &target,
+            namespace.is_some(),
             run_id,
         );
         let operator_access = operator_preflight(

@@ -220,6 +220,7 @@ impl LaunchPlan {
             &self.pull_secrets,
             context_namespace,
             &self.namespace(),
+            self.namespace.is_some(),
             &self.run_id,
         )
     }

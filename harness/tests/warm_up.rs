@@ -2,7 +2,9 @@
 //! Pods run on this host's engine: one warm-up Pod per node the task Pod can be placed on
 //! (a tainted node the template does not tolerate gets none), each image pulled and timed,
 //! nothing left in the cluster or on the engine; an image the node cannot pull fails the
-//! warm-up naming the node and the image, and leaves nothing either. Needs a reachable
+//! warm-up naming the node and the image, and leaves nothing either; on an autoscaled cluster
+//! a node that joins during the warm-up is warmed in its next round and one that leaves is
+//! recorded, not failed. Needs a reachable
 //! engine, so `#[ignore]`d (`bash harness/scripts/ensure-engine.sh`, then
 //! `cargo test --workspace -- --include-ignored`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -225,5 +227,61 @@ async fn a_stopped_run_ends_the_warm_up_and_leaves_no_warm_up_pod() {
     );
     assert!(warm_up_pods(&cluster).await.is_empty());
     assert_eq!(left_on_engine(&cluster.run_id).await, Vec::<String>::new());
+    cluster.teardown().await;
+}
+
+/// An autoscaled cluster's scale-down: the node leaves while its images are pulled (a registry
+/// that never answers) and, as the Pod garbage collector does for a deleted node, its Pod
+/// goes with it. The warm-up records the node as gone and passes, leaving nothing. (The
+/// double has one node: a joining node's round is a unit test of `warm_up`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a Docker engine: bash harness/scripts/ensure-engine.sh, then cargo test --workspace -- --include-ignored"]
+async fn a_node_leaving_during_the_warm_up_is_recorded_not_failed() {
+    let (double, images) = engine_double().await;
+    let (cluster, _) = set_up_sessions(&double, "warm").await;
+    double.state.enable(Behaviour::UnreachableRegistry {
+        host: "registry.invalid".into(),
+    });
+    const HANGING: &str = "registry.invalid/kandev-acceptance/slow:1";
+    let nodes = Api::<Node>::all(cluster.admin.clone());
+    let node = nodes.get("kube-double-node").await.unwrap();
+    let pods = Api::<Pod>::namespaced(cluster.admin.clone(), &cluster.namespace);
+    let (result, ()) = tokio::join!(
+        warm_up(&cluster, &images.worker, HANGING, Duration::from_secs(120)),
+        async {
+            let mut pod = None;
+            for _ in 0..240 {
+                pod = warm_up_pods(&cluster).await.into_iter().next();
+                if pod.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let pod = pod.expect("no warm-up Pod");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            nodes
+                .delete("kube-double-node", &DeleteParams::default())
+                .await
+                .unwrap();
+            pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+        }
+    );
+    let evidence = result.unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!("{}", serde_json::to_string_pretty(&evidence).unwrap());
+    let left = &evidence["nodes"][0];
+    assert_eq!(left["node"], json!("kube-double-node"), "{evidence}");
+    assert!(
+        left["left"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("left the cluster"),
+        "{evidence}"
+    );
+    assert!(warm_up_pods(&cluster).await.is_empty());
+    assert_eq!(left_on_engine(&cluster.run_id).await, Vec::<String>::new());
+    let mut back = node;
+    back.metadata.resource_version = None;
+    back.metadata.uid = None;
+    nodes.create(&PostParams::default(), &back).await.unwrap();
     cluster.teardown().await;
 }

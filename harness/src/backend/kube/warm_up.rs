@@ -11,12 +11,18 @@
 //! `imageID` or the container ran (an image without `sh` still counts: its pull is done
 //! before the start fails). The Pods carry the run's labels (`gc` finds what a killed run
 //! left) and are deleted afterwards, on success and on error.
+//!
+//! At most [`AT_ONCE`] nodes pull at a time, so that a large cluster's warm-up is not a burst
+//! of Pods on the API server and the registry. On an autoscaled cluster the nodes change while
+//! it runs: the nodes are listed again after each round, and one that joined is warmed in the
+//! next (until the timeout); one that left (its Node object gone) is recorded, not failed.
 
 use super::backend::KubeBackend;
 use super::placement;
 use crate::backend::{Backend, PodRef};
 use crate::pod::compose::Arch;
 use crate::pod::identity::{LABEL_ROLE, short_digest};
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Node, Pod, PodSpec};
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
@@ -27,6 +33,12 @@ pub const ROLE: &str = "warm-up";
 
 /// How often a warm-up Pod is read while its images are pulled.
 const POLL: Duration = Duration::from_millis(500);
+
+/// How many nodes pull at a time.
+pub const AT_ONCE: usize = 8;
+
+/// Every how many polls a Pod still unscheduled asks whether its node is still there.
+const NODE_CHECK_POLLS: u32 = 10;
 
 /// How long the warm-up may take: its `--warm-up-timeout`, and the run's stop flag (set by
 /// Ctrl-C, SIGTERM or `--deadline`), on which it ends early.
@@ -171,17 +183,23 @@ pub fn warm_up_pod(
     .unwrap_or_default()
 }
 
+/// The reason a kubelet gives a container whose state it lost (its node gone or restarted
+/// before the container was recorded): it says nothing of an image (kubernetes v1.37.2
+/// pkg/kubelet/kubelet_pods.go, `convertToAPIContainerStatuses`).
+const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+
 /// Whether the kubelet has the container's image: it reports the image's ID, or the
-/// container ran (or failed to start, which it does only with the image pulled).
+/// container ran (or failed to start, which it does only with the image pulled). A
+/// termination the kubelet only presumed ([`STATUS_UNKNOWN`]) is not one.
 fn pulled(status: &ContainerStatus) -> bool {
-    let state = status.state.clone().unwrap_or_default();
+    let ended = |s: Option<&k8s_openapi::api::core::v1::ContainerState>| {
+        s.and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.reason.as_deref() != Some(STATUS_UNKNOWN))
+    };
     !status.image_id.is_empty()
-        || state.running.is_some()
-        || state.terminated.is_some()
-        || status
-            .last_state
-            .as_ref()
-            .is_some_and(|s| s.terminated.is_some())
+        || status.state.as_ref().is_some_and(|s| s.running.is_some())
+        || ended(status.state.as_ref())
+        || ended(status.last_state.as_ref())
 }
 
 /// What a warm-up Pod's container waits on, in the kubelet's words (or the scheduler's,
@@ -250,10 +268,16 @@ async fn on_node(
     }
     let mut seen: Vec<Option<(f64, String)>> = vec![None; images.len()];
     let mut last: Option<Pod> = None;
+    let mut polls = 0u32;
     loop {
+        polls += 1;
         // A read that fails is retried until the deadline: the pulls go on meanwhile.
         if let Ok(read) = backend.pod_object(&made).await {
             let Some(read) = read else {
+                // The node's removal deletes its Pods (the Pod garbage collector).
+                if node_gone(backend, &target.node).await {
+                    return Ok(left_cluster(target, &made.name));
+                }
                 anyhow::bail!(
                     "warm-up on node {}: its Pod {} was deleted before its images were pulled; {FIX}",
                     target.node,
@@ -280,7 +304,16 @@ async fn on_node(
             // A pull no retry mends (an absent image, a refused credential, an invalid
             // name, `Never` without the image) fails now; one the registry refuses for now
             // is the kubelet's to retry, up to the deadline.
-            if let Some(why) = KubeBackend::cannot_start(&read) {
+            let cannot = KubeBackend::cannot_start(&read);
+            // A node the autoscaler removed leaves its Pod unscheduled for good, its selector
+            // then matching no node: asked before that is taken for the template's fault.
+            if KubeBackend::scheduling(&read).is_some()
+                && (cannot.is_some() || polls.is_multiple_of(NODE_CHECK_POLLS))
+                && node_gone(backend, &target.node).await
+            {
+                return Ok(left_cluster(target, &made.name));
+            }
+            if let Some(why) = cannot {
                 anyhow::bail!("warm-up on node {}: {why}; {FIX}", target.node);
             }
             last = Some(read);
@@ -333,6 +366,35 @@ async fn on_node(
         "images": pulled}))
 }
 
+/// The nodes of `now` not `listed` before, added to it.
+fn joined(listed: &mut Vec<String>, now: Vec<Node>) -> Vec<Node> {
+    let new: Vec<Node> = now
+        .into_iter()
+        .filter(|n| {
+            n.metadata
+                .name
+                .as_ref()
+                .is_some_and(|name| !listed.contains(name))
+        })
+        .collect();
+    listed.extend(new.iter().filter_map(|n| n.metadata.name.clone()));
+    new
+}
+
+/// Whether node `name` is known to be gone (a read that fails says nothing).
+async fn node_gone(backend: &KubeBackend, name: &str) -> bool {
+    matches!(
+        Api::<Node>::all(backend.client.clone()).get_opt(name).await,
+        Ok(None)
+    )
+}
+
+/// The evidence of a node that left the cluster during its warm-up.
+fn left_cluster(target: &Target, pod: &str) -> Value {
+    json!({"node": target.node, "pod": pod,
+        "left": "the node left the cluster during the warm-up (its Node object is gone): nothing to warm"})
+}
+
 /// The warm-up of run `run_id`: the nodes `admin` lists that the task Pod (`task`, as
 /// composed; `template`, the template's spec, decides placement) can be placed on each
 /// pull its images, concurrently, within `timeout`; every warm-up Pod is deleted before
@@ -361,7 +423,7 @@ pub async fn run(
             )));
         }
     };
-    let (chosen, left_out) = targets(&nodes, template, arch);
+    let (mut chosen, mut left_out) = targets(&nodes, template, arch);
     let images = images_of(task);
     let backend = KubeBackend::new(
         admin.clone(),
@@ -372,12 +434,46 @@ pub async fn run(
     );
     let deadline = Instant::now() + timeout;
     let created = std::sync::Mutex::new(Vec::new());
-    let warmed = futures_util::future::join_all(chosen.iter().map(|target| {
-        let pod = warm_up_pod(run_id, namespace, target, task, &images);
-        let (backend, images, created) = (&backend, &images, &created);
-        async move { on_node(backend, target, &pod, images, deadline, created, stopped).await }
-    }))
-    .await;
+    let mut warmed = Vec::new();
+    let mut listed: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let mut rounds = 0;
+    while !chosen.is_empty() {
+        rounds += 1;
+        // Made before they are streamed: a closure inside the stream would not be `Send`
+        // for every lifetime the backend's `prepare` needs.
+        let mut pulls = Vec::new();
+        for target in &chosen {
+            let pod = warm_up_pod(run_id, namespace, target, task, &images);
+            let (backend, images, created) = (&backend, &images, &created);
+            pulls.push(async move {
+                on_node(backend, target, &pod, images, deadline, created, stopped).await
+            });
+        }
+        let round: Vec<_> = futures_util::stream::iter(pulls)
+            .buffered(AT_ONCE)
+            .collect()
+            .await;
+        let failed = round.iter().any(Result::is_err);
+        warmed.extend(round);
+        if failed || Instant::now() >= deadline {
+            break;
+        }
+        // Nodes that joined meanwhile (an autoscaler's): the next round. A failed listing
+        // ends the warm-up with what it warmed.
+        let Ok(now) = Api::<Node>::all(admin.clone())
+            .list(&ListParams::default())
+            .await
+        else {
+            break;
+        };
+        let joined = joined(&mut listed, now.items);
+        let (next, more_left_out) = targets(&joined, template, arch);
+        left_out.extend(more_left_out);
+        chosen = next;
+    }
     let made: Vec<PodRef> = created.lock().map(|all| all.clone()).unwrap_or_default();
     let removed = futures_util::future::join_all(made.iter().map(|p| backend.delete_pod(p))).await;
     let mut per_node = Vec::new();
@@ -402,6 +498,8 @@ pub async fn run(
     }
     Ok(json!({
         "timeout_seconds": timeout.as_secs(),
+        "at_once": AT_ONCE,
+        "rounds": rounds,
         "nodes": per_node,
         "left_out": left_out,
         "how": "one Pod per node the task Pod can be placed on, pinned by kubernetes.io/hostname; an image's seconds run from the Pod's create until the kubelet reported its imageID or the container ran (read every 0.5 s)",
@@ -417,6 +515,7 @@ pub fn skipped(why: &str) -> Value {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Container;
+    use kube::api::ObjectMeta;
 
     fn container(name: &str, image: &str, policy: Option<&str>) -> Container {
         Container {
@@ -442,6 +541,45 @@ mod tests {
             "nodeSelector": {"pool": "agents"},
         }))
         .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_node_is_warmed_in_the_round_after_it_joined_and_once() {
+        let node = |name: &str| Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut listed = vec!["a".to_owned()];
+        let names = |nodes: Vec<Node>| -> Vec<String> {
+            nodes.into_iter().filter_map(|n| n.metadata.name).collect()
+        };
+        // `b` joined; `a` is still there.
+        assert_eq!(
+            names(joined(&mut listed, vec![node("a"), node("b")])),
+            ["b"]
+        );
+        assert_eq!(listed, ["a", "b"]);
+        assert!(joined(&mut listed, vec![node("b")]).is_empty());
+    }
+
+    #[test]
+    fn a_termination_the_kubelet_only_presumed_is_no_pull() {
+        let status = |state: Value, last: Value| -> ContainerStatus {
+            serde_json::from_value(json!({"name": "c", "image": "i", "imageID": "",
+                "ready": false, "restartCount": 0, "state": state, "lastState": last}))
+            .unwrap_or_default()
+        };
+        let unknown = json!({"terminated": {"exitCode": 137, "reason": STATUS_UNKNOWN}});
+        let exited = json!({"terminated": {"exitCode": 0, "reason": "Completed"}});
+        let waiting = json!({"waiting": {"reason": "ContainerCreating"}});
+        assert!(!pulled(&status(unknown.clone(), json!({}))));
+        assert!(!pulled(&status(waiting.clone(), unknown)));
+        assert!(pulled(&status(exited.clone(), json!({}))));
+        assert!(pulled(&status(waiting, exited)));
+        assert!(pulled(&status(json!({"running": {}}), json!({}))));
     }
 
     #[test]

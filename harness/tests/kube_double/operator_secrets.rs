@@ -1,7 +1,8 @@
 //! Issue 40: the operator preflight asks for what copying the image pull secrets takes. An
 //! identity bound to its own namespace only, whose `--image-pull-secret ops/regcred` is in
 //! another, is refused before the run creates anything, naming the grant it lacks; once
-//! granted it, the same set-up passes the preflight.
+//! granted it, the same set-up passes the preflight, saying what it goes without (the
+//! cluster-wide node and Pod reads), unless `--node-inspector` needs the nodes.
 
 use super::{account_with_rules, token_of};
 use kandev_harness::backend::kube::cluster::{self, Cluster, EXECUTOR};
@@ -58,7 +59,7 @@ async fn the_operator_preflight_asks_for_the_pull_secrets_grants_on_kube_double(
     let kubeconfig = kubeconfig_with(&double, &token_of(&admin, team, "operator").await, &folder);
     let wanted =
         pull_secrets::wanted(&["ops/regcred".into()], &Default::default()).unwrap_or_default();
-    let set_up = |run: &'static str| {
+    let set_up = |run: &'static str, node_inspector: bool| {
         let (kubeconfig, wanted) = (kubeconfig.clone(), wanted.clone());
         async move {
             let reached = cluster::open(Some(&kubeconfig), Some(CONTEXT))
@@ -70,7 +71,7 @@ async fn the_operator_preflight_asks_for_the_pull_secrets_grants_on_kube_double(
                 Some(team),
                 WorkspaceMode::EmptyDir,
                 None,
-                false,
+                node_inspector,
                 run,
                 &wanted,
             )
@@ -78,7 +79,7 @@ async fn the_operator_preflight_asks_for_the_pull_secrets_grants_on_kube_double(
         }
     };
 
-    let refused = set_up("denied").await.err().unwrap().to_string();
+    let refused = set_up("denied", false).await.err().unwrap().to_string();
     assert!(
         refused.contains("get secrets regcred -n ops")
             && refused.contains("image pull secret: read to be copied")
@@ -118,8 +119,21 @@ async fn the_operator_preflight_asks_for_the_pull_secrets_grants_on_kube_double(
         )
         .await
         .unwrap();
-    let cluster = set_up("granted").await.unwrap();
+    let cluster = set_up("granted", false).await.unwrap();
     assert_eq!(cluster.operator_access["checked"], true);
+    // Bound to its namespace, it may read no node: asked, and said, not refused.
+    let without = cluster.operator_access["without"].to_string();
+    for said in [
+        "list nodes (cluster-wide)",
+        "the warm-up is skipped",
+        "list pods (cluster-wide)",
+    ] {
+        assert!(without.contains(said), "{said} not in {without}");
+    }
     cluster.teardown().await;
+    assert_eq!(left_in(&double, team), Vec::<String>::new());
+    // The node inspector cannot go without the nodes: refused before anything is made.
+    let refused = set_up("inspected", true).await.err().unwrap().to_string();
+    assert!(refused.contains("list nodes (cluster-wide)"), "{refused}");
     assert_eq!(left_in(&double, team), Vec::<String>::new());
 }

@@ -82,6 +82,8 @@ pub struct Need {
     /// Asked in this namespace, not the run's (an image pull secret's own).
     pub namespace: Option<String>,
     pub why: &'static str,
+    /// Some: the run goes on without it, doing this instead (said, not refused).
+    pub without: Option<&'static str>,
 }
 
 impl Need {
@@ -99,7 +101,14 @@ impl Need {
             namespaced: true,
             namespace: None,
             why,
+            without: None,
         }
+    }
+
+    /// Not refused when denied: the run does `instead`.
+    fn optional(mut self, instead: &'static str) -> Self {
+        self.without = Some(instead);
+        self
     }
 
     pub(in crate::backend::kube) fn named(mut self, name: &str) -> Self {
@@ -232,6 +241,40 @@ pub fn operator_needs(
         namespace,
         namespace_given,
     ));
+    // The cluster-wide reads: the warm-up's nodes (`warm_up`), the platform's and `--jobs`'
+    // room (`platform`, `capacity`), the inspector's nodes, which `--node-inspector` asked for.
+    let nodes = Need::new(
+        "list",
+        "",
+        "nodes",
+        "which nodes to warm up and inspect, the platform, --jobs' room",
+    )
+    .cluster_wide();
+    needs.push(if node_inspector {
+        nodes
+    } else {
+        nodes.optional("the warm-up is skipped, --jobs falls back to the host's default, and the platform must be named with --platform")
+    });
+    needs.push(
+        Need::new(
+            "get",
+            "",
+            "nodes",
+            "the warm-up tells a node that left from a stuck pull",
+        )
+        .cluster_wide()
+        .optional("a node that leaves during the warm-up fails it"),
+    );
+    needs.push(
+        Need::new(
+            "list",
+            "",
+            "pods",
+            "--jobs: the room the cluster's Pods leave",
+        )
+        .cluster_wide()
+        .optional("--jobs falls back to the host's default"),
+    );
     if !may_escalate {
         from_rules(
             executor.rules.clone().unwrap_or_default(),
@@ -313,9 +356,16 @@ pub async fn operator_preflight(
     let answers =
         futures_util::future::join_all(needs.iter().map(|n| allowed(client, namespace, n))).await;
     let mut missing = Vec::new();
+    let mut without = Vec::new();
     for (need, answer) in needs.iter().zip(answers) {
         match answer {
             Ok(true) => {}
+            Ok(false) if need.without.is_some() => without.push(format!(
+                "{} ({}): {}",
+                need.describe(),
+                need.why,
+                need.without.unwrap_or_default()
+            )),
             Ok(false) => missing.push(format!("{} ({})", need.describe(), need.why)),
             Err(e) if refused_review(&e) => return Ok(unchecked(e)),
             Err(e) => return Err(setup("SelfSubjectAccessReview of your identity")(e)),
@@ -330,9 +380,13 @@ pub async fn operator_preflight(
             missing,
         });
     }
+    for line in &without {
+        eprintln!("warning: your identity may not {line}");
+    }
     Ok(json!({
         "checked": true,
-        "allowed": needs.len(),
+        "allowed": needs.len() - without.len(),
+        "without": without,
         "executor_rules": if escalate { "granted through escalate and bind on roles" } else { "each held by your identity" },
     }))
 }
@@ -355,6 +409,30 @@ mod tests {
             .iter()
             .map(Need::describe)
             .collect()
+    }
+
+    #[test]
+    fn node_reads_are_asked_and_needed_only_by_the_inspector() {
+        let role = executor_role("ns", WorkspaceMode::EmptyDir, &run_labels("r"));
+        let list_nodes = |inspector: bool| {
+            operator_needs("ns", true, inspector, &role, true, &[])
+                .into_iter()
+                .find(|n| n.describe() == "list nodes (cluster-wide)")
+        };
+        let plain = list_nodes(false).map(|n| n.without.is_some());
+        assert_eq!(plain, Some(true), "asked, the run going on without it");
+        let inspected = list_nodes(true).map(|n| n.without.is_some());
+        assert_eq!(
+            inspected,
+            Some(false),
+            "--node-inspector refuses without it"
+        );
+        for asked in ["get nodes (cluster-wide)", "list pods (cluster-wide)"] {
+            assert!(
+                needs(Some("ns"), false, true).contains(&asked.to_owned()),
+                "{asked}"
+            );
+        }
     }
 
     #[test]

@@ -516,13 +516,13 @@ fn a_private_registry_is_pulled_from_with_the_pull_secret(cluster: &Cluster) {
             .output()
             .unwrap();
         let text = common::output_text(&out);
-        let (_, report) = common::written_report(&reports, &text);
-        (out.status.code(), text, report)
+        let (folder, report) = common::written_report(&reports, &text);
+        (out.status.code(), text, report, folder)
     };
 
     // First without the secret (the node has not pulled the image yet): refused for want of
     // credentials, named with the fix, in the warm-up.
-    let (code, text, report) = run(&[]);
+    let (code, text, report, _) = run(&[]);
     assert_eq!(code, Some(3), "{text}");
     let warm_up = report.setup.iter().find(|s| s.name == "warm_up");
     let error = warm_up
@@ -538,8 +538,41 @@ fn a_private_registry_is_pulled_from_with_the_pull_secret(cluster: &Cluster) {
         "{error}"
     );
 
+    // Without the warm-up, the scenario's Pod meets the refusal: it fails, and its evidence
+    // holds the kubelet's own events, each with its time (events.k8s.io writes leave
+    // `lastTimestamp` null: evidence::event_line).
+    let (code, text, report, folder) = run(&["--no-warm-up"]);
+    assert_ne!(code, Some(0), "{text}");
+    assert_ne!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
+    let events: Vec<String> = report.scenarios[0]
+        .artifacts
+        .iter()
+        .filter(|a| a.ends_with(".events.txt"))
+        .map(|a| std::fs::read_to_string(folder.join(a)).unwrap())
+        .collect();
+    assert!(
+        !events.is_empty(),
+        "no events.txt among {:?}",
+        report.scenarios[0].artifacts
+    );
+    let pulls: Vec<&str> = events
+        .iter()
+        .flat_map(|e| e.lines())
+        .filter(|l| l.contains(&pushed) && (l.contains("Failed") || l.contains("BackOff")))
+        .collect();
+    assert!(
+        !pulls.is_empty(),
+        "no refused pull of {pushed} in the events: {events:?}"
+    );
+    for line in events.iter().flat_map(|e| e.lines()) {
+        assert!(
+            !line.starts_with("(no time)") && !line.starts_with("(events not readable"),
+            "{line}"
+        );
+    }
+
     // With it: copied, the node pulls, the scenario passes.
-    let (code, text, report) = run(&["--image-pull-secret", "regcred"]);
+    let (code, text, report, _) = run(&["--image-pull-secret", "regcred"]);
     assert_eq!(code, Some(0), "{text}");
     assert_eq!(report.scenarios[0].outcome, Outcome::Passed, "{text}");
     let copied = report

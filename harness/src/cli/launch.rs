@@ -115,10 +115,26 @@ pub(crate) fn launch(
         BackendKind::Kube,
         &super::run::cluster_settings(BackendKind::Kube, &run.cluster, None),
     );
+    let harness_arch = match runtime.block_on(launch::harness_image_arch(&args.harness_image)) {
+        Ok(arch) => {
+            eprintln!(
+                "launch: the harness image is linux/{}: the Job runs on such nodes only",
+                arch.as_str()
+            );
+            Some(arch)
+        }
+        Err(why) => {
+            eprintln!(
+                "launch: the harness image's architecture is not known here: {why}; the Job is pinned to none (on a cluster of mixed architectures, use an image built for every one)"
+            );
+            None
+        }
+    };
     let plan = LaunchPlan {
         run_id: run_id.clone(),
         namespace: run.cluster.namespace.clone(),
         harness_image: args.harness_image.clone(),
+        harness_arch,
         executor_role,
         node_inspector: run.node_inspector,
         job_timeout: Duration::from_secs(args.job_timeout),

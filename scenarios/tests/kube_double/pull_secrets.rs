@@ -223,6 +223,14 @@ async fn launch_copies_the_pull_secret_and_the_run_inside_carries_it_on_kube_dou
     )
     .await;
     assert_eq!(launched.code, Some(0), "{}", launched.text);
+    // The Job is pinned to the harness image's architecture, read from the engine holding it;
+    // an image the engine does not hold pins none, saying why.
+    let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
+    let pinned = format!("the harness image is linux/{arch}: the Job runs on such nodes only");
+    assert!(launched.text.contains(&pinned), "{}", launched.text);
+    let unread = kandev_harness::backend::kube::launch::harness_image_arch("registry.invalid/h:1");
+    let why = unread.await.err().unwrap_or_default();
+    assert!(why.contains("does not hold it"), "{why}");
     let (_, report) = launched.report();
     let step = report
         .setup

@@ -53,6 +53,7 @@ async fn launchs_job_and_roles_are_admitted_by_a_real_api_server() {
         run_id: run_id.clone(),
         namespace: Some(ns.clone()),
         harness_image: "kandev-acceptance/harness:test".into(),
+        harness_arch: Some(kandev_harness::pod::compose::Arch::of_this_machine()),
         executor_role: executor_role(&ns, WorkspaceMode::ManagedPvc, &BTreeMap::new()),
         node_inspector: true,
         job_timeout: Duration::from_secs(3600),

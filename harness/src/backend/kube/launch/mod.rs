@@ -15,7 +15,7 @@ mod objects;
 mod retrieve;
 
 pub use follow::Interrupts;
-pub use objects::{INPUTS, LaunchPlan, TEARDOWN_MARGIN, run_deadline};
+pub use objects::{INPUTS, LaunchPlan, TEARDOWN_MARGIN, harness_image_arch, run_deadline};
 
 use objects::{BOOKKEEPER, TOKEN_KEY};
 

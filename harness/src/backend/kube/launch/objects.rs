@@ -52,6 +52,9 @@ pub struct LaunchPlan {
     /// An existing namespace to run in; None: `kandev-acceptance-<run id>`, created here.
     pub namespace: Option<String>,
     pub harness_image: String,
+    /// The harness image's architecture, read from this machine's engine
+    /// ([`harness_image_arch`]); None: not read there, and the Job is pinned to none.
+    pub harness_arch: Option<crate::pod::compose::Arch>,
     /// The executor's Role (Kandev's, or the operator's `--executor-role`).
     pub executor_role: Role,
     /// `--node-inspector`: the bookkeeper also creates the inspector Pods and execs in them.
@@ -74,6 +77,22 @@ pub struct LaunchPlan {
     /// copied into the namespace before the Job, carried by the Job's Pod (the harness image
     /// may be in the same private registry) and, in the run, by every Pod it creates.
     pub pull_secrets: Vec<pull_secrets::Wanted>,
+}
+
+/// The architecture of `image` as this machine's engine holds it (`docker image inspect`'s
+/// `Architecture`); None, with why, when it cannot be read there (no engine, an image only in
+/// a registry, or an architecture Kandev's profiles do not name).
+pub async fn harness_image_arch(image: &str) -> Result<crate::pod::compose::Arch, String> {
+    let docker = crate::host::connect_engine()
+        .await
+        .map_err(|e| format!("this machine's engine is not reachable ({e})"))?;
+    let found = docker
+        .inspect_image(image)
+        .await
+        .map_err(|e| format!("this machine's engine does not hold it ({e})"))?;
+    let arch = found.architecture.unwrap_or_default();
+    crate::pod::compose::Arch::from_label(&arch)
+        .ok_or_else(|| format!("its architecture {arch:?} is neither amd64 nor arm64"))
 }
 
 impl LaunchPlan {
@@ -276,58 +295,56 @@ impl LaunchPlan {
             ]),
             ..Default::default()
         };
-        let mut spec = PodSpec {
-            // The harness image is built on the machine `launch` runs on (harness-image.sh),
-            // so for its architecture: on a cluster of mixed nodes the Job lands on one that
-            // runs it, not on one where it dies with "exec format error"; a cluster with no
-            // such node leaves it Unschedulable, which the start bound names. (An image built
-            // elsewhere for another architecture is not read here.)
-            node_selector: Some(BTreeMap::from([
-                ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-                (
-                    "kubernetes.io/arch".to_owned(),
-                    crate::pod::compose::Arch::of_this_machine()
-                        .as_str()
-                        .to_owned(),
+        let mut spec =
+            PodSpec {
+                // Pinned to the harness image's architecture: on a cluster of mixed nodes the Job
+                // lands on one that runs it, not on one where it dies with "exec format error"; a
+                // cluster with no such node leaves it Unschedulable, which the start bound names.
+                node_selector: Some(
+                    [("kubernetes.io/os".to_owned(), "linux".to_owned())]
+                        .into_iter()
+                        .chain(self.harness_arch.map(|arch| {
+                            ("kubernetes.io/arch".to_owned(), arch.as_str().to_owned())
+                        }))
+                        .collect(),
                 ),
-            ])),
-            service_account_name: Some(EXECUTOR.into()),
-            // The account says no; this Pod is the one that needs its token.
-            automount_service_account_token: Some(true),
-            restart_policy: Some("Never".into()),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(HARNESS_UID),
-                run_as_group: Some(HARNESS_UID),
-                // The reports emptyDir becomes writable by the harness's group, and the
-                // inputs readable by it.
-                fs_group: Some(HARNESS_UID),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            containers: vec![container],
-            volumes: Some(vec![
-                Volume {
-                    name: "reports".into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "inputs".into(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(self.job_name()),
-                        // Readable by the harness's group (fsGroup) only.
-                        default_mode: Some(0o440),
+                service_account_name: Some(EXECUTOR.into()),
+                // The account says no; this Pod is the one that needs its token.
+                automount_service_account_token: Some(true),
+                restart_policy: Some("Never".into()),
+                security_context: Some(PodSecurityContext {
+                    run_as_non_root: Some(true),
+                    run_as_user: Some(HARNESS_UID),
+                    run_as_group: Some(HARNESS_UID),
+                    // The reports emptyDir becomes writable by the harness's group, and the
+                    // inputs readable by it.
+                    fs_group: Some(HARNESS_UID),
+                    seccomp_profile: Some(SeccompProfile {
+                        type_: "RuntimeDefault".into(),
                         ..Default::default()
                     }),
                     ..Default::default()
-                },
-            ]),
-            ..Default::default()
-        };
+                }),
+                containers: vec![container],
+                volumes: Some(vec![
+                    Volume {
+                        name: "reports".into(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Default::default()
+                    },
+                    Volume {
+                        name: "inputs".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(self.job_name()),
+                            // Readable by the harness's group (fsGroup) only.
+                            default_mode: Some(0o440),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            };
         pull_secrets::carry_in_spec(
             &mut spec,
             &pull_secrets::names(&self.planned_pull_secrets(context_namespace)),
@@ -368,6 +385,7 @@ mod tests {
             run_id: "20261202t000000-abc123".into(),
             namespace: None,
             harness_image: "h:1".into(),
+            harness_arch: Some(crate::pod::compose::Arch::Arm64),
             executor_role: executor_role("", WorkspaceMode::ManagedPvc, &BTreeMap::new()),
             node_inspector: false,
             job_timeout: Duration::from_secs(3600),
@@ -426,13 +444,17 @@ mod tests {
         assert_eq!(pod.service_account_name.as_deref(), Some(EXECUTOR));
         assert_eq!(pod.automount_service_account_token, Some(true));
         assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
-        // Pinned to the architecture the harness image was built for (this machine's).
+        // Pinned to the harness image's architecture, not this machine's.
         let selector = pod.node_selector.clone().unwrap();
-        assert_eq!(
-            selector["kubernetes.io/arch"],
-            crate::pod::compose::Arch::of_this_machine().as_str()
-        );
+        assert_eq!(selector["kubernetes.io/arch"], "arm64");
         assert_eq!(selector["kubernetes.io/os"], "linux");
+        let unknown = LaunchPlan {
+            harness_arch: None,
+            ..plan()
+        };
+        let spec = unknown.job("default").spec.unwrap().template.spec.unwrap();
+        let selector = spec.node_selector.unwrap_or_default();
+        assert!(!selector.contains_key("kubernetes.io/arch"), "{selector:?}");
         let security = pod.security_context.unwrap();
         assert_eq!(security.run_as_user, Some(HARNESS_UID));
         assert_eq!(security.run_as_non_root, Some(true));

@@ -32,6 +32,29 @@ print("HTTP/1.1", r.status); [print(k + ": " + v) for k, v in r.getheaders()]; p
 }
 "#;
 
+/// The shell function `docker_ping_unix SOCKET`: `GET /_ping` over the unix socket SOCKET (a
+/// file's path, or `@NAME` for an abstract one) with the first client there that speaks unix
+/// sockets (curl, python3, perl), printing what came back; status 127 and a line saying so
+/// when there is none. As [`PING_FUNCTION`], for what answered the Docker CLI with an error.
+pub const UNIX_PING_FUNCTION: &str = r#"docker_ping_unix() {
+  s=$1; n=${s#@}
+  if command -v curl >/dev/null 2>&1; then
+    if [ "$n" != "$s" ]; then timeout 8 curl -sS -i -m 5 --abstract-unix-socket "$n" http://docker/_ping
+    else timeout 8 curl -sS -i -m 5 --unix-socket "$s" http://docker/_ping; fi
+  elif command -v python3 >/dev/null 2>&1; then timeout 8 python3 -c 'import socket, sys
+a = sys.argv[1]; a = "\0" + a[1:] if a.startswith("@") else a
+x = socket.socket(socket.AF_UNIX); x.settimeout(5); x.connect(a)
+x.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n"); d = b""
+while len(d) < 4096:
+    b = x.recv(4096)
+    if not b: break
+    d += b
+print(d.decode("latin-1"))' "$s"
+  elif command -v perl >/dev/null 2>&1; then timeout 8 perl -MIO::Socket::UNIX -e '$a = $ARGV[0]; $a =~ s/^\@/\0/; $s = IO::Socket::UNIX->new(Type => IO::Socket::UNIX::SOCK_STREAM(), Peer => $a) or die "connect: $!\n"; print $s "GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n"; print while <$s>' "$s"
+  else echo "no unix-socket HTTP client (curl, python3 or perl) here"; return 127; fi
+}
+"#;
+
 /// A script that pings `host:port` from where it runs ([`PING_FUNCTION`]).
 pub fn ping_script(host: &str, port: u16) -> String {
     format!("{PING_FUNCTION}docker_ping '' '{host}' {port}\n")

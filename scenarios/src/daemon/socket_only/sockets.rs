@@ -8,7 +8,7 @@
 //! "nothing listens": the loopback control port in the Pod's listing, the daemon's own
 //! socket among the unix listeners it holds.
 
-use crate::support::docker_ping::{ANSWERED, PING_FUNCTION, Ping, ping_answer};
+use crate::support::docker_ping::{ANSWERED, PING_FUNCTION, Ping, UNIX_PING_FUNCTION, ping_answer};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The socket tables read, in the order the probes print them.
@@ -225,43 +225,90 @@ fn sh_quote(path: &str) -> String {
     format!("'{}'", path.replace('\'', r"'\''"))
 }
 
+/// The shell function `ask_unix SOCKET FAILED` both unix probes share: `docker -H unix://SOCKET
+/// version` (5 s), printing `api SOCKET` when it succeeds; on an HTTP error back ([`ANSWERED`]:
+/// a daemon refusing this client, or any web server's 404) `answered SOCKET`, then `| #cli`
+/// the CLI's error line, `| > ` each line a raw `/_ping` printed ([`UNIX_PING_FUNCTION`]) and
+/// `| #exit N`, which [`ping_answer`] judges; FAILED when no connection was made (the
+/// abstract probe's `unasked`: the name the table shows is not the socket's), else `other`.
+fn ask_unix_function() -> String {
+    UNIX_PING_FUNCTION.to_owned()
+        + r#"ask_unix() {
+  out=$(timeout 5 docker -H "unix://$1" version --format '{{.Server.Version}}' 2>&1); rc=$?
+  if [ $rc -eq 0 ]; then echo "api $1"
+  elif printf '%s' "$out" | grep -q '"#
+        + ANSWERED
+        + r#"'; then
+    echo "answered $1"; printf '%s\n' "$out" | grep '"#
+        + ANSWERED
+        + r#"' | sed 's/^/| #cli /'
+    ping=$(docker_ping_unix "$1" 2>&1); rc=$?
+    printf '%s\n' "$ping" | sed 's/^/| > /'; echo "| #exit $rc"
+  elif printf '%s' "$out" | grep -q -e 'Failed to initialize' -e 'Cannot connect to the Docker daemon' -e 'connection refused' -e 'no such file or directory'; then echo "$2 $1"
+  else echo "other $1"; fi
+}
+"#
+}
+
 /// The script that finds every socket file under `roots` (`/proc` and `/sys` left out: no
-/// socket file lives there) and asks each whether a Docker API answers there (`docker
-/// version` on it, 5 s): `api PATH` or `other PATH` a line, then `== end`. What the walk
-/// cannot read (a nested container's private folder) is not judged by its exit status: the
-/// private socket found answering is the probe's control.
+/// socket file lives there) and asks each whether a Docker API answers there
+/// ([`ask_unix_function`]: `api PATH`, `answered PATH` with its `/_ping`, or `other PATH` a
+/// line), then `== end`. What the walk cannot read (a nested container's private folder) is
+/// not judged by its exit status: the private socket found answering is the probe's control.
 pub fn socket_files_probe(roots: &[String]) -> String {
     let roots: Vec<String> = roots.iter().map(|r| sh_quote(r)).collect();
+    // The functions reach `find`'s shells as one argument, whatever quotes they hold.
     format!(
-        r#"find {} \( -path /proc -o -path /sys \) -prune -o -type s -exec sh -c 'for s; do if timeout 5 docker -H "unix://$s" version --format "{{{{.Server.Version}}}}" >/dev/null 2>&1; then echo "api $s"; else echo "other $s"; fi; done' sh {{}} + 2>/dev/null
-echo "== end""#,
+        "ASK=$(cat <<'KANDEV_ASK'\n{}KANDEV_ASK\n)\nfind {} \\( -path /proc -o -path /sys \\) -prune -o -type s -exec sh -c \"$ASK\nfor s; do ask_unix \\\"\\$s\\\" other; done\" sh {{}} + 2>/dev/null\necho \"== end\"\n",
+        ask_unix_function(),
         roots.join(" ")
     )
 }
 
 /// The script that asks every listening abstract unix socket of the network namespace it
-/// runs in whether a Docker API answers there (`docker version` on it, 5 s): `api @NAME`,
-/// `other @NAME` (something else answered, or nothing within 5 s) or `unasked @NAME` (no
-/// connection was made: the name as the table shows it is not the socket's, as when it holds
-/// a NUL byte, or the CLI cannot take it, as a name with a space) a line, then
-/// `== abstract end` once the table was read (its header seen: the read's control). An
-/// abstract socket has no file, no mode and no mount to hide it: every process of the
-/// network namespace may connect (`/proc/net/unix` lists the namespace's; flags `00010000` a
-/// listener; the path, spaces and all, is what follows the inode; the kernel shows an
-/// abstract name as `@` and its NUL bytes as `@`). Run by the agent, it asks what the agent
-/// reaches in the Pod's namespace.
+/// runs in whether a Docker API answers there ([`ask_unix_function`]): `api @NAME`,
+/// `answered @NAME` with its `/_ping`, `other @NAME` (something else answered, or nothing
+/// within 5 s) or `unasked @NAME` (no connection was made: the name as the table shows it is
+/// not the socket's, as when it holds a NUL byte, or the CLI cannot take it, as a name with a
+/// space) a line, then `== abstract end` once the table was read (its header seen: the read's
+/// control). An abstract socket has no file, no mode and no mount to hide it: every process
+/// of the network namespace may connect (`/proc/net/unix` lists the namespace's; flags
+/// `00010000` a listener; the path, spaces and all, is what follows the inode; the kernel
+/// shows an abstract name as `@` and its NUL bytes as `@`). Run by the agent, it asks what the
+/// agent reaches in the Pod's namespace.
 pub fn abstract_sockets_probe() -> String {
-    r#"if names=$(awk 'NR == 1 { head = ($1 == "Num" && $8 == "Path") } NR > 1 && $4 == "00010000" { p = $0; sub(/^ *[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ /, "", p); if (substr(p, 1, 1) == "@") print substr(p, 2) } END { exit head ? 0 : 1 }' /proc/net/unix); then
+    ask_unix_function()
+        + r#"if names=$(awk 'NR == 1 { head = ($1 == "Num" && $8 == "Path") } NR > 1 && $4 == "00010000" { p = $0; sub(/^ *[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ /, "", p); if (substr(p, 1, 1) == "@") print substr(p, 2) } END { exit head ? 0 : 1 }' /proc/net/unix); then
   printf '%s\n' "$names" | while IFS= read -r n; do
     [ -n "$n" ] || continue
-    if out=$(timeout 5 docker -H "unix://@$n" version --format '{{.Server.Version}}' 2>&1); then echo "api @$n"
-    elif printf '%s' "$out" | grep -q -e 'Failed to initialize' -e 'Cannot connect to the Docker daemon' -e 'connection refused' -e 'no such file or directory'; then echo "unasked @$n"
-    else echo "other @$n"; fi
+    ask_unix "@$n" unasked
   done
   echo "== abstract end"
 fi
 "#
-    .to_owned()
+}
+
+/// What [`ask_unix_function`] found of each unix socket in `text`, judged in `view`: a Docker
+/// API that answered the CLI (`api`, unless it is `except`, the private socket), or refused it
+/// while its `/_ping` shows one, is wrong ([`ANSWERS_ELSEWHERE`]); one whose `/_ping` could not
+/// be read is no evidence, said so (not a finding: [`found_and_unseen`]).
+fn judge_unix_answers(view: &str, what: &str, text: &str, except: Option<&str>) -> Vec<String> {
+    answers(text)
+        .into_iter()
+        .filter(|a| Some(a.rest) != except)
+        .filter_map(|a| match (a.word, a.ping) {
+            ("api", _) => Some(format!("{view}: {ANSWERS_ELSEWHERE}{what}{}", a.rest)),
+            (_, Some(Ping::DockerApi(sign))) => Some(format!(
+                "{view}: {ANSWERS_ELSEWHERE}{what}{} ({sign}), refusing the Docker CLI",
+                a.rest
+            )),
+            (_, Some(Ping::Unanswered(why))) => Some(format!(
+                "{view}: {what}{} answers the Docker CLI with an HTTP error, and its /_ping gave no answer to judge: {why}",
+                a.rest
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What [`abstract_sockets_probe`] printed, judged: nothing may answer as a Docker API, and
@@ -275,17 +322,13 @@ pub fn judge_abstract_sockets(text: &str) -> Vec<String> {
             "{VIEW}: its unix socket table (/proc/net/unix) was not read, so no abstract socket was asked"
         )];
     }
-    text.lines()
-        .filter_map(|l| {
-            if let Some(name) = l.strip_prefix("api ") {
-                Some(format!("{VIEW}: {ANSWERS_ELSEWHERE}the abstract unix socket {name}"))
-            } else {
-                l.strip_prefix("unasked ").map(|name| {
-                    format!("{VIEW}: the abstract unix socket {name} could not be asked (no connection made to the name the table shows)")
-                })
-            }
+    let mut wrong = judge_unix_answers(VIEW, "the abstract unix socket ", text, None);
+    wrong.extend(text.lines().filter_map(|l| {
+        l.strip_prefix("unasked ").map(|name| {
+            format!("{VIEW}: the abstract unix socket {name} could not be asked (no connection made to the name the table shows)")
         })
-        .collect()
+    }));
+    wrong
 }
 
 /// `roots` without any that lies under another (each socket file found once).
@@ -448,9 +491,7 @@ pub fn judge_socket_files(view: &str, text: &str) -> Vec<String> {
             "{view}: the private socket {DAEMON_SOCKET} was not found answering, so the search is no evidence that no other socket does"
         ));
     }
-    for path in answering.iter().filter(|p| **p != DAEMON_SOCKET) {
-        wrong.push(format!("{view}: {ANSWERS_ELSEWHERE}{path}"));
-    }
+    wrong.extend(judge_unix_answers(view, "", text, Some(DAEMON_SOCKET)));
     wrong
 }
 
@@ -1585,6 +1626,101 @@ while True:
                 && !wrong.iter().any(|w| w.contains(&plain_name)),
             "{wrong:?}"
         );
+    }
+
+    /// The socket-file probe through a real shell, on sockets that answer the Docker CLI with
+    /// an HTTP error: a daemon refusing this client (its answers carry `Api-Version`) is
+    /// found, a web server's 404 is not, and one whose `/_ping` cannot be read leaves the
+    /// search no evidence (not "other"). Each answers the abstract probe the same way.
+    #[test]
+    #[ignore = "needs python3 and the Docker CLI: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
+    fn a_unix_socket_refusing_the_cli_is_told_apart_by_its_ping() {
+        use std::process::Command;
+        let script = r#"
+import http.server, os, socketserver, sys
+mode, where = sys.argv[1].split(" ", 1)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if mode == "silent" and self.path.endswith("/_ping"):
+            self.close_connection = True; return
+        body = b'{"message":"refused"}'
+        self.send_response(403 if mode != "web" else 404)
+        if mode == "refusing": self.send_header("Api-Version", "1.41")
+        self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
+    def address_string(self): return "unix"
+    def log_message(self, *a): pass
+s = socketserver.UnixStreamServer(where.replace("@", "\0", 1), H)
+print(0, flush=True)
+s.serve_forever()
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let at = |mode: &str| {
+            dir.path()
+                .join(format!("{mode}.sock"))
+                .display()
+                .to_string()
+        };
+        let servers: Vec<_> = ["refusing", "web", "silent"]
+            .iter()
+            .flat_map(|mode| {
+                let abstract_name = format!("@kandev-refusing-test-{mode}-{}", std::process::id());
+                [
+                    crate::support::docker_ping::PythonServer::start(
+                        script,
+                        &format!("{mode} {}", at(mode)),
+                    ),
+                    crate::support::docker_ping::PythonServer::start(
+                        script,
+                        &format!("{mode} {abstract_name}"),
+                    ),
+                ]
+            })
+            .collect();
+        let probe = |script: String| {
+            let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let files = probe(socket_files_probe(&[dir.path().display().to_string()]));
+        let (found, unseen) = found_and_unseen(judge_socket_files("view", &files));
+        assert!(
+            found.len() == 1
+                && found[0].contains(&at("refusing"))
+                && found[0].contains("Api-Version"),
+            "{found:?}\n{files}"
+        );
+        assert!(
+            unseen
+                .iter()
+                .any(|u| u.contains(&at("silent")) && u.contains("no answer to judge")),
+            "{unseen:?}\n{files}"
+        );
+        assert!(
+            !unseen.iter().chain(&found).any(|w| w.contains(&at("web"))),
+            "{files}"
+        );
+        let abstracts = probe(abstract_sockets_probe());
+        let (found, unseen) = found_and_unseen(judge_abstract_sockets(&abstracts));
+        let pid = std::process::id();
+        assert!(
+            found
+                .iter()
+                .any(|f| f.contains(&format!("refusing-test-refusing-{pid}"))),
+            "{found:?}"
+        );
+        assert!(
+            unseen
+                .iter()
+                .any(|u| u.contains(&format!("refusing-test-silent-{pid}"))),
+            "{unseen:?}"
+        );
+        assert!(
+            !found
+                .iter()
+                .chain(&unseen)
+                .any(|w| w.contains(&format!("refusing-test-web-{pid}"))),
+            "{abstracts}"
+        );
+        drop(servers);
     }
 
     #[test]

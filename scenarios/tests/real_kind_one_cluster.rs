@@ -363,6 +363,18 @@ fn launch_runs_the_suite_as_a_job_inside_the_cluster(cluster: &Cluster) {
         report.environment.kubernetes_version.as_deref(),
         Some(pins.kubernetes.as_str())
     );
+    // Inside the cluster the bookkeeper reads the nodes (launch's ClusterRole for
+    // --node-inspector): the inspector started on the node and the warm-up ran.
+    for step in ["node_inspector", "warm_up"] {
+        let found = report.setup.iter().find(|s| s.name == step);
+        let evidence = found.map(|s| s.evidence.to_string()).unwrap_or_default();
+        assert!(
+            found.is_some_and(|s| s.error.is_none())
+                && evidence.contains(&format!("{name}-control-plane"))
+                && !evidence.contains("could not be listed"),
+            "{step}: {evidence}\n{text}"
+        );
+    }
 
     // Nothing the launch created is left in the cluster.
     let gc = kandev_test_support::harness_env::harness(binary)
@@ -391,6 +403,21 @@ fn launch_runs_the_suite_as_a_job_inside_the_cluster(cluster: &Cluster) {
         gc_text.contains("removed 0 objects") && left.is_empty(),
         "the launch left objects for gc: {gc_text}"
     );
+    let kubectl = pins.bin_dir().unwrap().join("kubectl");
+    let grants = must(
+        &kubectl,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "get",
+            "clusterroles,clusterrolebindings",
+            "-l",
+            "acceptance.kandev.ai/managed=true",
+            "-o",
+            "name",
+        ],
+    );
+    assert_eq!(grants.trim(), "", "the launch left its node grant");
 }
 
 /// Issue 40, item 7 (private registries) on a real Kind node: the daemon image lives only in a

@@ -93,7 +93,16 @@ async fn gc_spares_runs_whose_lease_is_live_and_removes_the_rest_on_a_real_api_s
     let expired = run_with_lease(&admin, "expired-run", Some(600)).await;
     let young = run_with_lease(&admin, "young-run", None).await;
     let all = cluster::gc(&admin, &scope(None, false)).await.unwrap();
-    assert_eq!(all.removed, vec![format!("namespace/{expired}")]);
+    // What the binary's other tests leave for a moment may go with it.
+    assert!(
+        all.removed.contains(&format!("namespace/{expired}"))
+            && !all
+                .removed
+                .iter()
+                .any(|r| r.contains(&run) || r.contains("young")),
+        "{:?}",
+        all.removed
+    );
     let spared: Vec<&str> = all.spared.iter().map(|s| s.run.as_str()).collect();
     assert!(spared.contains(&run.as_str()), "{:?}", all.spared);
     assert!(spared.contains(&"young-run"), "{:?}", all.spared);
@@ -145,4 +154,72 @@ async fn gc_spares_runs_whose_lease_is_live_and_removes_the_rest_on_a_real_api_s
         .unwrap();
     assert_eq!(forced.removed, vec![format!("namespace/{young}")]);
     assert!(forced.spared.is_empty());
+}
+
+/// `launch --node-inspector`'s cluster-scoped grant to read nodes (a ClusterRole and its
+/// binding, as `launch` writes them, admitted by the real API server): `gc --run` of a run
+/// that is over removes them with its namespace, the same of a live run removes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_removes_a_launchs_node_grant_only_when_its_run_is_over_on_a_real_api_server() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kandev_harness::backend::kube::launch::LaunchPlan;
+    let real = real_api_server::shared();
+    let admin = cluster::open(Some(&real.kubeconfig), Some(&real.context))
+        .await
+        .unwrap()
+        .admin;
+    let grant = |run: &str| LaunchPlan {
+        run_id: run.to_owned(),
+        namespace: None,
+        harness_image: "h:1".into(),
+        harness_arch: None,
+        executor_role: Default::default(),
+        node_inspector: true,
+        job_timeout: Duration::from_secs(60),
+        start_timeout: Duration::from_secs(60),
+        hold: Duration::from_secs(60),
+        inputs: Vec::new(),
+        gc_where: String::new(),
+        run_args: Vec::new(),
+        pull_secrets: Vec::new(),
+    };
+    let pp = PostParams::default();
+    let (over, live) = (
+        format!("grant-over-{}", random_hex(4)),
+        format!("grant-live-{}", random_hex(4)),
+    );
+    run_with_lease(&admin, &over, Some(600)).await;
+    run_with_lease(&admin, &live, Some(0)).await;
+    let (roles, bindings) = (
+        Api::<ClusterRole>::all(admin.clone()),
+        Api::<ClusterRoleBinding>::all(admin.clone()),
+    );
+    for run in [&over, &live] {
+        let plan = grant(run);
+        roles.create(&pp, &plan.nodes_cluster_role()).await.unwrap();
+        bindings
+            .create(&pp, &plan.nodes_cluster_binding())
+            .await
+            .unwrap();
+    }
+    let spared = cluster::gc(&admin, &scope(Some(&live), false))
+        .await
+        .unwrap();
+    assert!(spared.removed.is_empty(), "{:?}", spared.removed);
+    assert_eq!(spared.spared.len(), 1, "{:?}", spared.spared);
+    let removed = cluster::gc(&admin, &scope(Some(&over), false))
+        .await
+        .unwrap();
+    // Gone (by this gc, or by the --all of the binary's other test, which may run between).
+    let name = grant(&over).nodes_grant_name();
+    assert!(removed.spared.is_empty(), "{:?}", removed.spared);
+    assert!(roles.get_opt(&name).await.unwrap().is_none());
+    assert!(bindings.get_opt(&name).await.unwrap().is_none());
+    let kept = grant(&live).nodes_grant_name();
+    assert!(roles.get_opt(&kept).await.unwrap().is_some());
+    assert!(bindings.get_opt(&kept).await.unwrap().is_some());
+    cluster::gc(&admin, &scope(Some(&live), true))
+        .await
+        .unwrap();
+    assert!(roles.get_opt(&kept).await.unwrap().is_none());
 }

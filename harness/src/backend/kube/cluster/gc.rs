@@ -18,7 +18,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Preconditions, PropagationPolicy};
 use kube::{Client, Resource};
@@ -50,6 +50,9 @@ enum Kind {
     Role,
     ServiceAccount,
     Lease,
+    /// `launch --node-inspector`'s grant to read nodes: cluster-scoped, listed apart.
+    ClusterRoleBinding,
+    ClusterRole,
 }
 
 impl Kind {
@@ -75,6 +78,8 @@ impl Kind {
             Self::Role => "role",
             Self::ServiceAccount => "serviceaccount",
             Self::Lease => "lease",
+            Self::ClusterRoleBinding => "clusterrolebinding",
+            Self::ClusterRole => "clusterrole",
         }
     }
 }
@@ -160,6 +165,8 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
         inside.dedup_by(|a, b| a.uid == b.uid);
     }
 
+    let cluster_rbac = cluster_grants(admin, scope, &selector).await?;
+
     // Who is alive.
     let now = Timestamp::now();
     let mut live: BTreeMap<String, String> = BTreeMap::new();
@@ -167,6 +174,29 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
         let mut holding: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         let mut where_: Vec<&str> = namespaces.iter().map(|n| n.name.as_str()).collect();
         where_.extend(scope.namespace);
+        // A grant's run is judged by its Lease in the namespace its binding names; one that
+        // cannot be read there leaves the run alive, as gc judges no run dead unseen.
+        for (found, bound) in &cluster_rbac {
+            let Some(ns) = bound.as_deref().filter(|ns| !where_.contains(ns)) else {
+                continue;
+            };
+            match leases_in(admin, ns, now).await {
+                Ok(leases) => leases
+                    .into_iter()
+                    .filter(|(_, j)| j.live)
+                    .for_each(|(_, j)| {
+                        live.entry(j.run).or_insert(j.evidence);
+                    }),
+                Err(e) => {
+                    if let Some(run) = &found.run {
+                        live.entry(run.clone()).or_insert(format!(
+                            "its Lease in namespace {ns} could not be read: {}",
+                            crate::error_chain(&e)
+                        ));
+                    }
+                }
+            }
+        }
         for ns in where_ {
             for (_, judged) in leases_in(admin, ns, now).await? {
                 holding
@@ -197,7 +227,24 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
 
     let mut outcome = GcOutcome::default();
     let in_namespace = scope.namespace.unwrap_or_default();
-    for found in namespaces.iter().chain(&inside).filter(|f| !alive(&f.run)) {
+    // Cluster-scoped grants before the namespaces their bindings name; a role without its
+    // binding (a launch killed between the two creates) once a Lease's duration has passed.
+    let grants: Vec<Found> = cluster_rbac
+        .iter()
+        .filter(|(found, bound)| {
+            bound.is_some()
+                || found
+                    .created
+                    .is_some_and(|c| now.as_second() - c.as_second() >= i64::from(LEASE_SECONDS))
+        })
+        .map(|(found, _)| found.clone())
+        .collect();
+    for found in grants
+        .iter()
+        .chain(&namespaces)
+        .chain(&inside)
+        .filter(|f| !alive(&f.run))
+    {
         if found.deleting {
             outcome.being_removed.push(found.shown());
             continue;
@@ -210,12 +257,65 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
     outcome.spared = live
         .into_iter()
         .filter(|(run, _)| {
-            namespaces.iter().any(|n| n.run.as_ref() == Some(run))
-                || inside.iter().any(|f| f.run.as_ref() == Some(run))
+            namespaces
+                .iter()
+                .chain(&inside)
+                .chain(cluster_rbac.iter().map(|(f, _)| f))
+                .any(|f| f.run.as_ref() == Some(run))
         })
         .map(|(run, evidence)| Spared { run, evidence })
         .collect();
     Ok(outcome)
+}
+
+/// `launch --node-inspector`'s cluster-scoped grants matching `selector`, each with the
+/// namespace its binding names (a role: its binding's of the same name; None when there is
+/// none). Under `--namespace`, only those bound there. An identity that may not list them
+/// (bound to one namespace) cannot have made any, nor can a server that serves none: none.
+async fn cluster_grants(
+    admin: &Client,
+    scope: &GcScope<'_>,
+    selector: &str,
+) -> Result<Vec<(Found, Option<String>)>, ClusterError> {
+    let params = ListParams::default().labels(selector);
+    let forbidden =
+        |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 403 || s.code == 404);
+    let bindings = match Api::<ClusterRoleBinding>::all(admin.clone())
+        .list(&params)
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) if forbidden(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(setup("list cluster role bindings")(e)),
+    };
+    let roles = match Api::<ClusterRole>::all(admin.clone()).list(&params).await {
+        Ok(list) => list.items,
+        Err(e) if forbidden(&e) => Vec::new(),
+        Err(e) => return Err(setup("list cluster roles")(e)),
+    };
+    let bound_in = |name: &str| {
+        bindings
+            .iter()
+            .find(|b| b.metadata.name.as_deref() == Some(name))
+            .and_then(|b| b.subjects.as_ref()?.first()?.namespace.clone())
+    };
+    let mut found: Vec<(Found, Option<String>)> = bindings
+        .iter()
+        .map(|b| {
+            let found = Found::of(Kind::ClusterRoleBinding, b);
+            let bound = bound_in(&found.name);
+            (found, bound)
+        })
+        .chain(roles.iter().map(|r| {
+            let found = Found::of(Kind::ClusterRole, r);
+            let bound = bound_in(&found.name);
+            (found, bound)
+        }))
+        .collect();
+    if let Some(ns) = scope.namespace {
+        found.retain(|(_, bound)| bound.as_deref() == Some(ns));
+    }
+    Ok(found)
 }
 
 /// The objects of `kind` in `namespace` matching `selector`.
@@ -248,8 +348,8 @@ async fn list(
             .collect())
     }
     match kind {
-        // Namespaces are listed cluster-wide, by `gc` itself.
-        Kind::Namespace => Ok(Vec::new()),
+        // Namespaces and cluster grants are listed cluster-wide, by `gc` itself.
+        Kind::Namespace | Kind::ClusterRoleBinding | Kind::ClusterRole => Ok(Vec::new()),
         Kind::Job => of::<Job>(admin, namespace, kind, selector).await,
         Kind::Pod => of::<Pod>(admin, namespace, kind, selector).await,
         Kind::Claim => of::<PersistentVolumeClaim>(admin, namespace, kind, selector).await,
@@ -314,6 +414,14 @@ async fn remove(admin: &Client, namespace: &str, found: &Found) -> Result<bool, 
     let name = found.name.as_str();
     let result = match found.kind {
         Kind::Namespace => Api::<Namespace>::all(admin.clone())
+            .delete(name, &dp)
+            .await
+            .map(|_| ()),
+        Kind::ClusterRoleBinding => Api::<ClusterRoleBinding>::all(admin.clone())
+            .delete(name, &dp)
+            .await
+            .map(|_| ()),
+        Kind::ClusterRole => Api::<ClusterRole>::all(admin.clone())
             .delete(name, &dp)
             .await
             .map(|_| ()),

@@ -24,7 +24,7 @@ use super::errors::ClusterError;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kandev_report::exit;
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
@@ -136,7 +136,7 @@ impl LaunchError {
                 409 => format!(
                     "another launch in this namespace holds it, or a killed one left it: wait for the other to end, or remove what killed runs left: {gc_where} --all"
                 ),
-                403 => "your identity must create namespaces (or name one with --namespace), Leases (coordination.k8s.io), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there (docs/operators.md: RBAC, `launch`: your identity and the bookkeeper)".into(),
+                403 => "your identity must create namespaces (or name one with --namespace), Leases (coordination.k8s.io), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there, and with --node-inspector a ClusterRole and ClusterRoleBinding to read nodes (docs/operators.md: RBAC, `launch`: your identity and the bookkeeper)".into(),
                 422 => "the API server refuses the object as invalid: correct what it names (for the executor's Role: --executor-role)".into(),
                 _ => "check that the cluster answers (`kubectl --context C get ns`)".into(),
             };
@@ -157,6 +157,9 @@ enum Created {
     ServiceAccount(String),
     Role(String),
     RoleBinding(String),
+    /// Cluster-scoped (`--node-inspector`'s node reads): removed even when the namespace is.
+    ClusterRole(String),
+    ClusterRoleBinding(String),
     Secret(String),
     /// An image pull secret's copy, removed by its UID ([`super::pull_secrets::remove`]).
     PullSecretCopy(super::pull_secrets::Copy),
@@ -278,6 +281,19 @@ async fn create(
             .map_err(failed(format!("create role binding {name}")))?;
         created.push(Created::RoleBinding(name.into()));
     }
+    if plan.node_inspector {
+        let name = plan.nodes_grant_name();
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&pp, &plan.nodes_cluster_role())
+            .await
+            .map_err(failed(format!("create cluster role {name}")))?;
+        created.push(Created::ClusterRole(name.clone()));
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&pp, &plan.nodes_cluster_binding())
+            .await
+            .map_err(failed(format!("create cluster role binding {name}")))?;
+        created.push(Created::ClusterRoleBinding(name));
+    }
     // The Secret first: the bookkeeper's token is bound to it, so that it stops
     // authenticating once the Secret is deleted (not only when it expires).
     let job = plan.job_name();
@@ -362,7 +378,11 @@ async fn remove(
     let mut records = Vec::new();
     for object in created.iter().rev() {
         // Inside a namespace the launch created, deleting the namespace is enough.
-        if namespace_created && !matches!(object, Created::Namespace(_)) {
+        let cluster_scoped = matches!(
+            object,
+            Created::Namespace(_) | Created::ClusterRole(_) | Created::ClusterRoleBinding(_)
+        );
+        if namespace_created && !cluster_scoped {
             continue;
         }
         let (shown, result) = match object {
@@ -394,6 +414,22 @@ async fn remove(
                 format!("rolebinding/{name}"),
                 gone(
                     Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+            Created::ClusterRole(name) => (
+                format!("clusterrole/{name}"),
+                gone(
+                    Api::<ClusterRole>::all(admin.clone())
+                        .delete(name, &background)
+                        .await,
+                ),
+            ),
+            Created::ClusterRoleBinding(name) => (
+                format!("clusterrolebinding/{name}"),
+                gone(
+                    Api::<ClusterRoleBinding>::all(admin.clone())
                         .delete(name, &background)
                         .await,
                 ),

@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, SeccompProfile, SecretVolumeSource, SecurityContext, ServiceAccount, Volume,
     VolumeMount,
 };
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::ObjectMeta;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -185,6 +187,52 @@ impl LaunchPlan {
             subjects: Some(vec![Subject {
                 kind: "ServiceAccount".into(),
                 name: name.into(),
+                namespace: Some(self.namespace()),
+                ..Default::default()
+            }]),
+        }
+    }
+
+    /// The name of the bookkeeper's grant to read nodes (`--node-inspector`): cluster-scoped,
+    /// so the run's own, whatever the namespace.
+    pub fn nodes_grant_name(&self) -> String {
+        format!("kandev-acceptance-{}-nodes", self.run_id)
+    }
+
+    /// With `--node-inspector`, the bookkeeper's grant to read nodes: the run inside finds the
+    /// nodes to inspect (and to warm up) by listing them, and nodes are cluster-scoped, so no
+    /// Role grants it (RBAC: a Role's rules apply in its namespace only).
+    pub fn nodes_cluster_role(&self) -> ClusterRole {
+        let mut meta = self.meta(&self.nodes_grant_name());
+        meta.namespace = None;
+        ClusterRole {
+            metadata: meta,
+            rules: Some(vec![PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["nodes".into()]),
+                verbs: vec!["get".into(), "list".into()],
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    /// [`Self::nodes_cluster_role`] bound to the bookkeeper's account in the run's namespace
+    /// (`gc` reads the run's Lease there).
+    pub fn nodes_cluster_binding(&self) -> ClusterRoleBinding {
+        let name = self.nodes_grant_name();
+        let mut meta = self.meta(&name);
+        meta.namespace = None;
+        ClusterRoleBinding {
+            metadata: meta,
+            role_ref: RoleRef {
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                kind: "ClusterRole".into(),
+                name,
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: BOOKKEEPER.into(),
                 namespace: Some(self.namespace()),
                 ..Default::default()
             }]),

@@ -7,11 +7,9 @@
 //!   `batch.kubernetes.io/controller-uid`, the template's labels gaining
 //!   `batch.kubernetes.io/job-name`, `job-name`, `batch.kubernetes.io/controller-uid` and
 //!   `controller-uid` (and becoming the Job's own labels when it has none), the template
-//!   defaulted as a Pod template. The API server's validation of a Job is the real API
-//!   server's to judge (`tests/real_api_server/launch.rs`); what the double's controller does
-//!   not run is 422, naming the field: more than one completion or parallel Pod, `Indexed`,
-//!   `podFailurePolicy`, `successPolicy`, `backoffLimitPerIndex`, `suspend`,
-//!   `manualSelector`.
+//!   defaulted as a Pod template. A Job's validation is the real API server's to judge
+//!   (`tests/real_api_server/launch.rs`); the controller reads only what the harness's Job
+//!   sets (one Pod to one completion), whatever else the Job asks.
 //! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, from the template
 //!   (its labels, and an ownerReference to the Job: `controller` and `blockOwnerDeletion`
 //!   true); the Pod goes through the same admission as any Pod create (the ServiceAccount
@@ -43,7 +41,7 @@ use super::defaults;
 use super::request::Ctx;
 use super::route::Route;
 use super::runtime::with_status;
-use super::status::{Reply, status};
+use super::status::Reply;
 use super::store::{DoubleState, Identity, Key, now};
 use http_body_util::BodyExt;
 use hyper::StatusCode;
@@ -63,75 +61,6 @@ const ROUND: Duration = Duration::from_millis(250);
 
 /// The warning an API server sends on a batch/v1 Job DELETE without a propagation policy.
 const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning\"";
-
-/// The 422 of a Job the double's controller does not run.
-fn invalid(name: &str, field: &str, message: &str) -> Reply {
-    status(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "Invalid",
-        &format!("Job.batch \"{name}\" is invalid: {field}: {message}"),
-        json!({"name": name, "group": "batch", "kind": "Job",
-            "causes": [{"reason": "FieldValueNotSupported", "message": message, "field": field}]}),
-    )
-}
-
-/// Refuses a Job the double's controller cannot run (422 naming the field), so that a test
-/// never reads a Job it ran otherwise than a cluster would. The API server's own validation of
-/// a Job (a template with containers, `restartPolicy` `Never` or `OnFailure`, a non-negative
-/// `backoffLimit`: kubernetes `pkg/apis/batch/validation`) is not repeated here: the real
-/// API server judges the harness's Job (`tests/real_api_server/launch.rs`).
-pub(crate) fn validate(job: &Value) -> Result<(), Box<Reply>> {
-    let name = job["metadata"]["name"]
-        .as_str()
-        .or_else(|| job["metadata"]["generateName"].as_str())
-        .unwrap_or_default();
-    let spec = &job["spec"];
-    let one_pod = "the kube double's Job controller runs one Pod at a time to one completion";
-    for field in ["completions", "parallelism"] {
-        if spec[field].as_i64().is_some_and(|n| n != 1) {
-            return Err(Box::new(invalid(
-                name,
-                &format!("spec.{field}"),
-                &format!("Unsupported value: {}: {one_pod}", spec[field]),
-            )));
-        }
-    }
-    if spec["completionMode"]
-        .as_str()
-        .is_some_and(|m| m != "NonIndexed")
-    {
-        return Err(Box::new(invalid(
-            name,
-            "spec.completionMode",
-            &format!("Unsupported value: {}: {one_pod}", spec["completionMode"]),
-        )));
-    }
-    for field in [
-        "podFailurePolicy",
-        "successPolicy",
-        "backoffLimitPerIndex",
-        "maxFailedIndexes",
-        "managedBy",
-    ] {
-        if !spec[field].is_null() {
-            return Err(Box::new(invalid(
-                name,
-                &format!("spec.{field}"),
-                "Unsupported value: not modelled by the kube double's Job controller",
-            )));
-        }
-    }
-    for field in ["suspend", "manualSelector"] {
-        if spec[field] == true {
-            return Err(Box::new(invalid(
-                name,
-                &format!("spec.{field}"),
-                "Unsupported value: true: not modelled by the kube double's Job controller",
-            )));
-        }
-    }
-    Ok(())
-}
 
 /// The generated labels of the Job `name` of `uid`, added to `labels` where absent.
 fn add_job_labels(labels: &mut Value, name: &str, uid: &str) {
@@ -292,12 +221,8 @@ async fn collect(state: Arc<DoubleState>, job_key: Key, uid: String, foreground:
 }
 
 impl Ctx<'_> {
-    /// A Job create: validated, defaulted once it has its UID, stored; then its controller
-    /// runs.
+    /// A Job create: defaulted once it has its UID, stored; then its controller runs.
     pub(crate) async fn create_job(&self, job: Value) -> Reply {
-        if let Err(refused) = validate(&job) {
-            return *refused;
-        }
         // The controller makes Pods from the template as sent (defaulting a Pod from it gives
         // the stored template's defaults; the runtime refuses fields it does not honour, and a
         // Pod's defaults are such fields).
@@ -743,7 +668,6 @@ mod tests {
         let mut job = json!({"metadata": {"name": "run", "uid": "u-1"}, "spec": {"template": {
             "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i:1",
                 "resources": {"limits": {"cpu": "1"}}}]}}}});
-        validate(&job).ok().unwrap();
         default_job(&mut job);
         let spec = &job["spec"];
         assert_eq!(spec["completions"], 1);
@@ -776,28 +700,6 @@ mod tests {
                 "controller": true, "blockOwnerDeletion": true}])
         );
         assert_eq!(pod["metadata"]["labels"], labels);
-    }
-
-    #[test]
-    fn a_job_the_controller_cannot_run_is_refused_naming_the_field() {
-        let job = |spec: Value| {
-            let mut job = json!({"metadata": {"name": "run"}, "spec": {"template": {"spec": {
-                "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
-            for (k, v) in spec.as_object().unwrap() {
-                job["spec"][k.as_str()] = v.clone();
-            }
-            job
-        };
-        let message = |job: &Value| {
-            let reply = validate(job).err().unwrap();
-            assert_eq!(reply.status(), StatusCode::UNPROCESSABLE_ENTITY);
-            reply
-        };
-        message(&job(json!({"parallelism": 2})));
-        message(&job(json!({"completionMode": "Indexed"})));
-        message(&job(json!({"podFailurePolicy": {"rules": []}})));
-        message(&job(json!({"suspend": true})));
-        assert!(validate(&job(json!({"backoffLimit": 3, "completions": 1}))).is_ok());
     }
 
     #[test]

@@ -52,7 +52,7 @@
 //! SelfSubjectReviews (`rbac`), coordination.k8s.io/v1 Leases stored as any object is (what
 //! a run holds while it is alive, which `gc` spares; their validation is the real API
 //! server's, which the harness's own Leases meet in `tests/real_api_server/operator.rs`),
-//! namespaces that stop taking new objects while they terminate, and finalizers
+//! and finalizers
 //! (`finalizers`: a DELETE marks an object that has some and keeps it,
 //! `deletionGracePeriodSeconds` 0 once a Pod's kubelet is done; no new one while it is being
 //! deleted; the update that removes the last deletes it; a namespace waits `Terminating`,

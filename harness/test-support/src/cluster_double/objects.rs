@@ -137,36 +137,18 @@ impl Ctx<'_> {
         let key = self.key(&name);
         let reply = {
             let mut store = self.state.store();
-            if let Some(ns) = &ns {
-                let namespace =
-                    store
-                        .objects
-                        .get(&("/namespaces".into(), String::new(), ns.clone()));
-                let Some(namespace) = namespace else {
-                    self.discard(volume.take());
-                    return status(
-                        StatusCode::NOT_FOUND,
-                        "NotFound",
-                        &format!("namespaces \"{ns}\" not found"),
-                        json!({"name": ns, "kind": "namespaces"}),
-                    );
-                };
-                if namespace["status"]["phase"] == "Terminating" {
-                    // The NamespaceLifecycle admission plugin.
-                    self.discard(volume.take());
-                    return status(
-                        StatusCode::FORBIDDEN,
-                        "Forbidden",
-                        &format!(
-                            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                            self.route.resource
-                        ),
-                        json!({"name": name, "kind": self.route.resource,
-                            "causes": [{"reason": "NamespaceTerminating",
-                                "message": format!("namespace {ns} is being terminated"),
-                                "field": "metadata.namespace"}]}),
-                    );
-                }
+            if let Some(ns) = &ns
+                && !store
+                    .objects
+                    .contains_key(&("/namespaces".into(), String::new(), ns.clone()))
+            {
+                self.discard(volume.take());
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("namespaces \"{ns}\" not found"),
+                    json!({"name": ns, "kind": "namespaces"}),
+                );
             }
             if store.objects.contains_key(&key) {
                 self.discard(volume.take());
@@ -428,42 +410,6 @@ impl Ctx<'_> {
         self.commit(name, existing, object).await
     }
 
-    /// A running Pod's spec changed (an image, `activeDeadlineSeconds`, tolerations): a
-    /// kubelet would restart the container with its new image and enforce the deadline; the
-    /// double's node runs the Pod as it was created, and says so on the Pod (`NotEnforced`,
-    /// as it reports what it accepts without doing at the start).
-    fn not_followed(&self, existing: &Value, updated: &Value) {
-        if self.state.runtime.is_none() {
-            return;
-        }
-        let mut notes = Vec::new();
-        for list in ["initContainers", "containers"] {
-            for (old, new) in existing["spec"][list]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .zip(updated["spec"][list].as_array().into_iter().flatten())
-            {
-                if old["image"] != new["image"] {
-                    notes.push(format!(
-                        "container {} now asks for image {}: the double's node keeps running {} (a kubelet would restart the container with the new image)",
-                        new["name"], new["image"], old["image"]
-                    ));
-                }
-            }
-        }
-        if existing["spec"]["activeDeadlineSeconds"] != updated["spec"]["activeDeadlineSeconds"] {
-            notes.push(format!(
-                "activeDeadlineSeconds is now {}: the double's node does not enforce it",
-                updated["spec"]["activeDeadlineSeconds"]
-            ));
-        }
-        let mut store = self.state.store();
-        for note in notes {
-            store.event(updated, ("Normal", "NotEnforced"), &note, "kubelet");
-        }
-    }
-
     /// The 409 an API server answers an update whose resourceVersion is no longer the stored
     /// one (the update's own, or the version read when a concurrent write won).
     fn modified_since(&self, name: &str) -> Reply {
@@ -566,9 +512,6 @@ impl Ctx<'_> {
             }
         }
         if !self.dry_run(None) {
-            if self.route.resource == "pods" && object["spec"] != existing["spec"] {
-                self.not_followed(&existing, &object);
-            }
             let key = self.key(name);
             let mut store = self.state.store();
             if store

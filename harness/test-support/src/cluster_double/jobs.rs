@@ -161,17 +161,22 @@ fn controller_route(resource: &str, ns: &str, name: Option<&str>) -> Route {
     }
 }
 
-/// Deletes the Pod `name` of `ns` as the controllers do (through the API's DELETE).
-fn delete_pod(state: &Arc<DoubleState>, ns: &str, name: &str) {
-    let route = controller_route("pods", ns, Some(name));
-    let ctx = Ctx {
+/// A request of the controllers (the admin) on Pods at `route`.
+fn pods_as_controller<'a>(state: &'a Arc<DoubleState>, route: &'a Route) -> Ctx<'a> {
+    Ctx {
         state,
         identity: &Identity::Admin,
-        route: &route,
+        route,
         query: &[],
         api_version: "v1",
         kind: "Pod",
-    };
+    }
+}
+
+/// Deletes the Pod `name` of `ns` as the controllers do (through the API's DELETE).
+fn delete_pod(state: &Arc<DoubleState>, ns: &str, name: &str) {
+    let route = controller_route("pods", ns, Some(name));
+    let ctx = pods_as_controller(state, &route);
     let _ = ctx.delete(name, json!({}));
 }
 
@@ -380,14 +385,7 @@ fn pod_for(job: &Value, template: &Value) -> Value {
 /// API server's message.
 async fn create_pod(state: &Arc<DoubleState>, ns: &str, pod: Value) -> Result<String, String> {
     let route = controller_route("pods", ns, None);
-    let ctx = Ctx {
-        state,
-        identity: &Identity::Admin,
-        route: &route,
-        query: &[],
-        api_version: "v1",
-        kind: "Pod",
-    };
+    let ctx = pods_as_controller(state, &route);
     let reply = ctx.create(pod).await;
     let code = reply.status();
     let body = reply

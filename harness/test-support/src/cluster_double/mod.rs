@@ -159,13 +159,11 @@ pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
 use anyhow::Context;
-use base64::Engine;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use kandev_harness::backend::Backend;
 use kandev_harness::backend::local::attach::PodStreams;
 use kandev_harness::host::connect_engine;
-use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -298,16 +296,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
     }
 
     let kubeconfig = folder.path().join("kubeconfig");
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": {
-            "server": server,
-            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(&ca_pem),
-        }}],
-        "users": [{"name": CONTEXT, "user": {"token": admin_token}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
-    });
+    let config = crate::tls::kubeconfig(CONTEXT, &server, &ca_pem, &admin_token);
     std::fs::write(&kubeconfig, serde_json::to_vec_pretty(&config)?)?;
 
     let mut server_tasks = vec![serve(listener, acceptor.clone(), state.clone())];

@@ -4,14 +4,13 @@
 use super::rbac::invalid_rules;
 use super::request::Ctx;
 use super::route::param;
-use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
+use super::runtime::{remove_namespace, remove_pod, remove_volume, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
 use super::{containers, defaults, finalizers, patch, secrets, serviceaccount, storage};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
-use std::time::Duration;
 
 impl Ctx<'_> {
     /// Removes a volume provisioned for a claim that was then refused.
@@ -356,16 +355,8 @@ impl Ctx<'_> {
         if let Some(refused) = self.undecodable(&object) {
             return refused;
         }
-        if object["metadata"]["name"].as_str() != Some(name) {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                &format!(
-                    "the name of the object ({}) does not match the name on the URL ({name})",
-                    object["metadata"]["name"].as_str().unwrap_or_default()
-                ),
-                json!({}),
-            );
+        if let Some(refused) = other_name(name, &object) {
+            return refused;
         }
         let Some(existing) = self.state.store().objects.get(&self.key(name)).cloned() else {
             return not_found(self.route, name);
@@ -392,16 +383,8 @@ impl Ctx<'_> {
         }
         let mut object = existing.clone();
         patch::merge(&mut object, &patch);
-        if object["metadata"]["name"].as_str() != Some(name) {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                &format!(
-                    "the name of the object ({}) does not match the name on the URL ({name})",
-                    object["metadata"]["name"].as_str().unwrap_or_default()
-                ),
-                json!({}),
-            );
+        if let Some(refused) = other_name(name, &object) {
+            return refused;
         }
         if patch["metadata"].get("resourceVersion").is_none() {
             // No precondition in the patch: it applies to the stored version.
@@ -428,14 +411,6 @@ impl Ctx<'_> {
     /// server owns (UID, creation time, name, namespace, kind, a claim's and a namespace's
     /// status) is kept, `resourceVersion` advanced.
     async fn commit(&self, name: &str, existing: Value, mut object: Value) -> Reply {
-        if !object.is_object() {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "the body is not an object",
-                json!({}),
-            );
-        }
         // Optimistic concurrency first (the store's `GuaranteedUpdate`, before the
         // strategy's checks): a version that is no number is the versioner's plain error, 500
         // with no reason (`APIObjectVersioner.ObjectResourceVersion` in apiserver
@@ -717,15 +692,7 @@ impl Ctx<'_> {
                 let volume = store.volumes.remove(&uid);
                 drop(store);
                 if let (Some(runtime), Some(volume)) = (self.state.runtime.clone(), volume) {
-                    // In use by a Pod still terminating: retried until it is free.
-                    tokio::spawn(async move {
-                        for _ in 0..120 {
-                            if runtime.delete_workspace(&volume).await.is_ok() {
-                                break;
-                            }
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                        }
-                    });
+                    tokio::spawn(remove_volume(runtime, volume));
                 }
             }
             _ => {
@@ -735,4 +702,20 @@ impl Ctx<'_> {
         }
         json_reply(StatusCode::OK, &shown)
     }
+}
+
+/// The 400 of a written object whose name is not the URL's (an update's, a patched one's).
+fn other_name(name: &str, object: &Value) -> Option<Reply> {
+    let named = object["metadata"]["name"].as_str();
+    (named != Some(name)).then(|| {
+        status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                named.unwrap_or_default()
+            ),
+            json!({}),
+        )
+    })
 }

@@ -11,17 +11,9 @@ use super::{containers, defaults, finalizers, patch, secrets, serviceaccount, st
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 impl Ctx<'_> {
-    /// Removes a volume provisioned for a claim that was then refused.
-    fn discard(&self, volume: Option<kandev_harness::backend::WorkspaceRef>) {
-        if let (Some(runtime), Some(volume)) = (self.state.runtime.clone(), volume) {
-            tokio::spawn(async move {
-                let _ = runtime.delete_workspace(&volume).await;
-            });
-        }
-    }
-
     /// A body a create or an update cannot decode as an object at all (400). Whether it
     /// decodes as this resource's kind (its `kind`, the types of its fields) is the real API
     /// server's to judge (`tests/real_api_server/corpus.rs`).
@@ -93,47 +85,17 @@ impl Ctx<'_> {
             return refused;
         }
         // A claim without a class gets the default one (the DefaultStorageClass plugin); its
-        // class says when it is provisioned (`storage`).
-        let mut at_create = true;
-        if self.route.resource == "persistentvolumeclaims" {
-            let store = self.state.store();
-            if object["spec"]["storageClassName"].is_null()
-                && let Some(class) = storage::default_class(&store)
-                && object["spec"].is_object()
-            {
-                object["spec"]["storageClassName"] = json!(class);
-            }
-            at_create = storage::provisioned_at_create(&store, &object);
-        }
-        // A claim is a volume on the runtime (provisioned at once, then bound: below).
-        let mut volume = None;
+        // class says when it is provisioned (`storage`, once the claim is stored).
         if self.route.resource == "persistentvolumeclaims"
-            && !dry_run
-            && at_create
-            && let Some(runtime) = self.state.runtime.clone()
+            && object["spec"]["storageClassName"].is_null()
+            && object["spec"].is_object()
+            && let Some(class) = storage::default_class(&self.state.store())
         {
-            let map = |field: &str| -> std::collections::BTreeMap<String, String> {
-                serde_json::from_value(object["metadata"][field].clone()).unwrap_or_default()
-            };
-            let exists = self.state.store().objects.contains_key(&self.key(&name));
-            if !exists {
-                match runtime
-                    .create_workspace(&name, &map("labels"), &map("annotations"))
-                    .await
-                {
-                    Ok(created) => volume = Some(created),
-                    Err(e) => {
-                        return status(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "InternalError",
-                            &format!("provisioning claim {name}: {e}"),
-                            json!({}),
-                        );
-                    }
-                }
-            }
+            object["spec"]["storageClassName"] = json!(class);
         }
         let key = self.key(&name);
+        // A claim of an `Immediate` class without a delay, bound before the create answers.
+        let mut provision_now = None;
         let reply = {
             let mut store = self.state.store();
             if let Some(ns) = &ns
@@ -141,7 +103,6 @@ impl Ctx<'_> {
                     .objects
                     .contains_key(&("/namespaces".into(), String::new(), ns.clone()))
             {
-                self.discard(volume.take());
                 return status(
                     StatusCode::NOT_FOUND,
                     "NotFound",
@@ -150,7 +111,6 @@ impl Ctx<'_> {
                 );
             }
             if store.objects.contains_key(&key) {
-                self.discard(volume.take());
                 return status(
                     StatusCode::CONFLICT,
                     "AlreadyExists",
@@ -224,40 +184,27 @@ impl Ctx<'_> {
                 store.running.insert(uid.clone(), Running::Creating);
             }
             let reply = json_reply(StatusCode::CREATED, &object);
-            if self.route.resource == "persistentvolumeclaims"
-                && !at_create
-                && self.state.runtime.is_some()
-            {
+            if self.route.resource == "persistentvolumeclaims" && self.state.runtime.is_some() {
+                let mode = storage::binding_mode(&store, &object);
                 match storage::provisioning_delay(&store, &object) {
-                    Some(delay)
-                        if storage::binding_mode(&store, &object) == storage::Mode::Immediate =>
-                    {
-                        storage::provision_later(self.state.clone(), key.clone(), delay);
-                    }
-                    _ => store.event(
+                    _ if mode == storage::Mode::WaitForFirstConsumer => store.event(
                         &object,
                         ("Normal", "WaitForFirstConsumer"),
                         "waiting for first consumer to be created before binding",
                         "persistentvolume-controller",
                     ),
+                    Some(delay) => {
+                        let later = storage::provision_after(self.state.clone(), key, delay);
+                        tokio::spawn(later);
+                    }
+                    None => provision_now = Some(key),
                 }
-            }
-            if let Some(volume) = volume {
-                store.volumes.insert(uid.clone(), volume);
-                // Provisioned at once: bound as the PV controller binds a claim (a later
-                // update, its own resourceVersion), to a volume named as provisioners name
-                // theirs (`pvc-<uid>`), the status carrying the volume's modes and capacity.
-                let mut bound = object.clone();
-                bound["spec"]["volumeName"] = json!(format!("pvc-{uid}"));
-                bound["status"] = json!({
-                    "phase": "Bound",
-                    "accessModes": object["spec"]["accessModes"],
-                    "capacity": {"storage": object["spec"]["resources"]["requests"]["storage"]},
-                });
-                store.put(key, bound);
             }
             reply
         };
+        if let Some(key) = provision_now {
+            storage::provision_after(self.state.clone(), key, Duration::ZERO).await;
+        }
         if let Some(runtime) = self.state.runtime.clone()
             && let Some(mut for_runtime) = for_runtime
         {

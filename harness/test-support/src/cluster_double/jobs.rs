@@ -1,41 +1,23 @@
-//! batch/v1 Jobs: the API server's defaulting of a Job, a minimal Job controller, the
-//! TTL-after-finished controller, and the garbage collector's part when a Job is deleted.
+//! batch/v1 Jobs as the harness runs them: the API server's defaulting of a Job, a one-Pod
+//! Job controller, the TTL-after-finished controller, and the garbage collector's part when a
+//! Job is deleted. A Job's validation is the real API server's (`real_api_server/launch.rs`).
 //!
-//! - **Create** (`SetDefaults_Job`, the Job strategy's `PrepareForCreate`):
-//!   `completions` and `parallelism` 1, `backoffLimit` 6, `completionMode` `NonIndexed`,
-//!   `suspend` false, `podReplacementPolicy` `TerminatingOrFailed`, a selector on
-//!   `batch.kubernetes.io/controller-uid`, the template's labels gaining
-//!   `batch.kubernetes.io/job-name`, `job-name`, `batch.kubernetes.io/controller-uid` and
-//!   `controller-uid` (and becoming the Job's own labels when it has none), the template
-//!   defaulted as a Pod template. A Job's validation is the real API server's to judge
-//!   (`tests/real_api_server/launch.rs`); the controller reads only what the harness's Job
-//!   sets (one Pod to one completion), whatever else the Job asks.
-//! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, from the template
-//!   (its labels, and an ownerReference to the Job: `controller` and `blockOwnerDeletion`
-//!   true); the Pod goes through the same admission as any Pod create (the ServiceAccount
-//!   must exist: a `FailedCreate` Event and a retry otherwise). The Job's status follows its
-//!   Pod: `startTime`, `active`, `ready`, then `succeeded: 1` with `SuccessCriteriaMet` and
-//!   `Complete` (reason `CompletionsReached`) and `completionTime`; or `failed` with
-//!   `FailureTarget` and `Failed` (`BackoffLimitExceeded`) once failed Pods exceed
-//!   `backoffLimit` (under `Never` a failed Pod is replaced after the controller's backoff,
-//!   10 s doubling up to 6 min; under `OnFailure` the runtime restarts the container and the
-//!   restarts count against the limit, as `pastBackoffLimitOnFailure` counts them). Past
-//!   `activeDeadlineSeconds` (from `startTime`) the active Pod is deleted and the Job fails
-//!   with `DeadlineExceeded`. `Failed` and `Complete` are added once no Pod of the Job is
-//!   still terminating (as since v1.31).
+//! - **Create** (`SetDefaults_Job`, the Job strategy's `PrepareForCreate`): the defaults, a
+//!   selector on `batch.kubernetes.io/controller-uid`, the template's generated labels (the
+//!   Job's own when it has none), the template defaulted as a Pod template.
+//! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, owned by the Job,
+//!   through the same admission as any Pod create (a `FailedCreate` Event and a retry when
+//!   refused), whatever else the Job asks (the harness's is one Pod to one completion, under
+//!   `restartPolicy: Never`). The Job's status follows its Pod: `Complete` once it
+//!   succeeded; `Failed` with `BackoffLimitExceeded` once failed Pods exceed `backoffLimit`
+//!   (a failed Pod is replaced at once, without the controller's backoff), or with
+//!   `DeadlineExceeded` past `activeDeadlineSeconds` (the active Pod deleted). `Failed` and
+//!   `Complete` come once no Pod of the Job is still terminating (as since v1.31).
 //! - **TTL**: `ttlSecondsAfterFinished` after it finished, the Job is deleted in the
-//!   foreground (its Pods, then the Job), as the TTL-after-finished controller deletes it.
-//! - **Delete**: `propagationPolicy` `Background` deletes the Job, then its Pods;
-//!   `Foreground` marks the Job (`foregroundDeletion`), deletes its Pods and then the Job;
-//!   `Orphan` (and no policy at all: batch/v1's default, kept for old clients, with the
-//!   API server's warning header) leaves the Pods, their ownerReference to the Job removed.
-//!   `kubectl delete job` asks for `Background`; kube-rs's `DeleteParams::default()` asks
-//!   for nothing, so its Pods stay, as on a cluster.
-//!
-//! Not modelled: the `batch.kubernetes.io/job-tracking` finalizer on the Job's Pods, the
-//! `jobs/status` subresource, Job updates changing the controller's course (the template is
-//! immutable; a changed `activeDeadlineSeconds` is read each round), and a controller restart
-//! (each Job's controller lives as long as the double).
+//!   foreground (its Pods, then the Job).
+//! - **Delete**: `Background` deletes the Job, then its Pods; `Foreground` its Pods, then the
+//!   Job; `Orphan`, and no policy at all (batch/v1's default), leaves the Pods, their
+//!   ownerReference removed.
 
 use super::defaults;
 use super::request::Ctx;
@@ -58,9 +40,6 @@ const LEGACY_CONTROLLER_UID: &str = "controller-uid";
 
 /// How often the controller looks at its Job and Pods.
 const ROUND: Duration = Duration::from_millis(250);
-
-/// The warning an API server sends on a batch/v1 Job DELETE without a propagation policy.
-const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning\"";
 
 /// The generated labels of the Job `name` of `uid`, added to `labels` where absent.
 fn add_job_labels(labels: &mut Value, name: &str, uid: &str) {
@@ -135,17 +114,14 @@ enum Propagation {
     Foreground,
 }
 
-/// The DeleteOptions' policy, and whether it was batch/v1's default (no policy given).
-fn propagation(options: &Value) -> (Propagation, bool) {
+/// The DeleteOptions' policy (`Orphan` when none is given: batch/v1's default).
+fn propagation(options: &Value) -> Propagation {
     match options["propagationPolicy"].as_str() {
-        Some("Background") => (Propagation::Background, false),
-        Some("Foreground") => (Propagation::Foreground, false),
-        Some(_) => (Propagation::Orphan, false),
-        None => match options["orphanDependents"].as_bool() {
-            Some(false) => (Propagation::Background, false),
-            Some(true) => (Propagation::Orphan, false),
-            None => (Propagation::Orphan, true),
-        },
+        Some("Background") => Propagation::Background,
+        Some("Foreground") => Propagation::Foreground,
+        Some(_) => Propagation::Orphan,
+        None if options["orphanDependents"] == false => Propagation::Background,
+        None => Propagation::Orphan,
     }
 }
 
@@ -277,9 +253,9 @@ impl Ctx<'_> {
             .get(&key)
             .and_then(|j| j["metadata"]["uid"].as_str())
             .map(str::to_owned);
-        let (policy, defaulted) = propagation(&options);
+        let policy = propagation(&options);
         let dry_run = self.dry_run(Some(&options));
-        let mut reply = self.delete_with(name, options, policy == Propagation::Foreground);
+        let reply = self.delete_with(name, options, policy == Propagation::Foreground);
         if dry_run {
             return reply;
         }
@@ -315,11 +291,6 @@ impl Ctx<'_> {
                     }
                     store.put(pod_key, pod);
                 }
-                if defaulted
-                    && let Ok(warning) = hyper::header::HeaderValue::from_str(ORPHAN_WARNING)
-                {
-                    reply.headers_mut().insert("warning", warning);
-                }
             }
             Propagation::Background | Propagation::Foreground => {
                 tokio::spawn(collect(
@@ -354,13 +325,6 @@ fn counts(status: &mut Value, active: usize, ready: usize, terminating: usize) {
     status["ready"] = json!(ready);
     status["terminating"] = json!(terminating);
     status["uncountedTerminatedPods"] = json!({});
-}
-
-/// How long the controller waits before replacing the `failures`th failed Pod (the Job
-/// controller's pod-failure backoff: 10 s, doubling, at most 6 minutes).
-fn backoff(failures: u32) -> Duration {
-    let doubled = 10u64.saturating_mul(1 << failures.saturating_sub(1).min(10));
-    Duration::from_secs(doubled.min(360))
 }
 
 /// A Pod the controller makes from `template` for the Job `job`.
@@ -413,8 +377,6 @@ struct Progress {
     counted: HashSet<String>,
     succeeded: u32,
     failed: u32,
-    /// When the last failed Pod was counted (the next one waits for the backoff).
-    last_failure: Option<Instant>,
     /// The failure the Job ends with once its Pods are gone: (reason, message).
     failure: Option<(&'static str, &'static str)>,
     finished: Option<Instant>,
@@ -508,10 +470,7 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
                 "Succeeded" if progress.counted.insert(pod_uid.clone()) => {
                     progress.succeeded += 1;
                 }
-                "Failed" if progress.counted.insert(pod_uid.clone()) => {
-                    progress.failed += 1;
-                    progress.last_failure = Some(Instant::now());
-                }
+                "Failed" if progress.counted.insert(pod_uid.clone()) => progress.failed += 1,
                 _ => {}
             }
         }
@@ -531,16 +490,6 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
             })
             .count();
         let backoff_limit = job["spec"]["backoffLimit"].as_u64().unwrap_or(6);
-        let restarts: u64 = active
-            .iter()
-            .flat_map(|p| {
-                ["initContainerStatuses", "containerStatuses"]
-                    .iter()
-                    .flat_map(|f| p["status"][*f].as_array().cloned().unwrap_or_default())
-            })
-            .map(|c| c["restartCount"].as_u64().unwrap_or(0))
-            .sum();
-        let on_failure = job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure";
         let mut conditions = status["conditions"].as_array().cloned().unwrap_or_default();
         if progress.failure.is_none() && progress.succeeded == 0 {
             let deadline = job["spec"]["activeDeadlineSeconds"].as_u64();
@@ -549,14 +498,7 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
                     "DeadlineExceeded",
                     "Job was active longer than specified deadline",
                 ));
-            } else if u64::from(progress.failed) > backoff_limit
-                || (on_failure
-                    && (if backoff_limit == 0 {
-                        restarts > 0
-                    } else {
-                        restarts >= backoff_limit
-                    }))
-            {
+            } else if u64::from(progress.failed) > backoff_limit {
                 progress.failure = Some((
                     "BackoffLimitExceeded",
                     "Job has reached the specified backoff limit",
@@ -610,13 +552,7 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
         {
             conditions.push(condition("Failed", reason, message));
             progress.finished = Some(Instant::now());
-        } else if progress.failure.is_none()
-            && active.is_empty()
-            && terminating == 0
-            && progress
-                .last_failure
-                .is_none_or(|at| at.elapsed() >= backoff(progress.failed))
-        {
+        } else if progress.failure.is_none() && active.is_empty() && terminating == 0 {
             match create_pod(&state, &ns, pod_for(&job, &template)).await {
                 Ok(pod) => {
                     progress.create_failed = false;
@@ -702,17 +638,14 @@ mod tests {
 
     #[test]
     fn the_delete_policy_defaults_to_orphan_for_batch_v1() {
-        assert_eq!(propagation(&json!({})), (Propagation::Orphan, true));
+        assert_eq!(propagation(&json!({})), Propagation::Orphan);
         assert_eq!(
             propagation(&json!({"propagationPolicy": "Background"})),
-            (Propagation::Background, false)
+            Propagation::Background
         );
         assert_eq!(
             propagation(&json!({"orphanDependents": false})),
-            (Propagation::Background, false)
+            Propagation::Background
         );
-        assert_eq!(backoff(1), Duration::from_secs(10));
-        assert_eq!(backoff(3), Duration::from_secs(40));
-        assert_eq!(backoff(12), Duration::from_secs(360));
     }
 }

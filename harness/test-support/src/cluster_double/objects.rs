@@ -450,10 +450,9 @@ impl Ctx<'_> {
         json_reply(StatusCode::OK, &with_status(self.state, object).await)
     }
 
-    /// pods/log: the container's log as the kubelet serves it (`tailLines`, `timestamps`,
-    /// `sinceSeconds`, `limitBytes`), streamed as the container writes it with
-    /// `follow=true` until the container ends. A container that has not started is 400, in
-    /// the API server's words.
+    /// pods/log: the container's log as the kubelet serves it (`sinceSeconds`, `limitBytes`:
+    /// what the harness asks for), streamed with `follow=true` until the container ends. A
+    /// container that has not started is 400, in the API server's words.
     pub(crate) async fn log(&self, name: &str) -> Reply {
         let found = self.state.store().objects.get(&self.key(name)).cloned();
         let Some(pod) = found else {
@@ -496,7 +495,11 @@ impl Ctx<'_> {
             return text_reply(full(String::new()));
         };
         let id = match self.state.runtime_pod(uid) {
-            Some(_) => containers::container_id(&docker, uid, &container).await,
+            Some(_) => containers::observe(&docker, uid)
+                .await
+                .into_iter()
+                .find(|c| c.name == container)
+                .map(|c| c.id),
             None => None,
         };
         let Some(id) = id else {
@@ -513,8 +516,6 @@ impl Ctx<'_> {
         let flag = |key: &str| param(self.query, key).is_some_and(|v| v == "true" || v == "1");
         let query = containers::LogQuery {
             follow: flag("follow"),
-            tail_lines: number("tailLines"),
-            timestamps: flag("timestamps"),
             since_seconds: number("sinceSeconds"),
         };
         let mut left =

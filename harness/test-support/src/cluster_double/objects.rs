@@ -149,8 +149,8 @@ impl Ctx<'_> {
                 // defaults `status.phase` to `Pending` and `spec.volumeMode` to `Filesystem`
                 // (`SetDefaults_PersistentVolumeClaim`, `SetDefaults_PersistentVolumeClaimSpec`
                 // in pkg/apis/core/v1/defaults.go). Binding is the PV controller's later
-                // update (below, when a volume was provisioned); with no storage class and
-                // no volume the claim stays `Pending`, as on a cluster without a provisioner.
+                // update (`storage::provision`, once stored); without a runtime the claim
+                // stays `Pending`, as on a cluster without a provisioner.
                 if object["spec"]["volumeMode"].is_null()
                     && let Some(spec) = object["spec"].as_object_mut()
                 {

@@ -3,7 +3,7 @@
 
 use super::rbac::invalid_rules;
 use super::request::Ctx;
-use super::route::param;
+use super::route::{container_param, param};
 use super::runtime::{remove_namespace, remove_pod, remove_volume, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
@@ -458,14 +458,7 @@ impl Ctx<'_> {
         let Some(pod) = found else {
             return not_found(self.route, name);
         };
-        let container = param(self.query, "container")
-            .map(str::to_owned)
-            .or_else(|| {
-                pod["spec"]["containers"][0]["name"]
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .unwrap_or_default();
+        let container = container_param(self.query, &pod);
         let known = ["initContainers", "containers"].iter().any(|list| {
             pod["spec"][*list]
                 .as_array()

@@ -40,6 +40,15 @@ pub(crate) fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a
         .map(|(_, v)| v.as_str())
 }
 
+/// The container a pods/log or pods/exec request names (`container`), else the Pod's first,
+/// as the API server defaults it for a Pod of one container.
+pub(crate) fn container_param(query: &[(String, String)], pod: &Value) -> String {
+    param(query, "container")
+        .or_else(|| pod["spec"]["containers"][0]["name"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 pub(crate) fn parse_route(path: &str) -> Option<Route> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match segments.as_slice() {

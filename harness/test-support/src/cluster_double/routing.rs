@@ -75,20 +75,17 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     // An expired token is refused as the API server's token authenticator refuses it
     // (`pkg/serviceaccount/claims.go`, `validator.Validate`: "service account token has
     // expired"), with 401.
-    if let Some(t) = &token
-        && state.faults().token_expired(t)
-    {
+    let expired = token
+        .as_ref()
+        .is_some_and(|t| state.faults().token_expired(t));
+    if expired {
         state
             .faults()
             .record(format!("ExpiredToken {} {}", req.method(), req.uri()));
-        return status(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "Unauthorized",
-            json!({}),
-        );
     }
-    let identity = token.and_then(|t| state.store().authenticate(&t));
+    let identity = token
+        .filter(|_| !expired)
+        .and_then(|t| state.store().authenticate(&t));
     let Some(identity) = identity else {
         return status(
             StatusCode::UNAUTHORIZED,

@@ -228,23 +228,9 @@ impl Ctx<'_> {
         reply
     }
 
-    /// A Job DELETE, its Pods handled as the propagation policy says (see the module doc):
-    /// the DeleteOptions' or, as the API server also reads them, the query's.
-    pub(crate) async fn delete_job(&self, name: &str, mut options: Value) -> Reply {
-        if !options.is_object() {
-            options = json!({});
-        }
-        for field in ["propagationPolicy", "orphanDependents"] {
-            if options[field].is_null()
-                && let Some(value) = super::route::param(self.query, field)
-            {
-                options[field] = match value {
-                    "true" => json!(true),
-                    "false" => json!(false),
-                    other => json!(other),
-                };
-            }
-        }
+    /// A Job DELETE, its Pods handled as its DeleteOptions' propagation policy says (see the
+    /// module doc; kube-rs sends them in the body, never in the query).
+    pub(crate) async fn delete_job(&self, name: &str, options: Value) -> Reply {
         let key = self.key(name);
         let uid = self
             .state
@@ -264,32 +250,17 @@ impl Ctx<'_> {
         };
         match policy {
             Propagation::Orphan => {
-                let mut store = self.state.store();
-                let ns = key.1.clone();
-                let pods: Vec<(Key, Value)> = store
-                    .objects
-                    .iter()
-                    .filter(|((r, n, _), _)| r == "/pods" && *n == ns)
-                    .map(|(k, o)| (k.clone(), o.clone()))
-                    .collect();
-                for (pod_key, mut pod) in pods {
-                    let Some(owners) = pod
-                        .pointer_mut("/metadata/ownerReferences")
-                        .and_then(Value::as_array_mut)
-                    else {
-                        continue;
-                    };
-                    let before = owners.len();
-                    owners.retain(|o| o["uid"].as_str() != Some(uid.as_str()));
-                    if owners.len() == before {
-                        continue;
+                for (pod_key, mut pod) in owned_pods(self.state, &key.1, &uid) {
+                    let meta = &mut pod["metadata"];
+                    if let Some(owners) = meta["ownerReferences"].as_array_mut() {
+                        owners.retain(|o| o["uid"].as_str() != Some(uid.as_str()));
+                        if owners.is_empty()
+                            && let Some(meta) = meta.as_object_mut()
+                        {
+                            meta.remove("ownerReferences");
+                        }
                     }
-                    if owners.is_empty()
-                        && let Some(meta) = pod["metadata"].as_object_mut()
-                    {
-                        meta.remove("ownerReferences");
-                    }
-                    store.put(pod_key, pod);
+                    self.state.store().put(pod_key, pod);
                 }
             }
             Propagation::Background | Propagation::Foreground => {

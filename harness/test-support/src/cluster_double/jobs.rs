@@ -6,13 +6,14 @@
 //!   selector on `batch.kubernetes.io/controller-uid`, the template's generated labels (the
 //!   Job's own when it has none), the template defaulted as a Pod template.
 //! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, owned by the Job,
-//!   through the same admission as any Pod create (a `FailedCreate` Event and a retry when
-//!   refused), whatever else the Job asks (the harness's is one Pod to one completion, under
-//!   `restartPolicy: Never`). The Job's status follows its Pod: `Complete` once it
-//!   succeeded; `Failed` with `BackoffLimitExceeded` once failed Pods exceed `backoffLimit`
-//!   (a failed Pod is replaced at once, without the controller's backoff), or with
-//!   `DeadlineExceeded` past `activeDeadlineSeconds` (the active Pod deleted). `Failed` and
-//!   `Complete` come once no Pod of the Job is still terminating (as since v1.31).
+//!   through the same admission as any Pod create (retried when refused), whatever else the
+//!   Job asks (the harness's is one Pod to one completion, under `restartPolicy: Never`).
+//!   The Job's status follows its Pod: `Complete` once it succeeded; `Failed` with
+//!   `BackoffLimitExceeded` once failed Pods exceed `backoffLimit` (a failed Pod is replaced
+//!   at once, without the controller's backoff), or with `DeadlineExceeded` past
+//!   `activeDeadlineSeconds` (the active Pod deleted). `Failed` and `Complete` come once no
+//!   Pod of the Job is still terminating (as since v1.31). Only `Completed` and a failure's
+//!   reason are Events of the Job.
 //! - **TTL**: `ttlSecondsAfterFinished` after it finished, the Job is deleted in the
 //!   foreground (its Pods, then the Job).
 //! - **Delete**: `Background` deletes the Job, then its Pods; `Foreground` its Pods, then the
@@ -25,7 +26,6 @@ use super::route::Route;
 use super::runtime::with_status;
 use super::status::Reply;
 use super::store::{DoubleState, Identity, Key, now};
-use http_body_util::BodyExt;
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -316,28 +316,12 @@ fn pod_for(job: &Value, template: &Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]})
 }
 
-/// Creates the Job's Pod through the API (its admission included): the Pod's name, or the
-/// API server's message.
-async fn create_pod(state: &Arc<DoubleState>, ns: &str, pod: Value) -> Result<String, String> {
+/// Creates the Job's Pod through the API, its admission included (a Pod refused is tried
+/// again the next round, as the controller retries; the Job's Events are not written: the
+/// harness reads a Pod's).
+async fn create_pod(state: &Arc<DoubleState>, ns: &str, pod: Value) {
     let route = controller_route("pods", ns, None);
-    let ctx = pods_as_controller(state, &route);
-    let reply = ctx.create(pod).await;
-    let code = reply.status();
-    let body = reply
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let answer: Value = serde_json::from_slice(&body).unwrap_or_default();
-    if code == StatusCode::CREATED {
-        Ok(answer["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned())
-    } else {
-        Err(answer["message"].as_str().unwrap_or_default().to_owned())
-    }
+    let _ = pods_as_controller(state, &route).create(pod).await;
 }
 
 /// What the controller remembers of its Job between rounds.
@@ -351,8 +335,6 @@ struct Progress {
     /// The failure the Job ends with once its Pods are gone: (reason, message).
     failure: Option<(&'static str, &'static str)>,
     finished: Option<Instant>,
-    /// Whether a `FailedCreate` was reported for the current attempt.
-    create_failed: bool,
 }
 
 /// Stores the Job's new status when it changed (a `MODIFIED` event, as the controller's
@@ -524,28 +506,7 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
             conditions.push(condition("Failed", reason, message));
             progress.finished = Some(Instant::now());
         } else if progress.failure.is_none() && active.is_empty() && terminating == 0 {
-            match create_pod(&state, &ns, pod_for(&job, &template)).await {
-                Ok(pod) => {
-                    progress.create_failed = false;
-                    state.store().event(
-                        &job,
-                        ("Normal", "SuccessfulCreate"),
-                        &format!("Created pod: {pod}"),
-                        "job-controller",
-                    );
-                }
-                Err(message) => {
-                    if !progress.create_failed {
-                        state.store().event(
-                            &job,
-                            ("Warning", "FailedCreate"),
-                            &format!("Error creating: {message}"),
-                            "job-controller",
-                        );
-                        progress.create_failed = true;
-                    }
-                }
-            }
+            create_pod(&state, &ns, pod_for(&job, &template)).await;
         }
         if !conditions.is_empty() {
             status["conditions"] = json!(conditions);

@@ -115,13 +115,7 @@ pub async fn can_i(
 /// A client of `server` (`https://...`) trusting `ca_pem` and sending `token`, as a
 /// kubeconfig would make it.
 pub async fn client_with(server: &str, ca_pem: &str, token: &str) -> kube::Client {
-    let ca = serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec())).unwrap();
-    let kubeconfig: kube::config::Kubeconfig = typed(json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority-data": ca}}],
-        "users": [{"name": "c", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "c"}}],
-    }));
+    let kubeconfig = typed(crate::tls::kubeconfig("c", server, ca_pem, token));
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .unwrap();

@@ -137,7 +137,8 @@ fn start_here(options: Options) -> anyhow::Result<RealApiServer> {
     )?;
     let server = format!("https://127.0.0.1:{api_port}");
     let kubeconfig = folder.join("kubeconfig");
-    write_kubeconfig(&kubeconfig, &server, &certificates.ca_pem, &admin_token)?;
+    let config = crate::tls::kubeconfig(CONTEXT, &server, &certificates.ca_pem, &admin_token);
+    std::fs::write(&kubeconfig, serde_json::to_vec_pretty(&config)?)?;
 
     let mut plane = RealApiServer {
         kubeconfig: kubeconfig.clone(),
@@ -440,21 +441,4 @@ impl Certificates {
             ca_pem: server.ca_pem,
         })
     }
-}
-
-fn write_kubeconfig(path: &Path, server: &str, ca_pem: &str, token: &str) -> anyhow::Result<()> {
-    use base64::Engine;
-    let config = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": {
-            "server": server,
-            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
-        }}],
-        "users": [{"name": CONTEXT, "user": {"token": token}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
-        "current-context": CONTEXT,
-    });
-    std::fs::write(path, serde_json::to_vec_pretty(&config)?)?;
-    Ok(())
 }

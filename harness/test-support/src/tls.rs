@@ -64,3 +64,20 @@ pub fn server_certificate(
         key,
     })
 }
+
+/// A kubeconfig (as JSON) whose one context `context` reaches `server` (`https://...`),
+/// trusting `ca_pem` and sending `token`: what both API servers the tests start write.
+pub fn kubeconfig(context: &str, server: &str, ca_pem: &str, token: &str) -> serde_json::Value {
+    use base64::Engine;
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {
+            "server": server,
+            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(ca_pem),
+        }}],
+        "users": [{"name": context, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+        "current-context": context,
+    })
+}

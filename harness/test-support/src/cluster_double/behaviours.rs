@@ -4,7 +4,8 @@
 //! node cannot reach, a controller that deletes Pods whose image cannot be pulled. None is
 //! on by default, and none is anything the harness could see or switch: each is a
 //! cluster's behaviour, as an operator's controllers and nodes have them, with which a test
-//! breaks a promise the harness checks (the cluster twins of `scenarios/tests/kube_double/main.rs`).
+//! breaks a promise the harness checks (the cluster twins of
+//! `scenarios/tests/kube_double/main.rs`).
 //! `controllers` carries them out.
 
 use serde_json::Value;

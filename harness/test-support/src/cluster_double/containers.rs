@@ -1,6 +1,6 @@
 //! The runtime's containers as the engine has them, read as a kubelet reads its container
-//! runtime: each container's state with its start and finish times, and its log (whole,
-//! tailed, or followed while the container runs). The local backend labels every container
+//! runtime: each container's state with its start and finish times, and its log (whole, or
+//! followed while the container runs). The local backend labels every container
 //! with its Pod's UID, its Pod container name and its role (`init`, `container`, `infra`).
 
 use bollard::Docker;
@@ -90,39 +90,11 @@ pub(crate) async fn observe(docker: &Docker, uid: &str) -> Vec<Observed> {
     found
 }
 
-/// What a log request asks for (`follow`, `tailLines`, `timestamps`, `sinceSeconds`).
+/// What a log request asks for (`follow`, `sinceSeconds`: what the harness sends).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LogQuery {
     pub follow: bool,
-    pub tail_lines: Option<u64>,
-    pub timestamps: bool,
     pub since_seconds: Option<u64>,
-}
-
-/// The engine ID of `container` of the Pod of `uid` (checked by its labels, never a
-/// look-alike of the same name).
-pub(crate) async fn container_id(docker: &Docker, uid: &str, container: &str) -> Option<String> {
-    let filters = HashMap::from([(
-        "label",
-        vec![
-            format!("{LABEL_POD_UID}={uid}"),
-            format!("{LABEL_CONTAINER}={container}"),
-        ],
-    )]);
-    let options = ListContainersOptionsBuilder::default()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let listed = docker.list_containers(Some(options)).await.ok()?;
-    listed
-        .into_iter()
-        .find(|c| {
-            c.labels
-                .as_ref()
-                .and_then(|l| l.get(LABEL_ROLE))
-                .is_some_and(|r| r == "init" || r == "container")
-        })
-        .and_then(|c| c.id)
 }
 
 /// The container's log (stdout and stderr as written, interleaved as the kubelet's log
@@ -132,9 +104,6 @@ pub(crate) fn log(
     id: &str,
     query: &LogQuery,
 ) -> impl Stream<Item = Bytes> + Send + 'static {
-    let tail = query
-        .tail_lines
-        .map_or_else(|| "all".to_owned(), |n| n.to_string());
     let since = query
         .since_seconds
         .and_then(|s| {
@@ -149,9 +118,7 @@ pub(crate) fn log(
         .follow(query.follow)
         .stdout(true)
         .stderr(true)
-        .timestamps(query.timestamps)
         .since(since)
-        .tail(&tail)
         .build();
     docker
         .logs(id, Some(options))

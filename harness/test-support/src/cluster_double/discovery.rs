@@ -46,7 +46,6 @@ pub(crate) const RESOURCES: &[Resource] = &[
     resource("", "nodes", "Node", false),
     resource("storage.k8s.io", "storageclasses", "StorageClass", false),
     resource("", "events", "Event", true),
-    resource("events.k8s.io", "events", "Event", true),
     resource("rbac.authorization.k8s.io", "roles", "Role", true),
     resource(
         "rbac.authorization.k8s.io",

@@ -2,8 +2,9 @@
 //! object whose `metadata.finalizers` is not empty marks it (`deletionTimestamp`,
 //! `deletionGracePeriodSeconds`) and keeps it until an update removes the last one (that an
 //! object being deleted may not gain one is the real API server's to refuse: the corpus); a
-//! namespace being deleted waits for the finalized content it holds. Whoever put a finalizer there (a Pod's creator, a controller, a node
-//! agent: `controllers`) is the only one expected to remove it.
+//! namespace being deleted waits for the finalized content it holds. Whoever put a finalizer
+//! there (a Pod's creator, a controller, a node agent: `controllers`) is the only one
+//! expected to remove it.
 //!
 //! Kubernetes' rules, followed here:
 //! - `Store.Delete` and `Store.updateForGracefulDeletionAndFinalizers`

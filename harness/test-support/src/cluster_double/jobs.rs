@@ -1,51 +1,31 @@
-//! batch/v1 Jobs: the API server's defaulting of a Job, a minimal Job controller, the
-//! TTL-after-finished controller, and the garbage collector's part when a Job is deleted.
+//! batch/v1 Jobs as the harness runs them: the API server's defaulting of a Job, a one-Pod
+//! Job controller, the TTL-after-finished controller, and the garbage collector's part when a
+//! Job is deleted. A Job's validation is the real API server's (`real_api_server/launch.rs`).
 //!
-//! - **Create** (`SetDefaults_Job`, the Job strategy's `PrepareForCreate`):
-//!   `completions` and `parallelism` 1, `backoffLimit` 6, `completionMode` `NonIndexed`,
-//!   `suspend` false, `podReplacementPolicy` `TerminatingOrFailed`, a selector on
-//!   `batch.kubernetes.io/controller-uid`, the template's labels gaining
-//!   `batch.kubernetes.io/job-name`, `job-name`, `batch.kubernetes.io/controller-uid` and
-//!   `controller-uid` (and becoming the Job's own labels when it has none), the template
-//!   defaulted as a Pod template. The API server's validation of a Job is the real API
-//!   server's to judge (`tests/real_api_server/launch.rs`); what the double's controller does
-//!   not run is 422, naming the field: more than one completion or parallel Pod, `Indexed`,
-//!   `podFailurePolicy`, `successPolicy`, `backoffLimitPerIndex`, `suspend`,
-//!   `manualSelector`.
-//! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, from the template
-//!   (its labels, and an ownerReference to the Job: `controller` and `blockOwnerDeletion`
-//!   true); the Pod goes through the same admission as any Pod create (the ServiceAccount
-//!   must exist: a `FailedCreate` Event and a retry otherwise). The Job's status follows its
-//!   Pod: `startTime`, `active`, `ready`, then `succeeded: 1` with `SuccessCriteriaMet` and
-//!   `Complete` (reason `CompletionsReached`) and `completionTime`; or `failed` with
-//!   `FailureTarget` and `Failed` (`BackoffLimitExceeded`) once failed Pods exceed
-//!   `backoffLimit` (under `Never` a failed Pod is replaced after the controller's backoff,
-//!   10 s doubling up to 6 min; under `OnFailure` the runtime restarts the container and the
-//!   restarts count against the limit, as `pastBackoffLimitOnFailure` counts them). Past
-//!   `activeDeadlineSeconds` (from `startTime`) the active Pod is deleted and the Job fails
-//!   with `DeadlineExceeded`. `Failed` and `Complete` are added once no Pod of the Job is
-//!   still terminating (as since v1.31).
+//! - **Create** (`SetDefaults_Job`, the Job strategy's `PrepareForCreate`): the defaults, a
+//!   selector on `batch.kubernetes.io/controller-uid`, the template's generated labels (the
+//!   Job's own when it has none), the template defaulted as a Pod template.
+//! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, owned by the Job,
+//!   through the same admission as any Pod create (retried when refused), whatever else the
+//!   Job asks (the harness's is one Pod to one completion, under `restartPolicy: Never`).
+//!   The Job's status follows its Pod: `Complete` once it succeeded; `Failed` with
+//!   `BackoffLimitExceeded` once failed Pods exceed `backoffLimit` (a failed Pod is replaced
+//!   at once, without the controller's backoff), or with `DeadlineExceeded` past
+//!   `activeDeadlineSeconds` (the active Pod deleted). `Failed` and `Complete` come once no
+//!   Pod of the Job is still terminating (as since v1.31). Only `Completed` and a failure's
+//!   reason are Events of the Job.
 //! - **TTL**: `ttlSecondsAfterFinished` after it finished, the Job is deleted in the
-//!   foreground (its Pods, then the Job), as the TTL-after-finished controller deletes it.
-//! - **Delete**: `propagationPolicy` `Background` deletes the Job, then its Pods;
-//!   `Foreground` marks the Job (`foregroundDeletion`), deletes its Pods and then the Job;
-//!   `Orphan` (and no policy at all: batch/v1's default, kept for old clients, with the
-//!   API server's warning header) leaves the Pods, their ownerReference to the Job removed.
-//!   `kubectl delete job` asks for `Background`; kube-rs's `DeleteParams::default()` asks
-//!   for nothing, so its Pods stay, as on a cluster.
-//!
-//! Not modelled: the `batch.kubernetes.io/job-tracking` finalizer on the Job's Pods, the
-//! `jobs/status` subresource, Job updates changing the controller's course (the template is
-//! immutable; a changed `activeDeadlineSeconds` is read each round), and a controller restart
-//! (each Job's controller lives as long as the double).
+//!   foreground (its Pods, then the Job).
+//! - **Delete**: `Background` deletes the Job, then its Pods; `Foreground` its Pods, then the
+//!   Job; `Orphan`, and no policy at all (batch/v1's default), leaves the Pods, their
+//!   ownerReference removed.
 
 use super::defaults;
 use super::request::Ctx;
 use super::route::Route;
 use super::runtime::with_status;
-use super::status::{Reply, status};
+use super::status::Reply;
 use super::store::{DoubleState, Identity, Key, now};
-use http_body_util::BodyExt;
 use hyper::StatusCode;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -60,78 +40,6 @@ const LEGACY_CONTROLLER_UID: &str = "controller-uid";
 
 /// How often the controller looks at its Job and Pods.
 const ROUND: Duration = Duration::from_millis(250);
-
-/// The warning an API server sends on a batch/v1 Job DELETE without a propagation policy.
-const ORPHAN_WARNING: &str = "299 - \"child pods are preserved by default when jobs are deleted; set propagationPolicy=Background to remove them or set propagationPolicy=Orphan to suppress this warning\"";
-
-/// The 422 of a Job the double's controller does not run.
-fn invalid(name: &str, field: &str, message: &str) -> Reply {
-    status(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "Invalid",
-        &format!("Job.batch \"{name}\" is invalid: {field}: {message}"),
-        json!({"name": name, "group": "batch", "kind": "Job",
-            "causes": [{"reason": "FieldValueNotSupported", "message": message, "field": field}]}),
-    )
-}
-
-/// Refuses a Job the double's controller cannot run (422 naming the field), so that a test
-/// never reads a Job it ran otherwise than a cluster would. The API server's own validation of
-/// a Job (a template with containers, `restartPolicy` `Never` or `OnFailure`, a non-negative
-/// `backoffLimit`: kubernetes `pkg/apis/batch/validation`) is not repeated here: the real
-/// API server judges the harness's Job (`tests/real_api_server/launch.rs`).
-pub(crate) fn validate(job: &Value) -> Result<(), Box<Reply>> {
-    let name = job["metadata"]["name"]
-        .as_str()
-        .or_else(|| job["metadata"]["generateName"].as_str())
-        .unwrap_or_default();
-    let spec = &job["spec"];
-    let one_pod = "the kube double's Job controller runs one Pod at a time to one completion";
-    for field in ["completions", "parallelism"] {
-        if spec[field].as_i64().is_some_and(|n| n != 1) {
-            return Err(Box::new(invalid(
-                name,
-                &format!("spec.{field}"),
-                &format!("Unsupported value: {}: {one_pod}", spec[field]),
-            )));
-        }
-    }
-    if spec["completionMode"]
-        .as_str()
-        .is_some_and(|m| m != "NonIndexed")
-    {
-        return Err(Box::new(invalid(
-            name,
-            "spec.completionMode",
-            &format!("Unsupported value: {}: {one_pod}", spec["completionMode"]),
-        )));
-    }
-    for field in [
-        "podFailurePolicy",
-        "successPolicy",
-        "backoffLimitPerIndex",
-        "maxFailedIndexes",
-        "managedBy",
-    ] {
-        if !spec[field].is_null() {
-            return Err(Box::new(invalid(
-                name,
-                &format!("spec.{field}"),
-                "Unsupported value: not modelled by the kube double's Job controller",
-            )));
-        }
-    }
-    for field in ["suspend", "manualSelector"] {
-        if spec[field] == true {
-            return Err(Box::new(invalid(
-                name,
-                &format!("spec.{field}"),
-                "Unsupported value: true: not modelled by the kube double's Job controller",
-            )));
-        }
-    }
-    Ok(())
-}
 
 /// The generated labels of the Job `name` of `uid`, added to `labels` where absent.
 fn add_job_labels(labels: &mut Value, name: &str, uid: &str) {
@@ -206,17 +114,14 @@ enum Propagation {
     Foreground,
 }
 
-/// The DeleteOptions' policy, and whether it was batch/v1's default (no policy given).
-fn propagation(options: &Value) -> (Propagation, bool) {
+/// The DeleteOptions' policy (`Orphan` when none is given: batch/v1's default).
+fn propagation(options: &Value) -> Propagation {
     match options["propagationPolicy"].as_str() {
-        Some("Background") => (Propagation::Background, false),
-        Some("Foreground") => (Propagation::Foreground, false),
-        Some(_) => (Propagation::Orphan, false),
-        None => match options["orphanDependents"].as_bool() {
-            Some(false) => (Propagation::Background, false),
-            Some(true) => (Propagation::Orphan, false),
-            None => (Propagation::Orphan, true),
-        },
+        Some("Background") => Propagation::Background,
+        Some("Foreground") => Propagation::Foreground,
+        Some(_) => Propagation::Orphan,
+        None if options["orphanDependents"] == false => Propagation::Background,
+        None => Propagation::Orphan,
     }
 }
 
@@ -232,17 +137,22 @@ fn controller_route(resource: &str, ns: &str, name: Option<&str>) -> Route {
     }
 }
 
-/// Deletes the Pod `name` of `ns` as the controllers do (through the API's DELETE).
-fn delete_pod(state: &Arc<DoubleState>, ns: &str, name: &str) {
-    let route = controller_route("pods", ns, Some(name));
-    let ctx = Ctx {
+/// A request of the controllers (the admin) on Pods at `route`.
+fn pods_as_controller<'a>(state: &'a Arc<DoubleState>, route: &'a Route) -> Ctx<'a> {
+    Ctx {
         state,
         identity: &Identity::Admin,
-        route: &route,
+        route,
         query: &[],
         api_version: "v1",
         kind: "Pod",
-    };
+    }
+}
+
+/// Deletes the Pod `name` of `ns` as the controllers do (through the API's DELETE).
+fn delete_pod(state: &Arc<DoubleState>, ns: &str, name: &str) {
+    let route = controller_route("pods", ns, Some(name));
+    let ctx = pods_as_controller(state, &route);
     let _ = ctx.delete(name, json!({}));
 }
 
@@ -292,12 +202,8 @@ async fn collect(state: Arc<DoubleState>, job_key: Key, uid: String, foreground:
 }
 
 impl Ctx<'_> {
-    /// A Job create: validated, defaulted once it has its UID, stored; then its controller
-    /// runs.
+    /// A Job create: defaulted once it has its UID, stored; then its controller runs.
     pub(crate) async fn create_job(&self, job: Value) -> Reply {
-        if let Err(refused) = validate(&job) {
-            return *refused;
-        }
         // The controller makes Pods from the template as sent (defaulting a Pod from it gives
         // the stored template's defaults; the runtime refuses fields it does not honour, and a
         // Pod's defaults are such fields).
@@ -322,23 +228,9 @@ impl Ctx<'_> {
         reply
     }
 
-    /// A Job DELETE, its Pods handled as the propagation policy says (see the module doc):
-    /// the DeleteOptions' or, as the API server also reads them, the query's.
-    pub(crate) async fn delete_job(&self, name: &str, mut options: Value) -> Reply {
-        if !options.is_object() {
-            options = json!({});
-        }
-        for field in ["propagationPolicy", "orphanDependents"] {
-            if options[field].is_null()
-                && let Some(value) = super::route::param(self.query, field)
-            {
-                options[field] = match value {
-                    "true" => json!(true),
-                    "false" => json!(false),
-                    other => json!(other),
-                };
-            }
-        }
+    /// A Job DELETE, its Pods handled as its DeleteOptions' propagation policy says (see the
+    /// module doc; kube-rs sends them in the body, never in the query).
+    pub(crate) async fn delete_job(&self, name: &str, options: Value) -> Reply {
         let key = self.key(name);
         let uid = self
             .state
@@ -347,9 +239,9 @@ impl Ctx<'_> {
             .get(&key)
             .and_then(|j| j["metadata"]["uid"].as_str())
             .map(str::to_owned);
-        let (policy, defaulted) = propagation(&options);
+        let policy = propagation(&options);
         let dry_run = self.dry_run(Some(&options));
-        let mut reply = self.delete_with(name, options, policy == Propagation::Foreground);
+        let reply = self.delete_with(name, options, policy == Propagation::Foreground);
         if dry_run {
             return reply;
         }
@@ -358,37 +250,17 @@ impl Ctx<'_> {
         };
         match policy {
             Propagation::Orphan => {
-                let mut store = self.state.store();
-                let ns = key.1.clone();
-                let pods: Vec<(Key, Value)> = store
-                    .objects
-                    .iter()
-                    .filter(|((r, n, _), _)| r == "/pods" && *n == ns)
-                    .map(|(k, o)| (k.clone(), o.clone()))
-                    .collect();
-                for (pod_key, mut pod) in pods {
-                    let Some(owners) = pod
-                        .pointer_mut("/metadata/ownerReferences")
-                        .and_then(Value::as_array_mut)
-                    else {
-                        continue;
-                    };
-                    let before = owners.len();
-                    owners.retain(|o| o["uid"].as_str() != Some(uid.as_str()));
-                    if owners.len() == before {
-                        continue;
+                for (pod_key, mut pod) in owned_pods(self.state, &key.1, &uid) {
+                    let meta = &mut pod["metadata"];
+                    if let Some(owners) = meta["ownerReferences"].as_array_mut() {
+                        owners.retain(|o| o["uid"].as_str() != Some(uid.as_str()));
+                        if owners.is_empty()
+                            && let Some(meta) = meta.as_object_mut()
+                        {
+                            meta.remove("ownerReferences");
+                        }
                     }
-                    if owners.is_empty()
-                        && let Some(meta) = pod["metadata"].as_object_mut()
-                    {
-                        meta.remove("ownerReferences");
-                    }
-                    store.put(pod_key, pod);
-                }
-                if defaulted
-                    && let Ok(warning) = hyper::header::HeaderValue::from_str(ORPHAN_WARNING)
-                {
-                    reply.headers_mut().insert("warning", warning);
+                    self.state.store().put(pod_key, pod);
                 }
             }
             Propagation::Background | Propagation::Foreground => {
@@ -426,13 +298,6 @@ fn counts(status: &mut Value, active: usize, ready: usize, terminating: usize) {
     status["uncountedTerminatedPods"] = json!({});
 }
 
-/// How long the controller waits before replacing the `failures`th failed Pod (the Job
-/// controller's pod-failure backoff: 10 s, doubling, at most 6 minutes).
-fn backoff(failures: u32) -> Duration {
-    let doubled = 10u64.saturating_mul(1 << failures.saturating_sub(1).min(10));
-    Duration::from_secs(doubled.min(360))
-}
-
 /// A Pod the controller makes from `template` for the Job `job`.
 fn pod_for(job: &Value, template: &Value) -> Value {
     let name = job["metadata"]["name"].as_str().unwrap_or_default();
@@ -451,35 +316,12 @@ fn pod_for(job: &Value, template: &Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]})
 }
 
-/// Creates the Job's Pod through the API (its admission included): the Pod's name, or the
-/// API server's message.
-async fn create_pod(state: &Arc<DoubleState>, ns: &str, pod: Value) -> Result<String, String> {
+/// Creates the Job's Pod through the API, its admission included (a Pod refused is tried
+/// again the next round, as the controller retries; the Job's Events are not written: the
+/// harness reads a Pod's).
+async fn create_pod(state: &Arc<DoubleState>, ns: &str, pod: Value) {
     let route = controller_route("pods", ns, None);
-    let ctx = Ctx {
-        state,
-        identity: &Identity::Admin,
-        route: &route,
-        query: &[],
-        api_version: "v1",
-        kind: "Pod",
-    };
-    let reply = ctx.create(pod).await;
-    let code = reply.status();
-    let body = reply
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    let answer: Value = serde_json::from_slice(&body).unwrap_or_default();
-    if code == StatusCode::CREATED {
-        Ok(answer["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned())
-    } else {
-        Err(answer["message"].as_str().unwrap_or_default().to_owned())
-    }
+    let _ = pods_as_controller(state, &route).create(pod).await;
 }
 
 /// What the controller remembers of its Job between rounds.
@@ -490,13 +332,9 @@ struct Progress {
     counted: HashSet<String>,
     succeeded: u32,
     failed: u32,
-    /// When the last failed Pod was counted (the next one waits for the backoff).
-    last_failure: Option<Instant>,
     /// The failure the Job ends with once its Pods are gone: (reason, message).
     failure: Option<(&'static str, &'static str)>,
     finished: Option<Instant>,
-    /// Whether a `FailedCreate` was reported for the current attempt.
-    create_failed: bool,
 }
 
 /// Stores the Job's new status when it changed (a `MODIFIED` event, as the controller's
@@ -585,10 +423,7 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
                 "Succeeded" if progress.counted.insert(pod_uid.clone()) => {
                     progress.succeeded += 1;
                 }
-                "Failed" if progress.counted.insert(pod_uid.clone()) => {
-                    progress.failed += 1;
-                    progress.last_failure = Some(Instant::now());
-                }
+                "Failed" if progress.counted.insert(pod_uid.clone()) => progress.failed += 1,
                 _ => {}
             }
         }
@@ -608,16 +443,6 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
             })
             .count();
         let backoff_limit = job["spec"]["backoffLimit"].as_u64().unwrap_or(6);
-        let restarts: u64 = active
-            .iter()
-            .flat_map(|p| {
-                ["initContainerStatuses", "containerStatuses"]
-                    .iter()
-                    .flat_map(|f| p["status"][*f].as_array().cloned().unwrap_or_default())
-            })
-            .map(|c| c["restartCount"].as_u64().unwrap_or(0))
-            .sum();
-        let on_failure = job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure";
         let mut conditions = status["conditions"].as_array().cloned().unwrap_or_default();
         if progress.failure.is_none() && progress.succeeded == 0 {
             let deadline = job["spec"]["activeDeadlineSeconds"].as_u64();
@@ -626,14 +451,7 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
                     "DeadlineExceeded",
                     "Job was active longer than specified deadline",
                 ));
-            } else if u64::from(progress.failed) > backoff_limit
-                || (on_failure
-                    && (if backoff_limit == 0 {
-                        restarts > 0
-                    } else {
-                        restarts >= backoff_limit
-                    }))
-            {
+            } else if u64::from(progress.failed) > backoff_limit {
                 progress.failure = Some((
                     "BackoffLimitExceeded",
                     "Job has reached the specified backoff limit",
@@ -687,35 +505,8 @@ async fn control(state: Arc<DoubleState>, key: Key, uid: String, template: Value
         {
             conditions.push(condition("Failed", reason, message));
             progress.finished = Some(Instant::now());
-        } else if progress.failure.is_none()
-            && active.is_empty()
-            && terminating == 0
-            && progress
-                .last_failure
-                .is_none_or(|at| at.elapsed() >= backoff(progress.failed))
-        {
-            match create_pod(&state, &ns, pod_for(&job, &template)).await {
-                Ok(pod) => {
-                    progress.create_failed = false;
-                    state.store().event(
-                        &job,
-                        ("Normal", "SuccessfulCreate"),
-                        &format!("Created pod: {pod}"),
-                        "job-controller",
-                    );
-                }
-                Err(message) => {
-                    if !progress.create_failed {
-                        state.store().event(
-                            &job,
-                            ("Warning", "FailedCreate"),
-                            &format!("Error creating: {message}"),
-                            "job-controller",
-                        );
-                        progress.create_failed = true;
-                    }
-                }
-            }
+        } else if progress.failure.is_none() && active.is_empty() && terminating == 0 {
+            create_pod(&state, &ns, pod_for(&job, &template)).await;
         }
         if !conditions.is_empty() {
             status["conditions"] = json!(conditions);
@@ -743,7 +534,6 @@ mod tests {
         let mut job = json!({"metadata": {"name": "run", "uid": "u-1"}, "spec": {"template": {
             "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i:1",
                 "resources": {"limits": {"cpu": "1"}}}]}}}});
-        validate(&job).ok().unwrap();
         default_job(&mut job);
         let spec = &job["spec"];
         assert_eq!(spec["completions"], 1);
@@ -779,40 +569,15 @@ mod tests {
     }
 
     #[test]
-    fn a_job_the_controller_cannot_run_is_refused_naming_the_field() {
-        let job = |spec: Value| {
-            let mut job = json!({"metadata": {"name": "run"}, "spec": {"template": {"spec": {
-                "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}});
-            for (k, v) in spec.as_object().unwrap() {
-                job["spec"][k.as_str()] = v.clone();
-            }
-            job
-        };
-        let message = |job: &Value| {
-            let reply = validate(job).err().unwrap();
-            assert_eq!(reply.status(), StatusCode::UNPROCESSABLE_ENTITY);
-            reply
-        };
-        message(&job(json!({"parallelism": 2})));
-        message(&job(json!({"completionMode": "Indexed"})));
-        message(&job(json!({"podFailurePolicy": {"rules": []}})));
-        message(&job(json!({"suspend": true})));
-        assert!(validate(&job(json!({"backoffLimit": 3, "completions": 1}))).is_ok());
-    }
-
-    #[test]
     fn the_delete_policy_defaults_to_orphan_for_batch_v1() {
-        assert_eq!(propagation(&json!({})), (Propagation::Orphan, true));
+        assert_eq!(propagation(&json!({})), Propagation::Orphan);
         assert_eq!(
             propagation(&json!({"propagationPolicy": "Background"})),
-            (Propagation::Background, false)
+            Propagation::Background
         );
         assert_eq!(
             propagation(&json!({"orphanDependents": false})),
-            (Propagation::Background, false)
+            Propagation::Background
         );
-        assert_eq!(backoff(1), Duration::from_secs(10));
-        assert_eq!(backoff(3), Duration::from_secs(40));
-        assert_eq!(backoff(12), Duration::from_secs(360));
     }
 }

@@ -1,125 +1,36 @@
 //! A wire-level Kubernetes cluster double: an API server over HTTPS on 127.0.0.1 (a random
-//! port) that a client reaches only through the kubeconfig file [`start`] writes, exactly as
-//! it reaches a real cluster (TLS against the double's own CA, a bearer token per identity).
+//! port, its own CA, a bearer token per identity) that a client reaches only through the
+//! kubeconfig [`start`] writes, as it reaches a real cluster.
 //!
-//! **This is a double, not a cluster.** What it proves: the harness's `kube` backend speaks the
-//! API server's wire protocol as kube-rs 5 does with a real one — TLS and kubeconfig loading,
-//! JSON `Status` errors and their codes, UIDs, resourceVersions, DELETE preconditions (409),
-//! label selectors (set-based too) and each resource's field selectors, `dryRun=All`, Pods stored as an API server defaults them (a v1.36's
-//! defaulting and the `Priority` and `DefaultTolerationSeconds` plugins, written from the API
-//! server's rules and compared with a real one's answers where [`recorded`] has recordings,
-//! so a client compares what it asked for against a defaulted Pod), the TokenRequest and RBAC path (the executor's
-//! token only gets what the Roles bound to its service account grant, and
-//! SelfSubjectAccessReviews are answered from the same Roles), pods/log, and **pods/exec and
-//! pods/portforward over websockets** (`v5.channel.k8s.io` / `v4.channel.k8s.io` framing, the
-//! exit code in the status channel, no client read timeout on long commands): an exec's
-//! output is streamed as the command writes it, and a port-forward is a byte tunnel, both ways
-//! and flow-controlled, to the port in the Pod's network namespace. Pods run on the local
-//! Docker engine through the harness's local backend (a [`LocalBackend`] given to [`start`]),
-//! with the UID the double assigned, once its scheduler (`scheduler`) has bound them to its
-//! one node ([`NODE`], a Node object with labels, capacity and allocatable): a Pod whose
-//! selector the node does not match, whose claim is missing or unbound, or whose requests do
-//! not fit beside the Pods already there stays `Pending`, `PodScheduled=False`
-//! `Unschedulable` in a v1.36 scheduler's words, until it fits. Claims are volumes there,
-//! bound `Immediate` or `WaitForFirstConsumer` by their StorageClass (`storage`). Names and
-//! labels are not validated (the real API server is their referee:
-//! `tests/real_api_server/names.rs`); Pods are defaulted as an API server defaults them,
-//! and run as stored (the local node accepts the defaulted fields,
-//! and records what it does not do as a kubelet would as `NotEnforced` Events).
+//! **What it is for.** What a real control plane here cannot give the harness's tests: Pods
+//! that run on the local Docker engine (a [`LocalBackend`] given to [`start`]) under one
+//! node ([`NODE`]) whose labels and capacity a test sets; pods/exec, pods/log and
+//! pods/portforward streamed into them; faults a test switches on (429, 5xx, cut and idle
+//! connections, a token lifetime cap: `faults`); and an operator's cluster misbehaving
+//! (`behaviours`, carried out by `controllers`), so that the catalogue's cluster checks have
+//! twins. With a runtime it also listens on the engine's `bridge` gateway, so that a harness
+//! running as a Job Pod reaches it in-cluster (mounted token, CA and namespace).
 //!
-//! **In the cluster** (for a harness that runs as a Job Pod with kube-rs's
-//! `Config::incluster()`): with a runtime the double also listens on the engine's `bridge`
-//! gateway ([`KubeDouble::pod_address`], in the server certificate's IP SANs), and a Pod is
-//! admitted as the `ServiceAccount` plugin admits it (`serviceaccount`: its account must
-//! exist; an automounted token is the projected `kube-api-access-<5>` volume mounted
-//! read-only at `/var/run/secrets/kubernetes.io/serviceaccount`). What the runtime runs is a
-//! copy (`mounts`) in which, as a kubelet prepares them, that volume and every `secret`
-//! volume are read-only host folders holding a fresh token bound to the Pod (it
-//! authenticates as the ServiceAccount, through the same RBAC, until the Pod is gone), the
-//! double's CA, the namespace and a Secret's decoded data (modes and owners as the kubelet
-//! sets them); a missing Secret keeps the Pod `ContainerCreating` with a `FailedMount` Event
-//! until it exists. Every container gets `KUBERNETES_SERVICE_HOST`/`_PORT` (and the other
-//! `kubernetes` Service variables) naming the Pod address. Pods end `Succeeded` or `Failed`
-//! by their containers' exit codes and restart policy (the kubelet's `getPhase`), with each
-//! container's `terminated` state and times read from the engine (`containers`); pods/log is
-//! streamed with `follow=true` until the container ends (`tailLines`, `timestamps`,
-//! `sinceSeconds`, `limitBytes`). Secrets (`secrets`: `stringData` merged into `data`; no token
-//! controller), batch/v1
-//! Jobs with a minimal Job controller, the TTL-after-finished controller and the garbage
-//! collector's cascade (`jobs`: one Pod per Job, `backoffLimit`, `activeDeadlineSeconds`,
-//! `ttlSecondsAfterFinished`, propagation policies with batch/v1's orphaning default),
-//! RBAC's `resourceNames` and Role validation, SelfSubjectRulesReviews and
-//! SelfSubjectReviews (`rbac`), coordination.k8s.io/v1 Leases stored as any object is (what
-//! a run holds while it is alive, which `gc` spares; their validation is the real API
-//! server's, which the harness's own Leases meet in `tests/real_api_server/operator.rs`),
-//! namespaces that stop taking new objects while they terminate, and finalizers
-//! (`finalizers`: a DELETE marks an object that has some and keeps it,
-//! `deletionGracePeriodSeconds` 0 once a Pod's kubelet is done; no new one while it is being
-//! deleted; the update that removes the last deletes it; a namespace waits `Terminating`,
-//! saying which remain).
+//! **What it serves.** The harness's own client (kube-rs, JSON) and no other: the verbs on
+//! stored objects with UIDs, resourceVersions, preconditions, dry runs, JSON merge patches
+//! and selectors; Pods defaulted and scheduled as a v1.36 API server and scheduler would;
+//! claims, ServiceAccounts and their tokens, Secrets, RBAC, Leases, finalizers, and a
+//! one-Pod Job controller with its garbage collection. Other bodies, patch types, SPDY,
+//! discovery beyond `/version` and watches are refused, each `Status` saying so.
 //!
-//! Held to a real kube-apiserver, request for request, by `tests/real_api_server/corpus.rs`
-//! (names and labels at their limits, immutable fields, conflicts, dry runs, merge patches,
-//! selectors): what it still answers otherwise is listed there, each with the upstream reason.
+//! **What it leaves to others.** Validation, admission, quota and the API's exact answers are
+//! the real API server's (`tests/real_api_server/`): `corpus.rs` sends both the same
+//! requests and lists every difference the double keeps, with its upstream reason. A
+//! kubelet's own behaviour (pulls, cgroups, restarts, token rotation), real provisioners,
+//! more than one node and namespaces as isolation are Kind's (`real_kind` tests).
+//! docs/development.md ("The cluster double") has the longer account.
 //!
-//! **It serves the harness's own client** (kube-rs, JSON), not every client: `/version` is
-//! its one discovery document (`/api`, `/apis` and OpenAPI are 404, so kubectl's typed
-//! commands find nothing; `--raw` requests work), request bodies are JSON and patches JSON
-//! merge patches (YAML, protobuf, JSON Patch, strategic merge patch and server-side apply
-//! are 415; an `Accept` without JSON is 406), exec and port-forward are websockets (SPDY
-//! is 400), and nothing is watched (the harness polls with GETs; a watch is 405
-//! `MethodNotAllowed`). Each refusal's `Status` says so. Third-party clients (kubectl, the Python client)
-//! no longer referee it: the real API server does. The in-Pod path is refereed by Python's
-//! `ssl` and `urllib` in a Pod (the mounted CA, the IP SAN and the token,
-//! `tests/kube_double/main.rs` of the harness).
-//!
-//! What only a real cluster (Kind) proves: a kubelet's behaviour (image pulls, cgroup layout,
-//! `podPidsLimit`, housekeeping timing, restart backoff), real admission plugins (Pod
-//! Security), tokens as JWTs (the double's are opaque strings with no audience; a
-//! TokenRequest's expires at the lifetime it granted, capped as
-//! `--service-account-max-token-expiration` caps it, but a Pod's projected token and a token
-//! Secret's never do, and a kubelet rotates the file, the double writes it once), Secret volumes updated
-//! when their Secret changes, the `kube-root-ca.crt` ConfigMap and ConfigMaps at all, the
-//! `kubernetes.default.svc` name (the Pod address is an IP: `Config::incluster_dns()` finds
-//! nothing), ClusterRoles and RBAC's escalation checks, the rest of the Job controller
-//! (parallel and indexed Jobs, pod failure and success policies, suspension, the
-//! `batch.kubernetes.io/job-tracking` finalizer), garbage collection beyond a Job's Pods, the
-//! apiserver's own exec/port-forward translation (SPDY towards the kubelet,
-//! the kubelet's CRI streaming server), Table output, server-side apply, namespaces as
-//! isolation (Pod names share the one local engine), more than one node (and so the
-//! scheduler's spreading, taints and preemption), the kubelet's own admission of what it is
-//! asked to run (`OutOfcpu`), real provisioners (a claim of no StorageClass is bound at once to
-//! a volume on the runtime, as no cluster without a provisioner would), and ResourceQuotas and
-//! LimitRanges (not served: their admission is judged on the real API server,
-//! `harness/test-support/tests/real_api_server/quota.rs`).
-//!
-//! **What a test switches on** (`DoubleState::enable`, none by default: `behaviours`, carried
-//! out by `controllers`): what an operator's cluster may do beside the API server's rules, so
-//! that the catalogue's checks only a cluster can break have twins: a controller that
-//! relabels running Pods, a stuck node agent whose finalizer is never removed, a registry the
-//! node cannot reach (its pulls hang, `ContainerCreating`), a controller that deletes Pods
-//! whose image cannot be pulled before their status is read.
-//!
-//! **Faults and limits** a test switches on (`faults`, [`DoubleState::faults`]): answers a
-//! control plane gives under load or while restarting (429 with `Retry-After`, 500, 503,
-//! 410), connections cut before or after a request is served or a while into an exec or
-//! port-forward (a socket shutdown, no TLS `close_notify`, as from a load balancer), an idle
-//! cut of connections silent for a while, and a token lifetime cap; each that fires is
-//! recorded.
-//!
-//! A request goes through `faults` (the connection's activity watched, a fault applied),
-//! then `routing` (recorded, authenticated, negotiated, RBAC's gate) to
-//! the verbs on stored objects (`objects`, `rbac`'s reviews and tokens, `jobs`'
-//! create and delete, each on a `request::Ctx`; names, labels, the request's options, bodies
-//! of another kind or namespace and fields an update may not change are the real API
-//! server's to refuse, and so are a label selector's keys and values:
-//! `tests/real_api_server/`; `serviceaccount` and `secrets` admit what is written) or to the exec and
-//! port-forward streams (`streams`); `runtime` runs the stored Pods once
-//! `scheduler` binds them (`storage` provisions their claims, `mounts` prepares their volumes,
-//! `containers` reads their state and logs from the engine), `jobs` runs the Job controller,
-//! `store` holds the state, `route`
-//! and `status` read requests and write answers. The modules use each other one way only (no
-//! import circles).
+//! **The map.** A request goes through `faults`, then `routing` (recorded, authenticated,
+//! negotiated, RBAC's gate) to `objects`, `rbac`, `jobs` (each on a `request::Ctx`) or to
+//! `streams`; `runtime` runs the Pods `scheduler` binds (`storage` provisions claims,
+//! `mounts` prepares volumes, `containers` reads the engine); `store` holds the state, and
+//! `route` and `status` read requests and write answers. The modules use each other one way
+//! only (no import circles).
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 
@@ -159,13 +70,11 @@ pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
 
 use anyhow::Context;
-use base64::Engine;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use kandev_harness::backend::Backend;
 use kandev_harness::backend::local::attach::PodStreams;
 use kandev_harness::host::connect_engine;
-use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -298,16 +207,7 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
     }
 
     let kubeconfig = folder.path().join("kubeconfig");
-    let config = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": CONTEXT, "cluster": {
-            "server": server,
-            "certificate-authority-data": base64::engine::general_purpose::STANDARD.encode(&ca_pem),
-        }}],
-        "users": [{"name": CONTEXT, "user": {"token": admin_token}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
-    });
+    let config = crate::tls::kubeconfig(CONTEXT, &server, &ca_pem, &admin_token);
     std::fs::write(&kubeconfig, serde_json::to_vec_pretty(&config)?)?;
 
     let mut server_tasks = vec![serve(listener, acceptor.clone(), state.clone())];

@@ -3,8 +3,8 @@
 
 use super::rbac::invalid_rules;
 use super::request::Ctx;
-use super::route::param;
-use super::runtime::{remove_namespace, remove_pod, run_pod, with_status};
+use super::route::{container_param, param};
+use super::runtime::{remove_namespace, remove_pod, remove_volume, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
 use super::{containers, defaults, finalizers, patch, secrets, serviceaccount, storage};
@@ -14,15 +14,6 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 impl Ctx<'_> {
-    /// Removes a volume provisioned for a claim that was then refused.
-    fn discard(&self, volume: Option<kandev_harness::backend::WorkspaceRef>) {
-        if let (Some(runtime), Some(volume)) = (self.state.runtime.clone(), volume) {
-            tokio::spawn(async move {
-                let _ = runtime.delete_workspace(&volume).await;
-            });
-        }
-    }
-
     /// A body a create or an update cannot decode as an object at all (400). Whether it
     /// decodes as this resource's kind (its `kind`, the types of its fields) is the real API
     /// server's to judge (`tests/real_api_server/corpus.rs`).
@@ -94,82 +85,32 @@ impl Ctx<'_> {
             return refused;
         }
         // A claim without a class gets the default one (the DefaultStorageClass plugin); its
-        // class says when it is provisioned (`storage`).
-        let mut at_create = true;
-        if self.route.resource == "persistentvolumeclaims" {
-            let store = self.state.store();
-            if object["spec"]["storageClassName"].is_null()
-                && let Some(class) = storage::default_class(&store)
-                && object["spec"].is_object()
-            {
-                object["spec"]["storageClassName"] = json!(class);
-            }
-            at_create = storage::provisioned_at_create(&store, &object);
-        }
-        // A claim is a volume on the runtime (provisioned at once, then bound: below).
-        let mut volume = None;
+        // class says when it is provisioned (`storage`, once the claim is stored).
         if self.route.resource == "persistentvolumeclaims"
-            && !dry_run
-            && at_create
-            && let Some(runtime) = self.state.runtime.clone()
+            && object["spec"]["storageClassName"].is_null()
+            && object["spec"].is_object()
+            && let Some(class) = storage::default_class(&self.state.store())
         {
-            let map = |field: &str| -> std::collections::BTreeMap<String, String> {
-                serde_json::from_value(object["metadata"][field].clone()).unwrap_or_default()
-            };
-            let exists = self.state.store().objects.contains_key(&self.key(&name));
-            if !exists {
-                match runtime
-                    .create_workspace(&name, &map("labels"), &map("annotations"))
-                    .await
-                {
-                    Ok(created) => volume = Some(created),
-                    Err(e) => {
-                        return status(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "InternalError",
-                            &format!("provisioning claim {name}: {e}"),
-                            json!({}),
-                        );
-                    }
-                }
-            }
+            object["spec"]["storageClassName"] = json!(class);
         }
         let key = self.key(&name);
+        // A claim of an `Immediate` class without a delay, bound before the create answers.
+        let mut provision_now = None;
         let reply = {
             let mut store = self.state.store();
-            if let Some(ns) = &ns {
-                let namespace =
-                    store
-                        .objects
-                        .get(&("/namespaces".into(), String::new(), ns.clone()));
-                let Some(namespace) = namespace else {
-                    self.discard(volume.take());
-                    return status(
-                        StatusCode::NOT_FOUND,
-                        "NotFound",
-                        &format!("namespaces \"{ns}\" not found"),
-                        json!({"name": ns, "kind": "namespaces"}),
-                    );
-                };
-                if namespace["status"]["phase"] == "Terminating" {
-                    // The NamespaceLifecycle admission plugin.
-                    self.discard(volume.take());
-                    return status(
-                        StatusCode::FORBIDDEN,
-                        "Forbidden",
-                        &format!(
-                            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                            self.route.resource
-                        ),
-                        json!({"name": name, "kind": self.route.resource,
-                            "causes": [{"reason": "NamespaceTerminating",
-                                "message": format!("namespace {ns} is being terminated"),
-                                "field": "metadata.namespace"}]}),
-                    );
-                }
+            if let Some(ns) = &ns
+                && !store
+                    .objects
+                    .contains_key(&("/namespaces".into(), String::new(), ns.clone()))
+            {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("namespaces \"{ns}\" not found"),
+                    json!({"name": ns, "kind": "namespaces"}),
+                );
             }
             if store.objects.contains_key(&key) {
-                self.discard(volume.take());
                 return status(
                     StatusCode::CONFLICT,
                     "AlreadyExists",
@@ -208,8 +149,8 @@ impl Ctx<'_> {
                 // defaults `status.phase` to `Pending` and `spec.volumeMode` to `Filesystem`
                 // (`SetDefaults_PersistentVolumeClaim`, `SetDefaults_PersistentVolumeClaimSpec`
                 // in pkg/apis/core/v1/defaults.go). Binding is the PV controller's later
-                // update (below, when a volume was provisioned); with no storage class and
-                // no volume the claim stays `Pending`, as on a cluster without a provisioner.
+                // update (`storage::provision`, once stored); without a runtime the claim
+                // stays `Pending`, as on a cluster without a provisioner.
                 if object["spec"]["volumeMode"].is_null()
                     && let Some(spec) = object["spec"].as_object_mut()
                 {
@@ -243,40 +184,27 @@ impl Ctx<'_> {
                 store.running.insert(uid.clone(), Running::Creating);
             }
             let reply = json_reply(StatusCode::CREATED, &object);
-            if self.route.resource == "persistentvolumeclaims"
-                && !at_create
-                && self.state.runtime.is_some()
-            {
+            if self.route.resource == "persistentvolumeclaims" && self.state.runtime.is_some() {
+                let mode = storage::binding_mode(&store, &object);
                 match storage::provisioning_delay(&store, &object) {
-                    Some(delay)
-                        if storage::binding_mode(&store, &object) == storage::Mode::Immediate =>
-                    {
-                        storage::provision_later(self.state.clone(), key.clone(), delay);
-                    }
-                    _ => store.event(
+                    _ if mode == storage::Mode::WaitForFirstConsumer => store.event(
                         &object,
                         ("Normal", "WaitForFirstConsumer"),
                         "waiting for first consumer to be created before binding",
                         "persistentvolume-controller",
                     ),
+                    Some(delay) => {
+                        let later = storage::provision_after(self.state.clone(), key, delay);
+                        tokio::spawn(later);
+                    }
+                    None => provision_now = Some(key),
                 }
-            }
-            if let Some(volume) = volume {
-                store.volumes.insert(uid.clone(), volume);
-                // Provisioned at once: bound as the PV controller binds a claim (a later
-                // update, its own resourceVersion), to a volume named as provisioners name
-                // theirs (`pvc-<uid>`), the status carrying the volume's modes and capacity.
-                let mut bound = object.clone();
-                bound["spec"]["volumeName"] = json!(format!("pvc-{uid}"));
-                bound["status"] = json!({
-                    "phase": "Bound",
-                    "accessModes": object["spec"]["accessModes"],
-                    "capacity": {"storage": object["spec"]["resources"]["requests"]["storage"]},
-                });
-                store.put(key, bound);
             }
             reply
         };
+        if let Some(key) = provision_now {
+            storage::provision_after(self.state.clone(), key, Duration::ZERO).await;
+        }
         if let Some(runtime) = self.state.runtime.clone()
             && let Some(mut for_runtime) = for_runtime
         {
@@ -374,16 +302,8 @@ impl Ctx<'_> {
         if let Some(refused) = self.undecodable(&object) {
             return refused;
         }
-        if object["metadata"]["name"].as_str() != Some(name) {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                &format!(
-                    "the name of the object ({}) does not match the name on the URL ({name})",
-                    object["metadata"]["name"].as_str().unwrap_or_default()
-                ),
-                json!({}),
-            );
+        if let Some(refused) = other_name(name, &object) {
+            return refused;
         }
         let Some(existing) = self.state.store().objects.get(&self.key(name)).cloned() else {
             return not_found(self.route, name);
@@ -410,58 +330,14 @@ impl Ctx<'_> {
         }
         let mut object = existing.clone();
         patch::merge(&mut object, &patch);
-        if object["metadata"]["name"].as_str() != Some(name) {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                &format!(
-                    "the name of the object ({}) does not match the name on the URL ({name})",
-                    object["metadata"]["name"].as_str().unwrap_or_default()
-                ),
-                json!({}),
-            );
+        if let Some(refused) = other_name(name, &object) {
+            return refused;
         }
         if patch["metadata"].get("resourceVersion").is_none() {
             // No precondition in the patch: it applies to the stored version.
             object["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"].clone();
         }
         self.commit(name, existing, object).await
-    }
-
-    /// A running Pod's spec changed (an image, `activeDeadlineSeconds`, tolerations): a
-    /// kubelet would restart the container with its new image and enforce the deadline; the
-    /// double's node runs the Pod as it was created, and says so on the Pod (`NotEnforced`,
-    /// as it reports what it accepts without doing at the start).
-    fn not_followed(&self, existing: &Value, updated: &Value) {
-        if self.state.runtime.is_none() {
-            return;
-        }
-        let mut notes = Vec::new();
-        for list in ["initContainers", "containers"] {
-            for (old, new) in existing["spec"][list]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .zip(updated["spec"][list].as_array().into_iter().flatten())
-            {
-                if old["image"] != new["image"] {
-                    notes.push(format!(
-                        "container {} now asks for image {}: the double's node keeps running {} (a kubelet would restart the container with the new image)",
-                        new["name"], new["image"], old["image"]
-                    ));
-                }
-            }
-        }
-        if existing["spec"]["activeDeadlineSeconds"] != updated["spec"]["activeDeadlineSeconds"] {
-            notes.push(format!(
-                "activeDeadlineSeconds is now {}: the double's node does not enforce it",
-                updated["spec"]["activeDeadlineSeconds"]
-            ));
-        }
-        let mut store = self.state.store();
-        for note in notes {
-            store.event(updated, ("Normal", "NotEnforced"), &note, "kubelet");
-        }
     }
 
     /// The 409 an API server answers an update whose resourceVersion is no longer the stored
@@ -482,14 +358,6 @@ impl Ctx<'_> {
     /// server owns (UID, creation time, name, namespace, kind, a claim's and a namespace's
     /// status) is kept, `resourceVersion` advanced.
     async fn commit(&self, name: &str, existing: Value, mut object: Value) -> Reply {
-        if !object.is_object() {
-            return status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "the body is not an object",
-                json!({}),
-            );
-        }
         // Optimistic concurrency first (the store's `GuaranteedUpdate`, before the
         // strategy's checks): a version that is no number is the versioner's plain error, 500
         // with no reason (`APIObjectVersioner.ObjectResourceVersion` in apiserver
@@ -566,9 +434,6 @@ impl Ctx<'_> {
             }
         }
         if !self.dry_run(None) {
-            if self.route.resource == "pods" && object["spec"] != existing["spec"] {
-                self.not_followed(&existing, &object);
-            }
             let key = self.key(name);
             let mut store = self.state.store();
             if store
@@ -585,23 +450,15 @@ impl Ctx<'_> {
         json_reply(StatusCode::OK, &with_status(self.state, object).await)
     }
 
-    /// pods/log: the container's log as the kubelet serves it (`tailLines`, `timestamps`,
-    /// `sinceSeconds`, `limitBytes`), streamed as the container writes it with
-    /// `follow=true` until the container ends. A container that has not started is 400, in
-    /// the API server's words.
+    /// pods/log: the container's log as the kubelet serves it (`sinceSeconds`, `limitBytes`:
+    /// what the harness asks for), streamed with `follow=true` until the container ends. A
+    /// container that has not started is 400, in the API server's words.
     pub(crate) async fn log(&self, name: &str) -> Reply {
         let found = self.state.store().objects.get(&self.key(name)).cloned();
         let Some(pod) = found else {
             return not_found(self.route, name);
         };
-        let container = param(self.query, "container")
-            .map(str::to_owned)
-            .or_else(|| {
-                pod["spec"]["containers"][0]["name"]
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .unwrap_or_default();
+        let container = container_param(self.query, &pod);
         let known = ["initContainers", "containers"].iter().any(|list| {
             pod["spec"][*list]
                 .as_array()
@@ -631,7 +488,11 @@ impl Ctx<'_> {
             return text_reply(full(String::new()));
         };
         let id = match self.state.runtime_pod(uid) {
-            Some(_) => containers::container_id(&docker, uid, &container).await,
+            Some(_) => containers::observe(&docker, uid)
+                .await
+                .into_iter()
+                .find(|c| c.name == container)
+                .map(|c| c.id),
             None => None,
         };
         let Some(id) = id else {
@@ -648,8 +509,6 @@ impl Ctx<'_> {
         let flag = |key: &str| param(self.query, key).is_some_and(|v| v == "true" || v == "1");
         let query = containers::LogQuery {
             follow: flag("follow"),
-            tail_lines: number("tailLines"),
-            timestamps: flag("timestamps"),
             since_seconds: number("sinceSeconds"),
         };
         let mut left =
@@ -774,15 +633,7 @@ impl Ctx<'_> {
                 let volume = store.volumes.remove(&uid);
                 drop(store);
                 if let (Some(runtime), Some(volume)) = (self.state.runtime.clone(), volume) {
-                    // In use by a Pod still terminating: retried until it is free.
-                    tokio::spawn(async move {
-                        for _ in 0..120 {
-                            if runtime.delete_workspace(&volume).await.is_ok() {
-                                break;
-                            }
-                            tokio::time::sleep(Duration::from_millis(500)).await;
-                        }
-                    });
+                    tokio::spawn(remove_volume(runtime, volume));
                 }
             }
             _ => {
@@ -792,4 +643,20 @@ impl Ctx<'_> {
         }
         json_reply(StatusCode::OK, &shown)
     }
+}
+
+/// The 400 of a written object whose name is not the URL's (an update's, a patched one's).
+fn other_name(name: &str, object: &Value) -> Option<Reply> {
+    let named = object["metadata"]["name"].as_str();
+    (named != Some(name)).then(|| {
+        status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            &format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                named.unwrap_or_default()
+            ),
+            json!({}),
+        )
+    })
 }

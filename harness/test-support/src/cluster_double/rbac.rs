@@ -5,7 +5,7 @@
 
 use super::request::Ctx;
 use super::status::{Reply, json_reply, not_found, status};
-use super::store::{Bound, Identity, Store};
+use super::store::{Bound, Identity, Store, timestamp};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 
@@ -291,7 +291,7 @@ impl Ctx<'_> {
         self.state.faults().expire_token(&token, lifetime);
         let expires = k8s_openapi::jiff::Timestamp::now()
             .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(granted as i64))
-            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .map(timestamp)
             .unwrap_or_default();
         json_reply(
             StatusCode::CREATED,

@@ -71,7 +71,7 @@ impl Ctx<'_> {
                 )));
             };
             let field = field.trim();
-            if selectable(&self.route.group, &self.route.resource, &Value::Null, field).is_none() {
+            if selectable(&self.route.resource, &Value::Null, field).is_none() {
                 return Err(Box::new(status(
                     StatusCode::BAD_REQUEST,
                     "BadRequest",
@@ -87,8 +87,7 @@ impl Ctx<'_> {
     /// Whether `object` (of this request's resource) has the selected `fields`.
     pub(crate) fn fields_match(&self, object: &Value, fields: &[(String, bool, String)]) -> bool {
         fields.iter().all(|(field, equal, value)| {
-            let actual = selectable(&self.route.group, &self.route.resource, object, field)
-                .unwrap_or_default();
+            let actual = selectable(&self.route.resource, object, field).unwrap_or_default();
             (actual == *value) == *equal
         })
     }
@@ -115,25 +114,16 @@ impl Ctx<'_> {
     }
 }
 
-/// The value of `field` a field selector compares for `object` of `resource` (in `group`),
-/// as the resource's registry sets its selectable fields; None for a field it does not
-/// select on (`field label not supported`). Every resource: `metadata.name` and
-/// `metadata.namespace` (`generic.ObjectMetaFieldsSet`). Pods: `PodToSelectableFields`
-/// (kubernetes `pkg/registry/core/pod/strategy.go`: the first Pod IP, `hostNetwork` as
-/// `true`/`false`); Events: `ToSelectableFields` (`pkg/registry/core/event/strategy.go`:
-/// the involved object's fields, `reason`, `type`, `reportingComponent` and `source`, the
-/// source's component or else the reporting controller), read from an events.k8s.io/v1
-/// Event's own names (`regarding`, `reportingController`, `deprecatedSource`) for that
-/// group; Namespaces: `status.phase` (`pkg/registry/core/namespace/strategy.go`); Secrets:
-/// `type` (`pkg/registry/core/secret/strategy.go`); Nodes: `spec.unschedulable`
-/// (`pkg/registry/core/node/strategy.go`); Jobs: `status.successful`
-/// (`pkg/registry/batch/job/strategy.go`).
-pub(crate) fn selectable(
-    group: &str,
-    resource: &str,
-    object: &Value,
-    field: &str,
-) -> Option<String> {
+/// The value of `field` a field selector compares for `object` of `resource`, as the
+/// resource's registry sets its selectable fields; None for a field it does not select on
+/// (`field label not supported`). Every resource: `metadata.name` and `metadata.namespace`
+/// (`generic.ObjectMetaFieldsSet`). Pods: `PodToSelectableFields` (kubernetes
+/// `pkg/registry/core/pod/strategy.go`: the first Pod IP, `hostNetwork` as `true`/`false`);
+/// core/v1 Events: `ToSelectableFields` (`pkg/registry/core/event/strategy.go`: the involved
+/// object's fields, `reason`, `type`, `reportingComponent` and `source`, the source's
+/// component or else the reporting component). Others' own fields (a Namespace's phase, a
+/// Secret's type, ...) are not selected on: the harness selects Pods and Events only.
+pub(crate) fn selectable(resource: &str, object: &Value, field: &str) -> Option<String> {
     let text = |pointer: &str| {
         object
             .pointer(pointer)
@@ -168,46 +158,20 @@ pub(crate) fn selectable(
         ) => text(&format!("/{}", field.replace('.', "/"))),
         ("pods", "spec.hostNetwork") => flag("/spec/hostNetwork"),
         ("pods", "status.podIP") => text("/status/podIPs/0/ip"),
-        ("events", _) => {
-            let v1 = group == "events.k8s.io";
-            let involved = if v1 { "regarding" } else { "involvedObject" };
-            let reporting = if v1 {
-                "/reportingController"
-            } else {
-                "/reportingComponent"
-            };
-            match field {
-                "reason" | "type" => text(&format!("/{field}")),
-                "reportingComponent" => text(reporting),
-                "source" => {
-                    let source = if v1 {
-                        text("/deprecatedSource/component")
-                    } else {
-                        text("/source/component")
-                    };
-                    if source.is_empty() {
-                        text(reporting)
-                    } else {
-                        source
-                    }
-                }
-                _ => match field.strip_prefix("involvedObject.") {
-                    Some(
-                        part @ ("kind" | "namespace" | "name" | "uid" | "apiVersion"
-                        | "resourceVersion" | "fieldPath"),
-                    ) => text(&format!("/{involved}/{part}")),
-                    _ => return None,
-                },
-            }
-        }
-        ("namespaces", "status.phase") => text("/status/phase"),
-        ("secrets", "type") => text("/type"),
-        ("nodes", "spec.unschedulable") => flag("/spec/unschedulable"),
-        ("jobs", "status.successful") => object
-            .pointer("/status/succeeded")
-            .and_then(Value::as_i64)
-            .unwrap_or(0)
-            .to_string(),
+        ("events", _) => match field {
+            "reason" | "type" | "reportingComponent" => text(&format!("/{field}")),
+            "source" => match text("/source/component") {
+                source if source.is_empty() => text("/reportingComponent"),
+                source => source,
+            },
+            _ => match field.strip_prefix("involvedObject.") {
+                Some(
+                    part @ ("kind" | "namespace" | "name" | "uid" | "apiVersion"
+                    | "resourceVersion" | "fieldPath"),
+                ) => text(&format!("/involvedObject/{part}")),
+                _ => return None,
+            },
+        },
         _ => return None,
     })
 }

@@ -19,6 +19,12 @@ use std::sync::Arc;
 
 pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> Reply {
     let path = req.uri().path().to_owned();
+    let query = query_pairs(req.uri().query());
+    // `watch=1`, `watch=true`, `watch=True`: the API server reads a bool query parameter as
+    // true unless it is `0` or `false` in any case (apimachinery `runtime/conversion.go`,
+    // `Convert_Slice_string_To_bool`).
+    let watch =
+        param(&query, "watch").is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false"));
     {
         let header = |name| {
             req.headers()
@@ -31,8 +37,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             uri: req.uri().to_string(),
             content_type: header(hyper::header::CONTENT_TYPE),
             accept: header(hyper::header::ACCEPT),
-            watch: param(&query_pairs(req.uri().query()), "watch")
-                .is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false")),
+            watch,
         };
         state.store().seen.push(seen);
     }
@@ -70,20 +75,17 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     // An expired token is refused as the API server's token authenticator refuses it
     // (`pkg/serviceaccount/claims.go`, `validator.Validate`: "service account token has
     // expired"), with 401.
-    if let Some(t) = &token
-        && state.faults().token_expired(t)
-    {
+    let expired = token
+        .as_ref()
+        .is_some_and(|t| state.faults().token_expired(t));
+    if expired {
         state
             .faults()
             .record(format!("ExpiredToken {} {}", req.method(), req.uri()));
-        return status(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "Unauthorized",
-            json!({}),
-        );
     }
-    let identity = token.and_then(|t| state.store().authenticate(&t));
+    let identity = token
+        .filter(|_| !expired)
+        .and_then(|t| state.store().authenticate(&t));
     let Some(identity) = identity else {
         return status(
             StatusCode::UNAUTHORIZED,
@@ -104,7 +106,6 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         }
         return json_reply(StatusCode::OK, &discovery::version());
     }
-    let query = query_pairs(req.uri().query());
     let Some(route) = parse_route(&path) else {
         // `/api`, `/apis`, a group version's resource list, `/openapi/...`: what kubectl and
         // other clients discover a server by; the harness's client asks only `/version`.
@@ -140,16 +141,11 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     }
     let (api_version, kind, namespaced) =
         (resource.api_version(), resource.kind, resource.namespaced);
-    // `watch=1`, `watch=true`, `watch=True`: the API server reads a bool query parameter as
-    // true unless it is `0` or `false` in any case (apimachinery `runtime/conversion.go`,
-    // `Convert_Slice_string_To_bool`). The harness never watches (it polls with GETs), so
-    // the double serves no watch: 405, as the API server answers a watch of a resource whose
-    // storage cannot watch (`ListResource` in apiserver `pkg/endpoints/handlers/get.go`,
+    // The harness never watches (it polls with GETs), so the double serves no watch: 405,
+    // as the API server answers a watch of a resource whose storage cannot watch
+    // (`ListResource` in apiserver `pkg/endpoints/handlers/get.go`,
     // `errors.NewMethodNotSupported(..., "watch")`), saying why.
-    if req.method() == Method::GET
-        && route.sub.is_none()
-        && param(&query, "watch").is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false"))
-    {
+    if req.method() == Method::GET && route.sub.is_none() && watch {
         return status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",

@@ -328,6 +328,20 @@ pub(crate) async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
     finalizers::kubelet_done(&mut store, &key, &uid);
 }
 
+/// Removes a claim's volume, retried for a minute: it is in use until the runtime has
+/// removed the containers of a Pod still terminating.
+pub(crate) async fn remove_volume(
+    runtime: Arc<dyn Backend>,
+    volume: kandev_harness::backend::WorkspaceRef,
+) {
+    for _ in 0..120 {
+        if runtime.delete_workspace(&volume).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Removes everything in the namespace (Pods through the runtime), then the namespace.
 pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
     let mut volumes: Vec<kandev_harness::backend::WorkspaceRef> = Vec::new();
@@ -364,13 +378,7 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
     }
     if let Some(runtime) = state.runtime.clone() {
         for volume in volumes {
-            // In use until the runtime has removed its Pod's containers: retried until free.
-            for _ in 0..120 {
-                if runtime.delete_workspace(&volume).await.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+            remove_volume(runtime.clone(), volume).await;
         }
     }
     if !finalizers::content_finalized(&state, &name).await {

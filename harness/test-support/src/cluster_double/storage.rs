@@ -62,12 +62,6 @@ pub(crate) fn provisioning_delay(store: &Store, claim: &Value) -> Option<Duratio
         .map(Duration::from_secs)
 }
 
-/// Whether the claim is provisioned while it is created (an `Immediate` class without a
-/// delay, or no class): the older path in `objects`.
-pub(crate) fn provisioned_at_create(store: &Store, claim: &Value) -> bool {
-    binding_mode(store, claim) == Mode::Immediate && provisioning_delay(store, claim).is_none()
-}
-
 /// Provisions the volume of the stored claim `key` on the runtime and binds the claim to
 /// it, as the PV controller updates a claim (a version of its own); `node` is the scheduler's
 /// selected node of a `WaitForFirstConsumer` claim. A claim already bound, gone or replaced
@@ -129,15 +123,13 @@ pub(crate) async fn provision(
     Ok(())
 }
 
-/// After a claim of an `Immediate` class with a provisioning delay is stored: provisioned
-/// once the delay has passed.
-pub(crate) fn provision_later(state: Arc<DoubleState>, key: Key, delay: Duration) {
-    tokio::spawn(async move {
-        tokio::time::sleep(delay).await;
-        if let Err(e) = provision(&state, key, None).await {
-            eprintln!("kube double: {e}");
-        }
-    });
+/// A claim of an `Immediate` class, once stored: provisioned after its class's delay (none:
+/// at once).
+pub(crate) async fn provision_after(state: Arc<DoubleState>, key: Key, delay: Duration) {
+    tokio::time::sleep(delay).await;
+    if let Err(e) = provision(&state, key, None).await {
+        eprintln!("kube double: {e}");
+    }
 }
 
 /// The `WaitForFirstConsumer` claims `pod` mounts that are not bound yet (their keys).

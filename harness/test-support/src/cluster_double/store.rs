@@ -394,25 +394,14 @@ impl DoubleState {
     }
 }
 
+/// The time now as the API server writes it (RFC 3339, whole seconds).
 pub(crate) fn now() -> String {
-    // RFC 3339 from the system clock (seconds are enough for the double).
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let days = secs / 86_400;
-    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
+    timestamp(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// `time` as the API server writes a timestamp (RFC 3339, whole seconds).
+pub(crate) fn timestamp(time: k8s_openapi::jiff::Timestamp) -> String {
+    time.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Stores a namespace and its `default` service account (what the controller would create).

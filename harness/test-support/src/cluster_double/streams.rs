@@ -20,7 +20,7 @@
 //! blocks the double's writes, which stops it reading the command's output (or the tunnel),
 //! which stops the writer in the Pod; and the other way round.
 
-use super::route::Route;
+use super::route::{Route, container_param};
 use super::status::{Reply, full, status};
 use super::store::{DoubleState, Running};
 use futures_util::{SinkExt, StreamExt};
@@ -178,16 +178,7 @@ pub(crate) async fn exec(
         .filter(|(k, _)| k == "command")
         .map(|(_, v)| v.clone())
         .collect();
-    let container = query
-        .iter()
-        .find(|(k, _)| k == "container")
-        .map(|(_, v)| v.clone())
-        .or_else(|| {
-            pod["spec"]["containers"][0]["name"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
+    let container = container_param(&query, &pod);
     let stdin = query.iter().any(|(k, v)| k == "stdin" && v == "true");
     if argv.is_empty() {
         return status(

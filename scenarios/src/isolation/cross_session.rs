@@ -4,8 +4,10 @@
 //!
 //! Can fail when two Pods share one daemon (a shared host socket folder, a shared data root),
 //! when one session's objects show up in the other (two daemons on one containerd), when a
-//! daemon answers over the network (on any port the peer listens on: every one is asked), or when the workspaces are shared (a companion syncing
-//! `/workspace` with a host folder: session B looks for A's marker over a short window).
+//! daemon answers over the network (on any port the peer listens on, and any its NAT table
+//! forwards elsewhere: every one is asked), or when the workspaces are shared (a companion
+//! syncing `/workspace` with a host folder: session B looks for A's marker over a short
+//! window).
 
 use crate::daemon::socket_only::sockets;
 use crate::support::docker_ping::{ANSWERED, Ping, ping_answer, ping_script};
@@ -30,7 +32,7 @@ const INVISIBLE: Check = Check {
 };
 const UNREACHABLE: Check = Check {
     id: "daemons_unreachable",
-    promise: "neither session can reach the other's daemon (on any TCP port the peer listens on, enumerated from its own tables)",
+    promise: "neither session can reach the other's daemon (on any TCP port the peer listens on or its NAT table forwards, enumerated from its own tables)",
     twin: Twin::Template("daemon-tcp-listener"),
 };
 const WORKSPACES: Check = Check {
@@ -44,6 +46,68 @@ const WORKSPACES: Check = Check {
 /// network filesystem's attribute cache) shows it late.
 const MARKER_WINDOW: Duration = Duration::from_secs(2);
 const MARKER_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The script the companion runs to show its network namespace's NAT tables, the Pod's
+/// (`iptables-save` and `ip6tables-save`, whichever backend they drive): a port forwarded by
+/// DNAT or REDIRECT has no listener in the Pod's socket tables (the listener is in another
+/// namespace, a nested container's as the nested daemon publishes one), yet the peer reaches
+/// it at the Pod's IP. Each table after `== NAME`, or `== NAME failed` / `== NAME absent`;
+/// then `== end`.
+pub fn nat_probe() -> String {
+    r#"for t in iptables-save ip6tables-save; do
+  if ! command -v "$t" >/dev/null 2>&1; then echo "== $t absent"; continue; fi
+  if out=$("$t" -t nat 2>&1); then echo "== $t"; printf '%s\n' "$out"; else echo "== $t failed: $out" | head -n 3; fi
+done
+echo "== end"
+"#
+    .to_owned()
+}
+
+/// The destination ports [`nat_probe`]'s tables forward (DNAT or REDIRECT rules' `--dport`,
+/// `--dports` and their ranges), or why they cannot be told: no table read (its `*nat`
+/// header is the read's control), a rule that forwards every port, or the probe cut short.
+pub fn nat_forwarded_ports(text: &str) -> Result<Vec<u16>, String> {
+    if !text.lines().any(|l| l.trim() == "== end") {
+        return Err("the NAT tables' listing did not reach its end".into());
+    }
+    if !text.lines().any(|l| l.trim() == "*nat") {
+        let said: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
+        return Err(format!("no NAT table was read ({})", said.join("; ")));
+    }
+    let mut ports = std::collections::BTreeSet::new();
+    for rule in text.lines().filter(|l| l.starts_with("-A ")) {
+        let words: Vec<&str> = rule.split_whitespace().collect();
+        let target = words
+            .windows(2)
+            .find(|w| w[0] == "-j")
+            .map(|w| w[1])
+            .unwrap_or_default();
+        if target != "DNAT" && target != "REDIRECT" {
+            continue;
+        }
+        let given = words
+            .windows(2)
+            .filter(|w| w[0] == "--dport" || w[0] == "--dports")
+            .map(|w| w[1])
+            .collect::<Vec<_>>();
+        if given.is_empty() {
+            return Err(format!("a rule forwards every port: {rule}"));
+        }
+        for spec in given.iter().flat_map(|g| g.split(',')) {
+            let (low, high) = spec.split_once(':').unwrap_or((spec, spec));
+            let (Ok(low), Ok(high)) = (low.parse::<u16>(), high.parse::<u16>()) else {
+                return Err(format!("a rule's ports cannot be read: {rule}"));
+            };
+            if high.saturating_sub(low) > 64 {
+                return Err(format!(
+                    "a rule forwards {low} to {high}, too many to ask: {rule}"
+                ));
+            }
+            ports.extend(low..=high);
+        }
+    }
+    Ok(ports.into_iter().collect())
+}
 
 pub fn scenario() -> Scenario {
     Scenario {
@@ -194,6 +258,31 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         );
         let mut reached = Vec::new();
         let mut unasked = Vec::new();
+        // And every port the peer's NAT table forwards, which no socket table shows.
+        let mut forwarded = Vec::new();
+        for (session, ports) in [&a, &b].into_iter().zip(peer_ports.iter_mut()) {
+            let nat = session
+                .in_daemon(&["sh", "-c", &nat_probe()], Duration::from_secs(20))
+                .await?;
+            let text = format!("{}{}", nat.stdout_text(), nat.stderr_text());
+            match nat_forwarded_ports(&text) {
+                Ok(more) => {
+                    forwarded.push(json!(more));
+                    ports.extend(more);
+                }
+                Err(why) => {
+                    forwarded.push(json!(why));
+                    unasked.push(format!(
+                        "the ports Pod {}'s NAT table forwards could not be told: {why}",
+                        session.pod.name
+                    ));
+                }
+            }
+        }
+        ctx.evidence(
+            "nat_forwarded_ports",
+            json!({"a": forwarded[0], "b": forwarded[1]}),
+        );
         let mut attempts = Vec::new();
         for (from, to_ip, ports) in [(&b, &ips[0], &peer_ports[0]), (&a, &ips[1], &peer_ports[1])] {
             // An IPv6 Pod IP (a single-stack IPv6 cluster) is bracketed in a URL.
@@ -353,6 +442,55 @@ print(s.server_address[1], flush=True)
 s.serve_forever()
 "#;
         PythonServer::start(script, mode)
+    }
+
+    #[test]
+    fn every_port_a_nat_rule_forwards_is_asked_and_one_that_forwards_all_is_told() {
+        let table = |rules: &str| {
+            format!(
+                "== iptables-save\n*nat\n:PREROUTING ACCEPT [0:0]\n{rules}COMMIT\n== ip6tables-save absent\n== end\n"
+            )
+        };
+        let rules = "-A PREROUTING -p tcp -m tcp --dport 2377 -j DNAT --to-destination 169.254.77.2:2377\n\
+            -A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80\n\
+            -A PREROUTING -p tcp -m multiport --dports 9000,9100:9101 -j REDIRECT --to-ports 2375\n\
+            -A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE\n";
+        assert_eq!(
+            nat_forwarded_ports(&table(rules)),
+            Ok(vec![2377, 8080, 9000, 9100, 9101])
+        );
+        assert_eq!(nat_forwarded_ports(&table("")), Ok(vec![]));
+        let all = nat_forwarded_ports(&table(
+            "-A PREROUTING -p tcp -j DNAT --to-destination 10.0.0.9\n",
+        ));
+        assert!(all.is_err_and(|e| e.contains("every port")));
+        // No table read is no evidence of none, nor is a listing cut short.
+        let unread =
+            "== iptables-save absent\n== ip6tables-save failed: Permission denied\n== end\n";
+        assert!(nat_forwarded_ports(unread).is_err_and(|e| e.contains("no NAT table was read")));
+        assert!(nat_forwarded_ports("== iptables-save\n*nat\n").is_err());
+    }
+
+    /// The NAT probe through a real shell in a fresh network namespace (`unshare --net`) with a
+    /// DNAT rule of its own: the forwarded port is found, where no socket table shows it.
+    #[test]
+    #[ignore = "needs root (unshare) and iptables: bash harness/scripts/ensure-test-deps.sh, then cargo test --workspace -- --include-ignored"]
+    fn a_port_forwarded_by_dnat_in_a_namespace_is_found() {
+        let script = format!(
+            "iptables -t nat -A PREROUTING -p tcp --dport 2377 -j DNAT --to-destination 169.254.77.2:2377 && {}",
+            nat_probe()
+        );
+        let out = Command::new("unshare")
+            .args(["--net", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            nat_forwarded_ports(&text),
+            Ok(vec![2377]),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The probe as the scenario runs it, through a real shell with the real Docker CLI: a

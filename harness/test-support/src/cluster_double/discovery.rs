@@ -53,6 +53,20 @@ pub(crate) const RESOURCES: &[Resource] = &[
         "RoleBinding",
         true,
     ),
+    // Stored as any object is (`launch --node-inspector`'s grant to read nodes); the double's
+    // RBAC evaluates namespaced Roles only, so it grants nothing here.
+    resource(
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        "ClusterRole",
+        false,
+    ),
+    resource(
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+    ),
     resource(
         "authorization.k8s.io",
         "selfsubjectaccessreviews",

@@ -14,8 +14,9 @@
 //!
 //! At most [`AT_ONCE`] nodes pull at a time, so that a large cluster's warm-up is not a burst
 //! of Pods on the API server and the registry. On an autoscaled cluster the nodes change while
-//! it runs: the nodes are listed again after each round, and one that joined is warmed in the
-//! next (until the timeout); one that left (its Node object gone) is recorded, not failed.
+//! it runs: the nodes are listed again after each round, and one that joined (or became
+//! placeable) is warmed in the next (until the timeout); one that left (its Node object gone)
+//! is recorded, not failed.
 
 use super::backend::KubeBackend;
 use super::placement;
@@ -366,19 +367,17 @@ async fn on_node(
         "images": pulled}))
 }
 
-/// The nodes of `now` not `listed` before, added to it.
-fn joined(listed: &mut Vec<String>, now: Vec<Node>) -> Vec<Node> {
-    let new: Vec<Node> = now
-        .into_iter()
+/// The nodes of `now` not warmed yet: one that joined, and one left out before that may be
+/// placeable now (an autoscaler's node loses its `not-ready` taint once its kubelet is up).
+fn unwarmed(warmed: &[String], now: Vec<Node>) -> Vec<Node> {
+    now.into_iter()
         .filter(|n| {
             n.metadata
                 .name
                 .as_ref()
-                .is_some_and(|name| !listed.contains(name))
+                .is_some_and(|name| !warmed.contains(name))
         })
-        .collect();
-    listed.extend(new.iter().filter_map(|n| n.metadata.name.clone()));
-    new
+        .collect()
 }
 
 /// Whether node `name` is known to be gone (a read that fails says nothing).
@@ -435,13 +434,11 @@ pub async fn run(
     let deadline = Instant::now() + timeout;
     let created = std::sync::Mutex::new(Vec::new());
     let mut warmed = Vec::new();
-    let mut listed: Vec<String> = nodes
-        .iter()
-        .filter_map(|n| n.metadata.name.clone())
-        .collect();
+    let mut warmed_nodes: Vec<String> = Vec::new();
     let mut rounds = 0;
     while !chosen.is_empty() {
         rounds += 1;
+        warmed_nodes.extend(chosen.iter().map(|t| t.node.clone()));
         // Made before they are streamed: a closure inside the stream would not be `Send`
         // for every lifetime the backend's `prepare` needs.
         let mut pulls = Vec::new();
@@ -461,18 +458,16 @@ pub async fn run(
         if failed || Instant::now() >= deadline {
             break;
         }
-        // Nodes that joined meanwhile (an autoscaler's): the next round. A failed listing
-        // ends the warm-up with what it warmed.
+        // Nodes that joined meanwhile (an autoscaler's), or became placeable: the next round.
+        // What is left out is the latest listing's word. A failed listing ends the warm-up
+        // with what it warmed.
         let Ok(now) = Api::<Node>::all(admin.clone())
             .list(&ListParams::default())
             .await
         else {
             break;
         };
-        let joined = joined(&mut listed, now.items);
-        let (next, more_left_out) = targets(&joined, template, arch);
-        left_out.extend(more_left_out);
-        chosen = next;
+        (chosen, left_out) = targets(&unwarmed(&warmed_nodes, now.items), template, arch);
     }
     let made: Vec<PodRef> = created.lock().map(|all| all.clone()).unwrap_or_default();
     let removed = futures_util::future::join_all(made.iter().map(|p| backend.delete_pod(p))).await;
@@ -515,7 +510,6 @@ pub fn skipped(why: &str) -> Value {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Container;
-    use kube::api::ObjectMeta;
 
     fn container(name: &str, image: &str, policy: Option<&str>) -> Container {
         Container {
@@ -544,25 +538,30 @@ mod tests {
     }
 
     #[test]
-    fn a_node_is_warmed_in_the_round_after_it_joined_and_once() {
-        let node = |name: &str| Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            ..Default::default()
+    fn a_node_is_warmed_once_in_the_round_after_it_joined_or_became_placeable() {
+        let node = |name: &str, taint: Option<&str>| -> Node {
+            let mut v = json!({"metadata": {"name": name, "labels": {
+                "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name, "pool": "agents"}}, "spec": {}});
+            if let Some(key) = taint {
+                v["spec"]["taints"] = json!([{"key": key, "effect": "NoSchedule"}]);
+            }
+            serde_json::from_value(v).unwrap_or_default()
         };
-        let mut listed = vec!["a".to_owned()];
-        let names = |nodes: Vec<Node>| -> Vec<String> {
-            nodes.into_iter().filter_map(|n| n.metadata.name).collect()
+        let next = |warmed: &[String], now: Vec<Node>| {
+            let (chosen, left_out) = targets(&unwarmed(warmed, now), &task(), Arch::Amd64);
+            let chosen: Vec<String> = chosen.into_iter().map(|t| t.node).collect();
+            (chosen, left_out.len())
         };
-        // `b` joined; `a` is still there.
-        assert_eq!(
-            names(joined(&mut listed, vec![node("a"), node("b")])),
-            ["b"]
-        );
-        assert_eq!(listed, ["a", "b"]);
-        assert!(joined(&mut listed, vec![node("b")]).is_empty());
+        let warmed = vec!["a".to_owned()];
+        // `b` joined still not ready, `c` ready: `c` now, `b` left out.
+        let not_ready = Some("node.kubernetes.io/not-ready");
+        let now = vec![node("a", None), node("b", not_ready), node("c", None)];
+        assert_eq!(next(&warmed, now), (vec!["c".to_owned()], 1));
+        // Then `b`'s kubelet is up: warmed in the round after; `a` and `c` never again.
+        let warmed = vec!["a".to_owned(), "c".to_owned()];
+        let now = vec![node("a", None), node("b", None), node("c", None)];
+        assert_eq!(next(&warmed, now), (vec!["b".to_owned()], 0));
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The verbs on stored objects: create (with the double's admission and defaulting), get,
 //! list, update, patch, delete, and pods/log.
 
-use super::rbac::invalid_rules;
 use super::request::Ctx;
 use super::route::{container_param, param};
 use super::runtime::{remove_namespace, remove_pod, remove_volume, run_pod, with_status};
@@ -81,8 +80,8 @@ impl Ctx<'_> {
         }
         // What the runtime is asked to run: the Pod as admitted and defaulted (set below).
         let mut for_runtime = None;
-        if let Some(refused) = self.refused_content(&mut object) {
-            return refused;
+        if self.route.resource == "secrets" {
+            secrets::prepare(&mut object);
         }
         // A claim without a class gets the default one (the DefaultStorageClass plugin); its
         // class says when it is provisioned (`storage`, once the claim is stored).
@@ -233,29 +232,6 @@ impl Ctx<'_> {
         reply
     }
 
-    /// What validation refuses in a written object (a create's, an update's, a patched one),
-    /// by resource: a Role's rules; a Secret is prepared (`stringData` merged in).
-    fn refused_content(&self, object: &mut Value) -> Option<Reply> {
-        match self.route.resource.as_str() {
-            "roles" => {
-                let (message, causes) = invalid_rules(object)?;
-                let name = object["metadata"]["name"].clone();
-                Some(status(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid",
-                    &message,
-                    json!({"name": name, "group": "rbac.authorization.k8s.io", "kind": "Role",
-                        "causes": causes}),
-                ))
-            }
-            "secrets" => {
-                secrets::prepare(object);
-                None
-            }
-            _ => None,
-        }
-    }
-
     pub(crate) async fn get(&self, name: &str) -> Reply {
         let found = self.state.store().objects.get(&self.key(name)).cloned();
         match found {
@@ -376,8 +352,8 @@ impl Ctx<'_> {
             _ => {}
         }
         self.clear_cluster_namespace(&mut object);
-        if let Some(refused) = self.refused_content(&mut object) {
-            return refused;
+        if self.route.resource == "secrets" {
+            secrets::prepare(&mut object);
         }
         // `rest.BeforeUpdate` (apiserver `pkg/registry/rest/update.go`): a request cannot set
         // the generation; a Pod's and a Job's strategy advance it when the spec changes

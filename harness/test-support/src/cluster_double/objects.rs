@@ -1,4 +1,4 @@
-//! The verbs on stored objects: create (with the double's admission and defaulting), get,
+//! The verbs on stored objects: create (with the double's admission), get,
 //! list, update, patch, delete, and pods/log.
 
 use super::request::Ctx;
@@ -6,7 +6,7 @@ use super::route::{container_param, param};
 use super::runtime::{remove_namespace, remove_pod, remove_volume, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{containers, defaults, finalizers, patch, secrets, serviceaccount, storage};
+use super::{containers, finalizers, patch, secrets, serviceaccount, storage};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -78,7 +78,7 @@ impl Ctx<'_> {
                 mutate(&mut object);
             }
         }
-        // What the runtime is asked to run: the Pod as admitted and defaulted (set below).
+        // What the runtime is asked to run: the Pod as admitted (set below).
         let mut for_runtime = None;
         if self.route.resource == "secrets" {
             secrets::prepare(&mut object);
@@ -138,8 +138,13 @@ impl Ctx<'_> {
                         json!({"name": shown, "kind": "pods"}),
                     );
                 }
-                defaults::default_pod(&mut object);
-                // The node runs the Pod as stored: defaulted, as a kubelet receives it.
+                // The Pod strategy's `PrepareForCreate` (kubernetes
+                // `pkg/registry/core/pod/strategy.go`): generation 1, a new Pod's status. The
+                // spec is stored as sent: the API server's defaulting is the real one's to
+                // referee (`tests/real_api_server/admission.rs` runs the harness's admission
+                // comparison on it), and the node runs the Pod as stored.
+                object["metadata"]["generation"] = json!(1);
+                object["status"] = json!({"phase": "Pending"});
                 for_runtime = Some(object.clone());
             }
             if self.route.resource == "persistentvolumeclaims" {
@@ -366,13 +371,6 @@ impl Ctx<'_> {
                     meta.remove("generation");
                 }
             }
-        }
-        if self.route.resource == "pods" {
-            // The spec as decoding and admission default it; what `ValidatePodUpdate` lets
-            // change is the real API server's to judge (`tests/real_api_server/corpus.rs`).
-            let mut defaulted = object.clone();
-            defaults::default_pod(&mut defaulted);
-            object["spec"] = defaulted["spec"].clone();
         }
         if matches!(self.route.resource.as_str(), "pods" | "jobs")
             && object["spec"] != existing["spec"]

@@ -61,6 +61,12 @@ const SELECTOR_NOT_VALIDATED: &str = "the double parses a label selector without
 const STORED_WHAT_REAL_REFUSED: &str = "follows from an earlier case the double admitted and \
     the real API server refused (NOT_VALIDATED): the double holds one object more";
 
+/// Why the double stores a Pod's spec as sent.
+const POD_NOT_DEFAULTED: &str = "the double stores a Pod's spec as sent, without the API \
+    server's defaulting (kubernetes pkg/apis/core/v1/defaults.go) and its DefaultTolerationSeconds \
+    admission plugin: the harness reads none of these fields back, and its admission comparison \
+    runs on the real defaulting (admission.rs)";
+
 /// Why the double stores a Role whose rules the real API server refuses.
 const ROLE_NOT_VALIDATED: &str = "the double stores a Role's rules as sent, without \
     ValidatePolicyRule (kubernetes pkg/apis/rbac/validation/validation.go): the harness's own \
@@ -115,6 +121,21 @@ const KNOWN: &[Known] = &[
         real: "200; names [corpus-event-0, corpus-event-1]",
         double: "200; names [corpus-event-0, corpus-event-1, corpus-event-elsewhere]",
         why: STORED_WHAT_REAL_REFUSED,
+    },
+    Known {
+        case: "list Pods with fieldSelector spec.restartPolicy=Always",
+        real: "200; names [sel-a, sel-b, sel-c]",
+        double: "400 BadRequest",
+        why: "a Pod's restartPolicy is Always by the API server's defaulting \
+              (SetDefaults_PodSpec), which the double does not do (POD_NOT_DEFAULTED): it \
+              answers this field label 400 \"not supported\" rather than select on a spec \
+              not defaulted; the harness selects Pods by labels only",
+    },
+    Known {
+        case: "update a Pod's tolerations (one added)",
+        real: r#"200; /spec/tolerations=[{"effect":"NoExecute","key":"node.kubernetes.io/not-ready","operator":"Exists","tolerationSeconds":300},{"effect":"NoExecute","key":"node.kubernetes.io/unreachable","operator":"Exists","tolerationSeconds":300},{"effect":"NoSchedule","key":"corpus","operator":"Exists"}]; /metadata/generation=2"#,
+        double: r#"200; /spec/tolerations=[{"effect":"NoSchedule","key":"corpus","operator":"Exists"}]; /metadata/generation=2"#,
+        why: POD_NOT_DEFAULTED,
     },
     Known {
         case: "update a Pod's container name",
@@ -1022,17 +1043,20 @@ async fn updates_and_conflicts(side: Side) {
         (
             "update a Pod's tolerations (one added)",
             Box::new(|p| {
-                p["spec"]["tolerations"]
-                    .as_array_mut()
-                    .unwrap()
-                    .push(json!({"key": "corpus", "operator": "Exists", "effect": "NoSchedule"}));
+                // Onto the real server's DefaultTolerationSeconds ones; the double adds none.
+                let mut tolerations = p["spec"]["tolerations"].as_array().cloned();
+                let added = json!({"key": "corpus", "operator": "Exists", "effect": "NoSchedule"});
+                tolerations.get_or_insert_default().push(added);
+                p["spec"]["tolerations"] = json!(tolerations);
             }),
             &["/spec/tolerations", "/metadata/generation"],
         ),
         (
             "update a Pod's tolerations (one removed)",
             Box::new(|p| {
-                p["spec"]["tolerations"].as_array_mut().unwrap().pop();
+                if let Some(tolerations) = p["spec"]["tolerations"].as_array_mut() {
+                    tolerations.pop();
+                }
             }),
             &[],
         ),

@@ -5,13 +5,10 @@
 # (below). Idempotent: installs only what is missing.
 #   xmllint (libxml2-utils)  junit.xml against the JUnit XSD (harness/tests/output_schemas.rs)
 #   chromium                 report.html rendered headless (scenarios/tests/report_html.rs)
-#   jq                       harness/scripts/record-kube-fixtures.sh (test-support recorder_script.rs)
 #   Kubernetes (ensure-kind.sh)  etcd, kube-apiserver, its controller manager and scheduler,
 #                            built from pinned Go modules (kind/pins.env): the real_api_server
 #                            tests start them; kind and a Kind node image: the on_real_kind
 #                            tests' cluster. Cached, so only the first call builds
-# kubectl, which recorder_script.rs also runs, is not in Debian's archive:
-# the one ensure-kind.sh builds is linked onto PATH where none is.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -42,7 +39,6 @@ kube=$!
 need=()
 command -v xmllint >/dev/null || need+=(libxml2-utils)
 command -v chromium >/dev/null || need+=(chromium)
-command -v jq >/dev/null || need+=(jq)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
     log "missing ${need[*]}: install them (Debian: apt-get install ${need[*]}), then retry"
@@ -73,11 +69,6 @@ grep -E '^ensure-kind: (built|programs|linked)' "$kube_log" >&2 || true
 # Then the Kind node image from those programs (the on_real_kind tests' cluster): minutes the
 # first time (debootstrap, the control-plane images), seconds once it is in the engine.
 bash harness/scripts/ensure-kind.sh
-# kubectl is in no registry these machines reach: ensure-kind.sh links the one it built.
-if ! command -v kubectl >/dev/null; then
-  log "kubectl is missing (the recorder script's test drives it): install kubectl v1.32 or later, or run as root (ensure-kind.sh links its own), then retry"
-  exit 3
-fi
 
 # The first engine test waits on `image fixtures`' image lock, then reuses what it built.
 if [ "$prebuild" = 1 ]; then

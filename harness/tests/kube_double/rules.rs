@@ -1,8 +1,7 @@
 //! Issue 32: the cluster double as strict as the API server and the scheduler it stands in
 //! for, wherever the harness depends on them, and the harness meeting those rules.
-//! Defaulting as the API server does it, node capacity against requests (the scheduler's
-//! `Unschedulable`, then the Pod placed once capacity frees), and claims bound `Immediate` or
-//! `WaitForFirstConsumer` (object names and label syntax, and quota admission, are judged on
+//! Node capacity against requests (the scheduler's `Unschedulable`, then the Pod placed once
+//! capacity frees), and claims bound `Immediate` or `WaitForFirstConsumer` (object names and label syntax, and quota admission, are judged on
 //! the real API server: `real_api_server/names.rs`, `real_api_server/quota.rs`).
 //!
 //! Tests without a runtime need no engine; those with Pods on the local engine are

@@ -31,7 +31,7 @@ use common::kube::{
 };
 use common::{REFUSED_BEFORE_THE_RUN, fixture, twin_failures};
 use kandev_harness::host::images::ImageSet;
-use kandev_harness::pod::identity::{LABEL_MANAGED, LABEL_ROLE, LABEL_RUN};
+use kandev_harness::pod::identity::{LABEL_LAUNCH, LABEL_MANAGED, LABEL_ROLE, LABEL_RUN};
 use kandev_harness::runner::Twin;
 use kandev_report::Capability;
 use kandev_report::Outcome;
@@ -222,7 +222,7 @@ async fn in_cluster_double() -> (cluster_double::KubeDouble, ImageSet, String) {
 }
 
 /// What `launch` refuses, each with its cause named and nothing left: a harness image the node
-/// cannot pull (exit 3) and a Role the API server refuses as invalid (exit 2). With
+/// cannot pull (exit 3) and a Role the API server would refuse as invalid (exit 2). With
 /// [`launch_bounds_a_run_by_the_jobs_deadline_on_kube_double`] and
 /// [`launch_interrupted_or_killed_leaves_nothing_on_kube_double`], three tests, not one: each
 /// mostly waits on its launches, so libtest runs them side by side.
@@ -253,7 +253,9 @@ async fn launch_refusals_are_named_and_leave_nothing_on_kube_double() {
         missing.text
     );
 
-    // A Role the API server refuses (a rule without apiGroups): named, nothing left.
+    // A Role the API server would refuse (a rule without apiGroups): refused by the harness
+    // before anything is created, named with its fix, nothing left (the real API server's 422
+    // for it: real_api_server's launch.rs).
     let role = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(
         role.path(),
@@ -274,15 +276,31 @@ async fn launch_refusals_are_named_and_leave_nothing_on_kube_double() {
     .await;
     assert_eq!(refused.code, Some(2), "{}", refused.text);
     assert!(
-        refused
-            .text
-            .contains("create role kandev-acceptance-executor")
-            && refused.text.contains("apiGroups: Required value"),
+        refused.text.contains(&format!(
+            "the executor Role {} rules[0] names no apiGroups",
+            role.path().display()
+        )) && refused.text.contains("nothing was created"),
         "{}",
         refused.text
     );
-    let left = left_in_double(&double, &refused.run_id).await;
-    assert!(left.is_empty(), "left in the double: {left:?}");
+    // Refused before a run id was given: nothing in the double is any launch's or run's.
+    assert!(refused.run_id.is_empty(), "{}", refused.text);
+    let held: Vec<_> = [
+        "namespaces",
+        "roles",
+        "rolebindings",
+        "serviceaccounts",
+        "jobs",
+    ]
+    .iter()
+    .flat_map(|resource| double.state.objects(resource))
+    .filter(|o| {
+        let labels = &o["metadata"]["labels"];
+        labels[LABEL_LAUNCH].is_string() || labels[LABEL_RUN].is_string()
+    })
+    .map(|o| o["metadata"]["name"].clone())
+    .collect();
+    assert!(held.is_empty(), "left in the double: {held:?}");
 }
 
 /// A run past `--job-timeout` (the Job's deadline) ends with exit 3 and its cause named. In

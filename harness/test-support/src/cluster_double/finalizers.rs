@@ -64,12 +64,13 @@ fn advance_generation(object: &mut Value) {
     }
 }
 
-/// The grace period of a Pod's delete (`podStrategy.CheckGracefulDelete`).
+/// The grace period of a Pod's delete (`podStrategy.CheckGracefulDelete`); a Pod without
+/// `terminationGracePeriodSeconds` has the API server's default, 30 (`SetDefaults_PodSpec`).
 fn pod_grace(pod: &Value, options: &Value) -> i64 {
     let asked = options["gracePeriodSeconds"]
         .as_i64()
         .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
-        .unwrap_or(0);
+        .unwrap_or(30);
     if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
         0
     } else {

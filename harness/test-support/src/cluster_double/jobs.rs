@@ -4,7 +4,7 @@
 //!
 //! - **Create** (`SetDefaults_Job`, the Job strategy's `PrepareForCreate`): the defaults, a
 //!   selector on `batch.kubernetes.io/controller-uid`, the template's generated labels (the
-//!   Job's own when it has none), the template defaulted as a Pod template.
+//!   Job's own when it has none); the template's Pod spec is stored as sent.
 //! - **The controller** runs one Pod at a time, named `<job>-<5 random>`, owned by the Job,
 //!   through the same admission as any Pod create (retried when refused), whatever else the
 //!   Job asks (the harness's is one Pod to one completion, under `restartPolicy: Never`).
@@ -20,7 +20,6 @@
 //!   Job; `Orphan`, and no policy at all (batch/v1's default), leaves the Pods, their
 //!   ownerReference removed.
 
-use super::defaults;
 use super::request::Ctx;
 use super::route::Route;
 use super::runtime::with_status;
@@ -94,7 +93,6 @@ pub(crate) fn default_job(job: &mut Value) {
     {
         spec["selector"]["matchLabels"][CONTROLLER_UID] = json!(uid);
     }
-    defaults::default_template(&mut spec["template"]);
     let template_labels = spec["template"]["metadata"]["labels"].clone();
     if job["metadata"]["labels"]
         .as_object()
@@ -204,9 +202,7 @@ async fn collect(state: Arc<DoubleState>, job_key: Key, uid: String, foreground:
 impl Ctx<'_> {
     /// A Job create: defaulted once it has its UID, stored; then its controller runs.
     pub(crate) async fn create_job(&self, job: Value) -> Reply {
-        // The controller makes Pods from the template as sent (defaulting a Pod from it gives
-        // the stored template's defaults; the runtime refuses fields it does not honour, and a
-        // Pod's defaults are such fields).
+        // The controller makes Pods from the template as sent.
         let template = job["spec"]["template"].clone();
         let mut created: Option<(String, String)> = None;
         let reply = self
@@ -552,11 +548,6 @@ mod tests {
         assert_eq!(
             job["metadata"]["labels"], labels,
             "the Job takes its template's labels"
-        );
-        assert_eq!(spec["template"]["spec"]["dnsPolicy"], "ClusterFirst");
-        assert!(
-            spec["template"]["spec"]["containers"][0]["resources"]["requests"].is_null(),
-            "a template's requests are not defaulted from its limits"
         );
         let pod = pod_for(&job, &spec["template"]);
         assert_eq!(pod["metadata"]["generateName"], "run-");

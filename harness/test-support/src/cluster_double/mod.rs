@@ -13,14 +13,14 @@
 //!
 //! **What it serves.** The harness's own client (kube-rs, JSON) and no other: the verbs on
 //! stored objects with UIDs, resourceVersions, preconditions, dry runs, JSON merge patches
-//! and selectors; Pods defaulted and scheduled as a v1.36 API server and scheduler would;
+//! and selectors; Pods admitted (their ServiceAccount) and scheduled as a scheduler would;
 //! claims, ServiceAccounts and their tokens, Secrets, RBAC, Leases, finalizers, and a
 //! one-Pod Job controller with its garbage collection. Other bodies, patch types, SPDY,
 //! discovery beyond `/version` and watches are refused, each `Status` saying so.
 //!
-//! **What it leaves to others.** Validation, admission, quota and the API's exact answers are
-//! the real API server's (`tests/real_api_server/`): `corpus.rs` sends both the same
-//! requests and lists every difference the double keeps, with its upstream reason. A
+//! **What it leaves to others.** Validation, defaulting, admission, quota and the API's exact
+//! answers are the real API server's (`tests/real_api_server/`): `corpus.rs` sends both the
+//! same requests and lists every difference the double keeps, with its upstream reason. A
 //! kubelet's own behaviour (pulls, cgroups, restarts, token rotation), real provisioners,
 //! more than one node and namespaces as isolation are Kind's (`real_kind` tests).
 //! docs/development.md ("The cluster double") has the longer account.
@@ -37,7 +37,6 @@
 mod behaviours;
 mod containers;
 mod controllers;
-mod defaults;
 pub(crate) mod discovery;
 mod faults;
 mod finalizers;
@@ -47,7 +46,6 @@ mod negotiation;
 mod objects;
 mod patch;
 mod rbac;
-pub mod recorded;
 mod request;
 pub(crate) mod route;
 mod routing;

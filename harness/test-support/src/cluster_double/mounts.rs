@@ -273,8 +273,7 @@ pub(crate) fn remove_pod_folder(state: &DoubleState, uid: &str) {
     }
 }
 
-/// The runtime's copy of `pod` (as admitted, before defaulting; its UID `uid`, bound to
-/// `node`), once its
+/// The runtime's copy of `pod` (as admitted; its UID `uid`, bound to `node`), once its
 /// volumes are set up on this host: secret and projected volumes become read-only hostPath
 /// folders, `automountServiceAccountToken` goes (the token is one of those folders), each
 /// container gets the `kubernetes` Service's environment and its `valueFrom` values. Err: the

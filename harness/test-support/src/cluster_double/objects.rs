@@ -1,13 +1,12 @@
-//! The verbs on stored objects: create (with the double's admission and defaulting), get,
+//! The verbs on stored objects: create (with the double's admission), get,
 //! list, update, patch, delete, and pods/log.
 
-use super::rbac::invalid_rules;
 use super::request::Ctx;
 use super::route::{container_param, param};
 use super::runtime::{remove_namespace, remove_pod, remove_volume, run_pod, with_status};
 use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
-use super::{containers, defaults, finalizers, patch, secrets, serviceaccount, storage};
+use super::{containers, finalizers, patch, secrets, serviceaccount, storage};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
@@ -79,10 +78,10 @@ impl Ctx<'_> {
                 mutate(&mut object);
             }
         }
-        // What the runtime is asked to run: the Pod as admitted and defaulted (set below).
+        // What the runtime is asked to run: the Pod as admitted (set below).
         let mut for_runtime = None;
-        if let Some(refused) = self.refused_content(&mut object) {
-            return refused;
+        if self.route.resource == "secrets" {
+            secrets::prepare(&mut object);
         }
         // A claim without a class gets the default one (the DefaultStorageClass plugin); its
         // class says when it is provisioned (`storage`, once the claim is stored).
@@ -139,8 +138,13 @@ impl Ctx<'_> {
                         json!({"name": shown, "kind": "pods"}),
                     );
                 }
-                defaults::default_pod(&mut object);
-                // The node runs the Pod as stored: defaulted, as a kubelet receives it.
+                // The Pod strategy's `PrepareForCreate` (kubernetes
+                // `pkg/registry/core/pod/strategy.go`): generation 1, a new Pod's status. The
+                // spec is stored as sent: the API server's defaulting is the real one's to
+                // referee (`tests/real_api_server/admission.rs` runs the harness's admission
+                // comparison on it), and the node runs the Pod as stored.
+                object["metadata"]["generation"] = json!(1);
+                object["status"] = json!({"phase": "Pending"});
                 for_runtime = Some(object.clone());
             }
             if self.route.resource == "persistentvolumeclaims" {
@@ -231,29 +235,6 @@ impl Ctx<'_> {
             tokio::spawn(run_pod(state, runtime, uid, for_runtime));
         }
         reply
-    }
-
-    /// What validation refuses in a written object (a create's, an update's, a patched one),
-    /// by resource: a Role's rules; a Secret is prepared (`stringData` merged in).
-    fn refused_content(&self, object: &mut Value) -> Option<Reply> {
-        match self.route.resource.as_str() {
-            "roles" => {
-                let (message, causes) = invalid_rules(object)?;
-                let name = object["metadata"]["name"].clone();
-                Some(status(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid",
-                    &message,
-                    json!({"name": name, "group": "rbac.authorization.k8s.io", "kind": "Role",
-                        "causes": causes}),
-                ))
-            }
-            "secrets" => {
-                secrets::prepare(object);
-                None
-            }
-            _ => None,
-        }
     }
 
     pub(crate) async fn get(&self, name: &str) -> Reply {
@@ -376,8 +357,8 @@ impl Ctx<'_> {
             _ => {}
         }
         self.clear_cluster_namespace(&mut object);
-        if let Some(refused) = self.refused_content(&mut object) {
-            return refused;
+        if self.route.resource == "secrets" {
+            secrets::prepare(&mut object);
         }
         // `rest.BeforeUpdate` (apiserver `pkg/registry/rest/update.go`): a request cannot set
         // the generation; a Pod's and a Job's strategy advance it when the spec changes
@@ -390,13 +371,6 @@ impl Ctx<'_> {
                     meta.remove("generation");
                 }
             }
-        }
-        if self.route.resource == "pods" {
-            // The spec as decoding and admission default it; what `ValidatePodUpdate` lets
-            // change is the real API server's to judge (`tests/real_api_server/corpus.rs`).
-            let mut defaulted = object.clone();
-            defaults::default_pod(&mut defaulted);
-            object["spec"] = defaulted["spec"].clone();
         }
         if matches!(self.route.resource.as_str(), "pods" | "jobs")
             && object["spec"] != existing["spec"]

@@ -1,7 +1,8 @@
 //! Who may do what: RBAC from the Roles bound to a service account (their `resourceNames`
-//! honoured) and the default ClusterRoleBindings every authenticated user has, Role
-//! validation, the reviews that ask it (SelfSubjectAccessReview, SelfSubjectRulesReview,
-//! SelfSubjectReview), and TokenRequests.
+//! honoured) and the default ClusterRoleBindings every authenticated user has, the reviews
+//! that ask it (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview), and
+//! TokenRequests. A Role's rules are stored as sent: their validation is the real API
+//! server's (the corpus lists it), and `executor_role_file` refuses what it refuses.
 
 use super::request::Ctx;
 use super::status::{Reply, json_reply, not_found, status};
@@ -111,65 +112,6 @@ pub(crate) fn allowed(store: &Store, identity: &Identity, asked: &Attributes) ->
     bound_rules(store, sa_ns, sa_name, ns)
         .iter()
         .any(|rule| rule_allows(rule, asked))
-}
-
-/// A Role's rules as the API server validates them (`ValidatePolicyRule`): the first
-/// problem's message, worded as a 422's (`rules[0].verbs: Required value: ...`), and every
-/// problem as a Status cause.
-pub(crate) fn invalid_rules(role: &Value) -> Option<(String, Vec<Value>)> {
-    let mut causes: Vec<(String, String, &str)> = Vec::new();
-    for (i, rule) in role["rules"].as_array().into_iter().flatten().enumerate() {
-        let empty = |field: &str| rule[field].as_array().is_none_or(Vec::is_empty);
-        let required = |field: &str, why: &str| {
-            (
-                format!("rules[{i}].{field}"),
-                format!("Required value: {why}"),
-                "FieldValueRequired",
-            )
-        };
-        if empty("verbs") {
-            causes.push(required("verbs", "verbs must contain at least one value"));
-        }
-        if !empty("nonResourceURLs") {
-            causes.push((
-                format!("rules[{i}].nonResourceURLs"),
-                format!(
-                    "Invalid value: {}: namespaced rules cannot apply to non-resource URLs",
-                    rule["nonResourceURLs"]
-                ),
-                "FieldValueInvalid",
-            ));
-            continue;
-        }
-        if empty("apiGroups") {
-            causes.push(required(
-                "apiGroups",
-                "resource rules must supply at least one api group",
-            ));
-        }
-        if empty("resources") {
-            causes.push(required(
-                "resources",
-                "resource rules must supply at least one resource",
-            ));
-        }
-    }
-    if causes.is_empty() {
-        return None;
-    }
-    let name = role["metadata"]["name"].as_str().unwrap_or_default();
-    let listed: Vec<String> = causes.iter().map(|(f, m, _)| format!("{f}: {m}")).collect();
-    let joined = if listed.len() == 1 {
-        listed[0].clone()
-    } else {
-        format!("[{}]", listed.join(", "))
-    };
-    let message = format!("Role.rbac.authorization.k8s.io \"{name}\" is invalid: {joined}");
-    let causes = causes
-        .into_iter()
-        .map(|(field, message, reason)| json!({"reason": reason, "message": message, "field": field}))
-        .collect();
-    Some((message, causes))
 }
 
 impl Ctx<'_> {

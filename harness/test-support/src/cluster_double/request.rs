@@ -150,7 +150,6 @@ pub(crate) fn selectable(resource: &str, object: &Value, field: &str) -> Option<
         (
             "pods",
             "spec.nodeName"
-            | "spec.restartPolicy"
             | "spec.schedulerName"
             | "spec.serviceAccountName"
             | "status.phase"

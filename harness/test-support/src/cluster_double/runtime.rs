@@ -5,7 +5,7 @@
 use super::containers::{Observed, observe};
 use super::scheduler::{NODE, unschedulable};
 use super::store::{DoubleState, Key, Running, Store, now};
-use super::{controllers, defaults, finalizers, mounts, storage};
+use super::{controllers, finalizers, mounts, storage};
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
 use serde_json::{Value, json};
@@ -428,7 +428,6 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
         // Never bound: no container statuses, the scheduler's condition only.
         object["status"] = json!({
             "phase": "Pending",
-            "qosClass": defaults::qos_class(&object["spec"]),
             "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                 "message": message, "lastProbeTime": null, "lastTransitionTime": now()}],
         });
@@ -529,7 +528,6 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
     }
     object["status"] = json!({
         "phase": phase,
-        "qosClass": defaults::qos_class(&object["spec"]),
         "containerStatuses": main_statuses,
         "initContainerStatuses": init_statuses,
         "conditions": conditions,

@@ -105,7 +105,8 @@ fn allocatable(store: &Store) -> (Amounts, i64) {
     (Amounts::of(&list), pods)
 }
 
-/// What a stored Pod requests (its stored spec is defaulted: requests include limits).
+/// What a stored Pod requests (a limit without a request counts as its request, as
+/// `pod::requests` sums it).
 pub(crate) fn pod_requests(pod: &Value) -> Amounts {
     serde_json::from_value(pod["spec"].clone())
         .map(|spec| requests(&spec))

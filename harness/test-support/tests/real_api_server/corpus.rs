@@ -61,6 +61,18 @@ const SELECTOR_NOT_VALIDATED: &str = "the double parses a label selector without
 const STORED_WHAT_REAL_REFUSED: &str = "follows from an earlier case the double admitted and \
     the real API server refused (NOT_VALIDATED): the double holds one object more";
 
+/// Why the double stores a Pod's spec as sent.
+const POD_NOT_DEFAULTED: &str = "the double stores a Pod's spec as sent, without the API \
+    server's defaulting (kubernetes pkg/apis/core/v1/defaults.go) and its DefaultTolerationSeconds \
+    admission plugin: the harness reads none of these fields back, and its admission comparison \
+    runs on the real defaulting (admission.rs)";
+
+/// Why the double stores a Role whose rules the real API server refuses.
+const ROLE_NOT_VALIDATED: &str = "the double stores a Role's rules as sent, without \
+    ValidatePolicyRule (kubernetes pkg/apis/rbac/validation/validation.go): the harness's own \
+    Roles are admitted by the real API server (launch.rs), and executor_role_file refuses an \
+    operator's Role with such a rule before anything is created";
+
 const KNOWN: &[Known] = &[
     Known {
         case: "create with dryRun=Bogus",
@@ -109,6 +121,21 @@ const KNOWN: &[Known] = &[
         real: "200; names [corpus-event-0, corpus-event-1]",
         double: "200; names [corpus-event-0, corpus-event-1, corpus-event-elsewhere]",
         why: STORED_WHAT_REAL_REFUSED,
+    },
+    Known {
+        case: "list Pods with fieldSelector spec.restartPolicy=Always",
+        real: "200; names [sel-a, sel-b, sel-c]",
+        double: "400 BadRequest",
+        why: "a Pod's restartPolicy is Always by the API server's defaulting \
+              (SetDefaults_PodSpec), which the double does not do (POD_NOT_DEFAULTED): it \
+              answers this field label 400 \"not supported\" rather than select on a spec \
+              not defaulted; the harness selects Pods by labels only",
+    },
+    Known {
+        case: "update a Pod's tolerations (one added)",
+        real: r#"200; /spec/tolerations=[{"effect":"NoExecute","key":"node.kubernetes.io/not-ready","operator":"Exists","tolerationSeconds":300},{"effect":"NoExecute","key":"node.kubernetes.io/unreachable","operator":"Exists","tolerationSeconds":300},{"effect":"NoSchedule","key":"corpus","operator":"Exists"}]; /metadata/generation=2"#,
+        double: r#"200; /spec/tolerations=[{"effect":"NoSchedule","key":"corpus","operator":"Exists"}]; /metadata/generation=2"#,
+        why: POD_NOT_DEFAULTED,
     },
     Known {
         case: "update a Pod's container name",
@@ -175,6 +202,30 @@ const KNOWN: &[Known] = &[
         real: "400 BadRequest",
         double: "201",
         why: NOT_VALIDATED,
+    },
+    Known {
+        case: "create a Role with a rule without verbs",
+        real: "422 Invalid",
+        double: "201",
+        why: ROLE_NOT_VALIDATED,
+    },
+    Known {
+        case: "create a Role with a rule with nonResourceURLs",
+        real: "422 Invalid",
+        double: "201",
+        why: ROLE_NOT_VALIDATED,
+    },
+    Known {
+        case: "create a Role with a rule without apiGroups",
+        real: "422 Invalid",
+        double: "201",
+        why: ROLE_NOT_VALIDATED,
+    },
+    Known {
+        case: "create a Role with a rule without resources",
+        real: "422 Invalid",
+        double: "201",
+        why: ROLE_NOT_VALIDATED,
     },
     Known {
         case: "update a RoleBinding's roleRef",
@@ -992,17 +1043,20 @@ async fn updates_and_conflicts(side: Side) {
         (
             "update a Pod's tolerations (one added)",
             Box::new(|p| {
-                p["spec"]["tolerations"]
-                    .as_array_mut()
-                    .unwrap()
-                    .push(json!({"key": "corpus", "operator": "Exists", "effect": "NoSchedule"}));
+                // Onto the real server's DefaultTolerationSeconds ones; the double adds none.
+                let mut tolerations = p["spec"]["tolerations"].as_array().cloned();
+                let added = json!({"key": "corpus", "operator": "Exists", "effect": "NoSchedule"});
+                tolerations.get_or_insert_default().push(added);
+                p["spec"]["tolerations"] = json!(tolerations);
             }),
             &["/spec/tolerations", "/metadata/generation"],
         ),
         (
             "update a Pod's tolerations (one removed)",
             Box::new(|p| {
-                p["spec"]["tolerations"].as_array_mut().unwrap().pop();
+                if let Some(tolerations) = p["spec"]["tolerations"].as_array_mut() {
+                    tolerations.pop();
+                }
             }),
             &[],
         ),
@@ -1143,6 +1197,30 @@ async fn updates_and_conflicts(side: Side) {
                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
         )
         .await;
+    }
+    // A Role's rules, which the double stores as sent (`ROLE_NOT_VALIDATED`).
+    let role_cases = [
+        (
+            "without verbs",
+            json!({"apiGroups": [""], "resources": ["pods"]}),
+        ),
+        (
+            "with nonResourceURLs",
+            json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}),
+        ),
+        (
+            "without apiGroups",
+            json!({"resources": ["pods"], "verbs": ["get"]}),
+        ),
+        (
+            "without resources",
+            json!({"apiGroups": [""], "verbs": ["get"]}),
+        ),
+    ];
+    for (i, (case, rule)) in role_cases.into_iter().enumerate() {
+        let role = json!({"metadata": {"name": format!("corpus-rule-{i}")}, "rules": [rule]});
+        let answer = side.post(&roles, &role).await;
+        side.note(&format!("create a Role with a rule {case}"), &answer, &[]);
     }
     let binding = |name: &str| {
         json!({"metadata": {"name": name},

@@ -3,8 +3,9 @@
 //! launch plan's Job, Roles and RoleBinding dry-run created in a namespace of the test's own
 //! are admitted. The controls, so that the test can fail: a template whose `restartPolicy`
 //! is `Always`, a negative `backoffLimit` and a template without containers are refused 422
-//! `Invalid` naming the field, and so is a Role rule without `apiGroups` (the Role
-//! `launch_refusals_are_named_and_leave_nothing_on_kube_double` gives launch).
+//! `Invalid` naming the field, and so is each Role rule `executor_role_file` refuses before
+//! anything is created (without verbs, with nonResourceURLs, without `apiGroups` or
+//! resources: the harness's check is the real API server's, not stricter, not laxer).
 
 use crate::namespace;
 use k8s_openapi::api::batch::v1::Job;
@@ -104,18 +105,35 @@ async fn launchs_job_and_roles_are_admitted_by_a_real_api_server() {
         message.contains("spec.template.spec.containers: Required value"),
         "{message}"
     );
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        file.path(),
-        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: executor}\nrules:\n- resources: [pods]\n  verbs: [get, create, delete, watch]\n",
-    )
-    .unwrap();
-    let no_groups = executor_role_file(file.path(), &ns, &plan.labels()).unwrap();
-    let message = invalid(roles.create(&dry(), &no_groups).await);
-    assert!(
-        message.contains("rules[0].apiGroups: Required value"),
-        "{message}"
-    );
+    // Each rule the harness refuses in an operator's Role file, the real API server refuses
+    // too, naming the same field (and the launch plan's own rules above, it admits).
+    for (rule, field) in [
+        (
+            "{apiGroups: [''], resources: [pods], verbs: []}",
+            "rules[0].verbs",
+        ),
+        (
+            "{nonResourceURLs: [/metrics], verbs: [get]}",
+            "rules[0].nonResourceURLs",
+        ),
+        (
+            "{resources: [pods], verbs: [get, create]}",
+            "rules[0].apiGroups",
+        ),
+        ("{apiGroups: [''], verbs: [get]}", "rules[0].resources"),
+    ] {
+        let text = format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: x}}\nrules:\n- {rule}\n"
+        );
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &text).unwrap();
+        let refused = executor_role_file(file.path(), &ns, &plan.labels());
+        assert!(refused.is_err(), "the harness admitted {rule}");
+        let mut role: Role = serde_yaml::from_str(&text).unwrap();
+        role.metadata.name = Some(EXECUTOR.into());
+        let message = invalid(roles.create(&dry(), &role).await);
+        assert!(message.contains(&format!("{field}: ")), "{rule}: {message}");
+    }
 
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
         .delete(&ns, &DeleteParams::default())

@@ -22,7 +22,6 @@
 
 mod admission;
 mod corpus;
-mod defaults;
 mod gc;
 mod launch;
 mod names;

@@ -83,7 +83,8 @@ pub fn executor_role_file(
 }
 
 /// The rules of the one Role document in `text`, or what keeps it from being one (a
-/// ClusterRole, several documents, no rules, a rule the API server would refuse).
+/// ClusterRole, several documents, no rules, a rule the API server would refuse: without
+/// verbs, with nonResourceURLs, without apiGroups or resources).
 fn role_rules(text: &str) -> Result<Vec<PolicyRule>, String> {
     let mut documents = Vec::new();
     for document in serde_yaml::Deserializer::from_str(text) {
@@ -127,6 +128,13 @@ fn role_rules(text: &str) -> Result<Vec<PolicyRule>, String> {
         {
             return Err(format!(
                 "rules[{i}] names nonResourceURLs, which a namespaced Role cannot grant"
+            ));
+        }
+        // As the API server's `ValidatePolicyRule` (kubernetes `pkg/apis/rbac/validation`)
+        // refuses them, before anything is created.
+        if rule.api_groups.as_ref().is_none_or(Vec::is_empty) {
+            return Err(format!(
+                "rules[{i}] names no apiGroups (the core group, of pods and claims, is \"\")"
             ));
         }
         if rule.resources.as_ref().is_none_or(Vec::is_empty) {
@@ -269,6 +277,14 @@ mod tests {
             (
                 &format!("{role}rules:\n- apiGroups: [\"\"]\n  verbs: [get]\n"),
                 "rules[0] names no resources",
+            ),
+            (
+                &format!("{role}rules:\n- resources: [pods]\n  verbs: [get]\n"),
+                "rules[0] names no apiGroups",
+            ),
+            (
+                &format!("{role}rules:\n- apiGroups: []\n  resources: [pods]\n  verbs: [get]\n"),
+                "rules[0] names no apiGroups",
             ),
             (&format!("{role}---\n{role}"), "holds 2 documents"),
             ("", "holds 0 documents"),

@@ -135,6 +135,8 @@ pub struct GcOutcome {
     /// Orphaned node state left because it is younger than `--older-than` (a Pod being
     /// created may own it), with its age: a later `gc` removes it.
     pub too_young: Vec<(String, Duration)>,
+    /// What could not be searched, with why and the fix (a kind the identity may not list).
+    pub not_searched: Vec<String>,
 }
 
 /// A run `gc` left alone because it is alive, and the evidence (its lease).

@@ -49,6 +49,9 @@ pub(crate) async fn gc(args: &GcArgs) -> u8 {
             request.older_than.as_secs()
         );
     }
+    for why in &outcome.not_searched {
+        println!("not searched: {why}");
+    }
     println!("{verb} {} objects", outcome.removed.len());
     if let Some(run) = &args.run
         && let Some(spared) = outcome.spared.iter().find(|s| &s.run == run)

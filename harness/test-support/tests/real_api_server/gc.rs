@@ -168,9 +168,9 @@ async fn gc_removes_a_launchs_node_grant_only_when_its_run_is_over_on_a_real_api
         .await
         .unwrap()
         .admin;
-    let grant = |run: &str| LaunchPlan {
+    let grant_in = |run: &str, namespace: Option<&str>| LaunchPlan {
         run_id: run.to_owned(),
-        namespace: None,
+        namespace: namespace.map(str::to_owned),
         harness_image: "h:1".into(),
         harness_arch: None,
         executor_role: Default::default(),
@@ -183,6 +183,7 @@ async fn gc_removes_a_launchs_node_grant_only_when_its_run_is_over_on_a_real_api
         run_args: Vec::new(),
         pull_secrets: Vec::new(),
     };
+    let grant = |run: &str| grant_in(run, None);
     let pp = PostParams::default();
     let (over, live) = (
         format!("grant-over-{}", random_hex(4)),
@@ -202,6 +203,67 @@ async fn gc_removes_a_launchs_node_grant_only_when_its_run_is_over_on_a_real_api
             .await
             .unwrap();
     }
+    // A launch killed between its two creates: the role alone, its annotation naming the
+    // namespace whose Lease judges it.
+    let orphan = format!("grant-orphan-{}", random_hex(4));
+    run_with_lease(&admin, &orphan, Some(600)).await;
+    roles
+        .create(&pp, &grant(&orphan).nodes_cluster_role())
+        .await
+        .unwrap();
+    // A launch in an operator's namespace (no run label on it): its run's Lease is read
+    // where the binding points, and a live one spares the grant.
+    let (team, in_team) = (
+        format!("team-{}", random_hex(4)),
+        format!("grant-team-{}", random_hex(4)),
+    );
+    Api::<Namespace>::all(admin.clone())
+        .create(&pp, &typed(json!({"metadata": {"name": team}})))
+        .await
+        .unwrap();
+    let renewed = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    Api::<Lease>::namespaced(admin.clone(), &team)
+        .create(
+            &pp,
+            &typed(json!({"metadata": {"name": cluster::lease_name(&in_team, cluster::Holder::Run),
+                "labels": {"acceptance.kandev.ai/managed": "true", "acceptance.kandev.ai/run": in_team}},
+                "spec": {"holderIdentity": "a test", "leaseDurationSeconds": cluster::LEASE_SECONDS,
+                    "renewTime": renewed}})),
+        )
+        .await
+        .unwrap();
+    let team_plan = grant_in(&in_team, Some(&team));
+    roles
+        .create(&pp, &team_plan.nodes_cluster_role())
+        .await
+        .unwrap();
+    bindings
+        .create(&pp, &team_plan.nodes_cluster_binding())
+        .await
+        .unwrap();
+    let in_team_gc = cluster::gc(&admin, &scope(Some(&in_team), false))
+        .await
+        .unwrap();
+    assert!(in_team_gc.removed.is_empty(), "{:?}", in_team_gc.removed);
+    assert_eq!(in_team_gc.spared.len(), 1, "{:?}", in_team_gc.spared);
+    let orphan_gc = cluster::gc(&admin, &scope(Some(&orphan), false))
+        .await
+        .unwrap();
+    assert!(orphan_gc.spared.is_empty(), "{:?}", orphan_gc.spared);
+    let orphan_name = grant(&orphan).nodes_grant_name();
+    assert!(roles.get_opt(&orphan_name).await.unwrap().is_none());
+    cluster::gc(&admin, &scope(Some(&in_team), true))
+        .await
+        .unwrap();
+    assert!(
+        bindings
+            .get_opt(&team_plan.nodes_grant_name())
+            .await
+            .unwrap()
+            .is_none()
+    );
     let spared = cluster::gc(&admin, &scope(Some(&live), false))
         .await
         .unwrap();

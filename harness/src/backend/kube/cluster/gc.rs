@@ -12,6 +12,7 @@
 use super::lease::{LEASE_SECONDS, leases_in};
 use crate::backend::kube::deletes::{DeletePolicy, delete_exact};
 use crate::backend::kube::errors::{ClusterError, setup};
+use crate::backend::kube::launch::GRANT_NAMESPACE;
 use crate::backend::{GcOutcome, Spared};
 use crate::pod::identity::{LABEL_LAUNCH, LABEL_MANAGED, LABEL_RUN};
 use k8s_openapi::NamespaceResourceScope;
@@ -165,7 +166,8 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
         inside.dedup_by(|a, b| a.uid == b.uid);
     }
 
-    let cluster_rbac = cluster_grants(admin, scope, &selector).await?;
+    let mut not_searched = Vec::new();
+    let cluster_rbac = cluster_grants(admin, scope, &selector, &mut not_searched).await?;
 
     // Who is alive.
     let now = Timestamp::now();
@@ -225,20 +227,17 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
     }
     let alive = |run: &Option<String>| run.as_ref().is_some_and(|r| live.contains_key(r));
 
-    let mut outcome = GcOutcome::default();
     let in_namespace = scope.namespace.unwrap_or_default();
-    // Cluster-scoped grants before the namespaces their bindings name; a role without its
-    // binding (a launch killed between the two creates) once a Lease's duration has passed.
+    // Cluster-scoped grants before the namespaces they name (made after the run's Lease, so
+    // judged by it as every object inside is).
     let grants: Vec<Found> = cluster_rbac
         .iter()
-        .filter(|(found, bound)| {
-            bound.is_some()
-                || found
-                    .created
-                    .is_some_and(|c| now.as_second() - c.as_second() >= i64::from(LEASE_SECONDS))
-        })
         .map(|(found, _)| found.clone())
         .collect();
+    let mut outcome = GcOutcome {
+        not_searched,
+        ..Default::default()
+    };
     for found in grants
         .iter()
         .chain(&namespaces)
@@ -268,48 +267,57 @@ pub async fn gc(admin: &Client, scope: &GcScope<'_>) -> Result<GcOutcome, Cluste
     Ok(outcome)
 }
 
-/// `launch --node-inspector`'s cluster-scoped grants matching `selector`, each with the
-/// namespace its binding names (a role: its binding's of the same name; None when there is
-/// none). Under `--namespace`, only those bound there. An identity that may not list them
-/// (bound to one namespace) cannot have made any, nor can a server that serves none: none.
+/// `launch --node-inspector`'s cluster-scoped grants matching `selector`, each with the run's
+/// namespace (a binding's subject's; a role's annotation, [`GRANT_NAMESPACE`]). Under
+/// `--namespace`, only those of it. A server that serves none has none; one that refuses the
+/// list is said in `not_searched`, with the fix.
 async fn cluster_grants(
     admin: &Client,
     scope: &GcScope<'_>,
     selector: &str,
+    not_searched: &mut Vec<String>,
 ) -> Result<Vec<(Found, Option<String>)>, ClusterError> {
     let params = ListParams::default().labels(selector);
-    let forbidden =
-        |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 403 || s.code == 404);
+    let mut refused = |kind: &str, e: &kube::Error| match e {
+        kube::Error::Api(s) if s.code == 404 => true,
+        kube::Error::Api(s) if s.code == 403 => {
+            not_searched.push(format!(
+                "{kind}: your identity may not list them ({}); a `launch --node-inspector` killed before its end leaves its grant there\n  fix: grant list on {kind}, or remove them yourself: kubectl delete clusterrolebinding,clusterrole -l {selector}",
+                s.message
+            ));
+            true
+        }
+        _ => false,
+    };
     let bindings = match Api::<ClusterRoleBinding>::all(admin.clone())
         .list(&params)
         .await
     {
         Ok(list) => list.items,
-        Err(e) if forbidden(&e) => return Ok(Vec::new()),
+        Err(e) if refused("clusterrolebindings", &e) => Vec::new(),
         Err(e) => return Err(setup("list cluster role bindings")(e)),
     };
     let roles = match Api::<ClusterRole>::all(admin.clone()).list(&params).await {
         Ok(list) => list.items,
-        Err(e) if forbidden(&e) => Vec::new(),
+        Err(e) if refused("clusterroles", &e) => Vec::new(),
         Err(e) => return Err(setup("list cluster roles")(e)),
-    };
-    let bound_in = |name: &str| {
-        bindings
-            .iter()
-            .find(|b| b.metadata.name.as_deref() == Some(name))
-            .and_then(|b| b.subjects.as_ref()?.first()?.namespace.clone())
     };
     let mut found: Vec<(Found, Option<String>)> = bindings
         .iter()
         .map(|b| {
-            let found = Found::of(Kind::ClusterRoleBinding, b);
-            let bound = bound_in(&found.name);
-            (found, bound)
+            let bound = b
+                .subjects
+                .as_ref()
+                .and_then(|s| s.first()?.namespace.clone());
+            (Found::of(Kind::ClusterRoleBinding, b), bound)
         })
         .chain(roles.iter().map(|r| {
-            let found = Found::of(Kind::ClusterRole, r);
-            let bound = bound_in(&found.name);
-            (found, bound)
+            let bound = r
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(GRANT_NAMESPACE).cloned());
+            (Found::of(Kind::ClusterRole, r), bound)
         }))
         .collect();
     if let Some(ns) = scope.namespace {

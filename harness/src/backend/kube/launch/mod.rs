@@ -15,7 +15,9 @@ mod objects;
 mod retrieve;
 
 pub use follow::Interrupts;
-pub use objects::{INPUTS, LaunchPlan, TEARDOWN_MARGIN, harness_image_arch, run_deadline};
+pub use objects::{
+    GRANT_NAMESPACE, INPUTS, LaunchPlan, TEARDOWN_MARGIN, harness_image_arch, run_deadline,
+};
 
 use objects::{BOOKKEEPER, TOKEN_KEY};
 
@@ -136,7 +138,7 @@ impl LaunchError {
                 409 => format!(
                     "another launch in this namespace holds it, or a killed one left it: wait for the other to end, or remove what killed runs left: {gc_where} --all"
                 ),
-                403 => "your identity must create namespaces (or name one with --namespace), Leases (coordination.k8s.io), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there, and with --node-inspector a ClusterRole and ClusterRoleBinding to read nodes (docs/operators.md: RBAC, `launch`: your identity and the bookkeeper)".into(),
+                403 => "your identity must create namespaces (or name one with --namespace), Leases (coordination.k8s.io), service accounts and their tokens, Roles and RoleBindings (holding every rule they grant), Secrets and Jobs there, and with --node-inspector a ClusterRole and ClusterRoleBinding to read nodes (holding get and list on nodes yourself) (docs/operators.md: RBAC, `launch`: your identity and the bookkeeper)".into(),
                 422 => "the API server refuses the object as invalid: correct what it names (for the executor's Role: --executor-role)".into(),
                 _ => "check that the cluster answers (`kubectl --context C get ns`)".into(),
             };

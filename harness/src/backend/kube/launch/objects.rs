@@ -81,6 +81,9 @@ pub struct LaunchPlan {
     pub pull_secrets: Vec<pull_secrets::Wanted>,
 }
 
+/// The annotation on `launch --node-inspector`'s ClusterRole naming the run's namespace.
+pub const GRANT_NAMESPACE: &str = "acceptance.kandev.ai/namespace";
+
 /// The architecture of `image` as this machine's engine holds it (`docker image inspect`'s
 /// `Architecture`); None, with why, when it cannot be read there (no engine, an image only in
 /// a registry, or an architecture Kandev's profiles do not name).
@@ -205,6 +208,12 @@ impl LaunchPlan {
     pub fn nodes_cluster_role(&self) -> ClusterRole {
         let mut meta = self.meta(&self.nodes_grant_name());
         meta.namespace = None;
+        // A role left without its binding (a launch killed between the two creates) still
+        // names the namespace whose Lease tells `gc` whether its run is alive.
+        meta.annotations = Some(BTreeMap::from([(
+            GRANT_NAMESPACE.to_owned(),
+            self.namespace(),
+        )]));
         ClusterRole {
             metadata: meta,
             rules: Some(vec![PolicyRule {

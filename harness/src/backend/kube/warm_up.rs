@@ -236,12 +236,38 @@ async fn on_node(
     target: &Target,
     pod: &Pod,
     images: &[Image],
-    deadline: Instant,
+    bounds: &Bounds<'_>,
     created: &std::sync::Mutex<Vec<PodRef>>,
-    stopped: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<Value> {
+    let Bounds {
+        deadline,
+        stopped,
+        failed,
+        late,
+    } = *bounds;
     let started = Instant::now();
     let name = pod.metadata.name.clone().unwrap_or_default();
+    // Nothing is created once the run stopped, the bound passed or another node failed.
+    if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+        anyhow::bail!(
+            "warm-up on node {}: the run was stopped (Ctrl-C, SIGTERM or --deadline) before its images were pulled",
+            target.node
+        );
+    }
+    if failed.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(
+            json!({"node": target.node, "not_tried": "another node's warm-up failed first"}),
+        );
+    }
+    if Instant::now() >= deadline {
+        if late {
+            return Ok(cold(target, None));
+        }
+        anyhow::bail!(
+            "warm-up on node {}: not started within --warm-up-timeout (the other nodes took it); {FIX}",
+            target.node
+        );
+    }
     let made = match backend.create_helper_pod(pod).await {
         Ok(made) => made,
         Err(e) => {
@@ -331,6 +357,9 @@ async fn on_node(
             );
         }
         if Instant::now() >= deadline {
+            if late {
+                return Ok(cold(target, Some(&made.name)));
+            }
             let waiting: Vec<String> = images
                 .iter()
                 .zip(&seen)
@@ -378,6 +407,23 @@ fn unwarmed(warmed: &[String], now: Vec<Node>) -> Vec<Node> {
                 .is_some_and(|name| !warmed.contains(name))
         })
         .collect()
+}
+
+/// How a node's warm-up is bounded: the deadline, the run's stop, a failure of another node
+/// (no Pod is created after one), and whether the node came after the first round (one that
+/// joined late and is not done by the deadline is cold, not a failure).
+#[derive(Clone, Copy)]
+struct Bounds<'a> {
+    deadline: Instant,
+    stopped: &'a std::sync::atomic::AtomicBool,
+    failed: &'a std::sync::atomic::AtomicBool,
+    late: bool,
+}
+
+/// The evidence of a node that joined during the warm-up and was not done by its bound.
+fn cold(target: &Target, pod: Option<&str>) -> Value {
+    json!({"node": target.node, "pod": pod,
+        "cold": "joined during the warm-up and not pulled within --warm-up-timeout: its first session's pull counts against pod_ready"})
 }
 
 /// Whether node `name` is known to be gone (a read that fails says nothing).
@@ -436,21 +482,36 @@ pub async fn run(
     let mut warmed = Vec::new();
     let mut warmed_nodes: Vec<String> = Vec::new();
     let mut rounds = 0;
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let mut relisted = None;
     while !chosen.is_empty() {
         rounds += 1;
+        let bounds = Bounds {
+            deadline,
+            stopped,
+            failed: &failed,
+            late: rounds > 1,
+        };
         warmed_nodes.extend(chosen.iter().map(|t| t.node.clone()));
         // Made before they are streamed: a closure inside the stream would not be `Send`
         // for every lifetime the backend's `prepare` needs.
         let mut pulls = Vec::new();
         for target in &chosen {
             let pod = warm_up_pod(run_id, namespace, target, task, &images);
-            let (backend, images, created) = (&backend, &images, &created);
+            let (backend, images, created, bounds) = (&backend, &images, &created, &bounds);
             pulls.push(async move {
-                on_node(backend, target, &pod, images, deadline, created, stopped).await
+                let pulled = on_node(backend, target, &pod, images, bounds, created).await;
+                if pulled.is_err() {
+                    bounds
+                        .failed
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                pulled
             });
         }
+        // Unordered: a slow node holds its own slot, not the next node's start.
         let round: Vec<_> = futures_util::stream::iter(pulls)
-            .buffered(AT_ONCE)
+            .buffer_unordered(AT_ONCE)
             .collect()
             .await;
         let failed = round.iter().any(Result::is_err);
@@ -461,11 +522,17 @@ pub async fn run(
         // Nodes that joined meanwhile (an autoscaler's), or became placeable: the next round.
         // What is left out is the latest listing's word. A failed listing ends the warm-up
         // with what it warmed.
-        let Ok(now) = Api::<Node>::all(admin.clone())
+        let now = match Api::<Node>::all(admin.clone())
             .list(&ListParams::default())
             .await
-        else {
-            break;
+        {
+            Ok(now) => now,
+            Err(e) => {
+                relisted = Some(format!(
+                    "the nodes could not be listed again after round {rounds} ({e}): a node that joined since is not warmed"
+                ));
+                break;
+            }
         };
         (chosen, left_out) = targets(&unwarmed(&warmed_nodes, now.items), template, arch);
     }
@@ -495,6 +562,7 @@ pub async fn run(
         "timeout_seconds": timeout.as_secs(),
         "at_once": AT_ONCE,
         "rounds": rounds,
+        "relisted": relisted,
         "nodes": per_node,
         "left_out": left_out,
         "how": "one Pod per node the task Pod can be placed on, pinned by kubernetes.io/hostname; an image's seconds run from the Pod's create until the kubelet reported its imageID or the container ran (read every 0.5 s)",

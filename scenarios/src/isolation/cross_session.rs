@@ -47,64 +47,121 @@ const WORKSPACES: Check = Check {
 const MARKER_WINDOW: Duration = Duration::from_secs(2);
 const MARKER_INTERVAL: Duration = Duration::from_millis(200);
 
-/// The script the companion runs to show its network namespace's NAT tables, the Pod's
-/// (`iptables-save` and `ip6tables-save`, whichever backend they drive): a port forwarded by
-/// DNAT or REDIRECT has no listener in the Pod's socket tables (the listener is in another
-/// namespace, a nested container's as the nested daemon publishes one), yet the peer reaches
-/// it at the Pod's IP. Each table after `== NAME`, or `== NAME failed` / `== NAME absent`;
-/// then `== end`.
+/// The script the companion runs to show its network namespace's NAT tables, the Pod's: a
+/// port forwarded by DNAT or REDIRECT has no listener in the Pod's socket tables (the listener
+/// is in another namespace, a nested container's as the nested daemon publishes one), yet the
+/// peer reaches it at the Pod's IP. Every `*-save` there is (the legacy and the nft backends
+/// each show only their own rules) and `nft list ruleset` (native nftables rules, which
+/// neither shows): each after `== NAME`, or `== NAME failed`; then `== end`.
 pub fn nat_probe() -> String {
-    r#"for t in iptables-save ip6tables-save; do
-  if ! command -v "$t" >/dev/null 2>&1; then echo "== $t absent"; continue; fi
+    r#"for t in iptables-legacy-save iptables-nft-save iptables-save ip6tables-legacy-save ip6tables-nft-save ip6tables-save; do
+  command -v "$t" >/dev/null 2>&1 || continue
   if out=$("$t" -t nat 2>&1); then echo "== $t"; printf '%s\n' "$out"; else echo "== $t failed: $out" | head -n 3; fi
 done
+if command -v nft >/dev/null 2>&1; then
+  if out=$(nft list ruleset 2>&1); then echo "== nft"; printf '%s\n' "$out"; else echo "== nft failed: $out" | head -n 3; fi
+fi
 echo "== end"
 "#
     .to_owned()
 }
 
+/// The ports of one forwarding rule's port list (`a,b:c` for iptables, `a` `b-c` for nft).
+fn port_list<'a>(
+    specs: impl Iterator<Item = &'a str>,
+    range: char,
+    rule: &str,
+    ports: &mut std::collections::BTreeSet<u16>,
+) -> Result<(), String> {
+    for spec in specs {
+        let (low, high) = spec.split_once(range).unwrap_or((spec, spec));
+        let (Ok(low), Ok(high)) = (low.parse::<u16>(), high.parse::<u16>()) else {
+            return Err(format!("a rule's ports cannot be read: {rule}"));
+        };
+        if high.saturating_sub(low) > 64 {
+            return Err(format!(
+                "a rule forwards {low} to {high}, too many to ask: {rule}"
+            ));
+        }
+        ports.extend(low..=high);
+    }
+    Ok(())
+}
+
 /// The destination ports [`nat_probe`]'s tables forward (DNAT or REDIRECT rules' `--dport`,
-/// `--dports` and their ranges), or why they cannot be told: no table read (its `*nat`
-/// header is the read's control), a rule that forwards every port, or the probe cut short.
-pub fn nat_forwarded_ports(text: &str) -> Result<Vec<u16>, String> {
+/// `--dports` and their ranges; nftables' `dport`), or why they cannot be told: no NAT table
+/// of the peer's address family read (`v6`; its `*nat` header is the read's control), legacy
+/// rules only a tool that did not run shows, a rule that forwards every port (or all but
+/// some), ports it does not name, or the probe cut short.
+pub fn nat_forwarded_ports(text: &str, v6: bool) -> Result<Vec<u16>, String> {
     if !text.lines().any(|l| l.trim() == "== end") {
         return Err("the NAT tables' listing did not reach its end".into());
     }
-    if !text.lines().any(|l| l.trim() == "*nat") {
-        let said: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
-        return Err(format!("no NAT table was read ({})", said.join("; ")));
-    }
+    let family = if v6 { "ip6tables" } else { "iptables" };
+    let (mut section, mut read_family, mut legacy_read, mut legacy_hidden) =
+        ("", false, false, false);
     let mut ports = std::collections::BTreeSet::new();
-    for rule in text.lines().filter(|l| l.starts_with("-A ")) {
-        let words: Vec<&str> = rule.split_whitespace().collect();
-        let target = words
-            .windows(2)
-            .find(|w| w[0] == "-j")
-            .map(|w| w[1])
-            .unwrap_or_default();
-        if target != "DNAT" && target != "REDIRECT" {
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            section = name;
             continue;
         }
-        let given = words
-            .windows(2)
-            .filter(|w| w[0] == "--dport" || w[0] == "--dports")
-            .map(|w| w[1])
-            .collect::<Vec<_>>();
+        let rule = line.trim();
+        if rule == "*nat" && section.starts_with(family) {
+            read_family = true;
+            legacy_read |= section.contains("legacy");
+        }
+        legacy_hidden |= rule.contains("iptables-legacy tables present");
+        let words: Vec<&str> = rule.split_whitespace().collect();
+        if section == "nft" {
+            if !words.iter().any(|w| *w == "dnat" || *w == "redirect") {
+                continue;
+            }
+            let Some(at) = words.iter().position(|w| *w == "dport") else {
+                return Err(format!(
+                    "an nftables rule forwards ports it does not name: {rule}"
+                ));
+            };
+            if words.get(at + 1) == Some(&"!=") {
+                return Err(format!(
+                    "an nftables rule forwards every port but some: {rule}"
+                ));
+            }
+            let named = words[at + 1..]
+                .iter()
+                .take_while(|w| !matches!(**w, "dnat" | "redirect" | "counter" | "meta"))
+                .map(|w| w.trim_matches(|c| c == '{' || c == '}' || c == ','))
+                .filter(|w| !w.is_empty());
+            port_list(named, '-', rule, &mut ports)?;
+            continue;
+        }
+        let target = words.windows(2).find(|w| w[0] == "-j").map(|w| w[1]);
+        if !rule.starts_with("-A ") || !matches!(target, Some("DNAT" | "REDIRECT")) {
+            continue;
+        }
+        let given: Vec<usize> = (0..words.len())
+            .filter(|i| words[*i] == "--dport" || words[*i] == "--dports")
+            .collect();
         if given.is_empty() {
             return Err(format!("a rule forwards every port: {rule}"));
         }
-        for spec in given.iter().flat_map(|g| g.split(',')) {
-            let (low, high) = spec.split_once(':').unwrap_or((spec, spec));
-            let (Ok(low), Ok(high)) = (low.parse::<u16>(), high.parse::<u16>()) else {
-                return Err(format!("a rule's ports cannot be read: {rule}"));
-            };
-            if high.saturating_sub(low) > 64 {
-                return Err(format!(
-                    "a rule forwards {low} to {high}, too many to ask: {rule}"
-                ));
+        for i in given {
+            if i > 0 && words[i - 1] == "!" {
+                return Err(format!("a rule forwards every port but some: {rule}"));
             }
-            ports.extend(low..=high);
+            let list = words.get(i + 1).copied().unwrap_or_default();
+            port_list(list.split(','), ':', rule, &mut ports)?;
         }
+    }
+    if !read_family {
+        let said: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
+        return Err(format!(
+            "no {family} NAT table was read ({})",
+            said.join("; ")
+        ));
+    }
+    if legacy_hidden && !legacy_read {
+        return Err("legacy iptables rules are present that only iptables-legacy-save shows, and it did not run".into());
     }
     Ok(ports.into_iter().collect())
 }
@@ -260,12 +317,12 @@ fn run(ctx: &mut Ctx) -> ScenarioFuture<'_> {
         let mut unasked = Vec::new();
         // And every port the peer's NAT table forwards, which no socket table shows.
         let mut forwarded = Vec::new();
-        for (session, ports) in [&a, &b].into_iter().zip(peer_ports.iter_mut()) {
+        for ((session, ports), ip) in [&a, &b].into_iter().zip(peer_ports.iter_mut()).zip(&ips) {
             let nat = session
                 .in_daemon(&["sh", "-c", &nat_probe()], Duration::from_secs(20))
                 .await?;
             let text = format!("{}{}", nat.stdout_text(), nat.stderr_text());
-            match nat_forwarded_ports(&text) {
+            match nat_forwarded_ports(&text, ip.contains(':')) {
                 Ok(more) => {
                     forwarded.push(json!(more));
                     ports.extend(more);
@@ -447,28 +504,56 @@ s.serve_forever()
     #[test]
     fn every_port_a_nat_rule_forwards_is_asked_and_one_that_forwards_all_is_told() {
         let table = |rules: &str| {
-            format!(
-                "== iptables-save\n*nat\n:PREROUTING ACCEPT [0:0]\n{rules}COMMIT\n== ip6tables-save absent\n== end\n"
-            )
+            format!("== iptables-save\n*nat\n:PREROUTING ACCEPT [0:0]\n{rules}COMMIT\n== end\n")
         };
         let rules = "-A PREROUTING -p tcp -m tcp --dport 2377 -j DNAT --to-destination 169.254.77.2:2377\n\
             -A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80\n\
             -A PREROUTING -p tcp -m multiport --dports 9000,9100:9101 -j REDIRECT --to-ports 2375\n\
             -A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE\n";
-        assert_eq!(
-            nat_forwarded_ports(&table(rules)),
-            Ok(vec![2377, 8080, 9000, 9100, 9101])
+        let read = |text: &str| nat_forwarded_ports(text, false);
+        assert_eq!(read(&table(rules)), Ok(vec![2377, 8080, 9000, 9100, 9101]));
+        assert_eq!(read(&table("")), Ok(vec![]));
+        let said = |text: String, words: &str| {
+            let answer = read(&text);
+            assert!(
+                answer.as_ref().is_err_and(|e| e.contains(words)),
+                "{answer:?}"
+            );
+        };
+        said(
+            table("-A PREROUTING -p tcp -j DNAT --to-destination 10.0.0.9\n"),
+            "every port",
         );
-        assert_eq!(nat_forwarded_ports(&table("")), Ok(vec![]));
-        let all = nat_forwarded_ports(&table(
-            "-A PREROUTING -p tcp -j DNAT --to-destination 10.0.0.9\n",
-        ));
-        assert!(all.is_err_and(|e| e.contains("every port")));
-        // No table read is no evidence of none, nor is a listing cut short.
-        let unread =
-            "== iptables-save absent\n== ip6tables-save failed: Permission denied\n== end\n";
-        assert!(nat_forwarded_ports(unread).is_err_and(|e| e.contains("no NAT table was read")));
-        assert!(nat_forwarded_ports("== iptables-save\n*nat\n").is_err());
+        // A negation forwards every port but those named.
+        said(
+            table("-A PREROUTING -p tcp -m tcp ! --dport 22 -j DNAT --to-destination 10.0.0.9\n"),
+            "every port but some",
+        );
+        // Native nftables rules, which no *-save shows.
+        let nft = |rule: &str| {
+            format!(
+                "== iptables-save\n*nat\nCOMMIT\n== nft\ntable ip nat {{\n  chain p {{\n    {rule}\n  }}\n}}\n== end\n"
+            )
+        };
+        assert_eq!(
+            read(&nft("tcp dport { 2377, 2380-2381 } dnat to 10.0.0.9")),
+            Ok(vec![2377, 2380, 2381])
+        );
+        said(
+            nft("tcp dport != 22 dnat to 10.0.0.9"),
+            "every port but some",
+        );
+        said(nft("ip daddr 10.0.0.1 dnat to 10.0.0.9"), "does not name");
+        // Legacy rules only iptables-legacy-save shows, when it did not run.
+        said("== iptables-save\n# Warning: iptables-legacy tables present, use iptables-legacy-save to see them\n*nat\nCOMMIT\n== end\n".into(), "legacy");
+        // No table of the peer's family read is no evidence of none, nor a listing cut short.
+        said(
+            "== iptables-save failed: Permission denied\n== end\n".into(),
+            "no iptables NAT table was read",
+        );
+        let v4_only = table("");
+        assert!(nat_forwarded_ports(&v4_only, true).is_err_and(|e| e.contains("ip6tables")));
+        assert!(read("== iptables-save\n*nat\n").is_err());
     }
 
     /// The NAT probe through a real shell in a fresh network namespace (`unshare --net`) with a
@@ -486,7 +571,7 @@ s.serve_forever()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
-            nat_forwarded_ports(&text),
+            nat_forwarded_ports(&text, false),
             Ok(vec![2377]),
             "{text}{}",
             String::from_utf8_lossy(&out.stderr)

@@ -48,6 +48,29 @@ async fn put_secret(double: &KubeDouble, namespace: &str, name: &str, labels: Va
         .unwrap()
 }
 
+/// Records, per Pod the double is asked to create, its run and the names it carries (the
+/// double's Pod hook reads each create's body, changing nothing).
+fn record_carried(double: &KubeDouble) -> Seen {
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    double
+        .state
+        .set_pod_mutator(Some(Box::new(move |pod: &mut Value| {
+            let names = pod["spec"]["imagePullSecrets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                .collect();
+            let run = pod["metadata"]["labels"][LABEL_RUN]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned();
+            record.lock().unwrap().push((run, names));
+        })));
+    seen
+}
+
 /// The Secrets deleted in `namespace` so far, by name.
 fn deleted_secrets(double: &KubeDouble, namespace: &str) -> Vec<String> {
     double
@@ -77,23 +100,7 @@ async fn runs_sharing_a_namespace_each_copy_and_remove_their_own_pull_secret_on_
         let uid = put_secret(&double, shared, name, labels).await;
         others.push((name.to_owned(), uid));
     }
-    let seen: Seen = Arc::default();
-    let record = seen.clone();
-    double
-        .state
-        .set_pod_mutator(Some(Box::new(move |pod: &mut Value| {
-            let names = pod["spec"]["imagePullSecrets"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r["name"].as_str().map(str::to_owned))
-                .collect();
-            let run = pod["metadata"]["labels"][LABEL_RUN]
-                .as_str()
-                .unwrap_or("?")
-                .to_owned();
-            record.lock().unwrap().push((run, names));
-        })));
+    let seen = record_carried(&double);
     let args = [
         "--namespace",
         shared,
@@ -245,19 +252,7 @@ async fn a_templates_pull_secret_is_read_from_the_namespace_its_pods_run_in_on_k
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("with-pull-secret.yaml");
     std::fs::write(&path, serde_yaml::to_string(&template).unwrap()).unwrap();
-    let seen: Seen = Arc::default();
-    let record = seen.clone();
-    double
-        .state
-        .set_pod_mutator(Some(Box::new(move |pod: &mut Value| {
-            let names = pod["spec"]["imagePullSecrets"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r["name"].as_str().map(str::to_owned))
-                .collect();
-            record.lock().unwrap().push((String::new(), names));
-        })));
+    let seen = record_carried(&double);
     let Run { report, text, .. } = run(
         &double,
         &images,

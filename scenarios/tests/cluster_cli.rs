@@ -309,7 +309,13 @@ async fn a_loopback_cluster_is_reached_directly_whatever_https_proxy_says() {
     .await
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(proxy.targets().len(), 1, "{:?}", proxy.targets());
+    // Seen there, and only for the double (the client may open more than one connection).
+    let server = double.server.trim_start_matches("https://").to_owned();
+    let targets = proxy.targets();
+    assert!(
+        !targets.is_empty() && targets.iter().all(|t| *t == server),
+        "{targets:?}"
+    );
 }
 
 /// `NO_PROXY` with an empty entry (`a,,b` or a trailing comma, as shells and `.env` files

@@ -41,14 +41,17 @@ pub(crate) fn launch(
         .as_ref()
         .and_then(|t| t.spec.clone())
         .unwrap_or_default();
-    let pull_secrets =
-        match crate::backend::kube::pull_secrets::wanted(&run.image_pull_secret, &template_spec) {
-            Ok(wanted) => wanted,
-            Err(refused) => {
-                eprintln!("error: {refused}");
-                return exit::USAGE;
-            }
-        };
+    let pull_secrets = match crate::backend::kube::pull_secrets::wanted(
+        &run.image_pull_secret,
+        &template_spec,
+        run.cluster.namespace.is_some(),
+    ) {
+        Ok(wanted) => wanted,
+        Err(refused) => {
+            eprintln!("error: {refused}");
+            return exit::USAGE;
+        }
+    };
     if let Err(code) = super::run::whole_catalogue_under_release(run, &config, &registry) {
         return code;
     }

@@ -57,8 +57,8 @@ async fn the_operator_preflight_asks_for_the_pull_secrets_grants_on_kube_double(
     double.state.create_namespace(ops, &[]);
     let folder = tempfile::tempdir().unwrap();
     let kubeconfig = kubeconfig_with(&double, &token_of(&admin, team, "operator").await, &folder);
-    let wanted =
-        pull_secrets::wanted(&["ops/regcred".into()], &Default::default()).unwrap_or_default();
+    let wanted = pull_secrets::wanted(&["ops/regcred".into()], &Default::default(), true)
+        .unwrap_or_default();
     let set_up = |run: &'static str, node_inspector: bool| {
         let (kubeconfig, wanted) = (kubeconfig.clone(), wanted.clone());
         async move {

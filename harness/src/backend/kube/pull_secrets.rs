@@ -88,9 +88,17 @@ pub struct Refused {
     pub fix: String,
 }
 
-/// The Secrets the flags and the template's Pod spec name, each once (the flag's first).
-/// Refused: one name read from two namespaces (the copy keeps the name).
-pub fn wanted(flags: &[String], template: &PodSpec) -> Result<Vec<Wanted>, Refused> {
+/// The Secrets the flags and the template's Pod spec name, each once (the flag's first: an
+/// explicit `NS/NAME` is carried in place of the template's `NAME`). Refused: one name read
+/// from two namespaces; and, under `--namespace` (`namespace_given`), a bare flag `NAME` that
+/// the template names too, since the flag's is read from the context's namespace and the
+/// template's from `--namespace` ([`plan`]): two Secrets, one name, and which one the Pods
+/// should carry is the operator's to say.
+pub fn wanted(
+    flags: &[String],
+    template: &PodSpec,
+    namespace_given: bool,
+) -> Result<Vec<Wanted>, Refused> {
     let mut all: Vec<Wanted> = Vec::new();
     let from_template = template
         .image_pull_secrets
@@ -115,6 +123,16 @@ pub fn wanted(flags: &[String], template: &PodSpec) -> Result<Vec<Wanted>, Refus
                     ),
                     fix: format!(
                         "name {name} once (--image-pull-secret NS/{name}): its copy in the run's namespace keeps the name"
+                    ),
+                });
+            }
+            Some(seen) if namespace_given && seen.source.is_none() && named_by == TEMPLATE => {
+                return Err(Refused {
+                    problem: format!(
+                        "image pull secret {name} is named by --image-pull-secret, read from the context's namespace, and by the template's imagePullSecrets, read from --namespace where its Pods run: two Secrets under one name"
+                    ),
+                    fix: format!(
+                        "leave out --image-pull-secret {name} to carry the namespace's own, or name the one to carry in its place: --image-pull-secret NS/{name}"
                     ),
                 });
             }
@@ -514,7 +532,7 @@ mod tests {
         let template: PodSpec = serde_json::from_value(json!({"containers": [],
             "imagePullSecrets": [{"name": "tmpl"}, {"name": "both"}]}))
         .unwrap_or_default();
-        let all = wanted(&["ops/both".into(), "flag".into()], &template).unwrap_or_default();
+        let all = wanted(&["ops/both".into(), "flag".into()], &template, true).unwrap_or_default();
         let seen: Vec<(Option<&str>, &str, &str)> = all
             .iter()
             .map(|w| (w.source.as_deref(), w.name.as_str(), w.named_by))
@@ -527,11 +545,31 @@ mod tests {
                 (None, "tmpl", "the template's imagePullSecrets"),
             ]
         );
-        let twice = wanted(&["a/x".into(), "b/x".into()], &PodSpec::default());
+        let twice = wanted(&["a/x".into(), "b/x".into()], &PodSpec::default(), false);
         assert!(
             twice.is_err_and(|e| e.to_string().contains("named twice")
                 && e.to_string().contains("fix: name x once"))
         );
+    }
+
+    #[test]
+    fn a_bare_flag_the_template_names_too_is_refused_under_namespace() {
+        let template: PodSpec = serde_json::from_value(json!({"containers": [],
+            "imagePullSecrets": [{"name": "regcred"}]}))
+        .unwrap_or_default();
+        let clash = wanted(&["regcred".into()], &template, true);
+        assert!(clash.is_err_and(|e| {
+            e.to_string().contains("two Secrets under one name")
+                && e.to_string()
+                    .contains("leave out --image-pull-secret regcred")
+        }),);
+        // Without --namespace both are read from the context's namespace: one Secret.
+        let one = wanted(&["regcred".into()], &template, false).unwrap_or_default();
+        assert_eq!(one.len(), 1);
+        // An explicit NS/NAME is carried in place of the template's NAME.
+        let explicit = wanted(&["ops/regcred".into()], &template, true).unwrap_or_default();
+        assert_eq!(explicit.len(), 1);
+        assert_eq!(explicit[0].source.as_deref(), Some("ops"));
     }
 
     #[test]
@@ -553,6 +591,7 @@ mod tests {
         let wanted = wanted(
             &["ops/a".into(), "team/b".into(), "c".into()],
             &PodSpec::default(),
+            true,
         )
         .unwrap_or_default();
         let planned = plan(&wanted, "ctx", "team", true, "r");
@@ -582,7 +621,7 @@ mod tests {
         let template: PodSpec =
             serde_json::from_value(json!({"containers": [], "imagePullSecrets": [{"name": "t"}]}))
                 .unwrap_or_default();
-        let wanted = wanted(&["f".into()], &template).unwrap_or_default();
+        let wanted = wanted(&["f".into()], &template, true).unwrap_or_default();
         let read = |given: bool| -> Vec<(String, bool)> {
             plan(&wanted, "ctx", "team", given, "r")
                 .into_iter()
@@ -608,7 +647,7 @@ mod tests {
 
     #[test]
     fn a_pods_own_reference_to_a_copied_secret_names_the_copy() {
-        let wanted = wanted(&["ops/tmpl".into()], &PodSpec::default()).unwrap_or_default();
+        let wanted = wanted(&["ops/tmpl".into()], &PodSpec::default(), false).unwrap_or_default();
         let planned = plan(&wanted, "default", "run-ns", false, "r");
         let mut pod: Pod = serde_json::from_value(json!({"spec": {"containers": [],
             "imagePullSecrets": [{"name": "other"}, {"name": "tmpl"}]}}))

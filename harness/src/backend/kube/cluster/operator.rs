@@ -480,6 +480,7 @@ mod tests {
         let wanted = pull_secrets::wanted(
             &["ops/regcred".into(), "team-a/own".into()],
             &Default::default(),
+            true,
         )
         .unwrap_or_default();
         let planned = pull_secrets::plan(&wanted, "default", "team-a", true, "r");

@@ -471,9 +471,12 @@ mod tests {
         };
         assert!(secrets(&plan()).is_empty());
         let mut with = plan();
-        with.pull_secrets =
-            pull_secrets::wanted(&["ops/regcred".into(), "own".into()], &Default::default())
-                .unwrap_or_default();
+        with.pull_secrets = pull_secrets::wanted(
+            &["ops/regcred".into(), "own".into()],
+            &Default::default(),
+            true,
+        )
+        .unwrap_or_default();
         // Read from ops: the run's copy; `own` from the launch's namespace itself: as it is.
         with.namespace = Some("default".into());
         assert_eq!(

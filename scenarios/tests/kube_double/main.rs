@@ -1108,12 +1108,13 @@ async fn role_twins_fail_exactly_their_check_on_kube_double() {
     assert_eq!(evidence("identity"), executor);
     assert_eq!(evidence("broader"), serde_json::json!([]));
     // The double serves the rules review as an API server does: the Role's rules and every
-    // authenticated user's, judged apart.
+    // authenticated user's (the three self-reviews) and service account's (the three reads
+    // of ClusterTrustBundles), judged apart.
     let grants = evidence("grants");
     assert_eq!(grants["beyond"], serde_json::json!([]), "{grants}");
     assert_eq!(
         grants["every_user"].as_array().map(Vec::len),
-        Some(3),
+        Some(6),
         "{grants}"
     );
     assert!(

@@ -21,6 +21,16 @@ fn basic_user_rules() -> Vec<Value> {
     ]
 }
 
+/// What every service account holds besides: `system:cluster-trust-bundle-discovery`, bound
+/// to `system:serviceaccounts` while ClusterTrustBundle is enabled, as in v1.37 (kubernetes
+/// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`; found by the corpus).
+fn service_account_rules() -> Vec<Value> {
+    vec![
+        json!({"verbs": ["get", "list", "watch"], "apiGroups": ["certificates.k8s.io"],
+        "resources": ["clustertrustbundles"]}),
+    ]
+}
+
 /// The non-resource paths every authenticated user may get: `system:discovery`'s and
 /// `system:public-info-viewer`'s rules (in the order of their bindings' names).
 fn discovery_rules() -> Vec<Value> {
@@ -103,7 +113,10 @@ pub(crate) fn allowed(store: &Store, identity: &Identity, asked: &Attributes) ->
     else {
         return true;
     };
-    if basic_user_rules().iter().any(|r| rule_allows(r, asked)) {
+    let defaults = basic_user_rules()
+        .into_iter()
+        .chain(service_account_rules());
+    if defaults.into_iter().any(|r| rule_allows(&r, asked)) {
         return true;
     }
     let Some(ns) = asked.namespace else {
@@ -267,6 +280,7 @@ impl Ctx<'_> {
                 non_resource_rules.push(json!({"verbs": ["get"], "nonResourceURLs": [
                     "/.well-known/openid-configuration", "/.well-known/openid-configuration/",
                     "/openid/v1/jwks", "/openid/v1/jwks/"]}));
+                resource_rules.extend(service_account_rules());
                 let store = self.state.store();
                 resource_rules.extend(bound_rules(&store, namespace, name, &ns).into_iter().map(
                     |rule| {

@@ -462,6 +462,9 @@ struct Seen {
 #[derive(Clone)]
 struct Side {
     client: kube::Client,
+    /// The server's kubeconfig and context, for clients of other identities ([`Side::as_account`]).
+    kubeconfig: std::path::PathBuf,
+    context: String,
     ns: String,
     suffix: String,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -553,6 +556,39 @@ impl Side {
             Some(body.to_string().into_bytes()),
         )
         .await
+    }
+
+    /// The same side as the ServiceAccount `name` of its namespace: a client sending a token
+    /// of a TokenRequest, as a Pod's or a kubeconfig's would.
+    async fn as_account(&self, name: &str) -> Side {
+        let answer = self
+            .post(
+                &format!("{}/{name}/token", self.at("serviceaccounts")),
+                &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+            )
+            .await;
+        let token = answer.body["status"]["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a token for {name}: {}", answer.body))
+            .to_owned();
+        let mut config = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        for auth in &mut config.auth_infos {
+            auth.auth_info = Some(kube::config::AuthInfo {
+                token: Some(token.clone().into()),
+                ..Default::default()
+            });
+        }
+        let options = kube::config::KubeConfigOptions {
+            context: Some(self.context.clone()),
+            ..Default::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(config, &options)
+            .await
+            .unwrap();
+        Side {
+            client: kube::Client::try_from(config).unwrap(),
+            ..self.clone()
+        }
     }
 
     /// A GET of `uri`, `change` applied to the object read, and the PUT of it.
@@ -702,13 +738,18 @@ where
     let ns = format!("{prefix}-{suffix}");
     namespace(&real_client, &ns, json!({})).await;
     namespace(&double_client, &ns, json!({})).await;
-    let side = |client: kube::Client| Side {
+    let side = |client: kube::Client, kubeconfig: &std::path::Path, context: &str| Side {
         client,
+        kubeconfig: kubeconfig.to_owned(),
+        context: context.to_owned(),
         ns: ns.clone(),
         suffix: suffix.clone(),
         seen: Arc::default(),
     };
-    let (on_real, on_double) = (side(real_client), side(double_client));
+    let (on_real, on_double) = (
+        side(real_client, &real.kubeconfig, &real.context),
+        side(double_client, &double.kubeconfig, &double.context),
+    );
     tokio::join!(section(on_real.clone()), section(on_double.clone()));
     let on_real = on_real.seen.lock().unwrap().clone();
     let on_double = on_double.seen.lock().unwrap().clone();
@@ -2009,6 +2050,185 @@ async fn finalizers(side: Side) {
     );
     let answer = side.get(&format!("{pods}/held")).await;
     side.note("get after its last finalizer went", &answer, &[]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_and_the_self_reviews_as_on_a_real_api_server() {
+    differential("corpus-rbac", rbac).await;
+}
+
+/// What a ServiceAccount bound to one Role may do, asked as that account: requests its rules
+/// grant or not (`resourceNames` among them, a list named by its field selector, a
+/// subresource), and the reviews a client asks about itself (access, rules, who it is).
+async fn rbac(side: Side) {
+    let rules = json!([
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"], "resourceNames": ["named"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"], "resourceNames": ["listed"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"],
+         "resourceNames": ["runner"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list"]},
+    ]);
+    side.post(
+        &side.rbac("roles"),
+        &json!({"metadata": {"name": "launcher"}, "rules": rules}),
+    )
+    .await;
+    side.post(
+        &side.rbac("rolebindings"),
+        &json!({"metadata": {"name": "launcher"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "launcher"},
+            "subjects": [{"kind": "ServiceAccount", "name": "launcher", "namespace": side.ns}]}),
+    )
+    .await;
+    for name in ["launcher", "runner", "other"] {
+        side.post(&side.at("serviceaccounts"), &account(name)).await;
+    }
+    for name in ["named", "unnamed", "listed"] {
+        side.post(&side.at("pods"), &pod(name)).await;
+    }
+    let launcher = side.as_account("launcher").await;
+    let pods = side.at("pods");
+    for (case, uri) in [
+        ("get a Pod its resourceNames name", format!("{pods}/named")),
+        (
+            "get a Pod its resourceNames do not name",
+            format!("{pods}/unnamed"),
+        ),
+        ("list Pods", pods.clone()),
+        (
+            "list Pods by a field selector on a name its list rule names",
+            format!("{pods}?fieldSelector=metadata.name%3Dlisted"),
+        ),
+        (
+            "list Pods by a field selector on another name",
+            format!("{pods}?fieldSelector=metadata.name%3Dnamed"),
+        ),
+        (
+            "list Jobs its rules grant",
+            format!("/apis/batch/v1/namespaces/{}/jobs", side.ns),
+        ),
+        (
+            "get a Pod in another namespace",
+            "/api/v1/namespaces/default/pods/named".to_owned(),
+        ),
+        ("list Namespaces", "/api/v1/namespaces".to_owned()),
+    ] {
+        let answer = launcher.get(&uri).await;
+        launcher.note(&format!("as the bound account: {case}"), &answer, &[]);
+    }
+    let answer = launcher.post(&pods, &pod("created")).await;
+    launcher.note("as the bound account: create a Pod", &answer, &[]);
+    let answer = launcher
+        .delete(
+            &format!("/apis/batch/v1/namespaces/{}/jobs/any", side.ns),
+            None,
+        )
+        .await;
+    launcher.note(
+        "as the bound account: delete a Job, no rule grants it",
+        &answer,
+        &[],
+    );
+    for account in ["runner", "other"] {
+        let answer = launcher
+            .post(
+                &format!("{}/{account}/token", side.at("serviceaccounts")),
+                &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}),
+            )
+            .await;
+        launcher.note(
+            &format!("as the bound account: a TokenRequest for {account}"),
+            &answer,
+            &[],
+        );
+    }
+
+    // SelfSubjectAccessReviews: the same rules, asked.
+    let reviews = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    for (verb, resource, sub, name, ns) in [
+        ("get", "pods", "", "named", side.ns.as_str()),
+        ("get", "pods", "", "unnamed", side.ns.as_str()),
+        ("get", "pods", "", "", side.ns.as_str()),
+        ("list", "pods", "", "", side.ns.as_str()),
+        (
+            "create",
+            "serviceaccounts",
+            "token",
+            "runner",
+            side.ns.as_str(),
+        ),
+        ("create", "jobs", "", "", side.ns.as_str()),
+        ("create", "pods", "", "", side.ns.as_str()),
+        ("list", "jobs", "", "", "default"),
+    ] {
+        let group = if resource == "jobs" { "batch" } else { "" };
+        let answer = launcher
+            .post(
+                reviews,
+                &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": {"verb": verb, "group": group,
+                        "resource": resource, "subresource": sub, "name": name,
+                        "namespace": ns}}}),
+            )
+            .await;
+        let ns_shown = if ns == side.ns { "its namespace" } else { ns };
+        launcher.note(
+            &format!("as the bound account: may I {verb} {resource}/{sub} {name:?} in {ns_shown}"),
+            &answer,
+            &["/status/allowed"],
+        );
+    }
+
+    // The rules review: its rules in its namespace (the default ClusterRoleBindings' beside
+    // them), as a set; in another namespace, the defaults only.
+    let rules_review = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
+    for (case, ns) in [("its namespace", side.ns.as_str()), ("default", "default")] {
+        let mut answer = launcher
+            .post(
+                rules_review,
+                &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                    "spec": {"namespace": ns}}),
+            )
+            .await;
+        for list in ["resourceRules", "nonResourceRules"] {
+            if let Some(rules) = answer.body["status"][list].as_array_mut() {
+                rules.sort_by_key(Value::to_string);
+            }
+        }
+        launcher.note(
+            &format!("as the bound account: the rules review in {case}"),
+            &answer,
+            &["/status/resourceRules", "/status/incomplete"],
+        );
+    }
+    // Who it is: its user name and groups (the UID differs by side).
+    let answer = launcher
+        .post(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        )
+        .await;
+    let mut shown = answer.clone();
+    if let Some(user) = shown.body["status"]["userInfo"].as_object_mut() {
+        let name = user["username"]
+            .as_str()
+            .unwrap_or_default()
+            .replace(&side.suffix, "<suffix>");
+        user.insert("username".into(), json!(name));
+        let groups: Vec<String> = user["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(|g| g.replace(&side.suffix, "<suffix>"))
+            .collect();
+        user.insert("groups".into(), json!(groups));
+    }
+    launcher.note(
+        "as the bound account: who am I",
+        &shown,
+        &["/status/userInfo/username", "/status/userInfo/groups"],
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,7 +65,7 @@ pub use scheduler::{DEFAULT_ALLOCATABLE, NODE, node_labels};
 /// The double's default StorageClass (created with it; a test may delete it).
 pub const DEFAULT_STORAGE_CLASS: &str = "standard";
 pub use storage::PROVISIONING_SECONDS;
-pub use store::{Deletion, DoubleState, Identity, PodMutator, Refusal, Seen};
+pub use store::{Deletion, DoubleState, Identity, PodMutator, Seen};
 
 use anyhow::Context;
 use hyper::body::Incoming;

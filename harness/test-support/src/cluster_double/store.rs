@@ -39,15 +39,6 @@ pub struct Deletion {
     pub precondition_resource_version: Option<String>,
 }
 
-/// A request refused with 403.
-#[derive(Debug, Clone)]
-pub struct Refusal {
-    pub user: String,
-    pub verb: String,
-    pub resource: String,
-    pub namespace: Option<String>,
-}
-
 /// A request as it reached the double (authenticated or not): what a test asserts about
 /// how a client speaks to the API server.
 #[derive(Debug, Clone)]
@@ -124,7 +115,6 @@ pub(crate) struct Store {
     /// The runtime's volume behind each claim, by the double's claim UID.
     pub volumes: HashMap<String, kandev_harness::backend::WorkspaceRef>,
     pub deletions: Vec<Deletion>,
-    pub refusals: Vec<Refusal>,
     pub seen: Vec<Seen>,
     uids: Uids,
 }
@@ -378,11 +368,6 @@ impl DoubleState {
     /// Every request so far, in order.
     pub fn requests(&self) -> Vec<Seen> {
         self.store().seen.clone()
-    }
-
-    /// Every request refused with 403 so far.
-    pub fn refusals(&self) -> Vec<Refusal> {
-        self.store().refusals.clone()
     }
 
     /// The runtime's Pod behind the double's Pod `uid`, once it is created there.

@@ -7,6 +7,7 @@
 //! - `admission`: every fixture template's composed Pod, dry-run created under each Pod
 //!   Security level (AC-001.3), the harness's admission comparison on the real defaulting,
 //!   and the double's answers to the same requests.
+//! - `executor`: the executor the harness sets up, refused what Kandev's Role does not grant.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
 //! - `launch`: the Job, Roles and RoleBinding `launch` creates, dry-run created (with
@@ -22,6 +23,7 @@
 
 mod admission;
 mod corpus;
+mod executor;
 mod gc;
 mod launch;
 mod names;

@@ -18,7 +18,6 @@
 // tests mostly wait (on a Pod, a bound, an idle cut), and libtest runs the tests of one binary
 // side by side.
 mod connection;
-mod operator_secrets;
 mod rules;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -654,20 +653,6 @@ async fn account_with_rules(admin: &kube::Client, ns: &str, account: &str, rules
         )
         .await
         .unwrap();
-}
-
-/// A TokenRequest's token for `account` of `ns` (the admin asks).
-async fn token_of(admin: &kube::Client, ns: &str, account: &str) -> String {
-    use k8s_openapi::api::authentication::v1::TokenRequest;
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
-        .create_token_request(account, &PostParams::default(), &TokenRequest::default())
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .token
-        .unwrap()
 }
 
 /// The user `client` authenticates as (a SelfSubjectReview).

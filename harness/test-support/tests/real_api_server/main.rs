@@ -14,6 +14,9 @@
 //!   controls: a Job and a Role the API server refuses).
 //! - `names`: every scenario's task Pod and claim at ordinal 99 with the longest run id, and
 //!   the run's namespace, admitted (with controls one byte over).
+//! - `operator`: an operator's identity bound to one namespace: the preflight refuses, naming
+//!   the one grant missing (a Role's rule, a pull secret's read in another namespace), before
+//!   anything is made, and says what it goes without.
 //! - `quota`: the Pods the harness creates (task, inspector, peer, warm-up) under a
 //!   ResourceQuota that constrains CPU and memory and beside a LimitRange, with controls.
 //! - `start`: the control plane's own refusals (a missing program, a taken port).

@@ -11,6 +11,7 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use kandev_harness::backend::kube::cluster::{
     self, Cluster, ClusterError, EXECUTOR, executor_role, operator_needs, run_labels,
 };
+use kandev_harness::backend::kube::pull_secrets;
 use kandev_harness::pod::identity::random_hex;
 use kandev_harness::pod::template::WorkspaceMode;
 use kandev_test_support::real_api_server;
@@ -99,6 +100,18 @@ async fn set_up_as_operator(
     ns: &str,
     run: &str,
 ) -> Result<Cluster, ClusterError> {
+    set_up_with(kubeconfig, ns, run, false, &[]).await
+}
+
+/// A run's set-up in `ns` as the operator of `kubeconfig`, with the node inspector or not and
+/// the image pull secrets `wanted`.
+async fn set_up_with(
+    kubeconfig: &std::path::Path,
+    ns: &str,
+    run: &str,
+    node_inspector: bool,
+    wanted: &[pull_secrets::Wanted],
+) -> Result<Cluster, ClusterError> {
     let reached = cluster::open(Some(kubeconfig), Some(&real_api_server::shared().context))
         .await
         .unwrap();
@@ -108,11 +121,137 @@ async fn set_up_as_operator(
         Some(ns),
         WorkspaceMode::EmptyDir,
         None,
-        false,
+        node_inspector,
         run,
-        &[],
+        wanted,
     )
     .await
+}
+
+/// What a set-up left in `ns` beside the operator's own account, Role and binding (and the
+/// namespace's `default` account).
+async fn left_in(admin: &kube::Client, ns: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    for (group, version, kind) in [
+        ("", "v1", "ServiceAccount"),
+        ("", "v1", "Secret"),
+        ("rbac.authorization.k8s.io", "v1", "Role"),
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+        ("coordination.k8s.io", "v1", "Lease"),
+    ] {
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        let resource = kube::api::ApiResource::from_gvk(&gvk);
+        let api = Api::<kube::api::DynamicObject>::namespaced_with(admin.clone(), ns, &resource);
+        let items = api.list(&ListParams::default()).await.unwrap().items;
+        left.extend(
+            items
+                .into_iter()
+                .filter_map(|o| o.metadata.name)
+                .filter(|n| n != "operator" && n != "default"),
+        );
+    }
+    left
+}
+
+/// Issue 40: the operator preflight asks for what copying the image pull secrets takes. An
+/// identity bound to its own namespace only, whose `--image-pull-secret ops/regcred` is in
+/// another, is refused before the run creates anything, naming the grant it lacks; once
+/// granted it, the same set-up passes the preflight, saying what it goes without (the
+/// cluster-wide node and Pod reads), unless `--node-inspector` needs the nodes. (Moved from
+/// the double's tests.)
+#[tokio::test]
+async fn the_operator_preflight_asks_for_the_pull_secrets_grants_on_a_real_api_server() {
+    let admin = real_api_server::shared().admin_client().await;
+    let suffix = random_hex(4);
+    let (team, ops) = (format!("team-{suffix}"), format!("ops-{suffix}"));
+    for ns in [&team, &ops] {
+        namespace(&admin, ns, json!({})).await;
+    }
+    // Everything in its own namespace, nothing in ops, where the registry's Secret is.
+    let everything: Role = serde_json::from_value(json!({"metadata": {"name": "operator"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), &team)
+        .create(&PostParams::default(), &everything)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = operator_kubeconfig(&admin, &team, dir.path()).await;
+    let wanted = pull_secrets::wanted(&[format!("{ops}/regcred")], &Default::default(), true)
+        .unwrap_or_default();
+
+    let refused = set_up_with(&kubeconfig, &team, "denied", false, &wanted)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        refused.contains(&format!("get secrets regcred -n {ops}"))
+            && refused.contains("image pull secret: read to be copied")
+            && refused.contains("fix: "),
+        "{refused}"
+    );
+    // Only that: the run's own namespace grants the copy's create, read and delete.
+    assert!(!refused.contains("create secrets"), "{refused}");
+    assert_eq!(left_in(&admin, &team).await, Vec::<String>::new());
+
+    // Granted the read in ops, the same set-up passes the preflight (the authorizer may take
+    // a moment to see the new binding).
+    let pp = PostParams::default();
+    let read: Role = serde_json::from_value(json!({"metadata": {"name": "read-regcred"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                   "resourceNames": ["regcred"]}]}))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), &ops)
+        .create(&pp, &read)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": "read-regcred"},
+        "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": team}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-regcred"}}))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), &ops)
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let cluster = loop {
+        match set_up_with(&kubeconfig, &team, "granted", false, &wanted).await {
+            Ok(cluster) => break cluster,
+            Err(ClusterError::OperatorForbidden { .. })
+                if started.elapsed() < Duration::from_secs(20) =>
+            {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => panic!(
+                "the granted operator was refused: {}",
+                kandev_harness::error_chain(&e)
+            ),
+        }
+    };
+    assert_eq!(cluster.operator_access["checked"], true);
+    // Bound to its namespace, it may read no node: asked, and said, not refused.
+    let without = cluster.operator_access["without"].to_string();
+    for said in [
+        "list nodes (cluster-wide)",
+        "the warm-up is skipped",
+        "list pods (cluster-wide)",
+    ] {
+        assert!(without.contains(said), "{said} not in {without}");
+    }
+    // The positive control of what the teardown leaves: the set-up's executor is seen.
+    let made = left_in(&admin, &team).await;
+    assert!(made.iter().any(|n| n == EXECUTOR), "{made:?}");
+    cluster.teardown().await;
+    assert_eq!(left_in(&admin, &team).await, Vec::<String>::new());
+    // The node inspector cannot go without the nodes: refused before anything is made.
+    let refused = set_up_with(&kubeconfig, &team, "inspected", true, &wanted)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(refused.contains("list nodes (cluster-wide)"), "{refused}");
+    assert_eq!(left_in(&admin, &team).await, Vec::<String>::new());
 }
 
 #[tokio::test]

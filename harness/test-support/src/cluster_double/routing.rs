@@ -316,7 +316,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         }
         (Method::POST, None, None) if route.resource == "jobs" => ctx.create_job(body).await,
         (Method::DELETE, Some(name), None) if route.resource == "jobs" => {
-            ctx.delete_job(name, body).await
+            ctx.delete_job(name, body)
         }
         (Method::POST, None, None) if route.resource == "selfsubjectaccessreviews" => {
             ctx.access_review(body)

@@ -38,17 +38,7 @@ impl Ctx<'_> {
         }
     }
 
-    pub(crate) async fn create(&self, object: Value) -> Reply {
-        self.create_with(object, |_| {}).await
-    }
-
-    /// A create whose object `prepare` finishes once it has its UID (a Job's selector names
-    /// it), before it is stored.
-    pub(crate) async fn create_with(
-        &self,
-        mut object: Value,
-        prepare: impl FnOnce(&mut Value),
-    ) -> Reply {
+    pub(crate) async fn create(&self, mut object: Value) -> Reply {
         if let Some(refused) = self.undecodable(&object) {
             return refused;
         }
@@ -118,26 +108,7 @@ impl Ctx<'_> {
                 );
             }
             if self.route.resource == "pods" {
-                // Admission sees a generated name's prefix (the name is generated later).
-                let shown = match object["metadata"]["generateName"].as_str() {
-                    Some(prefix)
-                        if object["metadata"]["name"]
-                            .as_str()
-                            .is_none_or(str::is_empty) =>
-                    {
-                        prefix.to_owned()
-                    }
-                    _ => name.clone(),
-                };
-                let ns = ns.clone().unwrap_or_default();
-                if let Err(message) = serviceaccount::admit(&store, &ns, &shown, &mut object) {
-                    return status(
-                        StatusCode::FORBIDDEN,
-                        "Forbidden",
-                        &message,
-                        json!({"name": shown, "kind": "pods"}),
-                    );
-                }
+                serviceaccount::admit(&mut object);
                 // The Pod strategy's `PrepareForCreate` (kubernetes
                 // `pkg/registry/core/pod/strategy.go`): generation 1, a new Pod's status. The
                 // spec is stored as sent: the API server's defaulting is the real one's to
@@ -172,7 +143,6 @@ impl Ctx<'_> {
                 object["metadata"]["namespace"] = json!(ns);
             }
             store.stamp_new(&mut object);
-            prepare(&mut object);
             if dry_run {
                 return json_reply(StatusCode::CREATED, &object);
             }
@@ -515,13 +485,6 @@ impl Ctx<'_> {
     }
 
     pub(crate) fn delete(&self, name: &str, options: Value) -> Reply {
-        self.delete_with(name, options, false)
-    }
-
-    /// A DELETE; with `foreground`, the object is only marked (`deletionTimestamp`, the
-    /// `foregroundDeletion` finalizer) and stays until whoever asked for it (the garbage
-    /// collector of `jobs`) has removed its dependents and then the object.
-    pub(crate) fn delete_with(&self, name: &str, options: Value, foreground: bool) -> Reply {
         let key = self.key(name);
         let mut store = self.state.store();
         let Some(object) = store.objects.get(&key).cloned() else {
@@ -567,18 +530,6 @@ impl Ctx<'_> {
             finalizers::on_delete(&mut store, &key, &object, &mut shown, &options, kubelet)
         {
             return json_reply(StatusCode::OK, &kept);
-        }
-        if foreground {
-            if shown["metadata"]["finalizers"].as_array().is_none() {
-                shown["metadata"]["finalizers"] = json!([]);
-            }
-            if let Some(finalizers) = shown["metadata"]["finalizers"].as_array_mut()
-                && !finalizers.iter().any(|f| f == "foregroundDeletion")
-            {
-                finalizers.push(json!("foregroundDeletion"));
-            }
-            let shown = store.put(key, shown);
-            return json_reply(StatusCode::OK, &shown);
         }
         match self.route.resource.as_str() {
             "pods" if self.state.runtime.is_some() => {

@@ -379,7 +379,7 @@ async fn dispatch(ctx: &Ctx<'_>, method: &Method, verb: &str, body: Value) -> Re
         }
         (&Method::POST, None, None) if route.resource == "jobs" => ctx.create_job(body).await,
         (&Method::DELETE, Some(name), None) if route.resource == "jobs" => {
-            ctx.delete_job(name, body).await
+            ctx.delete_job(name, body)
         }
         (&Method::POST, Some(name), Some("token")) if route.resource == "serviceaccounts" => {
             ctx.token(name, body)

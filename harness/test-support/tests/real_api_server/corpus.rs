@@ -1540,7 +1540,7 @@ async fn dry_runs(side: Side) {
         &answer,
         &["/status/phase"],
     );
-    // A Job's DELETE is its own handler in the double (its Pods by propagation policy).
+    // A Job's DELETE is its own handler in the double (its Pods go with it, whatever the policy).
     let jobs = format!("/apis/batch/v1/namespaces/{}/jobs", side.ns);
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "kept"},
         "spec": {"template": {"spec": {"schedulerName": NO_SCHEDULER, "restartPolicy": "Never",

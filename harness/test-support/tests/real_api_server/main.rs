@@ -10,6 +10,8 @@
 //! - `executor`: the executor the harness sets up, refused what Kandev's Role does not grant.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
+//! - `jobs`: a Job's defaulting, its end (its Pod's phase, its deadline), the delete
+//!   policies and TTL after finished; the ServiceAccount admission and TokenRequests.
 //! - `launch`: the Job, Roles and RoleBinding `launch` creates, dry-run created (with
 //!   controls: a Job and a Role the API server refuses).
 //! - `names`: every scenario's task Pod and claim at ordinal 99 with the longest run id, and
@@ -28,6 +30,7 @@ mod admission;
 mod corpus;
 mod executor;
 mod gc;
+mod jobs;
 mod launch;
 mod names;
 mod operator;

@@ -7,6 +7,9 @@
 //! - `admission`: every fixture template's composed Pod, dry-run created under each Pod
 //!   Security level (AC-001.3), the harness's admission comparison on the real defaulting,
 //!   and the double's answers to the same requests.
+//! - `claims`: the harness's wait on the real scheduler and PV controller (no kubelet, the
+//!   test as provisioner): capacity waited on then placed, a selector or a missing claim
+//!   fatal, claims bound `Immediate` or for their first consumer, the default class.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
 //! - `launch`: the Job, Roles and RoleBinding `launch` creates, dry-run created (with
@@ -21,6 +24,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod admission;
+mod claims;
 mod corpus;
 mod gc;
 mod launch;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// A Node with no kubelet behind it: Ready, room for ordinary Pods. The scheduler places
 /// Pods on it; nothing runs them.
-async fn register_node(client: &kube::Client, name: &str) {
+pub(crate) async fn register_node(client: &kube::Client, name: &str) {
     let nodes = Api::<Node>::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {

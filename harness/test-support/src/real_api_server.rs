@@ -1,8 +1,9 @@
 //! A real Kubernetes control plane on this host, from the programs
 //! `harness/scripts/ensure-kind.sh` builds (`kind/pins.env`): etcd, kube-apiserver,
 //! kube-controller-manager (the controllers an API client sees: service accounts, namespace
-//! deletion, garbage collection, quota, Jobs, the root CA, claim binding) and kube-scheduler. No kubelet:
-//! Pods are admitted, defaulted, scheduled onto the Nodes a test registers, and stay Pending.
+//! deletion, garbage collection, quota, Jobs, the root CA, claim binding) and kube-scheduler.
+//! No kubelet: Pods are admitted, defaulted, scheduled onto the Nodes a test registers, and
+//! stay Pending.
 //!
 //! One per test binary ([`shared`]), a namespace per test: a start costs seconds, a namespace
 //! nothing. Its processes are started through `setpriv --pdeathsig KILL` by a thread that

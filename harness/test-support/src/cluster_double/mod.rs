@@ -62,7 +62,7 @@ mod streams;
 
 pub use behaviours::Behaviour;
 pub use faults::{Fault, Faults};
-pub use scheduler::NODE;
+pub use scheduler::{NODE, scheduler_says};
 
 /// The double's default StorageClass (created with it; a test may delete it).
 pub const DEFAULT_STORAGE_CLASS: &str = "standard";

@@ -2,10 +2,11 @@
 //! and allocatable) and a minimal scheduler that binds every Pod to it, unless the Pod
 //! mounts a claim that does not exist or its `nodeSelector` does not match the node's
 //! labels: then the Pod stays `Unschedulable` with the words of the real scheduler (v1.37)
-//! for that case, retried until it fits. Its wording is the real scheduler's, judged with
-//! the harness's reading of it in `tests/real_api_server/scheduling.rs`; capacity, claim
-//! binding modes and preemption are the real scheduler's alone (`real_api_server/claims.rs`):
-//! the node's allocatable is only read (`--jobs`), never enforced.
+//! for that case, retried until it fits. Its wording is the real scheduler's, held to it
+//! word for word in `tests/real_api_server/scheduling.rs` ([`scheduler_says`]), where the
+//! harness's reading of it is judged too. Capacity, claim binding modes and preemption are
+//! the real scheduler's alone (`real_api_server/claims.rs`): the node's allocatable is only
+//! read (`--jobs`), never enforced.
 
 use super::store::{DoubleState, Key, Store};
 use serde_json::{Value, json};
@@ -87,15 +88,25 @@ pub(crate) fn unschedulable(store: &Store, pod: &Value) -> Option<String> {
         .get(&node_key())
         .and_then(|n| serde_json::from_value(n["metadata"]["labels"].clone()).ok())
         .unwrap_or_else(node_labels);
-    let selector = pod["spec"]["nodeSelector"]
+    let mut selector = pod["spec"]["nodeSelector"]
         .as_object()
         .into_iter()
         .flatten();
     selector
-        .into_iter()
         .any(|(k, v)| labels.get(k).map(String::as_str) != v.as_str())
-        .then(|| "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.".to_owned())
+        .then(|| NO_MATCH.to_owned())
 }
+
+/// What the double's scheduler says of `pod` on a fresh double (its node alone, no claims):
+/// `real_api_server/scheduling.rs` holds it to the real scheduler's words for the same Pod.
+pub fn scheduler_says(pod: &Value) -> Option<String> {
+    let mut store = Store::default();
+    register_node(&mut store);
+    unschedulable(&store, pod)
+}
+
+/// The real scheduler's message for a `nodeSelector` its one node does not match.
+const NO_MATCH: &str = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.";
 
 #[cfg(test)]
 mod tests {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
-/// A Pod pinned to `node` (other tests' Nodes may be registered meanwhile) requesting `cpu`,
+/// A Pod pinned to `node` (should another test's Node be left behind) requesting `cpu`,
 /// mounting `claim` if given.
 fn pod(name: &str, node: &str, cpu: &str, claim: Option<&str>) -> Pod {
     let mut spec = json!({
@@ -144,6 +144,7 @@ fn claim(name: &str, class: Option<&str>) -> PersistentVolumeClaim {
 async fn capacity_is_waited_on_and_a_selector_or_a_missing_claim_is_fatal_on_a_real_api_server() {
     let real = real_api_server::shared();
     let client = real.admin_client().await;
+    let _nodes = crate::NODES.lock().await;
     let ns = format!("capacity-{}", random_hex(4));
     namespace(&client, &ns, json!({})).await;
     let node = format!("no-kubelet-{}", random_hex(4));
@@ -212,6 +213,7 @@ async fn capacity_is_waited_on_and_a_selector_or_a_missing_claim_is_fatal_on_a_r
 async fn claims_bind_immediately_or_for_their_first_consumer_on_a_real_api_server() {
     let real = real_api_server::shared();
     let client = real.admin_client().await;
+    let _nodes = crate::NODES.lock().await;
     let suffix = random_hex(4);
     let ns = format!("claims-{suffix}");
     namespace(&client, &ns, json!({})).await;
@@ -288,7 +290,7 @@ async fn claims_bind_immediately_or_for_their_first_consumer_on_a_real_api_serve
     let waiter = create(&pods, &pod("waiter", &node, "10m", Some("early"))).await;
     let word = judged(&pods, "waiter").await;
     assert!(
-        matches!(&word, Scheduling::Waiting(m) if m.contains("pod has unbound immediate PersistentVolumeClaims")),
+        matches!(&word, Scheduling::Waiting(m) if m.contains("unbound immediate PersistentVolumeClaims")),
         "{word:?}"
     );
     let message = wait_error(&backend, &waiter, Duration::from_secs(3)).await;

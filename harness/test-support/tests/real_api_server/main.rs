@@ -39,6 +39,10 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
+/// Held by a test while a Node it registered exists: the scheduler's messages count the
+/// nodes, and a Pod may land on another test's node.
+pub static NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Creates namespace `name` with `labels` and waits until the controller manager has made its
 /// `default` ServiceAccount (the ServiceAccount admission refuses every Pod before that).
 pub async fn namespace(client: &kube::Client, name: &str, labels: serde_json::Value) {

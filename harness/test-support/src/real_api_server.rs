@@ -1,8 +1,9 @@
 //! A real Kubernetes control plane on this host, from the programs
 //! `harness/scripts/ensure-kind.sh` builds (`kind/pins.env`): etcd, kube-apiserver,
 //! kube-controller-manager (the controllers an API client sees: service accounts, namespace
-//! deletion, garbage collection, quota, Jobs, the root CA) and kube-scheduler. No kubelet:
-//! Pods are admitted, defaulted, scheduled onto the Nodes a test registers, and stay Pending.
+//! deletion, garbage collection, quota, Jobs, the root CA, claim binding) and kube-scheduler.
+//! No kubelet: Pods are admitted, defaulted, scheduled onto the Nodes a test registers, and
+//! stay Pending.
 //!
 //! One per test binary ([`shared`]), a namespace per test: a start costs seconds, a namespace
 //! nothing. Its processes are started through `setpriv --pdeathsig KILL` by a thread that
@@ -212,7 +213,7 @@ fn start_here(options: Options) -> anyhow::Result<RealApiServer> {
             "--leader-elect=false".into(),
             // No serving port: nothing reads its metrics here.
             "--secure-port=0".into(),
-            "--controllers=serviceaccount-controller,namespace-controller,garbage-collector-controller,resourcequota-controller,job-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,pod-garbage-collector-controller,ttl-after-finished-controller,clusterrole-aggregation-controller".into(),
+            "--controllers=serviceaccount-controller,namespace-controller,garbage-collector-controller,resourcequota-controller,job-controller,root-ca-certificate-publisher-controller,persistentvolumeclaim-protection-controller,persistentvolume-binder-controller,pod-garbage-collector-controller,ttl-after-finished-controller,clusterrole-aggregation-controller".into(),
             format!("--root-ca-file={}", f("ca.crt")),
             format!("--service-account-private-key-file={}", f("sa.key")),
             "--use-service-account-credentials=false".into(),

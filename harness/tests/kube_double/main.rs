@@ -14,11 +14,9 @@
 //! on both ends).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-// The connection's faults and the double's API-server rules, in one binary with these: their
-// tests mostly wait (on a Pod, a bound, an idle cut), and libtest runs the tests of one binary
-// side by side.
+// The connection's faults, in one binary with these: their tests mostly wait (on a Pod, a
+// bound, an idle cut), and libtest runs the tests of one binary side by side.
 mod connection;
-mod rules;
 
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::kube::KubeBackend;

@@ -13,13 +13,15 @@
 //!
 //! **What it serves.** The harness's own client (kube-rs, JSON) and no other: the verbs on
 //! stored objects with UIDs, resourceVersions, preconditions, dry runs, JSON merge patches
-//! and selectors; Pods admitted (their ServiceAccount) and scheduled as a scheduler would;
-//! claims, ServiceAccounts and their tokens, Secrets, RBAC, Leases, finalizers, and a
+//! and selectors; Pods admitted (their ServiceAccount) and bound to its one node unless their
+//! selector or claim rules it out; claims bound at once, ServiceAccounts and their tokens, Secrets, RBAC, Leases, finalizers, and a
 //! one-Pod Job controller with its garbage collection. Other bodies, patch types, SPDY,
 //! discovery beyond `/version` and watches are refused, each `Status` saying so.
 //!
 //! **What it leaves to others.** Validation, defaulting, admission, quota and the API's exact
-//! answers are the real API server's (`tests/real_api_server/`): `corpus.rs` sends both the
+//! answers, capacity, preemption and claim binding modes are the real control plane's
+//! (`tests/real_api_server/`, `scheduling.rs` and `claims.rs` for the scheduler's words and
+//! the PV controller): `corpus.rs` sends both the
 //! same requests and lists every difference the double keeps, with its upstream reason. A
 //! kubelet's own behaviour (pulls, cgroups, restarts, token rotation), real provisioners,
 //! more than one node and namespaces as isolation are Kind's (`real_kind` tests).
@@ -60,11 +62,10 @@ mod streams;
 
 pub use behaviours::Behaviour;
 pub use faults::{Fault, Faults};
-pub use scheduler::{DEFAULT_ALLOCATABLE, NODE, node_labels};
+pub use scheduler::{NODE, scheduler_says};
 
 /// The double's default StorageClass (created with it; a test may delete it).
 pub const DEFAULT_STORAGE_CLASS: &str = "standard";
-pub use storage::PROVISIONING_SECONDS;
 pub use store::{Deletion, DoubleState, Identity, PodMutator, Seen};
 
 use anyhow::Context;
@@ -187,9 +188,9 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
             store::create_namespace_objects(&mut store, ns);
         }
         scheduler::register_node(&mut store);
-        // A default StorageClass, as Kind ships `standard` (the double's binds at once, as
-        // claims without a class always did here; Kind's waits for the first consumer). A
-        // test deletes it to be a cluster with none (EKS 1.30+, kubeadm).
+        // A default StorageClass, as Kind ships `standard`, for the run's preflight to find
+        // (every claim binds at once here, whatever its class: `storage`). A test deletes it
+        // to be a cluster with none (EKS 1.30+, kubeadm).
         store.create(
             (
                 "storage.k8s.io/storageclasses".into(),

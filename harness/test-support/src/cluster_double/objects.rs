@@ -10,7 +10,6 @@ use super::{containers, finalizers, patch, secrets, serviceaccount, storage};
 use futures_util::StreamExt;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
-use std::time::Duration;
 
 impl Ctx<'_> {
     /// A body a create or an update cannot decode as an object at all (400). Whether it
@@ -73,17 +72,8 @@ impl Ctx<'_> {
         if self.route.resource == "secrets" {
             secrets::prepare(&mut object);
         }
-        // A claim without a class gets the default one (the DefaultStorageClass plugin); its
-        // class says when it is provisioned (`storage`, once the claim is stored).
-        if self.route.resource == "persistentvolumeclaims"
-            && object["spec"]["storageClassName"].is_null()
-            && object["spec"].is_object()
-            && let Some(class) = storage::default_class(&self.state.store())
-        {
-            object["spec"]["storageClassName"] = json!(class);
-        }
         let key = self.key(&name);
-        // A claim of an `Immediate` class without a delay, bound before the create answers.
+        // A claim, bound before the create answers (`storage`).
         let mut provision_now = None;
         let reply = {
             let mut store = self.state.store();
@@ -159,25 +149,14 @@ impl Ctx<'_> {
             }
             let reply = json_reply(StatusCode::CREATED, &object);
             if self.route.resource == "persistentvolumeclaims" && self.state.runtime.is_some() {
-                let mode = storage::binding_mode(&store, &object);
-                match storage::provisioning_delay(&store, &object) {
-                    _ if mode == storage::Mode::WaitForFirstConsumer => store.event(
-                        &object,
-                        ("Normal", "WaitForFirstConsumer"),
-                        "waiting for first consumer to be created before binding",
-                        "persistentvolume-controller",
-                    ),
-                    Some(delay) => {
-                        let later = storage::provision_after(self.state.clone(), key, delay);
-                        tokio::spawn(later);
-                    }
-                    None => provision_now = Some(key),
-                }
+                provision_now = Some(key);
             }
             reply
         };
-        if let Some(key) = provision_now {
-            storage::provision_after(self.state.clone(), key, Duration::ZERO).await;
+        if let Some(key) = provision_now
+            && let Err(e) = storage::provision(self.state, key).await
+        {
+            eprintln!("kube double: {e}");
         }
         if let Some(runtime) = self.state.runtime.clone()
             && let Some(mut for_runtime) = for_runtime

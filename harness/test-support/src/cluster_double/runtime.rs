@@ -5,7 +5,7 @@
 use super::containers::{Observed, observe};
 use super::scheduler::{NODE, unschedulable};
 use super::store::{DoubleState, Key, Running, Store, now};
-use super::{controllers, finalizers, mounts, storage};
+use super::{controllers, finalizers, mounts};
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
 use serde_json::{Value, json};
@@ -66,7 +66,7 @@ fn schedule(state: &DoubleState, uid: &str, last: &mut String) -> Option<bool> {
             Some(true)
         }
         None => {
-            // Bound (the scheduler's Binding): what it requests now counts on the node.
+            // Bound (the scheduler's Binding).
             stored["spec"]["nodeName"] = json!(NODE);
             let namespace = stored["metadata"]["namespace"].as_str().unwrap_or_default();
             let name = stored["metadata"]["name"].as_str().unwrap_or_default();
@@ -96,7 +96,7 @@ pub(crate) async fn run_pod(
     pod: Value,
 ) {
     // The scheduler: the Pod is bound to the node once it fits, retried every half second
-    // (a scheduler re-queues an unschedulable Pod on cluster events); each new reason is a
+    // (a claim created later, a node relabelled); each new reason is a
     // `FailedScheduling` Event and the Pod's `PodScheduled` condition (`with_status`).
     let mut last = String::new();
     loop {
@@ -105,19 +105,6 @@ pub(crate) async fn run_pod(
             None => return,
             Some(true) => break,
             Some(false) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-    // Its `WaitForFirstConsumer` claims are provisioned for the node it was bound to.
-    let waiting = {
-        let store = state.store();
-        live_pod(&store, &uid)
-            .map(|(_, p)| storage::waiting_for(&store, &p))
-            .unwrap_or_default()
-    };
-    for claim in waiting {
-        if let Err(e) = storage::provision(&state, claim, Some(NODE)).await {
-            state.store().running.insert(uid, Running::Failed(e));
-            return;
         }
     }
     let mut reported = false;
@@ -278,12 +265,6 @@ async fn kubelet(state: Arc<DoubleState>, uid: String) {
             return;
         };
         let shown = with_status(&state, object).await;
-        if matches!(
-            shown["status"]["phase"].as_str(),
-            Some("Succeeded" | "Failed")
-        ) {
-            state.store().ended.insert(uid.clone());
-        }
         let fingerprint = status_fingerprint(&shown);
         if fingerprint != last {
             let mut store = state.store();
@@ -323,7 +304,6 @@ pub(crate) async fn remove_pod(state: Arc<DoubleState>, key: Key, uid: String) {
     mounts::remove_pod_folder(&state, &uid);
     let mut store = state.store();
     store.running.remove(&uid);
-    store.ended.remove(&uid);
     store.forget_bound_tokens(&uid);
     finalizers::kubelet_done(&mut store, &key, &uid);
 }

@@ -62,7 +62,7 @@ pub(crate) enum Running {
     Ready(PodRef),
     Failed(String),
     /// Never bound to the node: the scheduler's message (`PodScheduled` False, reason
-    /// `Unschedulable`), as a v1.36 scheduler words it.
+    /// `Unschedulable`), as the real scheduler words it (`scheduler`).
     Unschedulable(String),
     /// The node cannot pull this container's image: the kubelet's `ErrImagePull`.
     PullFailed {
@@ -109,9 +109,6 @@ pub(crate) struct Store {
     pub bound: HashMap<String, Bound>,
     /// By the double's Pod UID.
     pub running: HashMap<String, Running>,
-    /// The UIDs of Pods whose containers have all ended (`Succeeded` or `Failed`): what they
-    /// requested no longer counts on the node.
-    pub ended: std::collections::HashSet<String>,
     /// The runtime's volume behind each claim, by the double's claim UID.
     pub volumes: HashMap<String, kandev_harness::backend::WorkspaceRef>,
     pub deletions: Vec<Deletion>,

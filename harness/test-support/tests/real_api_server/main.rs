@@ -7,6 +7,9 @@
 //! - `admission`: every fixture template's composed Pod, dry-run created under each Pod
 //!   Security level (AC-001.3), the harness's admission comparison on the real defaulting,
 //!   and the double's answers to the same requests.
+//! - `claims`: the harness's wait on the real scheduler and PV controller (no kubelet, the
+//!   test as provisioner): capacity waited on then placed, a selector or a missing claim
+//!   fatal, claims bound `Immediate` or for their first consumer, the default class.
 //! - `executor`: the executor the harness sets up, refused what Kandev's Role does not grant.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
@@ -27,6 +30,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod admission;
+mod claims;
 mod corpus;
 mod executor;
 mod gc;
@@ -42,6 +46,10 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use std::time::{Duration, Instant};
+
+/// Held by a test while a Node it registered exists: the scheduler's messages count the
+/// nodes, and a Pod may land on another test's node.
+pub static NODES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Creates namespace `name` with `labels` and waits until the controller manager has made its
 /// `default` ServiceAccount (the ServiceAccount admission refuses every Pod before that).

@@ -3,20 +3,21 @@
 //! capacity is waited on, a missing claim is named. The scheduler's sentence changed in 1.34
 //! (the DRA plugin's "no new claims to deallocate," before the preemption clause), which the
 //! harness once read as "waiting" and so waited out its bound: here the words are the real
-//! scheduler's of the pinned release, never a copy.
+//! scheduler's of the pinned release, never a copy; the double's scheduler, which words the
+//! selector and the missing claim for its own Pods, is held to them here.
 
 use crate::namespace;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kandev_harness::backend::kube::{KubeBackend, Scheduling};
 use kandev_harness::pod::identity::random_hex;
-use kandev_test_support::real_api_server;
+use kandev_test_support::{cluster_double, real_api_server};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 /// A Node with no kubelet behind it: Ready, room for ordinary Pods. The scheduler places
 /// Pods on it; nothing runs them.
-async fn register_node(client: &kube::Client, name: &str) {
+pub(crate) async fn register_node(client: &kube::Client, name: &str) {
     let nodes = Api::<Node>::all(client.clone());
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {
@@ -82,33 +83,32 @@ fn pod(name: &str, spec: serde_json::Value) -> serde_json::Value {
 async fn the_schedulers_own_words_are_judged_on_a_real_api_server() {
     let real = real_api_server::shared();
     let client = real.admin_client().await;
+    let _nodes = crate::NODES.lock().await;
     let ns = format!("scheduling-{}", random_hex(4));
     namespace(&client, &ns, json!({})).await;
     let node = format!("no-kubelet-{}", random_hex(4));
     register_node(&client, &node).await;
 
-    let selector = unschedulable(
-        &client,
-        &ns,
-        pod(
-            "selector",
-            json!({"nodeSelector": {"kandev.ai/e2e-never": "true"}}),
-        ),
-    )
-    .await;
+    let selector_pod = pod(
+        "selector",
+        json!({"nodeSelector": {"kandev.ai/e2e-never": "true"}}),
+    );
+    let selector = unschedulable(&client, &ns, selector_pod.clone()).await;
     let cpu = unschedulable(&client, &ns, pod("cpu", json!({"cpu": "64"}))).await;
-    let claim = unschedulable(
-        &client,
-        &ns,
-        pod(
-            "claim",
-            json!({"volumes": [{"name": "w", "persistentVolumeClaim": {"claimName": "kandev-e2e-missing-claim"}}]}),
-        ),
-    )
-    .await;
+    let claim_pod = pod(
+        "claim",
+        json!({"volumes": [{"name": "w", "persistentVolumeClaim": {"claimName": "kandev-e2e-missing-claim"}}]}),
+    );
+    let claim = unschedulable(&client, &ns, claim_pod.clone()).await;
     let _ = Api::<Node>::all(client.clone())
         .delete(&node, &DeleteParams::default())
         .await;
+
+    // The double's scheduler (one node, as here) says what the real one says, word for word.
+    for (sent, answered) in [(&selector_pod, &selector), (&claim_pod, &claim)] {
+        let real_words = KubeBackend::scheduling(answered).map(|s| s.message().to_owned());
+        assert_eq!(cluster_double::scheduler_says(sent), real_words);
+    }
 
     let judged = KubeBackend::scheduling(&selector).unwrap();
     println!("{} selector: {}", real.version, judged.message());

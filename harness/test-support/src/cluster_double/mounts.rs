@@ -276,7 +276,7 @@ pub(crate) fn remove_pod_folder(state: &DoubleState, uid: &str) {
 /// The runtime's copy of `pod` (as admitted; its UID `uid`, bound to `node`), once its
 /// volumes are set up on this host: secret and projected volumes become read-only hostPath
 /// folders, `automountServiceAccountToken` goes (the token is one of those folders), each
-/// container gets the `kubernetes` Service's environment and its `valueFrom` values. Err: the
+/// container gets the `kubernetes` Service's environment. Err: the
 /// kubelet's `FailedMount` (or `CreateContainerConfigError`) message; nothing is written then.
 pub(crate) fn runtime_copy(
     state: &DoubleState,
@@ -308,7 +308,7 @@ pub(crate) fn runtime_copy(
             .into_iter()
             .flatten()
         {
-            resolve_env(&store, state, (pod, node), container)?;
+            resolve_env(state, container)?;
         }
     }
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -380,51 +380,18 @@ pub(crate) fn runtime_copy(
 }
 
 /// The container's environment as the kubelet makes it: the `kubernetes` Service's
-/// variables first (the container's own win), then its own with `valueFrom` resolved
-/// (`fieldRef` and `secretKeyRef`; the runtime knows no API server).
-fn resolve_env(
-    store: &Store,
-    state: &DoubleState,
-    (pod, node): (&Value, &str),
-    container: &mut Value,
-) -> Result<(), String> {
-    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+/// variables first (the container's own win), then its own. A `valueFrom` is refused (the
+/// kubelet's `CreateContainerConfigError`): no Pod the harness makes has one.
+fn resolve_env(state: &DoubleState, container: &mut Value) -> Result<(), String> {
     let mut env: Vec<Value> = Vec::new();
     for var in container["env"].as_array().into_iter().flatten() {
         let name = var["name"].as_str().unwrap_or_default();
-        let from = &var["valueFrom"];
-        let value = if let Some(field) = from["fieldRef"]["fieldPath"].as_str() {
-            field_value(pod, field, node).ok_or_else(|| {
-                format!("the kube double does not resolve fieldRef {field:?} (env {name})")
-            })?
-        } else if let Some(key_ref) = from.get("secretKeyRef") {
-            let secret_name = key_ref["name"].as_str().unwrap_or_default();
-            let key = key_ref["key"].as_str().unwrap_or_default();
-            let secret =
-                store
-                    .objects
-                    .get(&("/secrets".into(), ns.to_owned(), secret_name.to_owned()));
-            let data = secret
-                .and_then(|s| s["data"][key].as_str())
-                .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok());
-            match (secret, data) {
-                (_, Some(data)) => String::from_utf8_lossy(&data).into_owned(),
-                _ if key_ref["optional"] == true => continue,
-                (None, _) => return Err(format!("secret \"{secret_name}\" not found")),
-                (Some(_), None) => {
-                    return Err(format!(
-                        "couldn't find key {key} in Secret {ns}/{secret_name}"
-                    ));
-                }
-            }
-        } else if from.is_object() {
+        if var.get("valueFrom").is_some() {
             return Err(format!(
-                "the kube double resolves only fieldRef and secretKeyRef (env {name})"
+                "the kube double resolves no valueFrom (env {name}): the harness's Pods set none"
             ));
-        } else {
-            var["value"].as_str().unwrap_or_default().to_owned()
-        };
-        env.push(json!({"name": name, "value": value}));
+        }
+        env.push(json!({"name": name, "value": var["value"].as_str().unwrap_or_default()}));
     }
     if let Some(address) = state.pod_address {
         let (host, port) = (address.ip().to_string(), address.port().to_string());

@@ -31,7 +31,7 @@ struct File {
 fn volume_files(
     store: &Store,
     state: &DoubleState,
-    (pod, node): (&Value, &str),
+    pod: &Value,
     volume: &Value,
 ) -> Result<Option<Vec<File>>, String> {
     let name = volume["name"].as_str().unwrap_or_default();
@@ -66,40 +66,33 @@ fn volume_files(
             // other ConfigMap.
             let wanted = config_map["name"].as_str().unwrap_or_default();
             if wanted != "kube-root-ca.crt" {
-                if config_map["optional"] == true {
-                    continue;
-                }
                 return Err(failed(format!("configmap \"{wanted}\" not found")));
             }
-            let items = config_map["items"]
-                .as_array()
-                .cloned()
-                .unwrap_or_else(|| vec![json!({"key": "ca.crt", "path": "ca.crt"})]);
-            for item in items {
-                files.push(File {
-                    path: item["path"].as_str().unwrap_or("ca.crt").to_owned(),
-                    data: state.ca_pem.clone().into_bytes(),
-                    mode: item.get("mode").map_or(mode, mode_of),
-                    token: false,
-                });
-            }
-        } else if let Some(secret) = source.get("secret") {
-            files.extend(secret_files(store, ns, secret, mode).map_err(failed)?);
+            files.push(File {
+                path: "ca.crt".into(),
+                data: state.ca_pem.clone().into_bytes(),
+                mode,
+                token: false,
+            });
         } else if let Some(downward) = source.get("downwardAPI") {
             for item in downward["items"].as_array().into_iter().flatten() {
                 let field = item["fieldRef"]["fieldPath"].as_str().unwrap_or_default();
-                let Some(value) = field_value(pod, field, node) else {
+                let Some(value) = field_value(pod, field) else {
                     return Err(failed(format!(
-                        "the kube double does not project {field:?} (only metadata.name, metadata.namespace, metadata.uid, metadata.labels, metadata.annotations, spec.serviceAccountName, spec.nodeName)"
+                        "the kube double does not project {field:?} (only metadata.name, metadata.namespace, metadata.uid)"
                     )));
                 };
                 files.push(File {
                     path: item["path"].as_str().unwrap_or_default().to_owned(),
                     data: value.into_bytes(),
-                    mode: item.get("mode").map_or(mode, mode_of),
+                    mode,
                     token: false,
                 });
             }
+        } else {
+            return Err(failed(
+                "the kube double projects only a serviceAccountToken, the root CA's ConfigMap and the downward API (what the ServiceAccount admission adds)".into(),
+            ));
         }
     }
     Ok(Some(files))
@@ -113,91 +106,38 @@ fn mode_of(mode: &Value) -> u32 {
         & 0o777
 }
 
-/// The files of a Secret (a `secret` volume's or a projection's): every key, or the
-/// `items` asked for; a missing Secret or key fails unless `optional`.
+/// The files of a `secret` volume's Secret: one per key (a volume asking for `items` or
+/// `optional` is refused: no Pod the harness makes has one).
 fn secret_files(store: &Store, ns: &str, source: &Value, mode: u32) -> Result<Vec<File>, String> {
-    let name = source["secretName"]
-        .as_str()
-        .or_else(|| source["name"].as_str())
-        .unwrap_or_default();
-    let optional = source["optional"] == true;
-    let Some(secret) = store
+    let name = source["secretName"].as_str().unwrap_or_default();
+    if source.get("items").is_some() || source.get("optional").is_some() {
+        return Err(format!(
+            "the kube double mounts a whole Secret only, not its items or an optional one (secret \"{name}\")"
+        ));
+    }
+    let secret = store
         .objects
         .get(&("/secrets".into(), ns.to_owned(), name.to_owned()))
-    else {
-        return if optional {
-            Ok(Vec::new())
-        } else {
-            Err(format!("secret \"{name}\" not found"))
-        };
-    };
-    let decoded = |key: &str| -> Option<Vec<u8>> {
-        let text = secret["data"][key].as_str()?;
-        base64::engine::general_purpose::STANDARD.decode(text).ok()
-    };
-    let mut files = Vec::new();
-    match source["items"].as_array() {
-        Some(items) => {
-            for item in items {
-                let key = item["key"].as_str().unwrap_or_default();
-                let Some(data) = decoded(key) else {
-                    if optional {
-                        continue;
-                    }
-                    return Err(format!("references non-existent secret key: {key}"));
-                };
-                files.push(File {
-                    path: item["path"].as_str().unwrap_or(key).to_owned(),
-                    data,
-                    mode: item.get("mode").map_or(mode, mode_of),
-                    token: false,
-                });
-            }
-        }
-        None => {
-            for key in secret["data"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, _)| k)
-            {
-                files.push(File {
-                    path: key.clone(),
-                    data: decoded(key).unwrap_or_default(),
-                    mode,
-                    token: false,
-                });
-            }
-        }
-    }
-    Ok(files)
+        .ok_or_else(|| format!("secret \"{name}\" not found"))?;
+    let data = secret["data"].as_object().into_iter().flatten();
+    Ok(data
+        .map(|(key, text)| File {
+            path: key.clone(),
+            data: text
+                .as_str()
+                .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok())
+                .unwrap_or_default(),
+            mode,
+            token: false,
+        })
+        .collect())
 }
 
-/// The downward API's value of `field` for `pod`, bound to `node` (None: not one the double
-/// projects).
-fn field_value(pod: &Value, field: &str, node: &str) -> Option<String> {
-    let pairs = |map: &Value| -> String {
-        map.as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| format!("{k}={}", json!(v.as_str().unwrap_or_default())))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let meta = &pod["metadata"];
-    Some(match field {
-        "metadata.name" | "metadata.namespace" | "metadata.uid" => {
-            meta[&field[9..]].as_str().unwrap_or_default().to_owned()
-        }
-        "metadata.labels" => pairs(&meta["labels"]),
-        "metadata.annotations" => pairs(&meta["annotations"]),
-        "spec.serviceAccountName" => pod["spec"]["serviceAccountName"]
-            .as_str()
-            .unwrap_or("default")
-            .to_owned(),
-        "spec.nodeName" => node.to_owned(),
-        _ => return None,
-    })
+/// The downward API's value of `field` for `pod` (None: not one the double projects).
+fn field_value(pod: &Value, field: &str) -> Option<String> {
+    let key = field.strip_prefix("metadata.")?;
+    matches!(key, "name" | "namespace" | "uid")
+        .then(|| pod["metadata"][key].as_str().unwrap_or_default().to_owned())
 }
 
 /// Who the volume files belong to: the Pod's `fsGroup`, and its one `runAsUser` when every
@@ -273,20 +213,16 @@ pub(crate) fn remove_pod_folder(state: &DoubleState, uid: &str) {
     }
 }
 
-/// The runtime's copy of `pod` (as admitted; its UID `uid`, bound to `node`), once its
+/// The runtime's copy of `pod` (as admitted; its UID `uid`), once its
 /// volumes are set up on this host: secret and projected volumes become read-only hostPath
 /// folders, `automountServiceAccountToken` goes (the token is one of those folders), each
 /// container gets the `kubernetes` Service's environment. Err: the
 /// kubelet's `FailedMount` (or `CreateContainerConfigError`) message; nothing is written then.
-pub(crate) fn runtime_copy(
-    state: &DoubleState,
-    uid: &str,
-    (pod, node): (&Value, &str),
-) -> Result<Value, String> {
+pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Result<Value, String> {
     let mut store = state.store();
     let mut shown: Vec<(String, Vec<File>)> = Vec::new();
     for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
-        if let Some(files) = volume_files(&store, state, (pod, node), volume)? {
+        if let Some(files) = volume_files(&store, state, pod, volume)? {
             shown.push((
                 volume["name"].as_str().unwrap_or_default().to_owned(),
                 files,
@@ -447,18 +383,10 @@ mod tests {
 
     #[test]
     fn the_downward_api_projects_what_the_pod_says() {
-        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
-            "labels": {"a": "1", "b": "x y"}}, "spec": {"serviceAccountName": "runner"}});
-        assert_eq!(field_value(&pod, "metadata.namespace", "n").unwrap(), "ns");
-        assert_eq!(field_value(&pod, "metadata.uid", "n").unwrap(), "u");
-        assert_eq!(
-            field_value(&pod, "metadata.labels", "n").unwrap(),
-            "a=\"1\"\nb=\"x y\""
-        );
-        assert_eq!(
-            field_value(&pod, "spec.serviceAccountName", "n").unwrap(),
-            "runner"
-        );
-        assert_eq!(field_value(&pod, "status.podIP", "n"), None);
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"}});
+        assert_eq!(field_value(&pod, "metadata.namespace").unwrap(), "ns");
+        assert_eq!(field_value(&pod, "metadata.uid").unwrap(), "u");
+        assert_eq!(field_value(&pod, "metadata.labels"), None);
+        assert_eq!(field_value(&pod, "status.podIP"), None);
     }
 }

@@ -112,7 +112,7 @@ pub(crate) async fn run_pod(
         if live_pod(&state.store(), &uid).is_none() {
             return;
         }
-        match mounts::runtime_copy(&state, &uid, (&pod, NODE)) {
+        match mounts::runtime_copy(&state, &uid, &pod) {
             Ok(copy) => {
                 state.store().running.insert(uid.clone(), Running::Creating);
                 break copy;

@@ -7,6 +7,8 @@
 //! - `admission`: every fixture template's composed Pod, dry-run created under each Pod
 //!   Security level (AC-001.3), the harness's admission comparison on the real defaulting,
 //!   and the double's answers to the same requests.
+//! - `finalizers`: a Pod a finalizer holds, the harness's exact delete naming it, its
+//!   namespace `Terminating` until the finalizer is removed.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
 //! - `launch`: the Job, Roles and RoleBinding `launch` creates, dry-run created (with
@@ -22,6 +24,7 @@
 
 mod admission;
 mod corpus;
+mod finalizers;
 mod gc;
 mod launch;
 mod names;

@@ -157,8 +157,8 @@ pub(crate) fn pull_failed(state: &DoubleState, store: &mut Store, uid: &str) {
     // A DELETE with grace period 0: nothing runs, the kubelet has nothing to stop but the
     // volumes it set up.
     store.running.remove(uid);
-    finalizers::delete_where(store, |k| *k == key);
-    if !store.objects.contains_key(&key) {
+    if finalizers::on_delete(store, &key, &pod, false).is_none() {
+        store.delete(&key);
         store.forget_bound_tokens(uid);
         mounts::remove_pod_folder(state, uid);
     }

@@ -505,9 +505,7 @@ impl Ctx<'_> {
         let mut shown = object.clone();
         shown["metadata"]["deletionTimestamp"] = json!(now());
         let kubelet = self.route.resource == "pods" && self.state.runtime.is_some();
-        if let Some(kept) =
-            finalizers::on_delete(&mut store, &key, &object, &mut shown, &options, kubelet)
-        {
+        if let Some(kept) = finalizers::on_delete(&mut store, &key, &object, kubelet) {
             return json_reply(StatusCode::OK, &kept);
         }
         match self.route.resource.as_str() {

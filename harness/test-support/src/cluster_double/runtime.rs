@@ -350,7 +350,7 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
             .filter_map(|uid| store.volumes.remove(uid))
             .collect();
         volumes.extend(taken);
-        finalizers::delete_where(&mut store, |(r, ns, _)| *ns == name && r != "/pods");
+        store.delete_where(|(r, ns, _)| *ns == name && r != "/pods");
         pods
     };
     for (key, uid) in pods {

@@ -11,6 +11,8 @@
 //!   test as provisioner): capacity waited on then placed, a selector or a missing claim
 //!   fatal, claims bound `Immediate` or for their first consumer, the default class.
 //! - `executor`: the executor the harness sets up, refused what Kandev's Role does not grant.
+//! - `finalizers`: a Pod a finalizer holds, the harness's exact delete naming it, its
+//!   namespace `Terminating` until the finalizer is removed.
 //! - `gc`: `gc` against live Leases (a run set up and its Lease renewed and released, an
 //!   expired run's namespace removed, a young one spared).
 //! - `jobs`: a Job's defaulting, its end (its Pod's phase, its deadline), the delete
@@ -33,6 +35,7 @@ mod admission;
 mod claims;
 mod corpus;
 mod executor;
+mod finalizers;
 mod gc;
 mod jobs;
 mod launch;

@@ -136,9 +136,7 @@ impl Faults {
     pub(crate) fn record(&self, what: String) {
         lock(&self.injected).push(what);
     }
-}
 
-impl Faults {
     /// Injects `fault` into the next `times` requests of `method` (any method when None)
     /// whose path and query contain `path` (`/rolebindings`, `/exec`,
     /// `selfsubjectaccessreviews`, `/pods?&fieldManager`: a create that is no dry run).

@@ -5,88 +5,65 @@
 
 use serde_json::{Value, json};
 
-/// One resource (or subresource) the double serves.
+/// One resource (or subresource) the double serves, in version `v1` of its group.
 pub(crate) struct Resource {
     /// "" for the core group.
     pub group: &'static str,
-    pub version: &'static str,
     /// `pods`, or `pods/exec` for a subresource.
     pub name: &'static str,
     pub kind: &'static str,
     pub namespaced: bool,
 }
 
-const fn resource(
-    group: &'static str,
-    name: &'static str,
-    kind: &'static str,
-    namespaced: bool,
-) -> Resource {
+const fn resource(group: &'static str, name: &'static str, kind: &'static str) -> Resource {
     Resource {
         group,
-        version: "v1",
         name,
         kind,
-        namespaced,
+        namespaced: true,
     }
 }
 
+const fn cluster_scoped(group: &'static str, name: &'static str, kind: &'static str) -> Resource {
+    Resource {
+        namespaced: false,
+        ..resource(group, name, kind)
+    }
+}
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+const AUTHZ: &str = "authorization.k8s.io";
+
 /// Everything the double serves (names and kinds as a v1.36 API server lists them).
 pub(crate) const RESOURCES: &[Resource] = &[
-    resource("", "pods", "Pod", true),
-    resource("", "pods/exec", "PodExecOptions", true),
-    resource("", "pods/log", "Pod", true),
-    resource("", "pods/portforward", "PodPortForwardOptions", true),
-    resource("", "namespaces", "Namespace", false),
-    resource("", "persistentvolumeclaims", "PersistentVolumeClaim", true),
-    resource("", "serviceaccounts", "ServiceAccount", true),
-    resource("", "serviceaccounts/token", "TokenRequest", true),
-    resource("", "services", "Service", true),
-    resource("", "secrets", "Secret", true),
-    resource("", "nodes", "Node", false),
-    resource("storage.k8s.io", "storageclasses", "StorageClass", false),
-    resource("", "events", "Event", true),
-    resource("rbac.authorization.k8s.io", "roles", "Role", true),
-    resource(
-        "rbac.authorization.k8s.io",
-        "rolebindings",
-        "RoleBinding",
-        true,
-    ),
+    resource("", "pods", "Pod"),
+    resource("", "pods/exec", "PodExecOptions"),
+    resource("", "pods/log", "Pod"),
+    resource("", "pods/portforward", "PodPortForwardOptions"),
+    cluster_scoped("", "namespaces", "Namespace"),
+    resource("", "persistentvolumeclaims", "PersistentVolumeClaim"),
+    resource("", "serviceaccounts", "ServiceAccount"),
+    resource("", "serviceaccounts/token", "TokenRequest"),
+    resource("", "services", "Service"),
+    resource("", "secrets", "Secret"),
+    cluster_scoped("", "nodes", "Node"),
+    cluster_scoped("storage.k8s.io", "storageclasses", "StorageClass"),
+    resource("", "events", "Event"),
+    resource(RBAC, "roles", "Role"),
+    resource(RBAC, "rolebindings", "RoleBinding"),
     // Stored as any object is (`launch --node-inspector`'s grant to read nodes); the double's
     // RBAC evaluates namespaced Roles only, so it grants nothing here.
-    resource(
-        "rbac.authorization.k8s.io",
-        "clusterroles",
-        "ClusterRole",
-        false,
-    ),
-    resource(
-        "rbac.authorization.k8s.io",
-        "clusterrolebindings",
-        "ClusterRoleBinding",
-        false,
-    ),
-    resource(
-        "authorization.k8s.io",
-        "selfsubjectaccessreviews",
-        "SelfSubjectAccessReview",
-        false,
-    ),
-    resource(
-        "authorization.k8s.io",
-        "selfsubjectrulesreviews",
-        "SelfSubjectRulesReview",
-        false,
-    ),
-    resource("batch", "jobs", "Job", true),
+    cluster_scoped(RBAC, "clusterroles", "ClusterRole"),
+    cluster_scoped(RBAC, "clusterrolebindings", "ClusterRoleBinding"),
+    cluster_scoped(AUTHZ, "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+    cluster_scoped(AUTHZ, "selfsubjectrulesreviews", "SelfSubjectRulesReview"),
+    resource("batch", "jobs", "Job"),
     // What a run holds while it is alive (`gc` spares it).
-    resource("coordination.k8s.io", "leases", "Lease", true),
-    resource(
+    resource("coordination.k8s.io", "leases", "Lease"),
+    cluster_scoped(
         "authentication.k8s.io",
         "selfsubjectreviews",
         "SelfSubjectReview",
-        false,
     ),
 ];
 
@@ -94,16 +71,16 @@ pub(crate) const RESOURCES: &[Resource] = &[
 pub(crate) fn find(group: &str, version: &str, name: &str) -> Option<&'static Resource> {
     RESOURCES
         .iter()
-        .find(|r| r.group == group && r.version == version && r.name == name)
+        .find(|r| r.group == group && version == "v1" && r.name == name)
 }
 
 impl Resource {
     /// `v1`, `rbac.authorization.k8s.io/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
-            self.version.to_owned()
+            "v1".to_owned()
         } else {
-            format!("{}/{}", self.group, self.version)
+            format!("{}/v1", self.group)
         }
     }
 }

@@ -98,13 +98,16 @@ impl Faults {
         Some(fault)
     }
 
-    pub(crate) fn max_token_expiration(&self) -> Option<Duration> {
-        *lock(&self.max_token_expiration)
-    }
-
-    /// `token` stops authenticating `lifetime` from now.
-    pub(crate) fn expire_token(&self, token: &str, lifetime: Duration) {
-        lock(&self.token_expiries).insert(token.to_owned(), Instant::now() + lifetime);
+    /// The lifetime `token` gets of the `asked` seconds: capped by
+    /// `--service-account-max-token-expiration` as `TokenREST.Create`
+    /// (`pkg/registry/core/serviceaccount/storage/token.go`) caps it; it stops authenticating
+    /// then.
+    pub(crate) fn grant(&self, token: &str, asked: u64) -> u64 {
+        let cap = lock(&self.max_token_expiration).map(|cap| cap.as_secs());
+        let granted = cap.map_or(asked, |cap| asked.min(cap));
+        let expiry = Instant::now() + Duration::from_secs(granted);
+        lock(&self.token_expiries).insert(token.to_owned(), expiry);
+        granted
     }
 
     /// Whether `token` was issued with a lifetime that has run out.
@@ -133,9 +136,7 @@ impl Faults {
     pub(crate) fn record(&self, what: String) {
         lock(&self.injected).push(what);
     }
-}
 
-impl Faults {
     /// Injects `fault` into the next `times` requests of `method` (any method when None)
     /// whose path and query contain `path` (`/rolebindings`, `/exec`,
     /// `selfsubjectaccessreviews`, `/pods?&fieldManager`: a create that is no dry run).

@@ -118,52 +118,43 @@ impl Drop for KubeDouble {
 /// without one they are stored and stay `Pending`. With a runtime the double also listens on
 /// the engine's `bridge` gateway ([`KubeDouble::pod_address`]), where its Pods reach it.
 pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDouble> {
-    let docker = match &runtime {
-        Some(_) => Some(
-            connect_engine()
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    let address = listener.local_addr()?;
+    let server = format!("https://{address}");
+    // With a runtime: the engine, and a second listener where its Pods reach the double.
+    let (docker, pod_listener) = match &runtime {
+        Some(_) => {
+            let docker = connect_engine()
                 .await
-                .context("the engine the double's Pods run on")?,
-        ),
-        None => None,
+                .context("the engine the double's Pods run on")?;
+            let gateway = bridge_gateway(&docker).await?;
+            (
+                Some(docker),
+                Some(listen_beside(gateway, address.port()).await?),
+            )
+        }
+        None => (None, None),
     };
     let streams = docker.clone().map(PodStreams::new);
-    let gateway = match &docker {
-        Some(docker) => Some(bridge_gateway(docker).await?),
-        None => None,
-    };
-    let certificate = crate::tls::server_certificate(
-        "kube-double CA",
-        "kube-double apiserver",
-        &[],
-        gateway.as_slice(),
-    )?;
-    let (ca_pem, cert_der, key_der) = (
-        certificate.ca_pem,
-        certificate.cert.der().to_vec(),
-        certificate.key.serialize_der(),
-    );
+    let pod_address = pod_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
+    let gateway: Vec<IpAddr> = pod_address.iter().map(SocketAddr::ip).collect();
+    let certificate =
+        crate::tls::server_certificate("kube-double CA", "kube-double apiserver", &[], &gateway)?;
+    let ca_pem = certificate.ca_pem;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS versions")?
         .with_no_client_auth()
         .with_single_cert(
-            vec![rustls::pki_types::CertificateDer::from(cert_der)],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key_der.into()),
+            vec![certificate.cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certificate.key.serialize_der().into()),
         )
         .context("the server certificate")?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
-    let address = listener.local_addr()?;
-    let server = format!("https://{address}");
-    let pod_listener = match gateway {
-        Some(ip) => Some(listen_beside(ip, address.port()).await?),
-        None => None,
-    };
-    let pod_address = match &pod_listener {
-        Some(l) => Some(l.local_addr()?),
-        None => None,
-    };
 
     let folder = tempfile::tempdir()?;
     let pod_files = folder.path().join("pods");
@@ -209,10 +200,10 @@ pub async fn start(runtime: Option<Arc<dyn Backend>>) -> anyhow::Result<KubeDoub
     let config = crate::tls::kubeconfig(CONTEXT, &server, &ca_pem, &admin_token);
     std::fs::write(&kubeconfig, serde_json::to_vec_pretty(&config)?)?;
 
-    let mut server_tasks = vec![serve(listener, acceptor.clone(), state.clone())];
-    if let Some(listener) = pod_listener {
-        server_tasks.push(serve(listener, acceptor, state.clone()));
-    }
+    let server_tasks = std::iter::once(listener)
+        .chain(pod_listener)
+        .map(|listener| serve(listener, acceptor.clone(), state.clone()))
+        .collect();
     Ok(KubeDouble {
         kubeconfig,
         context: CONTEXT.into(),

@@ -500,7 +500,6 @@ impl Ctx<'_> {
             name: name.into(),
             uid: uid.clone(),
             precondition_uid: preconditions.uid,
-            precondition_resource_version: preconditions.resource_version,
         });
         let mut shown = object.clone();
         shown["metadata"]["deletionTimestamp"] = json!(now());

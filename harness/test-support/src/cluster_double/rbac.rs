@@ -5,8 +5,8 @@
 //! server's (the corpus lists it), and `executor_role_file` refuses what it refuses.
 
 use super::request::Ctx;
-use super::status::{Reply, json_reply, not_found, status};
-use super::store::{Bound, Identity, Store, timestamp};
+use super::status::{Reply, json_reply, not_found};
+use super::store::{Identity, Store, timestamp};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 
@@ -155,9 +155,10 @@ impl Ctx<'_> {
         json_reply(StatusCode::CREATED, &body)
     }
 
-    /// A TokenRequest: a token for the ServiceAccount, bound to the Pod or Secret its
-    /// `boundObjectRef` names when it names one (then it stops authenticating once that
-    /// object is gone, as a bound token does).
+    /// A TokenRequest: a token for the ServiceAccount. Its `boundObjectRef` (launch binds the
+    /// bookkeeper's to its inputs Secret) is not kept: no test deletes that Secret and then
+    /// uses the token, so the double's TokenRequest tokens end only with their lifetime (the
+    /// kubelet's Pod-bound tokens do end with their Pod: `mounts`).
     pub(crate) fn token(&self, name: &str, body: Value) -> Reply {
         let ns = self.route.namespace.clone().unwrap_or_default();
         let mut store = self.state.store();
@@ -167,62 +168,16 @@ impl Ctx<'_> {
         {
             return not_found(self.route, name);
         }
-        let reference = &body["spec"]["boundObjectRef"];
-        let bound = match reference["kind"].as_str() {
-            Some(kind @ ("Pod" | "Secret")) => {
-                let resource = if kind == "Pod" { "pods" } else { "secrets" };
-                let object = reference["name"].as_str().unwrap_or_default();
-                let key = (format!("/{resource}"), ns.clone(), object.to_owned());
-                let Some(uid) = store
-                    .objects
-                    .get(&key)
-                    .and_then(|o| o["metadata"]["uid"].as_str())
-                    .map(str::to_owned)
-                else {
-                    return status(
-                        StatusCode::NOT_FOUND,
-                        "NotFound",
-                        &format!("{resource} \"{object}\" not found"),
-                        json!({"name": object, "kind": resource}),
-                    );
-                };
-                if reference["uid"]
-                    .as_str()
-                    .is_some_and(|u| !u.is_empty() && u != uid)
-                {
-                    return status(
-                        StatusCode::CONFLICT,
-                        "Conflict",
-                        &format!(
-                            "the UID in the bound object reference ({}) does not match the UID in record. The object might have been deleted and then recreated",
-                            reference["uid"].as_str().unwrap_or_default()
-                        ),
-                        json!({}),
-                    );
-                }
-                Some(Bound { key, uid })
-            }
-            _ => None,
-        };
         // Not validated (under 10 minutes, over 2^32 s: `ValidateTokenRequest`): the real API
         // server's to refuse (`real_api_server/jobs.rs`); the harness asks 10 minutes or more.
         let asked = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
-        let token = store.issue_token(&ns, name, bound);
+        let token = store.issue_token(&ns, name, None);
         drop(store);
         // The lifetime asked (the API server's default is an hour: `SetDefaults_TokenRequestSpec`),
-        // capped by `--service-account-max-token-expiration` as `TokenREST.Create`
-        // (`pkg/registry/core/serviceaccount/storage/token.go`) caps it; the granted lifetime
-        // is what the answer's spec and `expirationTimestamp` say, and the token stops
-        // authenticating then.
+        // as granted (`Faults::grant`): what the answer's spec and `expirationTimestamp` say.
         let mut spec = body.get("spec").cloned().unwrap_or(json!({}));
-        let asked = asked.unsigned_abs();
-        let granted = match self.state.faults().max_token_expiration() {
-            Some(cap) if asked > cap.as_secs() => cap.as_secs(),
-            _ => asked,
-        };
+        let granted = self.state.faults().grant(&token, asked.unsigned_abs());
         spec["expirationSeconds"] = json!(granted);
-        let lifetime = std::time::Duration::from_secs(granted);
-        self.state.faults().expire_token(&token, lifetime);
         let expires = k8s_openapi::jiff::Timestamp::now()
             .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(granted as i64))
             .map(timestamp)

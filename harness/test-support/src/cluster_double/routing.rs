@@ -1,11 +1,12 @@
 //! The double's router, in the order of the API server's handler chain
 //! (`DefaultBuildHandlerChain`, apiserver `pkg/server/config.go`: authentication, then
-//! authorization, then the resource's handler). [`handle`] records the request, answers what
-//! is open to every client, authenticates ([`authenticate`]), resolves what the request names
-//! ([`resolve`]), authorizes it ([`authorize`]), then hands it to exec and port-forward
-//! streams or to the one handler of its resource ([`dispatch`]). What the harness's client
-//! never asks (discovery documents beyond `/version`, OpenAPI, watches, SPDY streams, other
-//! bodies than JSON) is refused with a `Status` saying so.
+//! authorization, then the resource's handler). [`handle`] records the request, authenticates
+//! it ([`authenticate`]), answers `/version` and the health endpoints (every authenticated
+//! user's), resolves what the request names ([`resolve`]), authorizes it ([`authorize`]),
+//! then hands it to exec and port-forward streams or to the one handler of its resource
+//! ([`dispatch`]). What the harness's client never asks (anonymous requests, discovery
+//! documents beyond `/version`, OpenAPI, watches, SPDY streams, other bodies than JSON) is
+//! refused with a `Status`.
 
 use super::negotiation::{decode_body, negotiate};
 use super::rbac::{Attributes, allowed};
@@ -28,9 +29,6 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     let watch =
         param(&query, "watch").is_some_and(|w| w != "0" && !w.eq_ignore_ascii_case("false"));
     record(&state, &req, watch);
-    if let Some(open) = open_to_all(&req) {
-        return open;
-    }
     let Some(identity) = authenticate(&state, &req) else {
         return status(
             StatusCode::UNAUTHORIZED,
@@ -39,12 +37,27 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
             json!({}),
         );
     };
-    if req.method() == Method::GET && req.uri().path().trim_end_matches('/') == "/version" {
-        // Any authenticated caller reads it (the `system:public-info-viewer` ClusterRole).
-        return match negotiate(req.headers()) {
-            Ok(()) => json_reply(StatusCode::OK, &discovery::version()),
-            Err(refused) => *refused,
-        };
+    // Every authenticated user reads these (the `system:public-info-viewer` ClusterRole). The
+    // double is ready once it serves; a client reads /readyz to tell a 403 of a server whose
+    // informers have not synced from its answer (`resilience.rs`).
+    if req.method() == Method::GET {
+        match req.uri().path().trim_end_matches('/') {
+            "/version" => {
+                return match negotiate(req.headers()) {
+                    Ok(()) => json_reply(StatusCode::OK, &discovery::version()),
+                    Err(refused) => *refused,
+                };
+            }
+            "/healthz" | "/readyz" | "/livez" => {
+                let mut reply = hyper::Response::new(super::status::full("ok".to_owned()));
+                reply.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                return reply;
+            }
+            _ => {}
+        }
     }
     let asked = match resolve(&req, watch) {
         Ok(asked) => asked,
@@ -56,17 +69,14 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
     if let Err(refused) = served_here(&asked) {
         return *refused;
     }
-    if asked.upgrade {
-        return match asked.route.sub.as_deref() {
-            Some("exec") => streams::exec(state, req, asked.route, query).await,
-            Some("portforward") => streams::portforward(state, req, asked.route, query).await,
-            _ => status(
-                StatusCode::BAD_REQUEST,
-                "BadRequest",
-                "upgrade only for exec and portforward",
-                json!({}),
-            ),
-        };
+    // Exec and port-forward over websockets only: without the upgrade (SPDY, kubectl's and
+    // client-go's older transport) they fall to `dispatch`, which serves neither.
+    match (asked.upgrade, asked.route.sub.as_deref()) {
+        (true, Some("exec")) => return streams::exec(state, req, asked.route, query).await,
+        (true, Some("portforward")) => {
+            return streams::portforward(state, req, asked.route, query).await;
+        }
+        _ => {}
     }
     let body = match body(req).await {
         Ok(body) => body,
@@ -101,32 +111,6 @@ fn record(state: &DoubleState, req: &Request<Incoming>, watch: bool) {
         watch,
     };
     state.store().seen.push(seen);
-}
-
-/// What every client may read: `/version` without credentials, as `system:anonymous` (the
-/// `system:public-info-viewer` ClusterRole; a request with a token the server does not know
-/// is still 401, as authentication comes first), and the health endpoints (the bootstrap
-/// binding `system:public-info-viewer`). The double is ready once it serves; a client reads
-/// /readyz to tell a 403 of a server whose informers have not synced from its answer
-/// (`resilience.rs`).
-fn open_to_all(req: &Request<Incoming>) -> Option<Reply> {
-    if req.method() != Method::GET {
-        return None;
-    }
-    match req.uri().path().trim_end_matches('/') {
-        "/version" if !req.headers().contains_key(hyper::header::AUTHORIZATION) => {
-            Some(json_reply(StatusCode::OK, &discovery::version()))
-        }
-        "/healthz" | "/readyz" | "/livez" => {
-            let mut reply = hyper::Response::new(super::status::full("ok".to_owned()));
-            reply.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            Some(reply)
-        }
-        _ => None,
-    }
 }
 
 /// Who the bearer token is. An expired token is refused as the API server's token
@@ -304,10 +288,8 @@ fn authorize(
     )))
 }
 
-/// What the route's scope and transport leave unserved: a namespaced resource outside a
-/// namespace (but a list across namespaces), a cluster-scoped one inside one, and exec,
-/// port-forward or attach over SPDY (`Upgrade: SPDY/3.1`, kubectl's and client-go's older
-/// transport: kube-rs, the harness's client, uses websockets).
+/// What the route's scope leaves unserved: a namespaced resource outside a namespace (but a
+/// list across namespaces), a cluster-scoped one inside one.
 fn served_here(asked: &Asked) -> Result<(), Box<Reply>> {
     let route = &asked.route;
     let across_namespaces = asked.namespaced && route.name.is_none() && asked.verb == "list";
@@ -321,23 +303,6 @@ fn served_here(asked: &Asked) -> Result<(), Box<Reply>> {
             &format!(
                 "the server could not find the requested resource ({})",
                 asked.path
-            ),
-            json!({}),
-        )));
-    }
-    if !asked.upgrade
-        && route.resource == "pods"
-        && matches!(
-            route.sub.as_deref(),
-            Some("exec" | "portforward" | "attach")
-        )
-    {
-        return Err(Box::new(status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            &format!(
-                "the kube double serves pods/exec and pods/portforward over websockets only (v5.channel.k8s.io, v4.channel.k8s.io), what the harness's client uses; not pods/{} over SPDY",
-                route.sub.as_deref().unwrap_or_default(),
             ),
             json!({}),
         )));

@@ -28,7 +28,7 @@ impl Identity {
     }
 }
 
-/// A DELETE the double carried out, with the preconditions it came with.
+/// A DELETE the double carried out, with the UID precondition it came with.
 #[derive(Debug, Clone)]
 pub struct Deletion {
     pub resource: String,
@@ -36,7 +36,6 @@ pub struct Deletion {
     pub name: String,
     pub uid: String,
     pub precondition_uid: Option<String>,
-    pub precondition_resource_version: Option<String>,
 }
 
 /// A request as it reached the double (authenticated or not): what a test asserts about
@@ -172,11 +171,6 @@ impl Store {
         }
     }
 
-    pub fn next_version(&mut self) -> String {
-        self.resource_version += 1;
-        self.resource_version.to_string()
-    }
-
     /// What the API server sets on every new object, a dry run's too: its UID and creation
     /// time.
     pub fn stamp_new(&mut self, object: &mut Value) {
@@ -224,7 +218,8 @@ impl Store {
     /// Stores `object` (created or changed) with a resourceVersion of its own, as the API
     /// server versions every write; returns it as stored.
     pub fn put(&mut self, key: Key, mut object: Value) -> Value {
-        object["metadata"]["resourceVersion"] = json!(self.next_version());
+        self.resource_version += 1;
+        object["metadata"]["resourceVersion"] = json!(self.resource_version.to_string());
         self.objects.insert(key, object.clone());
         object
     }
@@ -233,7 +228,7 @@ impl Store {
     /// API server).
     pub fn delete(&mut self, key: &Key) -> Option<Value> {
         let before = self.objects.remove(key)?;
-        self.next_version();
+        self.resource_version += 1;
         Some(before)
     }
 

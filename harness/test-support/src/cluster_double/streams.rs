@@ -1,9 +1,9 @@
 //! pods/exec and pods/portforward over websockets, framed as the API server frames them for
 //! kube-rs: every binary message starts with its channel byte.
 //!
-//! - exec (`v5.channel.k8s.io`, else `v4.channel.k8s.io`): stdin 0, stdout 1, stderr 2, the
-//!   error/status channel 3 (a JSON `Status`; a non-zero exit code in
-//!   `details.causes[reason=ExitCode]`); with v5 the client ends stdin with `[255, 0]`.
+//! - exec (`v5.channel.k8s.io`, which kube-rs, the only client, always offers first): stdin
+//!   0, stdout 1, stderr 2, the error/status channel 3 (a JSON `Status`; a non-zero exit code
+//!   in `details.causes[reason=ExitCode]`); the client ends stdin with `[255, 0]`.
 //!   The command starts at once with its streams attached (the local backend's
 //!   [`PodStreams::exec`]): stdin is written as the client sends it, and stdout and stderr
 //!   are sent as the command writes them, the status when it has ended, as a kubelet does.
@@ -21,7 +21,7 @@
 //! which stops the writer in the Pod; and the other way round.
 
 use super::route::{Route, container_param};
-use super::status::{Reply, full, status};
+use super::status::{Reply, full, not_found, status};
 use super::store::{DoubleState, Running};
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::{Bytes, Incoming};
@@ -37,7 +37,9 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
+/// exec's protocol.
 const V5: &str = "v5.channel.k8s.io";
+/// port-forward's (kube-rs takes no other for it).
 const V4: &str = "v4.channel.k8s.io";
 /// The longest command the double runs (the client bounds its own exec).
 const EXEC_LIMIT: Duration = Duration::from_secs(3600);
@@ -64,12 +66,7 @@ fn target(state: &DoubleState, route: &Route) -> Result<(Value, PodRef, PodStrea
         .get(&("/pods".to_owned(), ns, name.clone()))
         .cloned()
     else {
-        return Err(Box::new(status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            &format!("pods \"{name}\" not found"),
-            json!({"name": name, "kind": "pods"}),
-        )));
+        return Err(Box::new(not_found(route, &name)));
     };
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     match (store.running.get(uid), state.streams.clone()) {
@@ -83,27 +80,28 @@ fn target(state: &DoubleState, route: &Route) -> Result<(Value, PodRef, PodStrea
     }
 }
 
-/// The 101 answer, and the websocket once the connection is upgraded.
+/// The 101 answer (speaking `protocol`), and the websocket once the connection is upgraded.
 fn upgrade(
     req: &mut Request<Incoming>,
-    preferred: &[&'static str],
-) -> Result<(Reply, &'static str, hyper::upgrade::OnUpgrade), Refused> {
-    let offered = offered(req);
-    let Some(protocol) = preferred
+    protocol: &'static str,
+) -> Result<(Reply, hyper::upgrade::OnUpgrade), Refused> {
+    let offered: Vec<&str> = req
+        .headers()
+        .get_all(hyper::header::SEC_WEBSOCKET_PROTOCOL)
         .iter()
-        .copied()
-        .find(|p| offered.iter().any(|o| o == p))
-    else {
+        .filter_map(|h| h.to_str().ok())
+        .flat_map(|h| h.split(',').map(str::trim))
+        .collect();
+    if !offered.contains(&protocol) {
         return Err(Box::new(status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
             &format!(
-                "no supported websocket subprotocol among {offered:?}: the kube double serves {} only (what the harness's client uses; no SPDY)",
-                preferred.join(", ")
+                "no supported websocket subprotocol among {offered:?}: the kube double serves {protocol} only here (what the harness's client uses; no SPDY)"
             ),
             json!({}),
         )));
-    };
+    }
     let Some(key) = req.headers().get(hyper::header::SEC_WEBSOCKET_KEY).cloned() else {
         return Err(Box::new(status(
             StatusCode::BAD_REQUEST,
@@ -124,17 +122,7 @@ fn upgrade(
     if let Ok(accept) = hyper::header::HeaderValue::from_str(&accept) {
         headers.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, accept);
     }
-    Ok((reply, protocol, on))
-}
-
-/// The websocket subprotocols the client offers.
-fn offered(req: &Request<Incoming>) -> Vec<String> {
-    req.headers()
-        .get_all(hyper::header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|h| h.to_str().ok())
-        .flat_map(|h| h.split(',').map(|p| p.trim().to_owned()))
-        .collect()
+    Ok((reply, on))
 }
 
 async fn socket(on: hyper::upgrade::OnUpgrade) -> Option<Socket> {
@@ -188,12 +176,12 @@ pub(crate) async fn exec(
             json!({}),
         );
     }
-    let (reply, protocol, on) = match upgrade(&mut req, &[V5, V4]) {
+    let (reply, on) = match upgrade(&mut req, V5) {
         Ok(u) => u,
         Err(reply) => return *reply,
     };
     tokio::spawn(async move {
-        let Some(mut ws) = socket(on).await else {
+        let Some(ws) = socket(on).await else {
             return;
         };
         match streams
@@ -201,25 +189,30 @@ pub(crate) async fn exec(
             .await
         {
             Ok(attached) => {
-                let served = serve_exec(ws, protocol == V5, attached, argv, stdin);
+                let served = serve_exec(ws, attached, argv, stdin);
                 let _ = tokio::time::timeout(EXEC_LIMIT, served).await;
             }
             Err(e) => {
                 let failure = json!({"metadata": {}, "status": "Failure",
                     "message": e.to_string(), "reason": "InternalError"});
-                let _ = ws.send(framed(3, failure.to_string().as_bytes())).await;
-                let _ = ws.send(normal_close()).await;
+                fail(ws, failure).await;
             }
         }
     });
     reply
 }
 
+/// Ends an exec with `failure` on its status channel, the command never run.
+async fn fail(mut ws: Socket, failure: Value) {
+    let _ = ws.send(framed(3, failure.to_string().as_bytes())).await;
+    let _ = ws.send(normal_close()).await;
+}
+
 /// An exec the stream translator could not take to the kubelet (`Fault::TranslatedRefusal`):
 /// upgraded, then `NewInternalError(cause)` on the status channel (k8s.io/apimachinery
 /// `pkg/api/errors`: code 500, reason InternalError, "Internal error occurred: <cause>").
 pub(crate) fn translated_refusal(mut req: Request<Incoming>, cause: &str) -> Reply {
-    let (reply, _, on) = match upgrade(&mut req, &[V5]) {
+    let (reply, on) = match upgrade(&mut req, V5) {
         Ok(u) => u,
         Err(reply) => return *reply,
     };
@@ -227,25 +220,23 @@ pub(crate) fn translated_refusal(mut req: Request<Incoming>, cause: &str) -> Rep
         "message": format!("Internal error occurred: {cause}"), "reason": "InternalError",
         "details": {"causes": [{"message": cause}]}, "code": 500});
     tokio::spawn(async move {
-        let Some(mut ws) = socket(on).await else {
-            return;
-        };
-        let _ = ws.send(framed(3, failure.to_string().as_bytes())).await;
-        let _ = ws.send(normal_close()).await;
+        if let Some(ws) = socket(on).await {
+            fail(ws, failure).await;
+        }
     });
     reply
 }
 
 /// Relays one attached command: the client's stdin to it while it runs, its output to the
 /// client as it comes, then its exit status.
-async fn serve_exec(ws: Socket, v5: bool, attached: Attached, argv: Vec<String>, stdin: bool) {
+async fn serve_exec(ws: Socket, attached: Attached, argv: Vec<String>, stdin: bool) {
     let (mut sink, mut stream) = ws.split();
     let Attached {
         mut input,
         mut output,
         exit,
     } = attached;
-    // The client's stdin as it comes, until v5's close frame or the socket's end; reading
+    // The client's stdin as it comes, until its close frame or the socket's end; reading
     // also answers the client's pings and close.
     let to_command = async move {
         let mut open = stdin;
@@ -260,7 +251,7 @@ async fn serve_exec(ws: Socket, v5: bool, attached: Attached, argv: Vec<String>,
                 Some(0) if open => {
                     open = input.write_all(&bytes[1..]).await.is_ok();
                 }
-                Some(255) if v5 && bytes.get(1) == Some(&0) && open => {
+                Some(255) if bytes.get(1) == Some(&0) && open => {
                     let _ = input.shutdown().await;
                     open = false;
                 }
@@ -344,7 +335,7 @@ pub(crate) async fn portforward(
             );
         }
     };
-    let (reply, _, on) = match upgrade(&mut req, &[V4, V5]) {
+    let (reply, on) = match upgrade(&mut req, V4) {
         Ok(u) => u,
         Err(reply) => return *reply,
     };
@@ -361,39 +352,51 @@ fn channels(index: usize) -> (u8, u8) {
     (data, data + 1)
 }
 
-/// One tunnel's Pod side: its bytes to the client as they come (through the bounded `to_client`
-/// queue, so a slow client slows the tunnel), then, if the connection failed, why.
+/// One tunnel's Pod side: the bytes the bridge reads from the Pod's port to the client as they
+/// come (through the bounded `to_client` queue, so a slow client slows the tunnel), then, if
+/// the connection failed, why (the bridge's error, or its stderr when it exited non-zero).
 async fn from_pod(
     index: usize,
     port: u16,
     pod: PodRef,
-    output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
+    mut output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
     exit: Exit,
     to_client: tokio::sync::mpsc::Sender<Message>,
 ) {
     let (data, error) = channels(index);
-    let relayed = pod_side(output, exit, |bytes| {
-        let to_client = to_client.clone();
-        async move {
-            for piece in bytes.chunks(FRAME) {
-                if to_client.send(framed(data, piece)).await.is_err() {
-                    return false;
+    let mut stderr = Vec::new();
+    let mut failure = None;
+    while let Some(chunk) = output.next().await {
+        match chunk {
+            Ok(Output::Stdout(bytes)) => {
+                for piece in bytes.chunks(FRAME) {
+                    if to_client.send(framed(data, piece)).await.is_err() {
+                        // The client has gone, and so has the tunnel.
+                        return;
+                    }
                 }
             }
-            true
+            Ok(Output::Stderr(bytes)) => {
+                let room = MAX_ERROR.saturating_sub(stderr.len());
+                stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            Err(e) => {
+                failure = Some(format!("{e:#}"));
+                break;
+            }
         }
-    })
-    .await;
-    let Some(reason) = relayed else {
-        return;
-    };
-    if let Some(reason) = reason {
-        let message = format!(
-            "error forwarding port {port} to pod {}, uid {}: {reason}",
-            pod.name, pod.uid
-        );
-        let _ = to_client.send(framed(error, message.as_bytes())).await;
     }
+    let reason = match (failure, exit.code().await) {
+        (Some(e), _) => e,
+        (None, Ok(Some(0))) => return,
+        (None, Ok(_)) => String::from_utf8_lossy(&stderr).trim().to_owned(),
+        (None, Err(e)) => format!("{e:#}"),
+    };
+    let message = format!(
+        "error forwarding port {port} to pod {}, uid {}: {reason}",
+        pod.name, pod.uid
+    );
+    let _ = to_client.send(framed(error, message.as_bytes())).await;
 }
 
 /// Relays byte tunnels to `ports` of `pod` over one websocket.
@@ -483,40 +486,4 @@ async fn serve_portforward(ws: Socket, streams: PodStreams, pod: PodRef, ports: 
     closer.abort();
     writer.abort();
     aborts.iter().for_each(tokio::task::AbortHandle::abort);
-}
-
-/// The Pod side of one port-forward tunnel: each chunk the bridge reads from the Pod's port
-/// goes to `relay` as it comes (`false`: the client is gone, and so is the tunnel: `None`);
-/// then why the connection failed, if it did (the bridge's error, or its stderr when it
-/// exited non-zero).
-async fn pod_side<Relayed: std::future::Future<Output = bool>>(
-    mut output: std::pin::Pin<Box<dyn futures_util::Stream<Item = anyhow::Result<Output>> + Send>>,
-    exit: Exit,
-    mut relay: impl FnMut(Vec<u8>) -> Relayed,
-) -> Option<Option<String>> {
-    let mut stderr = Vec::new();
-    let mut failure = None;
-    while let Some(chunk) = output.next().await {
-        match chunk {
-            Ok(Output::Stdout(bytes)) => {
-                if !relay(bytes).await {
-                    return None;
-                }
-            }
-            Ok(Output::Stderr(bytes)) => {
-                let room = MAX_ERROR.saturating_sub(stderr.len());
-                stderr.extend_from_slice(&bytes[..bytes.len().min(room)]);
-            }
-            Err(e) => {
-                failure = Some(format!("{e:#}"));
-                break;
-            }
-        }
-    }
-    Some(match (failure, exit.code().await) {
-        (Some(e), _) => Some(e),
-        (None, Ok(Some(0))) => None,
-        (None, Ok(_)) => Some(String::from_utf8_lossy(&stderr).trim().to_owned()),
-        (None, Err(e)) => Some(format!("{e:#}")),
-    })
 }

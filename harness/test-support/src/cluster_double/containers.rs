@@ -16,8 +16,6 @@ use std::collections::HashMap;
 pub(crate) struct Observed {
     /// The Pod container's name.
     pub name: String,
-    /// `init` or `container`.
-    pub role: String,
     pub running: bool,
     /// Set once it has ended (and while the engine restarts it).
     pub exit_code: Option<i64>,
@@ -26,7 +24,7 @@ pub(crate) struct Observed {
     /// RFC 3339 (seconds), as the API server writes times.
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
-    /// The engine's container ID (`docker://<id>` in a container status).
+    /// The engine's container ID (what its log is read by).
     pub id: String,
     /// The image the engine created it from (`sha256:<hex>`): the runtime's image ref.
     pub image_id: String,
@@ -42,7 +40,8 @@ fn seconds(time: Option<String>) -> Option<String> {
     Some(format!("{}Z", &time[..19]))
 }
 
-/// Every init and app container of the Pod of `uid` (its infra container left out).
+/// Every container of the Pod of `uid` (its infra container left out: the double runs no
+/// init containers).
 pub(crate) async fn observe(docker: &Docker, uid: &str) -> Vec<Observed> {
     let filters = HashMap::from([("label", vec![format!("{LABEL_POD_UID}={uid}")])]);
     let options = ListContainersOptionsBuilder::default()
@@ -55,8 +54,7 @@ pub(crate) async fn observe(docker: &Docker, uid: &str) -> Vec<Observed> {
     let mut found = Vec::new();
     for summary in listed {
         let labels = summary.labels.unwrap_or_default();
-        let role = labels.get(LABEL_ROLE).cloned().unwrap_or_default();
-        if role != "init" && role != "container" {
+        if labels.get(LABEL_ROLE).map(String::as_str) != Some("container") {
             continue;
         }
         let Some(id) = summary.id else { continue };
@@ -73,7 +71,6 @@ pub(crate) async fn observe(docker: &Docker, uid: &str) -> Vec<Observed> {
             && seconds(state.started_at.clone()).is_some();
         found.push(Observed {
             name: labels.get(LABEL_CONTAINER).cloned().unwrap_or_default(),
-            role,
             running,
             exit_code: if ended { state.exit_code } else { None },
             oom_killed: state.oom_killed == Some(true),

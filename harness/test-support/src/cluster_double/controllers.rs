@@ -30,20 +30,6 @@ fn pod_of(store: &Store, uid: &str) -> Option<(Key, Value)> {
         .map(|(k, o)| (k.clone(), o.clone()))
 }
 
-/// The images of a Pod's containers (init containers first), with the container's name.
-fn images(pod: &Value) -> Vec<(String, String)> {
-    ["initContainers", "containers"]
-        .iter()
-        .flat_map(|field| pod["spec"][*field].as_array().cloned().unwrap_or_default())
-        .filter_map(|c| {
-            Some((
-                c["name"].as_str()?.to_owned(),
-                c["image"].as_str()?.to_owned(),
-            ))
-        })
-        .collect()
-}
-
 /// The Pod `uid` reached the node (scheduled, its volumes set up), just before the kubelet
 /// pulls its images: a stuck node agent puts its finalizer on it (its own update); a pull
 /// from a registry the node cannot reach hangs (the Pod stays `ContainerCreating`) until the
@@ -76,21 +62,22 @@ pub(crate) async fn reaches_node(state: &Arc<DoubleState>, uid: &str, pod: &Valu
         })
         .collect();
     let mut hanging = None;
-    for (container, image) in images(pod) {
-        if !unreachable.contains(&registry_host(&image)) {
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        let image = c["image"].as_str().unwrap_or_default();
+        if !unreachable.contains(&registry_host(image)) {
             continue;
         }
         // A node that holds the image does not pull it (`IfNotPresent`).
         let present = match &state.docker {
-            Some(docker) => docker.inspect_image(&image).await.is_ok(),
+            Some(docker) => docker.inspect_image(image).await.is_ok(),
             None => false,
         };
         if !present {
-            hanging = Some((container, image));
+            hanging = Some(image.to_owned());
             break;
         }
     }
-    let Some((_, image)) = hanging else {
+    let Some(image) = hanging else {
         return true;
     };
     {

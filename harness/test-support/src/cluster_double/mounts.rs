@@ -6,11 +6,11 @@
 //! Service's environment (`KUBERNETES_SERVICE_HOST`, ...) pointing at the address the Pods
 //! reach the double at. Only the runtime's copy changes; the stored Pod is as admitted.
 //!
-//! File modes and owners follow the kubelet's volume plugins: `defaultMode` (or an item's
-//! `mode`), a projected token `0600` owned by the Pod's one `runAsUser` when all its
-//! containers share one (`FsUser`), and with an `fsGroup` every file group-owned by it and
-//! group-readable (`SetVolumeOwnership`). The folders are traversable by anyone (0755), so a
-//! non-root container reads what its modes allow.
+//! File modes follow the kubelet's volume plugins as far as the harness's Pods need them:
+//! `defaultMode`, and with an `fsGroup` every file group-owned by it and group-readable
+//! (`SetVolumeOwnership`: the launch Job's `0440` inputs). The folders are traversable by
+//! anyone (0755), so a non-root container reads what its modes allow. A Pod with init
+//! containers is refused (none of the harness's Pods has one).
 
 use super::store::{Bound, DoubleState, Store};
 use base64::Engine;
@@ -23,7 +23,7 @@ struct File {
     path: String,
     data: Vec<u8>,
     mode: u32,
-    /// The projected ServiceAccount token (its owner and mode follow `FsUser`).
+    /// The projected ServiceAccount token (its data the token issued for the Pod).
     token: bool,
 }
 
@@ -140,38 +140,17 @@ fn field_value(pod: &Value, field: &str) -> Option<String> {
         .then(|| pod["metadata"][key].as_str().unwrap_or_default().to_owned())
 }
 
-/// Who the volume files belong to: the Pod's `fsGroup`, and its one `runAsUser` when every
-/// container shares it (`volumeutil.FsUserFrom`).
-struct Owner {
-    user: Option<u32>,
-    group: Option<u32>,
-}
-
-impl Owner {
-    fn of(spec: &Value) -> Owner {
-        let id = |v: &Value| v.as_u64().and_then(|v| u32::try_from(v).ok());
-        let pod_user = &spec["securityContext"]["runAsUser"];
-        let users: Vec<Option<u32>> = ["initContainers", "containers"]
-            .iter()
-            .flat_map(|list| spec[*list].as_array().cloned().unwrap_or_default())
-            .map(|c| match c["securityContext"].get("runAsUser") {
-                Some(user) if !user.is_null() => id(user),
-                _ => id(pod_user),
-            })
-            .collect();
-        let user = match users.first() {
-            Some(Some(first)) if users.iter().all(|u| *u == Some(*first)) => Some(*first),
-            _ => None,
-        };
-        Owner {
-            user,
-            group: id(&spec["securityContext"]["fsGroup"]),
-        }
-    }
+/// The Pod's `fsGroup`: with one, every volume file is group-owned by it and group-readable
+/// (`SetVolumeOwnership`). A kubelet also gives a projected token (`0600`) to the Pod's one
+/// `runAsUser` (`FsUserFrom`); the double leaves the token at its mode, readable as before.
+fn fs_group(spec: &Value) -> Option<u32> {
+    spec["securityContext"]["fsGroup"]
+        .as_u64()
+        .and_then(|g| u32::try_from(g).ok())
 }
 
 /// Writes one volume's files below `folder`.
-fn write_files(folder: &Path, files: &[File], owner: &Owner) -> std::io::Result<()> {
+fn write_files(folder: &Path, files: &[File], group: Option<u32>) -> std::io::Result<()> {
     std::fs::create_dir_all(folder)?;
     std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o755))?;
     for file in files {
@@ -183,16 +162,9 @@ fn write_files(folder: &Path, files: &[File], owner: &Owner) -> std::io::Result<
             std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
         }
         std::fs::write(&path, &file.data)?;
-        let (mut mode, user) = if file.token && (owner.user.is_some() || owner.group.is_some()) {
-            (0o600, owner.user)
-        } else {
-            (file.mode, None)
-        };
-        if owner.group.is_some() {
-            // `SetVolumeOwnership` on a read-only volume: group-owned, group-readable.
-            mode |= 0o440;
-        }
-        std::os::unix::fs::chown(&path, user, owner.group)?;
+        // `SetVolumeOwnership` on a read-only volume: group-owned, group-readable.
+        let mode = file.mode | if group.is_some() { 0o440 } else { 0 };
+        std::os::unix::fs::chown(&path, None, group)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
     }
     Ok(())
@@ -229,22 +201,39 @@ pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Resul
             ));
         }
     }
+    if pod["spec"]["initContainers"]
+        .as_array()
+        .is_some_and(|i| !i.is_empty())
+    {
+        return Err("the kube double runs no init containers: the harness's Pods have none".into());
+    }
     let mut copy = pod.clone();
     // The kubelet reads a Pod's pull secrets (`getPullSecretsForPod`) only to hand them to the
     // image manager (`EnsureImageExists`), never into what the runtime runs (kubernetes
     // v1.37.2 pkg/kubelet/kubelet_pods.go, images/image_manager.go): the node's runtime gets
-    // the Pod without them.
+    // the Pod without them, and without `automountServiceAccountToken` (its token is a folder).
     if let Some(spec) = copy["spec"].as_object_mut() {
         spec.remove("imagePullSecrets");
+        spec.remove("automountServiceAccountToken");
     }
-    for list in ["initContainers", "containers"] {
-        for container in copy
-            .pointer_mut(&format!("/spec/{list}"))
+    // Each container's environment, and its mounts of the folders read-only, as the kubelet
+    // mounts secret and projected volumes whatever the Pod says.
+    for container in copy
+        .pointer_mut("/spec/containers")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        resolve_env(state, container)?;
+        for mount in container
+            .get_mut("volumeMounts")
             .and_then(Value::as_array_mut)
             .into_iter()
             .flatten()
         {
-            resolve_env(state, container)?;
+            if shown.iter().any(|(v, _)| mount["name"].as_str() == Some(v)) {
+                mount["readOnly"] = json!(true);
+            }
         }
     }
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -271,13 +260,11 @@ pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Resul
     }
     drop(store);
     let folder = pod_folder(state, uid);
-    let owner = Owner::of(&pod["spec"]);
     for (volume, files) in &shown {
-        write_files(&folder.join(volume), files, &owner)
+        write_files(&folder.join(volume), files, fs_group(&pod["spec"]))
             .map_err(|e| format!("MountVolume.SetUp failed for volume \"{volume}\" : {e}"))?;
     }
-    // The hostPath folders, mounted read-only as the kubelet mounts secret and projected
-    // volumes whatever the Pod says.
+    // The folders, as hostPath volumes.
     for volume in copy
         .pointer_mut("/spec/volumes")
         .and_then(Value::as_array_mut)
@@ -289,28 +276,6 @@ pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Resul
             let path = folder.join(&name).display().to_string();
             *volume = json!({"name": name, "hostPath": {"path": path, "type": "Directory"}});
         }
-    }
-    for list in ["initContainers", "containers"] {
-        for container in copy
-            .pointer_mut(&format!("/spec/{list}"))
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            for mount in container
-                .get_mut("volumeMounts")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if shown.iter().any(|(v, _)| mount["name"].as_str() == Some(v)) {
-                    mount["readOnly"] = json!(true);
-                }
-            }
-        }
-    }
-    if let Some(spec) = copy["spec"].as_object_mut() {
-        spec.remove("automountServiceAccountToken");
     }
     Ok(copy)
 }
@@ -368,14 +333,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_pods_one_run_as_user_owns_the_token() {
-        let shared = json!({"securityContext": {"runAsUser": 65532, "fsGroup": 2000},
-            "containers": [{"name": "a"}, {"name": "b", "securityContext": {"runAsUser": 65532}}]});
-        let owner = Owner::of(&shared);
-        assert_eq!((owner.user, owner.group), (Some(65532), Some(2000)));
-        let mixed = json!({"containers": [{"name": "a", "securityContext": {"runAsUser": 1}},
-            {"name": "b"}]});
-        assert_eq!(Owner::of(&mixed).user, None);
+    fn modes_and_the_fs_group_are_the_pods() {
+        let spec = json!({"securityContext": {"runAsUser": 65532, "fsGroup": 2000}});
+        assert_eq!(fs_group(&spec), Some(2000));
+        assert_eq!(fs_group(&json!({})), None);
         assert_eq!(mode_of(&json!(420)), 0o644);
         assert_eq!(mode_of(&json!(256)), 0o400);
         assert_eq!(mode_of(&Value::Null), 0o644);

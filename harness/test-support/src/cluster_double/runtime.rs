@@ -1,10 +1,10 @@
 //! The double's Pods on its runtime, as a scheduler, a kubelet and the namespace controller
 //! would handle them: bound to the one node ([`NODE`]), created and removed there, and their
-//! status read back from it.
+//! status read back from it (what the harness reads of it: [`with_status`]).
 
 use super::containers::{Observed, observe};
 use super::scheduler::{NODE, unschedulable};
-use super::store::{DoubleState, Key, Running, Store, now};
+use super::store::{DoubleState, Key, Running, Store};
 use super::{controllers, finalizers, mounts};
 use k8s_openapi::api::core::v1::Pod;
 use kandev_harness::backend::Backend;
@@ -142,22 +142,11 @@ pub(crate) async fn run_pod(
     }
     let created = match serde_json::from_value::<Pod>(copy) {
         Ok(parsed) => match runtime.create_pod(&parsed).await {
-            Ok(created) => {
-                // What the node accepts without doing it as a kubelet would (no cluster DNS,
-                // no pulls): recorded on the Pod, as a kubelet reports what it did.
-                let notes = runtime.unenforced(&parsed);
-                let mut store = state.store();
-                if let Some((_, stored)) = live_pod(&store, &uid) {
-                    for note in notes {
-                        store.event(&stored, ("Normal", "NotEnforced"), &note, "kubelet");
-                    }
-                }
-                Ok(created)
-            }
             Err(kandev_harness::backend::BackendError::ImageMissing { image }) => {
-                let container = ["initContainers", "containers"]
-                    .iter()
-                    .flat_map(|f| pod["spec"][*f].as_array().cloned().unwrap_or_default())
+                let container = pod["spec"]["containers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
                     .find(|c| c["image"].as_str() == Some(image.as_str()))
                     .and_then(|c| c["name"].as_str().map(str::to_owned))
                     .unwrap_or_default();
@@ -182,33 +171,21 @@ pub(crate) async fn run_pod(
     };
     let stored = {
         let mut store = state.store();
-        // Scheduled (after the create, as a scheduler binds it) onto the one node.
-        let stored = store
+        let key = store
             .objects
             .iter()
             .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
-            .map(|(k, o)| (k.clone(), o.clone()));
-        match stored {
-            Some((key, mut object)) => {
-                if object["spec"]["nodeName"]
-                    .as_str()
-                    .is_none_or(str::is_empty)
-                {
-                    object["spec"]["nodeName"] = json!(NODE);
-                    store.put(key.clone(), object);
-                }
-                store
-                    .running
-                    .insert(uid.clone(), Running::Ready(created.clone()));
-                controllers::started(&state, &mut store, &key);
-                true
-            }
-            None => {
-                store.running.remove(&uid);
-                store.forget_bound_tokens(&uid);
-                false
-            }
+            .map(|(k, _)| k.clone());
+        if let Some(key) = &key {
+            store
+                .running
+                .insert(uid.clone(), Running::Ready(created.clone()));
+            controllers::started(&state, &mut store, key);
+        } else {
+            store.running.remove(&uid);
+            store.forget_bound_tokens(&uid);
         }
+        key.is_some()
     };
     if stored {
         tokio::spawn(kubelet(state, uid));
@@ -219,65 +196,34 @@ pub(crate) async fn run_pod(
     }
 }
 
-/// What a kubelet's status updates would change: the Pod's phase and each container's state
-/// and readiness (not the timestamps the double writes at each read).
-fn status_fingerprint(pod: &Value) -> String {
-    let status = &pod["status"];
-    let containers = |field: &str| -> Vec<String> {
-        status[field]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let state = c["state"]
-                    .as_object()
-                    .and_then(|s| s.iter().next())
-                    .map(|(k, v)| format!("{k}:{}:{}", v["reason"], v["exitCode"]))
-                    .unwrap_or_default();
-                format!("{}={state}:{}:{}", c["name"], c["ready"], c["restartCount"])
-            })
-            .collect()
-    };
-    format!(
-        "{} {:?} {:?}",
-        status["phase"],
-        containers("initContainerStatuses"),
-        containers("containerStatuses")
-    )
-}
-
 /// The kubelet's status updates: while the Pod is stored, its status (read from the
 /// runtime) is compared every half second, and a change stores the Pod again with a new
-/// `resourceVersion`, as a kubelet's status update does; a Pod whose containers all ended
-/// is marked so (what it requested no longer counts on the node).
+/// `resourceVersion`, as a kubelet's status update does.
 async fn kubelet(state: Arc<DoubleState>, uid: String) {
-    let mut last = String::new();
+    let mut last = Value::Null;
     loop {
-        let stored = {
-            let store = state.store();
-            store
-                .objects
-                .iter()
-                .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
-                .map(|(k, o)| (k.clone(), o.clone()))
-        };
+        let stored = state
+            .store()
+            .objects
+            .iter()
+            .find(|(_, o)| o["kind"] == "Pod" && o["metadata"]["uid"].as_str() == Some(&uid))
+            .map(|(k, o)| (k.clone(), o.clone()));
         let Some((key, object)) = stored else {
             return;
         };
-        let shown = with_status(&state, object).await;
-        let fingerprint = status_fingerprint(&shown);
-        if fingerprint != last {
+        // Its times are the engine's: a status read twice unchanged is the same.
+        let shown = with_status(&state, object).await["status"].take();
+        if shown != last {
+            // The first look too: the scheduler's binding was stored before the
+            // containers existed.
             let mut store = state.store();
-            if let Some(current) = store.objects.get(&key).cloned()
-                && current["metadata"]["uid"].as_str() == Some(&uid)
-            {
-                // The first look too: the scheduler's binding was stored before the
-                // containers existed.
-                store.put(key, current);
-            } else {
-                return;
+            match store.objects.get(&key).cloned() {
+                Some(current) if current["metadata"]["uid"].as_str() == Some(&uid) => {
+                    store.put(key, current);
+                }
+                _ => return,
             }
-            last = fingerprint;
+            last = shown;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -369,7 +315,12 @@ pub(crate) async fn remove_namespace(state: Arc<DoubleState>, name: String) {
     store.delete(&("/namespaces".into(), String::new(), name));
 }
 
-/// A Pod with its status from the runtime (phase, container states, IP).
+/// A Pod with its status from the runtime, as a kubelet writes it (`generateAPIPodStatus`,
+/// `convertToAPIContainerStatuses`: kubernetes v1.37.2 pkg/kubelet/kubelet_pods.go) in what
+/// the harness reads: the phase, each container's state, image ID and restarts, the
+/// scheduler's `PodScheduled` condition and the Pod's IP. The kubelet's other conditions
+/// (`Initialized`, `Ready`, ...) nothing reads; init containers no Pod here has (`mounts`
+/// refuses them).
 pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> Value {
     if object["kind"] != "Pod" {
         return object;
@@ -377,62 +328,35 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
     let Some(runtime) = state.runtime.clone() else {
         return object;
     };
-    let uid = object["metadata"]["uid"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let running = state.store().running.get(&uid).cloned();
-    let names = |field: &str| -> Vec<(String, String)> {
-        object["spec"][field]
-            .as_array()
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| {
-                        (
-                            c["name"].as_str().unwrap_or_default().to_owned(),
-                            c["image"].as_str().unwrap_or_default().to_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let (init, main) = (names("initContainers"), names("containers"));
-    let waiting =
-        |reason: &str, message: &str| json!({"waiting": {"reason": reason, "message": message}});
-    let observed: Vec<Observed> = match (&running, &state.docker) {
-        (Some(Running::Ready(_)), Some(docker)) => observe(docker, &uid).await,
-        _ => Vec::new(),
-    };
+    let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+    let running = state.store().running.get(uid).cloned();
     if let Some(Running::Unschedulable(message)) = &running {
         // Never bound: no container statuses, the scheduler's condition only.
-        object["status"] = json!({
-            "phase": "Pending",
-            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": message, "lastProbeTime": null, "lastTransitionTime": now()}],
-        });
+        object["status"] = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable", "message": message}]});
         return object;
     }
-    let status_of = |role: &str, (name, image): &(String, String)| {
-        let found = observed.iter().find(|s| &s.name == name && s.role == role);
+    let observed: Vec<Observed> = match (&running, &state.docker) {
+        (Some(Running::Ready(_)), Some(docker)) => observe(docker, uid).await,
+        _ => Vec::new(),
+    };
+    let waiting =
+        |reason: &str, message: &str| json!({"waiting": {"reason": reason, "message": message}});
+    let containers = object["spec"]["containers"].as_array().cloned();
+    let statuses: Vec<Value> = containers.into_iter().flatten().map(|c| {
+        let name = c["name"].as_str().unwrap_or_default();
+        let found = observed.iter().find(|s| s.name == name);
         let state = match (&running, found) {
-            (
-                Some(Running::PullFailed {
-                    container,
-                    image: missing,
-                }),
-                _,
-            ) if container == name => {
+            (Some(Running::PullFailed { container, image }), _) if container == name => {
                 // containerd's answer for a reference no registry resolves, as the kubelet
                 // relays it.
                 waiting(
                     "ErrImagePull",
                     &format!(
-                        "failed to pull and unpack image \"{missing}\": failed to resolve reference \"{missing}\": {missing}: not found"
+                        "failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {image}: not found"
                     ),
                 )
             }
-            (Some(Running::PullFailed { .. }), _) => waiting("ContainerCreating", ""),
             (Some(Running::Failed(e)), _) => waiting("CreateContainerError", e),
             // The kubelet's reason is `ContainerCreating` (the cause is in its FailedMount
             // Event); the double also names it here, where a client reading the Pod sees it.
@@ -450,8 +374,7 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
                     _ => "Error",
                 };
                 json!({"terminated": {"exitCode": s.exit_code, "reason": reason,
-                    "startedAt": s.started_at, "finishedAt": s.finished_at,
-                    "containerID": format!("docker://{}", s.id)}})
+                    "startedAt": s.started_at, "finishedAt": s.finished_at}})
             }
             _ => waiting("ContainerCreating", ""),
         };
@@ -459,132 +382,73 @@ pub(crate) async fn with_status(state: &Arc<DoubleState>, mut object: Value) -> 
         // (kubernetes pkg/kubelet/kuberuntime/helpers.go, toKubeContainerStatus: `ImageID:
         // status.ImageRef`); containerd's for an image without a registry digest (a loaded
         // one, as here) is the image id, `sha256:<hex>`. Empty until the container exists.
-        let mut status = json!({"name": name, "image": image,
+        json!({"name": name, "image": c["image"],
             "imageID": found.map(|s| s.image_id.as_str()).unwrap_or_default(),
             "ready": found.is_some_and(|s| s.running),
-            "restartCount": found.map(|s| s.restarts).unwrap_or(0),
-            "started": found.is_some_and(|s| s.running), "state": state});
-        if let Some(s) = found {
-            status["containerID"] = json!(format!("docker://{}", s.id));
-        }
-        status
-    };
-    let main_statuses: Vec<Value> = main.iter().map(|c| status_of("container", c)).collect();
-    let init_statuses: Vec<Value> = init.iter().map(|c| status_of("init", c)).collect();
-    let restart = object["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+            "restartCount": found.map(|s| s.restarts).unwrap_or(0), "state": state})
+    }).collect();
     let phase = match &running {
-        Some(Running::Ready(_)) => phase(restart, &init_statuses, &main_statuses),
+        Some(Running::Ready(_)) => {
+            let restart = object["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+            phase(restart, &statuses)
+        }
         _ => "Pending",
     };
-    let all_running = !main_statuses.is_empty()
-        && main_statuses
-            .iter()
-            .all(|s| s["state"].get("running").is_some());
-    let ended = phase == "Succeeded" || phase == "Failed";
-    let condition = |kind: &str, ok: bool| {
-        let mut condition = json!({"type": kind, "status": if ok { "True" } else { "False" }});
-        if ended && !ok {
-            condition["reason"] = json!("PodCompleted");
-        }
-        condition
-    };
-    let ip = match &running {
-        Some(Running::Ready(pod)) => runtime.pod_ip(pod).await.ok().flatten(),
-        _ => None,
-    };
-    let bound = matches!(running, Some(Running::Ready(_)));
-    let mut conditions = vec![
-        condition("Initialized", bound),
-        condition("Ready", all_running),
-        condition("ContainersReady", all_running),
-    ];
-    // Only once the scheduler has bound it (before its first look a Pod has no such
-    // condition).
+    object["status"] = json!({"phase": phase, "containerStatuses": statuses});
+    // Only once the scheduler has bound it (before its first look a Pod has no conditions).
     if object["spec"]["nodeName"]
         .as_str()
         .is_some_and(|n| !n.is_empty())
     {
-        conditions.push(json!({"type": "PodScheduled", "status": "True"}));
+        object["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]);
     }
-    object["status"] = json!({
-        "phase": phase,
-        "containerStatuses": main_statuses,
-        "initContainerStatuses": init_statuses,
-        "conditions": conditions,
-    });
-    if let Some(ip) = ip {
+    if let Some(Running::Ready(pod)) = &running
+        && let Ok(Some(ip)) = runtime.pod_ip(pod).await
+    {
         object["status"]["podIP"] = json!(ip);
-        object["status"]["podIPs"] = json!([{"ip": ip}]);
     }
     object
 }
 
-/// The phase of a Pod whose containers exist, as the kubelet's `getPhase` computes it from
-/// its init and app container statuses: `Pending` while an init container has not
-/// completed or an app container waits; `Running` while one runs (or, under `Always`,
-/// restarts); once all have ended, `Succeeded` if every one exited 0, else `Failed` under
-/// `Never` (`OnFailure` restarts the failed ones: `Running`).
-pub(crate) fn phase(restart: &str, init: &[Value], main: &[Value]) -> &'static str {
-    let terminated = |s: &Value| s["state"].get("terminated").is_some();
-    let exit_zero = |s: &Value| s["state"]["terminated"]["exitCode"] == 0;
-    if init.iter().any(|s| !(terminated(s) && exit_zero(s))) {
-        let failed = init.iter().any(|s| terminated(s) && !exit_zero(s));
-        return if failed && restart == "Never" {
-            "Failed"
-        } else {
-            "Pending"
-        };
-    }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
-    for s in main {
-        if s["state"].get("running").is_some() {
-            running += 1;
-        } else if terminated(s) {
-            stopped += 1;
-            if exit_zero(s) {
-                succeeded += 1;
-            }
-        } else {
-            waiting += 1;
-        }
-    }
-    match () {
-        () if waiting > 0 || main.is_empty() => "Pending",
-        () if running > 0 => "Running",
-        () if restart == "Always" => "Running",
-        () if stopped == succeeded => "Succeeded",
-        () if restart == "Never" => "Failed",
-        () => "Running",
+/// The phase of a bound Pod's containers, as the kubelet's `getPhase` computes it for a Pod
+/// without init containers: `Pending` while one has not started; `Running` while one runs
+/// or, under `Always`, restarts; once all have ended, `Succeeded` if every one exited 0,
+/// else `Failed` under `Never` (`OnFailure` restarts the failed ones: `Running`).
+pub(crate) fn phase(restart: &str, containers: &[Value]) -> &'static str {
+    let is = |s: &Value, state: &str| s["state"].get(state).is_some();
+    let started = |s: &Value| is(s, "running") || is(s, "terminated");
+    if containers.is_empty() || !containers.iter().all(started) {
+        "Pending"
+    } else if restart == "Always" || containers.iter().any(|s| is(s, "running")) {
+        "Running"
+    } else if containers
+        .iter()
+        .all(|s| s["state"]["terminated"]["exitCode"] == 0)
+    {
+        "Succeeded"
+    } else if restart == "Never" {
+        "Failed"
+    } else {
+        "Running"
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::phase;
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     #[test]
     fn the_phase_follows_the_containers_and_the_restart_policy() {
         let running = json!({"state": {"running": {}}});
         let exited = |code: i64| json!({"state": {"terminated": {"exitCode": code}}});
         let waiting = json!({"state": {"waiting": {"reason": "ContainerCreating"}}});
-        let none: [Value; 0] = [];
-        assert_eq!(phase("Never", &none, &[exited(0)]), "Succeeded");
-        assert_eq!(phase("Never", &none, &[exited(3)]), "Failed");
-        assert_eq!(phase("Never", &none, &[exited(0), exited(1)]), "Failed");
-        assert_eq!(
-            phase("Never", &none, &[exited(3), running.clone()]),
-            "Running"
-        );
-        assert_eq!(phase("OnFailure", &none, &[exited(0)]), "Succeeded");
-        assert_eq!(phase("OnFailure", &none, &[exited(1)]), "Running");
-        assert_eq!(phase("Always", &none, &[exited(0)]), "Running");
-        assert_eq!(
-            phase("Never", &none, &[waiting.clone(), exited(0)]),
-            "Pending"
-        );
-        assert_eq!(phase("Never", &[waiting], &[]), "Pending");
-        assert_eq!(phase("Never", &[exited(2)], &[]), "Failed");
-        assert_eq!(phase("Always", &[exited(0)], &[running]), "Running");
+        assert_eq!(phase("Never", &[exited(0)]), "Succeeded");
+        assert_eq!(phase("Never", &[exited(0), exited(1)]), "Failed");
+        assert_eq!(phase("Never", &[exited(3), running.clone()]), "Running");
+        assert_eq!(phase("OnFailure", &[exited(1)]), "Running");
+        assert_eq!(phase("Always", &[exited(0)]), "Running");
+        assert_eq!(phase("Never", &[waiting, exited(0)]), "Pending");
+        assert_eq!(phase("Never", &[]), "Pending");
     }
 }

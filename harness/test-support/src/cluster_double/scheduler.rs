@@ -1,5 +1,5 @@
-//! The double's one node as the API server shows it (a `Node` object: its labels, capacity
-//! and allocatable) and a minimal scheduler that binds every Pod to it, unless the Pod
+//! The double's one node as the API server shows it (a `Node` object: its labels and
+//! allocatable, what the harness reads of a node) and a minimal scheduler that binds every Pod to it, unless the Pod
 //! mounts a claim that does not exist or its `nodeSelector` does not match the node's
 //! labels: then the Pod stays `Unschedulable` with the words of the real scheduler (v1.37)
 //! for that case, retried until it fits. Its wording is the real scheduler's, held to it
@@ -16,15 +16,13 @@ use std::collections::BTreeMap;
 pub const NODE: &str = "kube-double-node";
 
 /// The labels the double's node carries (what its scheduler matches `nodeSelector` against),
-/// as a kubelet registers them.
+/// as a kubelet registers them (its deprecated `beta.` twins no Pod here selects).
 fn node_labels() -> BTreeMap<String, String> {
     let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
     BTreeMap::from([
         ("kubernetes.io/os".to_owned(), "linux".to_owned()),
         ("kubernetes.io/arch".to_owned(), arch.to_owned()),
         ("kubernetes.io/hostname".to_owned(), NODE.to_owned()),
-        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
-        ("beta.kubernetes.io/arch".to_owned(), arch.to_owned()),
     ])
 }
 
@@ -34,9 +32,7 @@ impl DoubleState {
     pub fn set_node_allocatable(&self, cpu: &str, memory: &str, pods: &str) {
         let mut store = self.store();
         if let Some(mut node) = store.objects.get(&node_key()).cloned() {
-            let resources = json!({"cpu": cpu, "memory": memory, "pods": pods});
-            node["status"]["capacity"] = resources.clone();
-            node["status"]["allocatable"] = resources;
+            node["status"]["allocatable"] = json!({"cpu": cpu, "memory": memory, "pods": pods});
             store.put(node_key(), node);
         }
     }
@@ -46,22 +42,15 @@ pub(crate) fn node_key() -> Key {
     ("/nodes".into(), String::new(), NODE.into())
 }
 
-/// Stores the node as its kubelet registers it: labels, capacity and allocatable (equal, and
-/// generous: a kubelet's default `maxPods`), Ready.
+/// Stores the node as its kubelet registers it, in what the harness reads (`placement`,
+/// `capacity`): its labels, no taints, and a generous allocatable (a kubelet's default
+/// `maxPods`). Its capacity, conditions and `nodeInfo` nothing reads.
 pub(crate) fn register_node(store: &mut Store) {
-    let arch = kandev_harness::pod::compose::Arch::of_this_machine().as_str();
-    let resources = json!({"cpu": "64", "memory": "256Gi", "pods": "110"});
     store.create(
         node_key(),
         json!({"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": NODE, "labels": node_labels()},
-            "spec": {},
-            "status": {
-                "capacity": resources, "allocatable": resources,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status"}],
-                "nodeInfo": {"architecture": arch, "operatingSystem": "linux",
-                    "kubeletVersion": "v1.36.0", "containerRuntimeVersion": "docker://local"}}}),
+            "metadata": {"name": NODE, "labels": node_labels()}, "spec": {},
+            "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}}),
     );
 }
 

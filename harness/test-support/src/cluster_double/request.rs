@@ -43,45 +43,36 @@ impl Ctx<'_> {
     /// answers "field label not supported". Its `labelSelector` is checked here too (400
     /// when it does not parse, `route::parse_selector`).
     pub(crate) fn field_selector(&self) -> Result<Vec<(String, bool, String)>, Box<Reply>> {
-        if let Err(e) = parse_selector(param(self.query, "labelSelector").unwrap_or("")) {
-            return Err(Box::new(status(
+        let refused = |message: String| {
+            Box::new(status(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
-                &e,
+                &message,
                 json!({}),
-            )));
-        }
-        let mut terms = Vec::new();
-        for term in param(self.query, "fieldSelector")
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-        {
-            let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
-                (f, false, v)
-            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                (f, true, v)
-            } else {
-                return Err(Box::new(status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    &format!("invalid selector: '{term}'; can't understand '{term}'"),
-                    json!({}),
-                )));
+            ))
+        };
+        parse_selector(param(self.query, "labelSelector").unwrap_or("")).map_err(refused)?;
+        let terms = param(self.query, "fieldSelector").unwrap_or("").split(',');
+        let mut selected = Vec::new();
+        for term in terms.map(str::trim).filter(|t| !t.is_empty()) {
+            let (field, equal, value) = match term.split_once("!=") {
+                Some((f, v)) => (f, false, v),
+                None => match term.split_once("==").or_else(|| term.split_once('=')) {
+                    Some((f, v)) => (f, true, v),
+                    None => {
+                        return Err(refused(format!(
+                            "invalid selector: '{term}'; can't understand '{term}'"
+                        )));
+                    }
+                },
             };
             let field = field.trim();
             if selectable(&self.route.resource, &Value::Null, field).is_none() {
-                return Err(Box::new(status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    &format!("field label not supported: {field}"),
-                    json!({}),
-                )));
+                return Err(refused(format!("field label not supported: {field}")));
             }
-            terms.push((field.to_owned(), equal, value.trim().to_owned()));
+            selected.push((field.to_owned(), equal, value.trim().to_owned()));
         }
-        Ok(terms)
+        Ok(selected)
     }
 
     /// Whether `object` (of this request's resource) has the selected `fields`.

@@ -1,14 +1,16 @@
-//! The verbs on stored objects: create (with the double's admission), get,
-//! list, update, patch, delete, and pods/log.
+//! The verbs on stored objects: create (its admission an ordered list, [`ADMISSION`], then
+//! what the cluster does once the object is stored), get, list, update, patch, delete, and
+//! pods/log.
 
 use super::request::Ctx;
 use super::route::{container_param, param};
 use super::runtime::{remove_namespace, remove_pod, remove_volume, run_pod, with_status};
-use super::status::{Reply, full, json_reply, not_found, status, unknown_status};
+use super::status::{Reply, full, json_reply, not_found, status};
 use super::store::{Deletion, Preconditions, Running, add_default_account, now};
 use super::{containers, finalizers, patch, serviceaccount, storage};
 use base64::Engine;
 use futures_util::StreamExt;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
@@ -142,23 +144,15 @@ impl Ctx<'_> {
             Ok(fields) => fields,
             Err(refused) => return *refused,
         };
-        // A Pod's status is read from its node: status fields are selected on it after.
-        let (by_status, by_store): (Vec<_>, Vec<_>) = fields
-            .into_iter()
-            .partition(|(field, _, _)| field.starts_with("status."));
-        let (items, rv): (Vec<Value>, u64) = {
+        let (items, rv) = {
             let store = self.state.store();
-            let items = self
-                .selected(&store, &by_store)
-                .into_iter()
-                .map(|(_, o)| o)
-                .collect();
-            (items, store.resource_version)
+            (self.selected(&store), store.resource_version)
         };
-        let mut shown = Vec::with_capacity(items.len());
+        // Fields are selected on the object as shown: a Pod's status is read from its node.
+        let mut shown = Vec::new();
         for item in items {
             let item = with_status(self.state, item).await;
-            if self.fields_match(&item, &by_status) {
+            if self.fields_match(&item, &fields) {
                 shown.push(item);
             }
         }
@@ -226,9 +220,11 @@ impl Ctx<'_> {
         let stored_rv = existing["metadata"]["resourceVersion"].clone();
         match object["metadata"]["resourceVersion"].as_str() {
             Some(rv) if !rv.is_empty() && rv.parse::<u64>().is_err() => {
-                return unknown_status(
+                return status(
                     StatusCode::INTERNAL_SERVER_ERROR,
+                    "",
                     &format!("strconv.ParseUint: parsing {}: invalid syntax", json!(rv)),
+                    json!({}),
                 );
             }
             Some(rv) if !rv.is_empty() && Some(rv) != stored_rv.as_str() => {
@@ -240,36 +236,10 @@ impl Ctx<'_> {
         if self.route.resource == "secrets" {
             prepare_secret(&mut object);
         }
-        // `rest.BeforeUpdate` (apiserver `pkg/registry/rest/update.go`): a request cannot set
-        // the generation; a Pod's and a Job's strategy advance it when the spec changes
-        // (`updatePodGeneration` in kubernetes `pkg/registry/core/pod/strategy.go`,
-        // `jobStrategy.PrepareForUpdate` in `pkg/registry/batch/job/strategy.go`).
-        match existing["metadata"].get("generation") {
-            Some(generation) => object["metadata"]["generation"] = generation.clone(),
-            None => {
-                if let Some(meta) = object["metadata"].as_object_mut() {
-                    meta.remove("generation");
-                }
-            }
-        }
-        if matches!(self.route.resource.as_str(), "pods" | "jobs")
-            && object["spec"] != existing["spec"]
-            && let Some(generation) = existing["metadata"]["generation"].as_i64()
-        {
-            object["metadata"]["generation"] = json!(generation + 1);
-        }
-        if matches!(
-            self.route.resource.as_str(),
-            "pods" | "persistentvolumeclaims" | "namespaces" | "jobs" | "nodes"
-        ) && let Some(fields) = object.as_object_mut()
-        {
-            match existing.get("status") {
-                Some(kept) => fields.insert("status".into(), kept.clone()),
-                None => fields.remove("status"),
-            };
-        }
-        object["apiVersion"] = json!(self.api_version);
-        object["kind"] = json!(self.kind);
+        // What the server owns is kept as stored, or kept absent: a request cannot set the
+        // generation (`rest.BeforeUpdate`, apiserver `pkg/registry/rest/update.go`); a Pod's
+        // and a Job's strategy advance it when the spec changes (`updatePodGeneration` in
+        // kubernetes `pkg/registry/core/pod/strategy.go`, `jobStrategy.PrepareForUpdate`).
         for field in [
             "name",
             "namespace",
@@ -277,16 +247,24 @@ impl Ctx<'_> {
             "creationTimestamp",
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
+            "generation",
         ] {
-            match existing["metadata"].get(field) {
-                Some(v) => object["metadata"][field] = v.clone(),
-                None => {
-                    if let Some(meta) = object["metadata"].as_object_mut() {
-                        meta.remove(field);
-                    }
-                }
-            }
+            keep(&mut object["metadata"], &existing["metadata"], field);
         }
+        if matches!(
+            self.route.resource.as_str(),
+            "pods" | "persistentvolumeclaims" | "namespaces" | "jobs" | "nodes"
+        ) {
+            keep(&mut object, &existing, "status");
+        }
+        if matches!(self.route.resource.as_str(), "pods" | "jobs")
+            && object["spec"] != existing["spec"]
+            && let Some(generation) = existing["metadata"]["generation"].as_i64()
+        {
+            object["metadata"]["generation"] = json!(generation + 1);
+        }
+        object["apiVersion"] = json!(self.api_version);
+        object["kind"] = json!(self.kind);
         if !self.dry_run(None) {
             let key = self.key(name);
             let mut store = self.state.store();
@@ -317,25 +295,23 @@ impl Ctx<'_> {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
         let text_reply = |body| {
             let mut reply = Response::new(body);
-            reply.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/plain"),
-            );
+            let text = HeaderValue::from_static("text/plain");
+            reply.headers_mut().insert(CONTENT_TYPE, text);
             reply
         };
         let Some(docker) = self.state.docker.clone() else {
             // No runtime: a stored Pod that never runs has no log.
             return text_reply(full(String::new()));
         };
-        let id = match self.state.runtime_pod(uid) {
-            Some(_) => containers::observe(&docker, uid)
-                .await
-                .into_iter()
-                .find(|c| c.name == container)
-                .map(|c| c.id),
-            None => None,
+        let running = match self.state.runtime_pod(uid) {
+            Some(_) => containers::observe(&docker, uid).await,
+            None => Vec::new(),
         };
-        let Some(id) = id else {
+        let Some(id) = running
+            .into_iter()
+            .find(|c| c.name == container)
+            .map(|c| c.id)
+        else {
             return status(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
@@ -354,7 +330,7 @@ impl Ctx<'_> {
         let mut left =
             number("limitBytes").map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
         // Pumped through a bounded queue (a slow client slows the reading).
-        let (tx, rx) = tokio::sync::mpsc::channel::<hyper::body::Bytes>(16);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<hyper::body::Bytes>(16);
         let log = containers::log(&docker, &id, &query);
         tokio::spawn(async move {
             tokio::pin!(log);
@@ -368,7 +344,6 @@ impl Ctx<'_> {
                 }
             }
         });
-        let mut rx = rx;
         let frames = futures_util::stream::poll_fn(move |cx| {
             rx.poll_recv(cx).map(|bytes| {
                 Some(Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(
@@ -464,18 +439,10 @@ impl Ctx<'_> {
 
 /// The 400 of a written object whose name is not the URL's (an update's, a patched one's).
 fn other_name(name: &str, object: &Value) -> Option<Reply> {
-    let named = object["metadata"]["name"].as_str();
-    (named != Some(name)).then(|| {
-        status(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            &format!(
-                "the name of the object ({}) does not match the name on the URL ({name})",
-                named.unwrap_or_default()
-            ),
-            json!({}),
-        )
-    })
+    let named = object["metadata"]["name"].as_str().unwrap_or_default();
+    let message =
+        format!("the name of the object ({named}) does not match the name on the URL ({name})");
+    (named != name).then(|| status(StatusCode::BAD_REQUEST, "BadRequest", &message, json!({})))
 }
 
 /// One admission step of a create: the object changed in place, as the API server changes it.
@@ -497,10 +464,8 @@ const ADMISSION: &[(&str, Step)] = &[
     // `Pending` by defaulting (`SetDefaults_PersistentVolumeClaim`). Binding is the PV
     // controller's later update (`storage::provision`).
     ("persistentvolumeclaims", |_, claim| {
-        if claim["spec"]["volumeMode"].is_null()
-            && let Some(spec) = claim["spec"].as_object_mut()
-        {
-            spec.insert("volumeMode".into(), json!("Filesystem"));
+        if claim["spec"]["volumeMode"].is_null() {
+            claim["spec"]["volumeMode"] = json!("Filesystem");
         }
         claim["status"] = json!({"phase": "Pending"});
     }),
@@ -548,4 +513,16 @@ fn uid(object: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
+}
+
+/// `field` of `to` as it is in `from`, or absent when it is absent there.
+fn keep(to: &mut Value, from: &Value, field: &str) {
+    match from.get(field) {
+        Some(kept) => to[field] = kept.clone(),
+        None => {
+            if let Some(fields) = to.as_object_mut() {
+                fields.remove(field);
+            }
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! and server-side apply are refused before they get here (`negotiation`: 415). The corpus
 //! (`merge_patches_as_on_a_real_api_server...`) referees the merging.
 
-use serde_json::{Map, Value};
+use serde_json::{Value, json};
 
 /// RFC 7386: `patch` merged into `target`.
 pub(crate) fn merge(target: &mut Value, patch: &Value) {
@@ -12,16 +12,13 @@ pub(crate) fn merge(target: &mut Value, patch: &Value) {
         return;
     };
     if !target.is_object() {
-        *target = Value::Object(Map::new());
+        *target = json!({});
     }
-    let Some(object) = target.as_object_mut() else {
-        return;
-    };
     for (key, value) in patch {
-        if value.is_null() {
+        if !value.is_null() {
+            merge(&mut target[key.as_str()], value);
+        } else if let Some(object) = target.as_object_mut() {
             object.remove(key);
-        } else {
-            merge(object.entry(key.clone()).or_insert(Value::Null), value);
         }
     }
 }

@@ -83,13 +83,9 @@ impl Ctx<'_> {
         })
     }
 
-    /// The stored objects this list selects: the route's resource and namespace,
-    /// `labelSelector` and `fieldSelector`.
-    pub(crate) fn selected(
-        &self,
-        store: &Store,
-        fields: &[(String, bool, String)],
-    ) -> Vec<(Key, Value)> {
+    /// The stored objects of the route's resource and namespace its `labelSelector` selects
+    /// (its `fieldSelector` is matched on them as shown: [`Ctx::fields_match`]).
+    pub(crate) fn selected(&self, store: &Store) -> Vec<Value> {
         let labels = param(self.query, "labelSelector").unwrap_or("");
         store
             .objects
@@ -98,9 +94,8 @@ impl Ctx<'_> {
                 *r == self.route.key()
                     && self.route.namespace.as_ref().is_none_or(|want| want == ns)
                     && matches_selector(&o["metadata"]["labels"], labels)
-                    && self.fields_match(o, fields)
             })
-            .map(|(k, o)| (k.clone(), o.clone()))
+            .map(|(_, o)| o.clone())
             .collect()
     }
 }
@@ -115,29 +110,14 @@ impl Ctx<'_> {
 /// component or else the reporting component). Others' own fields (a Namespace's phase, a
 /// Secret's type, ...) are not selected on: the harness selects Pods and Events only.
 pub(crate) fn selectable(resource: &str, object: &Value, field: &str) -> Option<String> {
-    let text = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .map(|v| match v {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            })
-            .unwrap_or_default()
+    let text = |pointer: &str| match object.pointer(pointer) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
     };
-    let flag = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            .to_string()
-    };
-    match (resource, field) {
-        (_, "metadata.name") => return Some(text("/metadata/name")),
-        (_, "metadata.namespace") => return Some(text("/metadata/namespace")),
-        _ => {}
-    }
+    let path = format!("/{}", field.replace('.', "/"));
     Some(match (resource, field) {
+        (_, "metadata.name" | "metadata.namespace") => text(&path),
         (
             "pods",
             "spec.nodeName"
@@ -145,22 +125,25 @@ pub(crate) fn selectable(resource: &str, object: &Value, field: &str) -> Option<
             | "spec.serviceAccountName"
             | "status.phase"
             | "status.nominatedNodeName",
-        ) => text(&format!("/{}", field.replace('.', "/"))),
-        ("pods", "spec.hostNetwork") => flag("/spec/hostNetwork"),
+        ) => text(&path),
+        ("pods", "spec.hostNetwork") => (object["spec"]["hostNetwork"] == true).to_string(),
         ("pods", "status.podIP") => text("/status/podIPs/0/ip"),
-        ("events", _) => match field {
-            "reason" | "type" | "reportingComponent" => text(&format!("/{field}")),
-            "source" => match text("/source/component") {
-                source if source.is_empty() => text("/reportingComponent"),
-                source => source,
-            },
-            _ => match field.strip_prefix("involvedObject.") {
-                Some(
-                    part @ ("kind" | "namespace" | "name" | "uid" | "apiVersion"
-                    | "resourceVersion" | "fieldPath"),
-                ) => text(&format!("/involvedObject/{part}")),
-                _ => return None,
-            },
+        (
+            "events",
+            "reason"
+            | "type"
+            | "reportingComponent"
+            | "involvedObject.kind"
+            | "involvedObject.namespace"
+            | "involvedObject.name"
+            | "involvedObject.uid"
+            | "involvedObject.apiVersion"
+            | "involvedObject.resourceVersion"
+            | "involvedObject.fieldPath",
+        ) => text(&path),
+        ("events", "source") => match text("/source/component") {
+            source if source.is_empty() => text("/reportingComponent"),
+            source => source,
         },
         _ => return None,
     })

@@ -53,7 +53,6 @@ pub(crate) mod route;
 mod routing;
 mod runtime;
 mod scheduler;
-mod secrets;
 mod serviceaccount;
 mod status;
 mod storage;

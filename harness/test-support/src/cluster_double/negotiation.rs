@@ -21,21 +21,19 @@ fn media_type(value: &str) -> &str {
 /// count; nothing acceptable is 406 `NotAcceptable` (apiserver
 /// `endpoints/handlers/negotiation/errors.go`, `errNotAcceptable`).
 pub(crate) fn negotiate(headers: &hyper::HeaderMap) -> Result<(), Box<Reply>> {
-    let clauses: Vec<String> = headers
+    let mut clauses = headers
         .get_all(hyper::header::ACCEPT)
         .iter()
         .filter_map(|h| h.to_str().ok())
         .flat_map(|h| h.split(','))
         .map(|c| c.trim().to_ascii_lowercase().replace(' ', ""))
         .filter(|c| !c.is_empty())
-        .collect();
-    let json = |clause: &String| {
-        matches!(
-            media_type(clause),
-            "application/json" | "application/*" | "*/*"
-        ) && !clause.contains(";as=")
+        .peekable();
+    let json = |c: String| {
+        let json = ["application/json", "application/*", "*/*"].contains(&media_type(&c));
+        json && !c.contains(";as=")
     };
-    if clauses.is_empty() || clauses.iter().any(json) {
+    if clauses.peek().is_none() || clauses.any(json) {
         return Ok(());
     }
     Err(Box::new(status(
@@ -48,7 +46,8 @@ pub(crate) fn negotiate(headers: &hyper::HeaderMap) -> Result<(), Box<Reply>> {
 
 /// The request body as JSON: `application/json` (or no `Content-Type`) for a create, an
 /// update or a delete's options, `application/merge-patch+json` for a PATCH. Anything else
-/// is 415 `UnsupportedMediaType` (`errUnsupportedMediaType`), never misread.
+/// is 415 `UnsupportedMediaType` (`errUnsupportedMediaType`), never misread; a body that is
+/// not a JSON object 400. An empty body is `null` (a GET's, a DELETE without options).
 pub(crate) fn decode_body(
     method: &Method,
     content_type: Option<&str>,
@@ -76,12 +75,24 @@ pub(crate) fn decode_body(
             json!({}),
         )));
     }
-    serde_json::from_slice::<Value>(body).map_err(|e| {
+    // A body that is not an object is no object of any kind, and no merge patch either
+    // (apiserver `pkg/endpoints/handlers/patch.go`: `error decoding patch`).
+    let refused = |message: String| {
         Box::new(status(
             StatusCode::BAD_REQUEST,
             "BadRequest",
-            &format!("the body of the request ({kind}) does not decode: {e}"),
+            &message,
             json!({}),
         ))
-    })
+    };
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) if method == Method::PATCH => Err(refused(
+            "error decoding patch: the patch is not a JSON object".into(),
+        )),
+        Ok(_) => Err(refused("the body is not an object".into())),
+        Err(e) => Err(refused(format!(
+            "the body of the request ({kind}) does not decode: {e}"
+        ))),
+    }
 }

@@ -43,45 +43,36 @@ impl Ctx<'_> {
     /// answers "field label not supported". Its `labelSelector` is checked here too (400
     /// when it does not parse, `route::parse_selector`).
     pub(crate) fn field_selector(&self) -> Result<Vec<(String, bool, String)>, Box<Reply>> {
-        if let Err(e) = parse_selector(param(self.query, "labelSelector").unwrap_or("")) {
-            return Err(Box::new(status(
+        let refused = |message: String| {
+            Box::new(status(
                 StatusCode::BAD_REQUEST,
                 "BadRequest",
-                &e,
+                &message,
                 json!({}),
-            )));
-        }
-        let mut terms = Vec::new();
-        for term in param(self.query, "fieldSelector")
-            .unwrap_or("")
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-        {
-            let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
-                (f, false, v)
-            } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-                (f, true, v)
-            } else {
-                return Err(Box::new(status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    &format!("invalid selector: '{term}'; can't understand '{term}'"),
-                    json!({}),
-                )));
+            ))
+        };
+        parse_selector(param(self.query, "labelSelector").unwrap_or("")).map_err(refused)?;
+        let terms = param(self.query, "fieldSelector").unwrap_or("").split(',');
+        let mut selected = Vec::new();
+        for term in terms.map(str::trim).filter(|t| !t.is_empty()) {
+            let (field, equal, value) = match term.split_once("!=") {
+                Some((f, v)) => (f, false, v),
+                None => match term.split_once("==").or_else(|| term.split_once('=')) {
+                    Some((f, v)) => (f, true, v),
+                    None => {
+                        return Err(refused(format!(
+                            "invalid selector: '{term}'; can't understand '{term}'"
+                        )));
+                    }
+                },
             };
             let field = field.trim();
             if selectable(&self.route.resource, &Value::Null, field).is_none() {
-                return Err(Box::new(status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    &format!("field label not supported: {field}"),
-                    json!({}),
-                )));
+                return Err(refused(format!("field label not supported: {field}")));
             }
-            terms.push((field.to_owned(), equal, value.trim().to_owned()));
+            selected.push((field.to_owned(), equal, value.trim().to_owned()));
         }
-        Ok(terms)
+        Ok(selected)
     }
 
     /// Whether `object` (of this request's resource) has the selected `fields`.
@@ -92,13 +83,9 @@ impl Ctx<'_> {
         })
     }
 
-    /// The stored objects this list selects: the route's resource and namespace,
-    /// `labelSelector` and `fieldSelector`.
-    pub(crate) fn selected(
-        &self,
-        store: &Store,
-        fields: &[(String, bool, String)],
-    ) -> Vec<(Key, Value)> {
+    /// The stored objects of the route's resource and namespace its `labelSelector` selects
+    /// (its `fieldSelector` is matched on them as shown: [`Ctx::fields_match`]).
+    pub(crate) fn selected(&self, store: &Store) -> Vec<Value> {
         let labels = param(self.query, "labelSelector").unwrap_or("");
         store
             .objects
@@ -107,9 +94,8 @@ impl Ctx<'_> {
                 *r == self.route.key()
                     && self.route.namespace.as_ref().is_none_or(|want| want == ns)
                     && matches_selector(&o["metadata"]["labels"], labels)
-                    && self.fields_match(o, fields)
             })
-            .map(|(k, o)| (k.clone(), o.clone()))
+            .map(|(_, o)| o.clone())
             .collect()
     }
 }
@@ -124,29 +110,14 @@ impl Ctx<'_> {
 /// component or else the reporting component). Others' own fields (a Namespace's phase, a
 /// Secret's type, ...) are not selected on: the harness selects Pods and Events only.
 pub(crate) fn selectable(resource: &str, object: &Value, field: &str) -> Option<String> {
-    let text = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .map(|v| match v {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            })
-            .unwrap_or_default()
+    let text = |pointer: &str| match object.pointer(pointer) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
     };
-    let flag = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            .to_string()
-    };
-    match (resource, field) {
-        (_, "metadata.name") => return Some(text("/metadata/name")),
-        (_, "metadata.namespace") => return Some(text("/metadata/namespace")),
-        _ => {}
-    }
+    let path = format!("/{}", field.replace('.', "/"));
     Some(match (resource, field) {
+        (_, "metadata.name" | "metadata.namespace") => text(&path),
         (
             "pods",
             "spec.nodeName"
@@ -154,22 +125,25 @@ pub(crate) fn selectable(resource: &str, object: &Value, field: &str) -> Option<
             | "spec.serviceAccountName"
             | "status.phase"
             | "status.nominatedNodeName",
-        ) => text(&format!("/{}", field.replace('.', "/"))),
-        ("pods", "spec.hostNetwork") => flag("/spec/hostNetwork"),
+        ) => text(&path),
+        ("pods", "spec.hostNetwork") => (object["spec"]["hostNetwork"] == true).to_string(),
         ("pods", "status.podIP") => text("/status/podIPs/0/ip"),
-        ("events", _) => match field {
-            "reason" | "type" | "reportingComponent" => text(&format!("/{field}")),
-            "source" => match text("/source/component") {
-                source if source.is_empty() => text("/reportingComponent"),
-                source => source,
-            },
-            _ => match field.strip_prefix("involvedObject.") {
-                Some(
-                    part @ ("kind" | "namespace" | "name" | "uid" | "apiVersion"
-                    | "resourceVersion" | "fieldPath"),
-                ) => text(&format!("/involvedObject/{part}")),
-                _ => return None,
-            },
+        (
+            "events",
+            "reason"
+            | "type"
+            | "reportingComponent"
+            | "involvedObject.kind"
+            | "involvedObject.namespace"
+            | "involvedObject.name"
+            | "involvedObject.uid"
+            | "involvedObject.apiVersion"
+            | "involvedObject.resourceVersion"
+            | "involvedObject.fieldPath",
+        ) => text(&path),
+        ("events", "source") => match text("/source/component") {
+            source if source.is_empty() => text("/reportingComponent"),
+            source => source,
         },
         _ => return None,
     })

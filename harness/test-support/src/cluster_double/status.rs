@@ -16,12 +16,18 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
+/// A `Status` error. An empty `reason` is an error the API server holds no API status for
+/// (`ErrorToAPIStatus` in apiserver `pkg/endpoints/handlers/responsewriters/status.go`:
+/// `StatusReasonUnknown` is empty and left out, with the details).
 pub(crate) fn status(code: StatusCode, reason: &str, message: &str, details: Value) -> Reply {
-    let body = json!({
+    let mut body = json!({
         "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "reason": reason,
-        "details": details, "code": code.as_u16(),
+        "status": "Failure", "message": message, "code": code.as_u16(),
     });
+    if !reason.is_empty() {
+        body["reason"] = json!(reason);
+        body["details"] = details;
+    }
     json_reply(code, &body)
 }
 
@@ -42,15 +48,4 @@ pub(crate) fn not_found(route: &Route, name: &str) -> Reply {
         &format!("{} \"{name}\" not found", route.resource),
         json!({"name": name, "kind": route.resource}),
     )
-}
-
-/// An error the API server holds no API status for (`ErrorToAPIStatus` in apiserver
-/// `pkg/endpoints/handlers/responsewriters/status.go`): `code` (500, or 409 for a storage
-/// conflict) and the error's text, no reason (`StatusReasonUnknown` is empty and left out).
-pub(crate) fn unknown_status(code: StatusCode, message: &str) -> Reply {
-    let body = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "code": code.as_u16(),
-    });
-    json_reply(code, &body)
 }

@@ -13,10 +13,12 @@
 //!
 //! **What it serves.** The harness's own client (kube-rs, JSON) and no other: the verbs on
 //! stored objects with UIDs, resourceVersions, preconditions, dry runs, JSON merge patches
-//! and selectors; Pods admitted (their ServiceAccount) and bound to its one node unless their
-//! selector or claim rules it out; claims bound at once, ServiceAccounts and their tokens, Secrets, RBAC, Leases, finalizers, and a
-//! one-Pod Job controller with its garbage collection. Other bodies, patch types, SPDY,
-//! discovery beyond `/version` and watches are refused, each `Status` saying so.
+//! and selectors; Pods admitted (an ordered admission list: `objects`) and bound to its one
+//! node unless their selector or claim rules it out; claims bound at once, ServiceAccounts
+//! and their tokens, Secrets, RBAC, Leases, finalizers, and a one-Pod Job controller. Other
+//! bodies, patch types, discovery beyond `/version` and watches are refused, each `Status`
+//! saying so; what its node does not run (init containers, env `valueFrom`, volume kinds no
+//! harness Pod mounts) is refused naming it.
 //!
 //! **What it leaves to others.** Validation, defaulting, admission, quota and the API's exact
 //! answers, capacity, preemption and claim binding modes are the real control plane's
@@ -27,12 +29,12 @@
 //! more than one node and namespaces as isolation are Kind's (`real_kind` tests).
 //! docs/development.md ("The cluster double") has the longer account.
 //!
-//! **The map.** A request goes through `faults`, then `routing` (recorded, authenticated,
-//! negotiated, RBAC's gate) to `objects`, `rbac`, `jobs` (each on a `request::Ctx`) or to
-//! `streams`; `runtime` runs the Pods `scheduler` binds (`storage` provisions claims,
-//! `mounts` prepares volumes, `containers` reads the engine); `store` holds the state, and
-//! `route` and `status` read requests and write answers. The modules use each other one way
-//! only (no import circles).
+//! **The map.** A request goes through `faults`, then `routing` (the API server's handler
+//! chain: recorded, authenticated, resolved, RBAC's gate) to the one handler of its resource
+//! in `objects`, `rbac`, `jobs` (each on a `request::Ctx`) or to `streams`; `runtime` runs
+//! the Pods `scheduler` binds (`storage` provisions claims, `mounts` prepares volumes,
+//! `containers` reads the engine); `store` holds the state, and `route` and `status` read
+//! requests and write answers. The modules use each other one way only (no import circles).
 //!
 //! [`LocalBackend`]: kandev_harness::backend::local::LocalBackend
 

@@ -122,6 +122,49 @@ fn bad_command_lines_and_inputs_name_the_cause_and_the_fix() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--workspace-claim NAME"), "{err}");
     assert!(!folder.exists(), "refused before anything was made");
+    // Under --namespace a bare --image-pull-secret NAME the template names too is read from
+    // another namespace than the template's: refused before anything is made (no cluster is
+    // reached: the kubeconfig does not exist).
+    let worker = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fixtures/templates/full-worker.yaml"),
+    )
+    .unwrap();
+    let mut template: serde_yaml::Value = serde_yaml::from_str(&worker).unwrap();
+    template["template"]["spec"]["imagePullSecrets"] =
+        serde_yaml::from_str("[{name: regcred}]").unwrap();
+    let inputs = tempfile::tempdir().unwrap();
+    let with_secret = inputs.path().join("with-pull-secret.yaml");
+    std::fs::write(&with_secret, serde_yaml::to_string(&template).unwrap()).unwrap();
+    let folder = inputs.path().join("reports");
+    let (code, err) = run(&[
+        "run",
+        "--backend",
+        "kube",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--context",
+        "team-cluster",
+        "--worker-image",
+        "registry.example/worker:1",
+        "--daemon-image",
+        "registry.example/docker:1",
+        "--namespace",
+        "team",
+        "--image-pull-secret",
+        "regcred",
+        "--template",
+        with_secret.to_str().unwrap(),
+        "--report-dir",
+        folder.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("image pull secret regcred is named by --image-pull-secret")
+            && err.contains("fix: leave out --image-pull-secret regcred"),
+        "{err}"
+    );
+    assert!(!folder.exists(), "refused before anything was made");
     // A tag may hold uppercase (distribution/reference's grammar); a repository may not, and
     // the fix names its lowercase form. The uppercase tag passes on to the next refusal.
     let (code, err) = run(&["run", "--worker-image", "Team/Worker:V1"]);

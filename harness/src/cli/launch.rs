@@ -44,7 +44,11 @@ pub(crate) fn launch(
     let pull_secrets = match crate::backend::kube::pull_secrets::wanted(
         &run.image_pull_secret,
         &template_spec,
-        run.cluster.namespace.is_some(),
+        crate::backend::kube::pull_secrets::namespace_given(
+            run.cluster.namespace.as_deref(),
+            false,
+            None,
+        ),
     ) {
         Ok(wanted) => wanted,
         Err(refused) => {

@@ -205,6 +205,26 @@ pub(crate) fn checked(args: &RunArgs) -> Result<(RunConfig, TemplateFile, String
     if findings.iter().any(|f| f.severity == Severity::Error) {
         return Err(breaks_rules(&config, &findings));
     }
+    // The image pull secrets named twice, before anything is created (a run's set-up and
+    // `launch` read the same list again).
+    let template_spec = template
+        .parsed()
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.clone());
+    let named = crate::backend::kube::pull_secrets::wanted(
+        &config.cluster.image_pull_secrets,
+        &template_spec.unwrap_or_default(),
+        crate::backend::kube::pull_secrets::namespace_given(
+            config.cluster.namespace.as_deref(),
+            config.cluster.in_cluster,
+            args.run_id.as_deref(),
+        ),
+    );
+    if let Err(refused) = named {
+        eprintln!("error: {refused}");
+        return Err(exit::USAGE);
+    }
     // An image flag the template would ignore: the report would record an image no Pod ran.
     let ignored: Vec<String> = [
         (

@@ -92,8 +92,8 @@ pub struct Refused {
 /// explicit `NS/NAME` is carried in place of the template's `NAME`). Refused: one name read
 /// from two namespaces; and, under `--namespace` (`namespace_given`), a bare flag `NAME` that
 /// the template names too, since the flag's is read from the context's namespace and the
-/// template's from `--namespace` ([`plan`]): two Secrets, one name, and which one the Pods
-/// should carry is the operator's to say.
+/// template's from `--namespace` ([`plan`]): which one the Pods carry is the operator's to
+/// say (also when the two namespaces are one: the flag is then not needed).
 pub fn wanted(
     flags: &[String],
     template: &PodSpec,
@@ -129,10 +129,10 @@ pub fn wanted(
             Some(seen) if namespace_given && seen.source.is_none() && named_by == TEMPLATE => {
                 return Err(Refused {
                     problem: format!(
-                        "image pull secret {name} is named by --image-pull-secret, read from the context's namespace, and by the template's imagePullSecrets, read from --namespace where its Pods run: two Secrets under one name"
+                        "image pull secret {name} is named by --image-pull-secret, read from the context's namespace, and by the template's imagePullSecrets, read from --namespace where its Pods run"
                     ),
                     fix: format!(
-                        "leave out --image-pull-secret {name} to carry the namespace's own, or name the one to carry in its place: --image-pull-secret NS/{name}"
+                        "leave out --image-pull-secret {name} to carry --namespace's own, or name the one to carry in its place: --image-pull-secret NS/{name}"
                     ),
                 });
             }
@@ -145,6 +145,15 @@ pub fn wanted(
         }
     }
     Ok(all)
+}
+
+/// Whether the run's namespace is the operator's `--namespace`, where the template's own
+/// references are read ([`plan`]): given, out of the cluster; in the cluster (`--in-cluster`),
+/// given unless it is the one `launch` created for the run.
+pub fn namespace_given(namespace: Option<&str>, in_cluster: bool, run_id: Option<&str>) -> bool {
+    namespace.is_some_and(|ns| {
+        !in_cluster || run_id.is_none_or(|id| ns != super::cluster::run_namespace(id))
+    })
 }
 
 /// The longest name a Secret may have (a DNS subdomain: apimachinery's `IsDNS1123Subdomain`).

@@ -578,17 +578,15 @@ async fn preflight(
 fn wanted_pull_secrets(
     input: &PrepareInput<'_>,
 ) -> Result<Vec<super::pull_secrets::Wanted>, super::pull_secrets::Refused> {
-    // As `planned_pull_secrets` reads it: in the cluster, a namespace other than the one
-    // `launch` creates is the operator's `--namespace`.
     let cluster = &input.config.cluster;
-    let namespace_given = cluster
-        .namespace
-        .as_ref()
-        .is_some_and(|ns| !cluster.in_cluster || *ns != cluster::run_namespace(input.run_id));
     super::pull_secrets::wanted(
         &cluster.image_pull_secrets,
         &template_spec(input),
-        namespace_given,
+        super::pull_secrets::namespace_given(
+            cluster.namespace.as_deref(),
+            cluster.in_cluster,
+            Some(input.run_id),
+        ),
     )
 }
 

@@ -12,13 +12,16 @@
 //!   (`DeadlineExceeded`). A failure is `FailureTarget` first, then `Failed` once no Pod is
 //!   left running or terminating (as since v1.31); these conditions are what launch reads.
 //!   A Job whose Pod succeeded is left as it is: launch reads no success off the Job.
-//! - **Delete**: whatever the policy, as launch and `gc` delete (`Background`): the Job, then
-//!   its Pods.
+//! - **Delete**: `Background`, as launch and `gc` delete: the Job, then its Pods.
+//!
+//! A Job asking for more than launch's (another `backoffLimit`, more completions or Pods at
+//! once, a failure or success policy) and a DELETE asking another policy are refused, naming
+//! the field, not run otherwise (the corpus lists both: `JOB_BEYOND_LAUNCH`).
 
 use super::request::Ctx;
 use super::route::Route;
 use super::runtime::with_status;
-use super::status::Reply;
+use super::status::{Reply, status};
 use super::store::{DoubleState, Identity, Key, now};
 use hyper::StatusCode;
 use serde_json::{Value, json};
@@ -76,8 +79,20 @@ fn owned_pods(state: &DoubleState, ns: &str, uid: &str) -> Vec<Value> {
 }
 
 impl Ctx<'_> {
-    /// A Job create: stored as sent; then its controller runs.
+    /// A Job create: stored as sent, if it is launch's; then its controller runs.
     pub(crate) async fn create_job(&self, job: Value) -> Reply {
+        if let Some(field) = beyond_launch(&job["spec"]) {
+            let name = job["metadata"]["name"].as_str().unwrap_or_default();
+            return status(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                &format!(
+                    "Job.batch \"{name}\" is invalid: spec.{field}: Unsupported value: the kube double runs launch's Job only (one Pod, never retried: backoffLimit 0)"
+                ),
+                json!({"name": name, "group": "batch", "kind": "Job",
+                    "causes": [{"reason": "FieldValueNotSupported", "field": format!("spec.{field}")}]}),
+            );
+        }
         let name = job["metadata"]["name"].as_str().map(str::to_owned);
         let reply = self.create(job).await;
         if reply.status() == StatusCode::CREATED
@@ -98,8 +113,19 @@ impl Ctx<'_> {
         reply
     }
 
-    /// A Job DELETE: the Job, then its Pods (the `Background` policy, whatever was asked).
+    /// A Job DELETE in the background: the Job, then its Pods.
     pub(crate) fn delete_job(&self, name: &str, options: Value) -> Reply {
+        if options["propagationPolicy"] != "Background" {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!(
+                    "the kube double deletes a Job in the background only (propagationPolicy Background, as launch and gc ask), not {}",
+                    options["propagationPolicy"]
+                ),
+                json!({"name": name, "group": "batch", "kind": "jobs"}),
+            );
+        }
         let uid = self
             .state
             .store()
@@ -121,6 +147,19 @@ impl Ctx<'_> {
         }
         reply
     }
+}
+
+/// The field of a Job's spec asking for more than launch's Job, if one does.
+fn beyond_launch(spec: &Value) -> Option<&'static str> {
+    if spec["backoffLimit"] != 0 {
+        return Some("backoffLimit");
+    }
+    let more_than_one = |field: &str| spec[field].as_i64().is_some_and(|n| n != 1);
+    let policies = ["podFailurePolicy", "successPolicy", "backoffLimitPerIndex"];
+    ["completions", "parallelism"]
+        .into_iter()
+        .find(|field| more_than_one(field))
+        .or_else(|| policies.into_iter().find(|field| !spec[*field].is_null()))
 }
 
 /// A Pod the controller makes from the template of the Job `job`.

@@ -73,7 +73,36 @@ const ROLE_NOT_VALIDATED: &str = "the double stores a Role's rules as sent, with
     Roles are admitted by the real API server (launch.rs), and executor_role_file refuses an \
     operator's Role with such a rule before anything is created";
 
+/// Why the double refuses a Job other than `launch`'s, or its DELETE in another policy.
+const JOB_BEYOND_LAUNCH: &str = "the double's Job controller runs launch's Job only (one Pod, \
+    never retried: backoffLimit 0) and deletes a Job in the background only, as launch and gc \
+    ask; it refuses the rest naming the field, where the real API server defaults and runs it \
+    (real_api_server/jobs.rs judges the real Job controller)";
+
+/// Why the double grants a TokenRequest the real API server refuses.
+const TOKEN_NOT_VALIDATED: &str = "the double does not validate a TokenRequest's \
+    expirationSeconds (ValidateTokenRequest, kubernetes pkg/apis/authentication/validation): \
+    the harness asks 10 minutes or more, and real_api_server/jobs.rs judges the bounds";
+
 const KNOWN: &[Known] = &[
+    Known {
+        case: "create a Job whose backoffLimit is left to its default",
+        real: "201",
+        double: "422 Invalid",
+        why: JOB_BEYOND_LAUNCH,
+    },
+    Known {
+        case: "dry-run delete of a Job, no propagation policy",
+        real: "200",
+        double: "400 BadRequest",
+        why: JOB_BEYOND_LAUNCH,
+    },
+    Known {
+        case: "a TokenRequest for 60 seconds",
+        real: "422 Invalid",
+        double: "201",
+        why: TOKEN_NOT_VALIDATED,
+    },
     Known {
         case: "create with dryRun=Bogus",
         real: "422 Invalid",
@@ -1543,10 +1572,30 @@ async fn dry_runs(side: Side) {
     // A Job's DELETE is its own handler in the double (its Pods go with it, whatever the policy).
     let jobs = format!("/apis/batch/v1/namespaces/{}/jobs", side.ns);
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "kept"},
-        "spec": {"template": {"spec": {"schedulerName": NO_SCHEDULER, "restartPolicy": "Never",
-            "containers": [{"name": "main", "image": "busybox:1.36"}]}}}});
+        "spec": {"backoffLimit": 0, "template": {"spec": {"schedulerName": NO_SCHEDULER,
+            "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]}}}});
     let answer = side.post(&jobs, &job).await;
     side.note("create a Job", &answer, &[]);
+    let mut defaulted = job.clone();
+    defaulted["metadata"]["name"] = json!("defaulted");
+    defaulted["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("backoffLimit");
+    let answer = side.post(&jobs, &defaulted).await;
+    side.note(
+        "create a Job whose backoffLimit is left to its default",
+        &answer,
+        &[],
+    );
+    let answer = side
+        .delete(&format!("{jobs}/kept"), Some(&json!({"dryRun": ["All"]})))
+        .await;
+    side.note(
+        "dry-run delete of a Job, no propagation policy",
+        &answer,
+        &[],
+    );
     let answer = side
         .delete(
             &format!("{jobs}/kept"),
@@ -2023,6 +2072,15 @@ async fn finalizers(side: Side) {
             "/metadata/deletionGracePeriodSeconds",
         ],
     );
+    // A second DELETE of an object being deleted changes nothing (`rest.BeforeDelete`).
+    let marked = answer.rv();
+    let mut again = side.delete(&format!("{pods}/held"), None).await;
+    again.body["unchanged"] = json!(again.rv() == marked);
+    side.note(
+        "delete a Pod with a finalizer again",
+        &again,
+        &["/unchanged", "/metadata/finalizers"],
+    );
     let answer = side
         .patch(
             &format!("{pods}/held"),
@@ -2129,6 +2187,14 @@ async fn rbac(side: Side) {
         &answer,
         &[],
     );
+    let answer = side
+        .post(
+            &format!("{}/runner/token", side.at("serviceaccounts")),
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 60}}),
+        )
+        .await;
+    side.note("a TokenRequest for 60 seconds", &answer, &[]);
     for account in ["runner", "other"] {
         let answer = launcher
             .post(

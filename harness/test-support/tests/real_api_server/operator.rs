@@ -14,6 +14,7 @@ use kandev_harness::backend::kube::cluster::{
 use kandev_harness::backend::kube::pull_secrets;
 use kandev_harness::pod::identity::random_hex;
 use kandev_harness::pod::template::WorkspaceMode;
+use kandev_test_support::on_double::can_i;
 use kandev_test_support::real_api_server;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
@@ -92,6 +93,20 @@ async fn operator_kubeconfig(
     }
     let path = dir.join("operator.kubeconfig");
     std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    // The authorizer sees a new binding a moment later: wait until the operator's Role
+    // grants it what every operator Role here grants (the set-up's ServiceAccount).
+    let operator = cluster::open(Some(&path), Some(&server.context))
+        .await
+        .unwrap()
+        .admin;
+    let started = Instant::now();
+    while can_i(&operator, ns, "create", "serviceaccounts").await != Ok(true) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the operator's binding in {ns} not seen in 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     path
 }
 

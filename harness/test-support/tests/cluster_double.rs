@@ -110,6 +110,21 @@ async fn the_double_answers_with_kubernetes_status_codes_and_selectors() {
     );
     pods.delete("a", &with(&uid, &rv)).await.unwrap();
     assert_eq!(code(pods.get("a").await.unwrap_err()), 404);
+    // pods/exec without a websocket upgrade (SPDY) is refused saying so.
+    let spdy = http::Request::post("/api/v1/namespaces/default/pods/b/exec?command=true")
+        .body(Vec::new())
+        .unwrap();
+    match admin.request_text(spdy).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 400, "{status:?}");
+            assert!(
+                status.message.contains("websockets only"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("SPDY exec not refused: {other:?}"),
+    }
     // An unknown token is a 401.
     let mut config = reached.config.clone();
     config.auth_info = serde_json::from_value(json!({"token": "not-issued"})).unwrap();

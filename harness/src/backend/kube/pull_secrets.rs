@@ -568,7 +568,7 @@ mod tests {
         .unwrap_or_default();
         let clash = wanted(&["regcred".into()], &template, true);
         assert!(clash.is_err_and(|e| {
-            e.to_string().contains("two Secrets under one name")
+            e.to_string().contains("read from --namespace")
                 && e.to_string()
                     .contains("leave out --image-pull-secret regcred")
         }),);
@@ -579,6 +579,16 @@ mod tests {
         let explicit = wanted(&["ops/regcred".into()], &template, true).unwrap_or_default();
         assert_eq!(explicit.len(), 1);
         assert_eq!(explicit[0].source.as_deref(), Some("ops"));
+    }
+
+    #[test]
+    fn the_namespace_is_the_operators_unless_launch_made_it() {
+        assert!(!namespace_given(None, false, None));
+        assert!(namespace_given(Some("team"), false, Some("r")));
+        // In the cluster: launch's own namespace for the run is not the operator's.
+        let launchs = crate::backend::kube::cluster::run_namespace("r");
+        assert!(!namespace_given(Some(&launchs), true, Some("r")));
+        assert!(namespace_given(Some("team"), true, Some("r")));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! **What it is for.** What a real control plane here cannot give the harness's tests: Pods
 //! that run on the local Docker engine (a [`LocalBackend`] given to [`start`]) under one
-//! node ([`NODE`]) whose labels and capacity a test sets; pods/exec, pods/log and
+//! node ([`NODE`]) whose labels and allocatable a test sets; pods/exec, pods/log and
 //! pods/portforward streamed into them; faults a test switches on (429, 5xx, cut and idle
 //! connections, a token lifetime cap: `faults`); and an operator's cluster misbehaving
 //! (`behaviours`, carried out by `controllers`), so that the catalogue's cluster checks have

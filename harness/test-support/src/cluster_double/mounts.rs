@@ -9,8 +9,9 @@
 //! File modes follow the kubelet's volume plugins as far as the harness's Pods need them:
 //! `defaultMode`, and with an `fsGroup` every file group-owned by it and group-readable
 //! (`SetVolumeOwnership`: the launch Job's `0440` inputs). The folders are traversable by
-//! anyone (0755), so a non-root container reads what its modes allow. A Pod with init
-//! containers is refused (none of the harness's Pods has one).
+//! anyone (0755), so a non-root container reads what its modes allow. What the node does not
+//! run (init containers, env `valueFrom`, other volume sources) is refused naming it
+//! ([`unsupported`]): none of the harness's Pods has one.
 
 use super::store::{Bound, DoubleState, Store};
 use base64::Engine;
@@ -61,44 +62,34 @@ fn volume_files(
                 mode,
                 token: true,
             });
-        } else if let Some(config_map) = source.get("configMap") {
-            // The root CA publisher's ConfigMap is in every namespace; the double serves no
-            // other ConfigMap.
-            let wanted = config_map["name"].as_str().unwrap_or_default();
-            if wanted != "kube-root-ca.crt" {
-                return Err(failed(format!("configmap \"{wanted}\" not found")));
-            }
+        } else if source.get("configMap").is_some() {
+            // The root CA publisher's ConfigMap, the one [`unsupported`] lets through.
             files.push(File {
                 path: "ca.crt".into(),
                 data: state.ca_pem.clone().into_bytes(),
                 mode,
                 token: false,
             });
-        } else if let Some(downward) = source.get("downwardAPI") {
-            for item in downward["items"].as_array().into_iter().flatten() {
+        } else {
+            for item in source["downwardAPI"]["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 let field = item["fieldRef"]["fieldPath"].as_str().unwrap_or_default();
-                let Some(value) = field_value(pod, field) else {
-                    return Err(failed(format!(
-                        "the kube double does not project {field:?} (only metadata.name, metadata.namespace, metadata.uid)"
-                    )));
-                };
                 files.push(File {
                     path: item["path"].as_str().unwrap_or_default().to_owned(),
-                    data: value.into_bytes(),
+                    data: field_value(pod, field).unwrap_or_default().into_bytes(),
                     mode,
                     token: false,
                 });
             }
-        } else {
-            return Err(failed(
-                "the kube double projects only a serviceAccountToken, the root CA's ConfigMap and the downward API (what the ServiceAccount admission adds)".into(),
-            ));
         }
     }
     Ok(Some(files))
 }
 
-/// A `defaultMode` or an item's `mode` (420, 0644, when absent).
+/// A `defaultMode` (420, 0644, when absent).
 fn mode_of(mode: &Value) -> u32 {
     mode.as_u64()
         .and_then(|m| u32::try_from(m).ok())
@@ -106,15 +97,9 @@ fn mode_of(mode: &Value) -> u32 {
         & 0o777
 }
 
-/// The files of a `secret` volume's Secret: one per key (a volume asking for `items` or
-/// `optional` is refused: no Pod the harness makes has one).
+/// The files of a `secret` volume's Secret: one per key.
 fn secret_files(store: &Store, ns: &str, source: &Value, mode: u32) -> Result<Vec<File>, String> {
     let name = source["secretName"].as_str().unwrap_or_default();
-    if source.get("items").is_some() || source.get("optional").is_some() {
-        return Err(format!(
-            "the kube double mounts a whole Secret only, not its items or an optional one (secret \"{name}\")"
-        ));
-    }
     let secret = store
         .objects
         .get(&("/secrets".into(), ns.to_owned(), name.to_owned()))
@@ -185,12 +170,63 @@ pub(crate) fn remove_pod_folder(state: &DoubleState, uid: &str) {
     }
 }
 
+/// What the double's node does not run, named (as the kubelet's `CreateContainerConfigError`):
+/// init containers, env `valueFrom`, a Secret volume's `items` or `optional`, and projected
+/// sources beyond what the ServiceAccount admission adds. No Pod the harness makes has one.
+fn unsupported(pod: &Value) -> Option<String> {
+    let spec = &pod["spec"];
+    if spec["initContainers"]
+        .as_array()
+        .is_some_and(|i| !i.is_empty())
+    {
+        return Some("the kube double runs no init containers".into());
+    }
+    let containers = spec["containers"].as_array().into_iter().flatten();
+    let mut env = containers.flat_map(|c| c["env"].as_array().into_iter().flatten());
+    if let Some(var) = env.find(|v| v.get("valueFrom").is_some()) {
+        return Some(format!(
+            "the kube double resolves no env valueFrom (env {})",
+            var["name"]
+        ));
+    }
+    for volume in spec["volumes"].as_array().into_iter().flatten() {
+        let name = &volume["name"];
+        let secret = &volume["secret"];
+        if secret.get("items").is_some() || secret.get("optional").is_some() {
+            return Some(format!(
+                "the kube double mounts a whole Secret only, not its items or an optional one (volume {name})"
+            ));
+        }
+        let projected = volume["projected"]["sources"].as_array();
+        let served = |source: &Value| {
+            let fields = source["downwardAPI"]["items"].as_array();
+            source.get("serviceAccountToken").is_some()
+                || source["configMap"]["name"] == "kube-root-ca.crt"
+                || fields.is_some_and(|items| {
+                    items.iter().all(|item| {
+                        let field = item["fieldRef"]["fieldPath"].as_str().unwrap_or_default();
+                        field_value(pod, field).is_some()
+                    })
+                })
+        };
+        if projected.is_some_and(|sources| !sources.iter().all(served)) {
+            return Some(format!(
+                "the kube double projects only a serviceAccountToken, the root CA's ConfigMap and the downward API's metadata.name, namespace and uid (volume {name})"
+            ));
+        }
+    }
+    None
+}
+
 /// The runtime's copy of `pod` (as admitted; its UID `uid`), once its
 /// volumes are set up on this host: secret and projected volumes become read-only hostPath
 /// folders, `automountServiceAccountToken` goes (the token is one of those folders), each
 /// container gets the `kubernetes` Service's environment. Err: the
 /// kubelet's `FailedMount` (or `CreateContainerConfigError`) message; nothing is written then.
 pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Result<Value, String> {
+    if let Some(why) = unsupported(pod) {
+        return Err(why);
+    }
     let mut store = state.store();
     let mut shown: Vec<(String, Vec<File>)> = Vec::new();
     for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
@@ -200,12 +236,6 @@ pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Resul
                 files,
             ));
         }
-    }
-    if pod["spec"]["initContainers"]
-        .as_array()
-        .is_some_and(|i| !i.is_empty())
-    {
-        return Err("the kube double runs no init containers: the harness's Pods have none".into());
     }
     let mut copy = pod.clone();
     // The kubelet reads a Pod's pull secrets (`getPullSecretsForPod`) only to hand them to the
@@ -224,7 +254,7 @@ pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Resul
         .into_iter()
         .flatten()
     {
-        resolve_env(state, container)?;
+        resolve_env(state, container);
         for mount in container
             .get_mut("volumeMounts")
             .and_then(Value::as_array_mut)
@@ -281,17 +311,12 @@ pub(crate) fn runtime_copy(state: &DoubleState, uid: &str, pod: &Value) -> Resul
 }
 
 /// The container's environment as the kubelet makes it: the `kubernetes` Service's
-/// variables first (the container's own win), then its own. A `valueFrom` is refused (the
-/// kubelet's `CreateContainerConfigError`): no Pod the harness makes has one.
-fn resolve_env(state: &DoubleState, container: &mut Value) -> Result<(), String> {
+/// variables first (the container's own win), then its own (values: [`unsupported`] let no
+/// `valueFrom` through).
+fn resolve_env(state: &DoubleState, container: &mut Value) {
     let mut env: Vec<Value> = Vec::new();
     for var in container["env"].as_array().into_iter().flatten() {
         let name = var["name"].as_str().unwrap_or_default();
-        if var.get("valueFrom").is_some() {
-            return Err(format!(
-                "the kube double resolves no valueFrom (env {name}): the harness's Pods set none"
-            ));
-        }
         env.push(json!({"name": name, "value": var["value"].as_str().unwrap_or_default()}));
     }
     if let Some(address) = state.pod_address {
@@ -325,7 +350,6 @@ fn resolve_env(state: &DoubleState, container: &mut Value) -> Result<(), String>
     if !env.is_empty() {
         container["env"] = json!(env);
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -340,6 +364,51 @@ mod tests {
         assert_eq!(mode_of(&json!(420)), 0o644);
         assert_eq!(mode_of(&json!(256)), 0o400);
         assert_eq!(mode_of(&Value::Null), 0o644);
+    }
+
+    #[test]
+    fn what_the_node_does_not_run_is_named() {
+        let pod = |spec: Value| json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec});
+        let main = json!([{"name": "main", "image": "i"}]);
+        // What the ServiceAccount admission adds, and a whole Secret: run.
+        let admitted = pod(json!({"containers": main, "volumes": [
+            {"name": "kube-api-access-x", "projected": {"sources": [
+                {"serviceAccountToken": {"path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt"}},
+                {"downwardAPI": {"items": [{"path": "namespace",
+                    "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+            {"name": "inputs", "secret": {"secretName": "s", "defaultMode": 288}}]}));
+        assert_eq!(unsupported(&admitted), None);
+        for (spec, named) in [
+            (
+                json!({"initContainers": main, "containers": main}),
+                "init containers",
+            ),
+            (
+                json!({"containers": [{"name": "main", "env": [{"name": "E",
+                    "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]}),
+                "valueFrom (env \"E\")",
+            ),
+            (
+                json!({"containers": main, "volumes": [{"name": "v",
+                    "secret": {"secretName": "s", "items": [{"key": "k", "path": "p"}]}}]}),
+                "items or an optional one",
+            ),
+            (
+                json!({"containers": main, "volumes": [{"name": "v", "projected": {"sources": [
+                    {"downwardAPI": {"items": [{"path": "l",
+                        "fieldRef": {"fieldPath": "metadata.labels"}}]}}]}}]}),
+                "(volume \"v\")",
+            ),
+            (
+                json!({"containers": main, "volumes": [{"name": "v", "projected": {"sources": [
+                    {"configMap": {"name": "settings"}}]}}]}),
+                "root CA's ConfigMap",
+            ),
+        ] {
+            let why = unsupported(&pod(spec.clone())).unwrap_or_default();
+            assert!(why.contains(named), "{spec}: {why}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! then hands it to exec and port-forward streams or to the one handler of its resource
 //! ([`dispatch`]). What the harness's client never asks (anonymous requests, discovery
 //! documents beyond `/version`, OpenAPI, watches, SPDY streams, other bodies than JSON) is
-//! refused with a `Status`.
+//! refused with a `Status` saying so.
 
 use super::negotiation::{decode_body, negotiate};
 use super::rbac::{Attributes, allowed};
@@ -70,7 +70,7 @@ pub(crate) async fn handle(state: Arc<DoubleState>, req: Request<Incoming>) -> R
         return *refused;
     }
     // Exec and port-forward over websockets only: without the upgrade (SPDY, kubectl's and
-    // client-go's older transport) they fall to `dispatch`, which serves neither.
+    // client-go's older transport) they fall to `dispatch`, which refuses them naming it.
     match (asked.upgrade, asked.route.sub.as_deref()) {
         (true, Some("exec")) => return streams::exec(state, req, asked.route, query).await,
         (true, Some("portforward")) => {
@@ -356,6 +356,19 @@ async fn dispatch(ctx: &Ctx<'_>, method: &Method, verb: &str, body: Value) -> Re
         (&Method::DELETE, Some(name), None) => ctx.delete(name, body),
         (&Method::PUT, Some(name), None) => ctx.update(name, body).await,
         (&Method::PATCH, Some(name), None) => ctx.patch(name, body).await,
+        // pods/exec, pods/portforward and pods/attach without a websocket upgrade: SPDY
+        // (kubectl's and client-go's older transport), which kube-rs never speaks.
+        (_, Some(_), Some("exec" | "portforward" | "attach")) if route.resource == "pods" => {
+            status(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                &format!(
+                    "the kube double serves pods/exec and pods/portforward over websockets only (what the harness's client uses), not pods/{} over SPDY",
+                    route.sub.as_deref().unwrap_or_default()
+                ),
+                json!({}),
+            )
+        }
         _ => status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",

@@ -20,10 +20,11 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kandev_harness::backend::kube::{KubeBackend, ManagedPvc, Scheduling};
 use kandev_harness::backend::{Backend, PodRef};
 use kandev_harness::pod::identity::random_hex;
+use kandev_test_support::on_double::eventually;
 use kandev_test_support::real_api_server;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
@@ -50,23 +51,13 @@ async fn create(pods: &Api<Pod>, pod: &Pod) -> PodRef {
     }
 }
 
-/// Polls `what` of the stored object until it says Some (60 s at most).
-async fn until<T, F, Fut>(what: &str, mut look: F) -> T
+/// Polls `look` until it says Some (60 s at most).
+async fn until<T, F, Fut>(what: &str, look: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(found) = look().await {
-            return found;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{what}: not in 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually(what, Duration::from_secs(60), look).await
 }
 
 /// The node the scheduler bound `name` to, once it has.

@@ -14,28 +14,13 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kandev_harness::backend::kube::KubeBackend;
 use kandev_harness::backend::{Backend, BackendError, PodRef};
 use kandev_harness::pod::identity::random_hex;
+use kandev_test_support::on_double::eventually;
 use kandev_test_support::real_api_server;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const FINALIZER: &str = "node-agent.example.com/cleanup";
-
-/// Polls `done` every 250 ms until it holds, failing after 60 s with `what`.
-async fn until<F, Fut>(what: &str, mut done: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !done().await {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{what}: not in 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finalizers_hold_deletes_and_the_harness_names_them_on_a_real_api_server() {
@@ -89,14 +74,13 @@ async fn finalizers_hold_deletes_and_the_harness_names_them_on_a_real_api_server
         .delete(&ns, &DeleteParams::default())
         .await
         .unwrap();
-    until(
+    eventually(
         "the namespace controller has gone through the namespace",
+        Duration::from_secs(60),
         || async {
             let namespace = namespaces.get(&ns).await.unwrap();
-            namespace
-                .status
-                .and_then(|s| s.conditions)
-                .is_some_and(|c| !c.is_empty())
+            let conditions = namespace.status.and_then(|s| s.conditions);
+            conditions.is_some_and(|c| !c.is_empty()).then_some(())
         },
     )
     .await;
@@ -116,8 +100,13 @@ async fn finalizers_hold_deletes_and_the_harness_names_them_on_a_real_api_server
     .await
     .unwrap();
     assert!(pods.get_opt("held").await.unwrap().is_none());
-    until("the namespace is gone", || async {
-        namespaces.get_opt(&ns).await.unwrap().is_none()
+    eventually("the namespace is gone", Duration::from_secs(60), || async {
+        namespaces
+            .get_opt(&ns)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
     })
     .await;
 }

@@ -118,6 +118,30 @@ async fn set_up_as_operator(
     set_up_with(kubeconfig, ns, run, false, &[]).await
 }
 
+/// The cluster `set_up` makes once the authorizer sees a grant just made (a refusal for want of
+/// grants is tried again for 20 s; any other error fails the test).
+async fn once_granted<F, Fut>(mut set_up: F) -> Cluster
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Cluster, ClusterError>>,
+{
+    let started = Instant::now();
+    loop {
+        match set_up().await {
+            Ok(cluster) => return cluster,
+            Err(ClusterError::OperatorForbidden { .. })
+                if started.elapsed() < Duration::from_secs(20) =>
+            {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Err(e) => panic!(
+                "the granted operator was refused: {}",
+                kandev_harness::error_chain(&e)
+            ),
+        }
+    }
+}
+
 /// A run's set-up in `ns` as the operator of `kubeconfig`, with the node inspector or not and
 /// the image pull secrets `wanted`.
 async fn set_up_with(
@@ -229,21 +253,7 @@ async fn the_operator_preflight_asks_for_the_pull_secrets_grants_on_a_real_api_s
         .create(&pp, &binding)
         .await
         .unwrap();
-    let started = Instant::now();
-    let cluster = loop {
-        match set_up_with(&kubeconfig, &team, "granted", false, &wanted).await {
-            Ok(cluster) => break cluster,
-            Err(ClusterError::OperatorForbidden { .. })
-                if started.elapsed() < Duration::from_secs(20) =>
-            {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            Err(e) => panic!(
-                "the granted operator was refused: {}",
-                kandev_harness::error_chain(&e)
-            ),
-        }
-    };
+    let cluster = once_granted(|| set_up_with(&kubeconfig, &team, "granted", false, &wanted)).await;
     assert_eq!(cluster.operator_access["checked"], true);
     // Bound to its namespace, it may read no node: asked, and said, not refused.
     let without = cluster.operator_access["without"].to_string();
@@ -331,21 +341,7 @@ async fn an_operator_missing_one_grant_is_refused_naming_it_before_anything_is_c
         .replace("operator", &PostParams::default(), &operator_role(&ns, ""))
         .await
         .unwrap();
-    let started = Instant::now();
-    let cluster = loop {
-        match set_up_as_operator(&kubeconfig, &ns, "r-granted").await {
-            Ok(cluster) => break cluster,
-            Err(ClusterError::OperatorForbidden { .. })
-                if started.elapsed() < Duration::from_secs(20) =>
-            {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-            Err(e) => panic!(
-                "the granted operator was refused: {}",
-                kandev_harness::error_chain(&e)
-            ),
-        }
-    };
+    let cluster = once_granted(|| set_up_as_operator(&kubeconfig, &ns, "r-granted")).await;
     assert_eq!(
         cluster.operator_access["checked"],
         json!(true),
